@@ -1,0 +1,1 @@
+"""dprag.accounting — privacy math: mechanisms, events, composition, filters, collusion bounds."""

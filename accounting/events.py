@@ -1,0 +1,258 @@
+"""Privacy events: what a mechanism spent, as plain data.
+
+Modelled on dp_accounting's ``dp_event.py``: a mechanism returns the event it spent; an accountant
+(``accounting.rdp``, ``accounting.composition``) or a filter (``accounting.filters``) counts it. Events
+carry the mechanism's actual parameters (noise scale, sensitivity), never a pre-computed epsilon where
+the parameters determine it, so every accountant can compute the tightest bound it knows.
+
+Neighbouring relation: every event's guarantee is stated for the relation given by the mechanism that
+emitted it (the mechanism's docstring says which); ``sensitivity`` is the sensitivity under that relation.
+
+``to_dp_event()`` converts to a ``dp_accounting.DpEvent`` where dp_accounting has an equivalent, and
+raises ``UnsupportedEventError`` where it has none.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Tuple
+
+from .errors import (
+    InvalidParameterError,
+    UnsupportedEventError,
+    check_delta,
+    check_epsilon,
+    check_positive_int,
+)
+
+
+def _dpe():
+    import dp_accounting  # imported lazily: the accounting hot path does not need it
+
+    return dp_accounting
+
+
+@dataclass(frozen=True)
+class PrivacyEvent:
+    """Base class. Subclasses are frozen dataclasses and hashable."""
+
+    def to_dp_event(self):
+        raise UnsupportedEventError(f"{type(self).__name__} has no dp_accounting equivalent")
+
+
+@dataclass(frozen=True)
+class NoOpEvent(PrivacyEvent):
+    """Nothing was spent (e.g. a non-private baseline step, or post-processing)."""
+
+    def to_dp_event(self):
+        return _dpe().NoOpDpEvent()
+
+
+@dataclass(frozen=True)
+class PureDpEvent(PrivacyEvent):
+    """An ``epsilon``-DP mechanism about which nothing more is known."""
+
+    epsilon: float
+
+    def __post_init__(self):
+        check_epsilon("epsilon", self.epsilon, allow_zero=True)
+
+    def to_dp_event(self):
+        # dp_accounting has no generic pure-DP event; a Laplace event with the same epsilon
+        # has a *smaller* RDP curve than a generic eps-DP mechanism, so it would be unsound.
+        raise UnsupportedEventError("PureDpEvent: dp_accounting has no generic pure-DP event")
+
+
+@dataclass(frozen=True)
+class LaplaceEvent(PrivacyEvent):
+    """Laplace noise of ``scale`` b on a query of L1 ``sensitivity`` Δ: (Δ/b)-DP."""
+
+    scale: float
+    sensitivity: float = 1.0
+
+    def __post_init__(self):
+        check_epsilon("scale", self.scale)
+        check_epsilon("sensitivity", self.sensitivity)
+
+    @property
+    def epsilon(self) -> float:
+        return self.sensitivity / self.scale
+
+    def to_dp_event(self):
+        return _dpe().LaplaceDpEvent(noise_multiplier=self.scale / self.sensitivity)
+
+
+@dataclass(frozen=True)
+class GaussianEvent(PrivacyEvent):
+    """Gaussian noise N(0, sigma²) on a query of L2 ``sensitivity`` Δ."""
+
+    sigma: float
+    sensitivity: float = 1.0
+
+    def __post_init__(self):
+        check_epsilon("sigma", self.sigma)
+        check_epsilon("sensitivity", self.sensitivity)
+
+    @property
+    def noise_multiplier(self) -> float:
+        return self.sigma / self.sensitivity
+
+    def to_dp_event(self):
+        return _dpe().GaussianDpEvent(noise_multiplier=self.noise_multiplier)
+
+
+@dataclass(frozen=True)
+class DiscreteGaussianEvent(PrivacyEvent):
+    """Discrete Gaussian N_Z(0, sigma²) on an integer query of L2 sensitivity Δ (Canonne–Kamath–Steinke).
+
+    Satisfies (Δ²/(2σ²))-zCDP, i.e. the same RDP curve as the continuous Gaussian.
+    ``sampler_tv`` is the total-variation distance of the sampler actually used from the exact
+    discrete Gaussian (0 for an exact sampler); accountants add it to δ.
+    """
+
+    sigma: float
+    sensitivity: int = 1
+    sampler_tv: float = 0.0
+
+    def __post_init__(self):
+        check_epsilon("sigma", self.sigma)
+        check_positive_int("sensitivity", self.sensitivity)
+        check_delta("sampler_tv", self.sampler_tv, allow_zero=True)
+
+    def to_dp_event(self):
+        if self.sampler_tv:
+            raise UnsupportedEventError("DiscreteGaussianEvent with sampler_tv > 0 carries an additive delta")
+        # Same RDP curve as the continuous Gaussian (CKS 2020, Prop. 5 / Thm 4).
+        return _dpe().GaussianDpEvent(noise_multiplier=self.sigma / self.sensitivity)
+
+
+@dataclass(frozen=True)
+class DiscreteLaplaceEvent(PrivacyEvent):
+    """Discrete Laplace with P(x) ∝ exp(-|x|/scale) on an integer query of L1 sensitivity Δ: (Δ/scale)-DP."""
+
+    scale: float
+    sensitivity: int = 1
+
+    def __post_init__(self):
+        check_epsilon("scale", self.scale)
+        check_positive_int("sensitivity", self.sensitivity)
+
+    @property
+    def epsilon(self) -> float:
+        return self.sensitivity / self.scale
+
+
+@dataclass(frozen=True)
+class ExponentialMechanismEvent(PrivacyEvent):
+    """Exponential mechanism (or Gumbel-max / report-noisy-max with Gumbel noise) that is ``epsilon``-DP.
+
+    With ``bounded_range=True`` (the usual exponential mechanism, McSherry–Talwar, whose utility
+    sensitivity is Δ and whose sampling weights are exp(ε u / (2Δ))) the mechanism is ε-bounded-range
+    (Durfee–Rogers 2019), which gives the tighter RDP bound of Cesar & Rogers 2021.
+    """
+
+    epsilon: float
+    bounded_range: bool = True
+
+    def __post_init__(self):
+        check_epsilon("epsilon", self.epsilon, allow_zero=True)
+
+
+@dataclass(frozen=True)
+class ApproxDpEvent(PrivacyEvent):
+    """A mechanism known only to be (epsilon, delta)-DP (e.g. LimitedDomain)."""
+
+    epsilon: float
+    delta: float
+
+    def __post_init__(self):
+        check_epsilon("epsilon", self.epsilon, allow_zero=True)
+        check_delta("delta", self.delta, allow_zero=True)
+
+
+@dataclass(frozen=True)
+class ApproxRdpEvent(PrivacyEvent):
+    """δ-approximate RDP: with probability ≥ 1-delta the inner event's RDP guarantee holds (e.g. PTR)."""
+
+    event: PrivacyEvent
+    delta: float
+
+    def __post_init__(self):
+        if not isinstance(self.event, PrivacyEvent):
+            raise InvalidParameterError("event", "must be a PrivacyEvent", self.event)
+        check_delta("delta", self.delta, allow_zero=True)
+
+
+@dataclass(frozen=True)
+class RdpCurveEvent(PrivacyEvent):
+    """An event given directly by its RDP curve: ``rdp[i]`` at order ``orders[i]``.
+
+    Used where a mechanism's RDP is computed numerically (e.g. a subsampled mechanism).
+    """
+
+    orders: Tuple[float, ...]
+    rdp: Tuple[float, ...]
+
+    def __post_init__(self):
+        if len(self.orders) != len(self.rdp) or not self.orders:
+            raise InvalidParameterError("rdp", "must be a non-empty tuple as long as orders")
+        for a in self.orders:
+            if not (a > 1 and math.isfinite(a)):
+                raise InvalidParameterError("orders", "every order must be finite and > 1", a)
+        for r in self.rdp:
+            if r != r or r < 0:
+                raise InvalidParameterError("rdp", "every value must be >= 0 and not NaN", r)
+
+
+@dataclass(frozen=True)
+class ComposedEvent(PrivacyEvent):
+    """Sequential (possibly adaptive) composition of ``events``."""
+
+    events: Tuple[PrivacyEvent, ...] = field(default_factory=tuple)
+
+    def __post_init__(self):
+        object.__setattr__(self, "events", tuple(self.events))
+        for e in self.events:
+            if not isinstance(e, PrivacyEvent):
+                raise InvalidParameterError("events", "every element must be a PrivacyEvent", e)
+
+    def to_dp_event(self):
+        return _dpe().ComposedDpEvent([e.to_dp_event() for e in self.events])
+
+
+@dataclass(frozen=True)
+class SelfComposedEvent(PrivacyEvent):
+    """``count`` sequential repetitions of ``event``."""
+
+    event: PrivacyEvent
+    count: int
+
+    def __post_init__(self):
+        if not isinstance(self.event, PrivacyEvent):
+            raise InvalidParameterError("event", "must be a PrivacyEvent", self.event)
+        check_positive_int("count", self.count, minimum=0)
+
+    def to_dp_event(self):
+        return _dpe().SelfComposedDpEvent(self.event.to_dp_event(), self.count)
+
+
+@dataclass(frozen=True)
+class PoissonSampledEvent(PrivacyEvent):
+    """``event`` run on a Poisson subsample in which each record is kept with ``sampling_probability``.
+
+    Guarantee under the add/remove-one relation (the relation subsampling amplification is proven for).
+    """
+
+    sampling_probability: float
+    event: PrivacyEvent
+
+    def __post_init__(self):
+        p = float(self.sampling_probability)
+        if not (0.0 <= p <= 1.0):
+            raise InvalidParameterError("sampling_probability", "must lie in [0, 1]", self.sampling_probability)
+        if not isinstance(self.event, PrivacyEvent):
+            raise InvalidParameterError("event", "must be a PrivacyEvent", self.event)
+
+    def to_dp_event(self):
+        return _dpe().PoissonSampledDpEvent(self.sampling_probability, self.event.to_dp_event())

@@ -1,0 +1,96 @@
+"""Random bits for every sampler in dprag.
+
+All noise is drawn through a ``RandomSource``: a stream of uniformly random bytes. Two kinds:
+
+- ``RandomSource.system()`` reads the operating system's CSPRNG (``os.urandom``): for serving.
+- ``RandomSource.from_seed(seed, label)`` is a deterministic stream, specified exactly so that a second
+  implementation re-derives the same bytes (the audit protocol's committed-seed noise, and seeded tests):
+
+      block_i = SHAKE256( u32be(len(seed)) || seed || u32be(len(label)) || label || u64be(i) ).digest(65536)
+      stream  = block_0 || block_1 || ...
+
+Integers are read little-endian from consecutive 8-byte words of the stream; a uniform integer below
+``bound`` is drawn by rejection (a word w is accepted iff w < 2^64 - (2^64 mod bound); then w mod bound),
+so it is exactly uniform. ``uniform01`` is (w >> 11) · 2^-53.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import struct
+from typing import Callable
+
+import numpy as np
+
+from ..errors import InvalidParameterError
+
+BLOCK_BYTES = 65536
+
+
+class RandomSource:
+    """A stream of random bytes with exact integer helpers."""
+
+    def __init__(self, read: Callable[[int], bytes], *, deterministic: bool = False):
+        self._read = read
+        self.deterministic = deterministic
+
+    @classmethod
+    def system(cls) -> "RandomSource":
+        return cls(os.urandom)
+
+    @classmethod
+    def from_seed(cls, seed: bytes, label: bytes = b"") -> "RandomSource":
+        if isinstance(seed, str) or not isinstance(seed, (bytes, bytearray)):
+            raise InvalidParameterError("seed", "must be bytes")
+        if isinstance(label, str):
+            label = label.encode()
+        prefix = struct.pack(">I", len(seed)) + bytes(seed) + struct.pack(">I", len(label)) + bytes(label)
+        state = {"block": 0, "buf": b"", "pos": 0}
+
+        def read(n: int) -> bytes:
+            out = []
+            need = n
+            while need > 0:
+                if state["pos"] >= len(state["buf"]):
+                    state["buf"] = hashlib.shake_256(prefix + struct.pack(">Q", state["block"])).digest(BLOCK_BYTES)
+                    state["block"] += 1
+                    state["pos"] = 0
+                take = min(need, len(state["buf"]) - state["pos"])
+                out.append(state["buf"][state["pos"] : state["pos"] + take])
+                state["pos"] += take
+                need -= take
+            return b"".join(out)
+
+        return cls(read, deterministic=True)
+
+    # -- primitives -------------------------------------------------------------------------
+    def bytes(self, n: int) -> bytes:
+        return self._read(int(n))
+
+    def uint64(self, size: int) -> np.ndarray:
+        """``size`` independent uniform 64-bit words."""
+        return np.frombuffer(self._read(8 * int(size)), dtype="<u8").astype(np.uint64, copy=False)
+
+    def uniform_below(self, bound: int, size: int) -> np.ndarray:
+        """``size`` exactly uniform integers in [0, bound), 1 <= bound <= 2^63, as int64."""
+        bound = int(bound)
+        if not (1 <= bound <= 1 << 63):
+            raise InvalidParameterError("bound", "must lie in [1, 2^63]", bound)
+        size = int(size)
+        limit = np.uint64((1 << 64) - ((1 << 64) % bound)) if (1 << 64) % bound else None
+        out = np.empty(size, dtype=np.int64)
+        filled = 0
+        while filled < size:
+            need = size - filled
+            w = self.uint64(need + need // 8 + 1)
+            if limit is not None:
+                w = w[w < limit]
+            w = w[:need]
+            out[filled : filled + len(w)] = (w % np.uint64(bound)).astype(np.int64)
+            filled += len(w)
+        return out
+
+    def uniform01(self, size: int) -> np.ndarray:
+        """``size`` floats uniform on the grid {k · 2^-53 : 0 <= k < 2^53}."""
+        return (self.uint64(size) >> np.uint64(11)).astype(np.float64) * (2.0**-53)

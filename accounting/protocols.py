@@ -1,0 +1,74 @@
+"""The small protocols the DP-RAG algorithms are written against.
+
+``accounting`` never imports a model: ``rag_adapters`` implements these with a real embedder, index
+and LLM; tests implement them with toy objects. Keeping them tiny keeps the privacy argument readable:
+an algorithm sees documents only through ``Retriever.scores`` / ``Retriever.document`` and a model only
+through ``Generator``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol, Sequence, runtime_checkable
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """What one LLM call is asked: a question, the context documents it may read, and earlier Q/A pairs.
+
+    The generator adapter renders it (for an instruct model, through its chat template).
+    ``history`` holds (question, answer) pairs already released to the same account: reusing them is
+    post-processing and costs the corpus nothing.
+    """
+
+    question: str
+    contexts: tuple[str, ...] = ()
+    history: tuple[tuple[str, str], ...] = field(default_factory=tuple)
+
+
+@runtime_checkable
+class Retriever(Protocol):
+    """Exact relevance scores of every document for a query.
+
+    Private algorithms require *exact* scores: the score of document i must depend on document i and the
+    query only (no ANN graph built from the other documents).
+    """
+
+    def __len__(self) -> int: ...
+
+    def scores(self, query: str) -> np.ndarray:
+        """Relevance of every document, shape (len(self),), float64; higher is more relevant."""
+        ...
+
+    def document(self, doc_id: int) -> str: ...
+
+
+@runtime_checkable
+class DecodingSession(Protocol):
+    """A batch of prompts decoded in lock-step: every sequence receives the same released token."""
+
+    def logits(self) -> np.ndarray:
+        """Next-token logits of every sequence in the batch, shape (batch, vocab)."""
+        ...
+
+    def advance(self, token_id: int) -> None:
+        """Append ``token_id`` to every sequence of the batch."""
+        ...
+
+
+@runtime_checkable
+class Generator(Protocol):
+    """A language model seen as batched next-token distributions."""
+
+    eos_token_id: int
+    vocab_size: int
+
+    def start(self, prompts: Sequence[Prompt]) -> DecodingSession: ...
+
+    def decode(self, token_ids: Sequence[int]) -> str: ...
+
+    def generate(self, prompt: Prompt, max_new_tokens: int) -> str:
+        """Greedy, non-private generation (baselines, KSA's per-document responses)."""
+        ...

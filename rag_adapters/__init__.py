@@ -1,0 +1,1 @@
+"""dprag.rag_adapters"""
