@@ -11,7 +11,10 @@ All noise is drawn through a ``RandomSource``: a stream of uniformly random byte
 
 Integers are read little-endian from consecutive 8-byte words of the stream; a uniform integer below
 ``bound`` is drawn by rejection (a word w is accepted iff w < 2^64 - (2^64 mod bound); then w mod bound),
-so it is exactly uniform. ``uniform01`` is (w >> 11) · 2^-53.
+so it is exactly uniform. Stream consumption of ``uniform_below(bound, size)`` (part of the spec, since a
+re-deriving verifier must stay in step): words are read in rounds; while ``need`` outputs are missing, a
+round reads ``need + floor(need / 8) + 1`` words, the accepted ones fill the outputs in order, and accepted
+words beyond ``need`` are discarded. ``uniform01(size)`` reads ``size`` words w and returns (w >> 11) · 2^-53.
 """
 
 from __future__ import annotations
