@@ -1,0 +1,114 @@
+"""Pieces shared by the DP-RAG algorithms: answers, Top-K with padding, random partition, vote histograms."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+from ..errors import InvalidParameterError, check_positive_int
+from ..events import ComposedEvent, NoOpEvent, PrivacyEvent
+from ..noise.source import RandomSource
+from ..protocols import Retriever
+
+#: The padding document of 000 Algorithm 3 (an empty string).
+EMPTY_DOCUMENT = ""
+
+
+@dataclass
+class RagAnswer:
+    """What one algorithm run released and what it spent.
+
+    ``events`` are the privacy events actually spent, in order; ``cost`` is the event the algorithm was
+    charged for (its ex-ante worst case, which is what a filter must charge); ``retrieved`` are the
+    document ids whose text reached a prompt; ``charged`` the ids charged to the per-document filter.
+    """
+
+    text: str
+    token_ids: list[int] = field(default_factory=list)
+    events: list[PrivacyEvent] = field(default_factory=list)
+    cost: PrivacyEvent = field(default_factory=NoOpEvent)
+    retrieved: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    charged: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    private_tokens: int = 0
+    info: dict = field(default_factory=dict)
+
+    @property
+    def spent(self) -> PrivacyEvent:
+        return ComposedEvent(tuple(self.events)) if self.events else NoOpEvent()
+
+
+def top_k_padded(ids: np.ndarray, scores: np.ndarray, k: int) -> np.ndarray:
+    """000 Algorithm 3 (TOP-K): the k highest-scoring ids, padded with -1 (the empty document) to exactly k.
+
+    Ties are broken by the smaller id, so the result is a deterministic function of (ids, scores).
+    """
+    k = check_positive_int("k", k)
+    ids = np.asarray(ids, dtype=np.int64)
+    scores = np.asarray(scores, dtype=np.float64)
+    if ids.shape != scores.shape:
+        raise InvalidParameterError("scores", "must have the same shape as ids")
+    if len(ids) > k:
+        part = np.argpartition(-scores, k - 1)[:k]
+        # exact order among the chosen, ties by id; then any tie at the boundary resolved by id as well
+        kth = scores[part].min()
+        cand = np.flatnonzero(scores >= kth)
+        order = np.lexsort((ids[cand], -scores[cand]))[:k]
+        chosen = ids[cand][order]
+    else:
+        order = np.lexsort((ids, -scores))
+        chosen = ids[order]
+    out = np.full(k, -1, dtype=np.int64)
+    out[: len(chosen)] = chosen
+    return out
+
+
+def exact_top_k(retriever: Retriever, query: str, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Ids and scores of the k most relevant documents (exact search); raises if k > corpus size."""
+    n = len(retriever)
+    if n == 0:
+        raise InvalidParameterError("retriever", "corpus is empty")
+    k = check_positive_int("k", k)
+    if k > n:
+        raise InvalidParameterError("k", f"must be <= corpus size {n}", k)
+    scores = np.asarray(retriever.scores(query), dtype=np.float64)
+    ids = top_k_padded(np.arange(n), scores, k)
+    return ids, scores[ids]
+
+
+def random_partition(ids: np.ndarray, m: int, source: RandomSource) -> list[np.ndarray]:
+    """Uniformly random partition of ``ids`` into m parts of equal size (003 Alg. 2 step 4).
+
+    A uniform permutation by Fisher–Yates with exact uniform integers from ``source``; part i is the
+    i-th consecutive block of len(ids)/m ids (len(ids) must be a multiple of m).
+    """
+    m = check_positive_int("m", m)
+    ids = np.asarray(ids, dtype=np.int64).copy()
+    if len(ids) % m:
+        raise InvalidParameterError("ids", f"length {len(ids)} must be a multiple of m={m}")
+    n = len(ids)
+    # Fisher–Yates: for i = n-1..1 swap ids[i] with ids[j], j uniform in [0, i]. One draw per i.
+    for i in range(n - 1, 0, -1):
+        j = int(source.uniform_below(i + 1, 1)[0])
+        ids[i], ids[j] = ids[j], ids[i]
+    k = n // m
+    return [ids[i * k : (i + 1) * k] for i in range(m)]
+
+
+def vote_histogram(logits: np.ndarray, vocab_size: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Each voter's greedy next token (argmax of its logits row) and the histogram of those votes.
+
+    Returns (votes, counts) with counts of length vocab_size (default: logits.shape[1]).
+    """
+    logits = np.asarray(logits)
+    if logits.ndim != 2 or logits.shape[0] == 0:
+        raise InvalidParameterError("logits", "must be a non-empty (voters, vocab) array")
+    votes = np.argmax(logits, axis=1)
+    counts = np.bincount(votes, minlength=vocab_size or logits.shape[1])
+    return votes, counts
+
+
+def documents_text(retriever: Retriever, ids: Sequence[int]) -> tuple[str, ...]:
+    """The texts of ``ids``; the padding id -1 is the empty document."""
+    return tuple(EMPTY_DOCUMENT if int(i) < 0 else retriever.document(int(i)) for i in ids)

@@ -1,0 +1,255 @@
+"""Multi-query DP-RAG: MuRAG, MuRAG-Ada, Naive-Multi-RAG and Subsampling-Multi-RAG.
+
+Sources: 000 Algorithms 1, 2, 3, 4 and Lemmas 1–2 (Appendix C); 001 Algorithms 1, 2, 8, 9.
+
+MuRAG / MuRAG-Ada give every document its own budget in an individual Rényi filter (Feldman & Zrnic 2021)
+and charge a document only for queries that *touch* it: every document that passes the relevance threshold
+and can still afford the cost is charged — all of them, not only the top-K that reach the prompt (the
+seeds' README trap: 000/001 charge every document above the threshold). The charge is made, atomically and
+durably, *before* anything that depends on it is generated. A document that cannot afford the cost is
+left out of the query (the filter's stopping rule), which is what makes the composition valid.
+
+The single-query mechanism must be pure-DP or RDP (the filter refuses (ε, δ)-only costs): the default is
+000 Algorithm 5 (``pure_dp_rag``), as in the papers.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from ..composition import MixedAccountant, PureDpAccountant
+from ..errors import InvalidParameterError, check_delta, check_epsilon, check_positive_int
+from ..events import ComposedEvent, PoissonSampledEvent, PrivacyEvent, SelfComposedEvent
+from ..filters import IndividualRenyiFilter
+from ..mechanisms.prefix_sums import assign_bins, bin_counts, noisy_prefix_sums
+from ..mechanisms.subsampling import poisson_subsample
+from ..noise.source import RandomSource
+from ..protocols import Generator, Retriever
+from .common import RagAnswer, top_k_padded
+from .single_query import PureDpRagParams, pure_dp_rag
+
+
+def _source(source: RandomSource | None) -> RandomSource:
+    return RandomSource.system() if source is None else source
+
+
+@dataclass(frozen=True)
+class RetrievalParams:
+    """``docs_per_voter``: documents each of the m voters reads; Top-K uses K = m · docs_per_voter."""
+
+    docs_per_voter: int = 1
+
+    def __post_init__(self):
+        check_positive_int("docs_per_voter", self.docs_per_voter)
+
+
+class MuRAG:
+    """000 Algorithm 1: fixed threshold τ, per-document filter, Top-K with padding, pure-DP DP-RAG.
+
+    ``answer(question)``: scores every document exactly; D_q = {z : r(z, q) > τ}; charges the RAG cost to
+    every z ∈ D_q the filter admits (refused documents are dropped); D_q^K = Top-K(admitted) padded with
+    empty documents (000 Alg. 3); answers with ``pure_dp_rag`` on D_q^K.
+    """
+
+    def __init__(
+        self,
+        retriever: Retriever,
+        generator: Generator,
+        filter: IndividualRenyiFilter,
+        rag: PureDpRagParams,
+        *,
+        tau: float,
+        retrieval: RetrievalParams = RetrievalParams(),
+        source: RandomSource | None = None,
+    ):
+        if filter.n_docs != len(retriever):
+            raise InvalidParameterError("filter", f"covers {filter.n_docs} documents, corpus has {len(retriever)}")
+        if not math.isfinite(float(tau)):
+            raise InvalidParameterError("tau", "must be finite", tau)
+        self.retriever, self.generator, self.filter, self.rag = retriever, generator, filter, rag
+        self.tau = float(tau)
+        self.k = rag.m * retrieval.docs_per_voter
+        self.source = _source(source)
+
+    @property
+    def per_query_cost(self) -> PrivacyEvent:
+        return self.rag.cost
+
+    def answer(self, question: str, history: tuple = ()) -> RagAnswer:
+        scores = np.asarray(self.retriever.scores(question), dtype=np.float64)
+        above = np.flatnonzero(scores > self.tau)
+        charged = self.filter.try_charge(above, self.rag.cost).admitted if above.size else above
+        top = top_k_padded(charged, scores[charged], self.k)
+        ans = pure_dp_rag(question, top, self.retriever, self.generator, self.rag, source=self.source,
+                          history=history)
+        ans.charged = np.asarray(charged, dtype=np.int64)
+        ans.info.update(method="murag", above_threshold=int(above.size), admitted=int(charged.size))
+        return ans
+
+
+class MuRAGAda:
+    """000 Algorithm 2 (MuRAG-Ada): a query-specific threshold from noisy prefix sums over fixed score bins.
+
+    Per query: documents whose filter can afford ε_thr are counted per bin (bins fixed in configuration,
+    most relevant first; 001 Remark 1); noisy prefix sums are released until they exceed K
+    (``noisy_prefix_sums``), and every counted document of a released bin is charged ε_thr; then every
+    document of the released bins that can afford the RAG cost is charged it (A'_t), and the answer uses
+    Top-K(A'_t). ε_q = ε_thr + ε_RAG per touched document.
+
+    Scores above the top edge are clipped into the top bin. The bin counts and the ε_thr charge are computed
+    from the same filter state; callers serving concurrent queries must serialise ``answer`` per filter
+    (the audit service does), so no document is counted without being charged.
+    """
+
+    def __init__(
+        self,
+        retriever: Retriever,
+        generator: Generator,
+        filter: IndividualRenyiFilter,
+        rag: PureDpRagParams,
+        *,
+        edges: Sequence[float],
+        epsilon_thr: float = 1.0,
+        retrieval: RetrievalParams = RetrievalParams(),
+        source: RandomSource | None = None,
+    ):
+        if filter.n_docs != len(retriever):
+            raise InvalidParameterError("filter", f"covers {filter.n_docs} documents, corpus has {len(retriever)}")
+        e = np.asarray(edges, dtype=np.float64)
+        if e.ndim != 1 or e.size < 2 or not np.all(np.diff(e) < 0) or not np.all(np.isfinite(e)):
+            raise InvalidParameterError("edges", "must be a strictly decreasing 1-d array of >= 2 finite edges")
+        self.retriever, self.generator, self.filter, self.rag = retriever, generator, filter, rag
+        self.edges = e
+        self.epsilon_thr = check_epsilon("epsilon_thr", epsilon_thr)
+        self.k = rag.m * retrieval.docs_per_voter
+        self.source = _source(source)
+
+    def answer(self, question: str, history: tuple = ()) -> RagAnswer:
+        scores = np.asarray(self.retriever.scores(question), dtype=np.float64)
+        in_range = np.flatnonzero(scores >= self.edges[-1])
+        clipped = np.minimum(scores[in_range], self.edges[0])
+        bins = assign_bins(clipped, self.edges)
+        nb = self.edges.size - 1
+        active = self.filter.can_afford(in_range, self._thr_cost) if in_range.size else np.zeros(0, bool)
+        release = noisy_prefix_sums(bin_counts(bins, nb, active), self.k, self.epsilon_thr, self.source)
+        touched = in_range[release.charged_documents(bins, active)]
+        thr_admitted = self.filter.try_charge(touched, release.event).admitted if touched.size else touched
+        rag_admitted = self.filter.try_charge(thr_admitted, self.rag.cost).admitted if thr_admitted.size else thr_admitted
+        top = top_k_padded(rag_admitted, scores[rag_admitted], self.k)
+        ans = pure_dp_rag(question, top, self.retriever, self.generator, self.rag, source=self.source,
+                          history=history)
+        ans.events = [release.event, *ans.events]
+        ans.charged = np.asarray(thr_admitted, dtype=np.int64)
+        ans.info.update(method="murag-ada", bins_released=release.bins_released,
+                        threshold=release.threshold(self.edges), touched=int(touched.size),
+                        admitted=int(rag_admitted.size))
+        return ans
+
+    @property
+    def _thr_cost(self):
+        from ..events import DiscreteLaplaceEvent
+
+        return DiscreteLaplaceEvent(scale=1.0 / self.epsilon_thr, sensitivity=1)
+
+    @property
+    def per_query_cost(self) -> PrivacyEvent:
+        return ComposedEvent((self._thr_cost, self.rag.cost))
+
+
+class NaiveMultiRAG:
+    """000 Algorithm 4 / 001 Algorithm 8: the single-query mechanism on each of T queries, composed.
+
+    Every query reads the Top-K documents of the whole corpus; the total guarantee is the composition of the
+    T per-query costs (pure DP: T·ε_q by basic composition, as 000 reports; ``guarantee(delta)`` also
+    gives the RDP/optimal-composition ε at a δ > 0).
+    """
+
+    def __init__(self, retriever: Retriever, generator: Generator, rag: PureDpRagParams, *,
+                 retrieval: RetrievalParams = RetrievalParams(), source: RandomSource | None = None):
+        self.retriever, self.generator, self.rag = retriever, generator, rag
+        self.k = rag.m * retrieval.docs_per_voter
+        if self.k > len(retriever):
+            raise InvalidParameterError("k", f"K = m·docs_per_voter = {self.k} exceeds the corpus size {len(retriever)}")
+        self.source = _source(source)
+        self.queries = 0
+
+    @classmethod
+    def for_total(cls, retriever, generator, *, m: int, epsilon_token: float, epsilon_total: float,
+                  queries: int, **kw) -> "NaiveMultiRAG":
+        """Per-query budget ε_total / T (basic composition)."""
+        queries = check_positive_int("queries", queries)
+        rag = PureDpRagParams.for_budget(m, epsilon_token, check_epsilon("epsilon_total", epsilon_total) / queries,
+                                         **kw.pop("rag_options", {}))
+        return cls(retriever, generator, rag, **kw)
+
+    def answer(self, question: str, history: tuple = ()) -> RagAnswer:
+        scores = np.asarray(self.retriever.scores(question), dtype=np.float64)
+        top = top_k_padded(np.arange(len(scores)), scores, self.k)
+        self.queries += 1
+        ans = pure_dp_rag(question, top, self.retriever, self.generator, self.rag, source=self.source,
+                          history=history)
+        ans.info.update(method="naive-multi-rag")
+        return ans
+
+    def guarantee(self, delta: float = 0.0) -> tuple[float, float]:
+        cost = SelfComposedEvent(self.rag.cost, max(self.queries, 0))
+        if delta == 0:
+            return PureDpAccountant().compose(cost).epsilon, 0.0
+        return MixedAccountant().compose(cost).get_epsilon(check_delta("delta", delta)), delta
+
+
+class SubsamplingMultiRAG:
+    """001 Algorithm 9: per query, Poisson-subsample the corpus with rate p, then the single-query mechanism.
+
+    Add/remove neighbouring relation (the relation amplification by subsampling is proven for). The total
+    guarantee composes T copies of ``PoissonSampledEvent(p, cost)`` through RDP (amplification bound of
+    ``accounting.mechanisms.subsampling``), at the δ given.
+    """
+
+    def __init__(self, retriever: Retriever, generator: Generator, rag: PureDpRagParams, *, probability: float,
+                 retrieval: RetrievalParams = RetrievalParams(), source: RandomSource | None = None):
+        p = float(probability)
+        if not (0 < p <= 1):
+            raise InvalidParameterError("probability", "must lie in (0, 1]", probability)
+        self.retriever, self.generator, self.rag, self.p = retriever, generator, rag, p
+        self.k = rag.m * retrieval.docs_per_voter
+        self.source = _source(source)
+        self.queries = 0
+
+    @staticmethod
+    def total_epsilon(cost: PrivacyEvent, probability: float, queries: int, delta: float) -> float:
+        ev = SelfComposedEvent(PoissonSampledEvent(probability, cost), queries)
+        return MixedAccountant().compose(ev).get_epsilon(delta)
+
+    @classmethod
+    def for_total(cls, retriever, generator, *, m: int, epsilon_token: float, epsilon_total: float, delta: float,
+                  queries: int, probability: float, **kw) -> "SubsamplingMultiRAG":
+        """The largest per-query c (private tokens) whose amplified T-fold composition fits ε_total at δ."""
+        from .budget import max_steps, require_steps
+
+        check_delta("delta", delta)
+        queries = check_positive_int("queries", queries)
+
+        def cost(c):
+            return SelfComposedEvent(PoissonSampledEvent(probability, PureDpRagParams(m, epsilon_token, c).cost),
+                                     queries)
+
+        c = require_steps(max_steps(cost, epsilon_total, delta, limit=256), "epsilon_total")
+        return cls(retriever, generator, PureDpRagParams(m, epsilon_token, c), probability=probability, **kw)
+
+    def answer(self, question: str, history: tuple = ()) -> RagAnswer:
+        scores = np.asarray(self.retriever.scores(question), dtype=np.float64)
+        kept = poisson_subsample(np.arange(len(scores)), self.p, self.source)
+        top = top_k_padded(kept, scores[kept], self.k)
+        self.queries += 1
+        ans = pure_dp_rag(question, top, self.retriever, self.generator, self.rag, source=self.source,
+                          history=history)
+        ans.info.update(method="subsampling-multi-rag", subsample=int(kept.size))
+        return ans
+
+    def guarantee(self, delta: float) -> tuple[float, float]:
+        return self.total_epsilon(self.rag.cost, self.p, self.queries, check_delta("delta", delta)), delta

@@ -1,0 +1,341 @@
+"""Single-query RAG: Non-RAG, Non-private RAG, VoteRAG, DPVoteRAG, DPSparseVoteRAG and the pure-DP DP-RAG.
+
+Sources: 003 (Koga et al.) Algorithm 2 (DPVoteRAG) and Algorithm 3 (DPSparseVoteRAG); 000 Algorithm 5 /
+001 Algorithm 7 (the pure-DP variant: exponential mechanism instead of LimitedDomain).
+
+Sample-and-aggregate. The m·k retrieved documents (ranked list) are split uniformly at random into m voters
+of k documents each; every voter proposes its greedy next token given the question, its documents and the
+tokens released so far; the released token is chosen privately from the vote histogram. Neighbouring
+relation (003 Thm 2 proof): one document added, removed or replaced changes at most one voter's documents,
+hence one vote — one count −1 and another +1 (ℓ∞ sensitivity 1, ℓ0 sensitivity 2, not monotone).
+
+All voters of one step (plus the no-retrieval "non-RAG" lane when the algorithm needs it) are one batch of
+one ``DecodingSession``: one batched forward pass per released token, with the KV cache reused.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+
+from ..errors import InvalidParameterError, check_delta, check_epsilon, check_positive_int
+from ..events import (
+    ApproxDpEvent,
+    ComposedEvent,
+    ExponentialMechanismEvent,
+    NoOpEvent,
+    PrivacyEvent,
+    PureDpEvent,
+    SelfComposedEvent,
+)
+from ..mechanisms.exponential import vote_exponential_mechanism
+from ..mechanisms.limited_domain import BOTTOM, limited_domain
+from ..mechanisms.sparse_vector import SparseVector
+from ..noise.source import RandomSource
+from ..protocols import Generator, Prompt, Retriever
+from .budget import certified_epsilon, max_steps, require_steps
+from .common import RagAnswer, documents_text, exact_top_k, random_partition, vote_histogram
+
+#: Step rule: (non-RAG token or None, vote histogram) -> token to release, or None to halt.
+StepRule = Callable[[int | None, np.ndarray], int | None]
+
+
+def _check_tokens(max_tokens: int) -> int:
+    return check_positive_int("max_tokens", max_tokens)
+
+
+def _source(source: RandomSource | None) -> RandomSource:
+    return RandomSource.system() if source is None else source
+
+
+def decode_by_vote(
+    generator: Generator,
+    question: str,
+    voter_contexts: Sequence[tuple[str, ...]],
+    rule: StepRule,
+    max_tokens: int,
+    *,
+    with_non_rag: bool,
+    history: tuple = (),
+) -> list[int]:
+    """Lock-step decoding of m voters (and optionally the non-RAG lane, batch row 0) under ``rule``.
+
+    Stops when the rule halts, releases <EOS>, or after ``max_tokens`` tokens. Returns the released tokens
+    (an <EOS> released is included).
+    """
+    if not voter_contexts:
+        raise InvalidParameterError("voter_contexts", "need at least one voter")
+    prompts = [Prompt(question, tuple(ctx), history) for ctx in voter_contexts]
+    if with_non_rag:
+        prompts = [Prompt(question, (), history)] + prompts
+    session = generator.start(prompts)
+    eos = generator.eos_token_id
+    released: list[int] = []
+    for _ in range(max_tokens):
+        logits = session.logits()
+        non_rag = int(np.argmax(logits[0])) if with_non_rag else None
+        _, hist = vote_histogram(logits[1:] if with_non_rag else logits)
+        tok = rule(non_rag, hist)
+        if tok is None:
+            break
+        released.append(int(tok))
+        if tok == eos:
+            break
+        session.advance(int(tok))
+    return released
+
+
+def _text(generator: Generator, tokens: list[int]) -> str:
+    eos = generator.eos_token_id
+    return generator.decode([t for t in tokens if t != eos]).strip()
+
+
+def voter_contexts(retriever: Retriever, ids: np.ndarray, m: int, source: RandomSource) -> list[tuple[str, ...]]:
+    """Uniformly random partition of the ranked ids into m voters, as document texts (padding -1 = "")."""
+    return [documents_text(retriever, part) for part in random_partition(ids, m, source)]
+
+
+# ------------------------------------------------------------------------------------------------------
+# Non-private baselines
+# ------------------------------------------------------------------------------------------------------
+def non_rag(question: str, generator: Generator, *, max_tokens: int, history: tuple = ()) -> RagAnswer:
+    """The LLM alone, no retrieval: touches no document, spends nothing."""
+    text = generator.generate(Prompt(question, (), history), _check_tokens(max_tokens))
+    return RagAnswer(text=text.strip(), cost=NoOpEvent(), info={"method": "non-rag", "private": True})
+
+
+def non_private_rag(
+    question: str, retriever: Retriever, generator: Generator, *, k: int, max_tokens: int, history: tuple = ()
+) -> RagAnswer:
+    """Top-k retrieval pasted into one prompt: no privacy guarantee (``info['private'] = False``)."""
+    ids, _ = exact_top_k(retriever, question, k)
+    text = generator.generate(Prompt(question, documents_text(retriever, ids), history), _check_tokens(max_tokens))
+    return RagAnswer(text=text.strip(), retrieved=ids, info={"method": "non-private-rag", "private": False})
+
+
+def vote_rag(
+    question: str,
+    retriever: Retriever,
+    generator: Generator,
+    *,
+    m: int,
+    k: int,
+    max_tokens: int,
+    source: RandomSource | None = None,
+    history: tuple = (),
+) -> RagAnswer:
+    """003's VoteRAG baseline: the same voting, the majority token released without noise (not private)."""
+    m, k = check_positive_int("m", m), check_positive_int("k", k)
+    src = _source(source)
+    ids, _ = exact_top_k(retriever, question, m * k)
+    ctx = voter_contexts(retriever, ids, m, src)
+    tokens = decode_by_vote(
+        generator, question, ctx, lambda _nr, h: int(np.argmax(h)), _check_tokens(max_tokens),
+        with_non_rag=False, history=history,
+    )
+    return RagAnswer(text=_text(generator, tokens), token_ids=tokens, retrieved=ids,
+                     info={"method": "vote-rag", "private": False, "m": m, "k": k})
+
+
+# ------------------------------------------------------------------------------------------------------
+# DPVoteRAG (003 Algorithm 2)
+# ------------------------------------------------------------------------------------------------------
+def dp_vote_rag(
+    question: str,
+    retriever: Retriever,
+    generator: Generator,
+    *,
+    m: int,
+    k: int,
+    epsilon_token: float,
+    delta_token: float,
+    epsilon_total: float,
+    delta_total: float,
+    max_tokens: int,
+    source: RandomSource | None = None,
+    history: tuple = (),
+) -> RagAnswer:
+    """003 Algorithm 2: every token by LimitedDomain(h_t, ε_token, δ_token) with k̄ = m; ⊥ halts.
+
+    T_max is the largest token count whose composition the accountant certifies within
+    (ε_total, δ_total) (``budget.max_steps``), capped by ``max_tokens``. The answer is charged T_max tokens
+    ex ante (``cost``); ``events`` lists the tokens actually released.
+    """
+    m, k = check_positive_int("m", m), check_positive_int("k", k)
+    eps_t, del_t = check_epsilon("epsilon_token", epsilon_token), check_delta("delta_token", delta_token)
+    check_epsilon("epsilon_total", epsilon_total)
+    check_delta("delta_total", delta_total)
+    per_token = ApproxDpEvent(eps_t, del_t)
+    t_max = min(require_steps(max_steps(lambda c: SelfComposedEvent(per_token, c), epsilon_total, delta_total),
+                              "epsilon_total"), _check_tokens(max_tokens))
+    src = _source(source)
+    ids, _ = exact_top_k(retriever, question, m * k)
+    ctx = voter_contexts(retriever, ids, m, src)
+    events: list[PrivacyEvent] = []
+
+    def rule(_nr, hist):
+        tok, ev = limited_domain(hist, eps_t, del_t, m, src)
+        events.append(ev)
+        return None if tok is BOTTOM else tok
+
+    tokens = decode_by_vote(generator, question, ctx, rule, t_max, with_non_rag=False, history=history)
+    cost = SelfComposedEvent(per_token, t_max)
+    return RagAnswer(text=_text(generator, tokens), token_ids=tokens, events=events, cost=cost, retrieved=ids,
+                     charged=ids, private_tokens=len(events),
+                     info={"method": "dp-vote-rag", "private": True, "m": m, "k": k, "t_max": t_max,
+                           "epsilon": certified_epsilon(cost, delta_total), "delta": delta_total})
+
+
+# ------------------------------------------------------------------------------------------------------
+# DPSparseVoteRAG (003 Algorithm 3)
+# ------------------------------------------------------------------------------------------------------
+def sparse_vote_cost(epsilon_token: float, delta_token: float, c: int) -> PrivacyEvent:
+    """Ex-ante cost of c discoveries: each is an AboveThreshold run (ε_token/2, threshold re-drawn) plus
+    LimitedDomain(ε_token/2, δ_token) (003 Thm 3 proof)."""
+    step = ComposedEvent((PureDpEvent(epsilon_token / 2), ApproxDpEvent(epsilon_token / 2, delta_token)))
+    return SelfComposedEvent(step, c)
+
+
+def dp_sparse_vote_rag(
+    question: str,
+    retriever: Retriever,
+    generator: Generator,
+    *,
+    m: int,
+    k: int,
+    epsilon_token: float,
+    delta_token: float,
+    epsilon_total: float,
+    delta_total: float,
+    max_tokens: int,
+    tau: float | None = None,
+    source: RandomSource | None = None,
+    history: tuple = (),
+) -> RagAnswer:
+    """003 Algorithm 3: spend budget only when few voters agree with the no-retrieval token.
+
+    Per token: a_t = h_t[y_t^non-RAG]; if a_t + Lap(4/ε_Lap) ≤ τ̂ (a discovery) the token comes from
+    LimitedDomain(h_t, ε_token/2, δ_token) and τ̂ is re-drawn, else the non-RAG token is released for free.
+    ε_Lap = ε_token/2, τ = m/2 by default (003 §IV). c_max discoveries from the total budget (as T_max in
+    ``dp_vote_rag``); the run stops at the c_max-th discovery, at <EOS>, or after ``max_tokens``.
+    """
+    m, k = check_positive_int("m", m), check_positive_int("k", k)
+    eps_t, del_t = check_epsilon("epsilon_token", epsilon_token), check_delta("delta_token", delta_token)
+    check_epsilon("epsilon_total", epsilon_total)
+    check_delta("delta_total", delta_total)
+    c_max = require_steps(max_steps(lambda c: sparse_vote_cost(eps_t, del_t, c), epsilon_total, delta_total),
+                          "epsilon_total")
+    src = _source(source)
+    ids, _ = exact_top_k(retriever, question, m * k)
+    ctx = voter_contexts(retriever, ids, m, src)
+    svt = SparseVector(m / 2 if tau is None else tau, eps_t / 2, c_max, 1, src, direction="below",
+                       redraw_threshold=True)
+    ld_events: list[PrivacyEvent] = []
+
+    def rule(non_rag_token, hist):
+        if svt.halted:
+            return None
+        if svt.test(int(hist[non_rag_token])):
+            tok, ev = limited_domain(hist, eps_t / 2, del_t, m, src)
+            ld_events.append(ev)
+            return None if tok is BOTTOM else tok
+        return non_rag_token
+
+    tokens = decode_by_vote(generator, question, ctx, rule, _check_tokens(max_tokens), with_non_rag=True,
+                            history=history)
+    cost = sparse_vote_cost(eps_t, del_t, c_max)
+    return RagAnswer(text=_text(generator, tokens), token_ids=tokens, events=[svt.event, *ld_events], cost=cost,
+                     retrieved=ids, charged=ids, private_tokens=svt.discoveries,
+                     info={"method": "dp-sparse-vote-rag", "private": True, "m": m, "k": k, "c_max": c_max,
+                           "epsilon": certified_epsilon(cost, delta_total), "delta": delta_total})
+
+
+# ------------------------------------------------------------------------------------------------------
+# Pure-DP DP-RAG (000 Algorithm 5 / 001 Algorithm 7)
+# ------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class PureDpRagParams:
+    """Parameters of 000 Algorithm 5.
+
+    ``epsilon_token`` ε_0 is split ε_Expo = ε_Lap = ε_0/2; ``max_private_tokens`` c; ``theta`` the SVT
+    threshold on the count of the non-RAG token (000/001 use m/2); ``redraw_threshold``: 000 Alg. 5 draws θ̂
+    once (cost ε_Lap/2 + c·ε_Lap/2 for the SVT part, Lyu et al. 2017 Alg. 1), 003 re-draws it after every
+    discovery (c·ε_Lap). Both are valid; the default follows 000.
+    """
+
+    m: int
+    epsilon_token: float
+    max_private_tokens: int
+    theta: float | None = None
+    max_tokens: int = 32
+    redraw_threshold: bool = False
+
+    def __post_init__(self):
+        check_positive_int("m", self.m)
+        check_epsilon("epsilon_token", self.epsilon_token)
+        check_positive_int("max_private_tokens", self.max_private_tokens)
+        check_positive_int("max_tokens", self.max_tokens)
+
+    @classmethod
+    def for_budget(cls, m: int, epsilon_token: float, epsilon_rag: float, **kw) -> "PureDpRagParams":
+        """c = the largest count whose cost (``cost``) is ≤ ε_RAG in pure DP (000: c = ⌊ε/ε_RAG⌋ in spirit)."""
+        check_epsilon("epsilon_rag", epsilon_rag)
+        c = max_steps(lambda c: cls(m, epsilon_token, c, **kw).cost, epsilon_rag, 0.0)
+        return cls(m, epsilon_token, require_steps(c, "epsilon_rag"), **kw)
+
+    @property
+    def cost(self) -> PrivacyEvent:
+        """Ex-ante pure-DP cost of one answer: the SVT session's worst case plus c exponential mechanisms."""
+        eps_lap = self.epsilon_token / 2
+        c = self.max_private_tokens
+        svt_eps = c * eps_lap if self.redraw_threshold else eps_lap / 2 + c * eps_lap / 2
+        return ComposedEvent((PureDpEvent(svt_eps),
+                              SelfComposedEvent(ExponentialMechanismEvent(self.epsilon_token / 2), c)))
+
+
+def pure_dp_rag(
+    question: str,
+    doc_ids: np.ndarray,
+    retriever: Retriever,
+    generator: Generator,
+    params: PureDpRagParams,
+    *,
+    source: RandomSource | None = None,
+    history: tuple = (),
+) -> RagAnswer:
+    """000 Algorithm 5 on a given ranked document list (MuRAG passes Top-K of its admitted set, padded).
+
+    ``doc_ids`` (length a multiple of m, -1 = empty document) are split uniformly at random among m voters.
+    Per token: if Count_t + Lap(4/ε_Lap) ≤ θ̂ (few voters agree with the non-RAG token) the token is drawn by
+    the exponential mechanism on the vote histogram (ε_Expo, sensitivity 1) and c decreases; otherwise the
+    non-RAG token is released. Halts at <EOS>, when c reaches 0, or after ``max_tokens``.
+    Pure ε-DP with respect to the document list (add/remove/replace one document): ``params.cost``.
+    """
+    src = _source(source)
+    ids = np.asarray(doc_ids, dtype=np.int64)
+    m = params.m
+    if len(ids) == 0 or len(ids) % m:
+        raise InvalidParameterError("doc_ids", f"length must be a positive multiple of m={m}", len(ids))
+    ctx = voter_contexts(retriever, ids, m, src)
+    eps_lap = params.epsilon_token / 2
+    theta = m / 2 if params.theta is None else params.theta
+    svt = SparseVector(theta, eps_lap, params.max_private_tokens, 1, src, direction="below",
+                       redraw_threshold=params.redraw_threshold)
+    em_events: list[PrivacyEvent] = []
+
+    def rule(non_rag_token, hist):
+        if svt.halted:
+            return None
+        if svt.test(int(hist[non_rag_token])):
+            tok, ev = vote_exponential_mechanism(hist, params.epsilon_token / 2, src)
+            em_events.append(ev)
+            return tok
+        return non_rag_token
+
+    tokens = decode_by_vote(generator, question, ctx, rule, params.max_tokens, with_non_rag=True, history=history)
+    real = ids[ids >= 0]
+    return RagAnswer(text=_text(generator, tokens), token_ids=tokens, events=[svt.event, *em_events],
+                     cost=params.cost, retrieved=real, charged=real, private_tokens=svt.discoveries,
+                     info={"method": "pure-dp-rag", "private": True, "m": m, "c": params.max_private_tokens})

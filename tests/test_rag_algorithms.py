@@ -1,0 +1,191 @@
+"""DP-RAG algorithms (accounting/rag) on the toy retriever/generator: behaviour, charging and accounting.
+
+Seeded RandomSources make every run deterministic; where an outcome is random in principle, the
+parameters make the other outcome astronomically unlikely (each case states the probability).
+"""
+
+import math
+
+import numpy as np
+import pytest
+
+from accounting.composition import PureDpAccountant
+from accounting.errors import InvalidParameterError
+from accounting.events import PureDpEvent
+from accounting.filters import FilterBudget, IndividualRenyiFilter
+from accounting.noise.source import RandomSource
+from accounting.rag.common import random_partition, top_k_padded
+from accounting.rag.multi_query import MuRAG, MuRAGAda, NaiveMultiRAG, SubsamplingMultiRAG
+from accounting.rag.single_query import (
+    PureDpRagParams,
+    dp_sparse_vote_rag,
+    dp_vote_rag,
+    non_private_rag,
+    non_rag,
+    pure_dp_rag,
+    vote_rag,
+)
+from accounting.rag.toy import ToyGenerator, ToyRetriever
+from accounting.stores import MemoryBudgetStore
+
+
+def corpus(n_relevant=40, n_other=60):
+    docs = [f"patient {i} clinic protocol asthma drug ANSWER: zorvatin 5mg" for i in range(n_relevant)]
+    docs += [f"note {i} unrelated garden weather" for i in range(n_other)]
+    return docs
+
+
+def src(tag="t"):
+    return RandomSource.from_seed(b"rag-tests", tag.encode())
+
+
+# -- building blocks -------------------------------------------------------------------------------------
+def test_top_k_padded_orders_and_pads():
+    ids = np.array([5, 2, 9])
+    scores = np.array([0.1, 0.9, 0.5])
+    assert list(top_k_padded(ids, scores, 2)) == [2, 9]
+    assert list(top_k_padded(ids, scores, 5)) == [2, 9, 5, -1, -1]
+    # ties broken by the smaller id
+    assert list(top_k_padded(np.array([7, 3]), np.array([1.0, 1.0]), 1)) == [3]
+
+
+def test_random_partition_is_a_partition_and_uniform():
+    # Each of the 6 ids lands in part 0 with probability 1/3; over 3000 seeded draws the count for id 0 is
+    # Binomial(3000, 1/3): |x - 1000| > 130 has probability < 1e-4.
+    s = src("partition")
+    hits = 0
+    for _ in range(3000):
+        parts = random_partition(np.arange(6), 3, s)
+        assert sorted(np.concatenate(parts).tolist()) == list(range(6))
+        assert all(len(p) == 2 for p in parts)
+        hits += 0 in parts[0]
+    assert abs(hits - 1000) < 130
+
+
+# -- single query --------------------------------------------------------------------------------------
+def test_non_rag_and_non_private_rag():
+    r, g = ToyRetriever(corpus()), ToyGenerator()
+    assert non_rag("asthma drug?", g, max_tokens=8).text == "unknown"
+    ans = non_private_rag("asthma drug?", r, g, k=3, max_tokens=8)
+    assert ans.text == "zorvatin 5mg" and ans.info["private"] is False
+
+
+def test_vote_rag_majority():
+    r, g = ToyRetriever(corpus()), ToyGenerator()
+    assert vote_rag("clinic asthma drug", r, g, m=10, k=2, max_tokens=8, source=src()).text == "zorvatin 5mg"
+
+
+def test_dp_sparse_vote_rag_answers_and_spends_only_on_discoveries():
+    r, g = ToyRetriever(corpus()), ToyGenerator()
+    ans = dp_sparse_vote_rag("clinic asthma drug", r, g, m=20, k=1, epsilon_token=8.0, delta_token=1e-6,
+                             epsilon_total=40.0, delta_total=1e-4, max_tokens=8, source=src("svr"))
+    # All 20 voters say "zorvatin" while the non-RAG lane says "unknown": a_t = 0 for that token, far below
+    # τ = 10 (noise scale 4/ε_Lap = 1); LimitedDomain with ε = 4 picks the 20-vote token unless ⊥ beats it
+    # (probability < e^-30).
+    assert ans.text.startswith("zorvatin")
+    assert 1 <= ans.private_tokens <= ans.info["c_max"]
+    assert ans.info["epsilon"] <= 40.0
+    assert len(ans.charged) == 20
+
+
+def test_dp_vote_rag_token_budget_from_composition():
+    r, g = ToyRetriever(corpus()), ToyGenerator()
+    ans = dp_vote_rag("clinic asthma drug", r, g, m=20, k=1, epsilon_token=4.0, delta_token=1e-6,
+                      epsilon_total=12.0, delta_total=1e-5, max_tokens=20, source=src("dv"))
+    # basic composition alone allows 3 tokens; the certified accountant may allow more but never breaks the total
+    assert ans.info["t_max"] >= 3
+    assert ans.info["epsilon"] <= 12.0 + 1e-12
+    assert len(ans.events) <= ans.info["t_max"]
+
+
+def test_pure_dp_rag_cost_is_pure_and_bounded():
+    r, g = ToyRetriever(corpus()), ToyGenerator()
+    params = PureDpRagParams.for_budget(20, 4.0, 20.0)
+    eps = PureDpAccountant().compose(params.cost).epsilon
+    assert eps <= 20.0
+    # one more private token would exceed ε_RAG
+    over = PureDpRagParams(20, 4.0, params.max_private_tokens + 1)
+    assert PureDpAccountant().compose(over.cost).epsilon > 20.0
+    # 20 votes, ε_Expo = 2: the voted token has weight e^20 against 511 others of weight <= 1
+    ans = pure_dp_rag("clinic asthma drug", np.arange(20), r, g, params, source=src("p"))
+    assert ans.text.startswith("zorvatin")
+
+
+def test_single_query_bad_inputs():
+    r, g = ToyRetriever(corpus(5, 5)), ToyGenerator()
+    with pytest.raises(InvalidParameterError, match="k"):
+        vote_rag("q", r, g, m=10, k=2, max_tokens=4)  # 20 > corpus of 10
+    with pytest.raises(InvalidParameterError, match="retriever"):
+        non_private_rag("q", ToyRetriever([]), g, k=1, max_tokens=4)
+    with pytest.raises(InvalidParameterError, match="epsilon_token"):
+        dp_sparse_vote_rag("q", r, g, m=2, k=1, epsilon_token=float("nan"), delta_token=1e-6,
+                           epsilon_total=1, delta_total=1e-5, max_tokens=4)
+    with pytest.raises(InvalidParameterError, match="doc_ids"):
+        pure_dp_rag("q", np.arange(3), r, g, PureDpRagParams(2, 1.0, 1))
+
+
+# -- multi query ---------------------------------------------------------------------------------------
+def make_filter(n, per_query, M=1, mode="pure"):
+    return IndividualRenyiFilter(MemoryBudgetStore(n), FilterBudget.for_queries(M, per_query, mode=mode))
+
+
+@pytest.mark.parametrize("mode", ["pure", "rdp"])
+def test_murag_charges_every_document_above_threshold(mode):
+    docs = corpus(40, 60)
+    r, g = ToyRetriever(docs), ToyGenerator()
+    rag = PureDpRagParams.for_budget(20, 4.0, 20.0)
+    flt = make_filter(len(docs), rag.cost, M=1, mode=mode)
+    mu = MuRAG(r, g, flt, rag, tau=2.5, source=src("mu"))
+    a1 = mu.answer("clinic asthma drug")
+    # 40 documents score 3 > τ: all are charged (not just the 20 used), the other 60 are untouched
+    assert sorted(a1.charged.tolist()) == list(range(40))
+    assert np.all(flt.remaining(np.arange(40, 100)) > 0)
+    assert a1.text.startswith("zorvatin")
+    # M = 1: the second identical query finds every relevant document exhausted and answers without them
+    a2 = mu.answer("clinic asthma drug")
+    assert a2.charged.size == 0 and a2.text == "unknown"
+
+
+def test_murag_filter_guarantee_is_M_times_query_cost():
+    rag = PureDpRagParams.for_budget(20, 4.0, 8.0)
+    flt = make_filter(10, rag.cost, M=3)
+    eps, delta = flt.guarantee()
+    assert delta == 0 and math.isclose(eps, 3 * PureDpAccountant().compose(rag.cost).epsilon, rel_tol=1e-9)
+
+
+def test_murag_ada_charges_threshold_to_released_bins_only():
+    docs = corpus(40, 60)
+    r, g = ToyRetriever(docs), ToyGenerator()
+    rag = PureDpRagParams.for_budget(20, 4.0, 12.0)
+    eps_thr = 1.0
+    per_query = PureDpEvent(eps_thr + PureDpAccountant().compose(rag.cost).epsilon)
+    flt = make_filter(len(docs), per_query, M=1)
+    # bins over the toy score scale (0..3 words): [3, 4], [2, 3), [1, 2), [0, 1)
+    ada = MuRAGAda(r, g, flt, rag, edges=[4.0, 3.0, 2.0, 1.0, 0.0], epsilon_thr=eps_thr, source=src("ada"))
+    ans = ada.answer("clinic asthma drug")
+    # bin 0 holds the 40 relevant docs: its noisy count exceeds K = 20 unless the discrete Laplace noise
+    # (scale 1) is below -20, probability < e^-20; so exactly that bin is released and charged.
+    assert ans.info["bins_released"] == 1
+    assert sorted(ans.charged.tolist()) == list(range(40))
+    assert np.all(flt.spent(np.arange(40, 100)) == 0)
+    assert ans.text.startswith("zorvatin")
+
+
+def test_naive_multi_rag_composes_per_query_costs():
+    r, g = ToyRetriever(corpus()), ToyGenerator()
+    naive = NaiveMultiRAG.for_total(r, g, m=20, epsilon_token=4.0, epsilon_total=60.0, queries=3, source=src("n"))
+    for _ in range(3):
+        naive.answer("clinic asthma drug")
+    eps, _ = naive.guarantee()
+    assert eps <= 60.0
+    assert math.isclose(eps, 3 * PureDpAccountant().compose(naive.rag.cost).epsilon)
+
+
+def test_subsampling_multi_rag_fits_total():
+    r, g = ToyRetriever(corpus()), ToyGenerator()
+    sub = SubsamplingMultiRAG.for_total(r, g, m=10, epsilon_token=2.0, epsilon_total=10.0, delta=1e-5,
+                                        queries=20, probability=0.1, source=src("s"))
+    sub.answer("clinic asthma drug")
+    assert SubsamplingMultiRAG.total_epsilon(sub.rag.cost, 0.1, 20, 1e-5) <= 10.0
+    # amplification really helps: without subsampling the same per-query cost over 20 queries costs more
+    assert PureDpAccountant().compose(sub.rag.cost).epsilon * 20 > 10.0
