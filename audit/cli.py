@@ -20,6 +20,7 @@ from accounting.errors import DpragError
 # name -> "module:attribute" of a click command or group on this floor or below.
 _BUILTIN = {
     "accounting": "audit.commands.accounting:accounting",
+    "audit": "audit.commands.audit:audit",
 }
 
 

@@ -16,7 +16,7 @@ The single-query mechanism must be pure-DP or RDP (the filter refuses (ε, δ)-o
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Sequence
 
 import numpy as np
@@ -45,6 +45,27 @@ class RetrievalParams:
 
     def __post_init__(self):
         check_positive_int("docs_per_voter", self.docs_per_voter)
+
+
+@dataclass
+class Selection:
+    """What MuRAG / MuRAG-Ada decided and charged for one query before any generation.
+
+    ``top``: the K document ids for the prompt (-1 = empty padding); ``charges``: (cost event, ids) in the
+    order they were charged; ``events``: events released by the selection itself (MuRAG-Ada's prefix sums).
+    """
+
+    top: np.ndarray
+    charges: list
+    events: list = field(default_factory=list)
+    info: dict = field(default_factory=dict)
+
+    @property
+    def charged(self) -> np.ndarray:
+        """Every document charged by this query (union over the charges)."""
+        if not self.charges:
+            return np.zeros(0, dtype=np.int64)
+        return np.unique(np.concatenate([ids for _, ids in self.charges])).astype(np.int64)
 
 
 class MuRAG:
@@ -79,16 +100,26 @@ class MuRAG:
     def per_query_cost(self) -> PrivacyEvent:
         return self.rag.cost
 
-    def answer(self, question: str, history: tuple = ()) -> RagAnswer:
+    def select(self, question: str) -> "Selection":
+        """Threshold retrieval and the (durable) filter charge; nothing is generated yet."""
         scores = np.asarray(self.retriever.scores(question), dtype=np.float64)
         above = np.flatnonzero(scores > self.tau)
         charged = self.filter.try_charge(above, self.rag.cost).admitted if above.size else above
         top = top_k_padded(charged, scores[charged], self.k)
-        ans = pure_dp_rag(question, top, self.retriever, self.generator, self.rag, source=self.source,
+        return Selection(top=top, charges=[(self.rag.cost, np.asarray(charged, dtype=np.int64))],
+                         info={"method": "murag", "above_threshold": int(above.size), "admitted": int(charged.size)})
+
+    def respond(self, question: str, selection: "Selection", history: tuple = ()) -> RagAnswer:
+        """Generation on a selection whose charge has been made (post-processing of the charged documents)."""
+        ans = pure_dp_rag(question, selection.top, self.retriever, self.generator, self.rag, source=self.source,
                           history=history)
-        ans.charged = np.asarray(charged, dtype=np.int64)
-        ans.info.update(method="murag", above_threshold=int(above.size), admitted=int(charged.size))
+        ans.charged = selection.charged
+        ans.events = [*selection.events, *ans.events]
+        ans.info.update(selection.info)
         return ans
+
+    def answer(self, question: str, history: tuple = ()) -> RagAnswer:
+        return self.respond(question, self.select(question), history)
 
 
 class MuRAGAda:
@@ -128,7 +159,8 @@ class MuRAGAda:
         self.k = rag.m * retrieval.docs_per_voter
         self.source = _source(source)
 
-    def answer(self, question: str, history: tuple = ()) -> RagAnswer:
+    def select(self, question: str) -> "Selection":
+        """Prefix-sum threshold release and both (durable) filter charges; nothing is generated yet."""
         scores = np.asarray(self.retriever.scores(question), dtype=np.float64)
         in_range = np.flatnonzero(scores >= self.edges[-1])
         clipped = np.minimum(scores[in_range], self.edges[0])
@@ -140,14 +172,17 @@ class MuRAGAda:
         thr_admitted = self.filter.try_charge(touched, release.event).admitted if touched.size else touched
         rag_admitted = self.filter.try_charge(thr_admitted, self.rag.cost).admitted if thr_admitted.size else thr_admitted
         top = top_k_padded(rag_admitted, scores[rag_admitted], self.k)
-        ans = pure_dp_rag(question, top, self.retriever, self.generator, self.rag, source=self.source,
-                          history=history)
-        ans.events = [release.event, *ans.events]
-        ans.charged = np.asarray(thr_admitted, dtype=np.int64)
-        ans.info.update(method="murag-ada", bins_released=release.bins_released,
-                        threshold=release.threshold(self.edges), touched=int(touched.size),
-                        admitted=int(rag_admitted.size))
-        return ans
+        return Selection(top=top, charges=[(release.event, np.asarray(thr_admitted, dtype=np.int64)),
+                                           (self.rag.cost, np.asarray(rag_admitted, dtype=np.int64))],
+                         events=[release.event],
+                         info={"method": "murag-ada", "bins_released": release.bins_released,
+                               "threshold": release.threshold(self.edges), "touched": int(touched.size),
+                               "admitted": int(rag_admitted.size)})
+
+    respond = MuRAG.respond
+
+    def answer(self, question: str, history: tuple = ()) -> RagAnswer:
+        return self.respond(question, self.select(question), history)
 
     @property
     def _thr_cost(self):

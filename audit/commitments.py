@@ -1,0 +1,124 @@
+"""Phase A commitments (spec/protocol.md §3): C_emb, C_idx, C_seed, C_policy and the genesis record.
+
+Also the exact integer scoring of §4, shared by the provider (serving) and the verifier (replay), so both
+compute bit-identical scores: quantised int16 embeddings, int64 dot products, clip, shift.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from typing import Iterable, Mapping
+
+import numpy as np
+
+from accounting.errors import InvalidParameterError
+
+from .encoding import digest, encode, hexbytes
+from .ledger.rfc6962 import hash_leaf, root_from_leaves
+
+SEED_DOMAIN = b"dprag/seed/v1"
+SEED_BYTES = 32
+DEFAULT_EMBEDDING_SCALE = 1 << 10
+
+
+def new_seed() -> bytes:
+    """s_W: 32 bytes from the OS CSPRNG (λ = 256, 002 §5.3)."""
+    return os.urandom(SEED_BYTES)
+
+
+def seed_commitment(seed: bytes) -> str:
+    """C_seed = H("dprag/seed/v1" || s_W), hex."""
+    if not isinstance(seed, (bytes, bytearray)) or len(seed) != SEED_BYTES:
+        raise InvalidParameterError("seed", f"must be {SEED_BYTES} bytes")
+    return hashlib.sha256(SEED_DOMAIN + bytes(seed)).hexdigest()
+
+
+def quantise_embeddings(emb: np.ndarray, scale: int = DEFAULT_EMBEDDING_SCALE) -> np.ndarray:
+    """round_half_even(scale · e / ||e||) clipped to int16, row-wise (§3)."""
+    e = np.asarray(emb, dtype=np.float64)
+    if e.ndim == 1:
+        e = e[None, :]
+    if e.ndim != 2 or e.shape[1] == 0:
+        raise InvalidParameterError("embeddings", "must be a (n, d) array with d >= 1")
+    if not np.all(np.isfinite(e)):
+        raise InvalidParameterError("embeddings", "must be finite")
+    norms = np.linalg.norm(e, axis=1, keepdims=True)
+    norms[norms == 0] = 1.0
+    q = np.rint(scale * e / norms)  # numpy rounds half to even
+    return np.clip(q, -32768, 32767).astype(np.int16)
+
+
+def embedding_bytes(q: np.ndarray) -> bytes:
+    """int16 little-endian, row-major bytes of quantised embeddings."""
+    return np.ascontiguousarray(np.asarray(q, dtype="<i2")).tobytes()
+
+
+def index_commitment(q_docs: np.ndarray) -> str:
+    """C_idx of one tenant: RFC 6962 root over the per-document int16 embedding bytes, hex."""
+    q = np.asarray(q_docs, dtype="<i2")
+    if q.ndim != 2:
+        raise InvalidParameterError("index", "must be a (n_docs, d) int16 array")
+    return root_from_leaves([q[i].tobytes() for i in range(q.shape[0])]).hex()
+
+
+def index_leaf_hash(q_doc_row: np.ndarray) -> bytes:
+    return hash_leaf(np.asarray(q_doc_row, dtype="<i2").tobytes())
+
+
+def integer_scores(q_docs: np.ndarray, q_query: np.ndarray, clip: tuple[int, int], shift: int) -> np.ndarray:
+    """s_i = clip(Σ_j E_i[j]·Q[j], lo, hi) >> shift, exactly, as int64 (§4)."""
+    lo, hi = clip
+    dots = np.asarray(q_docs, dtype=np.int64) @ np.asarray(q_query, dtype=np.int64).reshape(-1)
+    return np.right_shift(np.clip(dots, lo, hi), shift)
+
+
+@dataclass(frozen=True)
+class EmbedderDescriptor:
+    """What C_emb binds (R1): model identity and weights digest, quantisation, prompt template, schema."""
+
+    model: str
+    weights_sha256: str
+    dimension: int
+    prompt_template: str
+    tokenizer_sha256: str
+    schema: Mapping[str, int]
+    embedding_scale: int = DEFAULT_EMBEDDING_SCALE
+
+    def to_dict(self) -> dict:
+        return {
+            "model": self.model, "weights_sha256": self.weights_sha256, "dimension": self.dimension,
+            "embedding_scale": self.embedding_scale, "prompt_template": self.prompt_template,
+            "tokenizer_sha256": self.tokenizer_sha256, "schema": dict(sorted(self.schema.items())),
+        }
+
+    @property
+    def commitment(self) -> str:
+        return digest(self.to_dict())
+
+
+def files_sha256(paths: Iterable[tuple[str, bytes]]) -> str:
+    """SHA-256 over files sorted by path: u32be(len(path)) || path || u64be(len(data)) || data (§3)."""
+    h = hashlib.sha256()
+    for path, data in sorted(paths):
+        p = path.encode()
+        h.update(len(p).to_bytes(4, "big") + p + len(data).to_bytes(8, "big"))
+        h.update(data)
+    return h.hexdigest()
+
+
+def genesis_record(window: str, provider_vkey: str, c_emb: str, c_policy: str, c_seed: str,
+                   tenants: Mapping[str, tuple[int, str]]) -> dict:
+    """Ledger leaf 0 (§3); ``tenants`` maps tenant id -> (n_docs, C_idx)."""
+    for f, v in (("C_emb", c_emb), ("C_policy", c_policy), ("C_seed", c_seed)):
+        hexbytes(v, f, 32)
+    return {
+        "type": "genesis", "version": 1, "window": window, "provider_key": provider_vkey,
+        "C_emb": c_emb, "C_policy": c_policy, "C_seed": c_seed,
+        "tenants": [{"tenant": t, "n_docs": n, "C_idx": c} for t, (n, c) in sorted(tenants.items())],
+    }
+
+
+def genesis_bytes(record: dict) -> bytes:
+    return encode(record)

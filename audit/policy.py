@@ -1,0 +1,250 @@
+"""The audit policy (spec/protocol.md §4): committed by C_policy, opened to the auditor.
+
+``Policy.from_dict`` / ``to_dict`` map between the dataclasses and the canonical object (reals as
+``float.hex`` strings); ``validate()`` enforces the well-formedness rules (a typed error naming the field and
+the rule); ``certified_epsilons()`` computes the ε each channel's verdict certifies — from the committed
+parameters only, never a leading-order approximation.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from accounting import gdp
+from accounting.collusion import eq_5_2_audit
+from accounting.composition import PureDpAccountant
+from accounting.errors import InvalidParameterError, check_delta, check_epsilon, check_positive_int
+from accounting.events import ComposedEvent, DiscreteLaplaceEvent
+
+from .encoding import EncodingError, digest, parse_real, real
+
+RELATION = "replace-one"
+
+
+@dataclass(frozen=True)
+class SamplerSpec:
+    """The discrete Gaussian table sampler of the retrieval channel (spec/accounting/noise.md)."""
+
+    tail: float
+    precision_bits: int
+    tv: float
+
+    def to_dict(self) -> dict:
+        return {"kind": "table", "tail": real(self.tail), "precision_bits": self.precision_bits, "tv": real(self.tv)}
+
+
+@dataclass(frozen=True)
+class RetrievalPolicy:
+    enabled_tenants: tuple[str, ...]
+    K: int
+    n: int
+    epsilon_acc: float
+    delta_acc: float
+    sigma: float
+    sensitivity: int
+    score_clip: tuple[int, int]
+    score_shift: int
+    sampler: SamplerSpec
+
+
+@dataclass(frozen=True)
+class CoalitionPolicy:
+    k_max: int
+    delta_policy: float
+    theta: float
+    window: int
+
+
+@dataclass(frozen=True)
+class GenerationPolicy:
+    algorithm: str  # "murag" | "murag-ada"
+    m: int
+    epsilon_token: float
+    max_private_tokens: int
+    max_queries_per_doc: int
+    docs_per_voter: int = 1
+    theta_svt: float | None = None
+    redraw_threshold: bool = False
+    tau: int | None = None
+    edges: tuple[int, ...] | None = None
+    epsilon_thr: float | None = None
+    max_tokens: int = 32
+    mechanism: str = "pure-dp-rag"
+    filter_mode: str = "pure"
+
+
+@dataclass(frozen=True)
+class Policy:
+    window: str
+    retrieval: RetrievalPolicy
+    coalition: CoalitionPolicy
+    generation: GenerationPolicy
+    relation: str = RELATION
+    version: int = 1
+
+    # -- validation ----------------------------------------------------------------------------------------
+    def validate(self) -> "Policy":
+        r, c, g = self.retrieval, self.coalition, self.generation
+        if self.version != 1:
+            raise InvalidParameterError("version", "must be 1", self.version)
+        if self.relation != RELATION:
+            raise InvalidParameterError("relation", f"must be {RELATION!r}", self.relation)
+        if not isinstance(self.window, str) or not self.window:
+            raise InvalidParameterError("window", "must be a non-empty string", self.window)
+        check_positive_int("retrieval.K", r.K)
+        check_positive_int("retrieval.n", r.n)
+        check_epsilon("retrieval.epsilon_acc", r.epsilon_acc)
+        check_delta("retrieval.delta_acc", r.delta_acc)
+        check_epsilon("retrieval.sigma", r.sigma)
+        check_positive_int("retrieval.sensitivity", r.sensitivity)
+        lo, hi = r.score_clip
+        if not (isinstance(lo, int) and isinstance(hi, int) and lo < hi):
+            raise InvalidParameterError("retrieval.score_clip", "must be integers lo < hi", r.score_clip)
+        check_positive_int("retrieval.score_shift", r.score_shift, minimum=0)
+        if r.sensitivity < ((hi - lo) >> r.score_shift) + 1:
+            raise InvalidParameterError(
+                "retrieval.sensitivity", "must be >= ((hi - lo) >> score_shift) + 1 (a clipped score's range)",
+                r.sensitivity)
+        check_delta("retrieval.sampler.tv", r.sampler.tv, allow_zero=True)
+        check_positive_int("coalition.k_max", c.k_max)
+        check_delta("coalition.delta_policy", c.delta_policy)
+        if not c.delta_policy > c.k_max * r.delta_acc:
+            raise InvalidParameterError("coalition.delta_policy", "must exceed k_max * delta_acc (002 §5.6)",
+                                        c.delta_policy)
+        if not (0 < c.theta <= 1):
+            raise InvalidParameterError("coalition.theta", "must lie in (0, 1]", c.theta)
+        check_positive_int("coalition.window", c.window)
+        if g.algorithm not in ("murag", "murag-ada"):
+            raise InvalidParameterError("generation.algorithm", "must be 'murag' or 'murag-ada'", g.algorithm)
+        if g.mechanism != "pure-dp-rag" or g.filter_mode != "pure":
+            raise InvalidParameterError("generation.mechanism", "version 1 supports pure-dp-rag with a pure filter")
+        check_positive_int("generation.m", g.m)
+        check_epsilon("generation.epsilon_token", g.epsilon_token)
+        check_positive_int("generation.max_private_tokens", g.max_private_tokens)
+        check_positive_int("generation.max_queries_per_doc", g.max_queries_per_doc)
+        check_positive_int("generation.docs_per_voter", g.docs_per_voter)
+        check_positive_int("generation.max_tokens", g.max_tokens)
+        if g.algorithm == "murag" and not isinstance(g.tau, int):
+            raise InvalidParameterError("generation.tau", "MuRAG needs an integer threshold tau")
+        if g.algorithm == "murag-ada":
+            if not g.edges or len(g.edges) < 2 or any(a <= b for a, b in zip(g.edges, g.edges[1:])):
+                raise InvalidParameterError("generation.edges", "must be >= 2 strictly decreasing integers")
+            check_epsilon("generation.epsilon_thr", g.epsilon_thr)
+        return self
+
+    # -- canonical object ------------------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        r, c, g = self.retrieval, self.coalition, self.generation
+        return {
+            "version": self.version,
+            "window": self.window,
+            "relation": self.relation,
+            "retrieval": {
+                "enabled_tenants": sorted(r.enabled_tenants), "K": r.K, "n": r.n,
+                "epsilon_acc": real(r.epsilon_acc), "delta_acc": real(r.delta_acc), "sigma": real(r.sigma),
+                "sensitivity": r.sensitivity, "score_clip": [r.score_clip[0], r.score_clip[1]],
+                "score_shift": r.score_shift, "sampler": r.sampler.to_dict(),
+            },
+            "coalition": {"k_max": c.k_max, "delta_policy": real(c.delta_policy), "theta": real(c.theta),
+                          "window": c.window},
+            "generation": {
+                "mechanism": g.mechanism, "algorithm": g.algorithm, "m": g.m,
+                "epsilon_token": real(g.epsilon_token), "max_private_tokens": g.max_private_tokens,
+                "theta_svt": None if g.theta_svt is None else real(g.theta_svt),
+                "redraw_threshold": g.redraw_threshold, "tau": g.tau,
+                "edges": None if g.edges is None else list(g.edges),
+                "epsilon_thr": None if g.epsilon_thr is None else real(g.epsilon_thr),
+                "docs_per_voter": g.docs_per_voter, "max_queries_per_doc": g.max_queries_per_doc,
+                "max_tokens": g.max_tokens, "filter_mode": g.filter_mode,
+            },
+        }
+
+    @property
+    def commitment(self) -> str:
+        """C_policy: hex SHA-256 of the canonical encoding."""
+        return digest(self.to_dict())
+
+    @classmethod
+    def from_dict(cls, d: Any) -> "Policy":
+        try:
+            r, c, g = d["retrieval"], d["coalition"], d["generation"]
+            s = r["sampler"]
+            if s.get("kind") != "table":
+                raise EncodingError("retrieval.sampler.kind: must be 'table'")
+            opt = lambda v, f: None if v is None else parse_real(v, f)  # noqa: E731
+            pol = cls(
+                version=d["version"], window=d["window"], relation=d["relation"],
+                retrieval=RetrievalPolicy(
+                    enabled_tenants=tuple(r["enabled_tenants"]), K=r["K"], n=r["n"],
+                    epsilon_acc=parse_real(r["epsilon_acc"], "retrieval.epsilon_acc"),
+                    delta_acc=parse_real(r["delta_acc"], "retrieval.delta_acc"),
+                    sigma=parse_real(r["sigma"], "retrieval.sigma"), sensitivity=r["sensitivity"],
+                    score_clip=(r["score_clip"][0], r["score_clip"][1]), score_shift=r["score_shift"],
+                    sampler=SamplerSpec(parse_real(s["tail"], "retrieval.sampler.tail"), s["precision_bits"],
+                                        parse_real(s["tv"], "retrieval.sampler.tv")),
+                ),
+                coalition=CoalitionPolicy(k_max=c["k_max"],
+                                          delta_policy=parse_real(c["delta_policy"], "coalition.delta_policy"),
+                                          theta=parse_real(c["theta"], "coalition.theta"), window=c["window"]),
+                generation=GenerationPolicy(
+                    mechanism=g["mechanism"], algorithm=g["algorithm"], m=g["m"],
+                    epsilon_token=parse_real(g["epsilon_token"], "generation.epsilon_token"),
+                    max_private_tokens=g["max_private_tokens"],
+                    theta_svt=opt(g["theta_svt"], "generation.theta_svt"),
+                    redraw_threshold=g["redraw_threshold"], tau=g["tau"],
+                    edges=None if g["edges"] is None else tuple(g["edges"]),
+                    epsilon_thr=opt(g["epsilon_thr"], "generation.epsilon_thr"),
+                    docs_per_voter=g["docs_per_voter"], max_queries_per_doc=g["max_queries_per_doc"],
+                    max_tokens=g["max_tokens"], filter_mode=g["filter_mode"],
+                ),
+            )
+        except (KeyError, TypeError, IndexError, AttributeError) as e:
+            raise EncodingError(f"policy: missing or malformed field ({e})") from None
+        if pol.to_dict() != d:
+            raise EncodingError("policy: unknown fields or non-canonical values")
+        return pol
+
+    # -- what the verdict certifies --------------------------------------------------------------------------
+    def rag_params(self):
+        from accounting.rag.single_query import PureDpRagParams
+
+        g = self.generation
+        return PureDpRagParams(g.m, g.epsilon_token, g.max_private_tokens, theta=g.theta_svt,
+                               max_tokens=g.max_tokens, redraw_threshold=g.redraw_threshold)
+
+    def query_cost(self):
+        """The event each touched document is charged per query (ε_thr + ε_RAG for MuRAG-Ada)."""
+        cost = self.rag_params().cost
+        if self.generation.algorithm == "murag-ada":
+            cost = ComposedEvent((DiscreteLaplaceEvent(1.0 / self.generation.epsilon_thr, 1), cost))
+        return cost
+
+    def certified_epsilons(self) -> dict[str, Any]:
+        """Per-channel and composed (ε, δ), each a certified upper bound from the committed parameters."""
+        r, c, g = self.retrieval, self.coalition, self.generation
+        m = c.k_max * r.n
+        dg = gdp.discrete_gaussian_epsilon(r.sigma, r.sensitivity, m, c.delta_policy, sampler_tv=r.sampler.tv)
+        eps_q = PureDpAccountant().compose(self.query_cost()).epsilon
+        eps_gen_ar = g.max_queries_per_doc * eps_q
+        eps_gen = 2.0 * eps_gen_ar
+        paper = eq_5_2_audit(c.k_max, r.epsilon_acc, r.delta_acc, c.delta_policy, n=r.n)
+        return {
+            "relation": self.relation,
+            "retrieval": {
+                "epsilon": dg.epsilon, "delta": c.delta_policy, "k_max": c.k_max, "releases": m,
+                "method": f"discrete Gaussian PLD ({dg.method}), pessimistic; sampler TV added to delta",
+                "covers": f"citations shown to any coalition of <= {c.k_max} accounts of one tenant "
+                          f"({r.n} queries each), replace-one document of that tenant's corpus",
+                "paper_eq_5_2_leading": paper.get("leading") if isinstance(paper, dict) else None,
+            },
+            "generation": {
+                "epsilon": eps_gen, "epsilon_add_remove": eps_gen_ar, "delta": 0.0,
+                "per_query_epsilon": eps_q, "max_queries_per_doc": g.max_queries_per_doc,
+                "covers": "answers released to every account of every tenant; the per-document filter is global "
+                          "across accounts, so colluding accounts cannot raise it (k does not enter)",
+            },
+            "epsilon": dg.epsilon + eps_gen,
+            "delta": c.delta_policy,
+        }
