@@ -117,11 +117,9 @@ def load_bundle(path: str | Path) -> Bundle:
         for f in sorted((aud / "index").iterdir()):
             if f.suffix == ".i16":
                 idx[f.stem] = _read(f)
-    try:
-        vkey = _read(pub / "provider.vkey").decode("ascii").strip()
-        seed_hex = _read(aud / "seed.hex").decode("ascii").strip()
-    except UnicodeDecodeError:
-        raise BundleError("provider.vkey / seed.hex must be ASCII") from None
+    # decoded leniently: a damaged key or seed is a FAIL of the commitments check, not unusable input
+    vkey = _read(pub / "provider.vkey").decode("latin-1")
+    seed_hex = _read(aud / "seed.hex").decode("latin-1")
     return Bundle(root=p, leaves=leaves, framing_error=framing, genesis_file=_read(pub / "genesis.json"), checkpoints=cps, vkey=vkey,
                   seed_hex=seed_hex, policy_bytes=_read(aud / "policy.json"),
                   embedder_bytes=_read(aud / "embedder.json"),
@@ -250,6 +248,7 @@ def verify(bundle_path: str | Path, *, receipts: str | Path | None = None, mode:
     n = len(b.leaves)
     leaf_hashes = [hash_leaf(x) for x in b.leaves]
     cp_sizes: dict[int, bytes] = {}
+    last_size = -1
     origin = f"dprag/{policy.window}" if policy else None
     for k, note in enumerate(b.checkpoints):
         try:
@@ -260,6 +259,9 @@ def verify(bundle_path: str | Path, *, receipts: str | Path | None = None, mode:
             cp, _ = open_checkpoint(note, origin, verifier_key)
             if cp.size > n:
                 raise EncodingError(f"size {cp.size} exceeds the ledger size {n}")
+            if cp.size <= last_size:
+                raise EncodingError(f"size {cp.size} does not increase (checkpoints must be in increasing size)")
+            last_size = cp.size
             cp_sizes[cp.size] = cp.root
         except (DpragError, EncodingError) as e:
             run.fail("ledger", f"checkpoint {k}: {e}")
@@ -274,12 +276,14 @@ def verify(bundle_path: str | Path, *, receipts: str | Path | None = None, mode:
 
     # openings ---------------------------------------------------------------------------------------------
     openings: dict[int, dict] = {}
+    last_pos = 0
     for k, line in enumerate(b.openings_lines):
         try:
             op = decode(line, what=f"opening line {k}")
             pos = op["pos"]
-            if not isinstance(pos, int) or not 1 <= pos < n or pos in openings:
-                raise EncodingError(f"opening line {k}: bad or duplicate pos")
+            if not isinstance(pos, int) or not last_pos < pos < n:
+                raise EncodingError(f"opening line {k}: pos must increase and lie in [1, {n})")
+            last_pos = pos
             openings[pos] = op
         except (EncodingError, KeyError, TypeError) as e:
             run.fail("canonical", str(e))
@@ -410,13 +414,24 @@ def _prefix_roots(leaf_hashes: list[bytes], sizes: set[int]) -> dict[int, bytes]
 
 def _check_receipts(run, path, verifier_key, records, leaf_hashes, prefix_roots, n) -> None:
     try:
-        lines = [ln for ln in Path(path).read_bytes().split(b"\n") if ln.strip()]
+        data = Path(path).read_bytes()
+        lines = data.split(b"\n")
+        if lines and lines[-1] == b"":
+            lines.pop()
     except OSError as e:
         raise BundleError(f"cannot read receipts file {path}: {e}") from None
+    seen: dict[bytes, int] = {}
     for k, line in enumerate(lines):
         try:
-            obj = json.loads(line)
-            if isinstance(obj, dict) and "receipt" in obj:
+            if line in seen:
+                raise EncodingError(f"duplicates receipt {seen[line]}")
+            seen[line] = k
+            obj = decode(line, what="receipt line")
+            if not isinstance(obj, dict):
+                raise EncodingError("not a JSON object")
+            if "receipt" in obj:
+                if set(obj) - {"receipt", "top"}:
+                    raise EncodingError("unknown fields beside receipt/top")
                 rc, top = obj["receipt"], obj.get("top")
             else:
                 rc, top = obj, None

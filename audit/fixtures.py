@@ -1,0 +1,87 @@
+"""A small, fully offline audit window (toy embedder and generator) for tests, fuzzing and the quick demo.
+
+``build_window(directory, ...)`` creates a provider with two tenants (citations on for one), several
+accounts, serves a fixed script of questions and exports the bundle; returns paths and the receipts.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from accounting.collusion import exact_sigma
+from accounting.rag.toy import ToyGenerator
+
+from .encoding import encode
+from .policy import CoalitionPolicy, GenerationPolicy, Policy, RetrievalPolicy, SamplerSpec
+from .service import ProviderService
+from .toy import HashEmbedder
+
+CLINIC = [f"patient {i} asthma protocol inhaler drug ANSWER: zorvatin" for i in range(30)] + \
+         [f"note {i} garden weather rain" for i in range(70)]
+LEGAL = [f"case {i} contract dispute court ANSWER: settled" for i in range(20)] + \
+        [f"memo {i} lunch menu soup" for i in range(30)]
+
+
+def toy_policy(algorithm: str = "murag", *, n: int = 20, k_max: int = 5, window: str = "w1",
+               max_queries_per_doc: int = 2) -> Policy:
+    sens = ((1 << 20) >> 10) + 1
+    if algorithm == "murag":
+        gen = GenerationPolicy(algorithm="murag", m=10, epsilon_token=4.0, max_private_tokens=3,
+                               max_queries_per_doc=max_queries_per_doc, tau=300)
+    else:
+        gen = GenerationPolicy(algorithm="murag-ada", m=10, epsilon_token=4.0, max_private_tokens=3,
+                               max_queries_per_doc=max_queries_per_doc, edges=(1024, 800, 600, 400, 200),
+                               epsilon_thr=1.0)
+    return Policy(
+        window=window,
+        retrieval=RetrievalPolicy(enabled_tenants=("clinic",), K=5, n=n, epsilon_acc=1.0, delta_acc=1e-6,
+                                  sigma=exact_sigma(1.0, 1e-6, n, sens), sensitivity=sens, score_clip=(0, 1 << 20),
+                                  score_shift=10, sampler=SamplerSpec(9.5, 64, 1e-12)),
+        coalition=CoalitionPolicy(k_max=k_max, delta_policy=1e-5, theta=0.95, window=100),
+        generation=gen,
+    )
+
+
+ACCOUNTS = {"alice": "clinic", "bob": "clinic", "carol": "legal"}
+SCRIPT = [("alice", "asthma protocol inhaler patient"), ("bob", "garden weather rain note"),
+          ("carol", "contract dispute court case")]
+
+
+@dataclass
+class Window:
+    directory: Path
+    bundle: Path
+    receipts: Path
+    service: ProviderService | None
+
+
+def open_service(directory: Path, algorithm: str = "murag", **kw) -> ProviderService:
+    emb = HashEmbedder(32)
+    return ProviderService.create(directory, policy=toy_policy(algorithm, **kw), embedder=emb,
+                                  embedder_descriptor=emb.descriptor({"clinic": len(CLINIC), "legal": len(LEGAL)}),
+                                  generator=ToyGenerator(), tenants={"clinic": CLINIC, "legal": LEGAL},
+                                  accounts=ACCOUNTS)
+
+
+def reopen_service(directory: Path) -> ProviderService:
+    return ProviderService.open(directory, embedder=HashEmbedder(32), generator=ToyGenerator())
+
+
+def build_window(directory: str | Path, algorithm: str = "murag", rounds: int = 4, close: bool = True, **kw) -> Window:
+    d = Path(directory)
+    shutil.rmtree(d, ignore_errors=True)
+    svc = open_service(d / "svc", algorithm, **kw)
+    lines = []
+    for i in range(rounds):
+        for acct, q in SCRIPT:
+            r = svc.query(acct, f"{q} {i}")
+            lines.append(encode({"receipt": r.receipt, "top": r.citations}).decode())
+    bundle = svc.export_bundle(d / "bundle")
+    receipts = d / "receipts.jsonl"
+    receipts.write_text("".join(x + "\n" for x in lines))
+    if close:
+        svc.close()
+        svc = None
+    return Window(d, bundle, receipts, svc)
