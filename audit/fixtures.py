@@ -6,6 +6,7 @@ accounts, serves a fixed script of questions and exports the bundle; returns pat
 
 from __future__ import annotations
 
+import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,12 +58,27 @@ class Window:
     service: ProviderService | None
 
 
-def open_service(directory: Path, algorithm: str = "murag", **kw) -> ProviderService:
+def open_service(directory: Path, algorithm: str = "murag", accounts: dict | None = None, **kw) -> ProviderService:
     emb = HashEmbedder(32)
     return ProviderService.create(directory, policy=toy_policy(algorithm, **kw), embedder=emb,
                                   embedder_descriptor=emb.descriptor({"clinic": len(CLINIC), "legal": len(LEGAL)}),
                                   generator=ToyGenerator(), tenants={"clinic": CLINIC, "legal": LEGAL},
-                                  accounts=ACCOUNTS)
+                                  accounts=ACCOUNTS if accounts is None else accounts)
+
+
+def serve_loop(directory: str, account: str, count: int, released: str, start: int = 0) -> None:
+    """Reopen the service at ``directory`` and serve ``count`` clinic questions for ``account``, appending each
+    receipt to ``released`` only after ``query`` returned (what has been released). Used by the crash and
+    concurrency tests, which run it in child processes."""
+    svc = reopen_service(Path(directory))
+    with open(released, "ab") as out:
+        for i in range(start, start + count):
+            q = ["asthma protocol inhaler patient", "inhaler drug protocol", "garden weather rain"][i % 3]
+            r = svc.query(account, f"{q} {i}")
+            out.write(encode({"receipt": r.receipt, "top": r.citations}) + b"\n")
+            out.flush()
+            os.fsync(out.fileno())
+    svc.close()
 
 
 def reopen_service(directory: Path) -> ProviderService:
