@@ -65,10 +65,23 @@ class Generator(Protocol):
     eos_token_id: int
     vocab_size: int
 
-    def start(self, prompts: Sequence[Prompt]) -> DecodingSession: ...
+    def start(self, prompts: Sequence[Prompt], *, max_new_tokens: int = 1) -> DecodingSession:
+        """A lock-step session; ``max_new_tokens`` lets the adapter check the context window up front."""
+        ...
+
+    def encode(self, text: str) -> list[int]: ...
 
     def decode(self, token_ids: Sequence[int]) -> str: ...
 
     def generate(self, prompt: Prompt, max_new_tokens: int) -> str:
         """Greedy, non-private generation (baselines, KSA's per-document responses)."""
         ...
+
+    def generate_many(self, prompts: Sequence[Prompt], max_new_tokens: int) -> list[str]:
+        """``generate`` for several prompts (one batch where the adapter can)."""
+        ...
+
+
+def stop_tokens(generator: Generator) -> frozenset[int]:
+    """Token ids that end an answer: the adapter's ``stop_token_ids`` if it has them, else {eos}."""
+    return frozenset(getattr(generator, "stop_token_ids", None) or {generator.eos_token_id})

@@ -189,3 +189,39 @@ def test_subsampling_multi_rag_fits_total():
     assert SubsamplingMultiRAG.total_epsilon(sub.rag.cost, 0.1, 20, 1e-5) <= 10.0
     # amplification really helps: without subsampling the same per-query cost over 20 queries costs more
     assert PureDpAccountant().compose(sub.rag.cost).epsilon * 20 > 10.0
+
+
+# -- DP-KSA and answer history -------------------------------------------------------------------------
+def test_ksa_and_dp_ksa_release_the_shared_keyword():
+    from accounting.rag.ksa import dp_ksa, ksa
+    from accounting.rdp import epsilon_of
+
+    r, g = ToyRetriever(corpus(40, 60)), ToyGenerator()
+    k = ksa("clinic asthma drug", r, g, n_docs=30, k=2)
+    assert set(g.decode(list(k.info["keywords"])).split()) == {"zorvatin", "5mg"}
+    # 30 responses all contain both tokens, every other count is 0: the gap at k = 2 is 30, far above PTR's
+    # threshold, so the release fails only if the noise exceeds ~28 noise-standard-deviations (< 1e-100).
+    ans = dp_ksa("clinic asthma drug", r, g, n_docs=30, epsilon=4.0, delta=1e-5, source=src("ksa"), k_max=10)
+    assert ans.info["released"] and ans.text.startswith("zorvatin")
+    eps, delta = epsilon_of(ans.cost, 1e-5 / 2)
+    assert eps <= 4.0 + 1e-9 and delta <= 1e-5 + 1e-18
+
+
+def test_answer_history_reuse_is_scoped_and_free():
+    from accounting.rag.history import AnswerHistory
+
+    r, g = ToyRetriever(corpus(40, 60)), ToyGenerator()
+    rag = PureDpRagParams.for_budget(20, 4.0, 20.0)
+    flt = make_filter(100, rag.cost, M=1)
+    mu = MuRAG(r, g, flt, rag, tau=2.5, source=src("hist"))
+    hist = AnswerHistory()
+    alice, bob = hist.scope("alice"), hist.scope("bob")
+    first = mu.answer("clinic asthma drug")
+    hist.record(alice, "clinic asthma drug", first.text)
+    spent = flt.spent(np.arange(100)).copy()
+    # the documents are exhausted (M = 1); alice's history still answers her follow-up, bob's does not
+    a2 = mu.answer("which asthma drug at the clinic", history=hist.relevant(alice, "which asthma drug at the clinic"))
+    b2 = mu.answer("which asthma drug at the clinic", history=hist.relevant(bob, "which asthma drug at the clinic"))
+    assert a2.text.startswith("zorvatin") and b2.text == "unknown"
+    assert np.array_equal(flt.spent(np.arange(100)), spent)  # reuse charged nothing
+    assert hist.scope("alice", "clinic", tenant_opt_in=True) == "tenant:clinic"

@@ -34,7 +34,7 @@ from ..mechanisms.exponential import vote_exponential_mechanism
 from ..mechanisms.limited_domain import BOTTOM, limited_domain
 from ..mechanisms.sparse_vector import SparseVector
 from ..noise.source import RandomSource
-from ..protocols import Generator, Prompt, Retriever
+from ..protocols import Generator, Prompt, Retriever, stop_tokens
 from .budget import certified_epsilon, max_steps, require_steps
 from .common import RagAnswer, documents_text, exact_top_k, random_partition, vote_histogram
 
@@ -70,8 +70,8 @@ def decode_by_vote(
     prompts = [Prompt(question, tuple(ctx), history) for ctx in voter_contexts]
     if with_non_rag:
         prompts = [Prompt(question, (), history)] + prompts
-    session = generator.start(prompts)
-    eos = generator.eos_token_id
+    session = generator.start(prompts, max_new_tokens=max_tokens)
+    stops = stop_tokens(generator)
     released: list[int] = []
     for _ in range(max_tokens):
         logits = session.logits()
@@ -81,15 +81,15 @@ def decode_by_vote(
         if tok is None:
             break
         released.append(int(tok))
-        if tok == eos:
+        if tok in stops:
             break
         session.advance(int(tok))
     return released
 
 
 def _text(generator: Generator, tokens: list[int]) -> str:
-    eos = generator.eos_token_id
-    return generator.decode([t for t in tokens if t != eos]).strip()
+    stops = stop_tokens(generator)
+    return generator.decode([t for t in tokens if t not in stops]).strip()
 
 
 def voter_contexts(retriever: Retriever, ids: np.ndarray, m: int, source: RandomSource) -> list[tuple[str, ...]]:

@@ -2,7 +2,7 @@
 
 Used by the tests of the DP-RAG algorithms and by ``accounting.testing`` users who want to exercise a
 pipeline end to end in milliseconds. The toy "LLM" is transparent: a document containing
-``ANSWER: w1 w2 ...`` makes a voter that reads it say ``w1 w2 ... <eos>``; a voter with no such document
+``ANSWER: w1 w2 ...`` (or DP-KSA's ``Keywords: w1, w2``) makes a voter that reads it say ``w1 w2 ... <eos>``; a voter with no such document
 (and the non-RAG lane) says its ``default`` answer. Logits are one-hot-like (the planned token gets
 ``confidence``, others 0), so the vote histogram is exactly the voters' plans.
 """
@@ -17,7 +17,7 @@ import numpy as np
 from ..errors import InvalidParameterError
 from ..protocols import Prompt
 
-_ANSWER = re.compile(r"ANSWER:\s*([^\n.]+)")
+_ANSWER = re.compile(r"(?:ANSWER|Keywords):\s*([^\n.]+)")
 
 
 class ToyRetriever:
@@ -80,12 +80,23 @@ class ToyGenerator:
         for ctx in prompt.contexts:
             m = _ANSWER.search(ctx)
             if m:
-                return [self._tok(w) for w in m.group(1).split()] + [0]
+                return [self._tok(w) for w in m.group(1).replace(",", " ").split()] + [0]
+        # an earlier answer to a question sharing >= 2 words is reused (models answer-history reuse)
+        words = set(prompt.question.lower().split())
+        for q, a in prompt.history:
+            if len(words & set(q.lower().split())) >= 2 and a and a != self.default:
+                return [self._tok(w) for w in a.split()] + [0]
         return [self._tok(w) for w in self.default.split()] + [0]
 
-    def start(self, prompts: Sequence[Prompt]) -> _ToySession:
+    def start(self, prompts: Sequence[Prompt], *, max_new_tokens: int = 1) -> _ToySession:
         self.calls += 1
         return _ToySession(self, [self.plan(p) for p in prompts])
+
+    def encode(self, text: str) -> list[int]:
+        return [self._tok(w) for w in text.split()]
+
+    def generate_many(self, prompts: Sequence[Prompt], max_new_tokens: int) -> list[str]:
+        return [self.generate(p, max_new_tokens) for p in prompts]
 
     def decode(self, token_ids: Sequence[int]) -> str:
         return " ".join(self.vocab[t] if t < len(self.vocab) else f"<tok{t}>" for t in token_ids if t != 0)

@@ -1,0 +1,50 @@
+"""Answer-history reuse (000 §6): earlier released answers as auxiliary context, at no cost to the corpus.
+
+An answer already released to an account is public to that account: feeding it back into a later prompt
+is post-processing of a DP output and spends nothing. Reuse is scoped: by default only within the same
+account (sharing one account's history with another would show one user's questions to another); a tenant
+may opt in to tenant-wide reuse. The relevant pairs are chosen by word overlap of the *questions* — public
+to the scope — never by anything computed from the private corpus.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+
+from ..errors import InvalidParameterError, check_positive_int
+
+_WORD = re.compile(r"[a-z0-9]+")
+_STOP = frozenset("a an the of to in on for and or is are was were what which who whom how when where why "
+                  "does do did with by at from as be this that it its".split())
+
+
+def _words(text: str) -> frozenset[str]:
+    return frozenset(w for w in _WORD.findall(text.lower()) if w not in _STOP)
+
+
+class AnswerHistory:
+    """Released (question, answer) pairs, kept per scope (an account, or a tenant that opted in)."""
+
+    def __init__(self, max_pairs: int = 3, min_overlap: int = 1):
+        self.max_pairs = check_positive_int("max_pairs", max_pairs)
+        self.min_overlap = check_positive_int("min_overlap", min_overlap)
+        self._pairs: dict[str, list[tuple[str, str]]] = defaultdict(list)
+
+    @staticmethod
+    def scope(account: str, tenant: str | None = None, tenant_opt_in: bool = False) -> str:
+        if not account:
+            raise InvalidParameterError("account", "must be a non-empty string")
+        return f"tenant:{tenant}" if tenant_opt_in and tenant else f"account:{account}"
+
+    def record(self, scope: str, question: str, answer: str) -> None:
+        if answer and answer.strip():
+            self._pairs[scope].append((question, answer.strip()))
+
+    def relevant(self, scope: str, question: str) -> tuple[tuple[str, str], ...]:
+        """Up to ``max_pairs`` earlier pairs of this scope, most word overlap with ``question`` first."""
+        w = _words(question)
+        scored = [(len(w & _words(q)), -i, (q, a)) for i, (q, a) in enumerate(self._pairs.get(scope, []))]
+        scored = [s for s in scored if s[0] >= self.min_overlap]
+        scored.sort(reverse=True)
+        return tuple(p for _, _, p in scored[: self.max_pairs])
