@@ -1,1 +1,43 @@
-"""dprag.accounting — privacy math: mechanisms, events, composition, filters, collusion bounds."""
+"""dprag.accounting — privacy math: events, RDP curves, composition, noise, mechanisms, filters, collusion.
+
+The most used names are re-exported here; each lives in a small module named after its concept:
+``events`` (what a mechanism spent), ``rdp`` (RDP curves and conversions), ``composition`` (accountants,
+advanced/optimal composition, PLD), ``gdp`` (exact Gaussian composition), ``noise`` (samplers drawing from
+a ``RandomSource``), ``mechanisms`` (Laplace, Gaussian, exponential, LimitedDomain, sparse vector, prefix
+sums, subsampling, DP-KSA), ``filters`` and ``stores`` (the individual Rényi filter), ``collusion`` (002's
+bounds), ``rag`` (the DP-RAG algorithms) and ``testing`` (hypothesis strategies and an empirical DP checker).
+"""
+
+from .errors import (
+    BudgetExhaustedError,
+    DpragError,
+    InvalidParameterError,
+    UnknownDocumentError,
+    UnsupportedEventError,
+)
+from .events import (
+    ApproxDpEvent,
+    ApproxRdpEvent,
+    ComposedEvent,
+    DiscreteGaussianEvent,
+    DiscreteLaplaceEvent,
+    ExponentialMechanismEvent,
+    GaussianEvent,
+    LaplaceEvent,
+    NoOpEvent,
+    PoissonSampledEvent,
+    PrivacyEvent,
+    PureDpEvent,
+    RdpCurveEvent,
+    SelfComposedEvent,
+)
+from .noise.source import RandomSource
+from .rdp import DEFAULT_ORDERS, epsilon_of, rdp_curve, rdp_to_epsilon
+
+__all__ = [
+    "ApproxDpEvent", "ApproxRdpEvent", "BudgetExhaustedError", "ComposedEvent", "DEFAULT_ORDERS",
+    "DiscreteGaussianEvent", "DiscreteLaplaceEvent", "DpragError", "ExponentialMechanismEvent", "GaussianEvent",
+    "InvalidParameterError", "LaplaceEvent", "NoOpEvent", "PoissonSampledEvent", "PrivacyEvent", "PureDpEvent",
+    "RandomSource", "RdpCurveEvent", "SelfComposedEvent", "UnknownDocumentError", "UnsupportedEventError",
+    "epsilon_of", "rdp_curve", "rdp_to_epsilon",
+]
