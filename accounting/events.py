@@ -234,6 +234,8 @@ class SelfComposedEvent(PrivacyEvent):
         check_positive_int("count", self.count, minimum=0)
 
     def to_dp_event(self):
+        if self.count == 0:
+            return _dpe().NoOpDpEvent()
         return _dpe().SelfComposedDpEvent(self.event.to_dp_event(), self.count)
 
 

@@ -54,12 +54,14 @@ def ksa(question: str, retriever: Retriever, generator: Generator, *, n_docs: in
 
 
 def dp_ksa(question: str, retriever: Retriever, generator: Generator, *, n_docs: int, epsilon: float, delta: float,
-           response_tokens: int = 16, max_tokens: int = 32, k_max: int | None = None,
+           response_tokens: int = 16, max_tokens: int = 32, k_max: int | None = 30,
            exclude_tokens: Iterable[int] = (), source: RandomSource | None = None) -> RagAnswer:
     """DP-KSA (004 Alg. 1): FindBestK + TopKWithPTR on the keyword histogram, then a zero-shot answer.
 
     If PTR refuses (the gap at k̂ is too small), no keyword is released and the answer is the model's own.
-    Cost: the composed event of ``dp_ksa_select`` — (ε, δ) overall (δ-approximate RDP: PTR).
+    ``k_max`` bounds FindBestK's range (004 suggests 15–30; over the whole vocabulary the gaps of rare tokens
+    swamp it). Cost: the composed event of ``dp_ksa_select``, which is (ε, δ)-DP when converted at δ/2
+    (``epsilon_of(cost, δ/2)``: the other δ/2 is PTR's failure probability).
     """
     ids, texts = _responses(question, retriever, generator, check_positive_int("n_docs", n_docs), response_tokens)
     excl = set(exclude_tokens) | stop_tokens(generator)
