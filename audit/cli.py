@@ -48,7 +48,18 @@ class _LazyGroup(click.Group):
         if target is None:
             return None
         mod, _, attr = target.partition(":")
-        return getattr(importlib.import_module(mod), attr)
+        try:
+            return getattr(importlib.import_module(mod), attr)
+        except (ImportError, AttributeError) as e:
+            # e.g. the rag extra is not installed: the other commands must keep working
+            reason = f"{type(e).__name__}: {e}"
+
+            @click.command(name, help=f"(unavailable: {reason})", context_settings={"ignore_unknown_options": True})
+            @click.argument("args", nargs=-1, type=click.UNPROCESSED)
+            def unavailable(args):
+                raise click.ClickException(f"'{name}' is unavailable here ({reason}); install dprag[rag]")
+
+            return unavailable
 
 
 @click.group(cls=_LazyGroup)
