@@ -58,8 +58,13 @@ def as_orders(orders: Iterable[float] | None) -> np.ndarray:
 
 
 def _log_cosh(x: np.ndarray) -> np.ndarray:
-    ax = np.abs(x)
-    return ax + np.log1p(np.exp(-2.0 * ax)) - math.log(2.0)
+    # log cosh x = log1p(2 sinh²(x/2)) is accurate for small |x| (the form |x| + log1p(e^{-2|x|}) - log 2
+    # cancels to ~1e-16 absolute, i.e. relative error ~1e-16/x² — 2% at x = 1e-7); it is used for |x| ≥ 20.
+    ax = np.abs(np.asarray(x, dtype=np.float64))
+    small = ax < 20.0
+    with np.errstate(over="ignore"):
+        s = np.sinh(np.where(small, ax, 0.0) / 2.0)
+    return np.where(small, np.log1p(2.0 * s * s), ax + np.log1p(np.exp(-2.0 * ax)) - math.log(2.0))
 
 
 def pure_dp_rdp(epsilon: float, orders: np.ndarray) -> np.ndarray:
@@ -85,10 +90,12 @@ def laplace_rdp(scale_over_sensitivity: float, orders: np.ndarray) -> np.ndarray
     """Exact RDP of the Laplace mechanism with b/Δ = λ (Mironov 2017, Prop. 6)."""
     lam = float(scale_over_sensitivity)
     a = np.asarray(orders, dtype=np.float64)
-    t1 = np.log(a / (2 * a - 1)) + (a - 1) / lam
-    t2 = np.log((a - 1) / (2 * a - 1)) - a / lam
-    exact = np.logaddexp(t1, t2) / (a - 1)
-    return np.minimum(exact, 1.0 / lam)  # never above the pure-DP value ε = 1/λ
+    eps = 1.0 / lam
+    # (1/(α-1)) log[α/(2α-1) e^{(α-1)ε} + (α-1)/(2α-1) e^{-αε}], rewritten as
+    # ε + log1p((α-1)/(2α-1) · expm1(-(2α-1)ε)) / (α-1): no cancellation for large λ (small ε),
+    # where the direct form loses ~λ²·1e-16 relative accuracy.
+    exact = eps + np.log1p((a - 1) / (2 * a - 1) * np.expm1(-(2 * a - 1) * eps)) / (a - 1)
+    return np.minimum(exact, eps)  # never above the pure-DP value ε = 1/λ
 
 
 def gaussian_rdp(noise_multiplier: float, orders: np.ndarray) -> np.ndarray:
@@ -190,17 +197,31 @@ def _(event: PoissonSampledEvent, orders):
         return np.zeros(len(orders))
     if event.sampling_probability == 1:
         return rdp_curve(event.event, orders)
+    # Inner events dp_accounting cannot amplify exactly (anything but nested compositions of Gaussians:
+    # pure DP, Laplace, exponential mechanism, ...) get the general bound of Zhu & Wang 2019 Thm 6, min'd
+    # with pure-DP amplification and the unamplified curve (accounting.mechanisms.subsampling). It raises
+    # UnsupportedEventError itself for inner events with no RDP curve or with an additive δ.
+    from .mechanisms.subsampling import subsampled_rdp_curve  # lazy: mechanisms import this module
+
     try:
         dpe = event.to_dp_event()
     except UnsupportedEventError:
-        raise UnsupportedEventError(
-            f"no RDP amplification bound is registered for Poisson-sampled {type(event.event).__name__}"
-        ) from None
+        return subsampled_rdp_curve(event, orders)
     import dp_accounting
 
     acc = dp_accounting.rdp.RdpAccountant(orders=[float(a) for a in orders])
+    if not acc.supports(dpe):
+        return subsampled_rdp_curve(event, orders)
     acc.compose(dpe)
-    return np.asarray(acc._rdp, dtype=np.float64)  # noqa: SLF001 (dp_accounting exposes no getter)
+    curve = np.asarray(acc._rdp, dtype=np.float64)  # noqa: SLF001 (dp_accounting exposes no getter)
+    # dp_accounting's series is +inf where it does not converge and can dip to -1e-190 at tiny q: there the
+    # unsampled curve (subsampling never increases RDP) and 0 are the valid values. Elsewhere its values are
+    # kept as they are (where they are not monotone in α they over-estimate, which is conservative), so our
+    # accountant agrees with dp_accounting's.
+    bad = ~np.isfinite(curve)
+    if bad.any():
+        curve = np.where(bad, rdp_curve(event.event, orders), curve)
+    return np.maximum(curve, 0.0)
 
 
 @functools.singledispatch
@@ -242,21 +263,59 @@ def rdp_to_epsilon(rdp: np.ndarray, orders: np.ndarray, delta: float, method: st
 
     ``standard``: Mironov 2017 Prop. 3, ε = R(α) + log(1/δ)/(α-1).
     ``improved``: Canonne–Kamath–Steinke 2020 Prop. 12 / Balle et al. 2020 Thm 21,
-    ε = R(α) + log((α-1)/α) - (log δ + log α)/(α-1) — the conversion dp_accounting uses.
+    ε = R(α) + log((α-1)/α) - (log δ + log α)/(α-1) — the conversion dp_accounting uses — together
+    with the KL bound dp_accounting also applies: D_α ≥ KL for α > 1 and TV ≤ sqrt(1 - e^{-KL})
+    (Bretagnolle–Huber), so a pair with δ ≥ sqrt(1 - e^{-R(α)}) is (0, δ)-DP.
     """
     rdp = np.asarray(rdp, dtype=np.float64)
     a = np.asarray(orders, dtype=np.float64)
+    if rdp.shape != a.shape:
+        raise InvalidParameterError("rdp", "must have the same length as orders", rdp.shape)
     if not (0 < delta < 1):
         raise InvalidParameterError("delta", "must lie in (0, 1)", delta)
     if method == "standard":
         eps = rdp + math.log(1.0 / delta) / (a - 1)
     elif method == "improved":
-        eps = rdp + np.log((a - 1) / a) - (math.log(delta) + np.log(a)) / (a - 1)
+        eps = rdp + np.log1p(-1.0 / a) - (math.log(delta) + np.log(a)) / (a - 1)
+        with np.errstate(over="ignore", invalid="ignore"):
+            kl_ok = delta * delta + np.expm1(-rdp) >= 0  # δ ≥ sqrt(1 - e^{-R}): (0, δ)-DP
+        eps = np.where(kl_ok, 0.0, eps)
     else:
         raise InvalidParameterError("method", "must be 'standard' or 'improved'", method)
     eps = np.where(np.isnan(eps), np.inf, eps)
     i = int(np.argmin(eps))
     return max(0.0, float(eps[i])), float(a[i])
+
+
+def rdp_to_delta(rdp: np.ndarray, orders: np.ndarray, epsilon: float, method: str = "improved") -> tuple[float, float]:
+    """The δ(ε) direction of :func:`rdp_to_epsilon`; returns (δ, optimal order), δ capped at 1.
+
+    ``standard``: Mironov 2017 Prop. 3 solved for δ, δ = exp((α-1)(R(α) - ε)).
+    ``improved``: Canonne–Kamath–Steinke 2020 Prop. 12, δ = exp((α-1)(R(α) - ε + log(1-1/α)) - log α),
+    and the KL bound δ = sqrt(1 - e^{-R(α)}) (valid at every ε ≥ 0), as in dp_accounting.
+    """
+    rdp = np.asarray(rdp, dtype=np.float64)
+    a = np.asarray(orders, dtype=np.float64)
+    if rdp.shape != a.shape:
+        raise InvalidParameterError("rdp", "must have the same length as orders", rdp.shape)
+    try:
+        eps = float(epsilon)
+    except (TypeError, ValueError):
+        raise InvalidParameterError("epsilon", "must be a real number", epsilon) from None
+    if not (eps >= 0 and math.isfinite(eps)):
+        raise InvalidParameterError("epsilon", "must be finite and >= 0", epsilon)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        if method == "standard":
+            log_delta = (a - 1) * (rdp - eps)
+        elif method == "improved":
+            log_delta = (a - 1) * (rdp - eps + np.log1p(-1.0 / a)) - np.log(a)
+            log_kl = np.where(rdp > 0, 0.5 * np.log(-np.expm1(-rdp)), -np.inf)  # expm1: accurate for tiny R
+            log_delta = np.minimum(log_delta, log_kl)
+        else:
+            raise InvalidParameterError("method", "must be 'standard' or 'improved'", method)
+    log_delta = np.where(np.isnan(log_delta), np.inf, log_delta)
+    i = int(np.argmin(log_delta))
+    return min(1.0, math.exp(min(float(log_delta[i]), 0.0))), float(a[i])
 
 
 def epsilon_of(event: PrivacyEvent, delta: float, orders: Sequence[float] | None = None, method: str = "improved"):
