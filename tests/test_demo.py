@@ -1,0 +1,362 @@
+"""``dprag demo``: the orchestration end to end with the weight-free models (toy: no torch; tiny: a random
+Llama through the real generator adapter), its traffic script, its output files, and the C_emb descriptor
+helpers of ``rag_adapters.audit_embedder``. The real-model smoke test is tests/test_demo_realmodel.py."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from accounting.errors import InvalidParameterError
+from audit import commitments as cm
+from audit.cli import main as dprag_main
+from audit.encoding import decode
+from rag_adapters import demo as D
+from rag_adapters.audit_embedder import (
+    CHATML_LAYOUT,
+    CorpusCachingEmbedder,
+    directory_sha256,
+    embedder_descriptor,
+    model_files,
+    prompt_template_text,
+)
+from rag_adapters.datasets.clinic import FACT_KINDS, generate_clinic_corpus
+
+
+# ----------------------------------------------------------------------------------------------------------
+# the traffic script
+# ----------------------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def quick_corpora():
+    cfg = D.quick_config("toy")
+    return cfg, {t.name: generate_clinic_corpus(t.seed, n_conditions=t.n_conditions, support_min=t.support[0],
+                                                support_max=t.support[1], n_distractors=t.n_distractors)
+                 for t in cfg.tenants}
+
+
+def test_honest_questions_one_per_condition_with_rotating_kinds():
+    corpus = generate_clinic_corpus("test-demo", n_conditions=6, support_min=20, support_max=22, n_distractors=10)
+    items = D.honest_questions(corpus, 6)
+    assert len(items) == 6
+    by_id = {f.fact_id: f for f in corpus.facts}
+    for ci, q in enumerate(items):
+        kind = FACT_KINDS[ci % 4]
+        fact = by_id[f"c{ci:02d}-{kind}"]
+        assert q.split == "test" and q.group == fact.fact_id
+        assert fact.condition in q.question
+        assert fact.answer in q.answers  # gold = the fact the corpus states
+        assert set(q.relevant_ids) == set(fact.support_ids)
+
+
+def test_probe_target_is_a_record_no_fact_relies_on(quick_corpora):
+    cfg, corpora = quick_corpora
+    corpus = corpora[cfg.coalition_tenant]
+    target = D.probe_target(corpus)
+    support = {i for f in corpus.facts for i in f.support_ids}
+    assert target.doc_id not in support
+    assert target.secret in corpus.documents[target.doc_id] and target.name in corpus.documents[target.doc_id]
+    qs = D.probe_questions(target, 6)
+    assert len(set(qs)) == 6 and all(target.name in q and target.kind in q for q in qs)
+
+
+def test_script_interleaves_every_request_once(quick_corpora):
+    cfg, corpora = quick_corpora
+    cfg = replace(D.default_config("real"), tenants=cfg.tenants)  # several paraphrases, 2 probes each
+    script, target = D.build_script(cfg, corpora)
+    honest = [r for r in script if r.kind == "honest"]
+    probes = [r for r in script if r.kind == "probe"]
+    assert len(honest) == sum(t.n_conditions for t in cfg.tenants)
+    assert len(probes) == len(cfg.colluders) * cfg.probes_per_colluder
+    for t in cfg.tenants:
+        mine = [r for r in honest if r.tenant == t.name]
+        assert {r.account for r in mine} <= set(t.accounts)
+        assert len({r.item.group for r in mine}) == t.n_conditions  # one question per condition
+    for a in cfg.colluders:
+        assert sum(r.account == a for r in probes) == cfg.probes_per_colluder
+    assert all(r.tenant == cfg.coalition_tenant for r in probes)
+    # probes are spread through the window, not all at its end
+    idx = [i for i, r in enumerate(script) if r.kind == "probe"]
+    assert idx[0] < len(script) // 2
+    assert len({r.question for r in probes}) == len(probes)  # paraphrases, not one repeated text
+
+
+def test_policy_follows_the_protocol_units():
+    cfg = D.default_config("real")
+    pol = D.build_policy(cfg)
+    r = pol.retrieval
+    assert r.sensitivity == 1025 == ((r.score_clip[1] - r.score_clip[0]) >> r.score_shift) + 1
+    assert r.enabled_tenants == ("clinic-a",)
+    # σ calibrated so that one account's n releases are (ε_acc, δ_acc)-DP: checked with the Gaussian
+    # composition of accounting.gdp (an independent route from exact_sigma's search)
+    from accounting.gdp import certified_gaussian_epsilon
+
+    eps = certified_gaussian_epsilon(r.sigma, r.delta_acc, sensitivity=r.sensitivity, count=r.n)
+    assert eps == pytest.approx(r.epsilon_acc, rel=1e-3)
+    assert pol.generation.tau == 512 and pol.generation.algorithm == "murag"
+    assert pol.coalition.delta_policy > pol.coalition.k_max * r.delta_acc
+
+
+def test_bad_configuration_is_refused_before_anything_is_written(tmp_path):
+    cfg = D.quick_config("toy")
+    bad = replace(cfg, privacy=replace(cfg.privacy, n=1))  # honest accounts ask 2 questions
+    out = tmp_path / "d"
+    with pytest.raises(InvalidParameterError, match="privacy.n"):
+        D.run_demo(out, bad, progress=False, echo=lambda s: None)
+    assert not out.exists()
+    with pytest.raises(InvalidParameterError, match="model"):
+        D.run_demo(out, replace(cfg, model="gpt5"), progress=False, echo=lambda s: None)
+    assert not out.exists()
+
+
+def test_refuses_a_foreign_non_empty_directory(tmp_path):
+    (tmp_path / "mine.txt").write_text("keep me")
+    assert D.main(["--model", "toy", "--quick", "--no-progress", "--out", str(tmp_path)]) == 2
+    assert (tmp_path / "mine.txt").read_text() == "keep me"
+    assert not (tmp_path / "bundle").exists()
+
+
+# ----------------------------------------------------------------------------------------------------------
+# end to end with the toy models
+# ----------------------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def toy_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("demo") / "run"
+    lines: list[str] = []
+    res = D.run_demo(out, D.quick_config("toy"), progress=False, echo=lines.append)
+    return out, res, lines
+
+
+def test_toy_run_passes_and_writes_every_output(toy_run):
+    out, res, lines = toy_run
+    cfg = D.quick_config("toy")
+    assert res.passed
+    assert any("quick run" in line and f"{cfg.n_queries()} queries" in line for line in lines)  # sizes printed
+    for rel in ("bundle/public/genesis.json", "bundle/public/leaves.bin", "bundle/public/checkpoints.txt",
+                "bundle/auditor/seed.hex", "bundle/auditor/openings.jsonl", "receipts.jsonl", "verdict.json",
+                "report.md", "answers.jsonl", "lowk/verdict.json"):
+        assert (out / rel).is_file(), rel
+    for png in ("accuracy.png", "spend.png"):
+        assert (out / "plots" / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    v = json.loads((out / "verdict.json").read_text())
+    assert v["verdict"] == "PASS" and v["reasons"] == []
+    report = (out / "report.md").read_text()
+    assert "**Verdict: PASS**" in report and v["attestation"] in report
+    assert "Non-RAG baseline" in report and "ĉ = **3**" in report
+
+
+def test_toy_run_receipts_match_the_answers_and_the_ledger(toy_run):
+    out, res, _ = toy_run
+    receipts = [decode(x.encode()) for x in (out / "receipts.jsonl").read_text().splitlines()]
+    answers = [json.loads(x) for x in (out / "answers.jsonl").read_text().splitlines()]
+    assert len(receipts) == len(answers) == len(res.served) == D.quick_config("toy").n_queries()
+    for rc, ans in zip(receipts, answers):
+        r = rc["receipt"]
+        assert r["pos"] == ans["pos"] and r["account"] == ans["account"] and r["tenant"] == ans["tenant"]
+        assert r["h_answer"] == hashlib.sha256(ans["answer"].encode()).hexdigest()
+        assert r["h_q"] == hashlib.sha256(ans["question"].encode()).hexdigest()
+        assert (rc["top"] is None) == (ans["tenant"] != "clinic-a")  # citations only where enabled
+        if rc["top"] is not None:
+            assert len(rc["top"]) == D.quick_config("toy").privacy.K
+
+
+def test_toy_run_epsilons_are_the_certified_values(toy_run):
+    out, res, _ = toy_run
+    p = D.quick_config("toy").privacy
+    v = res.verdict
+    gen = v["channels"]["generation"]
+    # 000 Alg. 5 pure cost, closed form: SVT ε_Lap/2 + c·ε_Lap/2 and c exponential mechanisms at ε_Expo,
+    # with ε_Lap = ε_Expo = ε_token/2; replace-one doubles the add/remove filter guarantee M·ε_q
+    eps_q = p.epsilon_token / 4 + p.max_private_tokens * p.epsilon_token / 4 \
+        + p.max_private_tokens * p.epsilon_token / 2
+    assert gen["per_query_epsilon"] == pytest.approx(eps_q, rel=1e-9)
+    assert gen["epsilon"] == pytest.approx(2 * p.M * eps_q, rel=1e-9)
+    retr = v["channels"]["retrieval"]
+    # a coalition of k_max accounts, each (ε_acc, δ_acc)-DP over its n queries: basic composition bounds the
+    # certified joint ε from above; a single account's ε_acc bounds it from below
+    assert p.epsilon_acc < retr["epsilon"] <= p.k_max * p.epsilon_acc
+    assert retr["releases"] == p.k_max * p.n and retr["delta"] == p.delta_policy
+    assert v["epsilon"] == pytest.approx(retr["epsilon"] + gen["epsilon"], rel=1e-12)
+
+
+def test_toy_run_coalition_found_and_low_k_window_fails(toy_run):
+    out, res, _ = toy_run
+    assert res.verdict["checked"]["coalition_estimate"] == 3
+    assert res.extra["clusters"] == [set(D.quick_config("toy").colluders)]
+    lk = res.lowk_verdict
+    assert lk["verdict"] == "FAIL"
+    assert lk["reasons"] and all(r.startswith("coalition:") for r in lk["reasons"])
+    # the CLI auditor agrees on both bundles (exit codes 0 and 1)
+    assert dprag_main(["audit", "verify", str(out / "bundle"), "--receipts", str(out / "receipts.jsonl")]) == 0
+    assert dprag_main(["audit", "verify", str(out / "lowk" / "bundle"), "--receipts",
+                       str(out / "lowk" / "receipts.jsonl")]) == 1
+
+
+def test_toy_run_spend_stays_within_the_filter_budget(toy_run):
+    out, res, _ = toy_run
+    a = res.extra
+    for ten, sp in a["spend"].items():
+        assert sp.max() <= a["budget_units"]
+    # the probed record is charged by at most M queries, whichever accounts ask
+    M = D.quick_config("toy").privacy.M
+    assert sum(p["target_charged"] for p in a["probes"]) <= M
+
+
+def test_rerun_into_the_same_directory_replaces_the_previous_run(toy_run, tmp_path):
+    out = tmp_path / "again"
+    assert D.main(["--model", "toy", "--quick", "--no-progress", "--out", str(out)]) == 0
+    first = (out / "bundle" / "public" / "genesis.json").read_bytes()
+    assert D.main(["--model", "toy", "--quick", "--no-progress", "--out", str(out)]) == 0
+    assert (out / "bundle" / "public" / "genesis.json").read_bytes() != first  # fresh window: new seed, key
+
+
+def test_tiny_llama_run_through_the_generator_adapter(tmp_path):
+    """The same orchestration through rag_adapters.generator.CausalLMGenerator (random weights)."""
+    cfg = D.quick_config("tiny")
+    cfg = replace(cfg, privacy=replace(cfg.privacy, m=4, max_tokens=6))  # fewer voters: a fast test
+    res = D.run_demo(tmp_path / "tiny", cfg, progress=False, echo=lambda s: None)
+    assert res.passed
+    assert res.lowk_verdict["verdict"] == "FAIL"
+    desc = decode((tmp_path / "tiny" / "bundle" / "auditor" / "embedder.json").read_bytes())
+    tmpl = decode(desc["prompt_template"].encode())
+    assert tmpl["chat_template"] == CHATML_LAYOUT and tmpl["generator"] == "tiny-llama"
+
+
+# ----------------------------------------------------------------------------------------------------------
+# audit_embedder
+# ----------------------------------------------------------------------------------------------------------
+def _model_dir(tmp_path: Path) -> Path:
+    d = tmp_path / "model"
+    (d / "1_Pooling").mkdir(parents=True)
+    (d / "model.safetensors").write_bytes(bytes(range(256)) * 40)
+    (d / "config.json").write_text('{"hidden_size": 4}')
+    (d / "tokenizer.json").write_text('{"vocab": {}}')
+    (d / "vocab.txt").write_text("[PAD]\nhello\n")
+    (d / "1_Pooling" / "config.json").write_text('{"pooling_mode_mean_tokens": true}')
+    (d / "README.md").write_text("docs")
+    (d / ".gitattributes").write_text("*.bin filter=lfs")
+    return d
+
+
+def test_directory_sha256_is_the_protocol_digest(tmp_path):
+    d = _model_dir(tmp_path)
+    hashed = ["1_Pooling/config.json", "config.json", "model.safetensors", "tokenizer.json", "vocab.txt"]
+    assert [rel for rel, _ in model_files(d)] == hashed
+    expect = cm.files_sha256([(rel, (d / rel).read_bytes()) for rel in hashed])  # spec/protocol.md §3
+    assert directory_sha256(d, chunk=7) == expect
+    # by hand, for one file: u32be(len(path)) || path || u64be(len(file)) || file
+    h = hashlib.sha256()
+    for rel in ["tokenizer.json", "vocab.txt"]:
+        data = (d / rel).read_bytes()
+        h.update(len(rel).to_bytes(4, "big") + rel.encode() + len(data).to_bytes(8, "big") + data)
+    assert directory_sha256(d, only=["vocab.txt", "tokenizer.json"]) == h.hexdigest()
+
+
+def test_directory_sha256_sees_every_byte_and_ignores_docs(tmp_path):
+    d = _model_dir(tmp_path)
+    base = directory_sha256(d)
+    (d / "README.md").write_text("other docs")
+    (d / ".gitattributes").write_text("changed")
+    assert directory_sha256(d) == base
+    w = bytearray((d / "model.safetensors").read_bytes())
+    w[5000] ^= 1
+    (d / "model.safetensors").write_bytes(bytes(w))
+    assert directory_sha256(d) != base
+    with pytest.raises(InvalidParameterError, match="model_dir"):
+        directory_sha256(tmp_path / "missing")
+
+
+def test_descriptor_binds_weights_tokenizer_and_prompt(tmp_path):
+    from accounting.rag.toy import ToyGenerator
+
+    d = _model_dir(tmp_path)
+    tmpl = prompt_template_text(ToyGenerator())
+    desc = embedder_descriptor(model="m", model_dir=d, dimension=4, prompt_template=tmpl, schema={"t": 3})
+    assert desc.weights_sha256 == directory_sha256(d)
+    assert desc.tokenizer_sha256 == directory_sha256(d, only=["tokenizer.json", "vocab.txt"])
+    assert desc.embedding_scale == cm.DEFAULT_EMBEDDING_SCALE
+    other = embedder_descriptor(model="m", model_dir=d, dimension=4, prompt_template=tmpl + " ", schema={"t": 3})
+    assert other.commitment != desc.commitment
+    parsed = decode(tmpl.encode())  # canonical JSON text
+    assert parsed["system"].startswith("You are a helpful assistant") and parsed["generator_sha256"] is None
+    (d / "tokenizer.json").unlink()
+    (d / "vocab.txt").unlink()
+    with pytest.raises(InvalidParameterError, match="tokenizer"):
+        embedder_descriptor(model="m", model_dir=d, dimension=4, prompt_template=tmpl, schema={})
+
+
+def test_prompt_template_names_the_generator_weights(tmp_path):
+    class _Tok:
+        _tok = type("T", (), {"chat_template": "{{ jinja }}"})()
+
+    class _Gen:
+        tokenizer = _Tok()
+        name = "g"
+        max_context_tokens = 512
+
+    d = _model_dir(tmp_path)
+    t = decode(prompt_template_text(_Gen(), generator_dir=d).encode())
+    assert t["chat_template"] == "{{ jinja }}" and t["max_context_tokens"] == 512
+    assert t["generator_sha256"] == directory_sha256(d)
+
+
+def test_corpus_caching_embedder_uses_the_disk_cache(tmp_path):
+    from rag_adapters.embedder import EmbeddingCache
+
+    class _Emb:
+        fingerprint, dim = "fake-v1", 3
+        calls = 0
+
+        def embed(self, texts):
+            _Emb.calls += len(texts)
+            return np.array([[len(t), 1.0, 0.5] for t in texts], dtype=np.float32)
+
+    ticks = []
+    e = CorpusCachingEmbedder(_Emb(), cache=EmbeddingCache(tmp_path / "c"),
+                              progress=lambda total, desc: ticks.append, chunk=2)
+    docs = ["a", "bb", "ccc", "dddd", "eeeee"]
+    first = e.embed(docs)
+    assert _Emb.calls == 5 and sum(ticks) == 5 and first[:, 0].tolist() == [1, 2, 3, 4, 5]
+    again = CorpusCachingEmbedder(_Emb(), cache=EmbeddingCache(tmp_path / "c")).embed(docs)
+    assert _Emb.calls == 5 and np.array_equal(again, first)  # served from disk
+    assert e.embed(["q"]).shape == (1, 3) and _Emb.calls == 6  # questions are never cached
+
+
+def test_tau_statistics_against_a_brute_force_count():
+    from audit.toy import HashEmbedder
+
+    corpus = generate_clinic_corpus("test-tau", n_conditions=2, support_min=20, support_max=21, n_distractors=5)
+    emb = HashEmbedder(16)
+    tau = 200
+    st = D.tau_statistics(emb, corpus, tau=tau)
+    docs = cm.quantise_embeddings(emb.embed(list(corpus.documents))).tolist()
+    dev = [q for q in corpus.questions if q.split == "dev"]
+    sup_above = sup_total = unrel_above = 0
+    for item in dev:
+        q = cm.quantise_embeddings(emb.embed([item.question]))[0].tolist()
+        for i, d in enumerate(docs):
+            dot = sum(a * b for a, b in zip(d, q))  # Python integers: exact
+            score = min(max(dot, 0), 1 << 20) >> 10
+            if i in item.relevant_ids:
+                sup_total += 1
+                sup_above += score > tau
+            else:
+                unrel_above += score > tau
+    assert st["questions"] == len(dev) and st["records"] == len(corpus.documents)
+    assert st["supporting_above_tau"] == pytest.approx(sup_above / sup_total, abs=0)
+    assert st["unrelated_above_tau_per_question"] == pytest.approx(unrel_above / len(dev), abs=1e-12)
+
+
+def test_token_budget_accuracy_runs_the_single_query_mechanism():
+    from accounting.rag.toy import ToyGenerator
+    from audit.toy import HashEmbedder
+
+    corpus = generate_clinic_corpus("test-tok", n_conditions=2, support_min=20, support_max=21, n_distractors=5)
+    gen = ToyGenerator(vocab_size=4096)
+    acc = D.token_budget_accuracy(HashEmbedder(16), gen, corpus, m=4, epsilon_token=6.0, c=2, questions=2)
+    assert acc == 0.0  # the toy model answers "unknown" without an "ANSWER:" line
+    assert gen.calls == 2  # one decoding session per question
