@@ -1,86 +1,452 @@
-"""Coalition-size estimator (R5, 002 §5.5; spec/protocol.md §6).
+"""Coalition-size estimator (R5; 002 §5.5 "Phase C: coalition-size estimation"; spec/protocol.md §6,
+spec/estimator.md).
 
-Queries are linked when the cosine similarity of their embeddings is >= θ and their ledger positions are at
-most ``window`` apart; clusters are connected components (union–find); a cluster's size is its number of
-distinct accounts; ĉ is the largest size (1 when nothing links two accounts). Pass condition: ĉ <= k_max.
-ε is computed from k_max, never from ĉ.
+Definition (what the auditor recomputes from the opened query embeddings, in ledger order):
 
-``coalition_size`` is exact (every pair within the window is compared), in blocks with numpy.
+* two queries i < j are **linked** when ``pos_j - pos_i <= window`` (ledger positions; by default the row
+  numbers 0..n-1) and ``cos(x_i, x_j) >= θ``, the cosine being evaluated **exactly** on the given values
+  (int16 quantised embeddings in the protocol; any float array in experiments) -- a zero row links to
+  nothing;
+* clusters are the connected components of the link graph;
+* a cluster's size is its number of *distinct accounts*; ĉ = the largest size, 1 when no cluster spans two
+  accounts (0 for no queries). The pass condition is ĉ <= k_max; ε is computed from k_max, never from ĉ.
+
+"Exactly" means: for rows x, y (as exact rationals: an int16 is an integer, a float64 a dyadic rational)
+and θ = num/den (the exact binary64 value), linked iff ``x·y > 0`` and ``(x·y)^2 · den^2 >= num^2 ·
+|x|^2 · |y|^2``. So every implementation, whatever its BLAS, threads or summation order, gets the same
+links, and the verdict is reproducible bit for bit.
+
+Fast path. Pairs are found by a *neighbour search* -- any callable of the ``NeighbourSearch`` protocol that
+returns a **superset** of the pairs whose unit-row inner product is >= a lowered threshold (the default is
+``exact_window_search``, blocked float64 numpy; ``rag_adapters.ann_links.FaissWindowSearch`` is a FAISS
+one). Each candidate's cosine is then taken in float64, whose error is far below ``MARGIN = 2^-32``:
+candidates clearly above θ + MARGIN are links, those below θ - MARGIN are not, and the rare ones in between
+are decided by the exact integer rule above. A search that returns only pairs can cause *missed* links (if
+it is not the superset it promises), never false ones: the estimator recomputes every cosine and re-checks
+the window. A search may also return its own similarity values with a declared error bound (FAISS's
+float32 values); those are trusted within the bound and recomputed in float64 only when too close to θ
+to call. The verifier uses the numpy default, which trusts nothing but numpy's float64 BLAS.
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from fractions import Fraction
+from typing import Callable, Hashable, Protocol, Sequence, runtime_checkable
 
 import numpy as np
+from scipy.sparse import coo_matrix
+from scipy.sparse.csgraph import connected_components
 
 from accounting.errors import InvalidParameterError, check_positive_int
 
+#: float64 slack: |computed cosine - exact cosine| <= ~(2d + 10)·2^-53 for unit-normalised float64 rows
+#: (normalisation + dot product, any summation order; < 2^-42 for d = 384, < 2^-36 for d <= MAX_DIM);
+#: 2^-32 leaves a wide safety factor and is still far below any θ step of interest.
+MARGIN = 2.0 ** -32
+MAX_DIM = 1 << 16
 
-class _UnionFind:
-    def __init__(self, n: int):
-        self.parent = np.arange(n)
-
-    def find(self, x: int) -> int:
-        p = self.parent
-        root = x
-        while p[root] != root:
-            root = p[root]
-        while p[x] != root:
-            p[x], x = root, p[x]
-        return root
-
-    def union(self, a: int, b: int) -> None:
-        ra, rb = self.find(a), self.find(b)
-        if ra != rb:
-            self.parent[max(ra, rb)] = min(ra, rb)
+#: a tile of the exact search holds at most this many float64 similarities (16 MiB)
+_TILE_ELEMS = 1 << 21
 
 
-def _unit(x: np.ndarray) -> np.ndarray:
-    x = np.asarray(x, dtype=np.float64)
-    n = np.linalg.norm(x, axis=1, keepdims=True)
+@runtime_checkable
+class NeighbourSearch(Protocol):
+    """Candidate-pair search injected into the estimator.
+
+    ``search(unit, theta, window, positions)`` receives unit-normalised float64 rows (n, d), a threshold,
+    the window and the strictly increasing int64 positions, and must return an (m, 2) integer array holding
+    **every** pair (i, j), i < j, ``positions[j] - positions[i] <= window``, whose exact inner product
+    ``unit[i]·unit[j]`` is >= ``theta``. Extra pairs are allowed (they are filtered); duplicates too.
+    It may instead return ``(pairs, values, error_bound)``: ``values[k]`` within ``error_bound`` of the
+    exact inner product of pair k (then the estimator does not recompute clear-cut pairs).
+    """
+
+    def __call__(self, unit: np.ndarray, theta: float, window: int,
+                 positions: np.ndarray) -> np.ndarray | tuple[np.ndarray, np.ndarray, float]: ...
+
+
+# ---------------------------------------------------------------------------------------------------------
+# validation
+# ---------------------------------------------------------------------------------------------------------
+
+def _check_embeddings(embeddings, n_expected: int | None = None) -> np.ndarray:
+    e = np.asarray(embeddings)
+    if e.dtype == bool or not (np.issubdtype(e.dtype, np.integer) or np.issubdtype(e.dtype, np.floating)):
+        raise InvalidParameterError("embeddings", "must be an integer or floating-point array", str(e.dtype))
+    if e.ndim != 2 or e.shape[1] == 0:
+        raise InvalidParameterError("embeddings", "must be an (n, d) array with d >= 1", e.shape)
+    if e.shape[1] > MAX_DIM:
+        raise InvalidParameterError("embeddings", f"must have d <= {MAX_DIM} (the float64 margin's range)", e.shape)
+    if n_expected is not None and e.shape[0] != n_expected:
+        raise InvalidParameterError("embeddings", "must be an (n, d) array with one row per account entry",
+                                    (e.shape, n_expected))
+    if np.issubdtype(e.dtype, np.floating):
+        if e.dtype.itemsize > 8:
+            raise InvalidParameterError("embeddings", "must be at most float64", str(e.dtype))
+        if not np.isfinite(e).all():
+            raise InvalidParameterError("embeddings", "must be finite (no NaN / inf)")
+    return e
+
+
+def _check_theta(theta, field: str = "theta") -> float:
+    if isinstance(theta, bool):
+        raise InvalidParameterError(field, "must be a real number in (0, 1]", theta)
+    try:
+        t = float(theta)
+    except (TypeError, ValueError):
+        raise InvalidParameterError(field, "must be a real number in (0, 1]", theta) from None
+    if not (0.0 < t <= 1.0):  # also refuses NaN
+        raise InvalidParameterError(field, "must lie in (0, 1]", theta)
+    return t
+
+
+def _check_positions(positions, n: int) -> np.ndarray:
+    if positions is None:
+        return np.arange(n, dtype=np.int64)
+    p = np.asarray(positions)
+    if p.ndim != 1 or p.shape[0] != n:
+        raise InvalidParameterError("positions", "must be a 1-D array with one position per query", p.shape)
+    if n and (p.dtype == bool or not np.issubdtype(p.dtype, np.integer)):
+        raise InvalidParameterError("positions", "must be integers (ledger indices)", str(p.dtype))
+    p = p.astype(np.int64)
+    if n > 1 and not (np.diff(p) > 0).all():
+        raise InvalidParameterError("positions", "must be strictly increasing (ledger order)")
+    return p
+
+
+def _account_codes(accounts: Sequence[Hashable], n: int) -> tuple[np.ndarray, list]:
+    if isinstance(accounts, (str, bytes)):
+        raise InvalidParameterError("accounts", "must be a sequence of account ids, not a single string")
+    try:
+        accts = list(accounts)
+    except TypeError:
+        raise InvalidParameterError("accounts", "must be a sequence of account ids", type(accounts).__name__) from None
+    if len(accts) != n:
+        raise InvalidParameterError("accounts", "must have one account id per embedding row", (len(accts), n))
+    index: dict = {}
+    try:
+        codes = np.fromiter((index.setdefault(a, len(index)) for a in accts), dtype=np.int64, count=n)
+    except TypeError:
+        raise InvalidParameterError("accounts", "account ids must be hashable") from None
+    names = list(index)
+    return codes, names
+
+
+# ---------------------------------------------------------------------------------------------------------
+# geometry: unit rows, the exact predicate
+# ---------------------------------------------------------------------------------------------------------
+
+def unit_rows(embeddings: np.ndarray) -> np.ndarray:
+    """Rows scaled to unit L2 norm in float64 (zero rows stay zero)."""
+    x = np.asarray(embeddings, dtype=np.float64)
+    n = np.sqrt(np.einsum("ij,ij->i", x, x))
     n[n == 0] = 1.0
-    return x / n
+    return x / n[:, None]
 
 
-def link_pairs(embeddings: np.ndarray, theta: float, window: int, block: int = 2048) -> np.ndarray:
-    """All pairs (i, j), i < j <= i + window, with cos(e_i, e_j) >= θ, as an (m, 2) int64 array."""
-    e = _unit(embeddings)
-    n = e.shape[0]
-    window = check_positive_int("window", window)
-    out = []
+def _int_rows(raw: np.ndarray, rows: np.ndarray) -> dict[int, list[int]]:
+    """Exact integer vectors proportional to the given rows (Python ints; cosine is scale-invariant)."""
+    out: dict[int, list[int]] = {}
+    if np.issubdtype(raw.dtype, np.integer):
+        for r in rows.tolist():
+            out[r] = [int(v) for v in raw[r].tolist()]
+        return out
+    x = raw.astype(np.float64)
+    for r in rows.tolist():
+        m, e = np.frexp(x[r])                      # x = m · 2^e, m in [0.5, 1) (or 0)
+        mi = (m * 2.0 ** 53).astype(np.int64)      # exact: 53-bit integer mantissas
+        ex = e.astype(np.int64) - 53
+        nz = mi != 0
+        emin = int(ex[nz].min()) if nz.any() else 0
+        out[r] = [int(a) << int(b - emin) if a else 0 for a, b in zip(mi.tolist(), ex.tolist())]
+    return out
+
+
+def _same_rows(raw: np.ndarray, pairs: np.ndarray) -> np.ndarray:
+    """For each pair: are both rows identical and non-zero (cosine exactly 1)?"""
+    rows, where = np.unique(pairs, return_inverse=True)
+    where = where.reshape(pairs.shape)
+    sub = raw[rows]
+    _, row_class = np.unique(sub, axis=0, return_inverse=True)   # equal rows <-> equal class
+    row_class = row_class.reshape(-1)
+    nonzero = (sub != 0).any(axis=1)
+    return (row_class[where[:, 0]] == row_class[where[:, 1]]) & nonzero[where[:, 0]]
+
+
+def exact_links(raw: np.ndarray, pairs: np.ndarray, theta: float) -> np.ndarray:
+    """The exact predicate (module docstring) for each pair, as a bool array; exact rational arithmetic."""
+    pairs = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
+    if pairs.shape[0] == 0:
+        return np.zeros(0, dtype=bool)
+    out = np.zeros(pairs.shape[0], dtype=bool)
+    # identical non-zero rows have cosine exactly 1 >= θ: decided without big-integer arithmetic
+    same = _same_rows(raw, pairs)
+    if same.any():
+        out[same] = True
+        rest = np.flatnonzero(~same)
+        if rest.size:
+            out[rest] = exact_links(raw, pairs[rest], theta)
+        return out
+    num, den = Fraction(theta).as_integer_ratio()
+    num2, den2 = num * num, den * den
+    small_int = (np.issubdtype(raw.dtype, np.integer)
+                 and raw.shape[1] * float(np.abs(raw.astype(np.int64)).max(initial=0)) ** 2 < 2.0 ** 62)
+    if small_int:  # int16 protocol material: dot products are exact in int64
+        a = raw[pairs[:, 0]].astype(np.int64)
+        b = raw[pairs[:, 1]].astype(np.int64)
+        dots = np.einsum("ij,ij->i", a, b).tolist()
+        na = np.einsum("ij,ij->i", a, a).tolist()
+        nb = np.einsum("ij,ij->i", b, b).tolist()
+        for k, (d, x, y) in enumerate(zip(dots, na, nb)):
+            out[k] = x > 0 and y > 0 and d > 0 and d * d * den2 >= num2 * x * y
+        return out
+    vecs = _int_rows(raw, np.unique(pairs))
+    norms = {r: sum(v * v for v in vec) for r, vec in vecs.items()}
+    for k, (i, j) in enumerate(pairs.tolist()):
+        x, y = norms[i], norms[j]
+        if x == 0 or y == 0:
+            continue
+        d = sum(p * q for p, q in zip(vecs[i], vecs[j]))
+        out[k] = d > 0 and d * d * den2 >= num2 * x * y
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the default neighbour search: exact, blocked numpy over the band |pos_j - pos_i| <= window
+# ---------------------------------------------------------------------------------------------------------
+
+def exact_window_search(unit: np.ndarray, theta: float, window: int, positions: np.ndarray,
+                        block: int = 1024) -> np.ndarray:
+    """Every pair i < j with ``positions[j] - positions[i] <= window`` and ``unit[i]·unit[j] >= theta``
+    (float64 BLAS tiles; the caller's margin absorbs rounding). Implements ``NeighbourSearch``."""
+    return _window_search(unit, theta, window, positions, block)[0]
+
+
+def _window_search(unit: np.ndarray, theta: float, window: int, positions: np.ndarray,
+                   block: int = 1024) -> tuple[np.ndarray, np.ndarray]:
+    """``exact_window_search`` plus the float64 inner products of the pairs it returns."""
+    n = unit.shape[0]
+    out, vals = [], []
     for s in range(0, n, block):
         t = min(n, s + block)
-        hi = min(n, t + window)
-        sims = e[s:t] @ e[s:hi].T  # rows i in [s, t), cols j in [s, hi)
-        ii, jj = np.nonzero(sims >= theta)
-        jj = jj + s
-        ii = ii + s
-        keep = (jj > ii) & (jj - ii <= window)
-        out.append(np.stack([ii[keep], jj[keep]], axis=1))
-    return np.concatenate(out) if out else np.zeros((0, 2), dtype=np.int64)
+        hi = int(np.searchsorted(positions, positions[t - 1] + window, side="right"))
+        if hi <= s + 1:
+            continue
+        col_block = max(256, _TILE_ELEMS // (t - s))
+        for c0 in range(s, hi, col_block):
+            c1 = min(hi, c0 + col_block)
+            sims = unit[s:t] @ unit[c0:c1].T
+            ii, jj = np.nonzero(sims >= theta)
+            v = sims[ii, jj]
+            ii += s
+            jj += c0
+            keep = (jj > ii) & (positions[jj] - positions[ii] <= window)
+            if keep.any():
+                out.append(np.stack([ii[keep], jj[keep]], axis=1))
+                vals.append(v[keep])
+    if not out:
+        return np.zeros((0, 2), dtype=np.int64), np.zeros(0)
+    return np.concatenate(out).astype(np.int64), np.concatenate(vals)
 
 
-def coalition_clusters(embeddings: np.ndarray, accounts: Sequence[str], theta: float, window: int) -> list[set[str]]:
-    """The distinct-account sets of every cluster that spans >= 2 accounts."""
-    e = np.asarray(embeddings)
-    if e.ndim != 2 or e.shape[0] != len(accounts):
-        raise InvalidParameterError("embeddings", "must be an (n, d) array with one row per account entry")
-    if not (0 < float(theta) <= 1):
-        raise InvalidParameterError("theta", "must lie in (0, 1]", theta)
-    n = e.shape[0]
-    uf = _UnionFind(n)
-    for i, j in link_pairs(e, float(theta), window):
-        uf.union(int(i), int(j))
-    groups: dict[int, set[str]] = {}
-    for i in range(n):
-        groups.setdefault(uf.find(i), set()).add(accounts[i])
-    return [g for g in groups.values() if len(g) >= 2]
+# ---------------------------------------------------------------------------------------------------------
+# links, clusters, ĉ
+# ---------------------------------------------------------------------------------------------------------
+
+class _Candidates:
+    """Candidate pairs (unique, i < j, inside the window) with cosine estimates ``cos`` and per-pair error
+    bounds ``err`` (0 for float64 values computed here; a search's declared bound for its own values)."""
+
+    def __init__(self, raw: np.ndarray, unit: np.ndarray, pairs: np.ndarray, cos: np.ndarray | None,
+                 err: float = 0.0):
+        self.raw, self.unit, self.pairs = raw, unit, pairs
+        if cos is None:
+            cos = _pair_dots(unit, pairs)
+            err = 0.0
+        self.cos = np.asarray(cos, dtype=np.float64)
+        self.err = np.full(self.cos.shape, float(err))
+
+    def linked(self, theta: float) -> np.ndarray:
+        """Exact link decision at θ for every candidate."""
+        cos, err = self.cos, self.err
+        linked = cos >= theta + err + MARGIN
+        unsure = np.flatnonzero((cos > theta - err - MARGIN) & ~linked)
+        if unsure.size:  # identical non-zero rows: cosine exactly 1 >= θ
+            same = _same_rows(self.raw, self.pairs[unsure])
+            linked[unsure[same]] = True
+            unsure = unsure[~same]
+        if unsure.size:
+            rough = unsure[err[unsure] > 0]
+            if rough.size:  # a search's estimate is too close to call: recompute it in float64 once
+                cos[rough] = _pair_dots(self.unit, self.pairs[rough])
+                err[rough] = 0.0
+                linked[unsure] = cos[unsure] >= theta + MARGIN
+                unsure = unsure[(cos[unsure] > theta - MARGIN) & ~linked[unsure]]
+            if unsure.size:
+                linked[unsure] = exact_links(self.raw, self.pairs[unsure], theta)
+        return linked
 
 
-def coalition_size(embeddings: np.ndarray, accounts: Sequence[str], theta: float, window: int) -> int:
-    """ĉ: the largest number of distinct accounts in one cluster (1 if no cluster spans two accounts)."""
-    if len(accounts) == 0:
-        return 0
-    clusters = coalition_clusters(embeddings, accounts, theta, window)
-    return max((len(c) for c in clusters), default=1)
+def _pair_dots(unit: np.ndarray, pairs: np.ndarray, chunk: int = 1 << 16) -> np.ndarray:
+    out = np.empty(pairs.shape[0])
+    for s in range(0, pairs.shape[0], chunk):
+        p = pairs[s:s + chunk]
+        out[s:s + chunk] = np.einsum("ij,ij->i", unit[p[:, 0]], unit[p[:, 1]])
+    return out
+
+
+def _candidates(raw: np.ndarray, unit: np.ndarray, theta_lo: float, window: int, positions: np.ndarray,
+                search: Callable | None, block: int = 1024) -> _Candidates:
+    """Run the neighbour search at ``theta_lo`` and normalise its answer (validated, deduplicated,
+    restricted to i < j inside the window)."""
+    if search is None:  # our own search: pairs already i < j, unique, inside the window, float64 values
+        pairs, cos = _window_search(unit, theta_lo, window, positions, block)
+        return _Candidates(raw, unit, pairs, cos)
+    res = search(unit, theta_lo, window, positions)
+    values, err = None, 0.0
+    if isinstance(res, tuple):
+        if len(res) != 3:
+            raise InvalidParameterError("search", "must return pairs or a tuple (pairs, values, error_bound)")
+        res, values, err = res
+        try:
+            err = float(err)
+        except (TypeError, ValueError):
+            raise InvalidParameterError("search", "error_bound must be a real number", err) from None
+        if not (err >= 0 and np.isfinite(err)):
+            raise InvalidParameterError("search", "error_bound must be finite and >= 0", err)
+    pairs = np.asarray(res)
+    if pairs.size == 0:
+        return _Candidates(raw, unit, np.zeros((0, 2), dtype=np.int64), None)
+    if pairs.ndim != 2 or pairs.shape[1] != 2 or not np.issubdtype(pairs.dtype, np.integer):
+        raise InvalidParameterError("search", "must return an (m, 2) integer array of pairs", pairs.shape)
+    if values is not None:
+        values = np.asarray(values, dtype=np.float64)
+        if values.shape != (pairs.shape[0],) or not np.isfinite(values).all():
+            raise InvalidParameterError("search", "values must be finite, one per pair", values.shape)
+    pairs = pairs.astype(np.int64)
+    n = unit.shape[0]
+    if pairs.min() < 0 or pairs.max() >= n:
+        raise InvalidParameterError("search", "returned a pair index outside 0..n-1")
+    i, j = np.minimum(pairs[:, 0], pairs[:, 1]), np.maximum(pairs[:, 0], pairs[:, 1])
+    keep = np.flatnonzero((i < j) & (positions[j] - positions[i] <= window))
+    key, first = np.unique(i[keep] * n + j[keep], return_index=True)
+    pairs = np.stack([key // n, key % n], axis=1)
+    return _Candidates(raw, unit, pairs, None if values is None else values[keep[first]], err)
+
+
+def link_pairs(embeddings: np.ndarray, theta: float, window: int, block: int = 1024, *,
+               positions: Sequence[int] | None = None, search: NeighbourSearch | None = None) -> np.ndarray:
+    """All linked pairs (i, j), i < j, ``pos_j - pos_i <= window`` and cos(e_i, e_j) >= θ exactly, as an
+    (m, 2) int64 array sorted by (i, j). ``positions`` defaults to the row numbers."""
+    raw = _check_embeddings(embeddings)
+    theta = _check_theta(theta)
+    window = check_positive_int("window", window)
+    block = check_positive_int("block", block)
+    pos = _check_positions(positions, raw.shape[0])
+    unit = unit_rows(raw)
+    cand = _candidates(raw, unit, theta - MARGIN, window, pos, search, block)
+    links = cand.pairs[cand.linked(theta)]
+    return links[np.lexsort((links[:, 1], links[:, 0]))]
+
+
+def _components(n: int, pairs: np.ndarray) -> np.ndarray:
+    if pairs.shape[0] == 0:
+        return np.arange(n)
+    g = coo_matrix((np.ones(pairs.shape[0], dtype=np.int8), (pairs[:, 0], pairs[:, 1])), shape=(n, n))
+    return connected_components(g, directed=False)[1]
+
+
+def _distinct_accounts(labels: np.ndarray, codes: np.ndarray, n_accounts: int) -> np.ndarray:
+    """Number of distinct accounts of every component label (labels compact 0..L-1)."""
+    key = np.unique(labels.astype(np.int64) * n_accounts + codes)
+    return np.bincount(key // n_accounts, minlength=int(labels.max()) + 1 if labels.size else 0)
+
+
+def _prepare(embeddings, accounts, window, positions):
+    n = len(accounts) if hasattr(accounts, "__len__") else None
+    raw = _check_embeddings(embeddings, n)
+    codes, names = _account_codes(accounts, raw.shape[0])
+    window = check_positive_int("window", window)
+    pos = _check_positions(positions, raw.shape[0])
+    return raw, codes, names, window, pos
+
+
+def coalition_clusters(embeddings: np.ndarray, accounts: Sequence[str], theta: float, window: int, *,
+                       positions: Sequence[int] | None = None,
+                       search: NeighbourSearch | None = None) -> list[set[str]]:
+    """The distinct-account sets of every cluster that spans >= 2 accounts, ordered by the cluster's
+    earliest query."""
+    raw, codes, names, window, pos = _prepare(embeddings, accounts, window, positions)
+    theta = _check_theta(theta)
+    n = raw.shape[0]
+    if n == 0:
+        return []
+    labels = _components(n, link_pairs(raw, theta, window, positions=pos, search=search))
+    sizes = _distinct_accounts(labels, codes, len(names))
+    big = np.flatnonzero(sizes >= 2)
+    if big.size == 0:
+        return []
+    first = np.full(sizes.shape[0], n, dtype=np.int64)
+    np.minimum.at(first, labels, np.arange(n))
+    out = []
+    for lab in big[np.argsort(first[big], kind="stable")]:
+        out.append({names[c] for c in np.unique(codes[labels == lab]).tolist()})
+    return out
+
+
+def coalition_size(embeddings: np.ndarray, accounts: Sequence[str], theta: float, window: int, *,
+                   positions: Sequence[int] | None = None, search: NeighbourSearch | None = None) -> int:
+    """ĉ: the largest number of distinct accounts in one cluster (1 if no cluster spans two accounts,
+    0 if there are no queries)."""
+    theta = _check_theta(theta)
+    return int(coalition_size_curve(embeddings, accounts, [theta], window, positions=positions, search=search)[0])
+
+
+def coalition_size_curve(embeddings: np.ndarray, accounts: Sequence[str], thetas: Sequence[float], window: int, *,
+                         positions: Sequence[int] | None = None,
+                         search: NeighbourSearch | None = None) -> np.ndarray:
+    """ĉ(θ) for every θ in ``thetas`` (same order), from at most four candidate searches.
+
+    Equal, θ by θ, to ``coalition_size`` (tested). Clusters are nested in θ (a link at θ is a link at every
+    θ' < θ), so θ is processed from high to low and each level only merges the components of the level
+    above with the links that appear at it.
+    """
+    raw, codes, names, window, pos = _prepare(embeddings, accounts, window, positions)
+    th = np.asarray([_check_theta(t, "thetas") for t in np.atleast_1d(np.asarray(thetas, dtype=object))],
+                    dtype=np.float64)
+    if th.size == 0:
+        raise InvalidParameterError("thetas", "must not be empty")
+    n = raw.shape[0]
+    out = np.zeros(th.size, dtype=np.int64)
+    if n == 0:
+        return out
+    unit = unit_rows(raw)
+    n_acc = len(names)
+    order = np.argsort(-th, kind="stable")
+    # Up to four passes, from the highest θ down, each with candidates at its lowest θ; once the clusters
+    # span every account, ĉ is n_acc at every lower θ too (monotonicity) and the (much larger) candidate
+    # sets of the lower θ are never built.
+    step = -(-order.size // 4)
+    stages = [order[i:i + step] for i in range(0, order.size, step)]
+    labels = np.arange(n)
+    prev = None  # the lowest θ already applied; links are monotone in θ, so those at prev are applied
+    for stage in stages:
+        if stage.size == 0:
+            continue
+        cand = _candidates(raw, unit, float(th[stage].min()) - MARGIN, window, pos, search)
+        pairs = cand.pairs
+        done = cand.linked(prev) if prev is not None else np.zeros(pairs.shape[0], dtype=bool)
+        for g in stage:
+            linked = cand.linked(float(th[g]))
+            new = linked & ~done
+            if new.any():
+                done |= new
+                band = labels[pairs[new]]
+                labels = _components(int(labels.max()) + 1, band)[labels]
+            out[g] = max(int(_distinct_accounts(labels, codes, n_acc).max()), 1)
+        prev = float(th[stage[-1]])
+        if out[stage[-1]] == n_acc:  # saturated: every lower θ gives n_acc as well
+            rest = order[np.flatnonzero(order == stage[-1])[0] + 1:]
+            out[rest] = n_acc
+            break
+    return out
