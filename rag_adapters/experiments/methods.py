@@ -1,0 +1,395 @@
+"""The methods of the privacy–utility experiment (issue 3): how a total ε becomes per-query parameters.
+
+Each method is a ``MethodSpec``: a hyperparameter grid (selected on the dev split, ``runner``) and a
+``build(ctx, eps_total, hp)`` that returns a fresh ``Session`` — its own filter, counters and random
+stream — whose ``answer(item)`` answers one question and returns a ``RagAnswer``.
+
+Total-ε semantics (000 §5.2 / 001 §4.2; T = number of questions of the run, M = max retrievals per
+document, default 1 as in the papers' main results):
+
+===========================  ====================================================================
+non-rag                      spends nothing: ε = 0.
+non-private-rag              no guarantee (ε = ∞); top-k (k from the grid) pasted into one prompt.
+murag / murag-history        per-document pure-ε filter E(z) = M·ε_q, ε_q = ε_total / M; answers with
+                             000 Alg. 5 (pure DP); guarantee (ε_total, 0) (000 Lemma 1, pure mode).
+                             murag-history adds answer-history reuse (000 §6) within one account.
+murag-ada                    ε_q = ε_thr + ε_RAG = ε_total / M, ε_thr = min(1, ε_q / 2) (000: ε_thr = 1);
+                             bins fixed configuration (``rag_adapters.scoring``).
+naive-multi-rag              000 Alg. 4: 000 Alg. 5 on every query with ε_q = ε_total / T (basic
+                             composition, pure DP). ε_token is derived from ε_q and the number c of
+                             private tokens (grid): the largest ε_token whose cost fits ε_q.
+subsampling-multi-rag        001 Alg. 9: Poisson rate p (grid), per-query cost amplified and composed over
+                             T queries in RDP, converted at δ; ε_token the largest that fits for c.
+dp-sparse-vote-rag           003 Alg. 3 per question with (ε_total/T, δ/T), composed basically over T.
+dp-ksa                       004 Alg. 1 per question with (ε_total/T, δ/T), composed basically over T.
+===========================  ====================================================================
+
+Hyperparameters selected on dev (``grid``): m is fixed by the run (it dominates the cost). Every pure-DP
+method is parametrised by c, the number of private tokens per answer, instead of ε_token: given the
+per-query budget, ε_token is the largest value whose cost with c tokens fits it (000 Alg. 5 sets
+c = ⌊ε/ε_RAG⌋ from ε_token; we invert the same relation, so the grid {c} is the grid {ε_token} seen from
+the other side, and it stays meaningful when ε_q is 0.1 or 100). Grids: (c, τ) for MuRAG, c for MuRAG-Ada,
+Naive and DPSparseVoteRAG, (p, c) for subsampling, k for Non-Private-RAG. SVT threshold θ = m/2 (000/003).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+
+from accounting.errors import InvalidParameterError
+from accounting.events import DiscreteLaplaceEvent
+from accounting.filters import FilterBudget, IndividualRenyiFilter, cost_to_units, pure_epsilon
+from accounting.noise.source import RandomSource
+from accounting.protocols import Generator, Retriever
+from accounting.rag.budget import certified_epsilon
+from accounting.rag.common import RagAnswer
+from accounting.rag.history import AnswerHistory
+from accounting.rag.ksa import dp_ksa
+from accounting.rag.multi_query import MuRAG, MuRAGAda, NaiveMultiRAG, SubsamplingMultiRAG
+from accounting.rag.single_query import PureDpRagParams, dp_sparse_vote_rag, non_private_rag, non_rag, sparse_vote_cost
+from accounting.stores import MemoryBudgetStore
+
+from ..datasets.base import QAItem
+
+
+# ----------------------------------------------------------------------------------------------------------
+# context
+# ----------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Settings:
+    """Run-wide settings (not tuned).
+
+    ``m`` voters (one document each: K = m); ``queries`` T of the *test* run (dev tuning uses the same
+    per-query parameters); ``taus``: the retrieval-threshold grid of MuRAG on this retriever's score scale;
+    ``edges``: MuRAG-Ada's fixed bins (descending).
+    """
+
+    m: int = 10
+    queries: int = 100
+    max_tokens: int = 16
+    M: int = 1
+    delta: float = 1e-5
+    epsilon_thr: float = 1.0
+    taus: tuple[float, ...] = (50.0, 60.0)
+    edges: tuple[float, ...] = tuple(np.round(100.0 - 0.2 * np.arange(351), 10).tolist())
+    private_tokens: tuple[int, ...] = (2, 4)  # 0 = "auto": from the EM margin rule (``auto_private_tokens``)
+    em_margin: float = 15.0
+    probabilities: tuple[float, ...] = (0.1, 0.3)
+    npr_k: tuple[int, ...] = (1, 3, 5)
+    ksa_response_tokens: int = 12
+
+
+@dataclass
+class Context:
+    """What every method runs on: the retriever, the generator, the settings and a seed."""
+
+    retriever: Retriever
+    generator: Generator
+    settings: Settings
+    seed: bytes = b"dprag-experiments"
+
+    def source(self, *label: object) -> RandomSource:
+        return RandomSource.from_seed(self.seed, "/".join(str(x) for x in label).encode())
+
+
+class Session:
+    """Answers questions in order for one (method, ε_total, hyperparameters) cell.
+
+    ``derived``: the per-query parameters computed from (ε_total, hyperparameters), for the report."""
+
+    derived: dict = {}
+
+    def answer(self, item: QAItem) -> RagAnswer:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def guarantee(self) -> tuple[float, float]:
+        """The certified total (ε, δ) of the answers given so far (ex ante for filters)."""
+        return 0.0, 0.0
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    name: str
+    private: bool
+    grid: Callable[[Context, float], list[dict]]
+    build: Callable[[Context, float, dict], Session]
+    uses_eps: bool = True
+    doc: str = ""
+
+
+# ----------------------------------------------------------------------------------------------------------
+# per-token budgets from per-query budgets
+# ----------------------------------------------------------------------------------------------------------
+def _largest_fitting(fits: Callable[[float], bool], hi: float, iters: int = 60) -> float:
+    """Largest x in (0, hi] with fits(x) (fits monotone decreasing in x); 0.0 if none above hi·2^-40."""
+    if fits(hi):
+        return hi
+    lo = hi * 2.0 ** -40
+    if not fits(lo):
+        return 0.0
+    for _ in range(iters):
+        mid = math.sqrt(lo * hi)
+        if fits(mid):
+            lo = mid
+        else:
+            hi = mid
+        if hi / lo < 1 + 1e-9:
+            break
+    return lo
+
+
+def auto_private_tokens(m: int, epsilon_query: float, margin: float, max_tokens: int) -> int:
+    """Data-independent choice of c: the most private tokens whose ε_token keeps the exponential mechanism's
+    log-odds for a unanimous vote, m·ε_Expo/2 = m·ε_token/4, at least ``margin`` (000 Alg. 5: a token with h
+    votes has weight exp(ε_Expo·h/2); against a vocabulary of V ≈ 5·10^4 ≈ e^10.8 tokens a margin of 15 makes
+    a unanimous discovery right with probability ≈ 1 − e^-4.2). With ε_token = 4ε_q/(1+3c) (θ drawn once):
+    c = ⌊(ε_q·m/margin − 1)/3⌋, clipped to [1, max_tokens]."""
+    c = math.floor((epsilon_query * m / margin - 1) / 3)
+    return int(min(max(c, 1), max_tokens))
+
+
+def pure_rag_params(m: int, c: int, epsilon_query: float, *, margin: float = 15.0,
+                    max_tokens: int = 32) -> PureDpRagParams:
+    """000 Alg. 5 with exactly c private tokens and the largest ε_token whose pure cost is ≤ ε_query.
+
+    c = 0 means "auto" (``auto_private_tokens``)."""
+    if c == 0:
+        c = auto_private_tokens(m, epsilon_query, margin, max_tokens)
+    def fits(e: float) -> bool:  # basic composition of the pure costs (a fresh accountant per evaluation)
+        return certified_epsilon(PureDpRagParams(m, e, c).cost, 0.0) <= epsilon_query
+
+    e = _largest_fitting(fits, 4.0 * epsilon_query)
+    if e <= 0:
+        raise InvalidParameterError("epsilon_total", f"per-query budget {epsilon_query:g} too small for c={c}")
+    return PureDpRagParams(m, e, c)
+
+
+def sparse_vote_token_budget(c: int, epsilon_query: float, delta_query: float) -> tuple[float, float]:
+    """(ε_token, δ_token) of 003 Alg. 3 such that c discoveries cost ≤ (ε_query, δ_query); δ_token = δ_q/(2c).
+    """
+    d_tok = delta_query / (2 * c)
+
+    def fits(e: float) -> bool:
+        return certified_epsilon(sparse_vote_cost(e, d_tok, c), delta_query) <= epsilon_query
+
+    e = _largest_fitting(fits, 4.0 * epsilon_query)
+    if e <= 0:
+        raise InvalidParameterError("epsilon_total", f"per-query budget {epsilon_query:g} too small for c={c}")
+    return e, d_tok
+
+
+def subsampling_rag_params(m: int, c: int, probability: float, epsilon_total: float, delta: float,
+                           queries: int) -> PureDpRagParams:
+    """Largest ε_token such that T amplified copies of 000 Alg. 5 (c tokens) fit (ε_total, δ) (001 Alg. 9)."""
+
+    def fits(e: float) -> bool:
+        return SubsamplingMultiRAG.total_epsilon(PureDpRagParams(m, e, c).cost, probability, queries,
+                                                 delta) <= epsilon_total
+
+    e = _largest_fitting(fits, 8.0 * epsilon_total, iters=30)
+    if e <= 0:
+        raise InvalidParameterError("epsilon_total", f"budget {epsilon_total:g} too small for c={c}, p={probability}")
+    return PureDpRagParams(m, e, c)
+
+
+def _with_tokens(p: PureDpRagParams, max_tokens: int) -> PureDpRagParams:
+    return PureDpRagParams(p.m, p.epsilon_token, p.max_private_tokens, theta=p.theta, max_tokens=max_tokens,
+                           redraw_threshold=p.redraw_threshold)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# sessions
+# ----------------------------------------------------------------------------------------------------------
+class _Fn(Session):
+    def __init__(self, fn, guarantee=(0.0, 0.0)):
+        self.fn, self._g = fn, guarantee
+
+    def answer(self, item):
+        return self.fn(item)
+
+    def guarantee(self):
+        return self._g
+
+
+class _Composed(Session):
+    """A per-question mechanism with a fixed per-question (ε_q, δ_q), composed basically over questions."""
+
+    def __init__(self, fn, eps_q: float, delta_q: float):
+        self.fn, self.eps_q, self.delta_q, self.n = fn, eps_q, delta_q, 0
+
+    def answer(self, item):
+        self.n += 1
+        return self.fn(item)
+
+    def guarantee(self):
+        return self.n * self.eps_q, self.n * self.delta_q
+
+
+class _Multi(Session):
+    """MuRAG / MuRAG-Ada / Naive / Subsampling objects; optional answer-history reuse (one account)."""
+
+    def __init__(self, algo, guarantee: Callable[[], tuple[float, float]], history: AnswerHistory | None = None):
+        self.algo, self._guarantee, self.history = algo, guarantee, history
+        self.scope = AnswerHistory.scope("experiment-user") if history is not None else None
+
+    def answer(self, item):
+        hist = self.history.relevant(self.scope, item.question) if self.history is not None else ()
+        ans = self.algo.answer(item.question, history=hist)
+        ans.info["history_pairs"] = len(hist)
+        if self.history is not None:
+            self.history.record(self.scope, item.question, ans.text)
+        return ans
+
+    def guarantee(self):
+        return self._guarantee()
+
+
+# ----------------------------------------------------------------------------------------------------------
+# the methods
+# ----------------------------------------------------------------------------------------------------------
+def _derive(session: Session, rag: PureDpRagParams, **extra) -> Session:
+    session.derived = {"epsilon_token": rag.epsilon_token, "c": rag.max_private_tokens,
+                       "theta": rag.m / 2 if rag.theta is None else rag.theta, **extra}
+    return session
+
+
+def _filter(ctx: Context, per_query) -> IndividualRenyiFilter:
+    s = ctx.settings
+    return IndividualRenyiFilter(MemoryBudgetStore(len(ctx.retriever)),
+                                 FilterBudget.for_queries(s.M, per_query, mode="pure"))
+
+
+def _murag_grid(ctx, eps):
+    s = ctx.settings
+    return [{"c": c, "tau": t} for c in s.private_tokens for t in s.taus]
+
+
+def _murag_build(history: bool):
+    def build(ctx: Context, eps: float, hp: dict) -> Session:
+        s = ctx.settings
+        eps_q = eps / s.M
+        rag = _with_tokens(pure_rag_params(s.m, hp["c"], eps_q, margin=s.em_margin, max_tokens=s.max_tokens),
+                           s.max_tokens)
+        flt = _filter(ctx, rag.cost)
+        algo = MuRAG(ctx.retriever, ctx.generator, flt, rag, tau=hp["tau"],
+                     source=ctx.source("murag", eps, hp, history))
+        return _derive(_Multi(algo, lambda: flt.guarantee(), AnswerHistory() if history else None), rag, eps_q=eps_q)
+
+    return build
+
+
+def _ada_build(ctx: Context, eps: float, hp: dict) -> Session:
+    s = ctx.settings
+    eps_q = eps / s.M
+    eps_thr = min(s.epsilon_thr, eps_q / 2)
+    rag = _with_tokens(pure_rag_params(s.m, hp["c"], eps_q - eps_thr, margin=s.em_margin, max_tokens=s.max_tokens),
+                       s.max_tokens)
+    # budget = M × (units of the ε_thr charge + units of the RAG charge): the two charges are rounded up to
+    # units separately, so this admits exactly M of both (a budget from the float sum could miss by a unit)
+    thr_units = cost_to_units([pure_epsilon(DiscreteLaplaceEvent(scale=1.0 / eps_thr, sensitivity=1))])[0]
+    rag_units = cost_to_units([pure_epsilon(rag.cost)])[0]
+    flt = IndividualRenyiFilter(MemoryBudgetStore(len(ctx.retriever)),
+                                FilterBudget("pure", None, (int(s.M * (thr_units + rag_units)),)))
+    algo = MuRAGAda(ctx.retriever, ctx.generator, flt, rag, edges=s.edges, epsilon_thr=eps_thr,
+                    source=ctx.source("murag-ada", eps, hp))
+    return _derive(_Multi(algo, lambda: flt.guarantee()), rag, eps_q=eps_q, eps_thr=eps_thr)
+
+
+def _naive_build(ctx: Context, eps: float, hp: dict) -> Session:
+    s = ctx.settings
+    rag = _with_tokens(pure_rag_params(s.m, hp["c"], eps / s.queries, margin=s.em_margin, max_tokens=s.max_tokens),
+                       s.max_tokens)
+    algo = NaiveMultiRAG(ctx.retriever, ctx.generator, rag, source=ctx.source("naive", eps, hp))
+    return _derive(_Multi(algo, lambda: algo.guarantee()), rag, eps_q=eps / s.queries)
+
+
+def _subsampling_build(ctx: Context, eps: float, hp: dict) -> Session:
+    s = ctx.settings
+    rag = _with_tokens(subsampling_rag_params(s.m, hp["c"] or 1, hp["p"], eps, s.delta, s.queries), s.max_tokens)
+    algo = SubsamplingMultiRAG(ctx.retriever, ctx.generator, rag, probability=hp["p"],
+                               source=ctx.source("subsampling", eps, hp))
+    return _derive(_Multi(algo, lambda: algo.guarantee(s.delta) if algo.queries else (0.0, 0.0)), rag)
+
+
+def _sparse_vote_build(ctx: Context, eps: float, hp: dict) -> Session:
+    s = ctx.settings
+    eps_q, delta_q = eps / s.queries, s.delta / s.queries
+    e_tok, d_tok = sparse_vote_token_budget(hp["c"] or 1, eps_q, delta_q)
+    src = ctx.source("dp-sparse-vote-rag", eps, hp)
+
+    def fn(item):
+        return dp_sparse_vote_rag(item.question, ctx.retriever, ctx.generator, m=s.m, k=1, epsilon_token=e_tok,
+                                  delta_token=d_tok, epsilon_total=eps_q, delta_total=delta_q,
+                                  max_tokens=s.max_tokens, source=src)
+
+    out = _Composed(fn, eps_q, delta_q)
+    out.derived = {"epsilon_token": e_tok, "delta_token": d_tok, "eps_q": eps_q, "delta_q": delta_q}
+    return out
+
+
+def _ksa_build(ctx: Context, eps: float, hp: dict) -> Session:
+    s = ctx.settings
+    eps_q, delta_q = eps / s.queries, s.delta / s.queries
+    src = ctx.source("dp-ksa", eps, hp)
+
+    def fn(item):
+        return dp_ksa(item.question, ctx.retriever, ctx.generator, n_docs=s.m, epsilon=eps_q, delta=delta_q,
+                      response_tokens=s.ksa_response_tokens, max_tokens=s.max_tokens, k_max=hp.get("k_max", 10),
+                      source=src)
+
+    out = _Composed(fn, eps_q, delta_q)
+    out.derived = {"eps_q": eps_q, "delta_q": delta_q}
+    return out
+
+
+def _non_rag_build(ctx, eps, hp):
+    return _Fn(lambda item: non_rag(item.question, ctx.generator, max_tokens=ctx.settings.max_tokens))
+
+
+def _npr_build(ctx, eps, hp):
+    return _Fn(lambda item: non_private_rag(item.question, ctx.retriever, ctx.generator, k=hp["k"],
+                                            max_tokens=ctx.settings.max_tokens), (math.inf, 0.0))
+
+
+METHODS: dict[str, MethodSpec] = {
+    "non-rag": MethodSpec("non-rag", True, lambda c, e: [{}], _non_rag_build, uses_eps=False,
+                          doc="the LLM alone (ε = 0)"),
+    "non-private-rag": MethodSpec("non-private-rag", False, lambda c, e: [{"k": k} for k in c.settings.npr_k],
+                                  _npr_build, uses_eps=False, doc="top-k in one prompt, no privacy"),
+    "murag": MethodSpec("murag", True, _murag_grid, _murag_build(False), doc="000 Alg. 1"),
+    "murag-ada": MethodSpec("murag-ada", True, lambda c, e: [{"c": k} for k in c.settings.private_tokens],
+                            _ada_build, doc="000 Alg. 2"),
+    "naive-multi-rag": MethodSpec("naive-multi-rag", True, lambda c, e: [{"c": k} for k in c.settings.private_tokens],
+                                  _naive_build, doc="000 Alg. 4"),
+    "subsampling-multi-rag": MethodSpec(
+        "subsampling-multi-rag", True,
+        lambda c, e: [{"p": p, "c": k} for p in c.settings.probabilities for k in c.settings.private_tokens],
+        _subsampling_build, doc="001 Alg. 9"),
+    "dp-sparse-vote-rag": MethodSpec("dp-sparse-vote-rag", True,
+                                     lambda c, e: [{"c": k} for k in c.settings.private_tokens],
+                                     _sparse_vote_build, doc="003 Alg. 3 composed over T"),
+    "dp-ksa": MethodSpec("dp-ksa", True, lambda c, e: [{"k_max": 10}], _ksa_build, doc="004 Alg. 1 composed over T"),
+    "murag-history": MethodSpec("murag-history", True, _murag_grid, _murag_build(True),
+                                doc="000 Alg. 1 + answer-history reuse (000 §6)"),
+}
+
+
+def get_method(name: str) -> MethodSpec:
+    if name not in METHODS:
+        raise InvalidParameterError("method", f"must be one of {sorted(METHODS)}", name)
+    return METHODS[name]
+
+
+def check_methods(names: Sequence[str]) -> list[str]:
+    out = []
+    for n in names:
+        get_method(n)
+        if n not in out:
+            out.append(n)
+    if not out:
+        raise InvalidParameterError("methods", "must name at least one method")
+    return out

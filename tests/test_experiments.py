@@ -1,0 +1,292 @@
+"""Privacy–utility experiment machinery (rag_adapters.experiments) on the toy model: budgets, question
+selection, tuning, metrics, and the CLI end to end. No torch model is loaded here.
+
+Expected values are derived independently: closed forms of the pure-DP cost of 000 Alg. 5
+(ε_token·(1 + 3c)/4 with θ drawn once), basic composition, and hand-built toy corpora whose answers are
+known by construction.
+"""
+
+import csv
+import json
+import math
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from accounting.errors import InvalidParameterError
+from accounting.rag.budget import certified_epsilon
+from accounting.rag.multi_query import SubsamplingMultiRAG
+from accounting.rag.single_query import PureDpRagParams, sparse_vote_cost
+from accounting.rag.toy import ToyGenerator, ToyRetriever
+from rag_adapters.datasets.base import QAItem, RagDataset
+from rag_adapters.experiments.cli import experiment
+from rag_adapters.experiments.methods import (
+    METHODS,
+    Context,
+    Settings,
+    check_methods,
+    pure_rag_params,
+    sparse_vote_token_budget,
+    subsampling_rag_params,
+)
+from rag_adapters.experiments.runner import CachedRetriever, Plan, evaluate_answer, run_cell, run_plan, select_questions
+
+WORDS = ["alpha", "bravo", "cobalt", "delta", "ember", "fjord", "garnet", "harbor", "indigo", "jasper"]
+
+
+def toy_dataset(n_topics=6, per_topic=24, n_noise=40, dependent=False):
+    """Topic i: ``per_topic`` documents "topic<i> ... ANSWER: <word_i>"; questions ask about topic<i>."""
+    docs, qs = [], []
+    for i in range(n_topics):
+        docs += [f"record {j} topic{i} protocol drug ANSWER: {WORDS[i]}" for j in range(per_topic)]
+    docs += [f"note {j} unrelated garden weather" for j in range(n_noise)]
+    for i in range(n_topics):
+        for split in ("dev", "test"):
+            qs.append(QAItem(qid=f"{split}-{i}", question=f"which drug protocol for topic{i}", answers=(WORDS[i],),
+                             relevant_ids=tuple(range(i * per_topic, (i + 1) * per_topic)), split=split,
+                             group=f"t{i}"))
+        if dependent:
+            for j in range(3):
+                qs.append(QAItem(qid=f"dep-{i}-{j}", question=f"step {j} which drug protocol for topic{i}",
+                                 answers=(WORDS[i],), relevant_ids=(), split="dependent", group=f"chain{i}",
+                                 depends_on=(f"dep-{i}-{j - 1}",) if j else ()))
+    return RagDataset(name="toy", documents=tuple(docs), questions=tuple(qs))
+
+
+def toy_context(ds, **kw):
+    settings = Settings(**{"m": 10, "queries": 6, "max_tokens": 6, "taus": (2.5,),
+                           "edges": tuple(float(x) for x in range(8, -1, -1)), **kw})
+    return Context(CachedRetriever(ToyRetriever(ds.documents)), ToyGenerator(), settings, seed=b"test-experiments")
+
+
+# -- budgets ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("eps_q,c", [(10.0, 1), (10.0, 4), (0.1, 2), (3.7, 3)])
+def test_pure_rag_params_inverts_the_closed_form_cost(eps_q, c):
+    # 000 Alg. 5 with θ drawn once: SVT ε_Lap/2 + c·ε_Lap/2, plus c exponential mechanisms of ε_token/2,
+    # ε_Lap = ε_token/2  =>  cost = ε_token·(1 + 3c)/4, so the largest fitting ε_token is 4·ε_q/(1 + 3c).
+    p = pure_rag_params(10, c, eps_q)
+    assert p.max_private_tokens == c
+    assert math.isclose(p.epsilon_token, 4 * eps_q / (1 + 3 * c), rel_tol=1e-7)
+    assert certified_epsilon(p.cost, 0.0) <= eps_q
+
+
+def test_auto_private_tokens_keeps_the_em_margin():
+    from rag_adapters.experiments.methods import auto_private_tokens
+
+    for m, eps_q in [(20, 10.0), (20, 100.0), (50, 10.0), (30, 3.0)]:
+        c = auto_private_tokens(m, eps_q, 15.0, 1000)
+        e = pure_rag_params(m, 0, eps_q, margin=15.0, max_tokens=1000)
+        assert e.max_private_tokens == c
+        # the chosen c keeps the unanimous-vote log-odds m·ε_token/4 >= 15; one more token would not
+        # (unless c was clipped up to 1)
+        assert m * e.epsilon_token / 4 >= 15.0 * (1 - 1e-9) or c == 1
+        assert m * (4 * eps_q / (1 + 3 * (c + 1))) / 4 < 15.0
+    assert auto_private_tokens(20, 100.0, 15.0, 16) == 16  # clipped to max_tokens
+    assert auto_private_tokens(20, 0.1, 15.0, 16) == 1  # at least one
+
+
+def test_sparse_vote_token_budget_fits_and_is_not_wasteful():
+    e, d = sparse_vote_token_budget(3, 2.0, 1e-6)
+    assert d == pytest.approx(1e-6 / 6)
+    assert certified_epsilon(sparse_vote_cost(e, d, 3), 1e-6) <= 2.0
+    # basic composition alone certifies c·ε_token (each discovery costs ε/2 + ε/2): the chosen ε_token is at
+    # least the basic-composition value 2/3
+    assert e >= 2.0 / 3 * (1 - 1e-9)
+
+
+def test_subsampling_params_fit_the_total_and_are_maximal():
+    p = subsampling_rag_params(10, 2, 0.1, 10.0, 1e-5, 50)
+    assert SubsamplingMultiRAG.total_epsilon(p.cost, 0.1, 50, 1e-5) <= 10.0
+    bigger = PureDpRagParams(10, p.epsilon_token * 1.01, 2)
+    assert SubsamplingMultiRAG.total_epsilon(bigger.cost, 0.1, 50, 1e-5) > 10.0
+    # amplification is worth something: the subsampled per-query ε_token beats naive composition's 10/50
+    assert p.epsilon_token > pure_rag_params(10, 2, 10.0 / 50).epsilon_token
+
+
+def test_unknown_method_and_bad_eps_are_typed_errors():
+    with pytest.raises(InvalidParameterError, match="method"):
+        check_methods(["murag", "no-such-method"])
+    ds = toy_dataset()
+    ctx = toy_context(ds)
+    test = select_questions(ds, "test", 3)
+    with pytest.raises(InvalidParameterError, match="eps"):
+        run_plan(ctx, Plan(("murag",), (0.0,), tuple(test)))
+    with pytest.raises(InvalidParameterError, match="eps"):
+        run_plan(ctx, Plan(("murag",), (float("nan"),), tuple(test)))
+    with pytest.raises(InvalidParameterError, match="queries"):
+        select_questions(ds, "test", 0)
+
+
+# -- question selection ----------------------------------------------------------------------------------
+def test_select_questions_is_seeded_and_keeps_chains_whole():
+    ds = toy_dataset(dependent=True)
+    a = select_questions(ds, "test", 4, b"s1")
+    assert [q.qid for q in a] == [q.qid for q in select_questions(ds, "test", 4, b"s1")]
+    assert len({q.qid for q in a}) == 4 and all(q.split == "test" for q in a)
+    # a different seed gives a different order over the 6! permutations (fails with probability 1/6! per draw
+    # of an identical prefix; these fixed seeds are checked once)
+    s1, s2 = (select_questions(ds, "test", 6, seed) for seed in (b"s1", b"s2"))
+    assert [q.qid for q in s1] != [q.qid for q in s2]
+    dep = select_questions(ds, "dependent", 6, b"s1")
+    assert len(dep) == 6
+    for k in range(0, 6, 3):  # two whole chains, each in its own order
+        chain = dep[k : k + 3]
+        assert len({q.group for q in chain}) == 1
+        assert [q.qid[-1] for q in chain] == ["0", "1", "2"]
+
+
+# -- metrics ---------------------------------------------------------------------------------------------
+def test_evaluate_answer_precision_against_true_top_k():
+    from accounting.rag.common import RagAnswer
+
+    item = QAItem("q", "question", ("cobalt",), relevant_ids=(0, 1, 2))
+    scores = np.array([9.0, 8.0, 7.0, 6.0, 5.0, 1.0])
+    # used {0, 3, 5} (and padding -1): true top-3 = {0, 1, 2}, so 1 of 3 used is in the top-3
+    ans = RagAnswer(text="The drug is Cobalt.", retrieved=np.array([0, 3, 5, -1]), private_tokens=2)
+    r = evaluate_answer(item, ans, scores, 3, 0.5)
+    assert r.correct and r.f1 == pytest.approx(2 * (1 / 3) * 1 / (1 / 3 + 1))
+    assert r.precision == pytest.approx(1 / 3) and r.recall_at_k == pytest.approx(1 / 3)
+    assert r.support == pytest.approx(1 / 3) and r.used == 3
+    empty = evaluate_answer(item, RagAnswer(text="unknown"), scores, 3, 0.1)
+    assert empty.precision is None and empty.recall_at_k == 0.0 and not empty.correct
+
+
+# -- the paper's central claim on a toy corpus -----------------------------------------------------------
+def test_murag_beats_non_rag_and_naive_does_not_on_toy():
+    ds = toy_dataset()
+    ctx = toy_context(ds)
+    test = tuple(select_questions(ds, "test", None))
+    cells = {c.method: c for c in run_plan(ctx, Plan(("non-rag", "murag", "naive-multi-rag"), (20.0,), test))}
+    assert cells["non-rag"].accuracy == 0.0  # the toy model says "unknown" without a document
+    # MuRAG, ε_q = 20, c = 2 (grid's first feasible best): ε_token = 80/7 ≈ 11.4, ε_Expo ≈ 5.7; ≥ 20 of the
+    # 10 voters... every one of the 10 voters reads an answer document (24 per topic above τ), so the EM
+    # weight of the right word is e^(5.7·10/2) ≈ e^28 against 511 others: wrong with probability < 1e-9.
+    assert cells["murag"].accuracy == 1.0
+    assert cells["murag"].eps_certified <= 20.0 + 1e-6
+    # Naive: ε_q = 20/6 ≈ 3.3 over the same 6 questions, c = 2: ε_token ≈ 1.9, e^(0.95·10/2) ≈ 115 against
+    # 511 others of weight 1: the first discovered token is right with probability ≈ 0.18, and an answer
+    # needs it right (1 word). The run is seeded; the assertion (< MuRAG) fails only if all 6 are right.
+    assert cells["naive-multi-rag"].accuracy < cells["murag"].accuracy
+    assert cells["murag"].precision == 1.0  # the 10 used documents are exactly 10 of the 24 tied best
+
+
+def test_murag_M1_exhausts_repeated_topics_and_history_recovers_them():
+    # Three questions per topic in a row. M = 1 and τ below every topic document: the first question charges
+    # all 24 documents of its topic, the next two find none and the toy model says "unknown"; with
+    # answer-history reuse, the earlier released answer (question words overlap ≥ 2) answers them for free.
+    docs_ds = toy_dataset(n_topics=3)
+    items = []
+    for i in range(3):
+        for j in range(3):
+            items.append(QAItem(f"r{i}{j}", f"which drug protocol for topic{i} variant{i}{j}", (WORDS[i],)))
+    ctx = toy_context(docs_ds, queries=len(items))
+    plain = run_cell(ctx, "murag", 30.0, {"c": 2, "tau": 2.5}, items, "test")
+    hist = run_cell(ctx, "murag-history", 30.0, {"c": 2, "tau": 2.5}, items, "test")
+    assert [q.correct for q in plain.questions] == [True, False, False] * 3
+    assert all(q.correct for q in hist.questions)
+    assert [q.used for q in plain.questions] == [10, 0, 0] * 3
+    assert hist.eps_certified == plain.eps_certified <= 30.0 + 1e-6  # reuse spends nothing more
+
+
+def test_murag_ada_and_composed_baselines_report_their_guarantees():
+    ds = toy_dataset()
+    ctx = toy_context(ds)
+    test = tuple(select_questions(ds, "test", None))
+    cells = {c.method: c for c in run_plan(
+        ctx, Plan(("murag-ada", "dp-sparse-vote-rag", "dp-ksa", "subsampling-multi-rag", "non-private-rag"),
+                  (30.0,), test))}
+    assert cells["murag-ada"].eps_certified <= 30.0 + 1e-6 and cells["murag-ada"].accuracy == 1.0
+    # (ε_total/T, δ/T) per question over T = 6 questions: basic composition gives back (ε_total, δ)
+    for name in ("dp-sparse-vote-rag", "dp-ksa"):
+        assert cells[name].eps_certified == pytest.approx(30.0)
+        assert cells[name].delta == pytest.approx(1e-5)
+    assert cells["subsampling-multi-rag"].eps_certified <= 30.0
+    assert cells["non-private-rag"].eps_total is None and cells["non-private-rag"].accuracy == 1.0
+
+
+def test_tuning_picks_the_better_threshold_on_dev():
+    # τ = 100 admits no document (toy scores are word counts <= 6): MuRAG then answers like Non-RAG (0 %);
+    # τ = 2.5 admits the topic documents (100 %). Tuning on dev must pick τ = 2.5.
+    ds = toy_dataset()
+    ctx = toy_context(ds, taus=(100.0, 2.5), private_tokens=(2,))
+    dev = tuple(select_questions(ds, "dev", 3))
+    test = tuple(select_questions(ds, "test", None))
+    (cell,) = run_plan(ctx, Plan(("murag",), (20.0,), test, dev))
+    assert cell.hp == {"c": 2, "tau": 2.5}
+    assert [g["accuracy"] for g in cell.dev_grid] == [0.0, 1.0]
+    assert cell.accuracy == 1.0
+
+
+# -- CLI -------------------------------------------------------------------------------------------------
+def test_cli_privacy_utility_end_to_end_on_toy(tmp_path):
+    out = tmp_path / "run"
+    r = CliRunner().invoke(experiment, [
+        "privacy-utility", "--dataset", "clinic", "--model", "toy", "--methods",
+        "non-rag,murag,murag-ada,naive-multi-rag", "--eps", "5,50", "--queries", "6", "--dev-queries", "2",
+        "--m", "4", "--out", str(out), "--json", "--no-progress"])
+    assert r.exit_code == 0, r.output
+    rows = [json.loads(line) for line in r.output.splitlines() if line.startswith("{")]
+    # non-rag once (ε = 0) + 3 private methods × 2 ε
+    assert len(rows) == 7
+    assert {(x["method"], x["eps_total"]) for x in rows} == {("non-rag", 0.0)} | {
+        (mth, e) for mth in ("murag", "murag-ada", "naive-multi-rag") for e in (5.0, 50.0)}
+    for x in rows:
+        assert {"method", "eps_total", "accuracy", "queries", "f1", "rouge_l", "precision", "m", "seconds"} <= set(x)
+        assert x["queries"] == 6 and x["m"] == 4 and 0.0 <= x["accuracy"] <= 1.0
+    with open(out / "privacy_utility.csv", newline="") as f:
+        table = list(csv.DictReader(f))
+    assert len(table) == 7 and {t["method"] for t in table} == {"non-rag", "murag", "murag-ada", "naive-multi-rag"}
+    png = (out / "privacy_utility.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 1000
+    assert len((out / "privacy_utility.jsonl").read_text().splitlines()) == 7
+    assert json.loads((out / "run.json").read_text())["test_questions"] == 6
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--methods", "murag,bogus"], "bogus"),
+    (["--eps", "0"], "--eps"),
+    (["--eps", "-1,10"], "--eps"),
+    (["--queries", "0"], "--queries"),
+    (["--m", "0"], "--m"),
+    (["--bins", "30,80"], "--bins"),
+    (["--private-tokens", "-1"], "--private-tokens"),
+])
+def test_cli_bad_input_exits_2(tmp_path, args, needle):
+    r = CliRunner().invoke(experiment, ["privacy-utility", "--dataset", "clinic", "--model", "toy",
+                                        "--out", str(tmp_path / "x"), "--no-progress", *args])
+    assert r.exit_code == 2
+    assert needle in r.output
+    assert not (tmp_path / "x" / "privacy_utility.csv").exists()
+
+
+def test_cli_missing_dataset_package_exits_2(tmp_path, monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+
+    def fake(name, *a, **k):
+        return None if name == "fanoutqa" else real(name, *a, **k)
+
+    monkeypatch.setattr(importlib.util, "find_spec", fake)
+    r = CliRunner().invoke(experiment, ["privacy-utility", "--dataset", "wiki-fanout", "--model", "toy",
+                                        "--out", str(tmp_path / "x"), "--no-progress"])
+    assert r.exit_code == 2
+    assert "fanoutqa" in r.output
+
+
+def test_every_registered_method_is_documented():
+    assert set(METHODS) == {"non-rag", "non-private-rag", "murag", "murag-ada", "naive-multi-rag",
+                            "subsampling-multi-rag", "dp-sparse-vote-rag", "dp-ksa", "murag-history"}
+
+
+def test_dprag_root_cli_finds_the_experiment_command(tmp_path, capsys):
+    # through the installed entry point dprag.commands: experiment = rag_adapters.experiments.cli:experiment
+    from audit.cli import main
+
+    assert main(["experiment", "privacy-utility", "--dataset", "clinic", "--model", "toy", "--eps", "0",
+                 "--out", str(tmp_path / "x"), "--no-progress"]) == 2
+    assert "--eps" in capsys.readouterr().err
+    assert main(["experiment", "privacy-utility", "--dataset", "clinic", "--model", "toy", "--methods", "non-rag",
+                 "--queries", "2", "--dev-queries", "0", "--out", str(tmp_path / "ok"), "--no-progress"]) == 0
+    assert (tmp_path / "ok" / "privacy_utility.csv").is_file()
