@@ -355,7 +355,7 @@ def verify(bundle_path: str | Path, *, receipts: str | Path | None = None, mode:
 
     # 10. coalition estimate -------------------------------------------------------------------------------
     if policy is not None:
-        embs, accts = [], []
+        embs, accts, poss = [], [], []
         for i in query_positions:
             op = openings.get(i)
             try:
@@ -365,8 +365,11 @@ def verify(bundle_path: str | Path, *, receipts: str | Path | None = None, mode:
             if q is not None and q.size == len(embs[0] if embs else q):
                 embs.append(q)
                 accts.append(records[i]["account"])
+                poss.append(i)
         if embs:
-            c_hat = coalition_size(np.stack(embs), accts, policy.coalition.theta, policy.coalition.window)
+            # the window is measured in ledger positions (spec/protocol.md §6)
+            c_hat = coalition_size(np.stack(embs), accts, policy.coalition.theta, policy.coalition.window,
+                                   positions=poss)
             if c_hat > policy.coalition.k_max:
                 run.fail("coalition", f"estimated coalition size {c_hat} > k_max = {policy.coalition.k_max}")
             else:
