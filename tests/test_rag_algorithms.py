@@ -225,3 +225,17 @@ def test_answer_history_reuse_is_scoped_and_free():
     assert a2.text.startswith("zorvatin") and b2.text == "unknown"
     assert np.array_equal(flt.spent(np.arange(100)), spent)  # reuse charged nothing
     assert hist.scope("alice", "clinic", tenant_opt_in=True) == "tenant:clinic"
+
+
+def test_answer_history_ignores_template_words():
+    from accounting.rag.history import AnswerHistory
+
+    h = AnswerHistory(max_pairs=1)
+    s = h.scope("alice")
+    for cond, drug in [("asthma", "zorvatin"), ("lyme", "fomnivir"), ("gout", "kelbrax"), ("flu", "tamiqel")]:
+        h.record(s, f"what medication does the clinic protocol start patients with {cond} on", drug)
+    # shares only template words with every recorded question: nothing is reused
+    assert h.relevant(s, "what medication does the clinic protocol start patients with measles on") == ()
+    # shares the entity: the right answer is reused
+    got = h.relevant(s, "what dose of medication for lyme patients")
+    assert got and got[0][1] == "fomnivir"

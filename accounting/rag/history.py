@@ -42,9 +42,23 @@ class AnswerHistory:
             self._pairs[scope].append((question, answer.strip()))
 
     def relevant(self, scope: str, question: str) -> tuple[tuple[str, str], ...]:
-        """Up to ``max_pairs`` earlier pairs of this scope, most word overlap with ``question`` first."""
-        w = _words(question)
-        scored = [(len(w & _words(q)), -i, (q, a)) for i, (q, a) in enumerate(self._pairs.get(scope, []))]
+        """Up to ``max_pairs`` earlier pairs of this scope, most word overlap with ``question`` first.
+
+        Words that occur in more than half of the scope's recorded questions (a question template, e.g.
+        "what medication does the clinic's protocol start patients with ... on") do not count once the
+        scope holds 4 or more questions: overlap must be on the entity, or reuse answers about another one.
+        """
+        pairs = self._pairs.get(scope, [])
+        qwords = [_words(q) for q, _ in pairs]
+        common: frozenset[str] = frozenset()
+        if len(pairs) >= 4:
+            df: dict[str, int] = defaultdict(int)
+            for ws in qwords:
+                for x in ws:
+                    df[x] += 1
+            common = frozenset(x for x, c in df.items() if 2 * c > len(pairs))
+        w = _words(question) - common
+        scored = [(len(w & (qw - common)), -i, p) for i, (p, qw) in enumerate(zip(pairs, qwords))]
         scored = [s for s in scored if s[0] >= self.min_overlap]
         scored.sort(reverse=True)
         return tuple(p for _, _, p in scored[: self.max_pairs])
