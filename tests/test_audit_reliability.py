@@ -54,13 +54,19 @@ def test_sigkill_at_random_points_then_finish_and_pass(tmp_path):
     rng = random.Random(20261122)
     d = tmp_path / "svc"
     accounts = {f"u{i}": "clinic" for i in range(12)}
-    open_service(d, accounts=accounts, n=40, max_queries_per_doc=50).close()
+    # the 9 accounts used ask alike (one cluster of 9): k_max = 9 keeps δ_policy = 1e-5 > k_max·δ_acc
+    open_service(d, accounts=accounts, n=400, max_queries_per_doc=500, k_max=9).close()
     released = tmp_path / "released.jsonl"
     released.touch()
     kills = 0
     for cycle in range(8):
-        p = _spawn(d, f"u{cycle}", 30, released)
-        time.sleep(rng.uniform(0.8, 2.5))  # the child spends ~1 s importing, then serves
+        before = released.stat().st_size
+        p = _spawn(d, f"u{cycle}", 300, released)
+        # wait until the child is serving (its first release), then kill it at a random point
+        deadline = time.monotonic() + 120
+        while released.stat().st_size == before and p.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(rng.uniform(0.0, 0.8))
         if p.poll() is None:
             p.send_signal(signal.SIGKILL)
             kills += 1

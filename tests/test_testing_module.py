@@ -116,7 +116,11 @@ def test_convertible_events_match_dp_accounting(event):
     acc.compose(event.to_dp_event())
     ours = rdp_curve(event, ORDERS)
     theirs = np.asarray(acc._rdp)  # noqa: SLF001
-    np.testing.assert_allclose(ours, theirs, rtol=1e-7, atol=1e-12)
+    # where dp_accounting's subsampled series diverges (+inf) ours takes the unsampled curve (rdp.py): finite,
+    # valid, and only there may the two differ
+    finite = np.isfinite(theirs)
+    assert np.all(np.isfinite(ours))
+    np.testing.assert_allclose(ours[finite], theirs[finite], rtol=1e-7, atol=1e-12)
 
 
 @given(dps.gaussian_compositions())
