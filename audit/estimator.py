@@ -73,6 +73,8 @@ def _check_embeddings(embeddings, n_expected: int | None = None) -> np.ndarray:
     e = np.asarray(embeddings)
     if e.dtype == bool or not (np.issubdtype(e.dtype, np.integer) or np.issubdtype(e.dtype, np.floating)):
         raise InvalidParameterError("embeddings", "must be an integer or floating-point array", str(e.dtype))
+    if e.dtype == np.uint64:
+        raise InvalidParameterError("embeddings", "integer entries must fit in int64 (uint64 is refused)")
     if e.ndim != 2 or e.shape[1] == 0:
         raise InvalidParameterError("embeddings", "must be an (n, d) array with d >= 1", e.shape)
     if e.shape[1] > MAX_DIM:
@@ -137,8 +139,11 @@ def _account_codes(accounts: Sequence[Hashable], n: int) -> tuple[np.ndarray, li
 # ---------------------------------------------------------------------------------------------------------
 
 def unit_rows(embeddings: np.ndarray) -> np.ndarray:
-    """Rows scaled to unit L2 norm in float64 (zero rows stay zero)."""
+    """Rows scaled to unit L2 norm in float64 (zero rows stay zero). Each row is first scaled by a power
+    of two (exactly) so that its largest entry lies in [0.5, 1): no overflow or underflow of the squares."""
     x = np.asarray(embeddings, dtype=np.float64)
+    _, e = np.frexp(np.abs(x).max(axis=1, initial=0.0))
+    x = np.ldexp(x, -e[:, None])
     n = np.sqrt(np.einsum("ij,ij->i", x, x))
     n[n == 0] = 1.0
     return x / n[:, None]

@@ -303,13 +303,14 @@ class Calibration:
     def fpr_upper(self, confidence: float = 0.95) -> np.ndarray:
         return clopper_pearson_upper((self.null > self.k_max).sum(axis=0), self.trials, confidence)
 
-    def theta_index(self) -> int | None:
-        ok = np.flatnonzero(self.fpr() <= self.target_fpr)
+    def theta_index(self, conservative: bool = False) -> int | None:
+        ok = np.flatnonzero((self.fpr_upper() if conservative else self.fpr()) <= self.target_fpr)
         return int(ok[0]) if ok.size else None
 
-    def theta_star(self) -> float | None:
-        """The smallest grid θ with null FPR <= target (002's rule); None if no θ of the grid achieves it."""
-        g = self.theta_index()
+    def theta_star(self, conservative: bool = False) -> float | None:
+        """The smallest grid θ with null FPR <= target (002's rule); None if no θ of the grid achieves it.
+        ``conservative``: use the 95% Clopper-Pearson upper bound of the FPR instead of its estimate."""
+        g = self.theta_index(conservative)
         return None if g is None else float(self.thetas[g])
 
     def _col(self, theta: float | None) -> int | None:
@@ -350,7 +351,9 @@ class Calibration:
                 row += f" {analytic['poisson'][g]:.4f} [{analytic['lower'][g]:.4f}, {analytic['upper'][g]:.4f}] |"
             lines.append(row)
         ts = self.theta_star()
+        tc = self.theta_star(conservative=True)
         lines += ["", f"θ* = {ts if ts is None else f'{ts:.2f}'}"
+                  + f" (conservative, 95% upper bound <= target: {tc if tc is None else f'{tc:.2f}'})"
                   + ("" if ts is None else f", null FPR at θ* = {fpr[self.theta_index()]:.3f}"
                      f" (95% upper {up[self.theta_index()]:.3f})"), ""]
         if ts is not None and self.attacks:
@@ -549,20 +552,33 @@ def clinic_attack_questions(corpus, targets: int = 20, seed: int = 0) -> list[li
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """``python -m audit.estimator_calibration [--trials T] [--window W] [--seed S]``: the toy calibration."""
+    """``python -m audit.estimator_calibration [--trials T] [--attack-trials T'] [--window W] [--seed S]
+    [--report-theta θ ...] [--save FILE.npz]``: the toy calibration (002 §5.5), printed as markdown."""
     import argparse
     import time
 
     ap = argparse.ArgumentParser(description=main.__doc__)
     ap.add_argument("--trials", type=int, default=200)
+    ap.add_argument("--attack-trials", type=int, default=None)
     ap.add_argument("--window", type=int, default=None)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--report-theta", type=float, nargs="*", default=[0.80],
+                    help="also print TPR / ĉ at these grid θ (002's operating point 0.80 by default)")
+    ap.add_argument("--save", default=None, help="write every ĉ to this .npz file")
     a = ap.parse_args(argv)
     cfg = ToyConfig(window=a.window)
     t0 = time.perf_counter()
-    res = run_toy_calibration(cfg, a.trials, a.seed,
+    res = run_toy_calibration(cfg, a.trials, a.seed, attack_trials=a.attack_trials,
                               progress=lambda c: print(f"  {c} done ({time.perf_counter() - t0:.0f} s)", flush=True))
     print(res.to_markdown(res.info["analytic"]))
+    for th in a.report_theta:
+        tpr, mc, ex = res.tpr(th), res.mean_c_hat(th), res.exact_recovery(th)
+        cells = [f"{p} k={k}: TPR {tpr[(p, k)]:.2f}, mean ĉ {mc[(p, k)]:.2f}, exact {ex[(p, k)]:.2f}"
+                 for p, k in res.attacks]
+        print(f"At θ = {th:.2f} (FPR {res.fpr()[res._col(th)]:.3f}): " + "; ".join(cells))
+    if a.save:
+        np.savez_compressed(a.save, thetas=res.thetas, null=res.null,
+                            **{f"{p}_k{k}": v for (p, k), v in res.attacks.items()})
     print(f"002 reports: {PAPER_002}; run time {time.perf_counter() - t0:.0f} s")
 
 

@@ -48,7 +48,8 @@ def synthetic(n: int, dim: int, seed: int = 0):
     step = 100_000
     for s in range(0, n, step):
         t = min(n, s + step)
-        v = intents[rng.integers(0, intents.shape[0], t - s)] + noise * rng.standard_normal((t - s, dim)).astype(np.float32)
+        v = intents[rng.integers(0, intents.shape[0], t - s)]
+        v = v + noise * rng.standard_normal((t - s, dim)).astype(np.float32)
         x[s:t] = v / np.linalg.norm(v, axis=1, keepdims=True)
     accounts = rng.integers(0, max(2, n // 100), n).tolist()
     return x, accounts
@@ -111,8 +112,11 @@ def run_honest(args) -> None:
           f"{emb.fingerprint}; embedding {time.perf_counter() - t0:.0f} s (excluded below)")
     iu = np.triu_indices(pool.shape[0], 1)
     gram = pool @ pool.T
-    print("pool pairwise cosine quantiles (50/90/99/99.9/max of distinct pairs):",
-          np.round(np.quantile(gram[iu][gram[iu] < 1 - 1e-9], [0.5, 0.9, 0.99, 0.999, 1.0]), 3).tolist())
+    texts = np.asarray(pool_texts, dtype=object)
+    distinct = texts[iu[0]] != texts[iu[1]]
+    print("pool pairwise cosine quantiles (50/90/99/99.9/max over pairs of distinct texts):",
+          np.round(np.quantile(gram[iu][distinct], [0.5, 0.9, 0.99, 0.999, 1.0]), 3).tolist(),
+          f"; pairs of identical texts: {int((~distinct).sum())}")
     pc = np.einsum("mid,mjd->mij", para, para)[:, *np.triu_indices(para.shape[1], 1)]
     print("attack paraphrase cosine min/median/max:", np.round([pc.min(), np.median(pc), pc.max()], 3).tolist(),
           "; attack probe vs pool max:", round(float((para[:, 0] @ pool.T).max()), 3))

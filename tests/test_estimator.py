@@ -152,6 +152,15 @@ def test_zero_rows_link_to_nothing():
     assert coalition_size(emb, ["a", "b", "c"], 0.1, 5) == 1
 
 
+def test_extreme_magnitudes_are_handled_exactly():
+    # squares of 1e200 overflow and of 1e-200 underflow in float64; the rows are rescaled by powers of two
+    emb = np.array([[1e200, 1e200, 0.0], [1e200, 0.0, 1e200], [1e-200, 1e-200, 0.0], [3e-320, 3e-320, 0.0]])
+    # cos(0, 1) = 1/2 exactly; rows 0, 2 and 3 are parallel (cos 1, up to the subnormal's rounding)
+    assert coalition_size(emb[:2], ["a", "b"], 0.5, 1) == 2
+    assert coalition_size(emb[:2], ["a", "b"], float(np.nextafter(0.5, 1)), 1) == 1
+    assert link_pairs(emb, 0.999, 3).tolist() == [[0, 2], [0, 3], [2, 3]]
+
+
 def test_empty_and_single():
     assert coalition_size(np.zeros((0, 4)), [], 0.5, 3) == 0
     assert coalition_clusters(np.zeros((0, 4)), [], 0.5, 3) == []
@@ -295,6 +304,8 @@ ACC = ["a", "b", "c"]
     (dict(embeddings=np.ones((3, 3), dtype=bool)), "embeddings"),
     (dict(embeddings=np.array([["a"] * 3] * 3)), "embeddings"),
     (dict(embeddings=np.ones((4, 3))), "embeddings"),
+    (dict(embeddings=np.ones((3, 3), dtype=np.uint64)), "embeddings"),
+    (dict(embeddings=np.ones((3, 3), dtype=np.longdouble)), "embeddings"),
     (dict(accounts="abc"), "accounts"),
     (dict(accounts=[["a"], ["b"], ["c"]]), "accounts"),
     (dict(positions=[0, 2, 1]), "positions"),

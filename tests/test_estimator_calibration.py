@@ -16,7 +16,7 @@ from scipy import integrate, stats
 
 from accounting.errors import InvalidParameterError
 from audit.estimator import coalition_size
-from audit.estimator_calibration import (ATTACK_PARAPHRASES, HONEST_THETA_GRID, PATTERNS, THETA_GRID, Calibration,
+from audit.estimator_calibration import (ATTACK_PARAPHRASES, HONEST_THETA_GRID, THETA_GRID, Calibration,
                                          HonestConfig, ToyConfig, analytic_null_fpr, attack_rows,
                                          clinic_attack_questions, clinic_honest_questions, clopper_pearson_upper,
                                          honest_queries, run_honest_calibration, run_toy_calibration,
@@ -119,6 +119,9 @@ def test_toy_fpr_is_monotone_and_theta_star_is_002s(toy_reduced):
     # P(Bin(30, 0.67) <= 1) ≈ 3e-4.
     assert res.theta_star() in (0.80, 0.85)
     assert res.fpr()[res.theta_index()] <= 0.05
+    # the conservative reading (Clopper-Pearson upper bound <= 5%) needs 0 hits in 30 trials at most
+    # (upper bound 0.095 with 0 hits > 5%): no grid θ qualifies with 30 trials (deterministic given the data)
+    assert res.theta_star(conservative=True) is None
 
 
 def test_toy_tpr_at_theta_star(toy_reduced):
@@ -304,3 +307,23 @@ def test_bad_run_arguments():
     with pytest.raises(InvalidParameterError) as e:
         HonestConfig(zeta_reference_dim=0)
     assert e.value.field == "zeta_reference_dim"
+
+
+@pytest.mark.slow
+def test_toy_calibration_at_002s_200_trials():
+    """002's full trial count on the null (200) and 20 trials per attack cell (~2-10 min on 2 cores)."""
+    res = run_toy_calibration(ToyConfig(), trials=200, attack_trials=20, seed=7)
+    g75, g80 = THETA_GRID.index(0.75), THETA_GRID.index(0.80)
+    hits80 = int((res.null[:, g80] >= 2).sum())
+    # X ~ Bin(200, p), p ∈ [0.0492, 0.0504] (rigorous bracket): P(X = 0) + P(X >= 25) < 1e-4
+    assert 1 <= hits80 <= 24
+    # FPR(0.75) >= 0.495 (rigorous lower bound); 4 binomial sd below it: false-failure < 1e-4
+    assert res.fpr()[g75] >= 0.495 - 4 * math.sqrt(0.25 / 200)
+    assert res.theta_star() in (0.80, 0.85)  # false-failure ≈ P(Bin(200, 8.4e-4) >= 11) ≈ 0
+    # conservative: FPR(0.80) ≈ 0.049 keeps its upper bound above 5% unless <= 4 hits (P ≈ 0.03), and
+    # 0.85's upper bound is <= 5% with <= 4 hits of p = 8.4e-4 (P ≈ 1 - 1e-7): false-failure ≈ 0.03 for
+    # "conservative θ* == 0.85", so only the weaker, certain statement is asserted
+    assert res.theta_star(conservative=True) in (0.80, 0.85)
+    tpr, ex = res.tpr(), res.exact_recovery()
+    assert all(v == 1.0 for v in tpr.values())
+    assert all(ex[("P-A", k)] == 1.0 for k in (2, 5, 10, 20))
