@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from accounting.collusion import exact_sigma
+from accounting.noise.source import RandomSource
 from accounting.rag.toy import ToyGenerator
 
 from .encoding import encode
@@ -58,12 +59,15 @@ class Window:
     service: ProviderService | None
 
 
-def open_service(directory: Path, algorithm: str = "murag", accounts: dict | None = None, **kw) -> ProviderService:
+def open_service(directory: Path, algorithm: str = "murag", accounts: dict | None = None,
+                 generation_seed: bytes | None = b"fixture", **kw) -> ProviderService:
+    """A fresh toy window; the answers' mechanisms draw from a seeded stream (so tests are deterministic)."""
     emb = HashEmbedder(32)
+    src = None if generation_seed is None else RandomSource.from_seed(generation_seed, b"generation")
     return ProviderService.create(directory, policy=toy_policy(algorithm, **kw), embedder=emb,
                                   embedder_descriptor=emb.descriptor({"clinic": len(CLINIC), "legal": len(LEGAL)}),
                                   generator=ToyGenerator(), tenants={"clinic": CLINIC, "legal": LEGAL},
-                                  accounts=ACCOUNTS if accounts is None else accounts)
+                                  accounts=ACCOUNTS if accounts is None else accounts, generation_source=src)
 
 
 def serve_loop(directory: str, account: str, count: int, released: str, start: int = 0) -> None:

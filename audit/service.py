@@ -33,6 +33,7 @@ import numpy as np
 
 from accounting.errors import DpragError, InvalidParameterError, check_positive_int
 from accounting.filters import FilterBudget, IndividualRenyiFilter
+from accounting.noise.source import RandomSource
 from accounting.protocols import Generator
 from accounting.rag.multi_query import MuRAG, MuRAGAda, RetrievalParams, Selection
 from accounting.stores import SqliteBudgetStore
@@ -148,6 +149,7 @@ class ProviderService:
         origin: str | None = None,
         seed: bytes | None = None,
         signer: NoteSigner | None = None,
+        generation_source: RandomSource | None = None,
     ) -> "ProviderService":
         """Phase A: validate, embed and commit the tenants' indexes, draw s_W, append the genesis leaf."""
         policy.validate()
@@ -197,7 +199,7 @@ class ProviderService:
                                                        for t, (n, _) in tenant_meta.items()}))
         genesis = cm.genesis_record(policy.window, signer.vkey(), embedder_descriptor.commitment, policy.commitment,
                                     cm.seed_commitment(seed), tenant_meta)
-        svc = cls(d, embedder=embedder, generator=generator)
+        svc = cls(d, embedder=embedder, generator=generator, generation_source=generation_source)
         with svc._locked():
             if svc.ledger.size != 0:
                 raise ServiceStateError("a fresh ledger is not empty")
@@ -206,14 +208,18 @@ class ProviderService:
         return svc
 
     @classmethod
-    def open(cls, directory, *, embedder: TextEmbedder, generator: Generator) -> "ProviderService":
+    def open(cls, directory, *, embedder: TextEmbedder, generator: Generator,
+             generation_source: RandomSource | None = None) -> "ProviderService":
         """Resume a window: reconcile orphan charges left by a crash (recovery leaf), then serve."""
-        svc = cls(Path(directory), embedder=embedder, generator=generator)
+        svc = cls(Path(directory), embedder=embedder, generator=generator, generation_source=generation_source)
         with svc._locked():
             svc._recover()
         return svc
 
-    def __init__(self, d: Path, *, embedder: TextEmbedder, generator: Generator):
+    def __init__(self, d: Path, *, embedder: TextEmbedder, generator: Generator,
+                 generation_source: RandomSource | None = None):
+        """``generation_source``: randomness of the answers' mechanisms (default: the OS CSPRNG; tests seed it).
+        The retrieval channel's noise always comes from the committed seed."""
         if not (d / "config" / "policy.json").exists():
             raise InvalidParameterError("directory", "is not a dprag service directory", str(d))
         self.dir = d
@@ -244,10 +250,10 @@ class ProviderService:
             flt = IndividualRenyiFilter(SqliteBudgetStore(d / "state" / f"budget-{t}.sqlite", len(docs)), self.budget)
             if g.algorithm == "murag":
                 algo = MuRAG(retr, generator, flt, self.rag_params, tau=g.tau,
-                             retrieval=RetrievalParams(g.docs_per_voter))
+                             retrieval=RetrievalParams(g.docs_per_voter), source=generation_source)
             else:
                 algo = MuRAGAda(retr, generator, flt, self.rag_params, edges=g.edges, epsilon_thr=g.epsilon_thr,
-                                retrieval=RetrievalParams(g.docs_per_voter))
+                                retrieval=RetrievalParams(g.docs_per_voter), source=generation_source)
             self.tenants[t] = {"q": q, "retriever": retr, "filter": flt, "algo": algo}
         self._seen = 0
         self._counts: dict[str, int] = {}
