@@ -362,7 +362,7 @@ def verify(bundle_path: str | Path, *, receipts: str | Path | None = None, mode:
                 q = np.frombuffer(hexbytes(op["qemb"], "qemb"), dtype="<i2") if op else None
             except (EncodingError, KeyError, TypeError):
                 q = None
-            if q is not None and q.size == len(embs[0] if embs else q):
+            if q is not None and (not embs or q.size == embs[0].size):
                 embs.append(q)
                 accts.append(records[i]["account"])
                 poss.append(i)
@@ -497,7 +497,6 @@ def _replay_generation(run, policy: Policy, records, openings, tenants, n) -> No
     from accounting.filters import IndividualRenyiFilter
     from accounting.stores import MemoryBudgetStore
 
-    unit_cost = {}
     probe = IndividualRenyiFilter(MemoryBudgetStore(1), budget)
     rag_units = int(probe.cost_units(policy.rag_params().cost)[0])
     thr_units = None

@@ -30,11 +30,7 @@ from ..mechanisms.subsampling import poisson_subsample
 from ..noise.source import RandomSource
 from ..protocols import Generator, Retriever
 from .common import RagAnswer, top_k_padded
-from .single_query import PureDpRagParams, pure_dp_rag
-
-
-def _source(source: RandomSource | None) -> RandomSource:
-    return RandomSource.system() if source is None else source
+from .single_query import PureDpRagParams, _source, pure_dp_rag
 
 
 @dataclass(frozen=True)
