@@ -23,10 +23,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from accounting.errors import InvalidParameterError
+from accounting.mechanisms.prefix_sums import assign_bins, score_bins
 
 
 @dataclass(frozen=True)
 class ScoreBins:
+    """A named bin configuration; the arithmetic is ``accounting.mechanisms.prefix_sums``' (one implementation)."""
+
     low: float
     high: float
     width: float
@@ -40,32 +43,22 @@ class ScoreBins:
             raise InvalidParameterError("width", "must be > 0", self.width)
         if self.high <= self.low:
             raise InvalidParameterError("high", "must be > low", self.high)
-        b = (self.high - self.low) / self.width
-        if abs(b - round(b)) > 1e-9 * max(1.0, b):
-            raise InvalidParameterError("width", "must divide high - low into a whole number of bins", self.width)
+        score_bins(self.low, self.high, self.width)  # whole number of bins, else InvalidParameterError("width")
 
     @property
     def count(self) -> int:
         return int(round((self.high - self.low) / self.width))
 
     def edges(self) -> np.ndarray:
-        """B+1 descending edges: edges[i] is the upper end of bin i, edges[B] == low (up to rounding)."""
-        e = self.high - self.width * np.arange(self.count + 1, dtype=np.float64)
-        e[-1] = self.low
-        return e
+        """B+1 descending edges: edges[i] is the upper end of bin i, edges[B] == low."""
+        return score_bins(self.low, self.high, self.width)
 
     def assign(self, scores: np.ndarray) -> np.ndarray:
-        """Bin index of every score (0 = most relevant), -1 below ``low``; int64."""
+        """Bin index of every score (0 = most relevant; scores >= ``high`` clipped into bin 0), -1 below ``low``."""
         s = np.asarray(scores, dtype=np.float64)
         if not np.isfinite(s).all():
             raise InvalidParameterError("scores", "must be finite")
-        asc = self.edges()[::-1]  # ascending: low .. high
-        # position j in ascending edges with asc[j] <= s < asc[j+1]  ->  bin B-1-j
-        j = np.searchsorted(asc, s, side="right") - 1
-        out = (self.count - 1 - j).astype(np.int64)
-        out[s >= self.high] = 0
-        out[s < self.low] = -1
-        return out
+        return assign_bins(np.minimum(s, self.high).ravel(), self.edges()).reshape(s.shape)
 
     def counts(self, scores: np.ndarray) -> np.ndarray:
         """Number of scores in each bin, shape (B,), bin 0 first."""

@@ -290,3 +290,50 @@ def test_dprag_root_cli_finds_the_experiment_command(tmp_path, capsys):
     assert main(["experiment", "privacy-utility", "--dataset", "clinic", "--model", "toy", "--methods", "non-rag",
                  "--queries", "2", "--dev-queries", "0", "--out", str(tmp_path / "ok"), "--no-progress"]) == 0
     assert (tmp_path / "ok" / "privacy_utility.csv").is_file()
+
+
+# -- voter grid (m, documents per voter) ---------------------------------------------------------------------
+def test_voter_grid_expands_only_lists_and_reaches_every_voting_method():
+    one = Settings(m=7)
+    assert one.voter_grid() == [{}] and one.voters({}) == 7 and one.retrieval({}).docs_per_voter == 1
+    s = Settings(m=5, m_grid=(5, 9), docs_per_voter=(1, 3))
+    assert s.voter_grid() == [{"m": 5, "dpv": 1}, {"m": 5, "dpv": 3}, {"m": 9, "dpv": 1}, {"m": 9, "dpv": 3}]
+    ds = toy_dataset()
+    ctx = toy_context(ds, m_grid=(5, 9), docs_per_voter=(1, 3), private_tokens=(2,), taus=(2.5,))
+    for name in ("murag", "murag-ada", "naive-multi-rag", "dp-sparse-vote-rag", "subsampling-multi-rag"):
+        grid = METHODS[name].grid(ctx, 10.0)
+        assert {(g["m"], g["dpv"]) for g in grid} == {(5, 1), (5, 3), (9, 1), (9, 3)}, name
+    assert [g["m"] for g in METHODS["dp-ksa"].grid(ctx, 10.0)] == [5, 9]  # one response per document: no dpv
+
+
+def test_documents_per_voter_sets_k_and_the_cell_reports_m():
+    # topic i has 24 documents scoring above τ = 2.5: with m = 3 voters × 2 documents MuRAG reads K = 6
+    ds = toy_dataset()
+    ctx = toy_context(ds, private_tokens=(2,), taus=(2.5,))
+    items = tuple(select_questions(ds, "test", 3))
+    cell = run_cell(ctx, "murag", 30.0, {"m": 3, "dpv": 2, "c": 2, "tau": 2.5}, items, "test")
+    assert cell.m == 3 and cell.derived["m"] == 3
+    assert [q.used for q in cell.questions] == [6, 6, 6]
+    # precision is measured against the true top-K with K = m × dpv = 6: the 6 used are exactly the top 6
+    assert all(q.precision == 1.0 and q.recall_at_k == 1.0 for q in cell.questions)
+    single = run_cell(ctx, "murag", 30.0, {"m": 3, "c": 2, "tau": 2.5}, items, "test")
+    assert [q.used for q in single.questions] == [3, 3, 3]
+
+
+def test_cli_m_grid_is_tuned_on_dev(tmp_path):
+    out = tmp_path / "run"
+    r = CliRunner().invoke(experiment, [
+        "privacy-utility", "--dataset", "clinic", "--model", "toy", "--methods", "murag", "--eps", "50",
+        "--queries", "3", "--dev-queries", "2", "--m", "2,4", "--docs-per-voter", "1,2", "--private-tokens", "2",
+        "--out", str(out), "--json", "--no-progress"])
+    assert r.exit_code == 0, r.output
+    (row,) = [json.loads(line) for line in r.output.splitlines() if line.startswith("{")]
+    grid = row["dev_grid"]
+    assert len(grid) == 4 * 2  # (m, dpv) × τ ∈ default grid of two thresholds
+    assert {(g["hp"]["m"], g["hp"]["dpv"]) for g in grid} == {(2, 1), (2, 2), (4, 1), (4, 2)}
+    hp = row["hp"]
+    assert row["m"] == hp["m"] and hp["dpv"] in (1, 2)
+    assert json.loads((out / "run.json").read_text())["m"] == [2, 4]
+    bad = CliRunner().invoke(experiment, ["privacy-utility", "--dataset", "clinic", "--model", "toy",
+                                          "--docs-per-voter", "0", "--out", str(tmp_path / "x"), "--no-progress"])
+    assert bad.exit_code == 2 and "--docs-per-voter" in bad.output

@@ -112,7 +112,10 @@ def experiment():
 @click.option("--split", "test_split", default="test", show_default=True, help="split reported (test, dependent)")
 @click.option("--dev-split", default="dev", show_default=True)
 @click.option("--model", type=click.Choice(MODELS), default="smollm2", show_default=True)
-@click.option("--m", "m", type=int, default=10, show_default=True, help="voters (one document each; K = m)")
+@click.option("--m", "m_text", default="10", show_default=True,
+              help="voters; a comma-separated list is a grid chosen on dev (K = m × docs per voter)")
+@click.option("--docs-per-voter", "dpv_text", default="1", show_default=True,
+              help="documents each voter reads (000 Alg. 5's k); a list is a grid chosen on dev")
 @click.option("--M", "max_retrievals", type=int, default=1, show_default=True, help="retrievals per document")
 @click.option("--max-tokens", type=int, default=16, show_default=True)
 @click.option("--delta", type=float, default=1e-5, show_default=True, help="δ of the (ε, δ) methods")
@@ -131,8 +134,8 @@ def experiment():
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), required=True)
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object per (method, eps_total) row")
 @click.option("--progress/--no-progress", default=True, show_default=True)
-def privacy_utility(dataset, methods, eps_text, queries, dev_queries, test_split, dev_split, model, m,
-                    max_retrievals, max_tokens, delta, taus, private_tokens, em_margin, probabilities, bins, seed,
+def privacy_utility(dataset, methods, eps_text, queries, dev_queries, test_split, dev_split, model, m_text,
+                    dpv_text, max_retrievals, max_tokens, delta, taus, private_tokens, em_margin, probabilities, bins, seed,
                     corpus_seed, threads, out_dir, as_json, progress):
     """Accuracy / F1 / ROUGE-L / retrieval precision of DP-RAG methods against total ε."""
     from .methods import METHODS, Context, Settings
@@ -145,7 +148,12 @@ def privacy_utility(dataset, methods, eps_text, queries, dev_queries, test_split
     if unknown or not names:
         raise click.BadParameter(f"unknown method(s) {unknown}; choose from {sorted(METHODS)}", param_hint="--methods")
     eps = _floats("--eps", eps_text)
-    for name, v, lo in (("--queries", queries, 1), ("--m", m, 1), ("--M", max_retrievals, 1),
+    m_grid, dpv_grid = _ints("--m", m_text), _ints("--docs-per-voter", dpv_text)
+    for name, vals in (("--m", m_grid), ("--docs-per-voter", dpv_grid)):
+        if not vals or min(vals) < 1:
+            raise click.BadParameter(f"every value must be >= 1, got {vals}", param_hint=name)
+    m = m_grid[0]
+    for name, v, lo in (("--queries", queries, 1), ("--M", max_retrievals, 1),
                         ("--max-tokens", max_tokens, 1), ("--dev-queries", dev_queries, 0)):
         if v < lo:
             raise click.BadParameter(f"must be >= {lo}, got {v}", param_hint=name)
@@ -163,14 +171,15 @@ def privacy_utility(dataset, methods, eps_text, queries, dev_queries, test_split
             raise click.BadParameter("must be LOW,HIGH,WIDTH", param_hint="--bins")
         scale = default_scale(kind, bins_t)
         settings = Settings(
-            m=m, queries=len(test), max_tokens=max_tokens, M=max_retrievals, delta=delta,
+            m=m, m_grid=m_grid, docs_per_voter=dpv_grid, queries=len(test), max_tokens=max_tokens, M=max_retrievals, delta=delta,
             taus=_floats("--taus", taus, positive=False) if taus else scale["taus"], edges=scale["edges"],
             private_tokens=_ints("--private-tokens", private_tokens), em_margin=em_margin,
             probabilities=_floats("--probabilities", probabilities))
         if any(p > 1 for p in settings.probabilities):
             raise click.BadParameter("probabilities must lie in (0, 1]", param_hint="--probabilities")
-        if m > len(ds.documents):
-            raise click.BadParameter(f"m = {m} exceeds the corpus size {len(ds.documents)}", param_hint="--m")
+        if max(m_grid) * max(dpv_grid) > len(ds.documents):
+            raise click.BadParameter(f"K = m × docs per voter = {max(m_grid) * max(dpv_grid)} exceeds the corpus "
+                                     f"size {len(ds.documents)}", param_hint="--m")
         ctx = Context(CachedRetriever(retriever), gen, settings, seed=b"dprag-experiments/" + seed_b)
         bar = None
         if progress:
@@ -209,10 +218,12 @@ def privacy_utility(dataset, methods, eps_text, queries, dev_queries, test_split
     write_predictions(cells, out / PREDICTIONS_NAME)
     if as_json:
         write_jsonl(cells, out / JSONL_NAME, meta)
-    plot(cells, out / PNG_NAME, title=f"{ds.name}, {model}, m={m}, T={len(test)} ({test_split})")
+    m_label = m if len(m_grid) == 1 else "/".join(map(str, m_grid))
+    plot(cells, out / PNG_NAME, title=f"{ds.name}, {model}, m={m_label}, T={len(test)} ({test_split})")
     run = {"argv": sys.argv[1:], "dataset": ds.name, "dataset_info": {k: v for k, v in dict(ds.info).items()
                                                                       if k != "protocol"},
-           "model": model, "generator": getattr(gen, "name", type(gen).__name__), "m": m, "M": max_retrievals,
+           "model": model, "generator": getattr(gen, "name", type(gen).__name__), "m": list(m_grid),
+           "docs_per_voter": list(dpv_grid), "M": max_retrievals,
            "test_split": test_split, "test_questions": len(test), "dev_questions": len(dev),
            "methods": names, "eps": list(eps), "seed": str(seed), "corpus_seed": corpus_seed,
            "threads": os.environ.get("DPRAG_TORCH_THREADS"), "python": platform.python_version(),

@@ -24,7 +24,9 @@ dp-sparse-vote-rag           003 Alg. 3 per question with (ε_total/T, δ/T), co
 dp-ksa                       004 Alg. 1 per question with (ε_total/T, δ/T), composed basically over T.
 ===========================  ====================================================================
 
-Hyperparameters selected on dev (``grid``): m is fixed by the run (it dominates the cost). Every pure-DP
+Hyperparameters selected on dev (``grid``): m (voters) and k (documents per voter, hp key ``dpv``; K = m·k)
+join every voting method's grid when the run gives more than one value of each (``Settings.voter_grid``;
+DP-KSA has one response per document, so only m). Every pure-DP
 method is parametrised by c, the number of private tokens per answer, instead of ε_token: given the
 per-query budget, ε_token is the largest value whose cost with c tokens fits it (000 Alg. 5 sets
 c = ⌊ε/ε_RAG⌋ from ε_token; we invert the same relation, so the grid {c} is the grid {ε_token} seen from
@@ -49,7 +51,7 @@ from accounting.rag.budget import certified_epsilon
 from accounting.rag.common import RagAnswer
 from accounting.rag.history import AnswerHistory
 from accounting.rag.ksa import dp_ksa
-from accounting.rag.multi_query import MuRAG, MuRAGAda, NaiveMultiRAG, SubsamplingMultiRAG
+from accounting.rag.multi_query import MuRAG, MuRAGAda, NaiveMultiRAG, RetrievalParams, SubsamplingMultiRAG
 from accounting.rag.single_query import PureDpRagParams, dp_sparse_vote_rag, non_private_rag, non_rag, sparse_vote_cost
 from accounting.stores import MemoryBudgetStore
 
@@ -81,6 +83,23 @@ class Settings:
     probabilities: tuple[float, ...] = (0.1, 0.3)
     npr_k: tuple[int, ...] = (1, 3, 5)
     ksa_response_tokens: int = 12
+    m_grid: tuple[int, ...] = ()
+    docs_per_voter: tuple[int, ...] = (1,)
+
+    def voter_grid(self) -> list[dict]:
+        """The (m, documents per voter) part of a voting method's grid: a key appears in the hyperparameters
+        only when its grid has more than one value (``m_grid`` empty = ``m`` alone)."""
+        ms = self.m_grid if len(self.m_grid) > 1 else (None,)
+        ks = self.docs_per_voter if len(self.docs_per_voter) > 1 else (None,)
+        return [{**({} if m is None else {"m": m}), **({} if k is None else {"dpv": k})} for m in ms for k in ks]
+
+    def voters(self, hp: dict) -> int:
+        """m of one grid setting."""
+        return int(hp.get("m", self.m_grid[0] if len(self.m_grid) == 1 else self.m))
+
+    def retrieval(self, hp: dict) -> RetrievalParams:
+        """Documents per voter of one grid setting (000 Alg. 5's k; Top-K uses K = m·k)."""
+        return RetrievalParams(int(hp.get("dpv", self.docs_per_voter[0])))
 
 
 @dataclass
@@ -252,7 +271,7 @@ class _Multi(Session):
 # the methods
 # ----------------------------------------------------------------------------------------------------------
 def _derive(session: Session, rag: PureDpRagParams, **extra) -> Session:
-    session.derived = {"epsilon_token": rag.epsilon_token, "c": rag.max_private_tokens,
+    session.derived = {"m": rag.m, "epsilon_token": rag.epsilon_token, "c": rag.max_private_tokens,
                        "theta": rag.m / 2 if rag.theta is None else rag.theta, **extra}
     return session
 
@@ -265,17 +284,22 @@ def _filter(ctx: Context, per_query) -> IndividualRenyiFilter:
 
 def _murag_grid(ctx, eps):
     s = ctx.settings
-    return [{"c": c, "tau": t} for c in s.private_tokens for t in s.taus]
+    return [{**v, "c": c, "tau": t} for v in s.voter_grid() for c in s.private_tokens for t in s.taus]
+
+
+def _c_grid(ctx, eps):
+    s = ctx.settings
+    return [{**v, "c": c} for v in s.voter_grid() for c in s.private_tokens]
 
 
 def _murag_build(history: bool):
     def build(ctx: Context, eps: float, hp: dict) -> Session:
         s = ctx.settings
         eps_q = eps / s.M
-        rag = _with_tokens(pure_rag_params(s.m, hp["c"], eps_q, margin=s.em_margin, max_tokens=s.max_tokens),
-                           s.max_tokens)
+        rag = _with_tokens(pure_rag_params(s.voters(hp), hp["c"], eps_q, margin=s.em_margin,
+                                           max_tokens=s.max_tokens), s.max_tokens)
         flt = _filter(ctx, rag.cost)
-        algo = MuRAG(ctx.retriever, ctx.generator, flt, rag, tau=hp["tau"],
+        algo = MuRAG(ctx.retriever, ctx.generator, flt, rag, tau=hp["tau"], retrieval=s.retrieval(hp),
                      source=ctx.source("murag", eps, hp, history))
         return _derive(_Multi(algo, lambda: flt.guarantee(), AnswerHistory() if history else None), rag, eps_q=eps_q)
 
@@ -286,8 +310,8 @@ def _ada_build(ctx: Context, eps: float, hp: dict) -> Session:
     s = ctx.settings
     eps_q = eps / s.M
     eps_thr = min(s.epsilon_thr, eps_q / 2)
-    rag = _with_tokens(pure_rag_params(s.m, hp["c"], eps_q - eps_thr, margin=s.em_margin, max_tokens=s.max_tokens),
-                       s.max_tokens)
+    rag = _with_tokens(pure_rag_params(s.voters(hp), hp["c"], eps_q - eps_thr, margin=s.em_margin,
+                                       max_tokens=s.max_tokens), s.max_tokens)
     # budget = M × (units of the ε_thr charge + units of the RAG charge): the two charges are rounded up to
     # units separately, so this admits exactly M of both (a budget from the float sum could miss by a unit)
     thr_units = cost_to_units([pure_epsilon(DiscreteLaplaceEvent(scale=1.0 / eps_thr, sensitivity=1))])[0]
@@ -295,22 +319,24 @@ def _ada_build(ctx: Context, eps: float, hp: dict) -> Session:
     flt = IndividualRenyiFilter(MemoryBudgetStore(len(ctx.retriever)),
                                 FilterBudget("pure", None, (int(s.M * (thr_units + rag_units)),)))
     algo = MuRAGAda(ctx.retriever, ctx.generator, flt, rag, edges=s.edges, epsilon_thr=eps_thr,
-                    source=ctx.source("murag-ada", eps, hp))
+                    retrieval=s.retrieval(hp), source=ctx.source("murag-ada", eps, hp))
     return _derive(_Multi(algo, lambda: flt.guarantee()), rag, eps_q=eps_q, eps_thr=eps_thr)
 
 
 def _naive_build(ctx: Context, eps: float, hp: dict) -> Session:
     s = ctx.settings
-    rag = _with_tokens(pure_rag_params(s.m, hp["c"], eps / s.queries, margin=s.em_margin, max_tokens=s.max_tokens),
-                       s.max_tokens)
-    algo = NaiveMultiRAG(ctx.retriever, ctx.generator, rag, source=ctx.source("naive", eps, hp))
+    rag = _with_tokens(pure_rag_params(s.voters(hp), hp["c"], eps / s.queries, margin=s.em_margin,
+                                       max_tokens=s.max_tokens), s.max_tokens)
+    algo = NaiveMultiRAG(ctx.retriever, ctx.generator, rag, retrieval=s.retrieval(hp),
+                         source=ctx.source("naive", eps, hp))
     return _derive(_Multi(algo, lambda: algo.guarantee()), rag, eps_q=eps / s.queries)
 
 
 def _subsampling_build(ctx: Context, eps: float, hp: dict) -> Session:
     s = ctx.settings
-    rag = _with_tokens(subsampling_rag_params(s.m, hp["c"] or 1, hp["p"], eps, s.delta, s.queries), s.max_tokens)
-    algo = SubsamplingMultiRAG(ctx.retriever, ctx.generator, rag, probability=hp["p"],
+    rag = _with_tokens(subsampling_rag_params(s.voters(hp), hp["c"] or 1, hp["p"], eps, s.delta, s.queries),
+                       s.max_tokens)
+    algo = SubsamplingMultiRAG(ctx.retriever, ctx.generator, rag, probability=hp["p"], retrieval=s.retrieval(hp),
                                source=ctx.source("subsampling", eps, hp))
     return _derive(_Multi(algo, lambda: algo.guarantee(s.delta) if algo.queries else (0.0, 0.0)), rag)
 
@@ -322,7 +348,8 @@ def _sparse_vote_build(ctx: Context, eps: float, hp: dict) -> Session:
     src = ctx.source("dp-sparse-vote-rag", eps, hp)
 
     def fn(item):
-        return dp_sparse_vote_rag(item.question, ctx.retriever, ctx.generator, m=s.m, k=1, epsilon_token=e_tok,
+        return dp_sparse_vote_rag(item.question, ctx.retriever, ctx.generator, m=s.voters(hp),
+                                  k=s.retrieval(hp).docs_per_voter, epsilon_token=e_tok,
                                   delta_token=d_tok, epsilon_total=eps_q, delta_total=delta_q,
                                   max_tokens=s.max_tokens, source=src)
 
@@ -337,7 +364,7 @@ def _ksa_build(ctx: Context, eps: float, hp: dict) -> Session:
     src = ctx.source("dp-ksa", eps, hp)
 
     def fn(item):
-        return dp_ksa(item.question, ctx.retriever, ctx.generator, n_docs=s.m, epsilon=eps_q, delta=delta_q,
+        return dp_ksa(item.question, ctx.retriever, ctx.generator, n_docs=s.voters(hp), epsilon=eps_q, delta=delta_q,
                       response_tokens=s.ksa_response_tokens, max_tokens=s.max_tokens, k_max=hp.get("k_max", 10),
                       source=src)
 
@@ -361,18 +388,18 @@ METHODS: dict[str, MethodSpec] = {
     "non-private-rag": MethodSpec("non-private-rag", False, lambda c, e: [{"k": k} for k in c.settings.npr_k],
                                   _npr_build, uses_eps=False, doc="top-k in one prompt, no privacy"),
     "murag": MethodSpec("murag", True, _murag_grid, _murag_build(False), doc="000 Alg. 1"),
-    "murag-ada": MethodSpec("murag-ada", True, lambda c, e: [{"c": k} for k in c.settings.private_tokens],
-                            _ada_build, doc="000 Alg. 2"),
-    "naive-multi-rag": MethodSpec("naive-multi-rag", True, lambda c, e: [{"c": k} for k in c.settings.private_tokens],
-                                  _naive_build, doc="000 Alg. 4"),
+    "murag-ada": MethodSpec("murag-ada", True, _c_grid, _ada_build, doc="000 Alg. 2"),
+    "naive-multi-rag": MethodSpec("naive-multi-rag", True, _c_grid, _naive_build, doc="000 Alg. 4"),
     "subsampling-multi-rag": MethodSpec(
         "subsampling-multi-rag", True,
-        lambda c, e: [{"p": p, "c": k} for p in c.settings.probabilities for k in c.settings.private_tokens],
+        lambda c, e: [{**v, "p": p, "c": k} for v in c.settings.voter_grid() for p in c.settings.probabilities
+                      for k in c.settings.private_tokens],
         _subsampling_build, doc="001 Alg. 9"),
-    "dp-sparse-vote-rag": MethodSpec("dp-sparse-vote-rag", True,
-                                     lambda c, e: [{"c": k} for k in c.settings.private_tokens],
-                                     _sparse_vote_build, doc="003 Alg. 3 composed over T"),
-    "dp-ksa": MethodSpec("dp-ksa", True, lambda c, e: [{"k_max": 10}], _ksa_build, doc="004 Alg. 1 composed over T"),
+    "dp-sparse-vote-rag": MethodSpec("dp-sparse-vote-rag", True, _c_grid, _sparse_vote_build,
+                                     doc="003 Alg. 3 composed over T"),
+    "dp-ksa": MethodSpec("dp-ksa", True, lambda c, e: [{**({"m": m} if len(c.settings.m_grid) > 1 else {}),
+                                                        "k_max": 10} for m in (c.settings.m_grid or (None,))],
+                         _ksa_build, doc="004 Alg. 1 composed over T (one response per document: no dpv)"),
     "murag-history": MethodSpec("murag-history", True, _murag_grid, _murag_build(True),
                                 doc="000 Alg. 1 + answer-history reuse (000 §6)"),
 }

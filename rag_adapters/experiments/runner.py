@@ -195,7 +195,8 @@ def run_cell(ctx: Context, method: str, eps: float | None, hp: dict, items: Sequ
     """Answer ``items`` in order with a fresh session of ``method`` at total ``eps`` and settings ``hp``."""
     spec = get_method(method)
     session: Session = spec.build(ctx, eps, hp)
-    k = hp.get("k", ctx.settings.m) if method == "non-private-rag" else ctx.settings.m
+    m = ctx.settings.voters(hp)
+    k = hp.get("k", m) if method == "non-private-rag" else m * ctx.settings.retrieval(hp).docs_per_voter
     results = []
     t0 = time.perf_counter()
     it = progress(items, desc=f"{method} eps={eps} {split}") if progress else items
@@ -217,7 +218,7 @@ def run_cell(ctx: Context, method: str, eps: float | None, hp: dict, items: Sequ
         docs_used=float(np.mean([r.used for r in results])),
         private_tokens=float(np.mean([r.private_tokens for r in results])),
         eps_certified=None if eps_c is None or math.isinf(eps_c) else float(eps_c), delta=float(delta_c), hp=hp,
-        seconds=seconds, m=ctx.settings.m, questions=results, derived=dict(getattr(session, "derived", {})))
+        seconds=seconds, m=m, questions=results, derived=dict(getattr(session, "derived", {})))
 
 
 def tune(ctx: Context, method: str, eps: float | None, dev: Sequence[QAItem],
