@@ -346,32 +346,39 @@ class FilterBudget:
 
         ``per_query`` is a PrivacyEvent, or a float ε_q meaning ``PureDpEvent(ε_q)`` (a generic ε_q-DP
         mechanism; pass ``ExponentialMechanismEvent(ε_q)`` for the tighter bounded-range curve of the
-        exponential mechanism). The budget is exactly M times the per-query cost *in units*, at every order,
-        so exactly M charges of ``per_query`` are admitted (rounding cannot cost the M-th retrieval), and
-        mixed smaller charges are admitted while they fit at every order.
+        exponential mechanism), or a sequence of events: the separate charges one query makes to a document
+        (MuRAG-Ada: the threshold release, then the RAG cost), each rounded up to units on its own as the
+        filter charges them. The budget is exactly M times the per-query cost *in units*, at every order,
+        so exactly M queries are admitted (rounding cannot cost the M-th retrieval), and mixed smaller
+        charges are admitted while they fit at every order.
         RDP mode: B(α) = M·ρ_q(α). Pure mode: B = M·ε_q, guarantee (M·ε_q, 0) as in 000 Lemma 1 / 001 Thm 1.
         """
         m = check_positive_int("max_queries", max_queries)
-        if _is_real(per_query):
-            per_query = PureDpEvent(check_epsilon("per_query", per_query))
-        if not isinstance(per_query, PrivacyEvent):
-            raise InvalidParameterError("per_query", "must be a PrivacyEvent or a real ε_q", per_query)
-        if mode == PURE:
-            if orders is not None:
-                raise InvalidParameterError("orders", "a pure-ε budget has no orders", orders)
-            refuse_delta_events(per_query)
-            vals = np.array([pure_epsilon(per_query)])
-            ords = None
-        elif mode == RDP:
-            a = as_orders(orders)
-            vals = filter_rdp_curve(per_query, a)
-            ords = tuple(a.tolist())
-        else:
-            raise InvalidParameterError("mode", "must be 'pure' or 'rdp'", mode)
-        _check_values("per_query", vals)
-        if np.any(~np.isfinite(vals)):
-            raise InvalidParameterError("per_query", "cost must be finite at every order")
-        unit_cost = cost_to_units(vals)
+        charges = list(per_query) if isinstance(per_query, (list, tuple)) else [per_query]
+        if not charges:
+            raise InvalidParameterError("per_query", "must name at least one charge")
+        unit_cost, ords = None, None
+        for i, ev in enumerate(charges):
+            if _is_real(ev):
+                ev = PureDpEvent(check_epsilon("per_query", ev))
+            if not isinstance(ev, PrivacyEvent):
+                raise InvalidParameterError("per_query", "must be a PrivacyEvent, a real ε_q or a sequence of them", ev)
+            if mode == PURE:
+                if orders is not None:
+                    raise InvalidParameterError("orders", "a pure-ε budget has no orders", orders)
+                refuse_delta_events(ev)
+                vals = np.array([pure_epsilon(ev)])
+            elif mode == RDP:
+                a = as_orders(orders)
+                vals = filter_rdp_curve(ev, a)
+                ords = tuple(a.tolist())
+            else:
+                raise InvalidParameterError("mode", "must be 'pure' or 'rdp'", mode)
+            _check_values("per_query", vals)
+            if np.any(~np.isfinite(vals)):
+                raise InvalidParameterError("per_query", "cost must be finite at every order")
+            u = cost_to_units(vals)
+            unit_cost = u if unit_cost is None else unit_cost + u
         if np.any(unit_cost > MAX_LIMIT_UNITS // m):
             raise InvalidParameterError("max_queries", f"M × per-query cost exceeds {MAX_BUDGET:.6g} nats", m)
         return cls(mode, ords, tuple((unit_cost * m).tolist()))

@@ -276,7 +276,7 @@ def test_cli_missing_dataset_package_exits_2(tmp_path, monkeypatch):
 
 
 def test_every_registered_method_is_documented():
-    assert set(METHODS) == {"non-rag", "non-private-rag", "murag", "murag-ada", "naive-multi-rag",
+    assert set(METHODS) == {"non-rag", "non-private-rag", "murag", "murag-gnmax", "murag-ada", "naive-multi-rag",
                             "subsampling-multi-rag", "dp-sparse-vote-rag", "dp-ksa", "murag-history"}
 
 
@@ -337,3 +337,29 @@ def test_cli_m_grid_is_tuned_on_dev(tmp_path):
     bad = CliRunner().invoke(experiment, ["privacy-utility", "--dataset", "clinic", "--model", "toy",
                                           "--docs-per-voter", "0", "--out", str(tmp_path / "x"), "--no-progress"])
     assert bad.exit_code == 2 and "--docs-per-voter" in bad.output
+
+
+def test_gnmax_params_take_the_smallest_sigma_that_fits():
+    from accounting.filters import FilterBudget
+    from rag_adapters.experiments.methods import gnmax_params
+
+    for m, tokens, M, eps in [(10, 8, 1, 10.0), (20, 24, 2, 10.0), (5, 3, 1, 2.0)]:
+        p = gnmax_params(m, tokens, M, eps, 1e-5)
+        assert p.m == m and p.max_tokens == tokens
+
+        def certified(sigma):
+            from accounting.rag.mechanism import GaussianVoteRagParams
+
+            cost = GaussianVoteRagParams(m, sigma, tokens).cost
+            return FilterBudget.for_queries(M, cost, mode="rdp").guarantee(1e-5)[0]
+
+        assert certified(p.sigma) <= eps < certified(p.sigma * (1 - 1e-6))
+
+
+def test_murag_gnmax_answers_the_toy_corpus_within_budget():
+    ds = toy_dataset()
+    ctx = toy_context(ds, private_tokens=(3,), taus=(2.5,))
+    items = tuple(select_questions(ds, "test", None))
+    cell = run_cell(ctx, "murag-gnmax", 200.0, {"c": 3, "tau": 2.5}, items, "test")
+    assert cell.eps_certified <= 200.0 and cell.delta == 1e-5
+    assert cell.accuracy == 1.0 and cell.derived["tokens"] == 3

@@ -434,3 +434,24 @@ def test_cost_cache_does_not_confuse_types_or_modes():
     assert all(abs(u - units_up(v)) <= 2 for u, v in zip(got, sinh_bound))
     assert g.cost_units(np.array([1.0, 1.0])).tolist() == [TWO32] * 2  # arrays are not cached by identity
     assert g.cost_units(np.array([2.0, 2.0])).tolist() == [2 * TWO32] * 2
+
+
+@pytest.mark.parametrize("mode", ["pure", "rdp"])
+def test_budget_for_a_sequence_of_charges_admits_exactly_M_queries(mode):
+    # MuRAG-Ada charges a touched document twice per query (threshold release, then the RAG cost); each
+    # charge is rounded up to units separately, so a budget built from the float sum can refuse the M-th
+    # query. The sequence form sums the rounded charges: exactly M queries fit, the (M+1)-th does not.
+    from accounting.events import DiscreteLaplaceEvent, ExponentialMechanismEvent
+
+    thr, rag = DiscreteLaplaceEvent(scale=1 / 0.3, sensitivity=1), ExponentialMechanismEvent(1.1)
+    M = 3
+    flt = IndividualRenyiFilter(MemoryBudgetStore(4), FilterBudget.for_queries(M, (thr, rag), mode=mode))
+    ids = np.arange(4)
+    for _ in range(M):
+        assert flt.try_charge(ids, thr).admitted.size == 4
+        assert flt.try_charge(ids, rag).admitted.size == 4
+    assert flt.try_charge(ids, thr).admitted.size == 0
+    with pytest.raises(InvalidParameterError, match="per_query"):
+        FilterBudget.for_queries(2, (), mode=mode)
+    with pytest.raises(InvalidParameterError, match="per_query"):
+        FilterBudget.for_queries(2, (thr, "x"), mode=mode)

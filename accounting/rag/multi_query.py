@@ -9,8 +9,9 @@ seeds' README trap: 000/001 charge every document above the threshold). The char
 durably, *before* anything that depends on it is generated. A document that cannot afford the cost is
 left out of the query (the filter's stopping rule), which is what makes the composition valid.
 
-The single-query mechanism must be pure-DP or RDP (the filter refuses (ε, δ)-only costs): the default is
-000 Algorithm 5 (``pure_dp_rag``), as in the papers.
+The single-query mechanism (``rag``) is any ``mechanism.SingleQueryMechanism``: pure-DP or RDP (the filter
+refuses (ε, δ)-only costs). The default is 000 Algorithm 5 (``PureDpRagParams``), as in the papers; GNMax
+voting (``GaussianVoteRagParams``, RDP) plugs in with an RDP filter.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ from ..mechanisms.subsampling import poisson_subsample
 from ..noise.source import RandomSource
 from ..protocols import Generator, Retriever
 from .common import RagAnswer, top_k_padded
-from .single_query import PureDpRagParams, _source, pure_dp_rag
+from .mechanism import SingleQueryMechanism, check_mechanism
+from .single_query import PureDpRagParams, _source
 
 
 @dataclass(frozen=True)
@@ -69,7 +71,7 @@ class MuRAG:
 
     ``answer(question)``: scores every document exactly; D_q = {z : r(z, q) > τ}; charges the RAG cost to
     every z ∈ D_q the filter admits (refused documents are dropped); D_q^K = Top-K(admitted) padded with
-    empty documents (000 Alg. 3); answers with ``pure_dp_rag`` on D_q^K.
+    empty documents (000 Alg. 3); answers with the single-query mechanism ``rag`` (default 000 Alg. 5) on D_q^K.
     """
 
     def __init__(
@@ -77,7 +79,7 @@ class MuRAG:
         retriever: Retriever,
         generator: Generator,
         filter: IndividualRenyiFilter,
-        rag: PureDpRagParams,
+        rag: SingleQueryMechanism,
         *,
         tau: float,
         retrieval: RetrievalParams = RetrievalParams(),
@@ -87,7 +89,8 @@ class MuRAG:
             raise InvalidParameterError("filter", f"covers {filter.n_docs} documents, corpus has {len(retriever)}")
         if not math.isfinite(float(tau)):
             raise InvalidParameterError("tau", "must be finite", tau)
-        self.retriever, self.generator, self.filter, self.rag = retriever, generator, filter, rag
+        self.retriever, self.generator, self.filter = retriever, generator, filter
+        self.rag = check_mechanism(rag, filter)
         self.tau = float(tau)
         self.k = rag.m * retrieval.docs_per_voter
         self.source = _source(source)
@@ -107,7 +110,7 @@ class MuRAG:
 
     def respond(self, question: str, selection: "Selection", history: tuple = ()) -> RagAnswer:
         """Generation on a selection whose charge has been made (post-processing of the charged documents)."""
-        ans = pure_dp_rag(question, selection.top, self.retriever, self.generator, self.rag, source=self.source,
+        ans = self.rag.respond(question, selection.top, self.retriever, self.generator, source=self.source,
                           history=history)
         ans.charged = selection.charged
         ans.events = [*selection.events, *ans.events]
@@ -137,7 +140,7 @@ class MuRAGAda:
         retriever: Retriever,
         generator: Generator,
         filter: IndividualRenyiFilter,
-        rag: PureDpRagParams,
+        rag: SingleQueryMechanism,
         *,
         edges: Sequence[float],
         epsilon_thr: float = 1.0,
@@ -149,7 +152,8 @@ class MuRAGAda:
         e = np.asarray(edges, dtype=np.float64)
         if e.ndim != 1 or e.size < 2 or not np.all(np.diff(e) < 0) or not np.all(np.isfinite(e)):
             raise InvalidParameterError("edges", "must be a strictly decreasing 1-d array of >= 2 finite edges")
-        self.retriever, self.generator, self.filter, self.rag = retriever, generator, filter, rag
+        self.retriever, self.generator, self.filter = retriever, generator, filter
+        self.rag = check_mechanism(rag, filter)
         self.edges = e
         self.epsilon_thr = check_epsilon("epsilon_thr", epsilon_thr)
         self.k = rag.m * retrieval.docs_per_voter
@@ -199,9 +203,9 @@ class NaiveMultiRAG:
     gives the RDP/optimal-composition ε at a δ > 0).
     """
 
-    def __init__(self, retriever: Retriever, generator: Generator, rag: PureDpRagParams, *,
+    def __init__(self, retriever: Retriever, generator: Generator, rag: SingleQueryMechanism, *,
                  retrieval: RetrievalParams = RetrievalParams(), source: RandomSource | None = None):
-        self.retriever, self.generator, self.rag = retriever, generator, rag
+        self.retriever, self.generator, self.rag = retriever, generator, check_mechanism(rag)
         self.k = rag.m * retrieval.docs_per_voter
         if self.k > len(retriever):
             raise InvalidParameterError("k", f"K = m·docs_per_voter = {self.k} exceeds the corpus size {len(retriever)}")
@@ -221,7 +225,7 @@ class NaiveMultiRAG:
         scores = np.asarray(self.retriever.scores(question), dtype=np.float64)
         top = top_k_padded(np.arange(len(scores)), scores, self.k)
         self.queries += 1
-        ans = pure_dp_rag(question, top, self.retriever, self.generator, self.rag, source=self.source,
+        ans = self.rag.respond(question, top, self.retriever, self.generator, source=self.source,
                           history=history)
         ans.info.update(method="naive-multi-rag")
         return ans
@@ -241,12 +245,12 @@ class SubsamplingMultiRAG:
     ``accounting.mechanisms.subsampling``), at the δ given.
     """
 
-    def __init__(self, retriever: Retriever, generator: Generator, rag: PureDpRagParams, *, probability: float,
+    def __init__(self, retriever: Retriever, generator: Generator, rag: SingleQueryMechanism, *, probability: float,
                  retrieval: RetrievalParams = RetrievalParams(), source: RandomSource | None = None):
         p = float(probability)
         if not (0 < p <= 1):
             raise InvalidParameterError("probability", "must lie in (0, 1]", probability)
-        self.retriever, self.generator, self.rag, self.p = retriever, generator, rag, p
+        self.retriever, self.generator, self.rag, self.p = retriever, generator, check_mechanism(rag), p
         self.k = rag.m * retrieval.docs_per_voter
         self.source = _source(source)
         self.queries = 0
@@ -277,7 +281,7 @@ class SubsamplingMultiRAG:
         kept = poisson_subsample(np.arange(len(scores)), self.p, self.source)
         top = top_k_padded(kept, scores[kept], self.k)
         self.queries += 1
-        ans = pure_dp_rag(question, top, self.retriever, self.generator, self.rag, source=self.source,
+        ans = self.rag.respond(question, top, self.retriever, self.generator, source=self.source,
                           history=history)
         ans.info.update(method="subsampling-multi-rag", subsample=int(kept.size))
         return ans

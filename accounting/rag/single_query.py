@@ -32,6 +32,7 @@ from ..events import (
 )
 from ..mechanisms.exponential import vote_exponential_mechanism
 from ..mechanisms.limited_domain import BOTTOM, limited_domain
+from ..mechanisms.noisy_max import gaussian_vote_max, gaussian_vote_max_event
 from ..mechanisms.sparse_vector import SparseVector
 from ..noise.source import RandomSource
 from ..protocols import Generator, Prompt, Retriever, stop_tokens
@@ -285,6 +286,11 @@ class PureDpRagParams:
         c = max_steps(lambda c: cls(m, epsilon_token, c, **kw).cost, epsilon_rag, 0.0)
         return cls(m, epsilon_token, require_steps(c, "epsilon_rag"), **kw)
 
+    def respond(self, question: str, doc_ids: np.ndarray, retriever: Retriever, generator: Generator, *,
+                source: RandomSource | None = None, history: tuple = ()) -> "RagAnswer":
+        """``pure_dp_rag`` with these parameters (the ``SingleQueryMechanism`` interface)."""
+        return pure_dp_rag(question, doc_ids, retriever, generator, self, source=source, history=history)
+
     @property
     def cost(self) -> PrivacyEvent:
         """Ex-ante pure-DP cost of one answer: the SVT session's worst case plus c exponential mechanisms."""
@@ -339,3 +345,66 @@ def pure_dp_rag(
     return RagAnswer(text=_text(generator, tokens), token_ids=tokens, events=[svt.event, *em_events],
                      cost=params.cost, retrieved=real, charged=real, private_tokens=svt.discoveries,
                      info={"method": "pure-dp-rag", "private": True, "m": m, "c": params.max_private_tokens})
+
+
+# ------------------------------------------------------------------------------------------------------
+# GNMax voting: the RDP single-query mechanism (plugs into MuRAG / MuRAG-Ada with an RDP filter)
+# ------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class GaussianVoteRagParams:
+    """Sample-and-aggregate voting where every released token is the report-noisy-max of the vote histogram
+    with discrete Gaussian noise σ over the whole vocabulary (``mechanisms.noisy_max``; PATE's GNMax).
+
+    No SVT and no non-RAG lane: every token is private, so the ex-ante cost of one answer is ``max_tokens``
+    releases, each RDP α/σ² (two sensitivity-1 discrete Gaussians). RDP, no δ: runs in an RDP filter.
+    """
+
+    m: int
+    sigma: float
+    max_tokens: int = 32
+
+    def __post_init__(self):
+        check_positive_int("m", self.m)
+        check_epsilon("sigma", self.sigma)
+        check_positive_int("max_tokens", self.max_tokens)
+
+    @property
+    def cost(self) -> PrivacyEvent:
+        return SelfComposedEvent(gaussian_vote_max_event(self.sigma), self.max_tokens)
+
+    def respond(self, question: str, doc_ids: np.ndarray, retriever: Retriever, generator: Generator, *,
+                source: RandomSource | None = None, history: tuple = ()) -> "RagAnswer":
+        return gaussian_vote_rag(question, doc_ids, retriever, generator, self, source=source, history=history)
+
+
+def gaussian_vote_rag(
+    question: str,
+    doc_ids: np.ndarray,
+    retriever: Retriever,
+    generator: Generator,
+    params: GaussianVoteRagParams,
+    *,
+    source: RandomSource | None = None,
+    history: tuple = (),
+) -> RagAnswer:
+    """GNMax voting on a ranked document list (length a multiple of m, -1 = empty document): per token the
+    voters' greedy tokens form a histogram and ``gaussian_vote_max`` releases one; halts at <EOS> or after
+    ``max_tokens``. RDP with respect to the document list: ``params.cost`` (ex ante, all ``max_tokens``)."""
+    src = _source(source)
+    ids = np.asarray(doc_ids, dtype=np.int64)
+    m = params.m
+    if len(ids) == 0 or len(ids) % m:
+        raise InvalidParameterError("doc_ids", f"length must be a positive multiple of m={m}", len(ids))
+    ctx = voter_contexts(retriever, ids, m, src)
+    events: list[PrivacyEvent] = []
+
+    def rule(_non_rag, hist):
+        tok, ev = gaussian_vote_max(hist, params.sigma, src)
+        events.append(ev)
+        return tok
+
+    tokens = decode_by_vote(generator, question, ctx, rule, params.max_tokens, with_non_rag=False, history=history)
+    real = ids[ids >= 0]
+    return RagAnswer(text=_text(generator, tokens), token_ids=tokens, events=events, cost=params.cost,
+                     retrieved=real, charged=real, private_tokens=len(events),
+                     info={"method": "gaussian-vote-rag", "private": True, "m": m, "sigma": params.sigma})

@@ -13,6 +13,9 @@ non-private-rag              no guarantee (ε = ∞); top-k (k from the grid) pa
 murag / murag-history        per-document pure-ε filter E(z) = M·ε_q, ε_q = ε_total / M; answers with
                              000 Alg. 5 (pure DP); guarantee (ε_total, 0) (000 Lemma 1, pure mode).
                              murag-history adds answer-history reuse (000 §6) within one account.
+murag-gnmax                  MuRAG with GNMax voting as its single-query mechanism (RDP; every token
+                             private, T tokens from the grid c, 0 = max_tokens): an RDP filter with
+                             budget M × cost; σ the smallest whose filter guarantee at δ is ≤ ε_total.
 murag-ada                    ε_q = ε_thr + ε_RAG = ε_total / M, ε_thr = min(1, ε_q / 2) (000: ε_thr = 1);
                              bins fixed configuration (``rag_adapters.scoring``).
 naive-multi-rag              000 Alg. 4: 000 Alg. 5 on every query with ε_q = ε_total / T (basic
@@ -44,7 +47,7 @@ import numpy as np
 
 from accounting.errors import InvalidParameterError
 from accounting.events import DiscreteLaplaceEvent
-from accounting.filters import FilterBudget, IndividualRenyiFilter, cost_to_units, pure_epsilon
+from accounting.filters import FilterBudget, IndividualRenyiFilter
 from accounting.noise.source import RandomSource
 from accounting.protocols import Generator, Retriever
 from accounting.rag.budget import certified_epsilon
@@ -52,7 +55,14 @@ from accounting.rag.common import RagAnswer
 from accounting.rag.history import AnswerHistory
 from accounting.rag.ksa import dp_ksa
 from accounting.rag.multi_query import MuRAG, MuRAGAda, NaiveMultiRAG, RetrievalParams, SubsamplingMultiRAG
-from accounting.rag.single_query import PureDpRagParams, dp_sparse_vote_rag, non_private_rag, non_rag, sparse_vote_cost
+from accounting.rag.single_query import (
+    GaussianVoteRagParams,
+    PureDpRagParams,
+    dp_sparse_vote_rag,
+    non_private_rag,
+    non_rag,
+    sparse_vote_cost,
+)
 from accounting.stores import MemoryBudgetStore
 
 from ..datasets.base import QAItem
@@ -215,6 +225,23 @@ def subsampling_rag_params(m: int, c: int, probability: float, epsilon_total: fl
     return PureDpRagParams(m, e, c)
 
 
+def gnmax_params(m: int, tokens: int, max_retrievals: int, epsilon_total: float, delta: float) -> GaussianVoteRagParams:
+    """GNMax voting with ``tokens`` private tokens and the smallest σ whose RDP filter (M answers per document)
+    certifies ≤ ε_total at δ."""
+    def fits(inv_sigma: float) -> bool:
+        cost = GaussianVoteRagParams(m, 1.0 / inv_sigma, tokens).cost
+        try:
+            budget = FilterBudget.for_queries(max_retrievals, cost, mode="rdp")
+        except InvalidParameterError:  # beyond the filter's representable budget: certainly too small a σ
+            return False
+        return budget.guarantee(delta)[0] <= epsilon_total
+
+    x = _largest_fitting(fits, 1e3)
+    if x <= 0:
+        raise InvalidParameterError("epsilon_total", f"budget {epsilon_total:g} too small for {tokens} GNMax tokens")
+    return GaussianVoteRagParams(m, 1.0 / x, tokens)
+
+
 def _with_tokens(p: PureDpRagParams, max_tokens: int) -> PureDpRagParams:
     return PureDpRagParams(p.m, p.epsilon_token, p.max_private_tokens, theta=p.theta, max_tokens=max_tokens,
                            redraw_threshold=p.redraw_threshold)
@@ -306,18 +333,27 @@ def _murag_build(history: bool):
     return build
 
 
+def _gnmax_build(ctx: Context, eps: float, hp: dict) -> Session:
+    s = ctx.settings
+    rag = gnmax_params(s.voters(hp), hp["c"] or s.max_tokens, s.M, eps, s.delta)
+    flt = IndividualRenyiFilter(MemoryBudgetStore(len(ctx.retriever)),
+                                FilterBudget.for_queries(s.M, rag.cost, mode="rdp"))
+    algo = MuRAG(ctx.retriever, ctx.generator, flt, rag, tau=hp["tau"], retrieval=s.retrieval(hp),
+                 source=ctx.source("murag-gnmax", eps, hp))
+    out = _Multi(algo, lambda: flt.guarantee(s.delta))
+    out.derived = {"m": rag.m, "sigma": rag.sigma, "tokens": rag.max_tokens}
+    return out
+
+
 def _ada_build(ctx: Context, eps: float, hp: dict) -> Session:
     s = ctx.settings
     eps_q = eps / s.M
     eps_thr = min(s.epsilon_thr, eps_q / 2)
     rag = _with_tokens(pure_rag_params(s.voters(hp), hp["c"], eps_q - eps_thr, margin=s.em_margin,
                                        max_tokens=s.max_tokens), s.max_tokens)
-    # budget = M × (units of the ε_thr charge + units of the RAG charge): the two charges are rounded up to
-    # units separately, so this admits exactly M of both (a budget from the float sum could miss by a unit)
-    thr_units = cost_to_units([pure_epsilon(DiscreteLaplaceEvent(scale=1.0 / eps_thr, sensitivity=1))])[0]
-    rag_units = cost_to_units([pure_epsilon(rag.cost)])[0]
-    flt = IndividualRenyiFilter(MemoryBudgetStore(len(ctx.retriever)),
-                                FilterBudget("pure", None, (int(s.M * (thr_units + rag_units)),)))
+    # the two charges a touched document pays, each rounded to units as the filter charges them
+    flt = IndividualRenyiFilter(MemoryBudgetStore(len(ctx.retriever)), FilterBudget.for_queries(
+        s.M, (DiscreteLaplaceEvent(scale=1.0 / eps_thr, sensitivity=1), rag.cost), mode="pure"))
     algo = MuRAGAda(ctx.retriever, ctx.generator, flt, rag, edges=s.edges, epsilon_thr=eps_thr,
                     retrieval=s.retrieval(hp), source=ctx.source("murag-ada", eps, hp))
     return _derive(_Multi(algo, lambda: flt.guarantee()), rag, eps_q=eps_q, eps_thr=eps_thr)
@@ -388,6 +424,8 @@ METHODS: dict[str, MethodSpec] = {
     "non-private-rag": MethodSpec("non-private-rag", False, lambda c, e: [{"k": k} for k in c.settings.npr_k],
                                   _npr_build, uses_eps=False, doc="top-k in one prompt, no privacy"),
     "murag": MethodSpec("murag", True, _murag_grid, _murag_build(False), doc="000 Alg. 1"),
+    "murag-gnmax": MethodSpec("murag-gnmax", True, _murag_grid, _gnmax_build,
+                              doc="000 Alg. 1 with GNMax voting (RDP filter)"),
     "murag-ada": MethodSpec("murag-ada", True, _c_grid, _ada_build, doc="000 Alg. 2"),
     "naive-multi-rag": MethodSpec("naive-multi-rag", True, _c_grid, _naive_build, doc="000 Alg. 4"),
     "subsampling-multi-rag": MethodSpec(
