@@ -363,3 +363,19 @@ def test_murag_gnmax_answers_the_toy_corpus_within_budget():
     cell = run_cell(ctx, "murag-gnmax", 200.0, {"c": 3, "tau": 2.5}, items, "test")
     assert cell.eps_certified <= 200.0 and cell.delta == 1e-5
     assert cell.accuracy == 1.0 and cell.derived["tokens"] == 3
+
+
+def test_public_completion_reaches_every_pure_dp_method(tmp_path):
+    ds = toy_dataset()
+    for flag in (False, True):
+        ctx = toy_context(ds, private_tokens=(2,), taus=(2.5,), public_completion=flag)
+        for name, hp in (("murag", {"c": 2, "tau": 2.5}), ("murag-ada", {"c": 2}), ("naive-multi-rag", {"c": 2}),
+                         ("subsampling-multi-rag", {"c": 2, "p": 0.5})):
+            session = METHODS[name].build(ctx, 30.0, hp)
+            assert session.algo.rag.public_completion is flag, name
+    r = CliRunner().invoke(experiment, [
+        "privacy-utility", "--dataset", "clinic", "--model", "toy", "--methods", "murag", "--eps", "50",
+        "--queries", "2", "--dev-queries", "0", "--m", "2", "--public-completion", "--out", str(tmp_path / "pc"),
+        "--no-progress"])
+    assert r.exit_code == 0, r.output
+    assert json.loads((tmp_path / "pc" / "run.json").read_text())["public_completion"] is True

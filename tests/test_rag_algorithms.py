@@ -111,6 +111,21 @@ def test_pure_dp_rag_cost_is_pure_and_bounded():
     assert ans.text.startswith("zorvatin")
 
 
+def test_pure_dp_rag_public_completion_is_free_post_processing():
+    # voters say "zorvatin 5mg"; the no-context lane says "guess 5mg". c = 1: the first token is a discovery
+    # (0 votes for "guess"), after which 000 Alg. 5 returns "zorvatin". With public completion the non-RAG
+    # lane, now conditioned on the released "zorvatin", continues with "5mg" <eos>, at no extra cost.
+    r, g = ToyRetriever(corpus()), ToyGenerator(default="guess 5mg")
+    base = PureDpRagParams(20, 40.0, 1, max_tokens=8)
+    done = PureDpRagParams(20, 40.0, 1, max_tokens=8, public_completion=True)
+    a = pure_dp_rag("clinic asthma drug", np.arange(20), r, g, base, source=src("pc"))
+    b = pure_dp_rag("clinic asthma drug", np.arange(20), r, g, done, source=src("pc"))
+    assert a.text == "zorvatin" and b.text == "zorvatin 5mg"
+    assert a.private_tokens == b.private_tokens == 1 and len(a.events) == len(b.events) == 2
+    assert base.cost == done.cost and PureDpAccountant().compose(b.spent).epsilon == \
+        PureDpAccountant().compose(a.spent).epsilon
+
+
 def test_single_query_bad_inputs():
     r, g = ToyRetriever(corpus(5, 5)), ToyGenerator()
     with pytest.raises(InvalidParameterError, match="k"):

@@ -236,8 +236,8 @@ def dp_sparse_vote_rag(
     ld_events: list[PrivacyEvent] = []
 
     def rule(non_rag_token, hist):
-        if svt.halted:
-            return None
+        if svt.halted:  # the c-th discovery was the last private token; only public completion may follow
+            return non_rag_token if params.public_completion else None
         if svt.test(int(hist[non_rag_token])):
             tok, ev = limited_domain(hist, eps_t / 2, del_t, m, src)
             ld_events.append(ev)
@@ -264,6 +264,11 @@ class PureDpRagParams:
     threshold on the count of the non-RAG token (000/001 use m/2); ``redraw_threshold``: 000 Alg. 5 draws θ̂
     once (cost ε_Lap/2 + c·ε_Lap/2 for the SVT part, Lyu et al. 2017 Alg. 1), 003 re-draws it after every
     discovery (c·ε_Lap). Both are valid; the default follows 000.
+
+    ``public_completion`` (beyond 000): once the c discoveries are spent, 000 Alg. 5 returns at once, often
+    mid-phrase ("… done 7" for "7 days"). With it set, decoding goes on with the non-RAG lane's greedy token
+    — the model given the question and the released prefix only, no document — until <EOS> or
+    ``max_tokens``: a function of public inputs and DP outputs, i.e. post-processing; the cost is unchanged.
     """
 
     m: int
@@ -272,6 +277,7 @@ class PureDpRagParams:
     theta: float | None = None
     max_tokens: int = 32
     redraw_threshold: bool = False
+    public_completion: bool = False
 
     def __post_init__(self):
         check_positive_int("m", self.m)
@@ -316,7 +322,8 @@ def pure_dp_rag(
     ``doc_ids`` (length a multiple of m, -1 = empty document) are split uniformly at random among m voters.
     Per token: if Count_t + Lap(4/ε_Lap) ≤ θ̂ (few voters agree with the non-RAG token) the token is drawn by
     the exponential mechanism on the vote histogram (ε_Expo, sensitivity 1) and c decreases; otherwise the
-    non-RAG token is released. Halts at <EOS>, when c reaches 0, or after ``max_tokens``.
+    non-RAG token is released. Halts at <EOS>, when c reaches 0 (or, with ``public_completion``, continues
+    with the non-RAG token only), or after ``max_tokens``.
     Pure ε-DP with respect to the document list (add/remove/replace one document): ``params.cost``.
     """
     src = _source(source)
@@ -332,8 +339,8 @@ def pure_dp_rag(
     em_events: list[PrivacyEvent] = []
 
     def rule(non_rag_token, hist):
-        if svt.halted:
-            return None
+        if svt.halted:  # the c-th discovery was the last private token; only public completion may follow
+            return non_rag_token if params.public_completion else None
         if svt.test(int(hist[non_rag_token])):
             tok, ev = vote_exponential_mechanism(hist, params.epsilon_token / 2, src)
             em_events.append(ev)
