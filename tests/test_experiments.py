@@ -373,9 +373,13 @@ def test_public_completion_reaches_every_pure_dp_method(tmp_path):
                          ("subsampling-multi-rag", {"c": 2, "p": 0.5})):
             session = METHODS[name].build(ctx, 30.0, hp)
             assert session.algo.rag.public_completion is flag, name
+    ctx = toy_context(ds, private_tokens=(2,), taus=(2.5,), em_prior="non-rag")
+    assert METHODS["murag"].build(ctx, 30.0, {"c": 2, "tau": 2.5}).algo.rag.em_prior == "non-rag"
     r = CliRunner().invoke(experiment, [
         "privacy-utility", "--dataset", "clinic", "--model", "toy", "--methods", "murag", "--eps", "50",
-        "--queries", "2", "--dev-queries", "0", "--m", "2", "--public-completion", "--out", str(tmp_path / "pc"),
+        "--queries", "2", "--dev-queries", "0", "--m", "2", "--public-completion", "--em-prior", "non-rag",
+        "--out", str(tmp_path / "pc"),
         "--no-progress"])
     assert r.exit_code == 0, r.output
-    assert json.loads((tmp_path / "pc" / "run.json").read_text())["public_completion"] is True
+    run = json.loads((tmp_path / "pc" / "run.json").read_text())
+    assert run["public_completion"] is True and run["em_prior"] == "non-rag"

@@ -292,3 +292,31 @@ def test_source_must_be_a_random_source():
     with pytest.raises(InvalidParameterError) as err:
         exponential_mechanism([1, 2], 1, 1, source=np.random.default_rng(0))
     assert err.value.field == "source"
+
+
+# -- public base measure (000 Alg. 5 with em_prior="non-rag") ------------------------------------------------
+def test_vote_exponential_mechanism_with_a_base_measure_follows_its_law():
+    # P(v) ∝ μ(v)·exp(ε·Hist[v]/2): closed form computed here from μ and Hist, not by the code under test
+    h = np.array([0, 3, 1, 0])
+    mu = np.array([0.6, 0.01, 0.09, 0.3])
+    eps = 1.2
+    w = mu * np.exp(eps * h / 2)
+    expected = w / w.sum()
+    np.testing.assert_allclose(vote_exponential_probabilities(h, eps, np.log(mu)), expected, rtol=1e-12)
+    src = RandomSource.from_seed(b"em-base", b"law")
+    n = 20_000
+    draws = np.array([vote_exponential_mechanism(h, eps, src, log_base=np.log(mu))[0] for _ in range(n)])
+    freq = np.bincount(draws, minlength=4) / n
+    # 5 binomial sd per cell: false-failure rate < 4·6e-7 (seeded anyway)
+    assert np.all(np.abs(freq - expected) <= 5 * np.sqrt(expected * (1 - expected) / n) + 1e-12)
+    # -inf weight: never drawn
+    base = np.log(mu)
+    base[0] = -np.inf
+    assert all(vote_exponential_mechanism(h, eps, src, log_base=base)[0] != 0 for _ in range(200))
+
+
+@pytest.mark.parametrize("bad", [np.array([0.0, np.nan, 0.0, 0.0]), np.array([0.0, np.inf, 0.0, 0.0]),
+                                 np.full(4, -np.inf), np.zeros(3)])
+def test_vote_exponential_mechanism_rejects_bad_base(bad):
+    with pytest.raises(InvalidParameterError, match="log_base"):
+        vote_exponential_mechanism(np.array([0, 3, 1, 0]), 1.0, RandomSource.from_seed(b"x", b"y"), log_base=bad)

@@ -126,6 +126,36 @@ def test_pure_dp_rag_public_completion_is_free_post_processing():
         PureDpAccountant().compose(a.spent).epsilon
 
 
+def test_pure_dp_rag_non_rag_prior_releases_plausible_tokens_on_split_votes():
+    # 20 voters split 7/7/6 over three answers; the no-context lane says "guess" (0 votes) -> discovery.
+    # Uniform base (000 Alg. 5), ε_Expo = 0.2: the 509 unvoted vocabulary tokens dominate (junk).
+    # Non-RAG prior: the toy no-context lane puts weight e^10 on "guess" against 1 for each other token, so the
+    # release is "guess" with probability ≈ e^10/(e^10 + 3·e^0.7 + 508) ≈ 0.97. Expected laws are computed
+    # here in closed form; 300 seeded runs each, 6-sd margins (false-failure rate < 1e-8).
+    docs = ([f"r{i} clinic asthma drug ANSWER: alpha" for i in range(7)]
+            + [f"s{i} clinic asthma drug ANSWER: bravo" for i in range(7)]
+            + [f"t{i} clinic asthma drug ANSWER: cobalt" for i in range(6)])
+    r = ToyRetriever(docs)
+    firsts = {}
+    for prior in ("uniform", "non-rag"):
+        g = ToyGenerator(default="guess", vocab_size=512)
+        p = PureDpRagParams(20, 0.4, 1, max_tokens=2, em_prior=prior)
+        s = src(f"prior-{prior}")
+        answers = [pure_dp_rag("clinic asthma drug", np.arange(20), r, g, p, source=s) for _ in range(300)]
+        # only the answers whose first token was a discovery (the SVT noise at ε_Lap = 0.2 is wide)
+        firsts[prior] = [a.text for a in answers if a.private_tokens == 1]
+        assert len(firsts[prior]) >= 100
+    n_u, n_g = len(firsts["uniform"]), len(firsts["non-rag"])
+    p_named_uniform = (2 * math.exp(0.1 * 7) + math.exp(0.1 * 6) + 1) / (2 * math.exp(0.7) + math.exp(0.6) + 509)
+    frac_u = np.mean([t in ("alpha", "bravo", "cobalt", "guess") for t in firsts["uniform"]])
+    assert frac_u <= p_named_uniform + 6 * math.sqrt(p_named_uniform / n_u)
+    p_guess = math.exp(10) / (math.exp(10) + 2 * math.exp(0.7) + math.exp(0.6) + 508)
+    frac_g = np.mean([t == "guess" for t in firsts["non-rag"]])
+    assert frac_g >= p_guess - 6 * math.sqrt(p_guess * (1 - p_guess) / n_g) - 0.02
+    with pytest.raises(InvalidParameterError, match="em_prior"):
+        PureDpRagParams(20, 0.4, 1, em_prior="lm")
+
+
 def test_single_query_bad_inputs():
     r, g = ToyRetriever(corpus(5, 5)), ToyGenerator()
     with pytest.raises(InvalidParameterError, match="k"):

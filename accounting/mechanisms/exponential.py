@@ -278,10 +278,26 @@ def _count_groups(h: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return vals.astype(np.float64), mult.astype(np.int64)
 
 
-def vote_exponential_probabilities(histogram, epsilon: float) -> np.ndarray:
-    """Exact output law of :func:`vote_exponential_mechanism` (softmax of ε·count/2 over the vocabulary)."""
+def _as_log_base(log_base, size: int) -> np.ndarray:
+    b = np.asarray(log_base, dtype=np.float64)
+    if b.shape != (size,):
+        raise InvalidParameterError("log_base", f"must be a 1-d array of the histogram's length {size}",
+                                    getattr(b, "shape", None))
+    if np.any(np.isnan(b)) or np.any(b == np.inf) or not np.any(np.isfinite(b)):
+        raise InvalidParameterError("log_base", "must be log-weights: finite or -inf, not NaN or +inf, one finite")
+    return b
+
+
+def vote_exponential_probabilities(histogram, epsilon: float, log_base=None) -> np.ndarray:
+    """Exact output law of :func:`vote_exponential_mechanism`: softmax of ε·count/2 (+ log base measure)."""
     h = _as_histogram(histogram)
-    return exponential_mechanism_probabilities(h.astype(np.float64), 1.0, epsilon)
+    if log_base is None:
+        return exponential_mechanism_probabilities(h.astype(np.float64), 1.0, epsilon)
+    b = _as_log_base(log_base, h.size)
+    z = b + check_epsilon("epsilon", epsilon) / 2.0 * h
+    z = z - z[np.isfinite(z)].max()
+    w = np.exp(z)
+    return w / w.sum()
 
 
 def vote_exponential_mechanism(
@@ -290,6 +306,7 @@ def vote_exponential_mechanism(
     source: RandomSource | None = None,
     *,
     method: str = "direct",
+    log_base=None,
 ) -> tuple[int, ExponentialMechanismEvent]:
     """000 Algorithm 5 line 12 (001 Alg. 7): expoMech(Hist_t; ε_Expo) over the whole vocabulary.
 
@@ -300,13 +317,27 @@ def vote_exponential_mechanism(
     partition into voters is fixed given the ranked list, 003 Thm 2 proof). Exact; the tokens sharing a
     count are sampled as one group and then uniformly within it, so the cost is O(vocab) for the scan plus
     O(#distinct counts) for the draw. Returns (token id, ExponentialMechanismEvent(ε)).
+
+    ``log_base`` (beyond 000): a *public* base measure μ (McSherry & Talwar 2007 define the mechanism with an
+    arbitrary base measure): token v is drawn with probability ∝ μ(v)·exp(ε·Hist[v]/2). The privacy proof is
+    unchanged — μ is the same on neighbouring inputs, so the density ratio is still ≤ e^{ε/2} and the
+    normaliser ratio ≤ e^{ε/2}; bounded range too — provided μ depends on public data only (000 Alg. 5 with
+    ``em_prior="non-rag"`` passes the no-context model's next-token log-probabilities). Sampled by Gumbel-max
+    (argmax of log μ + ε·Hist/2 + Gumbel(0, 1), the secure Gumbel sampler); float rounding of log μ only
+    changes which public base measure is used.
     """
     h = _as_histogram(histogram)
     epsilon = check_epsilon("epsilon", epsilon)
     method = _check_method(method)
+    base = None if log_base is None else _as_log_base(log_base, h.size)
     source = _source(source)
     event = ExponentialMechanismEvent(epsilon, bounded_range=True)
     gamma = epsilon / 2.0
+    if base is not None:
+        from ..noise import gumbel
+
+        noise = np.asarray(gumbel(h.size, source), dtype=np.float64)
+        return int(np.argmax(base + gamma * h + noise)), event
     if method == "gumbel":
         from ..noise import gumbel
 

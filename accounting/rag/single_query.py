@@ -60,12 +60,16 @@ def decode_by_vote(
     *,
     with_non_rag: bool,
     history: tuple = (),
+    with_logits: bool = False,
 ) -> list[int]:
     """Lock-step decoding of m voters (and optionally the non-RAG lane, batch row 0) under ``rule``.
 
     Stops when the rule halts, releases <EOS>, or after ``max_tokens`` tokens. Returns the released tokens
-    (an <EOS> released is included).
+    (an <EOS> released is included). ``with_logits`` (needs ``with_non_rag``): the rule also receives the
+    non-RAG lane's logits row (public: the model given no document).
     """
+    if with_logits and not with_non_rag:
+        raise InvalidParameterError("with_logits", "needs the non-RAG lane (with_non_rag=True)")
     if not voter_contexts:
         raise InvalidParameterError("voter_contexts", "need at least one voter")
     prompts = [Prompt(question, tuple(ctx), history) for ctx in voter_contexts]
@@ -78,7 +82,7 @@ def decode_by_vote(
         logits = session.logits()
         non_rag = int(np.argmax(logits[0])) if with_non_rag else None
         _, hist = vote_histogram(logits[1:] if with_non_rag else logits)
-        tok = rule(non_rag, hist)
+        tok = rule(non_rag, hist, logits[0]) if with_logits else rule(non_rag, hist)
         if tok is None:
             break
         released.append(int(tok))
@@ -86,6 +90,12 @@ def decode_by_vote(
             break
         session.advance(int(tok))
     return released
+
+
+def _log_softmax(logits) -> np.ndarray:
+    z = np.asarray(logits, dtype=np.float64)
+    z = z - z.max()
+    return z - np.log(np.exp(z).sum())
 
 
 def _text(generator: Generator, tokens: list[int]) -> str:
@@ -269,6 +279,12 @@ class PureDpRagParams:
     mid-phrase ("… done 7" for "7 days"). With it set, decoding goes on with the non-RAG lane's greedy token
     — the model given the question and the released prefix only, no document — until <EOS> or
     ``max_tokens``: a function of public inputs and DP outputs, i.e. post-processing; the cost is unchanged.
+
+    ``em_prior`` (beyond 000): the exponential mechanism's base measure. "uniform" (000 Alg. 5: every vocabulary
+    token has weight exp(ε_Expo·Hist/2)) or "non-rag": weight μ(v)·exp(ε_Expo·Hist/2) with μ the no-context
+    model's next-token distribution given the question and the released prefix — public, so the ε is the same
+    (``vote_exponential_mechanism(log_base=…)``). A split vote then releases a plausible token instead of one
+    drawn nearly uniformly from ~5·10^4; a private token needs enough votes to beat its low prior.
     """
 
     m: int
@@ -278,12 +294,15 @@ class PureDpRagParams:
     max_tokens: int = 32
     redraw_threshold: bool = False
     public_completion: bool = False
+    em_prior: str = "uniform"
 
     def __post_init__(self):
         check_positive_int("m", self.m)
         check_epsilon("epsilon_token", self.epsilon_token)
         check_positive_int("max_private_tokens", self.max_private_tokens)
         check_positive_int("max_tokens", self.max_tokens)
+        if self.em_prior not in ("uniform", "non-rag"):
+            raise InvalidParameterError("em_prior", "must be 'uniform' or 'non-rag'", self.em_prior)
 
     @classmethod
     def for_budget(cls, m: int, epsilon_token: float, epsilon_rag: float, **kw) -> "PureDpRagParams":
@@ -338,16 +357,20 @@ def pure_dp_rag(
                        redraw_threshold=params.redraw_threshold)
     em_events: list[PrivacyEvent] = []
 
-    def rule(non_rag_token, hist):
+    prior = params.em_prior == "non-rag"
+
+    def rule(non_rag_token, hist, non_rag_logits=None):
         if svt.halted:  # the c-th discovery was the last private token; only public completion may follow
             return non_rag_token if params.public_completion else None
         if svt.test(int(hist[non_rag_token])):
-            tok, ev = vote_exponential_mechanism(hist, params.epsilon_token / 2, src)
+            base = _log_softmax(non_rag_logits)[: hist.size] if prior else None
+            tok, ev = vote_exponential_mechanism(hist, params.epsilon_token / 2, src, log_base=base)
             em_events.append(ev)
             return tok
         return non_rag_token
 
-    tokens = decode_by_vote(generator, question, ctx, rule, params.max_tokens, with_non_rag=True, history=history)
+    tokens = decode_by_vote(generator, question, ctx, rule, params.max_tokens, with_non_rag=True, history=history,
+                            with_logits=prior)
     real = ids[ids >= 0]
     return RagAnswer(text=_text(generator, tokens), token_ids=tokens, events=[svt.event, *em_events],
                      cost=params.cost, retrieved=real, charged=real, private_tokens=svt.discoveries,

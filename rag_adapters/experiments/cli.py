@@ -126,6 +126,9 @@ def experiment():
 @click.option("--public-completion/--no-public-completion", default=False, show_default=True,
               help="after the c private tokens, continue with the no-context model (free post-processing; "
                    "000 Alg. 5 stops there)")
+@click.option("--em-prior", type=click.Choice(["uniform", "non-rag"]), default="uniform", show_default=True,
+              help="base measure of the exponential mechanism: uniform (000 Alg. 5) or the no-context model's "
+                   "next-token distribution (public)")
 @click.option("--em-margin", type=float, default=15.0, show_default=True,
               help="log-odds target of a unanimous vote for c = 0 (auto)")
 @click.option("--probabilities", default="0.1,0.3", show_default=True, help="Poisson rates (subsampling)")
@@ -138,7 +141,7 @@ def experiment():
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object per (method, eps_total) row")
 @click.option("--progress/--no-progress", default=True, show_default=True)
 def privacy_utility(dataset, methods, eps_text, queries, dev_queries, test_split, dev_split, model, m_text,
-                    dpv_text, max_retrievals, max_tokens, delta, taus, private_tokens, public_completion, em_margin,
+                    dpv_text, max_retrievals, max_tokens, delta, taus, private_tokens, public_completion, em_prior, em_margin,
                     probabilities, bins, seed, corpus_seed, threads, out_dir, as_json, progress):
     """Accuracy / F1 / ROUGE-L / retrieval precision of DP-RAG methods against total ε."""
     from .methods import METHODS, Context, Settings
@@ -177,7 +180,7 @@ def privacy_utility(dataset, methods, eps_text, queries, dev_queries, test_split
             m=m, m_grid=m_grid, docs_per_voter=dpv_grid, queries=len(test), max_tokens=max_tokens, M=max_retrievals, delta=delta,
             taus=_floats("--taus", taus, positive=False) if taus else scale["taus"], edges=scale["edges"],
             private_tokens=_ints("--private-tokens", private_tokens), em_margin=em_margin,
-            public_completion=public_completion,
+            public_completion=public_completion, em_prior=em_prior,
             probabilities=_floats("--probabilities", probabilities))
         if any(p > 1 for p in settings.probabilities):
             raise click.BadParameter("probabilities must lie in (0, 1]", param_hint="--probabilities")
@@ -228,6 +231,7 @@ def privacy_utility(dataset, methods, eps_text, queries, dev_queries, test_split
                                                                       if k != "protocol"},
            "model": model, "generator": getattr(gen, "name", type(gen).__name__), "m": list(m_grid),
            "docs_per_voter": list(dpv_grid), "M": max_retrievals, "public_completion": public_completion,
+           "em_prior": em_prior,
            "test_split": test_split, "test_questions": len(test), "dev_questions": len(dev),
            "methods": names, "eps": list(eps), "seed": str(seed), "corpus_seed": corpus_seed,
            "threads": os.environ.get("DPRAG_TORCH_THREADS"), "python": platform.python_version(),

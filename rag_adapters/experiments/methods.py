@@ -29,7 +29,9 @@ dp-ksa                       004 Alg. 1 per question with (ε_total/T, δ/T), co
 
 ``Settings.public_completion`` (CLI ``--public-completion``, run-wide, off by default = 000 Alg. 5 as printed):
 the pure-DP methods continue an answer with the no-context lane after their c discoveries (free
-post-processing, ``PureDpRagParams.public_completion``).
+post-processing, ``PureDpRagParams.public_completion``). ``Settings.em_prior`` (``--em-prior``): the
+exponential mechanism's base measure, "uniform" (000 Alg. 5) or "non-rag" (the no-context model's next-token
+distribution, public; ``PureDpRagParams.em_prior``).
 
 Hyperparameters selected on dev (``grid``): m (voters) and k (documents per voter, hp key ``dpv``; K = m·k)
 join every voting method's grid when the run gives more than one value of each (``Settings.voter_grid``;
@@ -98,6 +100,7 @@ class Settings:
     npr_k: tuple[int, ...] = (1, 3, 5)
     ksa_response_tokens: int = 12
     public_completion: bool = False
+    em_prior: str = "uniform"
     m_grid: tuple[int, ...] = ()
     docs_per_voter: tuple[int, ...] = (1,)
 
@@ -247,9 +250,11 @@ def gnmax_params(m: int, tokens: int, max_retrievals: int, epsilon_total: float,
     return GaussianVoteRagParams(m, 1.0 / x, tokens)
 
 
-def _with_tokens(p: PureDpRagParams, max_tokens: int, public_completion: bool = False) -> PureDpRagParams:
-    return PureDpRagParams(p.m, p.epsilon_token, p.max_private_tokens, theta=p.theta, max_tokens=max_tokens,
-                           redraw_threshold=p.redraw_threshold, public_completion=public_completion)
+def _with_tokens(p: PureDpRagParams, s: "Settings") -> PureDpRagParams:
+    """The run-wide generation settings on top of per-query parameters."""
+    return PureDpRagParams(p.m, p.epsilon_token, p.max_private_tokens, theta=p.theta, max_tokens=s.max_tokens,
+                           redraw_threshold=p.redraw_threshold, public_completion=s.public_completion,
+                           em_prior=s.em_prior)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -329,7 +334,7 @@ def _murag_build(history: bool):
         s = ctx.settings
         eps_q = eps / s.M
         rag = _with_tokens(pure_rag_params(s.voters(hp), hp["c"], eps_q, margin=s.em_margin,
-                                           max_tokens=s.max_tokens), s.max_tokens, s.public_completion)
+                                           max_tokens=s.max_tokens), s)
         flt = _filter(ctx, rag.cost)
         algo = MuRAG(ctx.retriever, ctx.generator, flt, rag, tau=hp["tau"], retrieval=s.retrieval(hp),
                      source=ctx.source("murag", eps, hp, history))
@@ -355,7 +360,7 @@ def _ada_build(ctx: Context, eps: float, hp: dict) -> Session:
     eps_q = eps / s.M
     eps_thr = min(s.epsilon_thr, eps_q / 2)
     rag = _with_tokens(pure_rag_params(s.voters(hp), hp["c"], eps_q - eps_thr, margin=s.em_margin,
-                                       max_tokens=s.max_tokens), s.max_tokens, s.public_completion)
+                                       max_tokens=s.max_tokens), s)
     # the two charges a touched document pays, each rounded to units as the filter charges them
     flt = IndividualRenyiFilter(MemoryBudgetStore(len(ctx.retriever)), FilterBudget.for_queries(
         s.M, (DiscreteLaplaceEvent(scale=1.0 / eps_thr, sensitivity=1), rag.cost), mode="pure"))
@@ -367,7 +372,7 @@ def _ada_build(ctx: Context, eps: float, hp: dict) -> Session:
 def _naive_build(ctx: Context, eps: float, hp: dict) -> Session:
     s = ctx.settings
     rag = _with_tokens(pure_rag_params(s.voters(hp), hp["c"], eps / s.queries, margin=s.em_margin,
-                                       max_tokens=s.max_tokens), s.max_tokens, s.public_completion)
+                                       max_tokens=s.max_tokens), s)
     algo = NaiveMultiRAG(ctx.retriever, ctx.generator, rag, retrieval=s.retrieval(hp),
                          source=ctx.source("naive", eps, hp))
     return _derive(_Multi(algo, lambda: algo.guarantee()), rag, eps_q=eps / s.queries)
@@ -376,7 +381,7 @@ def _naive_build(ctx: Context, eps: float, hp: dict) -> Session:
 def _subsampling_build(ctx: Context, eps: float, hp: dict) -> Session:
     s = ctx.settings
     rag = _with_tokens(subsampling_rag_params(s.voters(hp), hp["c"] or 1, hp["p"], eps, s.delta, s.queries),
-                       s.max_tokens, s.public_completion)
+                       s)
     algo = SubsamplingMultiRAG(ctx.retriever, ctx.generator, rag, probability=hp["p"], retrieval=s.retrieval(hp),
                                source=ctx.source("subsampling", eps, hp))
     return _derive(_Multi(algo, lambda: algo.guarantee(s.delta) if algo.queries else (0.0, 0.0)), rag)
