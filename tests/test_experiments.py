@@ -383,3 +383,27 @@ def test_public_completion_reaches_every_pure_dp_method(tmp_path):
     assert r.exit_code == 0, r.output
     run = json.loads((tmp_path / "pc" / "run.json").read_text())
     assert run["public_completion"] is True and run["em_prior"] == "non-rag"
+
+
+def test_report_prints_every_cell_with_counts_and_fisher_p(tmp_path):
+    from scipy.stats import hypergeom
+
+    from rag_adapters.experiments.report import fisher_greater
+
+    # one-sided Fisher = hypergeometric tail: 5/10 vs 0/10 -> P(X >= 5), X ~ Hypergeom(20, 5 successes, 10 draws)
+    assert fisher_greater(5, 10, 0, 10) == pytest.approx(hypergeom(20, 5, 10).sf(4), rel=1e-12)
+    out = tmp_path / "run"
+    r = CliRunner().invoke(experiment, [
+        "privacy-utility", "--dataset", "clinic", "--model", "toy", "--methods", "non-rag,murag", "--eps", "50",
+        "--queries", "4", "--dev-queries", "0", "--m", "4", "--out", str(out), "--no-progress", "--json"])
+    assert r.exit_code == 0, r.output
+    rep = CliRunner().invoke(experiment, ["report", str(out), "--baseline", "non-rag"])
+    assert rep.exit_code == 0, rep.output
+    lines = rep.output.strip().splitlines()
+    assert lines[0].startswith("| method |") and lines[0].rstrip().endswith("p vs non-rag |")
+    assert len(lines) == 2 + 2 and any(x.startswith("| murag | 50 |") for x in lines)
+    assert all("/4 = " in x for x in lines[2:])
+    bad = CliRunner().invoke(experiment, ["report", str(out), "--baseline", "dp-ksa"])
+    assert bad.exit_code == 2 and "baseline" in bad.output
+    empty = CliRunner().invoke(experiment, ["report", str(tmp_path / "none")])
+    assert empty.exit_code == 2 and "run_dir" in empty.output

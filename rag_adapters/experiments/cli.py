@@ -100,6 +100,19 @@ def experiment():
     """Experiments with real retrievers and generators (privacy–utility trade-off)."""
 
 
+@experiment.command("report")
+@click.argument("run_dir", type=click.Path(file_okay=False))
+@click.option("--baseline", default=None, help="method to test every cell against (one-sided Fisher exact p)")
+def report(run_dir, baseline):
+    """Markdown table of a privacy-utility run directory (finished or partial)."""
+    from .report import load_rows, markdown
+
+    try:
+        click.echo(markdown(load_rows(run_dir), baseline))
+    except DpragError as e:
+        raise _Fail(str(e)) from None
+
+
 @experiment.command("privacy-utility")
 @click.option("--dataset", type=click.Choice(DATASETS), required=True)
 @click.option("--methods", default=DEFAULT_METHODS, show_default=True,
