@@ -108,6 +108,14 @@ def voter_contexts(retriever: Retriever, ids: np.ndarray, m: int, source: Random
     return [documents_text(retriever, part) for part in random_partition(ids, m, source)]
 
 
+def _given_list_voters(doc_ids, m: int, retriever: Retriever, source: RandomSource):
+    """A given ranked list (length a positive multiple of m, -1 = empty document) and its voters' contexts."""
+    ids = np.asarray(doc_ids, dtype=np.int64)
+    if len(ids) == 0 or len(ids) % m:
+        raise InvalidParameterError("doc_ids", f"length must be a positive multiple of m={m}", len(ids))
+    return ids, voter_contexts(retriever, ids, m, source)
+
+
 # ------------------------------------------------------------------------------------------------------
 # Non-private baselines
 # ------------------------------------------------------------------------------------------------------
@@ -346,11 +354,8 @@ def pure_dp_rag(
     Pure ε-DP with respect to the document list (add/remove/replace one document): ``params.cost``.
     """
     src = _source(source)
-    ids = np.asarray(doc_ids, dtype=np.int64)
+    ids, ctx = _given_list_voters(doc_ids, params.m, retriever, src)
     m = params.m
-    if len(ids) == 0 or len(ids) % m:
-        raise InvalidParameterError("doc_ids", f"length must be a positive multiple of m={m}", len(ids))
-    ctx = voter_contexts(retriever, ids, m, src)
     eps_lap = params.epsilon_token / 2
     theta = m / 2 if params.theta is None else params.theta
     svt = SparseVector(theta, eps_lap, params.max_private_tokens, 1, src, direction="below",
@@ -421,11 +426,8 @@ def gaussian_vote_rag(
     voters' greedy tokens form a histogram and ``gaussian_vote_max`` releases one; halts at <EOS> or after
     ``max_tokens``. RDP with respect to the document list: ``params.cost`` (ex ante, all ``max_tokens``)."""
     src = _source(source)
-    ids = np.asarray(doc_ids, dtype=np.int64)
+    ids, ctx = _given_list_voters(doc_ids, params.m, retriever, src)
     m = params.m
-    if len(ids) == 0 or len(ids) % m:
-        raise InvalidParameterError("doc_ids", f"length must be a positive multiple of m={m}", len(ids))
-    ctx = voter_contexts(retriever, ids, m, src)
     events: list[PrivacyEvent] = []
 
     def rule(_non_rag, hist):
