@@ -8,6 +8,10 @@ sums, subsampling, DP-KSA), ``filters`` and ``stores`` (the individual Rényi fi
 bounds), ``rag`` (the DP-RAG algorithms) and ``testing`` (hypothesis strategies and an empirical DP checker).
 """
 
+
+if __name__ != "dprag.accounting":  # one folder, one module: never loaded twice under two names
+    raise ImportError(f"the folder accounting/ is the package dprag.accounting: import dprag.accounting, not {__name__} "
+                      "(pip install -e . from the repository root)")
 from .errors import (
     BudgetExhaustedError,
     DpragError,

@@ -15,12 +15,12 @@ from importlib.metadata import entry_points
 
 import click
 
-from accounting.errors import DpragError
+from dprag.accounting.errors import DpragError
 
 # name -> "module:attribute" of a click command or group on this floor or below.
 _BUILTIN = {
-    "accounting": "audit.commands.accounting:accounting",
-    "audit": "audit.commands.audit:audit",
+    "accounting": "dprag.audit.commands.accounting:accounting",
+    "audit": "dprag.audit.commands.audit:audit",
 }
 
 

@@ -13,7 +13,7 @@ from typing import Iterable, Mapping
 
 import numpy as np
 
-from accounting.errors import InvalidParameterError
+from dprag.accounting.errors import InvalidParameterError
 
 from .encoding import digest, encode, hexbytes
 from .ledger.rfc6962 import hash_leaf, root_from_leaves

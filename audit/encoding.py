@@ -13,7 +13,7 @@ import json
 import math
 from typing import Any
 
-from accounting.errors import DpragError, InvalidParameterError
+from dprag.accounting.errors import DpragError, InvalidParameterError
 
 MAX_SAFE_INT = (1 << 53) - 1
 

@@ -37,7 +37,7 @@ import numpy as np
 from scipy.special import betainc
 from scipy.stats import beta as beta_dist
 
-from accounting.errors import InvalidParameterError, check_positive_int
+from dprag.accounting.errors import InvalidParameterError, check_positive_int
 
 from .estimator import NeighbourSearch, coalition_size_curve, unit_rows
 
@@ -552,7 +552,7 @@ def clinic_attack_questions(corpus, targets: int = 20, seed: int = 0) -> list[li
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """``python -m audit.estimator_calibration [--trials T] [--attack-trials T'] [--window W] [--seed S]
+    """``python -m dprag.audit.estimator_calibration [--trials T] [--attack-trials T'] [--window W] [--seed S]
     [--report-theta θ ...] [--save FILE.npz]``: the toy calibration (002 §5.5), printed as markdown."""
     import argparse
     import time

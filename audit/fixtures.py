@@ -11,9 +11,9 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from accounting.collusion import exact_sigma
-from accounting.noise.source import RandomSource
-from accounting.rag.toy import ToyGenerator
+from dprag.accounting.collusion import exact_sigma
+from dprag.accounting.noise.source import RandomSource
+from dprag.accounting.rag.toy import ToyGenerator
 
 from .encoding import encode
 from .policy import CoalitionPolicy, GenerationPolicy, Policy, RetrievalPolicy, SamplerSpec

@@ -12,11 +12,11 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from accounting import gdp
-from accounting.collusion import eq_5_2_audit
-from accounting.composition import PureDpAccountant
-from accounting.errors import InvalidParameterError, check_delta, check_epsilon, check_positive_int
-from accounting.events import ComposedEvent, DiscreteLaplaceEvent
+from dprag.accounting import gdp
+from dprag.accounting.collusion import eq_5_2_audit
+from dprag.accounting.composition import PureDpAccountant
+from dprag.accounting.errors import InvalidParameterError, check_delta, check_epsilon, check_positive_int
+from dprag.accounting.events import ComposedEvent, DiscreteLaplaceEvent
 
 from .encoding import EncodingError, digest, parse_real, real
 
@@ -208,7 +208,7 @@ class Policy:
 
     # -- what the verdict certifies --------------------------------------------------------------------------
     def rag_params(self):
-        from accounting.rag.single_query import PureDpRagParams
+        from dprag.accounting.rag.single_query import PureDpRagParams
 
         g = self.generation
         return PureDpRagParams(g.m, g.epsilon_token, g.max_private_tokens, theta=g.theta_svt,

@@ -15,9 +15,9 @@ from functools import lru_cache
 
 import numpy as np
 
-from accounting.errors import InvalidParameterError, check_positive_int
-from accounting.noise.source import RandomSource
-from accounting.noise.table import DiscreteGaussianTable
+from dprag.accounting.errors import InvalidParameterError, check_positive_int
+from dprag.accounting.noise.source import RandomSource
+from dprag.accounting.noise.table import DiscreteGaussianTable
 
 from .encoding import encode, hexbytes
 

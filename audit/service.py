@@ -31,12 +31,12 @@ from typing import Mapping, Protocol, Sequence
 
 import numpy as np
 
-from accounting.errors import DpragError, InvalidParameterError, check_positive_int
-from accounting.filters import FilterBudget, IndividualRenyiFilter
-from accounting.noise.source import RandomSource
-from accounting.protocols import Generator
-from accounting.rag.multi_query import MuRAG, MuRAGAda, RetrievalParams, Selection
-from accounting.stores import SqliteBudgetStore
+from dprag.accounting.errors import DpragError, InvalidParameterError, check_positive_int
+from dprag.accounting.filters import FilterBudget, IndividualRenyiFilter
+from dprag.accounting.noise.source import RandomSource
+from dprag.accounting.protocols import Generator
+from dprag.accounting.rag.multi_query import MuRAG, MuRAGAda, RetrievalParams, Selection
+from dprag.accounting.stores import SqliteBudgetStore
 
 from . import commitments as cm
 from .encoding import decode, digest, encode

@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from accounting.errors import DpragError
-from accounting.filters import FilterBudget
+from dprag.accounting.errors import DpragError
+from dprag.accounting.filters import FilterBudget
 
 from . import commitments as cm
 from .encoding import EncodingError, decode, digest, hexbytes
@@ -494,14 +494,14 @@ def _replay_generation(run, policy: Policy, records, openings, tenants, n) -> No
     g = policy.generation
     budget = FilterBudget.for_queries(g.max_queries_per_doc, policy.query_cost(), mode="pure")
     limit = int(np.asarray(budget.limits)[0])
-    from accounting.filters import IndividualRenyiFilter
-    from accounting.stores import MemoryBudgetStore
+    from dprag.accounting.filters import IndividualRenyiFilter
+    from dprag.accounting.stores import MemoryBudgetStore
 
     probe = IndividualRenyiFilter(MemoryBudgetStore(1), budget)
     rag_units = int(probe.cost_units(policy.rag_params().cost)[0])
     thr_units = None
     if g.algorithm == "murag-ada":
-        from accounting.events import DiscreteLaplaceEvent
+        from dprag.accounting.events import DiscreteLaplaceEvent
 
         thr_units = int(probe.cost_units(DiscreteLaplaceEvent(1.0 / g.epsilon_thr, 1))[0])
     spent = {t: np.zeros(v["n"], dtype=np.int64) for t, v in tenants.items()}

@@ -24,7 +24,7 @@ SIGMA = math.sqrt(2 * 1e4 * math.log(1e6) * 2 * math.log(1.25e10))  # (3.4), ≈
 
 
 def ours_certified():
-    from accounting.gdp import certified_gaussian_epsilon
+    from dprag.accounting.gdp import certified_gaussian_epsilon
 
     return certified_gaussian_epsilon(SIGMA, DELTA, 1.0, RELEASES)
 
@@ -34,7 +34,7 @@ _ARRAY = None
 
 def ours_certified_array():
     global _ARRAY
-    from accounting.gdp import certified_gaussian_epsilon
+    from dprag.accounting.gdp import certified_gaussian_epsilon
 
     if _ARRAY is None:
         _ARRAY = np.full(RELEASES, SIGMA)
@@ -42,7 +42,7 @@ def ours_certified_array():
 
 
 def ours_discrete():
-    from accounting.gdp import discrete_gaussian_epsilon
+    from dprag.accounting.gdp import discrete_gaussian_epsilon
 
     return discrete_gaussian_epsilon(SIGMA * 1000, 1000, RELEASES, DELTA).epsilon
 
@@ -85,7 +85,7 @@ def _time(fn, repeats: int) -> tuple[float, float]:
 
 
 def main(repeats: int = 7) -> dict:
-    from accounting.gdp import epsilon_for_delta
+    from dprag.accounting.gdp import epsilon_for_delta
 
     exact = epsilon_for_delta(math.sqrt(RELEASES) / SIGMA, DELTA)
     rows = {name: _time(fn, repeats) for name, fn in CANDIDATES}

@@ -38,8 +38,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 
-from accounting.noise.source import RandomSource  # noqa: E402
-from accounting.rag.single_query import dp_sparse_vote_rag  # noqa: E402
+from dprag.accounting.noise.source import RandomSource  # noqa: E402
+from dprag.accounting.rag.single_query import dp_sparse_vote_rag  # noqa: E402
 
 
 class FixedRetriever:
@@ -92,7 +92,7 @@ class TimedGenerator:
 
 
 def load(model: str):
-    from rag_adapters.generator import load_smollm2, tiny_llama
+    from dprag.rag_adapters.generator import load_smollm2, tiny_llama
 
     if model == "smollm2":
         return load_smollm2()
@@ -149,12 +149,12 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.threads:
         os.environ["DPRAG_TORCH_THREADS"] = str(args.threads)
-    from rag_adapters.datasets import generate_clinic_corpus
+    from dprag.rag_adapters.datasets import generate_clinic_corpus
 
     gen = load(args.model)
     import torch
 
-    from rag_adapters._common import torch_threads
+    from dprag.rag_adapters._common import torch_threads
 
     torch.set_num_threads(args.threads or torch_threads())
     corpus = generate_clinic_corpus(0)

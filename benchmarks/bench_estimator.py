@@ -35,7 +35,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-from audit.estimator import coalition_size  # noqa: E402
+from dprag.audit.estimator import coalition_size  # noqa: E402
 
 
 def synthetic(n: int, dim: int, seed: int = 0):
@@ -65,7 +65,7 @@ def _timed(fn, repeat: int):
 
 
 def run_scale(args) -> None:
-    from rag_adapters.ann_links import FaissWindowSearch
+    from dprag.rag_adapters.ann_links import FaissWindowSearch
 
     from threadpoolctl import threadpool_limits
 
@@ -94,10 +94,10 @@ def run_scale(args) -> None:
 
 
 def run_honest(args) -> None:
-    from audit.estimator_calibration import (HonestConfig, clinic_attack_questions, clinic_honest_questions,
+    from dprag.audit.estimator_calibration import (HonestConfig, clinic_attack_questions, clinic_honest_questions,
                                              operating_table, run_honest_calibration)
-    from rag_adapters.datasets import generate_clinic_corpus
-    from rag_adapters.embedder import EmbeddingCache, MiniLMEmbedder
+    from dprag.rag_adapters.datasets import generate_clinic_corpus
+    from dprag.rag_adapters.embedder import EmbeddingCache, MiniLMEmbedder
 
     corpus = generate_clinic_corpus(args.corpus_seed)
     pool_texts = clinic_honest_questions(corpus)

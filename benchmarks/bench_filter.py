@@ -34,10 +34,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 from dp_accounting import dp_event
 from dp_accounting.rdp import rdp_privacy_accountant as dpa
 
-from accounting.events import GaussianEvent
-from accounting.filters import FilterBudget, IndividualRenyiFilter
-from accounting.rdp import DEFAULT_ORDERS
-from accounting.stores import MemoryBudgetStore, SqliteBudgetStore
+from dprag.accounting.events import GaussianEvent
+from dprag.accounting.filters import FilterBudget, IndividualRenyiFilter
+from dprag.accounting.rdp import DEFAULT_ORDERS
+from dprag.accounting.stores import MemoryBudgetStore, SqliteBudgetStore
 
 SIGMA, M, DELTA = 2.0, 5, 1e-6
 

@@ -26,9 +26,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 
-from accounting.protocols import Prompt  # noqa: E402
-from rag_adapters.datasets import generate_clinic_corpus  # noqa: E402
-from rag_adapters.generator import load_smollm2  # noqa: E402
+from dprag.accounting.protocols import Prompt  # noqa: E402
+from dprag.rag_adapters.datasets import generate_clinic_corpus  # noqa: E402
+from dprag.rag_adapters.generator import load_smollm2  # noqa: E402
 
 
 def voter_prompts(m: int, seed: int = 0) -> list[Prompt]:

@@ -26,7 +26,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from accounting.noise import (  # noqa: E402
+from dprag.accounting.noise import (  # noqa: E402
     DiscreteGaussianTable,
     RandomSource,
     discrete_gaussian,

@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 
-from audit.retrieval import noise_table, noisy_top_k, query_label, retrieval_noise
+from dprag.audit.retrieval import noise_table, noisy_top_k, query_label, retrieval_noise
 
 
 def _time(fn, repeats):

@@ -24,9 +24,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from accounting.events import GaussianEvent  # noqa: E402
-from accounting.filters import FilterBudget, IndividualRenyiFilter  # noqa: E402
-from accounting.stores import MemoryBudgetStore, SqliteBudgetStore  # noqa: E402
+from dprag.accounting.events import GaussianEvent  # noqa: E402
+from dprag.accounting.filters import FilterBudget, IndividualRenyiFilter  # noqa: E402
+from dprag.accounting.stores import MemoryBudgetStore, SqliteBudgetStore  # noqa: E402
 
 EVENT = GaussianEvent(2.0)
 BUDGET = FilterBudget.for_queries(5, EVENT)

@@ -6,7 +6,12 @@ importing this package (or ``rag_adapters.metrics`` / ``rag_adapters.datasets``)
 Names are resolved on first access (PEP 562 ``__getattr__``).
 """
 
+
 from __future__ import annotations
+
+if __name__ != "dprag.rag_adapters":  # one folder, one module: never loaded twice under two names
+    raise ImportError(f"the folder rag_adapters/ is the package dprag.rag_adapters: import dprag.rag_adapters, not {__name__} "
+                      "(pip install -e . from the repository root)")
 
 import importlib
 

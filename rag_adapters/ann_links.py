@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from accounting.errors import InvalidParameterError, check_positive_int
+from dprag.accounting.errors import InvalidParameterError, check_positive_int
 
 from ._common import require, torch_threads
 

@@ -35,9 +35,9 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from accounting.errors import InvalidParameterError
-from audit.commitments import DEFAULT_EMBEDDING_SCALE, EmbedderDescriptor
-from audit.encoding import encode
+from dprag.accounting.errors import InvalidParameterError
+from dprag.audit.commitments import DEFAULT_EMBEDDING_SCALE, EmbedderDescriptor
+from dprag.audit.encoding import encode
 
 from ._common import check_texts
 from .prompting import PromptFormat

@@ -52,15 +52,15 @@ from typing import Callable, Sequence
 import click
 import numpy as np
 
-from accounting.collusion import exact_sigma
-from accounting.errors import InvalidParameterError
-from accounting.protocols import Prompt
-from audit import commitments as cm
-from audit.encoding import decode, encode
-from audit.estimator import coalition_clusters, coalition_size_curve
-from audit.policy import CoalitionPolicy, GenerationPolicy, Policy, RetrievalPolicy, SamplerSpec
-from audit.service import ProviderService
-from audit.verifier import verify
+from dprag.accounting.collusion import exact_sigma
+from dprag.accounting.errors import InvalidParameterError
+from dprag.accounting.protocols import Prompt
+from dprag.audit import commitments as cm
+from dprag.audit.encoding import decode, encode
+from dprag.audit.estimator import coalition_clusters, coalition_size_curve
+from dprag.audit.policy import CoalitionPolicy, GenerationPolicy, Policy, RetrievalPolicy, SamplerSpec
+from dprag.audit.service import ProviderService
+from dprag.audit.verifier import verify
 
 from .datasets.base import QAItem
 from .datasets.clinic import FACT_KINDS, ClinicCorpus, generate_clinic_corpus
@@ -320,9 +320,9 @@ def token_budget_accuracy(embedder, generator, corpus: ClinicCorpus, *, m: int, 
                           tau: int = 512, max_tokens: int = 20, questions: int = 12, seed: bytes = b"tune") -> float:
     """Match accuracy of 000 Alg. 5 (m voters on the Top-m records above τ) on one test question per
     condition of the calibration corpus: how ε_token and c were chosen (spec/demo.md)."""
-    from accounting.noise.source import RandomSource
-    from accounting.rag.common import top_k_padded
-    from accounting.rag.single_query import PureDpRagParams, pure_dp_rag
+    from dprag.accounting.noise.source import RandomSource
+    from dprag.accounting.rag.common import top_k_padded
+    from dprag.accounting.rag.single_query import PureDpRagParams, pure_dp_rag
 
     qd = cm.quantise_embeddings(np.asarray(embedder.embed(list(corpus.documents))))
 
@@ -366,7 +366,7 @@ class Models:
 def load_models(kind: str, progress) -> Models:
     """``real``: MiniLM + SmolLM2-135M-Instruct; ``tiny``: bag-of-words hash embedder + a random-weight
     tiny Llama (torch, no weights); ``toy``: hash embedder + the toy generator (no torch)."""
-    from audit.toy import HashEmbedder
+    from dprag.audit.toy import HashEmbedder
 
     from .audit_embedder import CorpusCachingEmbedder, prompt_template_text
 
@@ -401,7 +401,7 @@ def load_models(kind: str, progress) -> Models:
             gen.max_context_tokens = 96  # byte tokens: keep the random model's prompts short
             gname = "tiny random-weight Llama (byte tokenizer, contexts truncated to 96 bytes)"
         else:
-            from accounting.rag.toy import ToyGenerator
+            from dprag.accounting.rag.toy import ToyGenerator
 
             gen = ToyGenerator(vocab_size=4096)
             gname = "toy generator (accounting.rag.toy)"
@@ -965,8 +965,8 @@ def demo(out: Path, quick: bool, model: str, no_progress: bool) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m rag_adapters.demo [options]``: the command with the CLI's exit codes (2 on bad input)."""
-    from accounting.errors import DpragError
+    """``python -m dprag.rag_adapters.demo [options]``: the command with the CLI's exit codes (2 on bad input)."""
+    from dprag.accounting.errors import DpragError
 
     try:
         rv = demo.main(args=None if argv is None else list(argv), prog_name="dprag demo", standalone_mode=False)

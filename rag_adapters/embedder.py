@@ -19,7 +19,7 @@ from typing import Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
-from accounting.errors import InvalidParameterError
+from dprag.accounting.errors import InvalidParameterError
 
 from ._common import cache_dir, check_texts, corpus_hash, file_sha256, package_dir, require, torch_threads
 

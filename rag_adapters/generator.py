@@ -38,8 +38,8 @@ from typing import Sequence
 
 import numpy as np
 
-from accounting.errors import InvalidParameterError, check_positive_int
-from accounting.protocols import Prompt
+from dprag.accounting.errors import InvalidParameterError, check_positive_int
+from dprag.accounting.protocols import Prompt
 
 from ._common import cache_dir as _cache_dir
 from ._common import file_sha256, package_dir, require, torch_threads

@@ -17,7 +17,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from accounting.errors import InvalidParameterError, check_positive_int
+from dprag.accounting.errors import InvalidParameterError, check_positive_int
 
 from ._common import require, torch_threads
 

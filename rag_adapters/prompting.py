@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from accounting.errors import InvalidParameterError
-from accounting.protocols import Prompt
+from dprag.accounting.errors import InvalidParameterError
+from dprag.accounting.protocols import Prompt
 
 SYSTEM_PROMPT = ("You are a helpful assistant. Answer the question with a short phrase. "
                  "If a context is given, answer from the context.")

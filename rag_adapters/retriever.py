@@ -13,7 +13,7 @@ from typing import Sequence
 
 import numpy as np
 
-from accounting.errors import InvalidParameterError, UnknownDocumentError
+from dprag.accounting.errors import InvalidParameterError, UnknownDocumentError
 
 from ._common import check_texts
 from .embedder import Embedder, EmbeddingCache

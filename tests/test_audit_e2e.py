@@ -6,13 +6,13 @@ import shutil
 import numpy as np
 import pytest
 
-from accounting.errors import InvalidParameterError
-from audit.cli import main as cli_main
-from audit.encoding import decode, encode
-from audit.fixtures import build_window, open_service, reopen_service, toy_policy
-from audit.policy import Policy
-from audit.service import RateLimitError
-from audit.verifier import verify
+from dprag.accounting.errors import InvalidParameterError
+from dprag.audit.cli import main as cli_main
+from dprag.audit.encoding import decode, encode
+from dprag.audit.fixtures import build_window, open_service, reopen_service, toy_policy
+from dprag.audit.policy import Policy
+from dprag.audit.service import RateLimitError
+from dprag.audit.verifier import verify
 
 
 @pytest.fixture(scope="module")
@@ -136,7 +136,7 @@ def test_cli_verify_json_and_exit_codes(window, tmp_path, capsys):
 
 
 def test_cli_ledger_root_and_leaves(window, capsys):
-    from audit.ledger.rfc6962 import root_from_leaves
+    from dprag.audit.ledger.rfc6962 import root_from_leaves
 
     assert cli_main(["audit", "ledger", "leaves", str(window.bundle)]) == 0
     leaves = [bytes.fromhex(x) for x in capsys.readouterr().out.split()]

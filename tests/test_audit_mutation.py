@@ -9,8 +9,8 @@ import shutil
 
 import pytest
 
-from audit.fixtures import build_window
-from audit.verifier import verify
+from dprag.audit.fixtures import build_window
+from dprag.audit.verifier import verify
 
 # which checks may report the damage of each file
 FILES = {

@@ -15,15 +15,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from audit.encoding import decode
-from audit.fixtures import open_service, reopen_service
-from audit.verifier import BundleError, verify
+from dprag.audit.encoding import decode
+from dprag.audit.fixtures import open_service, reopen_service
+from dprag.audit.verifier import BundleError, verify
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _spawn(directory, account, count, released, start=0):
-    code = ("import sys; from audit.fixtures import serve_loop; "
+    code = ("import sys; from dprag.audit.fixtures import serve_loop; "
             f"serve_loop({str(directory)!r}, {account!r}, {count}, {str(released)!r}, {start})")
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     return subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.DEVNULL,
@@ -108,7 +108,7 @@ def test_eight_processes_serving_overlapping_documents(tmp_path):
 def test_fuzzed_bundles_never_crash_the_verifier(tmp_path):
     # random multi-byte corruption, truncation and garbage files: the verifier returns FAIL or raises
     # BundleError (exit 2), never another exception
-    from audit.fixtures import build_window
+    from dprag.audit.fixtures import build_window
 
     w = build_window(tmp_path / "w", rounds=2)
     rng = random.Random(7)

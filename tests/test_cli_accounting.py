@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from accounting.collusion import collusion_report
-from audit.cli import main
+from dprag.accounting.collusion import collusion_report
+from dprag.audit.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = ["accounting", "collusion", "--k", "10", "--eps-acc", "1", "--delta-acc", "1e-6", "--n", "10000"]
@@ -19,7 +19,7 @@ REQUIRED = ("leading", "closed_form", "rdp", "exact", "certified", "delta_joint"
 
 def _run(args):
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    return subprocess.run([sys.executable, "-m", "audit.cli", *args], capture_output=True, text=True, cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "dprag.audit.cli", *args], capture_output=True, text=True, cwd=ROOT,
                           env=env, timeout=120)
 
 

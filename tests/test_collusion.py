@@ -16,9 +16,9 @@ from scipy.stats import norm
 
 import dp_accounting
 
-from accounting import collusion as C
-from accounting import gdp
-from accounting.errors import InvalidParameterError
+from dprag.accounting import collusion as C
+from dprag.accounting import gdp
+from dprag.accounting.errors import InvalidParameterError
 
 N, DACC = 10_000, 1e-6
 

@@ -10,7 +10,7 @@ from scipy.optimize import brentq
 from scipy.stats import norm
 
 import dp_accounting
-from accounting.composition import (
+from dprag.accounting.composition import (
     MixedAccountant,
     PldAccountant,
     PureDpAccountant,
@@ -20,8 +20,8 @@ from accounting.composition import (
     epsilon_with_tv,
     optimal_composition_epsilon,
 )
-from accounting.errors import InvalidParameterError, UnsupportedEventError
-from accounting.events import (
+from dprag.accounting.errors import InvalidParameterError, UnsupportedEventError
+from dprag.accounting.events import (
     ApproxDpEvent,
     ApproxRdpEvent,
     ComposedEvent,
@@ -37,7 +37,7 @@ from accounting.events import (
     RdpCurveEvent,
     SelfComposedEvent,
 )
-from accounting.rdp import DEFAULT_ORDERS, pure_dp_rdp, rdp_to_delta, rdp_to_epsilon
+from dprag.accounting.rdp import DEFAULT_ORDERS, pure_dp_rdp, rdp_to_delta, rdp_to_epsilon
 
 ORDERS = np.array(DEFAULT_ORDERS)
 

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from accounting.composition import (
+from dprag.accounting.composition import (
     basic_composition,
     drv_composition,
     kov_composition,
@@ -25,7 +25,7 @@ from accounting.composition import (
     optimal_homogeneous_epsilon,
     poisson_amplify,
 )
-from accounting.errors import InvalidParameterError
+from dprag.accounting.errors import InvalidParameterError
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -17,10 +17,10 @@ from scipy import integrate
 from scipy.optimize import brentq
 from scipy.stats import norm
 
-from accounting.composition import MixedAccountant, RdpAccountant, zcdp_rdp, zcdp_to_epsilon
-from accounting.errors import InvalidParameterError
-from accounting.events import GaussianEvent, LaplaceEvent, PoissonSampledEvent, PureDpEvent
-from accounting.rdp import DEFAULT_ORDERS, rdp_to_epsilon
+from dprag.accounting.composition import MixedAccountant, RdpAccountant, zcdp_rdp, zcdp_to_epsilon
+from dprag.accounting.errors import InvalidParameterError
+from dprag.accounting.events import GaussianEvent, LaplaceEvent, PoissonSampledEvent, PureDpEvent
+from dprag.accounting.rdp import DEFAULT_ORDERS, rdp_to_epsilon
 
 ORDERS = np.array(DEFAULT_ORDERS)
 mpmath.mp.dps = 40

@@ -12,12 +12,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from accounting.errors import InvalidParameterError
-from audit import commitments as cm
-from audit.cli import main as dprag_main
-from audit.encoding import decode
-from rag_adapters import demo as D
-from rag_adapters.audit_embedder import (
+from dprag.accounting.errors import InvalidParameterError
+from dprag.audit import commitments as cm
+from dprag.audit.cli import main as dprag_main
+from dprag.audit.encoding import decode
+from dprag.rag_adapters import demo as D
+from dprag.rag_adapters.audit_embedder import (
     CHATML_LAYOUT,
     CorpusCachingEmbedder,
     directory_sha256,
@@ -25,7 +25,7 @@ from rag_adapters.audit_embedder import (
     model_files,
     prompt_template_text,
 )
-from rag_adapters.datasets.clinic import FACT_KINDS, generate_clinic_corpus
+from dprag.rag_adapters.datasets.clinic import FACT_KINDS, generate_clinic_corpus
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -93,7 +93,7 @@ def test_policy_follows_the_protocol_units():
     assert r.enabled_tenants == ("clinic-a",)
     # σ calibrated so that one account's n releases are (ε_acc, δ_acc)-DP: checked with the Gaussian
     # composition of accounting.gdp (an independent route from exact_sigma's search)
-    from accounting.gdp import certified_gaussian_epsilon
+    from dprag.accounting.gdp import certified_gaussian_epsilon
 
     eps = certified_gaussian_epsilon(r.sigma, r.delta_acc, sensitivity=r.sensitivity, count=r.n)
     assert eps == pytest.approx(r.epsilon_acc, rel=1e-3)
@@ -271,7 +271,7 @@ def test_directory_sha256_sees_every_byte_and_ignores_docs(tmp_path):
 
 
 def test_descriptor_binds_weights_tokenizer_and_prompt(tmp_path):
-    from accounting.rag.toy import ToyGenerator
+    from dprag.accounting.rag.toy import ToyGenerator
 
     d = _model_dir(tmp_path)
     tmpl = prompt_template_text(ToyGenerator())
@@ -305,7 +305,7 @@ def test_prompt_template_names_the_generator_weights(tmp_path):
 
 
 def test_corpus_caching_embedder_uses_the_disk_cache(tmp_path):
-    from rag_adapters.embedder import EmbeddingCache
+    from dprag.rag_adapters.embedder import EmbeddingCache
 
     class _Emb:
         fingerprint, dim = "fake-v1", 3
@@ -327,7 +327,7 @@ def test_corpus_caching_embedder_uses_the_disk_cache(tmp_path):
 
 
 def test_tau_statistics_against_a_brute_force_count():
-    from audit.toy import HashEmbedder
+    from dprag.audit.toy import HashEmbedder
 
     corpus = generate_clinic_corpus("test-tau", n_conditions=2, support_min=20, support_max=21, n_distractors=5)
     emb = HashEmbedder(16)
@@ -352,8 +352,8 @@ def test_tau_statistics_against_a_brute_force_count():
 
 
 def test_token_budget_accuracy_runs_the_single_query_mechanism():
-    from accounting.rag.toy import ToyGenerator
-    from audit.toy import HashEmbedder
+    from dprag.accounting.rag.toy import ToyGenerator
+    from dprag.audit.toy import HashEmbedder
 
     corpus = generate_clinic_corpus("test-tok", n_conditions=2, support_min=20, support_max=21, n_distractors=5)
     gen = ToyGenerator(vocab_size=4096)

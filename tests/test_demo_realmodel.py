@@ -8,15 +8,15 @@ import json
 
 import pytest
 
-from audit.encoding import decode
-from rag_adapters import demo as D
+from dprag.audit.encoding import decode
+from dprag.rag_adapters import demo as D
 
 
 @pytest.mark.realmodel
 def test_quick_demo_on_the_real_models(tmp_path):
-    from rag_adapters._common import package_dir
-    from rag_adapters.audit_embedder import directory_sha256
-    from rag_adapters.embedder import MINILM_ID
+    from dprag.rag_adapters._common import package_dir
+    from dprag.rag_adapters.audit_embedder import directory_sha256
+    from dprag.rag_adapters.embedder import MINILM_ID
 
     out = tmp_path / "demo"
     assert D.main(["--quick", "--no-progress", "--out", str(out)]) == 0

@@ -28,18 +28,18 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from accounting.mechanisms.additive import (
+from dprag.accounting.mechanisms.additive import (
     discrete_gaussian_mechanism,
     discrete_laplace_mechanism,
     gaussian_mechanism,
     laplace_mechanism,
 )
-from accounting.mechanisms.exponential import exponential_mechanism, vote_exponential_mechanism
-from accounting.mechanisms.ksa import find_best_k, ptr_release_top_k, ptr_threshold, top_k_with_ptr
-from accounting.mechanisms.limited_domain import BOTTOM, limited_domain
-from accounting.mechanisms.prefix_sums import noisy_prefix_sums
-from accounting.mechanisms.sparse_vector import SparseVector
-from accounting.testing import OutputEvent, check_dp, detection_probability, seeded
+from dprag.accounting.mechanisms.exponential import exponential_mechanism, vote_exponential_mechanism
+from dprag.accounting.mechanisms.ksa import find_best_k, ptr_release_top_k, ptr_threshold, top_k_with_ptr
+from dprag.accounting.mechanisms.limited_domain import BOTTOM, limited_domain
+from dprag.accounting.mechanisms.prefix_sums import noisy_prefix_sums
+from dprag.accounting.mechanisms.sparse_vector import SparseVector
+from dprag.accounting.testing import OutputEvent, check_dp, detection_probability, seeded
 
 ALPHA = 1e-6  # false-failure rate of every "no violation" test
 ALPHA_BROKEN = 1e-2  # decision level of the broken-variant checks (their miss rate is computed below)

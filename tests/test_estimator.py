@@ -13,8 +13,8 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from accounting.errors import InvalidParameterError
-from audit.estimator import (MARGIN, NeighbourSearch, coalition_clusters, coalition_size, coalition_size_curve,
+from dprag.accounting.errors import InvalidParameterError
+from dprag.audit.estimator import (MARGIN, NeighbourSearch, coalition_clusters, coalition_size, coalition_size_curve,
                              exact_links, exact_window_search, link_pairs)
 
 

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 from scipy import integrate, stats
 
-from accounting.errors import InvalidParameterError
-from audit.estimator import coalition_size
-from audit.estimator_calibration import (ATTACK_PARAPHRASES, HONEST_THETA_GRID, THETA_GRID, Calibration,
+from dprag.accounting.errors import InvalidParameterError
+from dprag.audit.estimator import coalition_size
+from dprag.audit.estimator_calibration import (ATTACK_PARAPHRASES, HONEST_THETA_GRID, THETA_GRID, Calibration,
                                          HonestConfig, ToyConfig, analytic_null_fpr, attack_rows,
                                          clinic_attack_questions, clinic_honest_questions, clopper_pearson_upper,
                                          honest_queries, run_honest_calibration, run_toy_calibration,
@@ -240,7 +240,7 @@ def test_honest_harness_on_a_synthetic_pool_reads_like_the_theory():
 
 
 def test_clinic_question_helpers():
-    from rag_adapters.datasets import generate_clinic_corpus
+    from dprag.rag_adapters.datasets import generate_clinic_corpus
 
     c = generate_clinic_corpus(1, n_conditions=3, support_min=2, support_max=3, n_distractors=5)
     honest = clinic_honest_questions(c)

@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from accounting.errors import InvalidParameterError
-from audit.estimator import NeighbourSearch, coalition_clusters, coalition_size, coalition_size_curve, link_pairs
-from audit.estimator_calibration import THETA_GRID, ToyConfig, toy_queries
-from rag_adapters.ann_links import FaissWindowSearch, float32_margin
+from dprag.accounting.errors import InvalidParameterError
+from dprag.audit.estimator import NeighbourSearch, coalition_clusters, coalition_size, coalition_size_curve, link_pairs
+from dprag.audit.estimator_calibration import THETA_GRID, ToyConfig, toy_queries
+from dprag.rag_adapters.ann_links import FaissWindowSearch, float32_margin
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from audit.estimator_calibration import (HonestConfig, clinic_attack_questions, clinic_honest_questions,
+from dprag.audit.estimator_calibration import (HonestConfig, clinic_attack_questions, clinic_honest_questions,
                                          run_honest_calibration)
 
 pytestmark = pytest.mark.realmodel
@@ -19,8 +19,8 @@ pytestmark = pytest.mark.realmodel
 
 @pytest.fixture(scope="module")
 def clinic_embeddings():
-    from rag_adapters.datasets import generate_clinic_corpus
-    from rag_adapters.embedder import EmbeddingCache, MiniLMEmbedder
+    from dprag.rag_adapters.datasets import generate_clinic_corpus
+    from dprag.rag_adapters.embedder import EmbeddingCache, MiniLMEmbedder
 
     corpus = generate_clinic_corpus(0)
     pool_texts = clinic_honest_questions(corpus)

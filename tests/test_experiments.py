@@ -14,14 +14,14 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from accounting.errors import InvalidParameterError
-from accounting.rag.budget import certified_epsilon
-from accounting.rag.multi_query import SubsamplingMultiRAG
-from accounting.rag.single_query import PureDpRagParams, sparse_vote_cost
-from accounting.rag.toy import ToyGenerator, ToyRetriever
-from rag_adapters.datasets.base import QAItem, RagDataset
-from rag_adapters.experiments.cli import experiment
-from rag_adapters.experiments.methods import (
+from dprag.accounting.errors import InvalidParameterError
+from dprag.accounting.rag.budget import certified_epsilon
+from dprag.accounting.rag.multi_query import SubsamplingMultiRAG
+from dprag.accounting.rag.single_query import PureDpRagParams, sparse_vote_cost
+from dprag.accounting.rag.toy import ToyGenerator, ToyRetriever
+from dprag.rag_adapters.datasets.base import QAItem, RagDataset
+from dprag.rag_adapters.experiments.cli import experiment
+from dprag.rag_adapters.experiments.methods import (
     METHODS,
     Context,
     Settings,
@@ -30,7 +30,7 @@ from rag_adapters.experiments.methods import (
     sparse_vote_token_budget,
     subsampling_rag_params,
 )
-from rag_adapters.experiments.runner import CachedRetriever, Plan, evaluate_answer, run_cell, run_plan, select_questions
+from dprag.rag_adapters.experiments.runner import CachedRetriever, Plan, evaluate_answer, run_cell, run_plan, select_questions
 
 WORDS = ["alpha", "bravo", "cobalt", "delta", "ember", "fjord", "garnet", "harbor", "indigo", "jasper"]
 
@@ -72,7 +72,7 @@ def test_pure_rag_params_inverts_the_closed_form_cost(eps_q, c):
 
 
 def test_auto_private_tokens_keeps_the_em_margin():
-    from rag_adapters.experiments.methods import auto_private_tokens
+    from dprag.rag_adapters.experiments.methods import auto_private_tokens
 
     for m, eps_q in [(20, 10.0), (20, 100.0), (50, 10.0), (30, 3.0)]:
         c = auto_private_tokens(m, eps_q, 15.0, 1000)
@@ -138,7 +138,7 @@ def test_select_questions_is_seeded_and_keeps_chains_whole():
 
 # -- metrics ---------------------------------------------------------------------------------------------
 def test_evaluate_answer_precision_against_true_top_k():
-    from accounting.rag.common import RagAnswer
+    from dprag.accounting.rag.common import RagAnswer
 
     item = QAItem("q", "question", ("cobalt",), relevant_ids=(0, 1, 2))
     scores = np.array([9.0, 8.0, 7.0, 6.0, 5.0, 1.0])
@@ -282,7 +282,7 @@ def test_every_registered_method_is_documented():
 
 def test_dprag_root_cli_finds_the_experiment_command(tmp_path, capsys):
     # through the installed entry point dprag.commands: experiment = rag_adapters.experiments.cli:experiment
-    from audit.cli import main
+    from dprag.audit.cli import main
 
     assert main(["experiment", "privacy-utility", "--dataset", "clinic", "--model", "toy", "--eps", "0",
                  "--out", str(tmp_path / "x"), "--no-progress"]) == 2
@@ -340,15 +340,15 @@ def test_cli_m_grid_is_tuned_on_dev(tmp_path):
 
 
 def test_gnmax_params_take_the_smallest_sigma_that_fits():
-    from accounting.filters import FilterBudget
-    from rag_adapters.experiments.methods import gnmax_params
+    from dprag.accounting.filters import FilterBudget
+    from dprag.rag_adapters.experiments.methods import gnmax_params
 
     for m, tokens, M, eps in [(10, 8, 1, 10.0), (20, 24, 2, 10.0), (5, 3, 1, 2.0)]:
         p = gnmax_params(m, tokens, M, eps, 1e-5)
         assert p.m == m and p.max_tokens == tokens
 
         def certified(sigma):
-            from accounting.rag.mechanism import GaussianVoteRagParams
+            from dprag.accounting.rag.mechanism import GaussianVoteRagParams
 
             cost = GaussianVoteRagParams(m, sigma, tokens).cost
             return FilterBudget.for_queries(M, cost, mode="rdp").guarantee(1e-5)[0]
@@ -388,7 +388,7 @@ def test_public_completion_reaches_every_pure_dp_method(tmp_path):
 def test_report_prints_every_cell_with_counts_and_fisher_p(tmp_path):
     from scipy.stats import hypergeom
 
-    from rag_adapters.experiments.report import fisher_greater
+    from dprag.rag_adapters.experiments.report import fisher_greater
 
     # one-sided Fisher = hypergeometric tail: 5/10 vs 0/10 -> P(X >= 5), X ~ Hypergeom(20, 5 successes, 10 draws)
     assert fisher_greater(5, 10, 0, 10) == pytest.approx(hypergeom(20, 5, 10).sf(4), rel=1e-12)

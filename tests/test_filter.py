@@ -15,8 +15,8 @@ import pytest
 from dp_accounting import dp_event
 from dp_accounting.rdp import rdp_privacy_accountant as dpa
 
-from accounting.errors import InvalidParameterError, UnknownDocumentError, UnsupportedEventError
-from accounting.events import (
+from dprag.accounting.errors import InvalidParameterError, UnknownDocumentError, UnsupportedEventError
+from dprag.accounting.events import (
     ApproxDpEvent,
     ApproxRdpEvent,
     ComposedEvent,
@@ -30,7 +30,7 @@ from accounting.events import (
     RdpCurveEvent,
     SelfComposedEvent,
 )
-from accounting.filters import (
+from dprag.accounting.filters import (
     MAX_BUDGET,
     ChargeResult,
     FilterBudget,
@@ -38,8 +38,8 @@ from accounting.filters import (
     cost_to_units,
     pure_epsilon,
 )
-from accounting.rdp import DEFAULT_ORDERS
-from accounting.stores import MemoryBudgetStore, SqliteBudgetStore
+from dprag.accounting.rdp import DEFAULT_ORDERS
+from dprag.accounting.stores import MemoryBudgetStore, SqliteBudgetStore
 
 TWO32 = 2**32
 
@@ -441,7 +441,7 @@ def test_budget_for_a_sequence_of_charges_admits_exactly_M_queries(mode):
     # MuRAG-Ada charges a touched document twice per query (threshold release, then the RAG cost); each
     # charge is rounded up to units separately, so a budget built from the float sum can refuse the M-th
     # query. The sequence form sums the rounded charges: exactly M queries fit, the (M+1)-th does not.
-    from accounting.events import DiscreteLaplaceEvent, ExponentialMechanismEvent
+    from dprag.accounting.events import DiscreteLaplaceEvent, ExponentialMechanismEvent
 
     thr, rag = DiscreteLaplaceEvent(scale=1 / 0.3, sensitivity=1), ExponentialMechanismEvent(1.1)
     M = 3

@@ -24,8 +24,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from accounting.filters import IndividualRenyiFilter
-from accounting.stores import MemoryBudgetStore, SqliteBudgetStore
+from dprag.accounting.filters import IndividualRenyiFilter
+from dprag.accounting.stores import MemoryBudgetStore, SqliteBudgetStore
 
 TWO32 = 2**32
 SLACK = Fraction(1, TWO32)

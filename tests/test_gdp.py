@@ -19,9 +19,9 @@ import dp_accounting
 from dp_accounting.pld import accountant as pld_accountant
 from dp_accounting.pld import privacy_loss_distribution as pldm
 
-from accounting import gdp
-from accounting.errors import InvalidParameterError, UnsupportedEventError
-from accounting.events import ComposedEvent, GaussianEvent, LaplaceEvent, NoOpEvent, SelfComposedEvent
+from dprag.accounting import gdp
+from dprag.accounting.errors import InvalidParameterError, UnsupportedEventError
+from dprag.accounting.events import ComposedEvent, GaussianEvent, LaplaceEvent, NoOpEvent, SelfComposedEvent
 
 mpmath.mp.dps = 50
 

@@ -12,8 +12,8 @@ import base64
 
 import pytest
 
-from accounting.errors import InvalidParameterError
-from audit.ledger.checkpoint import (
+from dprag.accounting.errors import InvalidParameterError
+from dprag.audit.ledger.checkpoint import (
     Checkpoint,
     NoteSigner,
     NoteVerifier,
@@ -23,9 +23,9 @@ from audit.ledger.checkpoint import (
     sign_checkpoint,
     sign_note,
 )
-from audit.ledger.errors import CheckpointError, KeyFormatError, MalformedNoteError, SignatureError
-from audit.ledger.rfc6962 import mth
-from audit.ledger.store import MemoryLog
+from dprag.audit.ledger.errors import CheckpointError, KeyFormatError, MalformedNoteError, SignatureError
+from dprag.audit.ledger.rfc6962 import mth
+from dprag.audit.ledger.store import MemoryLog
 
 PETER_SKEY = "PRIVATE+KEY+PeterNeumann+c74f20a3+AYEKFALVFGyNhPJEMzD1QIDr+Y7hfZx09iUvxdXHKDFz"
 PETER_VKEY = "PeterNeumann+c74f20a3+ARpc2QcUPDhMQegwxbzhKqiBfsVkmqq/LDE4izWy10TW"

@@ -11,9 +11,9 @@ import random
 
 import pytest
 
-from accounting.errors import DpragError, InvalidParameterError
-from audit.ledger.errors import MalformedProofError, ProofError, RootMismatchError
-from audit.ledger.proof import (
+from dprag.accounting.errors import DpragError, InvalidParameterError
+from dprag.audit.ledger.errors import MalformedProofError, ProofError, RootMismatchError
+from dprag.audit.ledger.proof import (
     ConsistencyProof,
     InclusionProof,
     consistency_proof_length,
@@ -23,7 +23,7 @@ from audit.ledger.proof import (
     verify_consistency,
     verify_inclusion,
 )
-from audit.ledger.store import MemoryLog
+from dprag.audit.ledger.store import MemoryLog
 
 N = 64
 

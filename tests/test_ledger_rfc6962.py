@@ -13,9 +13,9 @@ import random
 
 import pytest
 
-from audit.ledger import rfc6962
-from audit.ledger.errors import MalformedProofError
-from audit.ledger.rfc6962 import (
+from dprag.audit.ledger import rfc6962
+from dprag.audit.ledger.errors import MalformedProofError
+from dprag.audit.ledger.rfc6962 import (
     EMPTY_ROOT,
     CompactRange,
     fold,
@@ -28,7 +28,7 @@ from audit.ledger.rfc6962 import (
     stored_hash_count,
     stored_hash_index,
 )
-from audit.ledger.store import MemoryLog
+from dprag.audit.ledger.store import MemoryLog
 
 
 def oracle_mth(leaves: list[bytes]) -> bytes:

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from accounting.errors import DpragError, InvalidParameterError
-from audit.ledger import (
+from dprag.accounting.errors import DpragError, InvalidParameterError
+from dprag.audit.ledger import (
     LedgerCorruptError,
     LedgerError,
     LedgerRangeError,
@@ -30,7 +30,7 @@ from audit.ledger import (
     verify_consistency,
     verify_inclusion,
 )
-from audit.ledger.rfc6962 import hash_leaf, root_from_leaves
+from dprag.audit.ledger.rfc6962 import hash_leaf, root_from_leaves
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -293,7 +293,7 @@ def test_thread_group_commit(tmp_path):
 
 WORKER = r"""
 import sys
-from audit.ledger import SqliteLog
+from dprag.audit.ledger import SqliteLog
 path, wid, count, batch = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 log = SqliteLog(path, timeout=120)
 print("ready", flush=True)
@@ -372,7 +372,7 @@ def test_processes_race_to_create_a_new_log(tmp_path):
 
 CRASH_WORKER = r"""
 import sys
-from audit.ledger import SqliteLog
+from dprag.audit.ledger import SqliteLog
 path, batch = sys.argv[1], int(sys.argv[2])
 log = SqliteLog(path)
 n = log.size

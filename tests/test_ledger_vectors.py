@@ -17,10 +17,10 @@ import random
 
 import pytest
 
-from audit.ledger.errors import MalformedProofError, ProofError
-from audit.ledger.proof import verify_consistency, verify_inclusion
-from audit.ledger.rfc6962 import hash_leaf
-from audit.ledger.store import MemoryLog, SqliteLog
+from dprag.audit.ledger.errors import MalformedProofError, ProofError
+from dprag.audit.ledger.proof import verify_consistency, verify_inclusion
+from dprag.audit.ledger.rfc6962 import hash_leaf
+from dprag.audit.ledger.store import MemoryLog, SqliteLog
 
 # Hash table: probes below refer to hashes by position (base64 strings exactly as in the JSON files).
 _H = [

@@ -16,9 +16,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from scipy import stats
 
-from accounting.errors import InvalidParameterError
-from accounting.events import DiscreteGaussianEvent, DiscreteLaplaceEvent
-from accounting.mechanisms.additive import (
+from dprag.accounting.errors import InvalidParameterError
+from dprag.accounting.events import DiscreteGaussianEvent, DiscreteLaplaceEvent
+from dprag.accounting.mechanisms.additive import (
     discrete_gaussian_mechanism,
     discrete_laplace_mechanism,
     gaussian_mechanism,
@@ -26,8 +26,8 @@ from accounting.mechanisms.additive import (
     granular_l2_sensitivity,
     laplace_mechanism,
 )
-from accounting.noise import DiscreteGaussianTable, RandomSource, granularity_for, round_to_grid
-from accounting.rdp import epsilon_of
+from dprag.accounting.noise import DiscreteGaussianTable, RandomSource, granularity_for, round_to_grid
+from dprag.accounting.rdp import epsilon_of
 
 P_MIN = 1e-6
 
@@ -280,7 +280,7 @@ def test_events_count_in_the_accountant():
     eps1, d1 = epsilon_of(e1, 1e-9)
     assert math.isfinite(eps1) and d1 == 1e-9
     eps2, _ = epsilon_of(e2, 1e-6)
-    from accounting.events import GaussianEvent
+    from dprag.accounting.events import GaussianEvent
 
     eps_ref, _ = epsilon_of(GaussianEvent(sigma=3.0, sensitivity=1.0), 1e-6)
     assert eps_ref <= eps2 <= eps_ref * (1 + 1e-9)  # granular rounding costs ~2^-40 relative
@@ -289,7 +289,7 @@ def test_events_count_in_the_accountant():
 def test_grid_output_forms_the_integer_sum_exactly():
     # Double rounding: k = 2^55, z = 2^54 + 5. Exact k + z rounds (ulp 8) up to 2^55 + 2^54 + 8; the naive
     # float(k) + float(z) first rounds z to 2^54 + 4, then the tie rounds to even, 2^55 + 2^54.
-    from accounting.mechanisms.additive import _grid_output
+    from dprag.accounting.mechanisms.additive import _grid_output
 
     k = np.array([2.0**55, 2.0**63, -(2.0**70)])
     z = np.array([2**54 + 5, 5, -3], dtype=np.int64)

@@ -15,16 +15,16 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from accounting.errors import InvalidParameterError
-from accounting.events import ExponentialMechanismEvent
-from accounting.mechanisms.exponential import (
+from dprag.accounting.errors import InvalidParameterError
+from dprag.accounting.events import ExponentialMechanismEvent
+from dprag.accounting.mechanisms.exponential import (
     exponential_mechanism,
     exponential_mechanism_probabilities,
     sample_exponential,
     vote_exponential_mechanism,
     vote_exponential_probabilities,
 )
-from accounting.noise import RandomSource
+from dprag.accounting.noise import RandomSource
 
 P_FAIL = 1e-6
 
@@ -155,7 +155,7 @@ def test_refinement_matches_high_precision_oracle():
 
 def test_fast_path_agrees_with_the_rigorous_path():
     """The float fast path must pick the same outcome as the rigorous interval refinement for the same U."""
-    from accounting.mechanisms.exponential import _exact_refine
+    from dprag.accounting.mechanisms.exponential import _exact_refine
 
     rng = np.random.default_rng(11)
     for trial in range(6):

@@ -15,15 +15,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 from scipy import stats
 
-from accounting.errors import InvalidParameterError
-from accounting.events import (
+from dprag.accounting.errors import InvalidParameterError
+from dprag.accounting.events import (
     ApproxRdpEvent,
     ComposedEvent,
     DiscreteGaussianEvent,
     ExponentialMechanismEvent,
     SelfComposedEvent,
 )
-from accounting.mechanisms.ksa import (
+from dprag.accounting.mechanisms.ksa import (
     GAP_SENSITIVITY,
     KeywordSelection,
     calibrate_dp_ksa,
@@ -36,9 +36,9 @@ from accounting.mechanisms.ksa import (
     sorted_gaps,
     top_k_with_ptr,
 )
-from accounting.noise.source import RandomSource
-from accounting.rdp import DEFAULT_ORDERS, additive_delta, epsilon_of, rdp_curve
-from accounting.testing import strategies as dps
+from dprag.accounting.noise.source import RandomSource
+from dprag.accounting.rdp import DEFAULT_ORDERS, additive_delta, epsilon_of, rdp_curve
+from dprag.accounting.testing import strategies as dps
 
 P_MIN = 1e-6  # p-value threshold of every goodness-of-fit test below: false-failure rate 1e-6 each
 

@@ -16,15 +16,15 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from accounting.errors import InvalidParameterError
-from accounting.events import ApproxDpEvent, ExponentialMechanismEvent
-from accounting.mechanisms.limited_domain import (
+from dprag.accounting.errors import InvalidParameterError
+from dprag.accounting.events import ApproxDpEvent, ExponentialMechanismEvent
+from dprag.accounting.mechanisms.limited_domain import (
     BOTTOM,
     limited_domain,
     limited_domain_probabilities,
     limited_domain_threshold,
 )
-from accounting.noise import RandomSource
+from dprag.accounting.noise import RandomSource
 
 P_FAIL = 1e-6
 

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from accounting.errors import InvalidParameterError
-from accounting.events import DiscreteLaplaceEvent
-from accounting.mechanisms.prefix_sums import assign_bins, bin_counts, noisy_prefix_sums, score_bins
-from accounting.noise import RandomSource
+from dprag.accounting.errors import InvalidParameterError
+from dprag.accounting.events import DiscreteLaplaceEvent
+from dprag.accounting.mechanisms.prefix_sums import assign_bins, bin_counts, noisy_prefix_sums, score_bins
+from dprag.accounting.noise import RandomSource
 
 P_FAIL = 1e-6
 

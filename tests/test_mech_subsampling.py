@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from accounting.errors import InvalidParameterError, UnsupportedEventError
-from accounting.events import (
+from dprag.accounting.errors import InvalidParameterError, UnsupportedEventError
+from dprag.accounting.events import (
     ApproxDpEvent,
     ApproxRdpEvent,
     ComposedEvent,
@@ -27,7 +27,7 @@ from accounting.events import (
     PureDpEvent,
     SelfComposedEvent,
 )
-from accounting.mechanisms.subsampling import (
+from dprag.accounting.mechanisms.subsampling import (
     amplified_pure_epsilon,
     bernoulli,
     poisson_subsample,
@@ -35,8 +35,8 @@ from accounting.mechanisms.subsampling import (
     zhu_wang_general_rdp,
     zhu_wang_tight_log_moment,
 )
-from accounting.noise import RandomSource
-from accounting.rdp import DEFAULT_ORDERS, epsilon_of, gaussian_rdp, pure_dp_rdp, rdp_curve
+from dprag.accounting.noise import RandomSource
+from dprag.accounting.rdp import DEFAULT_ORDERS, epsilon_of, gaussian_rdp, pure_dp_rdp, rdp_curve
 
 P_FAIL = 1e-6
 INT_ORDERS = np.arange(2, 65, dtype=np.float64)

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from accounting.errors import InvalidParameterError
-from accounting.noise import RandomSource, bernoulli_exp
-from accounting.noise.bernoulli import (
+from dprag.accounting.errors import InvalidParameterError
+from dprag.accounting.noise import RandomSource, bernoulli_exp
+from dprag.accounting.noise.bernoulli import (
     bernoulli_exp_fraction,
     bernoulli_exp_minus_one,
     bernoulli_half,

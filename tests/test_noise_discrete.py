@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from accounting.errors import InvalidParameterError
-from accounting.noise import RandomSource, discrete_gaussian, discrete_laplace
-from accounting.noise.discrete import _floor_div
+from dprag.accounting.errors import InvalidParameterError
+from dprag.accounting.noise import RandomSource, discrete_gaussian, discrete_laplace
+from dprag.accounting.noise.discrete import _floor_div
 
 P_MIN = 1e-6
 
@@ -181,7 +181,7 @@ def test_size_zero_reads_nothing():
 
 def test_float_sigma_is_read_exactly():
     # σ = 0.1 is the binary rational 3602879701896397/2^55, not 1/10: the samplers use the former.
-    from accounting.noise.discrete import gaussian_variance, laplace_parameter
+    from dprag.accounting.noise.discrete import gaussian_variance, laplace_parameter
 
     assert gaussian_variance(0.1) == Fraction(0.1) ** 2 != Fraction(1, 100)
     assert laplace_parameter(0.1) == Fraction(3602879701896397, 2**55)

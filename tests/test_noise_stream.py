@@ -17,7 +17,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from accounting.noise import (
+from dprag.accounting.noise import (
     DiscreteGaussianTable,
     RandomSource,
     bernoulli_exp,
@@ -27,7 +27,7 @@ from accounting.noise import (
     gumbel,
     laplace,
 )
-from accounting.noise.bernoulli import bernoulli_filtered, bernoulli_shared
+from dprag.accounting.noise.bernoulli import bernoulli_filtered, bernoulli_shared
 
 TWO64 = 1 << 64
 
@@ -422,8 +422,8 @@ def test_exact_fallbacks_agree_with_reference(monkeypatch, sigma):
     # Widen the float filters' margins so that most decisions take the exact-rational fallback paths
     # (γ's floor/fraction in §5 and the per-sample Bernoulli comparison in §2): output and consumption
     # must not change.
-    from accounting.noise import bernoulli as bern_mod
-    from accounting.noise import discrete as disc_mod
+    from dprag.accounting.noise import bernoulli as bern_mod
+    from dprag.accounting.noise import discrete as disc_mod
 
     monkeypatch.setattr(disc_mod, "_GAMMA_REL", 0.45)
     monkeypatch.setattr(bern_mod, "_W_ERR", 2.0**62)

@@ -9,14 +9,14 @@ import math
 import numpy as np
 import pytest
 
-from accounting.composition import PureDpAccountant
-from accounting.errors import InvalidParameterError
-from accounting.events import PureDpEvent
-from accounting.filters import FilterBudget, IndividualRenyiFilter
-from accounting.noise.source import RandomSource
-from accounting.rag.common import random_partition, top_k_padded
-from accounting.rag.multi_query import MuRAG, MuRAGAda, NaiveMultiRAG, SubsamplingMultiRAG
-from accounting.rag.single_query import (
+from dprag.accounting.composition import PureDpAccountant
+from dprag.accounting.errors import InvalidParameterError
+from dprag.accounting.events import PureDpEvent
+from dprag.accounting.filters import FilterBudget, IndividualRenyiFilter
+from dprag.accounting.noise.source import RandomSource
+from dprag.accounting.rag.common import random_partition, top_k_padded
+from dprag.accounting.rag.multi_query import MuRAG, MuRAGAda, NaiveMultiRAG, SubsamplingMultiRAG
+from dprag.accounting.rag.single_query import (
     PureDpRagParams,
     dp_sparse_vote_rag,
     dp_vote_rag,
@@ -25,8 +25,8 @@ from accounting.rag.single_query import (
     pure_dp_rag,
     vote_rag,
 )
-from accounting.rag.toy import ToyGenerator, ToyRetriever
-from accounting.stores import MemoryBudgetStore
+from dprag.accounting.rag.toy import ToyGenerator, ToyRetriever
+from dprag.accounting.stores import MemoryBudgetStore
 
 
 def corpus(n_relevant=40, n_other=60):
@@ -238,8 +238,8 @@ def test_subsampling_multi_rag_fits_total():
 
 # -- DP-KSA and answer history -------------------------------------------------------------------------
 def test_ksa_and_dp_ksa_release_the_shared_keyword():
-    from accounting.rag.ksa import dp_ksa, ksa
-    from accounting.rdp import epsilon_of
+    from dprag.accounting.rag.ksa import dp_ksa, ksa
+    from dprag.accounting.rdp import epsilon_of
 
     r, g = ToyRetriever(corpus(40, 60)), ToyGenerator()
     k = ksa("clinic asthma drug", r, g, n_docs=30, k=2)
@@ -253,7 +253,7 @@ def test_ksa_and_dp_ksa_release_the_shared_keyword():
 
 
 def test_answer_history_reuse_is_scoped_and_free():
-    from accounting.rag.history import AnswerHistory
+    from dprag.accounting.rag.history import AnswerHistory
 
     r, g = ToyRetriever(corpus(40, 60)), ToyGenerator()
     rag = PureDpRagParams.for_budget(20, 4.0, 20.0)
@@ -273,7 +273,7 @@ def test_answer_history_reuse_is_scoped_and_free():
 
 
 def test_answer_history_ignores_template_words():
-    from accounting.rag.history import AnswerHistory
+    from dprag.accounting.rag.history import AnswerHistory
 
     h = AnswerHistory(max_pairs=1)
     s = h.scope("alice")

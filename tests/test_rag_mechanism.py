@@ -9,17 +9,17 @@ import math
 import numpy as np
 import pytest
 
-from accounting.errors import InvalidParameterError, UnsupportedEventError
-from accounting.filters import FilterBudget, IndividualRenyiFilter
-from accounting.mechanisms.noisy_max import gaussian_vote_max, gaussian_vote_max_event
-from accounting.noise.source import RandomSource
-from accounting.rag.common import RagAnswer
-from accounting.rag.mechanism import GaussianVoteRagParams, SingleQueryMechanism, check_mechanism
-from accounting.rag.multi_query import MuRAG, MuRAGAda, NaiveMultiRAG
-from accounting.rag.single_query import PureDpRagParams
-from accounting.rag.toy import ToyGenerator, ToyRetriever
-from accounting.rdp import DEFAULT_ORDERS, rdp_curve
-from accounting.stores import MemoryBudgetStore
+from dprag.accounting.errors import InvalidParameterError, UnsupportedEventError
+from dprag.accounting.filters import FilterBudget, IndividualRenyiFilter
+from dprag.accounting.mechanisms.noisy_max import gaussian_vote_max, gaussian_vote_max_event
+from dprag.accounting.noise.source import RandomSource
+from dprag.accounting.rag.common import RagAnswer
+from dprag.accounting.rag.mechanism import GaussianVoteRagParams, SingleQueryMechanism, check_mechanism
+from dprag.accounting.rag.multi_query import MuRAG, MuRAGAda, NaiveMultiRAG
+from dprag.accounting.rag.single_query import PureDpRagParams
+from dprag.accounting.rag.toy import ToyGenerator, ToyRetriever
+from dprag.accounting.rdp import DEFAULT_ORDERS, rdp_curve
+from dprag.accounting.stores import MemoryBudgetStore
 
 
 def corpus(n_relevant=40, n_other=60):
@@ -103,7 +103,7 @@ def test_murag_ada_and_naive_take_any_mechanism():
     docs = corpus()
     r, g = ToyRetriever(docs), ToyGenerator()
     rag = GaussianVoteRagParams(m=10, sigma=1.0, max_tokens=4)
-    from accounting.events import DiscreteLaplaceEvent
+    from dprag.accounting.events import DiscreteLaplaceEvent
 
     thr = DiscreteLaplaceEvent(scale=1.0, sensitivity=1)
     flt = _rdp_filter(len(docs), (thr, rag.cost))  # two charges per query, each rounded up on its own
@@ -121,7 +121,7 @@ class RecordingMechanism:
 
     @property
     def cost(self):
-        from accounting.events import PureDpEvent
+        from dprag.accounting.events import PureDpEvent
 
         return PureDpEvent(1.0)
 

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from accounting.errors import InvalidParameterError, UnsupportedEventError
-from accounting.events import (
+from dprag.accounting.errors import InvalidParameterError, UnsupportedEventError
+from dprag.accounting.events import (
     ApproxDpEvent,
     ApproxRdpEvent,
     DiscreteGaussianEvent,
@@ -25,7 +25,7 @@ from accounting.events import (
     RdpCurveEvent,
     SelfComposedEvent,
 )
-from accounting.rdp import (
+from dprag.accounting.rdp import (
     DEFAULT_ORDERS,
     bounded_range_rdp,
     epsilon_of,

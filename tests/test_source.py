@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from accounting.errors import InvalidParameterError
-from accounting.noise.source import BLOCK_BYTES, RandomSource
+from dprag.accounting.errors import InvalidParameterError
+from dprag.accounting.noise.source import BLOCK_BYTES, RandomSource
 
 
 def _spec_stream(seed: bytes, label: bytes, n: int) -> bytes:

@@ -14,9 +14,9 @@ import multiprocessing
 import numpy as np
 import pytest
 
-from accounting.events import GaussianEvent, LaplaceEvent
-from accounting.filters import FilterBudget, IndividualRenyiFilter
-from accounting.stores import SqliteBudgetStore
+from dprag.accounting.events import GaussianEvent, LaplaceEvent
+from dprag.accounting.filters import FilterBudget, IndividualRenyiFilter
+from dprag.accounting.stores import SqliteBudgetStore
 
 N_DOCS, WORKERS, CHARGES = 24, 6, 120
 EVENTS = (GaussianEvent(4.0), GaussianEvent(6.0), LaplaceEvent(3.0))

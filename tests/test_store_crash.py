@@ -24,9 +24,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from accounting.events import GaussianEvent
-from accounting.filters import FilterBudget, IndividualRenyiFilter
-from accounting.stores import SqliteBudgetStore
+from dprag.accounting.events import GaussianEvent
+from dprag.accounting.filters import FilterBudget, IndividualRenyiFilter
+from dprag.accounting.stores import SqliteBudgetStore
 
 ROOT = Path(__file__).resolve().parents[1]
 N_DOCS, M, K_PER_CHARGE, BATCH = 300, 40, 6, 3
@@ -35,9 +35,9 @@ SIGMAS = (2.0, 3.0, 5.0)
 CHILD = r"""
 import os, sys
 import numpy as np
-from accounting.events import GaussianEvent
-from accounting.filters import FilterBudget, IndividualRenyiFilter
-from accounting.stores import SqliteBudgetStore
+from dprag.accounting.events import GaussianEvent
+from dprag.accounting.filters import FilterBudget, IndividualRenyiFilter
+from dprag.accounting.stores import SqliteBudgetStore
 
 path, released, seed = sys.argv[1], sys.argv[2], int(sys.argv[3])
 N_DOCS, M, K, BATCH = {N_DOCS}, {M}, {K}, {BATCH}

@@ -17,10 +17,10 @@ import pytest
 from hypothesis import given, settings
 from scipy import optimize, stats
 
-from accounting.errors import InvalidParameterError
-from accounting.events import PrivacyEvent
-from accounting.rdp import DEFAULT_ORDERS, rdp_curve
-from accounting.testing import (
+from dprag.accounting.errors import InvalidParameterError
+from dprag.accounting.events import PrivacyEvent
+from dprag.accounting.rdp import DEFAULT_ORDERS, rdp_curve
+from dprag.accounting.testing import (
     DpCheckReport,
     OutputEvent,
     assert_dp,
@@ -30,7 +30,7 @@ from accounting.testing import (
     detection_probability,
     seeded,
 )
-from accounting.testing import strategies as dps
+from dprag.accounting.testing import strategies as dps
 
 ORDERS = np.array(DEFAULT_ORDERS)
 
@@ -97,7 +97,7 @@ def test_rdp_only_events_have_a_valid_rdp_curve(event):
 
 
 def _contains_poisson(event):
-    from accounting.events import ApproxRdpEvent, ComposedEvent, PoissonSampledEvent, SelfComposedEvent
+    from dprag.accounting.events import ApproxRdpEvent, ComposedEvent, PoissonSampledEvent, SelfComposedEvent
 
     if isinstance(event, PoissonSampledEvent):
         return True

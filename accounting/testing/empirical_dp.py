@@ -33,7 +33,7 @@ Events tested:
 Example for a user's pytest suite (paste and adapt)::
 
     import numpy as np
-    from accounting.testing import assert_dp, check_dp, seeded
+    from dprag.accounting.testing import assert_dp, check_dp, seeded
 
     def randomized_response(epsilon):
         def mechanism(bit, source, n):  # vectorised: n independent runs in one call

@@ -17,8 +17,8 @@ event type as a leaf, combined by composition, self-composition, Poisson samplin
 Example::
 
     from hypothesis import given
-    from accounting.rdp import rdp_curve, DEFAULT_ORDERS
-    from accounting.testing import strategies as dps
+    from dprag.accounting.rdp import rdp_curve, DEFAULT_ORDERS
+    from dprag.accounting.testing import strategies as dps
 
     @given(dps.events(rdp_only=True))
     def test_rdp_is_never_negative(event):

@@ -12,7 +12,7 @@ import math
 
 import click
 
-from accounting.collusion import collusion_report
+from dprag.accounting.collusion import collusion_report
 
 
 @click.group()

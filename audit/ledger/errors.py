@@ -20,7 +20,7 @@ exactly which input broke which rule. Raising any of them never changes the log.
 
 from __future__ import annotations
 
-from accounting.errors import DpragError, InvalidParameterError
+from dprag.accounting.errors import DpragError, InvalidParameterError
 
 
 class LedgerError(DpragError):

@@ -26,7 +26,7 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Sequence
 
-from accounting.errors import InvalidParameterError
+from dprag.accounting.errors import InvalidParameterError
 
 from .checkpoint import Checkpoint, NoteSigner, sign_checkpoint
 from .errors import LedgerCorruptError, LedgerError, LedgerRangeError

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from accounting.errors import InvalidParameterError
+from dprag.accounting.errors import InvalidParameterError
 
 from .._common import corpus_hash
 

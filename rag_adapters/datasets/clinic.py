@@ -34,8 +34,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from accounting.errors import InvalidParameterError, check_positive_int
-from accounting.noise.source import RandomSource
+from dprag.accounting.errors import InvalidParameterError, check_positive_int
+from dprag.accounting.noise.source import RandomSource
 
 from .base import QAItem, RagDataset
 

@@ -14,7 +14,7 @@ import json
 import os
 from pathlib import Path
 
-from accounting.errors import InvalidParameterError, UnknownDocumentError
+from dprag.accounting.errors import InvalidParameterError, UnknownDocumentError
 
 from .base import QAItem, RagDataset
 

@@ -1,6 +1,6 @@
 """``dprag experiment privacy-utility``: the privacy–utility experiment of issue 3 from the command line.
 
-Registered through the ``dprag.commands`` entry point ``experiment = "rag_adapters.experiments.cli:experiment"``.
+Registered through the ``dprag.commands`` entry point ``experiment = "dprag.rag_adapters.experiments.cli:experiment"``.
 Writes ``privacy_utility.csv``, ``privacy_utility.png``, ``predictions.jsonl`` and ``run.json`` to ``--out``;
 with ``--json`` also ``privacy_utility.jsonl`` and one JSON object per (method, eps_total) row on stdout.
 Bad input (unknown method, ε <= 0, queries < 1, a missing dataset or model package) exits with status 2.
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import click
 
-from accounting.errors import DpragError
+from dprag.accounting.errors import DpragError
 
 MODELS = ("smollm2", "tiny", "toy")
 DATASETS = ("clinic", "wiki-fanout")
@@ -65,7 +65,7 @@ def build_backend(model: str, dataset, threads: int | None = None):
     if threads:
         os.environ["DPRAG_TORCH_THREADS"] = str(threads)
     if model == "toy":
-        from accounting.rag.toy import ToyGenerator, ToyRetriever
+        from dprag.accounting.rag.toy import ToyGenerator, ToyRetriever
 
         return ToyRetriever(dataset.documents), ToyGenerator(vocab_size=1 << 16), "words"
     from ..embedder import MiniLMEmbedder

@@ -51,17 +51,17 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from accounting.errors import InvalidParameterError
-from accounting.events import DiscreteLaplaceEvent
-from accounting.filters import FilterBudget, IndividualRenyiFilter
-from accounting.noise.source import RandomSource
-from accounting.protocols import Generator, Retriever
-from accounting.rag.budget import certified_epsilon
-from accounting.rag.common import RagAnswer
-from accounting.rag.history import AnswerHistory
-from accounting.rag.ksa import dp_ksa
-from accounting.rag.multi_query import MuRAG, MuRAGAda, NaiveMultiRAG, RetrievalParams, SubsamplingMultiRAG
-from accounting.rag.single_query import (
+from dprag.accounting.errors import InvalidParameterError
+from dprag.accounting.events import DiscreteLaplaceEvent
+from dprag.accounting.filters import FilterBudget, IndividualRenyiFilter
+from dprag.accounting.noise.source import RandomSource
+from dprag.accounting.protocols import Generator, Retriever
+from dprag.accounting.rag.budget import certified_epsilon
+from dprag.accounting.rag.common import RagAnswer
+from dprag.accounting.rag.history import AnswerHistory
+from dprag.accounting.rag.ksa import dp_ksa
+from dprag.accounting.rag.multi_query import MuRAG, MuRAGAda, NaiveMultiRAG, RetrievalParams, SubsamplingMultiRAG
+from dprag.accounting.rag.single_query import (
     GaussianVoteRagParams,
     PureDpRagParams,
     dp_sparse_vote_rag,
@@ -69,7 +69,7 @@ from accounting.rag.single_query import (
     non_rag,
     sparse_vote_cost,
 )
-from accounting.stores import MemoryBudgetStore
+from dprag.accounting.stores import MemoryBudgetStore
 
 from ..datasets.base import QAItem
 

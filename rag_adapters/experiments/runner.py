@@ -28,9 +28,9 @@ from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
-from accounting.errors import DpragError, InvalidParameterError, check_positive_int
-from accounting.noise.source import RandomSource
-from accounting.rag.common import RagAnswer
+from dprag.accounting.errors import DpragError, InvalidParameterError, check_positive_int
+from dprag.accounting.noise.source import RandomSource
+from dprag.accounting.rag.common import RagAnswer
 
 from ..datasets.base import QAItem, RagDataset
 from ..metrics import best_rouge_l, contains_answer, token_f1
