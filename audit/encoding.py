@@ -1,9 +1,21 @@
 """Canonical encoding of every protocol record (spec/protocol.md §2).
 
-Canonical JSON: UTF-8, keys sorted, separators ``,`` and ``:``, no floats (a real is the string
-``float.hex(x)``), integers with |x| < 2^53, byte strings as lower-case hex. ``decode`` refuses any
+Canonical JSON is RFC 8785 (JCS) restricted to a subset: UTF-8, object keys sorted by their **UTF-16 code
+units** (JCS §3.2.3), separators ``,`` and ``:``, strings escaped as JCS does (``"``, ``\\`` and the control
+characters U+0000-U+001F only; ``\\b \\f \\n \\r \\t`` short forms, the others ``\\u00xx`` lower case), no
+floats (a real is the string ``float.hex(x)``), integers with |x| < 2^53, byte strings as lower-case hex.
+On this subset the bytes are exactly RFC 8785's (tested against the ``rfc8785`` package as an oracle, and
+``spec/encoding-vectors.json``).
+
+Refused, by ``encode`` and by ``decode`` alike, each with an :class:`EncodingError` naming the place
+(``$.a.b[3]``) and the rule: lone surrogates (any code point U+D800-U+DFFF in a string or key -- JSON text
+can smuggle one in as ``"\\ud800"``), floats, NaN / Infinity, integers outside ±(2^53 - 1), nesting deeper
+than ``MAX_DEPTH``, non-string keys. ``decode`` additionally refuses invalid UTF-8, duplicate keys, integer
+literals too long to be in range (checked on the digit string, before Python's int-from-str limit), and any
 bytes that are not exactly the canonical serialisation of what they parse to, so every byte of a record is
-determined by its content.
+determined by its content. ``decode`` never raises anything but ``EncodingError`` on hostile bytes (no
+RecursionError / ValueError / MemoryError from nesting or long literals), and its messages quote at most a
+short, escaped excerpt of the input.
 """
 
 from __future__ import annotations
@@ -11,15 +23,38 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from typing import Any
 
 from dprag.accounting.errors import DpragError, InvalidParameterError
 
 MAX_SAFE_INT = (1 << 53) - 1
+#: deepest nesting of arrays / objects accepted (protocol records nest a handful of levels)
+MAX_DEPTH = 64
+#: longest digit string (with sign) that can hold an integer in range: 2^53 - 1 has 16 digits
+_MAX_INT_LITERAL = 17
+_EXCERPT = 32
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_HEX = re.compile(r"[0-9a-f]*")
+_escape = json.encoder.encode_basestring  # C accelerated; escapes exactly '"', '\\' and U+0000-U+001F
 
 
 class EncodingError(DpragError, ValueError):
     """Bytes or a value that break the canonical encoding rules."""
+
+
+def excerpt(s: Any, limit: int = _EXCERPT) -> str:
+    """A short, ASCII-escaped excerpt of ``s`` for error messages (never more than ~``limit`` characters
+    of the input, whatever its size; bytes and str alike)."""
+    if isinstance(s, (bytes, bytearray, memoryview)):
+        b = bytes(s[:limit + 1])
+        text = repr(b[:limit])
+        return text + ("..." if len(b) > limit else "")
+    if not isinstance(s, str):
+        return f"<{type(s).__name__}>"
+    text = ascii(s[:limit])
+    return text + ("..." if len(s) > limit else "")
 
 
 def real(x: float) -> str:
@@ -34,69 +69,188 @@ def parse_real(s: Any, field: str = "real") -> float:
     """Inverse of :func:`real`; refuses anything that is not the canonical hex form of a finite double."""
     if not isinstance(s, str):
         raise EncodingError(f"{field}: must be a float.hex() string, got {type(s).__name__}")
+    if len(s) > 64:  # the canonical form of a double has at most 24 characters
+        raise EncodingError(f"{field}: {excerpt(s)} is too long ({len(s)} characters) for a float.hex() string")
     try:
         v = float.fromhex(s)
     except (ValueError, OverflowError):
-        raise EncodingError(f"{field}: {s!r} is not a float.hex() string") from None
+        raise EncodingError(f"{field}: {excerpt(s)} is not a float.hex() string") from None
     if not math.isfinite(v) or v.hex() != s:
-        raise EncodingError(f"{field}: {s!r} is not the canonical float.hex() of a finite double")
+        raise EncodingError(f"{field}: {excerpt(s)} is not the canonical float.hex() of a finite double")
     return v
 
 
-def _check(value: Any, path: str = "$") -> None:
-    if value is None or isinstance(value, (bool, str)):
-        return
-    if isinstance(value, int):
-        if abs(value) > MAX_SAFE_INT:
-            raise EncodingError(f"{path}: integer {value} exceeds 2^53 - 1")
-        return
-    if isinstance(value, float):
-        raise EncodingError(f"{path}: floats are not allowed (encode reals with encoding.real)")
-    if isinstance(value, (list, tuple)):
+# ---------------------------------------------------------------------------------------------------------
+# encoding
+# ---------------------------------------------------------------------------------------------------------
+
+def _where(trail: list) -> str:
+    """``$.a.b[3]`` for the trail of keys / indices (keys that are not short identifiers are quoted)."""
+    parts = ["$"]
+    for t in trail:
+        if isinstance(t, int):
+            parts.append(f"[{t}]")
+        elif len(t) <= _EXCERPT and t.isidentifier():
+            parts.append(f".{t}")
+        else:
+            parts.append(f"[{excerpt(t)}]")
+    return "".join(parts)
+
+
+def _check_str(s: str, trail: list, what: str) -> None:
+    m = _SURROGATE.search(s)
+    if m is not None:
+        raise EncodingError(f"{_where(trail)}: {what} holds a lone surrogate U+{ord(m.group()):04X} at index "
+                            f"{m.start()} (not a Unicode scalar value; refused)")
+
+
+def _utf16_order(k: str) -> bytes:
+    """Sort key of JCS §3.2.3: the UTF-16 code units (big-endian bytes compare like the units)."""
+    return k.encode("utf-16-be")
+
+
+def _emit(value: Any, trail: list, out: list[str]) -> None:
+    if value is None:
+        out.append("null")
+    elif value is True:
+        out.append("true")
+    elif value is False:
+        out.append("false")
+    elif isinstance(value, str):
+        _check_str(value, trail, "string")
+        out.append(_escape(value))
+    elif isinstance(value, int):
+        if not -MAX_SAFE_INT <= value <= MAX_SAFE_INT:
+            raise EncodingError(f"{_where(trail)}: integer of {value.bit_length()} bits exceeds ±(2^53 - 1)")
+        out.append(int.__repr__(value))
+    elif isinstance(value, float):
+        raise EncodingError(f"{_where(trail)}: floats are not allowed (encode reals with encoding.real)")
+    elif isinstance(value, (list, tuple)):
+        if len(trail) >= MAX_DEPTH:
+            raise EncodingError(f"{_where(trail)}: nesting deeper than {MAX_DEPTH} levels")
+        out.append("[")
+        trail.append(0)
         for i, v in enumerate(value):
-            _check(v, f"{path}[{i}]")
-        return
-    if isinstance(value, dict):
-        for k, v in value.items():
+            if i:
+                out.append(",")
+            trail[-1] = i
+            _emit(v, trail, out)
+        trail.pop()
+        out.append("]")
+    elif isinstance(value, dict):
+        if len(trail) >= MAX_DEPTH:
+            raise EncodingError(f"{_where(trail)}: nesting deeper than {MAX_DEPTH} levels")
+        for k in value:
             if not isinstance(k, str):
-                raise EncodingError(f"{path}: object keys must be strings")
-            _check(v, f"{path}.{k}")
-        return
-    raise EncodingError(f"{path}: {type(value).__name__} cannot be encoded")
+                raise EncodingError(f"{_where(trail)}: object keys must be strings, got {type(k).__name__}")
+            _check_str(k, trail, f"key {excerpt(k)}")
+        out.append("{")
+        trail.append("")
+        for i, k in enumerate(sorted(value, key=_utf16_order)):
+            if i:
+                out.append(",")
+            out.append(_escape(k))
+            out.append(":")
+            trail[-1] = k
+            _emit(value[k], trail, out)
+        trail.pop()
+        out.append("}")
+    else:
+        raise EncodingError(f"{_where(trail)}: {type(value).__name__} cannot be encoded")
 
 
 def encode(value: Any) -> bytes:
-    """The canonical bytes of ``value``."""
-    _check(value)
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode("utf-8")
+    """The canonical bytes of ``value`` (RFC 8785 on the subset of the module docstring)."""
+    out: list[str] = []
+    _emit(value, [], out)
+    return "".join(out).encode("utf-8")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# decoding
+# ---------------------------------------------------------------------------------------------------------
+
+_STRING_TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_BRACKETS = re.compile(rb"[\[\]{}]")
+
+
+def _depth(data: bytes) -> int:
+    """Maximum nesting depth of the brackets outside string literals (an upper bound if the text is
+    malformed -- such text is refused by the parser anyway)."""
+    depth = best = 0
+    for m in _BRACKETS.finditer(_STRING_TOKEN.sub(b"", data)):
+        if m.group() in (b"[", b"{"):
+            depth += 1
+            if depth > best:
+                best = depth
+                if best > MAX_DEPTH:
+                    return best
+        else:
+            depth -= 1
+    return best
+
+
+class _Refused(Exception):
+    """Raised inside the parser's hooks; converted to EncodingError outside it."""
+
+
+def _pairs(pairs: list[tuple[str, Any]]) -> dict:
+    out: dict = {}
+    for k, v in pairs:
+        if k in out:
+            raise _Refused(f"duplicate key {excerpt(k)}")
+        out[k] = v
+    return out
+
+
+def _parse_int(s: str) -> int:
+    if len(s) > _MAX_INT_LITERAL:
+        raise _Refused(f"integer literal of {len(s.lstrip('-'))} digits exceeds ±(2^53 - 1)")
+    return int(s)
+
+
+def _refuse_float(s: str):
+    raise _Refused(f"JSON float {excerpt(s)} is not allowed (reals are float.hex() strings)")
+
+
+def _refuse_const(s: str):
+    raise _Refused(f"JSON constant {s} is not allowed")
+
+
+_decoder = json.JSONDecoder(object_pairs_hook=_pairs, parse_int=_parse_int, parse_float=_refuse_float,
+                            parse_constant=_refuse_const, strict=True)
 
 
 def decode(data: bytes, *, what: str = "record") -> Any:
-    """Parse canonical bytes; raises EncodingError unless ``encode(decode(data)) == data``."""
-    if not isinstance(data, (bytes, bytearray)):
-        raise EncodingError(f"{what}: expected bytes")
+    """Parse canonical bytes; raises EncodingError (naming ``what`` and the rule) unless
+    ``encode(decode(data)) == data``."""
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise EncodingError(f"{what}: expected bytes, got {type(data).__name__}")
+    data = bytes(data)
     try:
-        text = bytes(data).decode("utf-8")
-        value = json.loads(text, parse_float=_refuse_float, parse_constant=_refuse_const)
-    except EncodingError:
-        raise
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
-        raise EncodingError(f"{what}: not valid UTF-8 JSON ({e.__class__.__name__})") from None
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise EncodingError(f"{what}: invalid UTF-8 at byte {e.start} ({e.reason})") from None
+    if data.count(b"[") + data.count(b"{") > MAX_DEPTH and _depth(data) > MAX_DEPTH:
+        raise EncodingError(f"{what}: nesting deeper than {MAX_DEPTH} levels")
+    try:
+        value, end = _decoder.raw_decode(text)
+    except _Refused as e:
+        raise EncodingError(f"{what}: {e}") from None
+    except json.JSONDecodeError as e:
+        raise EncodingError(f"{what}: not valid JSON ({e.msg}, character {e.pos})") from None
+    except (RecursionError, ValueError, MemoryError) as e:  # defence in depth; the checks above come first
+        raise EncodingError(f"{what}: not valid canonical JSON ({type(e).__name__})") from None
+    if end != len(text):
+        raise EncodingError(f"{what}: bytes after the JSON value at character {end}")
     try:
         again = encode(value)
     except EncodingError as e:
         raise EncodingError(f"{what}: {e}") from None
-    if again != bytes(data):
-        raise EncodingError(f"{what}: bytes are not in canonical form")
+    if again != data:
+        at = next((i for i, (a, b) in enumerate(zip(again, data)) if a != b), min(len(again), len(data)))
+        raise EncodingError(f"{what}: bytes are not in canonical form (first difference at byte {at})")
     return value
-
-
-def _refuse_float(s: str):
-    raise EncodingError(f"JSON float {s!r} is not allowed")
-
-
-def _refuse_const(s: str):
-    raise EncodingError(f"JSON constant {s!r} is not allowed")
 
 
 def sha256(data: bytes) -> bytes:
@@ -109,15 +263,16 @@ def digest(value: Any) -> str:
 
 
 def hexbytes(s: Any, field: str, length: int | None = None) -> bytes:
-    """Parse a lower-case hex string (of ``length`` bytes if given)."""
-    if not isinstance(s, str) or s != s.lower():
-        raise EncodingError(f"{field}: must be a lower-case hex string")
-    try:
-        b = bytes.fromhex(s)
-    except ValueError:
-        raise EncodingError(f"{field}: not a hex string") from None
-    if b.hex() != s:
-        raise EncodingError(f"{field}: not canonical hex")
-    if length is not None and len(b) != length:
-        raise EncodingError(f"{field}: must be {length} bytes, got {len(b)}")
-    return b
+    """Parse a lower-case hex string (of ``length`` bytes if given); EncodingError naming ``field`` and the
+    rule otherwise (wrong type, upper case or non-hex characters, odd length, wrong length)."""
+    if not isinstance(s, str):
+        raise EncodingError(f"{field}: must be a lower-case hex string, got {type(s).__name__}")
+    if length is not None and len(s) != 2 * length:
+        raise EncodingError(f"{field}: must be {length} bytes ({2 * length} hex digits), got {len(s)} characters")
+    if _HEX.fullmatch(s) is None:
+        bad = next(i for i, c in enumerate(s) if c not in "0123456789abcdef")
+        raise EncodingError(f"{field}: must be a lower-case hex string (character {bad} is "
+                            f"{excerpt(s[bad], 1)})")
+    if len(s) % 2:
+        raise EncodingError(f"{field}: odd number of hex digits ({len(s)})")
+    return bytes.fromhex(s)
