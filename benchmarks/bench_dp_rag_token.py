@@ -9,8 +9,10 @@ KV-cached decode step of the same m+1 sequences with the same model, dtype and t
               token it reads the (m+1, V) logits, builds the vote histogram, runs the SVT test (and
               LimitedDomain on a discovery), then advances the batched session. Time from the end of the
               prefill to the end of the run, divided by the number of decode steps (advance calls).
-  limit       the same m+1 prompts in one ``BatchedSession``; only ``advance(token)`` is timed, replaying
-              exactly the tokens dp-sparse released. The floor any implementation on this model pays.
+  limit       the same m+1 prompts in one ``PaddedBatchedSession`` (one plain masked batched forward per step,
+              rows coupled through padding: the pre-issue-10 design); only ``advance(token)`` is timed,
+              replaying exactly the tokens dp-sparse released. The floor a batched decode pays on this model;
+              dp-sparse runs the row-independent ``BatchedSession`` (issue 10 item 2: goal <= 1.5x the limit).
   loop        m+1 single-sequence sessions (each with its own KV cache), replaying the same tokens; per
               token one (1, 1) forward pass per voter — "a loop that calls the model once per voter".
 
@@ -115,8 +117,9 @@ def run_once(gen, corpus, question, chosen, m: int, tokens: int, seed: int) -> d
     dp_total = t_end - tg.log["prefill_end"]
     prompts = tg.log["prompts"]
 
-    # limit: the same m+1 prompts, one batched KV-cached step per token, only advance() timed
-    sess = gen.start(prompts, max_new_tokens=tokens)
+    # limit: the same m+1 prompts in the plain (padded, rows coupled) batched session, one batched KV-cached
+    # step per token, only advance() timed -- the floor of a batched decode on this model
+    sess = gen.start_padded_ids([gen.render(p, reserve=tokens) for p in prompts], headroom=tokens)
     t_lim = 0.0
     for tok in toks:
         t = time.perf_counter()

@@ -5,16 +5,17 @@ Algorithm 2 lines 7-9: every voter i computes LLM_t(x, D_x^i, y_<t)) are *one* b
 (each step appends the same released token y_t to every sequence), so one forward pass per step serves
 all voters. How:
 
-1. **Shared prefix.** The prompts' longest common token prefix (the chat template's system turn and the
-   start of the user turn, identical for all voters) is run once, batch 1; its KV cache is then repeated
-   over the batch. The prefix stops one token short of the shortest prompt, so every sequence has a suffix.
-2. **Suffixes, left-padded.** Suffix i (its own documents + question) is right-aligned in a (B, S) block:
-   ``[prefix | pad ... pad | suffix_i]``. Position ids continue from the prefix without counting pads
-   (P, P+1, ...); the 4-D attention mask lets a real token see the prefix and the earlier *real* tokens
-   of its own sequence only. So every sequence computes exactly what it would alone (tested against
-   per-sequence full forwards without cache).
-3. **Decoding.** ``advance(token)`` feeds one token per sequence at position ``len_i + t`` with the
-   cached keys/values (DynamicCache): one (B, 1) forward pass per step.
+1. **Rows independent of one another** (issue 10 item 2). Every row's logits are a function of its own
+   tokens, its row index and the batch size only -- never of another row's tokens or length (tested bit
+   for bit). Prefill runs one row at a time (batch 1); only a *public* prefix (the chat template's system
+   turn, ``public_prefix``: computed from placeholder prompts, never from the rows) is computed once and
+   its KV cache reused by the rows that start with it.
+2. **Decoding.** The rows' KV caches are right-aligned in one buffer; ``advance(token)`` feeds one token per
+   sequence at position ``len_i + t``: one (B, 1) forward pass per step whose matrix products have the
+   public shape (B, ·) and whose attention is one SDPA call per row over that row's own keys (the
+   ``dprag_rows`` attention registered with transformers; plain SDPA otherwise).
+3. ``PaddedBatchedSession`` keeps the earlier coupled design (left padding to the longest row, one masked
+   SDPA over the batch) as the benchmarks' reference for the KV-cached decode limit only.
 
 Only the last position's logits are computed (``logits_to_keep=1``). ``logits()`` returns numpy
 (batch, vocab) in the model's dtype (float32 for SmolLM2). Context documents longer than ``max_context_tokens`` are truncated to their first
@@ -156,6 +157,13 @@ def _growing_layer_class():
         def get_seq_length(self) -> int:
             return self._n if self.is_initialized else 0
 
+        def adopt(self, kbuf, vbuf, n: int) -> None:
+            """Take ``kbuf``/``vbuf`` (batch, heads, capacity, dim) with the first ``n`` slots filled."""
+            self.dtype, self.device = kbuf.dtype, kbuf.device
+            self._kbuf, self._vbuf, self._n = kbuf, vbuf, int(n)
+            self.keys, self.values = kbuf[:, :, :n], vbuf[:, :, :n]
+            self.is_initialized = True
+
         def batch_repeat_interleave(self, repeats: int) -> None:
             if self.get_seq_length() > 0:
                 self._kbuf = self._kbuf[:, :, : self._n].repeat_interleave(repeats, dim=0)
@@ -190,65 +198,104 @@ def _common_prefix_len(seqs: list[list[int]]) -> int:
     return n
 
 
-class BatchedSession:
-    """Lock-step decoding of a batch of token sequences (``accounting.protocols.DecodingSession``).
+_ROWS_ATTENTION = "dprag_rows"
 
-    Attributes: ``batch_size``; ``prefix_length`` (tokens shared and computed once); ``lengths`` (current
+
+def _register_rows_attention() -> None:
+    """Register the row-wise attention with transformers (once): ``dprag_rows=[start_0, start_1, ...]`` in the
+    forward kwargs makes every batch row attend to its own keys ``key[i, :, start_i:]`` in a separate SDPA call
+    (shapes that depend on row i only); without that kwarg it is transformers' SDPA unchanged."""
+    from transformers import AttentionInterface
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
+
+    if _ROWS_ATTENTION in AttentionInterface._global_mapping:
+        return
+
+    def rows_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
+        starts = kwargs.pop("dprag_rows", None)
+        if starts is None:
+            return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
+                                          scaling=scaling, **kwargs)
+        import torch
+
+        outs = [sdpa_attention_forward(module, query[i : i + 1], key[i : i + 1, :, s:], value[i : i + 1, :, s:],
+                                       None, dropout=0.0, scaling=scaling, is_causal=False)[0]
+                for i, s in enumerate(starts)]
+        return torch.cat(outs, dim=0), None
+
+    AttentionInterface.register(_ROWS_ATTENTION, rows_attention)
+    ALL_MASK_ATTENTION_FUNCTIONS.register(_ROWS_ATTENTION, sdpa_mask)
+
+
+class BatchedSession:
+    """Lock-step decoding of a batch of token sequences (``accounting.protocols.DecodingSession``) in which
+    every row is a function of its own inputs only (issue 10 item 2).
+
+    - **Prefill, one row at a time.** Row i runs alone (batch 1, its own length): ``public_prefix`` (tokens
+      the caller declares public, e.g. the chat template's system turn; never derived from the rows) is run
+      once and its KV cache copied into every row whose tokens start with it; the rest of row i is one
+      forward pass over its own suffix. Nothing in it depends on another row's tokens or length.
+    - **Decode, batched with row-wise attention.** The rows' caches are right-aligned in one buffer (row i's
+      keys are the contiguous slice ``[start_i, end)``); one (B, 1) forward per step, in which every matrix
+      product has the public shape (B, ·) and attention is a separate SDPA call per row over its own slice
+      (``dprag_rows``), so no row's arithmetic depends on another row's values or length. B, the row order
+      and the public prefix are the caller's (public) choices.
+
+    Attributes: ``batch_size``; ``prefix_length`` (public prefix tokens, computed once); ``lengths`` (current
     token count of every sequence); ``steps`` (tokens appended so far).
     """
 
-    def __init__(self, generator: "CausalLMGenerator", seqs: list[list[int]], *, share_prefix: bool = True,
-                 headroom: int = 64):
+    def __init__(self, generator: "CausalLMGenerator", seqs: list[list[int]], *,
+                 public_prefix: Sequence[int] = (), headroom: int = 64):
         torch = generator._torch
         self._g = generator
         self._torch = torch
-        self.batch_size = len(seqs)
+        self.batch_size = B = len(seqs)
         lens = [len(s) for s in seqs]
-        P = _common_prefix_len(seqs) if share_prefix else 0
-        P = min(P, min(lens) - 1)
+        pp = [int(t) for t in public_prefix]
+        P = len(pp)
         self.prefix_length = P
         self.steps = 0
         self._closed = False
         model = generator.model
         self._dtype = model.dtype
-        self._min = torch.finfo(self._dtype).min
-        B = self.batch_size
+        room = max(1, int(headroom))
         with torch.inference_mode():
-            cache = generator._new_cache(headroom)
+            prefix_kv = None
             if P > 0:
-                ids = torch.tensor([seqs[0][:P]], dtype=torch.long)
-                pos = torch.arange(P, dtype=torch.long)[None, :]
-                causal = torch.ones(P, P, dtype=torch.bool).tril_()
-                model(input_ids=ids, position_ids=pos, attention_mask=self._additive(causal[None, None]),
-                      past_key_values=cache, use_cache=True, logits_to_keep=1)
-                if B > 1:
-                    cache.batch_repeat_interleave(B)
-            S = max(lens) - P
-            pad = [S - (n - P) for n in lens]
-            ids = torch.full((B, S), generator.tokenizer.pad_token_id, dtype=torch.long)
-            pos = torch.full((B, S), P, dtype=torch.long)
-            valid = torch.ones(B, P + S, dtype=torch.bool)
-            for i, s in enumerate(seqs):
-                ids[i, pad[i]:] = torch.tensor(s[P:], dtype=torch.long)
-                pos[i, pad[i]:] = torch.arange(P, lens[i], dtype=torch.long)
-                valid[i, P : P + pad[i]] = False
-            # query j (absolute column P+j) sees column c iff c is valid and c <= P+j; a pad query sees itself
-            cols = torch.arange(P + S)
-            causal = cols[None, :] <= (P + torch.arange(S))[:, None]  # (S, P+S)
-            allowed = valid[:, None, :] & causal[None, :, :]  # (B, S, P+S)
-            diag = torch.zeros(S, P + S, dtype=torch.bool)
-            diag[torch.arange(S), P + torch.arange(S)] = True
-            allowed |= (~valid[:, P:])[:, :, None] & diag[None]
-            out = model(input_ids=ids, position_ids=pos, attention_mask=self._additive(allowed[:, None]),
-                        past_key_values=cache, use_cache=True, logits_to_keep=1)
+                c = generator._new_cache(1)
+                model(input_ids=torch.tensor([pp], dtype=torch.long), position_ids=torch.arange(P)[None, :],
+                      past_key_values=c, use_cache=True, logits_to_keep=1)
+                prefix_kv = [(layer.keys.clone(), layer.values.clone()) for layer in c.layers]
+            rows_kv, rows_logits = [], []
+            for s in seqs:
+                c = generator._new_cache(1)
+                start = 0
+                if prefix_kv is not None and len(s) > P and s[:P] == pp:
+                    for layer, (k, v) in zip(c.layers, prefix_kv):
+                        layer.update(k, v)
+                    start = P
+                out = model(input_ids=torch.tensor([s[start:]], dtype=torch.long),
+                            position_ids=torch.arange(start, len(s))[None, :], past_key_values=c, use_cache=True,
+                            logits_to_keep=1)
+                rows_kv.append([(layer.keys, layer.values) for layer in c.layers])
+                rows_logits.append(out.logits[0, -1, :])
+            L = max(lens)
+            cache = generator._new_cache(headroom)
+            for j, layer in enumerate(cache.layers):
+                k0 = rows_kv[0][j][0]
+                kb = k0.new_zeros(B, k0.shape[1], L + room, k0.shape[3])
+                vb = k0.new_zeros(B, rows_kv[0][j][1].shape[1], L + room, rows_kv[0][j][1].shape[3])
+                for i in range(B):
+                    k, v = rows_kv[i][j]
+                    kb[i, :, L - lens[i] : L] = k[0]
+                    vb[i, :, L - lens[i] : L] = v[0]
+                layer.adopt(kb, vb, L)
         self._cache = cache
-        self._valid = valid
+        self._starts = [L - n for n in lens]
         self._next_pos = torch.tensor(lens, dtype=torch.long)
-        self._set_logits(out.logits[:, -1, :])
-
-    def _additive(self, allowed):
-        torch = self._torch
-        return torch.zeros(allowed.shape, dtype=self._dtype).masked_fill_(~allowed, self._min)
+        self._set_logits(torch.stack(rows_logits))
 
     def _set_logits(self, t) -> None:
         arr = t.detach().cpu().numpy().copy()
@@ -282,19 +329,22 @@ class BatchedSession:
                                         len(token_ids))
         self._step([self._check_token(f"token_ids[{i}]", t) for i, t in enumerate(token_ids)])
 
-    def _step(self, toks: list[int]) -> None:
-        torch = self._torch
+    def _check_open(self) -> None:
         if self._closed:
             raise InvalidParameterError("session", "is closed")
         if int(self._next_pos.max()) >= self._g.max_positions:
             raise InvalidParameterError("session", f"context window of {self._g.max_positions} tokens is full")
+
+    def _step(self, toks: list[int]) -> None:
+        torch = self._torch
+        self._check_open()
         with torch.inference_mode():
-            valid = torch.cat([self._valid, torch.ones(self.batch_size, 1, dtype=torch.bool)], dim=1)
-            ids = torch.tensor(toks, dtype=torch.long)[:, None]
-            out = self._g.model(input_ids=ids, position_ids=self._next_pos[:, None],
-                                attention_mask=self._additive(valid[:, None, None, :]),
-                                past_key_values=self._cache, use_cache=True, logits_to_keep=1)
-        self._valid = valid
+            n = self._cache.get_seq_length() + 1
+            unused = torch.zeros(self.batch_size, 1, 1, n, dtype=self._dtype)  # 4-D: transformers builds none
+            out = self._g.model(input_ids=torch.tensor(toks, dtype=torch.long)[:, None],
+                                position_ids=self._next_pos[:, None], attention_mask=unused,
+                                past_key_values=self._cache, use_cache=True, logits_to_keep=1,
+                                dprag_rows=self._starts)
         self._next_pos = self._next_pos + 1
         self.steps += 1
         self._set_logits(out.logits[:, -1, :])
@@ -303,6 +353,75 @@ class BatchedSession:
         """Free the KV cache."""
         self._closed = True
         self._cache = None
+
+
+class PaddedBatchedSession(BatchedSession):
+    """The earlier, *coupled* batched session: suffixes left-padded to the longest row of the batch, the
+    shared prefix taken as the rows' longest common prefix, one masked SDPA over the whole batch -- so every
+    row's logits depend (by ~1e-7) on the other rows' lengths and tokens (issue 10 item 2). Kept only as the
+    benchmarks' reference for the KV-cached decode limit; never use it for private rows."""
+
+    def __init__(self, generator: "CausalLMGenerator", seqs: list[list[int]], *, headroom: int = 64):
+        torch = generator._torch
+        self._g = generator
+        self._torch = torch
+        self.batch_size = B = len(seqs)
+        lens = [len(s) for s in seqs]
+        P = min(_common_prefix_len(seqs), min(lens) - 1)
+        self.prefix_length = P
+        self.steps = 0
+        self._closed = False
+        model = generator.model
+        self._dtype = model.dtype
+        self._min = torch.finfo(self._dtype).min
+        with torch.inference_mode():
+            cache = generator._new_cache(headroom)
+            if P > 0:
+                causal = torch.ones(P, P, dtype=torch.bool).tril_()
+                model(input_ids=torch.tensor([seqs[0][:P]], dtype=torch.long),
+                      position_ids=torch.arange(P, dtype=torch.long)[None, :],
+                      attention_mask=self._additive(causal[None, None]), past_key_values=cache, use_cache=True,
+                      logits_to_keep=1)
+                if B > 1:
+                    cache.batch_repeat_interleave(B)
+            S = max(lens) - P
+            pad = [S - (n - P) for n in lens]
+            ids = torch.full((B, S), generator.tokenizer.pad_token_id, dtype=torch.long)
+            pos = torch.full((B, S), P, dtype=torch.long)
+            valid = torch.ones(B, P + S, dtype=torch.bool)
+            for i, s in enumerate(seqs):
+                ids[i, pad[i]:] = torch.tensor(s[P:], dtype=torch.long)
+                pos[i, pad[i]:] = torch.arange(P, lens[i], dtype=torch.long)
+                valid[i, P : P + pad[i]] = False
+            cols = torch.arange(P + S)
+            causal = cols[None, :] <= (P + torch.arange(S))[:, None]  # (S, P+S)
+            allowed = valid[:, None, :] & causal[None, :, :]  # (B, S, P+S)
+            diag = torch.zeros(S, P + S, dtype=torch.bool)
+            diag[torch.arange(S), P + torch.arange(S)] = True
+            allowed |= (~valid[:, P:])[:, :, None] & diag[None]
+            out = model(input_ids=ids, position_ids=pos, attention_mask=self._additive(allowed[:, None]),
+                        past_key_values=cache, use_cache=True, logits_to_keep=1)
+        self._cache = cache
+        self._valid = valid
+        self._next_pos = torch.tensor(lens, dtype=torch.long)
+        self._set_logits(out.logits[:, -1, :])
+
+    def _additive(self, allowed):
+        return self._torch.zeros(allowed.shape, dtype=self._dtype).masked_fill_(~allowed, self._min)
+
+    def _step(self, toks: list[int]) -> None:
+        torch = self._torch
+        self._check_open()
+        with torch.inference_mode():
+            valid = torch.cat([self._valid, torch.ones(self.batch_size, 1, dtype=torch.bool)], dim=1)
+            out = self._g.model(input_ids=torch.tensor(toks, dtype=torch.long)[:, None],
+                                position_ids=self._next_pos[:, None],
+                                attention_mask=self._additive(valid[:, None, None, :]),
+                                past_key_values=self._cache, use_cache=True, logits_to_keep=1)
+        self._valid = valid
+        self._next_pos = self._next_pos + 1
+        self.steps += 1
+        self._set_logits(out.logits[:, -1, :])
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -325,6 +444,8 @@ class CausalLMGenerator:
         self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
         self.eos_token_id = int(tokenizer.eos_token_id)
         self.stop_token_ids = frozenset(tokenizer.stop_token_ids)
+        _register_rows_attention()
+        model.config._attn_implementation = _ROWS_ATTENTION  # SDPA unless a session asks for row-wise attention
 
     def _new_cache(self, headroom: int = 64):
         from transformers.cache_utils import Cache
@@ -368,33 +489,57 @@ class CausalLMGenerator:
                 "max_context_tokens": self.max_context_tokens, "model": self.name}
 
     # -- protocol -------------------------------------------------------------------------------------------
+    def public_prefix(self, prompt: Prompt) -> list[int]:
+        """The tokens every rendering with ``prompt``'s question and history shares whatever its contexts (the
+        common prefix of the renderings with no context and with two different placeholder contexts): the
+        chat template's system turn and the start of the user turn. A function of public inputs only."""
+        if not isinstance(prompt, Prompt):
+            raise InvalidParameterError("prompt", "must be a Prompt", type(prompt).__name__)
+        q, h = prompt.question, prompt.history
+        r = [self.tokenizer.encode(self.render_text(Prompt(q, c, h))) for c in ((), ("a",), ("b",))]
+        return r[0][: _common_prefix_len(r)]
+
     def start(self, prompts: Sequence[Prompt], *, share_prefix: bool = True,
               max_new_tokens: int = 1) -> BatchedSession:
-        """A lock-step session over ``prompts`` (one batch); ``max_new_tokens`` is checked against the window."""
+        """A lock-step session over ``prompts`` (one batch, every row a function of its own prompt only); with
+        ``share_prefix`` the public prefix of ``prompts[0]`` (``public_prefix``) is computed once and reused
+        by every row that starts with it. ``max_new_tokens`` is checked against the window."""
         if isinstance(prompts, Prompt):
             raise InvalidParameterError("prompts", "must be a sequence of Prompt, not a single Prompt")
         prompts = list(prompts)
         if not prompts:
             raise InvalidParameterError("prompts", "must not be empty (no voters)")
         reserve = check_positive_int("max_new_tokens", max_new_tokens)
-        return self.start_ids([self.render(p, reserve=reserve) for p in prompts], share_prefix=share_prefix,
-                              headroom=reserve)
+        seqs = [self.render(p, reserve=reserve) for p in prompts]
+        pp = self.public_prefix(prompts[0]) if share_prefix else []
+        return self.start_ids(seqs, public_prefix=pp, headroom=reserve)
 
-    def start_ids(self, seqs: Sequence[Sequence[int]], *, share_prefix: bool = True,
-                  headroom: int = 64) -> BatchedSession:
-        """A session over already tokenised sequences (each non-empty); ``headroom``: KV slots to reserve."""
+    def _check_seqs(self, seqs, field: str = "seqs") -> list[list[int]]:
         seqs = [list(map(int, s)) for s in seqs]
         if not seqs:
             raise InvalidParameterError("prompts", "must not be empty (no voters)")
         for i, s in enumerate(seqs):
             if not s:
-                raise InvalidParameterError(f"seqs[{i}]", "must not be empty")
+                raise InvalidParameterError(f"{field}[{i}]", "must not be empty")
             if len(s) >= self.max_positions:
-                raise InvalidParameterError(f"seqs[{i}]", f"must be shorter than the window ({self.max_positions})",
-                                            len(s))
+                raise InvalidParameterError(f"{field}[{i}]",
+                                            f"must be shorter than the window ({self.max_positions})", len(s))
             if min(s) < 0 or max(s) >= self.vocab_size:
-                raise InvalidParameterError(f"seqs[{i}]", f"token ids must lie in [0, {self.vocab_size})")
-        return BatchedSession(self, seqs, share_prefix=share_prefix, headroom=headroom)
+                raise InvalidParameterError(f"{field}[{i}]", f"token ids must lie in [0, {self.vocab_size})")
+        return seqs
+
+    def start_ids(self, seqs: Sequence[Sequence[int]], *, public_prefix: Sequence[int] = (),
+                  headroom: int = 64) -> BatchedSession:
+        """A session over already tokenised sequences (each non-empty). ``public_prefix``: tokens the caller
+        declares public, computed once and reused by the rows that start with them (never derive it from the
+        rows); ``headroom``: KV slots to reserve."""
+        seqs = self._check_seqs(seqs)
+        pp = self._check_seqs([public_prefix], "public_prefix")[0] if len(public_prefix) else []
+        return BatchedSession(self, seqs, public_prefix=pp, headroom=headroom)
+
+    def start_padded_ids(self, seqs: Sequence[Sequence[int]], *, headroom: int = 64) -> PaddedBatchedSession:
+        """The earlier coupled session (``PaddedBatchedSession``): the benchmarks' decode-limit reference only."""
+        return PaddedBatchedSession(self, self._check_seqs(seqs), headroom=headroom)
 
     def encode(self, text: str) -> list[int]:
         """Token ids of plain ``text`` (no chat template, no special tokens added)."""

@@ -171,3 +171,62 @@ def test_importing_adapters_does_not_import_torch():
             "print(bad); sys.exit(1 if bad else 0)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+# ------------------------------------------------------------------------------------------------------
+# issue 10 item 2: every row a function of its own inputs only (bit for bit, not atol)
+# ------------------------------------------------------------------------------------------------------
+Q = "What does the clinic prescribe for gout?"
+SHORT = Prompt(Q, ("gout: Zorvex",))
+LONG = Prompt(Q, ("A much longer record about a patient with gout who was given Zorvex 40 mg twice daily; "
+                  "follow-up booked after 30 days, nothing else of note in this visit.",))
+MIDDLE = Prompt(Q, ("Record 7: gout -> Zorvex 40 mg.",))
+
+
+def _rows_over_steps(sess, rows, tokens):
+    got = []
+    for t in tokens:
+        got.append(sess.logits()[rows].copy())
+        sess.advance(t) if not isinstance(t, list) else sess.advance_each(t)
+    got.append(sess.logits()[rows].copy())
+    return got
+
+
+@pytest.mark.parametrize("make", [tiny_gpt2, tiny_llama])
+@pytest.mark.parametrize("share_prefix", [True, False])
+def test_rows_do_not_depend_on_other_rows_bit_for_bit(make, share_prefix):
+    """Row 0 (the no-context lane) and row 2 are identical, bit for bit, whether row 1 holds a 13-byte or a
+    150-byte private document, over the prefill and 5 shared decode steps and 3 steps of per-row tokens. The
+    earlier padded session (``start_padded_ids``) changes ~200 logits of those rows here: the test can fail."""
+    gen = make(0)
+    tokens = [72, 101, 258, 32, 0, [65, 66, 67], [10, 11, 12], [1, 2, 3]]
+    runs = []
+    for middle in (SHORT, LONG):
+        sess = gen.start([Prompt(Q), middle, MIDDLE], share_prefix=share_prefix, max_new_tokens=len(tokens) + 1)
+        runs.append(_rows_over_steps(sess, [0, 2], tokens))
+    for a, b in zip(*runs):
+        assert np.array_equal(a, b)
+    # the same rows under the earlier padded session do differ: the property is not vacuous on these inputs
+    seqs = lambda mid: [gen.render(p) for p in (Prompt(Q), mid, MIDDLE)]  # noqa: E731
+    old = [_rows_over_steps(gen.start_padded_ids(seqs(mid), headroom=16), [0, 2], tokens[:2])
+           for mid in (SHORT, LONG)]
+    assert any(not np.array_equal(a, b) for a, b in zip(*old))
+
+
+def test_public_prefix_is_public_and_shared():
+    """The public prefix depends on the template only (not on any context) and every ChatML row reuses it;
+    a row that does not start with it is computed from scratch, with the same logits as alone."""
+    gen = tiny_llama(0)
+    pp = gen.public_prefix(SHORT)
+    assert pp == gen.public_prefix(LONG) == gen.public_prefix(Prompt(Q))
+    text = gen.tokenizer.decode(pp)
+    assert text.endswith("<|im_start|>user\n") or text.endswith("user\n"), text
+    assert SYSTEM_PROMPT in text
+    odd = [5, 6, 7, 8]  # does not start with the prefix
+    sess = gen.start_ids([gen.render(SHORT), odd], public_prefix=pp, headroom=4)
+    alone = gen.start_ids([odd], headroom=4)
+    assert sess.prefix_length == len(pp)
+    np.testing.assert_allclose(sess.logits()[1], alone.logits()[0], atol=1e-6)
+    np.testing.assert_allclose(sess.logits()[1], gen.reference_logits(odd), atol=1e-6)
+    with pytest.raises(InvalidParameterError, match="public_prefix"):
+        gen.start_ids([odd], public_prefix=[9999])
