@@ -371,12 +371,176 @@ def _prepare(embeddings, accounts, window, positions):
     n = len(accounts) if hasattr(accounts, "__len__") else None
     raw = _check_embeddings(embeddings, n)
     codes, names = _account_codes(accounts, raw.shape[0])
-    window = check_positive_int("window", window)
     pos = _check_positions(positions, raw.shape[0])
+    window = resolve_window(window, pos, raw.shape[1])
     return raw, codes, names, window, pos
 
 
-def coalition_clusters(embeddings: np.ndarray, accounts: Sequence[str], theta: float, window: int, *,
+# ---------------------------------------------------------------------------------------------------------
+# the auditor's parameters and the streaming estimator (bounded memory for any θ)
+# ---------------------------------------------------------------------------------------------------------
+
+#: The auditor's default link threshold (spec/estimator.md §8: chosen from the measured detection table --
+#: one-token and small-noise jitters of a probe link at it, while distinct honest questions rarely do).
+DEFAULT_THETA = 0.90
+#: The auditor's default window: ``None`` = the whole audit window (every pair of query leaves), reduced
+#: by ``default_window`` only when the window holds more pairs than ``DEFAULT_PAIR_DIM_BUDGET`` allows.
+DEFAULT_WINDOW: int | None = None
+#: pairs × dimension the default window may compare: every pair of 10^5 queries of 384-d (the time goal,
+#: ≤ 90 s on 2 cores, spec/estimator.md §8); beyond it the default window shrinks to fit.
+DEFAULT_PAIR_DIM_BUDGET = 5 * 10 ** 9 * 384
+#: float32 tiles of the streaming search hold at most this many similarities (16 MiB)
+_TILE32 = 1 << 22
+
+
+def float32_margin(dim: int) -> float:
+    """Slack covering float32 conversion of unit float64 rows plus an any-order float32 dot product of
+    dimension ``dim``: twice (dim + 2)·2^-24 (spec/estimator.md §3; the bound FAISS's search also uses)."""
+    return 2.0 * (check_positive_int("dim", dim) + 2) * 2.0 ** -24
+
+
+def band_pairs(positions: Sequence[int], window: int) -> int:
+    """Number of pairs i < j with ``positions[j] - positions[i] <= window`` (positions strictly increasing)."""
+    pos = _check_positions(positions, len(positions))
+    window = check_positive_int("window", window)
+    ends = np.searchsorted(pos, pos + window, side="right")
+    return int((ends - np.arange(pos.size) - 1).sum())
+
+
+def default_window(positions: Sequence[int], dim: int, budget: int = DEFAULT_PAIR_DIM_BUDGET) -> int:
+    """The default window for queries at ``positions``: the whole audit window (the span of the positions,
+    so every pair is compared) when ``band_pairs · dim <= budget``, else the largest window that fits."""
+    pos = _check_positions(positions, len(positions))
+    dim = check_positive_int("dim", dim)
+    span = max(1, int(pos[-1] - pos[0])) if pos.size else 1
+    if band_pairs(pos, span) * dim <= budget:
+        return span
+    lo, hi = 1, span  # band_pairs is non-decreasing in the window
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if band_pairs(pos, mid) * dim <= budget:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def resolve_window(window: int | None, positions: Sequence[int], dim: int) -> int:
+    """``window`` checked, or ``default_window`` when it is None (``DEFAULT_WINDOW``)."""
+    if window is None:
+        return default_window(positions, dim)
+    return check_positive_int("window", window)
+
+
+class _RowUnit:
+    """float64 unit rows computed on demand (only candidates too close to θ for float32 need them)."""
+
+    def __init__(self, raw: np.ndarray):
+        self.raw = raw
+
+    def __getitem__(self, idx) -> np.ndarray:
+        return unit_rows(self.raw[idx])
+
+
+def _unit32(raw: np.ndarray, chunk: int = 8192) -> np.ndarray:
+    out = np.empty(raw.shape, dtype=np.float32)
+    for s in range(0, raw.shape[0], chunk):
+        out[s:s + chunk] = unit_rows(raw[s:s + chunk])
+    return out
+
+
+def _merge(labels: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:
+    """Union the components of ``labels`` joined by edges (a_k, b_k) (node ids), in place; each component
+    keeps its smallest label."""
+    la, lb = labels[a], labels[b]
+    nodes, inv = np.unique(np.concatenate([la, lb]), return_inverse=True)
+    k = nodes.size
+    g = coo_matrix((np.ones(la.size, dtype=np.int8), (inv[:la.size], inv[la.size:])), shape=(k, k))
+    comp = connected_components(g, directed=False)[1]
+    smallest = np.full(comp.max() + 1, np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(smallest, comp, nodes)
+    idx = np.searchsorted(nodes, labels)
+    idx[idx == k] = 0
+    hit = nodes[idx] == labels
+    labels[hit] = smallest[comp[idx[hit]]]
+
+
+def _max_accounts(labels: np.ndarray, codes: np.ndarray, n_acc: int) -> int:
+    key = np.unique(labels * n_acc + codes)
+    return int(np.bincount(key // n_acc).max())
+
+
+def _stream(raw: np.ndarray, codes: np.ndarray, n_acc: int, thetas: np.ndarray, window: int, pos: np.ndarray,
+            *, saturate: bool = True, block: int = 1024, tile: int = _TILE32) -> tuple[list[np.ndarray], np.ndarray]:
+    """Component labels and ĉ for every θ, in bounded memory.
+
+    The band ``0 < pos_j - pos_i <= window`` is scanned in float32 tiles (``block`` rows × at most
+    ``tile / block`` columns) at min θ - ``float32_margin(d)``, a superset of every link; each tile's
+    candidates joining two different components are decided exactly (``_Candidates``: float32 value
+    trusted outside its bound, else float64, else the integer rule) and merged at once, so nothing is
+    kept between tiles but one label per query and θ: memory O(n·d·4 + G·n + tile) for any θ.
+    With ``saturate``, a θ stops as soon as one component spans every account (ĉ cannot grow), and so do
+    the θ below it (their components contain its)."""
+    n, d = raw.shape
+    G = thetas.size
+    labels = [np.arange(n, dtype=np.int64) for _ in range(G)]
+    c_hat = np.ones(G, dtype=np.int64)
+    if n_acc <= 1 or n < 2:
+        return labels, np.minimum(c_hat, n_acc)
+    order = np.argsort(-thetas, kind="stable")
+    active = [int(g) for g in order]
+    err = float32_margin(d)
+    lo = float(thetas.min()) - err - MARGIN
+    thr = np.nextafter(np.float32(lo), np.float32(-np.inf))  # a float32 threshold <= lo
+    u32 = _unit32(raw)
+    lazy = _RowUnit(raw)
+    for s in range(0, n, block):
+        t = min(n, s + block)
+        hi = int(np.searchsorted(pos, pos[t - 1] + window, side="right"))
+        if hi <= s + 1:
+            continue
+        cols = max(256, tile // (t - s))
+        chunk_rows = max(1, (1 << 18) // cols)  # at most 2^18 candidates decided at once
+        dirty = set()
+        for c0 in range(s, hi, cols):
+            c1 = min(hi, c0 + cols)
+            sims = u32[s:t] @ u32[c0:c1].T
+            rows = np.flatnonzero(sims.max(axis=1) >= thr)  # a max-reduction is far cheaper than nonzero
+            for r0 in range(0, rows.size, chunk_rows):  # dense tiles (tiny θ) in slices: bounded memory
+                sel = rows[r0:r0 + chunk_rows]
+                ri, jj = np.nonzero(sims[sel] >= thr)
+                v = sims[sel[ri], jj].astype(np.float64)
+                ii = sel[ri] + s
+                jj += c0
+                keep = (jj > ii) & (pos[jj] - pos[ii] <= window)
+                if not keep.all():
+                    ii, jj, v = ii[keep], jj[keep], v[keep]
+                for g in active:
+                    lab = labels[g]
+                    m = np.flatnonzero(lab[ii] != lab[jj])
+                    if m.size == 0:
+                        continue
+                    pairs = np.stack([ii[m], jj[m]], axis=1)
+                    linked = _Candidates(raw, lazy, pairs, v[m], err).linked(float(thetas[g]))
+                    if linked.any():
+                        _merge(lab, pairs[linked, 0], pairs[linked, 1])
+                        dirty.add(g)
+        for g in [g for g in active if g in dirty]:
+            c_hat[g] = max(c_hat[g], _max_accounts(labels[g], codes, n_acc))
+        if saturate:
+            full = [g for g in active if c_hat[g] == n_acc]
+            if full:  # the highest saturated θ: every lower θ is saturated too
+                first = min(active.index(g) for g in full)
+                for g in active[first:]:
+                    c_hat[g] = n_acc
+                active = active[:first]
+                if not active:
+                    break
+    return labels, c_hat
+
+
+def coalition_clusters(embeddings: np.ndarray, accounts: Sequence[str], theta: float = DEFAULT_THETA,
+                       window: int | None = DEFAULT_WINDOW, *,
                        positions: Sequence[int] | None = None,
                        search: NeighbourSearch | None = None) -> list[set[str]]:
     """The distinct-account sets of every cluster that spans >= 2 accounts, ordered by the cluster's
@@ -386,7 +550,11 @@ def coalition_clusters(embeddings: np.ndarray, accounts: Sequence[str], theta: f
     n = raw.shape[0]
     if n == 0:
         return []
-    labels = _components(n, link_pairs(raw, theta, window, positions=pos, search=search))
+    if search is None:
+        labels = _stream(raw, codes, len(names), np.asarray([theta]), window, pos, saturate=False)[0][0]
+        labels = np.unique(labels, return_inverse=True)[1].reshape(-1)
+    else:
+        labels = _components(n, link_pairs(raw, theta, window, positions=pos, search=search))
     sizes = _distinct_accounts(labels, codes, len(names))
     big = np.flatnonzero(sizes >= 2)
     if big.size == 0:
@@ -399,7 +567,24 @@ def coalition_clusters(embeddings: np.ndarray, accounts: Sequence[str], theta: f
     return out
 
 
-def coalition_size(embeddings: np.ndarray, accounts: Sequence[str], theta: float, window: int, *,
+def component_labels(embeddings: np.ndarray, accounts: Sequence[str], thetas: Sequence[float],
+                     window: int | None = DEFAULT_WINDOW, *,
+                     positions: Sequence[int] | None = None) -> np.ndarray:
+    """(G, n) int64: for every θ of ``thetas`` (same order), each query's cluster label (the smallest row
+    index of its cluster), from one streamed pass (bounded memory; the default exact search)."""
+    raw, codes, names, window, pos = _prepare(embeddings, accounts, window, positions)
+    th = np.asarray([_check_theta(t, "thetas") for t in np.atleast_1d(np.asarray(thetas, dtype=object))],
+                    dtype=np.float64)
+    if th.size == 0:
+        raise InvalidParameterError("thetas", "must not be empty")
+    if raw.shape[0] == 0:
+        return np.zeros((th.size, 0), dtype=np.int64)
+    labels = _stream(raw, codes, max(len(names), 2), th, window, pos, saturate=False)[0]
+    return np.stack(labels)
+
+
+def coalition_size(embeddings: np.ndarray, accounts: Sequence[str], theta: float = DEFAULT_THETA,
+                   window: int | None = DEFAULT_WINDOW, *,
                    positions: Sequence[int] | None = None, search: NeighbourSearch | None = None) -> int:
     """ĉ: the largest number of distinct accounts in one cluster (1 if no cluster spans two accounts,
     0 if there are no queries)."""
@@ -407,7 +592,8 @@ def coalition_size(embeddings: np.ndarray, accounts: Sequence[str], theta: float
     return int(coalition_size_curve(embeddings, accounts, [theta], window, positions=positions, search=search)[0])
 
 
-def coalition_size_curve(embeddings: np.ndarray, accounts: Sequence[str], thetas: Sequence[float], window: int, *,
+def coalition_size_curve(embeddings: np.ndarray, accounts: Sequence[str], thetas: Sequence[float],
+                         window: int | None = DEFAULT_WINDOW, *,
                          positions: Sequence[int] | None = None,
                          search: NeighbourSearch | None = None) -> np.ndarray:
     """ĉ(θ) for every θ in ``thetas`` (same order), from at most four candidate searches.
@@ -425,6 +611,8 @@ def coalition_size_curve(embeddings: np.ndarray, accounts: Sequence[str], thetas
     out = np.zeros(th.size, dtype=np.int64)
     if n == 0:
         return out
+    if search is None:  # the default: streamed, bounded memory for any θ
+        return _stream(raw, codes, len(names), th, window, pos)[1]
     unit = unit_rows(raw)
     n_acc = len(names)
     order = np.argsort(-th, kind="stable")
