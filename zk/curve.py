@@ -1,0 +1,560 @@
+"""BN254 G1 / G2 arithmetic on plain integers, and multi-scalar multiplication.
+
+Points are affine tuples: G1 ``(x, y)`` with ints mod q, G2 ``((x0, x1), (y0, y1))`` over F_q2 = F_q[u]/(u^2 + 1);
+``None`` is the point at infinity. Jacobian coordinates are used for single scalar multiplications and window sums;
+MSM uses Pippenger's bucket method with *batched affine additions*: in every round all pending bucket additions
+share one modular inversion (Montgomery's trick), so an addition costs ~6 multiplications. Scalars 0 are skipped,
+scalars 1 are summed directly, and signed window digits halve the number of buckets.
+
+py-ecc's ``optimized_bn128`` is the reference these functions are tested against (tests/test_zk_curve.py); it is
+also used for pairings in ``verify``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from dprag.zk.field import R
+
+Q = 21888242871839275222246405745257275088696311157297823662689037894645226208583
+"""Base field modulus of BN254."""
+
+G1_GEN = (1, 2)
+G2_GEN = (
+    (10857046999023057135944570762232829481370756359578518086990519993285655852781,
+     11559732032986387107991004021392285783925812861821192530917403151452391805634),
+    (8495653923123431417604973247489272438418190587263600148770280649306958101930,
+     4082367875863433681332203403145435568316851327593401208105741076214120093531),
+)
+B1 = 3
+B2 = (19485874751759354771024239261021720505790618469301721065564631296452457478373,
+      266929791119991161246907387137283842545076965332900288569378510910307636690)  # 3 / (9 + u)
+
+
+# ---------------------------------------------------------------- F_q2
+def f2_add(a, b):
+    return ((a[0] + b[0]) % Q, (a[1] + b[1]) % Q)
+
+
+def f2_sub(a, b):
+    return ((a[0] - b[0]) % Q, (a[1] - b[1]) % Q)
+
+
+def f2_mul(a, b):
+    a0, a1 = a
+    b0, b1 = b
+    t0 = a0 * b0
+    t1 = a1 * b1
+    return ((t0 - t1) % Q, ((a0 + a1) * (b0 + b1) - t0 - t1) % Q)
+
+
+def f2_sqr(a):
+    a0, a1 = a
+    return ((a0 + a1) * (a0 - a1) % Q, 2 * a0 * a1 % Q)
+
+
+def f2_inv(a):
+    a0, a1 = a
+    t = pow(a0 * a0 + a1 * a1, -1, Q)
+    return (a0 * t % Q, -a1 * t % Q)
+
+
+def f2_neg(a):
+    return (-a[0] % Q, -a[1] % Q)
+
+
+# ---------------------------------------------------------------- membership
+def g1_on_curve(p) -> bool:
+    if p is None:
+        return True
+    x, y = p
+    return 0 <= x < Q and 0 <= y < Q and (y * y - x * x * x - B1) % Q == 0
+
+
+def g2_on_curve(p) -> bool:
+    if p is None:
+        return True
+    x, y = p
+    if not all(0 <= c < Q for c in (*x, *y)):
+        return False
+    return f2_sub(f2_sqr(y), f2_add(f2_mul(f2_sqr(x), x), B2)) == (0, 0)
+
+
+def g2_in_subgroup(p) -> bool:
+    """r * P == O (G2 has a large cofactor, so on-curve points need this check; G1's cofactor is 1)."""
+    return p is None or g2_mul(p, R) is None
+
+
+# ---------------------------------------------------------------- G1 Jacobian
+G1_INF_J = (1, 1, 0)
+
+
+def g1_to_jac(p):
+    return G1_INF_J if p is None else (p[0], p[1], 1)
+
+
+def g1_from_jac(p):
+    X, Y, Z = p
+    if Z % Q == 0:
+        return None
+    zi = pow(Z, -1, Q)
+    zi2 = zi * zi % Q
+    return (X * zi2 % Q, Y * zi2 * zi % Q)
+
+
+def g1_jdouble(p):
+    X, Y, Z = p
+    if Z == 0 or Y == 0:
+        return G1_INF_J
+    A = X * X % Q
+    B = Y * Y % Q
+    C = B * B % Q
+    D = 2 * ((X + B) * (X + B) - A - C) % Q
+    E = 3 * A
+    F = E * E % Q
+    X3 = (F - 2 * D) % Q
+    Y3 = (E * (D - X3) - 8 * C) % Q
+    Z3 = 2 * Y * Z % Q
+    return (X3, Y3, Z3)
+
+
+def g1_jadd(p, q):
+    X1, Y1, Z1 = p
+    X2, Y2, Z2 = q
+    if Z1 == 0:
+        return q
+    if Z2 == 0:
+        return p
+    Z1Z1 = Z1 * Z1 % Q
+    Z2Z2 = Z2 * Z2 % Q
+    U1 = X1 * Z2Z2 % Q
+    U2 = X2 * Z1Z1 % Q
+    S1 = Y1 * Z2 * Z2Z2 % Q
+    S2 = Y2 * Z1 * Z1Z1 % Q
+    if U1 == U2:
+        if S1 == S2:
+            return g1_jdouble(p)
+        return G1_INF_J
+    H = (U2 - U1) % Q
+    I = 4 * H * H % Q
+    J = H * I % Q
+    r = 2 * (S2 - S1) % Q
+    V = U1 * I % Q
+    X3 = (r * r - J - 2 * V) % Q
+    Y3 = (r * (V - X3) - 2 * S1 * J) % Q
+    Z3 = ((Z1 + Z2) * (Z1 + Z2) - Z1Z1 - Z2Z2) * H % Q
+    return (X3, Y3, Z3)
+
+
+def g1_add(p, q):
+    return g1_from_jac(g1_jadd(g1_to_jac(p), g1_to_jac(q)))
+
+
+def g1_neg(p):
+    return None if p is None else (p[0], -p[1] % Q)
+
+
+def g1_mul(p, k: int):
+    k %= R
+    acc = G1_INF_J
+    base = g1_to_jac(p)
+    for bit in bin(k)[2:] if k else "":
+        acc = g1_jdouble(acc)
+        if bit == "1":
+            acc = g1_jadd(acc, base)
+    return g1_from_jac(acc)
+
+
+# ---------------------------------------------------------------- G2 Jacobian
+G2_INF_J = ((1, 0), (1, 0), (0, 0))
+
+
+def g2_to_jac(p):
+    return G2_INF_J if p is None else (p[0], p[1], (1, 0))
+
+
+def g2_from_jac(p):
+    X, Y, Z = p
+    if Z == (0, 0):
+        return None
+    zi = f2_inv(Z)
+    zi2 = f2_sqr(zi)
+    return (f2_mul(X, zi2), f2_mul(Y, f2_mul(zi2, zi)))
+
+
+def g2_jdouble(p):
+    X, Y, Z = p
+    if Z == (0, 0) or Y == (0, 0):
+        return G2_INF_J
+    A = f2_sqr(X)
+    B = f2_sqr(Y)
+    C = f2_sqr(B)
+    t = f2_add(X, B)
+    D = f2_sub(f2_sub(f2_sqr(t), A), C)
+    D = f2_add(D, D)
+    E = f2_add(f2_add(A, A), A)
+    F = f2_sqr(E)
+    X3 = f2_sub(F, f2_add(D, D))
+    C8 = ((8 * C[0]) % Q, (8 * C[1]) % Q)
+    Y3 = f2_sub(f2_mul(E, f2_sub(D, X3)), C8)
+    YZ = f2_mul(Y, Z)
+    Z3 = f2_add(YZ, YZ)
+    return (X3, Y3, Z3)
+
+
+def g2_jadd(p, q):
+    X1, Y1, Z1 = p
+    X2, Y2, Z2 = q
+    if Z1 == (0, 0):
+        return q
+    if Z2 == (0, 0):
+        return p
+    Z1Z1 = f2_sqr(Z1)
+    Z2Z2 = f2_sqr(Z2)
+    U1 = f2_mul(X1, Z2Z2)
+    U2 = f2_mul(X2, Z1Z1)
+    S1 = f2_mul(Y1, f2_mul(Z2, Z2Z2))
+    S2 = f2_mul(Y2, f2_mul(Z1, Z1Z1))
+    if U1 == U2:
+        if S1 == S2:
+            return g2_jdouble(p)
+        return G2_INF_J
+    H = f2_sub(U2, U1)
+    H2 = f2_add(H, H)
+    I = f2_sqr(H2)
+    J = f2_mul(H, I)
+    rr = f2_sub(S2, S1)
+    rr = f2_add(rr, rr)
+    V = f2_mul(U1, I)
+    X3 = f2_sub(f2_sub(f2_sqr(rr), J), f2_add(V, V))
+    S1J = f2_mul(S1, J)
+    Y3 = f2_sub(f2_mul(rr, f2_sub(V, X3)), f2_add(S1J, S1J))
+    Z3 = f2_mul(f2_sub(f2_sub(f2_sqr(f2_add(Z1, Z2)), Z1Z1), Z2Z2), H)
+    return (X3, Y3, Z3)
+
+
+def g2_add(p, q):
+    return g2_from_jac(g2_jadd(g2_to_jac(p), g2_to_jac(q)))
+
+
+def g2_neg(p):
+    return None if p is None else (p[0], f2_neg(p[1]))
+
+
+def g2_mul(p, k: int):
+    """k * P for any non-negative k (not reduced mod r, so the subgroup check can use k = r)."""
+    acc = G2_INF_J
+    base = g2_to_jac(p)
+    for bit in bin(k)[2:] if k else "":
+        acc = g2_jdouble(acc)
+        if bit == "1":
+            acc = g2_jadd(acc, base)
+    return g2_from_jac(acc)
+
+
+# ---------------------------------------------------------------- batched affine additions
+def _g1_add_pairs(ps: list, qs: list) -> list:
+    """[p + q for p, q in zip(ps, qs)] in affine G1 with one shared inversion (None = infinity)."""
+    q_ = Q
+    out = [None] * len(ps)
+    idx = []
+    dens = []
+    for i, (p, r) in enumerate(zip(ps, qs)):
+        if p is None:
+            out[i] = r
+        elif r is None:
+            out[i] = p
+        elif p[0] != r[0]:
+            idx.append(i)
+            dens.append(r[0] - p[0])
+        else:
+            out[i] = g1_add(p, r)  # doubling or P + (-P): rare, slow path
+    if not idx:
+        return out
+    invs = _batch_inv_q(dens)
+    for i, dinv in zip(idx, invs):
+        x1, y1 = ps[i]
+        x2, y2 = qs[i]
+        lam = (y2 - y1) * dinv % q_
+        x3 = (lam * lam - x1 - x2) % q_
+        out[i] = (x3, (lam * (x1 - x3) - y1) % q_)
+    return out
+
+
+def _batch_inv_q(dens: list[int]) -> list[int]:
+    q_ = Q
+    m = len(dens)
+    prefix = [0] * m
+    acc = 1
+    for i in range(m):
+        prefix[i] = acc
+        acc = acc * dens[i] % q_
+    acc = pow(acc, -1, q_)
+    out = [0] * m
+    for i in range(m - 1, -1, -1):
+        out[i] = acc * prefix[i] % q_
+        acc = acc * dens[i] % q_
+    return out
+
+
+def _g1_reduce_buckets(buckets: list[list]) -> list:
+    """Sum every list of affine G1 points; all additions of a round share one inversion (Montgomery's trick).
+    Returns one point (or None) per bucket. The lists are consumed."""
+    q_ = Q
+    active = [i for i, lst in enumerate(buckets) if len(lst) > 1]
+    while active:
+        X1 = []
+        Y1 = []
+        X2 = []
+        Y2 = []
+        own = []
+        nxt = []
+        a1, b1, a2, b2, ao = X1.append, Y1.append, X2.append, Y2.append, own.append
+        for bi in active:
+            lst = buckets[bi]
+            n = len(lst)
+            keep = [lst[-1]] if n & 1 else []
+            buckets[bi] = keep
+            if n > 2:
+                nxt.append(bi)
+            for (x1, y1), (x2, y2) in zip(lst[0::2], lst[1::2]):
+                if x1 != x2:
+                    a1(x1)
+                    b1(y1)
+                    a2(x2)
+                    b2(y2)
+                    ao(keep)
+                else:
+                    s = g1_add((x1, y1), (x2, y2))  # doubling / inverse pair: rare
+                    if s is not None:
+                        keep.append(s)
+        m = len(X1)
+        if m:
+            prefix = [0] * m
+            acc = 1
+            for i in range(m):
+                prefix[i] = acc
+                acc = acc * (X2[i] - X1[i]) % q_
+            acc = pow(acc, -1, q_)
+            for i in range(m - 1, -1, -1):
+                x1 = X1[i]
+                x2 = X2[i]
+                y1 = Y1[i]
+                dinv = acc * prefix[i] % q_
+                acc = acc * (x2 - x1) % q_
+                lam = (Y2[i] - y1) * dinv % q_
+                x3 = (lam * lam - x1 - x2) % q_
+                own[i].append((x3, (lam * (x1 - x3) - y1) % q_))
+        active = nxt
+    return [lst[0] if lst else None for lst in buckets]
+
+
+def _g2_add_pairs(ps: list, qs: list) -> list:
+    q_ = Q
+    out = [None] * len(ps)
+    idx = []
+    dens = []
+    for i, (p, r) in enumerate(zip(ps, qs)):
+        if p is None:
+            out[i] = r
+        elif r is None:
+            out[i] = p
+        elif p[0] != r[0]:
+            idx.append(i)
+            dens.append(((r[0][0] - p[0][0]) % q_, (r[0][1] - p[0][1]) % q_))
+        else:
+            out[i] = g2_add(p, r)
+    if not idx:
+        return out
+    for i, dinv in zip(idx, _batch_inv_q2(dens)):
+        x1, y1 = ps[i]
+        x2, y2 = qs[i]
+        out[i] = _g2_affine_finish(x1, y1, x2, y2, dinv)
+    return out
+
+
+def _batch_inv_q2(dens: list) -> list:
+    m = len(dens)
+    prefix = [None] * m
+    acc = (1, 0)
+    for i in range(m):
+        prefix[i] = acc
+        acc = f2_mul(acc, dens[i])
+    acc = f2_inv(acc)
+    out = [None] * m
+    for i in range(m - 1, -1, -1):
+        out[i] = f2_mul(acc, prefix[i])
+        acc = f2_mul(acc, dens[i])
+    return out
+
+
+def _g2_affine_finish(x1, y1, x2, y2, dinv):
+    q_ = Q
+    n0 = y2[0] - y1[0]
+    n1 = y2[1] - y1[1]
+    d0, d1 = dinv
+    t0 = n0 * d0
+    t1 = n1 * d1
+    l0 = (t0 - t1) % q_
+    l1 = ((n0 + n1) * (d0 + d1) - t0 - t1) % q_
+    x30 = ((l0 + l1) * (l0 - l1) - x1[0] - x2[0]) % q_
+    x31 = (2 * l0 * l1 - x1[1] - x2[1]) % q_
+    e0 = x1[0] - x30
+    e1 = x1[1] - x31
+    t0 = l0 * e0
+    t1 = l1 * e1
+    return ((x30, x31), ((t0 - t1 - y1[0]) % q_, ((l0 + l1) * (e0 + e1) - t0 - t1 - y1[1]) % q_))
+
+
+def _g2_reduce_buckets(buckets: list[list]) -> list:
+    q_ = Q
+    active = [i for i, lst in enumerate(buckets) if len(lst) > 1]
+    while active:
+        P1 = []
+        P2 = []
+        dens = []
+        own = []
+        nxt = []
+        for bi in active:
+            lst = buckets[bi]
+            n = len(lst)
+            keep = [lst[-1]] if n & 1 else []
+            buckets[bi] = keep
+            if n > 2:
+                nxt.append(bi)
+            for p, r in zip(lst[0::2], lst[1::2]):
+                if p[0] != r[0]:
+                    P1.append(p)
+                    P2.append(r)
+                    dens.append(((r[0][0] - p[0][0]) % q_, (r[0][1] - p[0][1]) % q_))
+                    own.append(keep)
+                else:
+                    s = g2_add(p, r)
+                    if s is not None:
+                        keep.append(s)
+        if dens:
+            for (x1, y1), (x2, y2), dinv, k in zip(P1, P2, _batch_inv_q2(dens), own):
+                k.append(_g2_affine_finish(x1, y1, x2, y2, dinv))
+        active = nxt
+    return [lst[0] if lst else None for lst in buckets]
+
+
+def _window_bits(n: int) -> int:
+    if n < 16:
+        return 2
+    if n < 64:
+        return 4
+    if n < 512:
+        return 6
+    if n < 4096:
+        return 9
+    if n < 32768:
+        return 11
+    return 13
+
+
+def _msm(points: Sequence, scalars: Sequence[int], g2: bool):
+    neg = g2_neg if g2 else g1_neg
+    reduce = _g2_reduce_buckets if g2 else _g1_reduce_buckets
+    add_pairs = _g2_add_pairs if g2 else _g1_add_pairs
+    jadd, jdouble, to_jac, from_jac, inf = ((g2_jadd, g2_jdouble, g2_to_jac, g2_from_jac, G2_INF_J) if g2 else
+                                            (g1_jadd, g1_jdouble, g1_to_jac, g1_from_jac, G1_INF_J))
+    ones = []
+    pts = []
+    scs = []
+    for p, s in zip(points, scalars):
+        if p is None:
+            continue
+        s %= R
+        if s == 0:
+            continue
+        if s == 1:
+            ones.append(p)
+        elif s == R - 1:
+            ones.append(neg(p))
+        else:
+            pts.append(p)
+            scs.append(s)
+    result = to_jac(reduce([ones])[0]) if ones else inf
+    if not pts:
+        return from_jac(result)
+    c = _window_bits(len(pts))
+    half = 1 << (c - 1)
+    full = 1 << c
+    mask = full - 1
+    n_windows = 254 // c + 2
+    # signed digits in (-2^(c-1), 2^(c-1)]; bucket (window w, |digit| d) is list w * half + d - 1
+    buckets: list[list] = [[] for _ in range(n_windows * half)]
+    for p, s in zip(pts, scs):
+        pn = None
+        w = 0
+        while s:
+            d = s & mask
+            s >>= c
+            if d > half:
+                d -= full
+                s += 1
+            if d > 0:
+                buckets[w + d - 1].append(p)
+            elif d < 0:
+                if pn is None:
+                    pn = neg(p)
+                buckets[w - d - 1].append(pn)
+            w += half
+    sums = reduce(buckets)
+    # window sums T_w = sum_d d * B_{w,d} by running sums, all windows in lockstep (batched affine)
+    running = [None] * n_windows
+    accs = [None] * n_windows
+    for d in range(half - 1, -1, -1):
+        running = add_pairs(running, sums[d::half])
+        accs = add_pairs(accs, running)
+    total = inf
+    for w in range(n_windows - 1, -1, -1):
+        if total is not inf:
+            for _ in range(c):
+                total = jdouble(total)
+        total = jadd(total, to_jac(accs[w]))
+    return from_jac(jadd(total, result))
+
+
+def g1_msm(points: Sequence, scalars: Sequence[int]):
+    """sum_i scalars[i] * points[i] over G1 (affine in, affine out)."""
+    return _msm(points, scalars, g2=False)
+
+
+def g2_msm(points: Sequence, scalars: Sequence[int]):
+    return _msm(points, scalars, g2=True)
+
+
+def _msm_task(args):
+    kind, points, scalars = args
+    return _msm(points, scalars, kind == "g2")
+
+
+def msm_many(tasks: list[tuple[str, Sequence, Sequence[int]]], workers: int = 1) -> list:
+    """Run several MSMs (("g1"|"g2", points, scalars) each), split across ``workers`` processes.
+
+    Each MSM is cut into chunks of points so the processes get even work; the partial sums are added here.
+    """
+    if workers <= 1:
+        return [_msm(p, s, k == "g2") for k, p, s in tasks]
+    import concurrent.futures as cf
+    import multiprocessing as mp
+
+    chunks = []
+    owners = []
+    for ti, (kind, pts, scs) in enumerate(tasks):
+        weight = 3 if kind == "g2" else 1
+        parts = max(1, min(workers * weight, len(pts) // 2048))
+        step = -(-len(pts) // parts) if pts else 1
+        for j in range(0, max(len(pts), 1), step):
+            chunks.append((kind, pts[j:j + step], scs[j:j + step]))
+            owners.append(ti)
+    out: list = [None] * len(tasks)
+    with cf.ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("fork")) as ex:
+        for ti, part in zip(owners, ex.map(_msm_task, chunks)):
+            if tasks[ti][0] == "g2":
+                out[ti] = g2_add(out[ti], part)
+            else:
+                out[ti] = g1_add(out[ti], part)
+    return out
