@@ -68,20 +68,34 @@ def cli():
     """dprag: privacy accounting and audit for retrieval-augmented generation."""
 
 
+def _fail(argv, message: str, code: int) -> int:
+    """One line on stderr; under --json also a JSON error object on stdout (spec/protocol.md §8.11)."""
+    click.echo(f"error: {message}", err=True)
+    args = sys.argv[1:] if argv is None else list(argv)
+    if "--json" in args:
+        import json
+
+        click.echo(json.dumps({"schema": "dprag.error/1", "error": message, "exit_code": code}, sort_keys=True))
+    return code
+
+
 def main(argv=None) -> int:
+    """Exit codes: 0 success / PASS; 1 FAIL (a defect inside the audited bundle); 2 unusable auditor input."""
     try:
         rv = cli.main(args=argv, prog_name="dprag", standalone_mode=False)
     except click.exceptions.Exit as e:
         return e.exit_code
+    except click.UsageError as e:
+        hint = f" (see '{e.ctx.command_path} --help')" if e.ctx is not None else ""
+        return _fail(argv, e.format_message() + hint, 2)
     except click.ClickException as e:
-        e.show()
-        return 2
+        return _fail(argv, e.format_message(), e.exit_code if e.exit_code in (1, 2) else 2)
     except click.exceptions.Abort:
-        click.echo("aborted", err=True)
-        return 2
+        return _fail(argv, "aborted", 2)
     except DpragError as e:
-        click.echo(f"error: {e}", err=True)
-        return 2
+        return _fail(argv, str(e), 2)
+    except (OverflowError, ValueError, ArithmeticError) as e:  # a value no check caught: still one line, exit 2
+        return _fail(argv, f"{type(e).__name__}: {e}", 2)
     return rv if isinstance(rv, int) else 0
 
 

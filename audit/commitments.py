@@ -108,15 +108,54 @@ def files_sha256(paths: Iterable[tuple[str, bytes]]) -> str:
     return h.hexdigest()
 
 
+PROTOCOL_VERSION = 2
+POLICY_DOMAIN = b"dprag/v2/policy\x00"
+DOC_DOMAIN = b"dprag/v2/doc\x00"
+SALT_BYTES = 16
+
+
+def new_salt() -> bytes:
+    return os.urandom(SALT_BYTES)
+
+
+def policy_commitment(salt: bytes, policy_bytes: bytes) -> str:
+    """C_policy = H("dprag/v2/policy\\0" || salt || canonical(policy)), hex: hiding (§3)."""
+    if len(salt) != SALT_BYTES:
+        raise InvalidParameterError("policy salt", f"must be {SALT_BYTES} bytes")
+    return hashlib.sha256(POLICY_DOMAIN + bytes(salt) + bytes(policy_bytes)).hexdigest()
+
+
+def text_hash(text: str) -> bytes:
+    return hashlib.sha256(text.encode("utf-8")).digest()
+
+
+def document_leaf(salt: bytes, doc_id: str, text_sha256: bytes) -> bytes:
+    """Leaf i of C_docs: "dprag/v2/doc\\0" || salt_i || u32be(len(id)) || UTF-8(id) || H(UTF-8(text)) (§3)."""
+    if len(salt) != SALT_BYTES:
+        raise InvalidParameterError("document salt", f"must be {SALT_BYTES} bytes")
+    i = doc_id.encode("utf-8")
+    return DOC_DOMAIN + bytes(salt) + len(i).to_bytes(4, "big") + i + bytes(text_sha256)
+
+
+def documents_commitment(salts: list[bytes], ids: list[str], text_hashes: list[bytes]) -> str:
+    """C_docs of one tenant: RFC 6962 root over the salted document leaves, hex (hiding; binds id <-> index
+    position <-> text)."""
+    if not (len(salts) == len(ids) == len(text_hashes)) or not ids:
+        raise InvalidParameterError("documents", "salts, ids and text hashes must be non-empty and of one length")
+    return root_from_leaves([document_leaf(s, i, t) for s, i, t in zip(salts, ids, text_hashes)]).hex()
+
+
 def genesis_record(window: str, provider_vkey: str, c_emb: str, c_policy: str, c_seed: str,
-                   tenants: Mapping[str, tuple[int, str]]) -> dict:
-    """Ledger leaf 0 (§3); ``tenants`` maps tenant id -> (n_docs, C_idx)."""
+                   tenants: Mapping[str, tuple[int, str, str]], accounts: Mapping[str, tuple[str, str]]) -> dict:
+    """Ledger leaf 0 (§3). ``tenants``: tenant -> (n_docs, C_idx, C_docs); ``accounts``: the account registry,
+    account -> (tenant, account key hex). One provider key per window: rotating it opens a new window."""
     for f, v in (("C_emb", c_emb), ("C_policy", c_policy), ("C_seed", c_seed)):
         hexbytes(v, f, 32)
     return {
-        "type": "genesis", "version": 1, "window": window, "provider_key": provider_vkey,
+        "type": "genesis", "version": PROTOCOL_VERSION, "window": window, "provider_key": provider_vkey,
         "C_emb": c_emb, "C_policy": c_policy, "C_seed": c_seed,
-        "tenants": [{"tenant": t, "n_docs": n, "C_idx": c} for t, (n, c) in sorted(tenants.items())],
+        "tenants": [{"tenant": t, "n_docs": n, "C_idx": c, "C_docs": cd} for t, (n, c, cd) in sorted(tenants.items())],
+        "accounts": [{"account": a, "tenant": t, "key": k} for a, (t, k) in sorted(accounts.items())],
     }
 
 

@@ -97,9 +97,10 @@ def _where(trail: list) -> str:
     return "".join(parts)
 
 
-def _check_str(s: str, trail: list, what: str) -> None:
+def _check_str(s: str, trail: list, what: str | None) -> None:
     m = _SURROGATE.search(s)
     if m is not None:
+        what = f"key {excerpt(s)}" if what is None else what
         raise EncodingError(f"{_where(trail)}: {what} holds a lone surrogate U+{ord(m.group()):04X} at index "
                             f"{m.start()} (not a Unicode scalar value; refused)")
 
@@ -143,7 +144,7 @@ def _emit(value: Any, trail: list, out: list[str]) -> None:
         for k in value:
             if not isinstance(k, str):
                 raise EncodingError(f"{_where(trail)}: object keys must be strings, got {type(k).__name__}")
-            _check_str(k, trail, f"key {excerpt(k)}")
+            _check_str(k, trail, None)
         out.append("{")
         trail.append("")
         for i, k in enumerate(sorted(value, key=_utf16_order)):
@@ -159,8 +160,46 @@ def _emit(value: Any, trail: list, out: list[str]) -> None:
         raise EncodingError(f"{_where(trail)}: {type(value).__name__} cannot be encoded")
 
 
+# Keys made only of code points below U+E000 sort the same by code point and by UTF-16 code units, so for
+# them the C encoder's sort_keys is JCS's order; anything else takes the checked path below.
+_ORDER_SAFE = re.compile("[\ud800-\U0010ffff]")
+_dumps = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False,
+                          check_circular=False).encode
+
+
+def _plain(value: Any, depth: int) -> bool:
+    """True if ``value`` is inside the subset and its keys sort alike by code point and by UTF-16 units (then
+    the C encoder's output is the canonical one); False sends it to ``_emit``, which names any defect."""
+    t = type(value)
+    if t is str:
+        return value.isascii() or _SURROGATE.search(value) is None
+    if t is int:
+        return -MAX_SAFE_INT <= value <= MAX_SAFE_INT
+    if value is None or t is bool:
+        return True
+    if depth >= MAX_DEPTH:
+        return False
+    if t is dict:
+        for k, v in value.items():
+            if type(k) is not str or not (k.isascii() or _ORDER_SAFE.search(k) is None) or not _plain(v, depth + 1):
+                return False
+        return True
+    if t is list or t is tuple:
+        if not value:
+            return True
+        kinds = set(map(type, value))
+        if kinds == {int}:  # id lists: checked at C speed
+            return -MAX_SAFE_INT <= min(value) and max(value) <= MAX_SAFE_INT
+        if kinds == {str}:
+            return all(v.isascii() or _SURROGATE.search(v) is None for v in value)
+        return all(_plain(v, depth + 1) for v in value)
+    return False
+
+
 def encode(value: Any) -> bytes:
     """The canonical bytes of ``value`` (RFC 8785 on the subset of the module docstring)."""
+    if _plain(value, 0):
+        return _dumps(value).encode("utf-8")
     out: list[str] = []
     _emit(value, [], out)
     return "".join(out).encode("utf-8")
@@ -221,12 +260,35 @@ _decoder = json.JSONDecoder(object_pairs_hook=_pairs, parse_int=_parse_int, pars
                             parse_constant=_refuse_const, strict=True)
 
 
+_fast_decoder = json.JSONDecoder(parse_float=_refuse_float, parse_constant=_refuse_const, strict=True)
+# a number literal too long to be in range (after a structural character; digits inside strings, as in hex,
+# never follow one of these directly except in text, which then just takes the checked path)
+_LONG_DIGITS = re.compile(rb"(?:^|[:,\[])\s*-?[0-9]{%d,}" % (_MAX_INT_LITERAL + 1))
+
+
 def decode(data: bytes, *, what: str = "record") -> Any:
     """Parse canonical bytes; raises EncodingError (naming ``what`` and the rule) unless
-    ``encode(decode(data)) == data``."""
+    ``encode(decode(data)) == data``.
+
+    Fast path: the C parser without per-object hooks, then the canonical round trip (which also refuses
+    duplicate keys: the re-encoding holds each key once). Anything unusual takes the checked path, which
+    names the defect."""
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise EncodingError(f"{what}: expected bytes, got {type(data).__name__}")
     data = bytes(data)
+    if len(data) < (1 << 20) and data.count(b"[") + data.count(b"{") <= MAX_DEPTH and \
+            _LONG_DIGITS.search(data) is None:
+        try:
+            text = data.decode("utf-8")
+            value, end = _fast_decoder.raw_decode(text)
+            if end == len(text) and _plain(value, 0) and _dumps(value).encode("utf-8") == data:
+                return value
+        except (_Refused, ValueError, RecursionError):
+            pass
+    return _decode_checked(data, what)
+
+
+def _decode_checked(data: bytes, what: str) -> Any:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:

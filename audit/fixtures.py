@@ -11,9 +11,12 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+import hashlib
+
 from dprag.accounting.collusion import exact_sigma
-from dprag.accounting.noise.source import RandomSource
 from dprag.accounting.rag.toy import ToyGenerator
+
+from .account import AccountClient, AccountKey
 
 from .encoding import encode
 from .policy import CoalitionPolicy, GenerationPolicy, Policy, RetrievalPolicy, SamplerSpec
@@ -41,7 +44,7 @@ def toy_policy(algorithm: str = "murag", *, n: int = 20, k_max: int = 5, window:
         retrieval=RetrievalPolicy(enabled_tenants=("clinic",), K=5, n=n, epsilon_acc=1.0, delta_acc=1e-6,
                                   sigma=exact_sigma(1.0, 1e-6, n, sens), sensitivity=sens, score_clip=(0, 1 << 20),
                                   score_shift=10, sampler=SamplerSpec(9.5, 64, 1e-12)),
-        coalition=CoalitionPolicy(k_max=k_max, delta_policy=1e-5, theta=0.95, window=100),
+        coalition=CoalitionPolicy(k_max=k_max, delta_policy=1e-5),
         generation=gen,
     )
 
@@ -57,17 +60,32 @@ class Window:
     bundle: Path
     receipts: Path
     service: ProviderService | None
+    clients: dict | None = None
 
 
-def open_service(directory: Path, algorithm: str = "murag", accounts: dict | None = None,
-                 generation_seed: bytes | None = b"fixture", **kw) -> ProviderService:
-    """A fresh toy window; the answers' mechanisms draw from a seeded stream (so tests are deterministic)."""
+def account_key(name: str) -> AccountKey:
+    """A fixed test key per account name (tests only: real accounts use AccountKey.generate())."""
+    return AccountKey(hashlib.sha256(b"dprag-test-account\x00" + name.encode()).digest())
+
+
+def registry(accounts: dict[str, str]) -> dict[str, tuple[str, str]]:
+    return {a: (t, account_key(a).vkey) for a, t in accounts.items()}
+
+
+def client(svc: ProviderService, account: str, directory: Path | None = None, confirm_q: bool = True) -> AccountClient:
+    """The account's client for a toy window (computing Q itself with the committed toy embedder)."""
+    return AccountClient(account, svc.policy.window, account_key(account), provider_vkey=svc.signer.vkey(),
+                         embedder=HashEmbedder(32) if confirm_q else None,
+                         embedding_scale=svc.embedder_descriptor["embedding_scale"], directory=directory)
+
+
+def open_service(directory: Path, algorithm: str = "murag", accounts: dict | None = None, **kw) -> ProviderService:
+    """A fresh toy window (every random choice from its committed seed and the signed requests)."""
     emb = HashEmbedder(32)
-    src = None if generation_seed is None else RandomSource.from_seed(generation_seed, b"generation")
     return ProviderService.create(directory, policy=toy_policy(algorithm, **kw), embedder=emb,
                                   embedder_descriptor=emb.descriptor({"clinic": len(CLINIC), "legal": len(LEGAL)}),
                                   generator=ToyGenerator(), tenants={"clinic": CLINIC, "legal": LEGAL},
-                                  accounts=ACCOUNTS if accounts is None else accounts, generation_source=src)
+                                  accounts=registry(ACCOUNTS if accounts is None else accounts))
 
 
 def serve_loop(directory: str, account: str, count: int, released: str, start: int = 0) -> None:
@@ -75,10 +93,11 @@ def serve_loop(directory: str, account: str, count: int, released: str, start: i
     receipt to ``released`` only after ``query`` returned (what has been released). Used by the crash and
     concurrency tests, which run it in child processes."""
     svc = reopen_service(Path(directory))
+    acct = client(svc, account, directory=Path(directory) / "accounts" / account)
     with open(released, "ab") as out:
         for i in range(start, start + count):
             q = ["asthma protocol inhaler patient", "inhaler drug protocol", "garden weather rain"][i % 3]
-            r = svc.query(account, f"{q} {i}")
+            r = acct.ask(svc, f"{q} {i}")
             out.write(encode({"receipt": r.receipt, "top": r.citations}) + b"\n")
             out.flush()
             os.fsync(out.fileno())
@@ -93,10 +112,11 @@ def build_window(directory: str | Path, algorithm: str = "murag", rounds: int = 
     d = Path(directory)
     shutil.rmtree(d, ignore_errors=True)
     svc = open_service(d / "svc", algorithm, **kw)
+    clients = {a: client(svc, a) for a in ACCOUNTS}
     lines = []
     for i in range(rounds):
         for acct, q in SCRIPT:
-            r = svc.query(acct, f"{q} {i}")
+            r = clients[acct].ask(svc, f"{q} {i}")
             lines.append(encode({"receipt": r.receipt, "top": r.citations}).decode())
     bundle = svc.export_bundle(d / "bundle")
     receipts = d / "receipts.jsonl"
@@ -104,4 +124,4 @@ def build_window(directory: str | Path, algorithm: str = "murag", rounds: int = 
     if close:
         svc.close()
         svc = None
-    return Window(d, bundle, receipts, svc)
+    return Window(d, bundle, receipts, svc, clients)

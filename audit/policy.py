@@ -18,7 +18,7 @@ from dprag.accounting.composition import PureDpAccountant
 from dprag.accounting.errors import InvalidParameterError, check_delta, check_epsilon, check_positive_int
 from dprag.accounting.events import ComposedEvent, DiscreteLaplaceEvent
 
-from .encoding import EncodingError, digest, parse_real, real
+from .encoding import EncodingError, encode, parse_real, real
 
 RELATION = "replace-one"
 
@@ -51,10 +51,10 @@ class RetrievalPolicy:
 
 @dataclass(frozen=True)
 class CoalitionPolicy:
+    """The coalition bound the retrieval ε assumes. The estimator's θ and window are the auditor's (§6)."""
+
     k_max: int
     delta_policy: float
-    theta: float
-    window: int
 
 
 @dataclass(frozen=True)
@@ -82,13 +82,13 @@ class Policy:
     coalition: CoalitionPolicy
     generation: GenerationPolicy
     relation: str = RELATION
-    version: int = 1
+    version: int = 2
 
     # -- validation ----------------------------------------------------------------------------------------
     def validate(self) -> "Policy":
         r, c, g = self.retrieval, self.coalition, self.generation
-        if self.version != 1:
-            raise InvalidParameterError("version", "must be 1", self.version)
+        if self.version != 2:
+            raise InvalidParameterError("version", "must be 2 (protocol version 2)", self.version)
         if self.relation != RELATION:
             raise InvalidParameterError("relation", f"must be {RELATION!r}", self.relation)
         if not isinstance(self.window, str) or not self.window:
@@ -113,13 +113,10 @@ class Policy:
         if not c.delta_policy > c.k_max * r.delta_acc:
             raise InvalidParameterError("coalition.delta_policy", "must exceed k_max * delta_acc (002 §5.6)",
                                         c.delta_policy)
-        if not (0 < c.theta <= 1):
-            raise InvalidParameterError("coalition.theta", "must lie in (0, 1]", c.theta)
-        check_positive_int("coalition.window", c.window)
         if g.algorithm not in ("murag", "murag-ada"):
             raise InvalidParameterError("generation.algorithm", "must be 'murag' or 'murag-ada'", g.algorithm)
         if g.mechanism != "pure-dp-rag" or g.filter_mode != "pure":
-            raise InvalidParameterError("generation.mechanism", "version 1 supports pure-dp-rag with a pure filter")
+            raise InvalidParameterError("generation.mechanism", "version 2 supports pure-dp-rag with a pure filter")
         check_positive_int("generation.m", g.m)
         check_epsilon("generation.epsilon_token", g.epsilon_token)
         check_positive_int("generation.max_private_tokens", g.max_private_tokens)
@@ -147,8 +144,7 @@ class Policy:
                 "sensitivity": r.sensitivity, "score_clip": [r.score_clip[0], r.score_clip[1]],
                 "score_shift": r.score_shift, "sampler": r.sampler.to_dict(),
             },
-            "coalition": {"k_max": c.k_max, "delta_policy": real(c.delta_policy), "theta": real(c.theta),
-                          "window": c.window},
+            "coalition": {"k_max": c.k_max, "delta_policy": real(c.delta_policy)},
             "generation": {
                 "mechanism": g.mechanism, "algorithm": g.algorithm, "m": g.m,
                 "epsilon_token": real(g.epsilon_token), "max_private_tokens": g.max_private_tokens,
@@ -161,10 +157,25 @@ class Policy:
             },
         }
 
-    @property
-    def commitment(self) -> str:
-        """C_policy: hex SHA-256 of the canonical encoding."""
-        return digest(self.to_dict())
+    def to_bytes(self) -> bytes:
+        """canonical(policy): what C_policy commits to (with a salt, spec/protocol.md §3)."""
+        return encode(self.to_dict())
+
+    def sampler_tv(self) -> float:
+        """The TV distance of the committed table sampler, recomputed from its parameters (never the claim)."""
+        from .retrieval import noise_table
+
+        r = self.retrieval
+        return float(noise_table(r.sigma, r.sampler.tail, r.sampler.precision_bits).tv_distance)
+
+    def check_claims(self) -> "Policy":
+        """Claims that can be recomputed are recomputed: the declared sampler TV must bound the real one."""
+        real_tv = self.sampler_tv()
+        if not real_tv <= self.retrieval.sampler.tv:
+            raise InvalidParameterError("retrieval.sampler.tv",
+                                        f"declares {self.retrieval.sampler.tv:.3g} but the committed table's TV "
+                                        f"distance is {real_tv:.3g}", self.retrieval.sampler.tv)
+        return self
 
     @classmethod
     def from_dict(cls, d: Any) -> "Policy":
@@ -186,8 +197,7 @@ class Policy:
                                         parse_real(s["tv"], "retrieval.sampler.tv")),
                 ),
                 coalition=CoalitionPolicy(k_max=c["k_max"],
-                                          delta_policy=parse_real(c["delta_policy"], "coalition.delta_policy"),
-                                          theta=parse_real(c["theta"], "coalition.theta"), window=c["window"]),
+                                          delta_policy=parse_real(c["delta_policy"], "coalition.delta_policy")),
                 generation=GenerationPolicy(
                     mechanism=g["mechanism"], algorithm=g["algorithm"], m=g["m"],
                     epsilon_token=parse_real(g["epsilon_token"], "generation.epsilon_token"),

@@ -1,9 +1,10 @@
 """The retrieval channel: committed-seed noise (G4) and noise-then-select over the tenant index (R3).
 
-z = DGS_table(RandomSource.from_seed(s_W, label = canonical(rec_q)); σ), one sample per document in index
-order, with rec_q = {"account", "tenant", "h_q", "pos"} (spec/protocol.md §5) — values the provider cannot
-choose freely: no timestamp to grind. Then top-K of s + z (ties to the smaller id). Noise first, select
-second: never the other way round.
+z = DGS_table(RandomSource.from_seed(s_W, label = "dprag/v2/retrieval\\0" || h_req); σ), one sample per
+document in index order, where h_req names the account-signed request (spec/protocol.md §5.2): nothing in
+the label is drawn or chosen by the provider (no ledger position, no provider nonce), so it has nothing to
+grind. Then top-K of s + z (ties to the smaller id). Noise first, select second: never the other way round.
+The selection step of MuRAG-Ada and the answer's mechanism draw from the same seed under their own labels.
 
 The seed and the noise are auditor-only material (spec/protocol.md §7).
 """
@@ -19,12 +20,22 @@ from dprag.accounting.errors import InvalidParameterError, check_positive_int
 from dprag.accounting.noise.source import RandomSource
 from dprag.accounting.noise.table import DiscreteGaussianTable
 
-from .encoding import encode, hexbytes
+from .encoding import hexbytes
 
 
-def query_label(account: str, tenant: str, h_q: str, pos: int) -> bytes:
-    """canonical(rec_q): the label of the query's noise stream."""
-    return encode({"account": account, "tenant": tenant, "h_q": h_q, "pos": int(pos)})
+LABELS = {"retrieval": b"dprag/v2/retrieval\x00", "select": b"dprag/v2/select\x00",
+          "generate": b"dprag/v2/generate\x00"}
+
+
+def request_label(purpose: str, h_req: bytes) -> bytes:
+    """The label of one request's stream for ``purpose`` (retrieval noise, selection noise, generation)."""
+    if len(h_req) != 32:
+        raise InvalidParameterError("h_req", "must be 32 bytes")
+    return LABELS[purpose] + bytes(h_req)
+
+
+def request_source(seed: bytes, purpose: str, h_req: bytes) -> RandomSource:
+    return RandomSource.from_seed(bytes(seed), request_label(purpose, h_req))
 
 
 @lru_cache(maxsize=16)

@@ -1,17 +1,19 @@
 """The provider: a multi-tenant RAG service that records everything its audit needs (spec/protocol.md).
 
-``ProviderService.create(directory, ...)`` opens an audit window (Phase A: seed, commitments, genesis leaf);
-``ProviderService.open(directory, ...)`` resumes one (after a restart or a crash: recovery, §5);
-``query(account, question)`` serves one question (Phase B); ``export_bundle(out)`` writes the bundle (§7).
+``ProviderService.create(directory, ...)`` opens an audit window (Phase A: seed, salts, commitments, the
+account registry, genesis leaf); ``ProviderService.open(directory, ...)`` resumes one (after a restart or a
+crash: recovery, §5.5); ``serve(request)`` serves one account-signed request (Phase B, §5; accounts build
+requests with ``audit.account.AccountClient``); ``export_bundle(out)`` writes the bundle (§7).
 
 Several processes may serve from the same directory at once: each opens its own ``ProviderService``; the
 selection-and-append section of a query runs under an exclusive file lock, so the ledger order is the order
 in which the per-document filters saw the charges; generation runs outside the lock.
 
 State layout of ``directory`` (all of it provider-private; the bundle is what leaves it):
-``secret/seed.hex`` s_W, ``secret/provider.skey`` the Ed25519 note key; ``config/{policy,embedder,tenants,
-accounts}.json``; ``index/<tenant>.i16`` quantised embeddings; ``docs/<tenant>.json`` document texts;
-``state/ledger.sqlite`` (SqliteLog), ``state/auditor.sqlite`` (openings, checkpoints),
+``secret/seed.hex`` s_W, ``secret/provider.skey`` the Ed25519 note key, ``secret/salts.json`` the policy and
+document salts; ``config/{policy,embedder,tenants,accounts}.json``; ``index/<tenant>.i16`` quantised
+embeddings; ``docs/<tenant>.json`` document ids and texts; ``state/ledger.sqlite`` (SqliteLog),
+``state/auditor.sqlite`` (openings, checkpoints, served receipts, the pending request),
 ``state/budget-<tenant>.sqlite`` (per-document filters), ``state/lock``.
 """
 
@@ -31,7 +33,7 @@ from typing import Mapping, Protocol, Sequence
 
 import numpy as np
 
-from dprag.accounting.errors import DpragError, InvalidParameterError, check_positive_int
+from dprag.accounting.errors import BudgetExhaustedError, DpragError, InvalidParameterError
 from dprag.accounting.filters import FilterBudget, IndividualRenyiFilter
 from dprag.accounting.noise.source import RandomSource
 from dprag.accounting.protocols import Generator
@@ -43,14 +45,21 @@ from .encoding import decode, digest, encode
 from .ledger import NoteSigner, SqliteLog
 from .policy import Policy
 from .receipts import receipt_body, sign_receipt
-from .retrieval import float_exact_scores, noise_table, noisy_top_k, query_label, retrieval_noise, top_commitment
+from .account import Request, question_commitment, qemb_commitment, request_hash, verify_request
+from .charges import ChargeRule, expected_charges
+from .ledger.rfc6962 import hash_leaf
+from .retrieval import float_exact_scores, noise_table, noisy_top_k, request_source, top_commitment
 
 _ID_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 MAX_QUESTION_CHARS = 4096
 
 
-class RateLimitError(DpragError):
+class RateLimitError(BudgetExhaustedError):
     """The account has used all n queries of the window (nothing was recorded or spent)."""
+
+
+class RequestError(InvalidParameterError):
+    """A request was refused before anything was recorded or spent (signature, window, counter, question)."""
 
 
 class ServiceStateError(DpragError):
@@ -71,6 +80,9 @@ class ServedQuery:
     citations: list[int] | None
     receipt: dict
     pos: int
+
+    def to_dict(self) -> dict:
+        return {"answer": self.answer, "citations": self.citations, "receipt": self.receipt, "pos": self.pos}
 
 
 def _check_id(field: str, value: str) -> str:
@@ -114,6 +126,28 @@ class _AuditorStore:
         self.con.execute("PRAGMA synchronous=FULL")
         self.con.execute("CREATE TABLE IF NOT EXISTS opening (pos INTEGER PRIMARY KEY, body BLOB NOT NULL)")
         self.con.execute("CREATE TABLE IF NOT EXISTS checkpoint (size INTEGER PRIMARY KEY, note BLOB NOT NULL)")
+        self.con.execute("CREATE TABLE IF NOT EXISTS served (account TEXT NOT NULL, counter INTEGER NOT NULL, "
+                         "body BLOB NOT NULL, PRIMARY KEY (account, counter))")
+        self.con.execute("CREATE TABLE IF NOT EXISTS pending (one INTEGER PRIMARY KEY CHECK (one = 1), body BLOB)")
+
+    def put_served(self, account: str, counter: int, body: bytes) -> None:
+        self.con.execute("INSERT OR REPLACE INTO served (account, counter, body) VALUES (?, ?, ?)",
+                         (account, counter, body))
+
+    def served(self, account: str, counter: int) -> bytes | None:
+        row = self.con.execute("SELECT body FROM served WHERE account = ? AND counter = ?",
+                               (account, counter)).fetchone()
+        return None if row is None else row[0]
+
+    def set_pending(self, body: bytes | None) -> None:
+        if body is None:
+            self.con.execute("DELETE FROM pending")
+        else:
+            self.con.execute("INSERT OR REPLACE INTO pending (one, body) VALUES (1, ?)", (body,))
+
+    def pending(self) -> bytes | None:
+        row = self.con.execute("SELECT body FROM pending").fetchone()
+        return None if row is None else row[0]
 
     def put_opening(self, pos: int, body: bytes) -> None:
         self.con.execute("INSERT OR REPLACE INTO opening (pos, body) VALUES (?, ?)", (pos, body))
@@ -144,62 +178,92 @@ class ProviderService:
         embedder: TextEmbedder,
         embedder_descriptor: cm.EmbedderDescriptor,
         generator: Generator,
-        tenants: Mapping[str, Sequence[str]],
-        accounts: Mapping[str, str],
+        tenants: Mapping[str, Sequence[str] | Mapping[str, str]],
+        accounts: Mapping[str, tuple[str, str]],
         origin: str | None = None,
         seed: bytes | None = None,
         signer: NoteSigner | None = None,
-        generation_source: RandomSource | None = None,
     ) -> "ProviderService":
-        """Phase A: validate, embed and commit the tenants' indexes, draw s_W, append the genesis leaf."""
-        policy.validate()
+        """Phase A: validate, embed and commit the tenants' indexes and documents, draw s_W and the salts,
+        register the accounts, append the genesis leaf.
+
+        ``tenants``: tenant -> its documents, either a list of texts (ids "0", "1", ...) or a mapping from the
+        provider's own document ids (strings) to texts; index order is the given order. ``accounts``: account
+        -> (tenant, the account's Ed25519 public key as hex, ``AccountKey.vkey``): the registry genesis
+        commits to; a request from any other account is refused.
+        """
+        policy.validate().check_claims()
         d = Path(directory)
         if (d / "state" / "ledger.sqlite").exists():
             raise InvalidParameterError("directory", "already holds an audit window; use ProviderService.open", str(d))
         if not tenants:
             raise InvalidParameterError("tenants", "need at least one tenant")
+        corpora: dict[str, tuple[list[str], list[str]]] = {}
         for t, docs in tenants.items():
             _check_id("tenant", t)
-            if not docs:
+            if isinstance(docs, Mapping):
+                ids, texts = [str(k) for k in docs], [docs[k] for k in docs]
+            else:
+                ids, texts = [str(i) for i in range(len(docs))], list(docs)
+            if not texts:
                 raise InvalidParameterError(f"tenants[{t}]", "corpus is empty")
-            if policy.retrieval.K > len(docs) and t in policy.retrieval.enabled_tenants:
-                raise InvalidParameterError("retrieval.K", f"exceeds tenant {t}'s corpus size {len(docs)}")
-        for a, t in accounts.items():
+            if len(set(ids)) != len(ids) or not all(isinstance(x, str) for x in texts):
+                raise InvalidParameterError(f"tenants[{t}]", "document ids must be unique and texts strings")
+            if policy.retrieval.K > len(texts) and t in policy.retrieval.enabled_tenants:
+                raise InvalidParameterError("retrieval.K", f"exceeds tenant {t}'s corpus size {len(texts)}")
+            corpora[t] = (ids, texts)
+        registry: dict[str, tuple[str, str]] = {}
+        for a, spec in accounts.items():
             _check_id("account", a)
-            if t not in tenants:
+            if not (isinstance(spec, tuple) and len(spec) == 2):
+                raise InvalidParameterError(f"accounts[{a}]", "must be (tenant, account key hex)", spec)
+            t, key = spec
+            if t not in corpora:
                 raise InvalidParameterError(f"accounts[{a}]", "names an unknown tenant", t)
+            try:
+                cm.hexbytes(key, f"accounts[{a}].key", 32)
+            except Exception:
+                raise InvalidParameterError(f"accounts[{a}]", "key must be 64 hex characters (AccountKey.vkey)") from None
+            registry[a] = (t, key)
         for t in policy.retrieval.enabled_tenants:
-            if t not in tenants:
+            if t not in corpora:
                 raise InvalidParameterError("retrieval.enabled_tenants", "names an unknown tenant", t)
         scale = embedder_descriptor.embedding_scale
         qidx = {}
-        for t, docs in sorted(tenants.items()):
-            e = np.asarray(embedder.embed(list(docs)))
-            if e.shape != (len(docs), embedder_descriptor.dimension):
-                raise InvalidParameterError("embedder", f"returned shape {e.shape}, expected ({len(docs)}, "
+        for t, (ids, texts) in sorted(corpora.items()):
+            e = np.asarray(embedder.embed(list(texts)))
+            if e.shape != (len(texts), embedder_descriptor.dimension):
+                raise InvalidParameterError("embedder", f"returned shape {e.shape}, expected ({len(texts)}, "
                                                         f"{embedder_descriptor.dimension})")
             qidx[t] = cm.quantise_embeddings(e, scale)
         seed = cm.new_seed() if seed is None else seed
         origin = origin or f"dprag/{policy.window}"
         signer = signer or NoteSigner.generate(re.sub(r"[^A-Za-z0-9_.-]", "-", origin)[:64] or "dprag")
+        salts = {"policy": cm.new_salt().hex(),
+                 "documents": {t: [cm.new_salt().hex() for _ in ids] for t, (ids, _) in corpora.items()}}
         for sub in ("secret", "config", "index", "docs", "state"):
             (d / sub).mkdir(parents=True, exist_ok=True)
         _write(d / "secret" / "seed.hex", seed.hex().encode(), private=True)
         _write(d / "secret" / "provider.skey", signer.skey().encode(), private=True)
-        _write(d / "config" / "policy.json", encode(policy.to_dict()))
+        _write(d / "secret" / "salts.json", encode(salts), private=True)
+        _write(d / "config" / "policy.json", policy.to_bytes())
         _write(d / "config" / "embedder.json", encode(embedder_descriptor.to_dict()))
-        _write(d / "config" / "accounts.json", encode(dict(accounts)))
+        _write(d / "config" / "accounts.json", encode({a: {"tenant": t, "key": k} for a, (t, k) in registry.items()}))
         _write(d / "config" / "meta.json", encode({"origin": origin}))
         tenant_meta = {}
         for t, q in qidx.items():
+            ids, texts = corpora[t]
             _write(d / "index" / f"{t}.i16", cm.embedding_bytes(q))
-            _write(d / "docs" / f"{t}.json", json.dumps(list(tenants[t]), ensure_ascii=False).encode())
-            tenant_meta[t] = (len(tenants[t]), cm.index_commitment(q))
+            _write(d / "docs" / f"{t}.json", encode({"ids": ids, "texts": texts}))
+            doc_salts = [bytes.fromhex(x) for x in salts["documents"][t]]
+            tenant_meta[t] = (len(texts), cm.index_commitment(q),
+                              cm.documents_commitment(doc_salts, ids, [cm.text_hash(x) for x in texts]))
         _write(d / "config" / "tenants.json", encode({t: {"n_docs": n, "dimension": int(qidx[t].shape[1])}
-                                                       for t, (n, _) in tenant_meta.items()}))
-        genesis = cm.genesis_record(policy.window, signer.vkey(), embedder_descriptor.commitment, policy.commitment,
-                                    cm.seed_commitment(seed), tenant_meta)
-        svc = cls(d, embedder=embedder, generator=generator, generation_source=generation_source)
+                                                       for t, (n, _, _) in tenant_meta.items()}))
+        c_policy = cm.policy_commitment(bytes.fromhex(salts["policy"]), policy.to_bytes())
+        genesis = cm.genesis_record(policy.window, signer.vkey(), embedder_descriptor.commitment, c_policy,
+                                    cm.seed_commitment(seed), tenant_meta, registry)
+        svc = cls(d, embedder=embedder, generator=generator)
         with svc._locked():
             if svc.ledger.size != 0:
                 raise ServiceStateError("a fresh ledger is not empty")
@@ -208,25 +272,22 @@ class ProviderService:
         return svc
 
     @classmethod
-    def open(cls, directory, *, embedder: TextEmbedder, generator: Generator,
-             generation_source: RandomSource | None = None) -> "ProviderService":
-        """Resume a window: reconcile orphan charges left by a crash (recovery leaf), then serve."""
-        svc = cls(Path(directory), embedder=embedder, generator=generator, generation_source=generation_source)
+    def open(cls, directory, *, embedder: TextEmbedder, generator: Generator) -> "ProviderService":
+        """Resume a window: account for a request that was charged but never recorded (recovery), then serve."""
+        svc = cls(Path(directory), embedder=embedder, generator=generator)
         with svc._locked():
             svc._recover()
         return svc
 
-    def __init__(self, d: Path, *, embedder: TextEmbedder, generator: Generator,
-                 generation_source: RandomSource | None = None):
-        """``generation_source``: randomness of the answers' mechanisms (default: the OS CSPRNG; tests seed it).
-        The retrieval channel's noise always comes from the committed seed."""
+    def __init__(self, d: Path, *, embedder: TextEmbedder, generator: Generator):
+        """Every random choice of serving comes from the committed seed and the signed request (§5.2)."""
         if not (d / "config" / "policy.json").exists():
             raise InvalidParameterError("directory", "is not a dprag service directory", str(d))
         self.dir = d
         self.embedder, self.generator = embedder, generator
         self.policy = Policy.from_dict(decode((d / "config" / "policy.json").read_bytes(), what="policy")).validate()
         self.embedder_descriptor = decode((d / "config" / "embedder.json").read_bytes(), what="embedder")
-        self.accounts: dict[str, str] = decode((d / "config" / "accounts.json").read_bytes(), what="accounts")
+        self.accounts: dict[str, dict] = decode((d / "config" / "accounts.json").read_bytes(), what="accounts")
         self.origin = decode((d / "config" / "meta.json").read_bytes())["origin"]
         self.seed = bytes.fromhex((d / "secret" / "seed.hex").read_text())
         self.signer = NoteSigner.from_skey((d / "secret" / "provider.skey").read_text())
@@ -235,28 +296,30 @@ class ProviderService:
         self.ledger = SqliteLog(d / "state" / "ledger.sqlite")
         self.aud = _AuditorStore(d / "state" / "auditor.sqlite")
         self._lockfile = open(d / "state" / "lock", "a+b")
+        self.policy.check_claims()  # the committed sampler TV must bound the table's real one
         self.table = noise_table(r.sigma, r.sampler.tail, r.sampler.precision_bits)
-        if self.table.tv_distance > r.sampler.tv:
-            raise ServiceStateError(f"sampler TV {self.table.tv_distance} exceeds the committed bound {r.sampler.tv}")
-        cost = self.policy.query_cost()
-        self.budget = FilterBudget.for_queries(g.max_queries_per_doc, cost, mode="pure")
+        self.budget = FilterBudget.for_queries(g.max_queries_per_doc, self.policy.query_cost(), mode="pure")
+        self.rule = ChargeRule.of(self.policy)
         self.rag_params = self.policy.rag_params()
         self.tenants: dict[str, dict] = {}
         for t, meta in tenants.items():
             q = np.frombuffer((d / "index" / f"{t}.i16").read_bytes(), dtype="<i2").reshape(meta["n_docs"],
                                                                                               meta["dimension"])
-            docs = json.loads((d / "docs" / f"{t}.json").read_text())
+            docs = decode((d / "docs" / f"{t}.json").read_bytes(), what="documents")["texts"]
             retr = _TenantRetriever(docs, q, r.score_clip, r.score_shift)
             flt = IndividualRenyiFilter(SqliteBudgetStore(d / "state" / f"budget-{t}.sqlite", len(docs)), self.budget)
-            if g.algorithm == "murag":
-                algo = MuRAG(retr, generator, flt, self.rag_params, tau=g.tau,
-                             retrieval=RetrievalParams(g.docs_per_voter), source=generation_source)
-            else:
-                algo = MuRAGAda(retr, generator, flt, self.rag_params, edges=g.edges, epsilon_thr=g.epsilon_thr,
-                                retrieval=RetrievalParams(g.docs_per_voter), source=generation_source)
-            self.tenants[t] = {"q": q, "retriever": retr, "filter": flt, "algo": algo}
+            self.tenants[t] = {"q": q, "retriever": retr, "filter": flt}
+        self._counters: dict[str, int] = {}
         self._seen = 0
-        self._counts: dict[str, int] = {}
+
+    def _algorithm(self, tenant: str, source: RandomSource):
+        """MuRAG / MuRAG-Ada for one request, drawing from that request's committed-seed stream."""
+        ten, g = self.tenants[tenant], self.policy.generation
+        if g.algorithm == "murag":
+            return MuRAG(ten["retriever"], self.generator, ten["filter"], self.rag_params, tau=g.tau,
+                         retrieval=RetrievalParams(g.docs_per_voter), source=source)
+        return MuRAGAda(ten["retriever"], self.generator, ten["filter"], self.rag_params, edges=g.edges,
+                        epsilon_thr=g.epsilon_thr, retrieval=RetrievalParams(g.docs_per_voter), source=source)
 
     def close(self) -> None:
         self.ledger.close()
@@ -266,55 +329,106 @@ class ProviderService:
         self._lockfile.close()
 
     # -- Phase B ---------------------------------------------------------------------------------------------
-    def query(self, account: str, question: str) -> ServedQuery:
-        """Serve one question (spec/protocol.md §5). Raises before recording or spending on bad input."""
-        if account not in self.accounts:
-            raise InvalidParameterError("account", "is not registered", account)
-        if not isinstance(question, str) or not question.strip():
-            raise InvalidParameterError("question", "must be a non-empty string")
-        if len(question) > MAX_QUESTION_CHARS:
-            raise InvalidParameterError("question", f"must be at most {MAX_QUESTION_CHARS} characters", len(question))
-        tenant = self.accounts[account]
-        ten = self.tenants[tenant]
+    def _check_request(self, req: Request) -> tuple[str, np.ndarray]:
+        """§5.1: everything about a request that is checked before anything is recorded or spent."""
+        if not isinstance(req, Request):
+            raise RequestError("request", "must be an audit.account.Request")
+        signed = req.signed
+        acct = signed.get("account") if isinstance(signed, dict) else None
+        if acct not in self.accounts:
+            raise RequestError("request.account", "is not registered in this window's genesis", acct)
+        try:
+            verify_request(signed, self.accounts[acct]["key"])
+        except Exception as e:  # EncodingError: a malformed or forged request
+            raise RequestError("request", str(e)) from None
+        if signed["window"] != self.policy.window:
+            raise RequestError("request.window", f"must be {self.policy.window!r}", signed["window"])
+        q = req.question
+        if not isinstance(q, str) or not q.strip():
+            raise RequestError("question", "must be a non-empty string")
+        if len(q) > MAX_QUESTION_CHARS:
+            raise RequestError("question", f"must be at most {MAX_QUESTION_CHARS} characters", len(q))
+        nonce = bytes.fromhex(signed["nonce"])
+        if question_commitment(nonce, q) != signed["h_q"]:
+            raise RequestError("question", "does not match the request's h_q")
+        tenant = self.accounts[acct]["tenant"]
+        dim = self.tenants[tenant]["q"].shape[1]
+        if req.qemb is not None:
+            if signed["h_qemb"] is None or qemb_commitment(nonce, req.qemb) != signed["h_qemb"]:
+                raise RequestError("qemb", "does not match the request's h_qemb")
+            if len(req.qemb) != 2 * dim:
+                raise RequestError("qemb", f"must be {dim} int16 values", len(req.qemb))
+            q_query = np.frombuffer(req.qemb, dtype="<i2").copy()
+        else:
+            if signed["h_qemb"] is not None:
+                raise RequestError("qemb", "the request commits to a query embedding but none was sent")
+            q_query = cm.quantise_embeddings(np.asarray(self.embedder.embed([q]))[0:1],
+                                             self.embedder_descriptor["embedding_scale"])[0]
+            if q_query.shape[0] != dim:
+                raise ServiceStateError("query embedding dimension differs from the index")
+        return tenant, q_query
+
+    def serve(self, req: Request) -> ServedQuery:
+        """Serve one account-signed request (spec/protocol.md §5). Raises before recording or spending on bad
+        input. A retry of a request already served returns the same outputs and receipt (nothing new is
+        drawn, recorded or spent)."""
+        tenant, q_query = self._check_request(req)
+        acct, counter = req.account, req.signed["counter"]
         r = self.policy.retrieval
-        q_query = cm.quantise_embeddings(np.asarray(self.embedder.embed([question]))[0:1],
-                                         self.embedder_descriptor["embedding_scale"])[0]
-        if q_query.shape[0] != ten["q"].shape[1]:
-            raise ServiceStateError("query embedding dimension differs from the index")
-        h_q = hashlib.sha256(question.encode("utf-8")).hexdigest()
-        h_qemb = hashlib.sha256(cm.embedding_bytes(q_query)).hexdigest()
+        ten = self.tenants[tenant]
+        h_req = req.h_req
         with self._locked():
-            self._refresh_counts()
-            if self._counts.get(account, 0) >= r.n:
-                raise RateLimitError(f"account {account!r} has used its {r.n} queries of window {self.policy.window}")
+            prior = self.aud.served(acct, counter)
+            if prior is not None:
+                old = decode(prior, what="served")
+                if old["h_req"] != h_req.hex():
+                    raise RequestError("request.counter", f"{counter} was already used by another request")
+                return ServedQuery(**old["served"])
+            self._refresh_counters()
+            last = self._counters.get(acct, 0)
+            if counter <= last:
+                raise RequestError("request.counter", f"{counter} was already recorded (not released: send the "
+                                                      f"next counter, {last + 1})")
+            if counter > r.n:
+                raise RateLimitError(f"account {acct!r} has used its {r.n} queries of window {self.policy.window}")
+            if counter != last + 1:
+                raise RequestError("request.counter", f"must be the next counter {last + 1} (gapless)", counter)
             pos = self.ledger.size
-            scores = ten["retriever"].score_query(question, q_query)
+            pending = encode({"request": req.signed, "qemb": cm.embedding_bytes(q_query).hex()})
+            self.aud.set_pending(pending)  # durable before any charge: recovery knows what was being served
+            scores = ten["retriever"].score_query(req.question, q_query)
             top = nonce_top = h_top = None
             if tenant in r.enabled_tenants:
-                z = retrieval_noise(self.seed, query_label(account, tenant, h_q, pos), len(scores), self.table)
+                z = self.table.sample(len(scores), request_source(self.seed, "retrieval", h_req))
                 top = noisy_top_k(scores, z, r.K)  # noise first, then select
                 nonce = secrets.token_bytes(16)
                 nonce_top, h_top = nonce.hex(), top_commitment(top, nonce)
-            selection: Selection = ten["algo"].select(question)  # durable filter charges
+            algo = self._algorithm(tenant, request_source(self.seed, "select", h_req))
+            selection: Selection = algo.select(req.question)  # durable filter charges
             charge = self._charge_opening(ten["filter"], selection)
-            opening = {"pos": pos, "kind": "query", "qemb": cm.embedding_bytes(q_query).hex(),
+            opening = {"pos": pos, "kind": "query", "request": req.signed, "qemb": cm.embedding_bytes(q_query).hex(),
                        "top": None if top is None else [int(i) for i in top], "nonce_top": nonce_top,
                        "charge": charge}
             self.aud.put_opening(pos, encode(opening))
-            leaf = {"type": "query", "account": account, "tenant": tenant, "h_q": h_q, "h_qemb": h_qemb,
-                    "h_top": h_top, "h_charge": digest(charge)}
-            got = self.ledger.append(encode(leaf))
+            leaf = encode({"type": "query", "account": acct, "tenant": tenant, "counter": counter,
+                           "h_req": h_req.hex(), "h_top": h_top, "h_charge": digest(charge)})
+            got = self.ledger.append(leaf)
             if got != pos:
                 raise ServiceStateError(f"ledger position moved under the lock ({got} != {pos})")
-            self._counts[account] = self._counts.get(account, 0) + 1
+            self.aud.set_pending(None)
+            self._counters[acct] = counter
             self._seen = pos + 1
             size, root = self._checkpoint()
-        ans = ten["algo"].respond(question, selection)
-        body = receipt_body(account=account, tenant=tenant, h_q=h_q, h_top=h_top, nonce_top=nonce_top,
-                            h_answer=hashlib.sha256(ans.text.encode("utf-8")).hexdigest(), pos=pos, size=size,
-                            root=root.hex())
-        return ServedQuery(answer=ans.text, citations=None if top is None else [int(i) for i in top],
-                           receipt=sign_receipt(body, self.signer), pos=pos)
+        algo.source = request_source(self.seed, "generate", h_req)  # the answer's randomness: committed too
+        ans = algo.respond(req.question, selection)
+        body = receipt_body(window=self.policy.window, account=acct, tenant=tenant, counter=counter,
+                            h_req=h_req.hex(), h_top=h_top, nonce_top=nonce_top,
+                            h_answer=hashlib.sha256(ans.text.encode("utf-8")).hexdigest(), pos=pos,
+                            leaf_hash=hash_leaf(leaf).hex(), size=size, root=root.hex())
+        served = ServedQuery(answer=ans.text, citations=None if top is None else [int(i) for i in top],
+                             receipt=sign_receipt(body, self.signer), pos=pos)
+        self.aud.put_served(acct, counter, encode({"h_req": h_req.hex(), "served": served.to_dict()}))
+        return served
 
     # -- internals -------------------------------------------------------------------------------------------
     @contextmanager
@@ -340,14 +454,14 @@ class ProviderService:
         return {"nonce": secrets.token_hex(16), "algorithm": self.policy.generation.algorithm,
                 "bins_released": selection.info.get("bins_released"), "charges": charges}
 
-    def _refresh_counts(self) -> None:
+    def _refresh_counters(self) -> None:
         size = self.ledger.size
         if self._seen == 0 and size:
             self._seen = 1  # leaf 0 is the genesis record
         for raw in self.ledger.leaves(self._seen, size):
             rec = json.loads(raw)
-            if rec.get("type") == "query":
-                self._counts[rec["account"]] = self._counts.get(rec["account"], 0) + 1
+            if rec.get("type") in ("query", "recovery"):
+                self._counters[rec["account"]] = max(self._counters.get(rec["account"], 0), rec["counter"])
         self._seen = size
 
     def _replayed_units(self) -> dict[str, np.ndarray]:
@@ -368,24 +482,61 @@ class ProviderService:
         return spent
 
     def _recover(self) -> None:
-        """Append a recovery leaf for every tenant whose store holds charges the ledger does not account for."""
+        """§5.5: a request charged but never recorded gets a recovery leaf naming it and its exact charges.
+
+        Spend never goes down: a store holding less than the ledger, or more than the pending request explains,
+        is a ServiceStateError (the service refuses to serve rather than write a refund or an unexplained charge).
+        """
         replayed = self._replayed_units()
-        for t, ten in sorted(self.tenants.items()):
-            stored = ten["filter"].spent_units(np.arange(len(ten["retriever"])))[:, 0].astype(np.int64)
-            diff = stored - replayed[t]
-            if np.any(diff < 0):
-                bad = np.flatnonzero(diff < 0)[:5].tolist()
+        stored = {t: ten["filter"].spent_units(np.arange(len(ten["retriever"])))[:, 0].astype(np.int64)
+                  for t, ten in self.tenants.items()}
+        for t in self.tenants:
+            if np.any(stored[t] < replayed[t]):
+                bad = np.flatnonzero(stored[t] < replayed[t])[:5].tolist()
                 raise ServiceStateError(f"tenant {t}: budget store holds less spend than the ledger for docs {bad}")
-            if not np.any(diff > 0):
-                continue
-            charges = [{"cost": {"kind": "pure", "epsilon_units": int(u)},
-                        "ids": np.flatnonzero(diff == u).astype(int).tolist()} for u in np.unique(diff[diff > 0])]
-            charge = {"nonce": secrets.token_hex(16), "algorithm": "recovery", "bins_released": None,
-                      "charges": charges}
-            pos = self.ledger.size
-            self.aud.put_opening(pos, encode({"pos": pos, "kind": "recovery", "charge": charge}))
-            self.ledger.append(encode({"type": "recovery", "tenant": t, "h_charge": digest(charge)}))
-            self._checkpoint()
+        raw = self.aud.pending()
+        diff_any = any(np.any(stored[t] > replayed[t]) for t in self.tenants)
+        if raw is None:
+            if diff_any:
+                raise ServiceStateError("budget stores hold spend that no ledger record or pending request explains")
+            return
+        pend = decode(raw, what="pending request")
+        signed = pend["request"]
+        acct = signed["account"]
+        tenant = self.accounts[acct]["tenant"]
+        h_req = request_hash(signed)
+        self._refresh_counters()
+        if self._counters.get(acct, 0) >= signed["counter"]:
+            self.aud.set_pending(None)  # it reached the ledger before the crash
+            if diff_any:
+                raise ServiceStateError("budget stores hold spend that no ledger record explains")
+            return
+        if not diff_any:
+            self.aud.set_pending(None)  # nothing was charged: a retry of the same request is served afresh
+            return
+        r = self.policy.retrieval
+        q_query = np.frombuffer(bytes.fromhex(pend["qemb"]), dtype="<i2")
+        scores = cm.integer_scores(self.tenants[tenant]["q"], q_query, r.score_clip, r.score_shift)
+        charges, bins = expected_charges(self.policy, self.rule, scores, replayed[tenant],
+                                         request_source(self.seed, "select", h_req))
+        explained = replayed[tenant].copy()
+        for units, ids in charges:
+            explained[ids] += units
+        if not np.array_equal(explained, stored[tenant]) or any(
+                np.any(stored[u] != replayed[u]) for u in self.tenants if u != tenant):
+            raise ServiceStateError("budget stores differ from the ledger by more than the pending request's charges")
+        charge = {"nonce": secrets.token_hex(16), "algorithm": self.policy.generation.algorithm,
+                  "bins_released": bins,
+                  "charges": [{"cost": {"kind": "pure", "epsilon_units": int(u)}, "ids": [int(i) for i in ids]}
+                              for u, ids in charges]}
+        pos = self.ledger.size
+        self.aud.put_opening(pos, encode({"pos": pos, "kind": "recovery", "request": signed, "qemb": pend["qemb"],
+                                          "top": None, "nonce_top": None, "charge": charge}))
+        self.ledger.append(encode({"type": "recovery", "account": acct, "tenant": tenant,
+                                   "counter": signed["counter"], "h_req": h_req.hex(), "h_top": None,
+                                   "h_charge": digest(charge)}))
+        self.aud.set_pending(None)
+        self._checkpoint()
 
     # -- the bundle ------------------------------------------------------------------------------------------
     def export_bundle(self, out: str | os.PathLike) -> Path:
@@ -395,17 +546,24 @@ class ProviderService:
             size = self.ledger.size
             (out / "public").mkdir(parents=True, exist_ok=True)
             (out / "auditor" / "index").mkdir(parents=True, exist_ok=True)
+            (out / "auditor" / "docs").mkdir(parents=True, exist_ok=True)
             leaves = list(self.ledger.leaves(0, size))
             _write(out / "public" / "genesis.json", leaves[0])
             _write(out / "public" / "leaves.bin", b"".join(len(x).to_bytes(4, "big") + x for x in leaves))
             notes = [note for _, note in self.aud.checkpoints(size)]
             _write(out / "public" / "checkpoints.txt", b"~~~\n".join(notes))
             _write(out / "public" / "provider.vkey", self.signer.vkey().encode())
+            salts = decode((self.dir / "secret" / "salts.json").read_bytes(), what="salts")
             _write(out / "auditor" / "seed.hex", self.seed.hex().encode(), private=True)
-            _write(out / "auditor" / "policy.json", (self.dir / "config" / "policy.json").read_bytes(), private=True)
+            _write(out / "auditor" / "policy.json",
+                   encode({"policy": self.policy.to_dict(), "salt": salts["policy"]}), private=True)
             _write(out / "auditor" / "embedder.json", (self.dir / "config" / "embedder.json").read_bytes())
             for t in self.tenants:
                 _write(out / "auditor" / "index" / f"{t}.i16", (self.dir / "index" / f"{t}.i16").read_bytes())
+                docs = decode((self.dir / "docs" / f"{t}.json").read_bytes(), what="documents")
+                _write(out / "auditor" / "docs" / f"{t}.json",
+                       encode({"ids": docs["ids"], "salts": salts["documents"][t],
+                               "text_sha256": [cm.text_hash(x).hex() for x in docs["texts"]]}), private=True)
             lines = [body for _, body in self.aud.openings(size)]
             _write(out / "auditor" / "openings.jsonl", b"".join(b + b"\n" for b in lines), private=True)
         return out

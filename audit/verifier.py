@@ -1,42 +1,67 @@
-"""Phase D: the verifier (spec/protocol.md §8). ``verify(bundle, receipts=..., mode=...) -> Verdict``.
+"""Phase D: the verifier (spec/protocol.md §8), protocol version 2.
 
-Every check appends a reason ``"<check>: <what>"`` on failure and counts what it checked; the verdict is
-PASS iff no reason was found. Input so broken that no check can run (a missing file, an unreadable
-leaves.bin) raises ``BundleError`` (the CLI's exit 2). Nothing here spends budget or writes anything.
+``verify(bundle, receipts=..., mode=..., key=..., trusted_checkpoint=...) -> Verdict``. One function per
+check, each named after its section of spec/protocol.md §8, run in that order by ``verify``; each appends
+reasons ``"<check>: <what>"`` and counts what it checked. The verdict is PASS iff no check found a reason;
+a FAIL carries no ε. Only the auditor's own inputs raise ``AuditorInputError`` (exit 2); every defect of the
+bundle is a FAIL. Nothing here spends budget or writes anything.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import math
+import os
 import secrets
-from collections import Counter, defaultdict
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
 from dprag.accounting.errors import DpragError
-from dprag.accounting.filters import FilterBudget
 
 from . import commitments as cm
-from .encoding import EncodingError, decode, digest, hexbytes
+from .account import qemb_commitment, question_commitment, request_hash, verify_request
+from .bundle import AuditorInputError, Bundle, BundleError, load_bundle, parse_leaves  # noqa: F401 (re-exported)
+from .charges import ChargeRule, expected_charges
+from .encoding import EncodingError, decode, digest, excerpt, hexbytes
+from . import estimator as _estimator
 from .estimator import coalition_size
+
+DEFAULT_THETA = getattr(_estimator, "DEFAULT_THETA", 0.95)
+DEFAULT_WINDOW = getattr(_estimator, "DEFAULT_WINDOW", None)
 from .ledger import NoteVerifier, open_checkpoint
 from .ledger.rfc6962 import CompactRange, hash_leaf
 from .policy import Policy
 from .receipts import verify_receipt
-from .retrieval import noise_table, noisy_top_k, query_label, retrieval_noise, top_commitment
+from .retrieval import noise_table, noisy_top_k, request_source, top_commitment
 
-ATTESTATION = ("replay: retrieval re-executed by the auditor from committed embeddings; "
-               "no zero-knowledge proof (Groth16 not yet attached)")
-MAX_LEAF_BYTES = 1 << 24
+SCHEMA = "dprag.verdict/2"
+PROTOCOL_VERSION = cm.PROTOCOL_VERSION
+MAX_REASONS = 1000
+MAX_UNITS = 1 << 62
 
-
-class BundleError(DpragError):
-    """The bundle is unusable: a file is missing or cannot be parsed at all (exit code 2)."""
+ATTESTATION_RETRIEVAL = (
+    "replay: the auditor re-executed noise-then-select for every checked query from the committed index, the "
+    "committed seed and the account-signed request; no zero-knowledge proof attached. On trust: that the committed "
+    "embeddings are the embedder's outputs on the documents (checkable with the corpus), and Q for queries whose "
+    "account did not commit to it.")
+ATTESTATION_GENERATION = (
+    "replay of charges: every charge was recomputed from the exact scores, the replayed per-document filter and the "
+    "committed seed; the answer's randomness is drawn from the committed seed, so it cannot be re-sampled, but the "
+    "answer text is bound only by the receipts the accounts hand over (an auditor holding the corpus and the model "
+    "can replay it).")
+TRUST = (
+    "k_max: the retrieval ε assumes at most k_max colluding accounts; sybil accounts the provider registers itself "
+    "are indistinguishable from real ones, and the coalition estimator only flags coalitions whose probes are "
+    "similar within the auditor's θ and window.",
+    "answers released off the ledger to accounts that keep their receipts back are invisible to any verifier.",
+    "a fork shown to auditors who never compare checkpoints (pin --trusted-checkpoint, or use witnesses).",
+)
 
 
 @dataclass
@@ -46,349 +71,597 @@ class Verdict:
     delta: float | None
     k_max: int | None
     channels: dict
-    attestation: str
+    attestation: dict
     reasons: list[str]
     checked: dict
     mode: str
     guarantee: str | None = None
+    rejected_evidence: list[str] = field(default_factory=list)
+    provider_key: str | None = None
+    key_pinned: bool = False
+    trusted_checkpoint: int | None = None
+    trust: tuple = TRUST
+    timings: dict = field(default_factory=dict)
 
     def to_json(self) -> dict:
-        return {"verdict": self.verdict, "epsilon": self.epsilon, "delta": self.delta, "k_max": self.k_max,
-                "channels": self.channels, "attestation": self.attestation, "reasons": self.reasons,
-                "checked": self.checked, "mode": self.mode, "guarantee": self.guarantee}
+        return {"schema": SCHEMA, "protocol_version": PROTOCOL_VERSION, "verdict": self.verdict,
+                "epsilon": self.epsilon, "delta": self.delta, "k_max": self.k_max, "channels": self.channels,
+                "attestation": self.attestation, "reasons": self.reasons, "checked": self.checked,
+                "mode": self.mode, "guarantee": self.guarantee, "rejected_evidence": self.rejected_evidence,
+                "provider_key": self.provider_key, "key_pinned": self.key_pinned,
+                "trusted_checkpoint": self.trusted_checkpoint, "trust": list(self.trust),
+                "seconds": {k: round(v, 3) for k, v in sorted(self.timings.items())}}
 
 
-# ------------------------------------------------------------------------------------------------------------
-# loading
-# ------------------------------------------------------------------------------------------------------------
-def _read(path: Path) -> bytes:
-    try:
-        return path.read_bytes()
-    except FileNotFoundError:
-        raise BundleError(f"missing file {path}") from None
-    except OSError as e:
-        raise BundleError(f"cannot read {path}: {e.strerror}") from None
-
-
-def parse_leaves(data: bytes) -> list[bytes]:
-    """leaves.bin: u32be(len) || bytes, repeated."""
-    out, i = [], 0
-    while i < len(data):
-        if i + 4 > len(data):
-            raise BundleError("leaves.bin: truncated length prefix")
-        n = int.from_bytes(data[i:i + 4], "big")
-        if n > MAX_LEAF_BYTES or i + 4 + n > len(data):
-            raise BundleError(f"leaves.bin: leaf {len(out)} runs past the end of the file")
-        out.append(data[i + 4:i + 4 + n])
-        i += 4 + n
-    if not out:
-        raise BundleError("leaves.bin: empty ledger (no genesis leaf)")
-    return out
-
-
-@dataclass
-class Bundle:
-    root: Path
-    leaves: list[bytes]
-    genesis_file: bytes
-    checkpoints: list[bytes]
-    vkey: str
-    seed_hex: str
-    policy_bytes: bytes
-    embedder_bytes: bytes
-    openings_lines: list[bytes]
-    index_files: dict[str, bytes] = field(default_factory=dict)
-    framing_error: str | None = None
-
-
-def load_bundle(path: str | Path) -> Bundle:
-    p = Path(path)
-    if not p.is_dir():
-        raise BundleError(f"{p} is not a bundle directory")
-    pub, aud = p / "public", p / "auditor"
-    raw_leaves = _read(pub / "leaves.bin")
-    try:
-        leaves, framing = parse_leaves(raw_leaves), None
-    except BundleError as e:
-        leaves, framing = [], str(e)
-    cps = [c for c in _read(pub / "checkpoints.txt").split(b"~~~\n") if c]
-    idx = {}
-    if (aud / "index").is_dir():
-        for f in sorted((aud / "index").iterdir()):
-            if f.suffix == ".i16":
-                idx[f.stem] = _read(f)
-    # decoded leniently: a damaged key or seed is a FAIL of the commitments check, not unusable input
-    vkey = _read(pub / "provider.vkey").decode("latin-1")
-    seed_hex = _read(aud / "seed.hex").decode("latin-1")
-    return Bundle(root=p, leaves=leaves, framing_error=framing, genesis_file=_read(pub / "genesis.json"), checkpoints=cps, vkey=vkey,
-                  seed_hex=seed_hex, policy_bytes=_read(aud / "policy.json"),
-                  embedder_bytes=_read(aud / "embedder.json"),
-                  openings_lines=[ln for ln in _read(aud / "openings.jsonl").split(b"\n") if ln],
-                  index_files=idx)
-
-
-# ------------------------------------------------------------------------------------------------------------
-# the checks
-# ------------------------------------------------------------------------------------------------------------
 class _Run:
-    def __init__(self):
+    """What the checks share: the parsed bundle, the reasons, the counts."""
+
+    def __init__(self, b: Bundle, progress: Callable[[str, int], None] | None):
+        self.b = b
         self.reasons: list[str] = []
+        self.rejected: list[str] = []
         self.checked: Counter = Counter()
+        self.progress = progress or (lambda step, n: None)
+        self.records: list[dict | None] = []
+        self.genesis: dict | None = None
+        self.policy: Policy | None = None
+        self.seed: bytes | None = None
+        self.key: NoteVerifier | None = None
+        self.tenants: dict[str, dict] = {}
+        self.accounts: dict[str, dict] = {}
+        self.openings: dict[int, dict] = {}
+        self.queries: list[int] = []  # positions of well-formed query / recovery leaves with a valid request
+        self.scores: dict[int, np.ndarray] = {}
+        self.leaf_hashes: list[bytes] = []
+        self.prefix_roots: dict[int, bytes] = {}
+        self.timings: dict[str, float] = {}
 
     def fail(self, check: str, what: str) -> None:
-        if len(self.reasons) < 1000:
+        if len(self.reasons) < MAX_REASONS:
             self.reasons.append(f"{check}: {what}")
 
     def ok(self, check: str, n: int = 1) -> None:
         self.checked[check] += n
 
+    @property
+    def n(self) -> int:
+        return len(self.b.leaves)
 
-def _is_hex32(v) -> bool:
+
+def _is_hex(v, length: int) -> bool:
     try:
-        hexbytes(v, "h", 32)
+        hexbytes(v, "h", length)
         return True
     except EncodingError:
         return False
 
 
-def verify(bundle_path: str | Path, *, receipts: str | Path | None = None, mode: str = "full",
-           samples: int | None = None) -> Verdict:
-    if mode not in ("full", "sampled"):
-        raise BundleError("mode must be 'full' or 'sampled'")
-    if mode == "sampled" and (samples is None or samples < 1):
-        raise BundleError("sampled mode needs --samples >= 1")
-    b = load_bundle(bundle_path)
-    run = _Run()
-    if b.framing_error is not None:
-        # a broken ledger file: nothing else can be checked against it
-        run.fail("ledger", b.framing_error)
-        return Verdict(verdict="FAIL", epsilon=None, delta=None, k_max=None, channels={}, attestation=ATTESTATION,
-                       reasons=run.reasons, checked={}, mode=mode)
+def _is_int(v, lo: int = 0, hi: int = MAX_UNITS) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and lo <= v <= hi
 
-    # 2. canonical records ------------------------------------------------------------------------------
-    records: list[dict | None] = []
-    for i, raw in enumerate(b.leaves):
+
+# ------------------------------------------------------------------------------------------------------------
+# §8.1 files and §8.2 canonical records
+# ------------------------------------------------------------------------------------------------------------
+def check_8_1_files(run: _Run) -> None:
+    for d in run.b.defects:
+        run.fail("files", d.removeprefix("files: "))
+    if not run.b.defects:
+        run.ok("files")
+
+
+def check_8_2_canonical(run: _Run) -> None:
+    for i, raw in enumerate(run.b.leaves):
         try:
             rec = decode(raw, what=f"leaf {i}")
             if not isinstance(rec, dict) or not isinstance(rec.get("type"), str):
                 raise EncodingError(f"leaf {i}: not a typed record")
-            records.append(rec)
+            run.records.append(rec)
             run.ok("canonical")
         except EncodingError as e:
-            records.append(None)
+            run.records.append(None)
             run.fail("canonical", str(e))
-
-    # 3. commitments -----------------------------------------------------------------------------------
-    genesis = records[0]
-    policy: Policy | None = None
-    seed: bytes | None = None
-    tenants: dict[str, dict] = {}
-    verifier_key: NoteVerifier | None = None
-    if b.genesis_file != b.leaves[0]:
-        run.fail("commitments", "public/genesis.json differs from ledger leaf 0")
-    if genesis is None or genesis.get("type") != "genesis":
-        run.fail("commitments", "ledger leaf 0 is not a genesis record")
-        genesis = None
-    try:
-        verifier_key = NoteVerifier.from_vkey(b.vkey)
-    except DpragError as e:
-        run.fail("commitments", f"provider.vkey unusable ({e})")
-    try:
-        policy = Policy.from_dict(decode(b.policy_bytes, what="policy"))
-    except (EncodingError, DpragError) as e:
-        run.fail("commitments", f"policy.json unusable ({e})")
-    try:
-        embedder = decode(b.embedder_bytes, what="embedder")
-        if not isinstance(embedder, dict):
-            raise EncodingError("embedder: not an object")
-    except EncodingError as e:
-        embedder = None
-        run.fail("commitments", f"embedder.json unusable ({e})")
-    try:
-        seed = hexbytes(b.seed_hex, "seed", cm.SEED_BYTES)
-    except EncodingError as e:
-        run.fail("commitments", f"seed.hex unusable ({e})")
-    if genesis is not None:
-        if genesis.get("provider_key") != b.vkey:
-            run.fail("commitments", "genesis provider_key differs from public/provider.vkey")
-        if seed is not None and cm.seed_commitment(seed) != genesis.get("C_seed"):
-            run.fail("commitments", "H(seed) does not open C_seed")
-        if policy is not None and policy.commitment != genesis.get("C_policy"):
-            run.fail("commitments", "policy does not open C_policy")
-        if embedder is not None and digest(embedder) != genesis.get("C_emb"):
-            run.fail("commitments", "embedder descriptor does not open C_emb")
-        dim = embedder.get("dimension") if isinstance(embedder, dict) else None
-        for t in genesis.get("tenants", []) if isinstance(genesis.get("tenants"), list) else []:
-            try:
-                name, n_docs, c_idx = t["tenant"], t["n_docs"], t["C_idx"]
-                data = b.index_files.get(name)
-                if data is None:
-                    raise EncodingError(f"index file for tenant {name!r} missing")
-                if not isinstance(dim, int) or dim < 1 or not isinstance(n_docs, int) or len(data) != 2 * n_docs * dim:
-                    raise EncodingError(f"index of tenant {name!r} has the wrong size")
-                q = np.frombuffer(data, dtype="<i2").reshape(n_docs, dim)
-                if cm.index_commitment(q) != c_idx:
-                    raise EncodingError(f"index of tenant {name!r} does not open C_idx")
-                tenants[name] = {"q": q, "qf": q.astype(np.float64), "n": n_docs}
-                run.ok("commitments")
-            except (EncodingError, KeyError, TypeError) as e:
-                run.fail("commitments", str(e))
-        run.ok("commitments")
-
-    # 4. policy well-formedness ---------------------------------------------------------------------------
-    if policy is not None:
-        try:
-            policy.validate()
-            run.ok("policy")
-        except DpragError as e:
-            run.fail("policy", str(e))
-            policy = None
-
-    # 5. ledger: roots of every prefix, checkpoints ----------------------------------------------------------
-    n = len(b.leaves)
-    leaf_hashes = [hash_leaf(x) for x in b.leaves]
-    cp_sizes: dict[int, bytes] = {}
-    last_size = -1
-    origin = f"dprag/{policy.window}" if policy else None
-    for k, note in enumerate(b.checkpoints):
-        try:
-            if verifier_key is None:
-                raise EncodingError("no provider key")
-            if origin is None:
-                raise EncodingError("no policy to name the origin")
-            cp, _ = open_checkpoint(note, origin, verifier_key)
-            if cp.size > n:
-                raise EncodingError(f"size {cp.size} exceeds the ledger size {n}")
-            if cp.size <= last_size:
-                raise EncodingError(f"size {cp.size} does not increase (checkpoints must be in increasing size)")
-            last_size = cp.size
-            cp_sizes[cp.size] = cp.root
-        except (DpragError, EncodingError) as e:
-            run.fail("ledger", f"checkpoint {k}: {e}")
-    prefix_roots = _prefix_roots(leaf_hashes, set(cp_sizes) | {n})
-    for size, root in sorted(cp_sizes.items()):
-        if prefix_roots.get(size) != root:
-            run.fail("ledger", f"checkpoint of size {size} is not consistent with the ledger")
-        else:
-            run.ok("ledger")
-    if n not in cp_sizes:
-        run.fail("ledger", f"no signed checkpoint covers the whole ledger (size {n})")
-
-    # openings ---------------------------------------------------------------------------------------------
-    openings: dict[int, dict] = {}
-    last_pos = 0
-    for k, line in enumerate(b.openings_lines):
+    last = 0
+    for k, line in enumerate(run.b.openings_lines):
         try:
             op = decode(line, what=f"opening line {k}")
-            pos = op["pos"]
-            if not isinstance(pos, int) or not last_pos < pos < n:
-                raise EncodingError(f"opening line {k}: pos must increase and lie in [1, {n})")
-            last_pos = pos
-            openings[pos] = op
-        except (EncodingError, KeyError, TypeError) as e:
+            pos = op.get("pos") if isinstance(op, dict) else None
+            if not _is_int(pos, 1, run.n - 1) or pos <= last:
+                raise EncodingError(f"opening line {k}: pos must increase and lie in [1, {run.n})")
+            last = pos
+            run.openings[pos] = op
+        except EncodingError as e:
             run.fail("canonical", str(e))
 
-    # per-leaf structure, rate limit -----------------------------------------------------------------------
-    counts: Counter = Counter()
-    tenant_of_account: dict[str, str] = {}
-    query_positions: list[int] = []
-    for i in range(1, n):
-        rec = records[i]
-        if rec is None:
+
+# ------------------------------------------------------------------------------------------------------------
+# §8.3 commitments
+# ------------------------------------------------------------------------------------------------------------
+def check_8_3_commitments(run: _Run, corpus: dict[str, list[str]] | None) -> None:
+    b = run.b
+    g = run.records[0] if run.records else None
+    if b.genesis_file is not None and run.b.leaves and b.genesis_file != b.leaves[0]:
+        run.fail("commitments", "public/genesis.json differs from ledger leaf 0")
+    gkeys = {"type", "version", "window", "provider_key", "C_emb", "C_policy", "C_seed", "tenants", "accounts"}
+    if not isinstance(g, dict) or g.get("type") != "genesis" or set(g) != gkeys or \
+            not all(_is_hex(g[k], 32) for k in ("C_emb", "C_policy", "C_seed")) or \
+            not isinstance(g["tenants"], list) or not isinstance(g["accounts"], list) or \
+            not isinstance(g["window"], str):
+        run.fail("commitments", "ledger leaf 0 is not a well-formed version-2 genesis record")
+        return
+    run.genesis = g
+    try:
+        run.key = NoteVerifier.from_vkey(g["provider_key"])
+    except (DpragError, TypeError, ValueError) as e:
+        run.fail("commitments", f"genesis provider_key unusable ({e})")
+    if b.vkey is not None and b.vkey != g["provider_key"]:
+        run.fail("commitments", "public/provider.vkey differs from the genesis provider_key")
+    # the seed
+    try:
+        run.seed = hexbytes(b.seed_hex, "auditor/seed.hex", cm.SEED_BYTES) if b.seed_hex is not None else None
+        if run.seed is not None and cm.seed_commitment(run.seed) != g["C_seed"]:
+            run.fail("commitments", "auditor/seed.hex does not open C_seed")
+            run.seed = None
+    except EncodingError as e:
+        run.fail("commitments", str(e))
+    # the policy (salted)
+    if b.policy_bytes is not None:
+        try:
+            wrapped = decode(b.policy_bytes, what="auditor/policy.json")
+            if not isinstance(wrapped, dict) or set(wrapped) != {"policy", "salt"}:
+                raise EncodingError("auditor/policy.json: must be {\"policy\", \"salt\"}")
+            salt = hexbytes(wrapped["salt"], "policy salt", cm.SALT_BYTES)
+            pol = Policy.from_dict(wrapped["policy"])
+            if cm.policy_commitment(salt, pol.to_bytes()) != g["C_policy"]:
+                raise EncodingError("the policy does not open C_policy")
+            if pol.window != g["window"]:
+                raise EncodingError("the policy names another window than genesis")
+            run.policy = pol
+        except (EncodingError, DpragError) as e:
+            run.fail("commitments", f"auditor/policy.json: {e}")
+    # the embedder
+    embedder = None
+    if b.embedder_bytes is not None:
+        try:
+            embedder = decode(b.embedder_bytes, what="auditor/embedder.json")
+            if not isinstance(embedder, dict) or digest(embedder) != g["C_emb"]:
+                raise EncodingError("the embedder descriptor does not open C_emb")
+        except EncodingError as e:
+            run.fail("commitments", f"auditor/embedder.json: {e}")
+            embedder = None
+    dim = embedder.get("dimension") if isinstance(embedder, dict) else None
+    # tenants: index (C_idx) and document ids / salts (C_docs, checked against a corpus when given)
+    for t in g["tenants"]:
+        try:
+            if not isinstance(t, dict) or set(t) != {"tenant", "n_docs", "C_idx", "C_docs"}:
+                raise EncodingError("malformed tenant entry in genesis")
+            name, n_docs = t["tenant"], t["n_docs"]
+            if not isinstance(name, str) or not _is_int(n_docs, 1, 1 << 31):
+                raise EncodingError("malformed tenant entry in genesis")
+            data = b.index_files.get(name)
+            if data is None:
+                raise EncodingError(f"auditor/index/{name}.i16 is missing")
+            if not _is_int(dim, 1, 1 << 16) or len(data) != 2 * n_docs * dim:
+                raise EncodingError(f"auditor/index/{name}.i16 has the wrong size")
+            q = np.frombuffer(data, dtype="<i2").reshape(n_docs, dim)
+            if cm.index_commitment(q) != t["C_idx"]:
+                raise EncodingError(f"auditor/index/{name}.i16 does not open C_idx")
+            docs = decode(b.docs_files.get(name, b"null"), what=f"auditor/docs/{name}.json")
+            if not isinstance(docs, dict) or set(docs) != {"ids", "salts", "text_sha256"} or any(
+                    not isinstance(docs[k], list) or len(docs[k]) != n_docs for k in docs) or \
+                    not all(isinstance(x, str) for x in docs["ids"]) or \
+                    not all(_is_hex(s, cm.SALT_BYTES) for s in docs["salts"]) or \
+                    not all(_is_hex(h, 32) for h in docs["text_sha256"]):
+                raise EncodingError(f"auditor/docs/{name}.json: must hold n_docs ids, salts and text hashes")
+            hashes = [bytes.fromhex(h) for h in docs["text_sha256"]]
+            if cm.documents_commitment([bytes.fromhex(s) for s in docs["salts"]], docs["ids"], hashes) != t["C_docs"]:
+                raise EncodingError(f"auditor/docs/{name}.json does not open C_docs")
+            if corpus is not None and name in corpus:
+                texts = corpus[name]
+                if len(texts) != n_docs or any(cm.text_hash(x) != h for x, h in zip(texts, hashes)):
+                    raise EncodingError(f"the corpus given for tenant {name!r} is not the committed one (C_docs)")
+                run.ok("corpus")
+            run.tenants[name] = {"q": q, "qf": q.astype(np.float64), "n": n_docs, "ids": docs["ids"]}
+            run.ok("commitments")
+        except EncodingError as e:
+            run.fail("commitments", str(e))
+    for a in g["accounts"]:
+        if not isinstance(a, dict) or set(a) != {"account", "tenant", "key"} or not isinstance(a["account"], str) \
+                or a["tenant"] not in {t.get("tenant") for t in g["tenants"] if isinstance(t, dict)} \
+                or not _is_hex(a["key"], 32) or a["account"] in run.accounts:
+            run.fail("commitments", "malformed or duplicate account in the genesis registry")
             continue
-        typ = rec.get("type")
-        if typ == "query":
-            keys = {"type", "account", "tenant", "h_q", "h_qemb", "h_top", "h_charge"}
-            if set(rec) != keys or not all(_is_hex32(rec[k]) for k in ("h_q", "h_qemb", "h_charge")) or \
-                    not (rec["h_top"] is None or _is_hex32(rec["h_top"])) or \
-                    not isinstance(rec["account"], str) or rec["tenant"] not in tenants:
-                run.fail("canonical", f"leaf {i}: malformed query record")
-                continue
-            counts[rec["account"]] += 1
-            prev = tenant_of_account.setdefault(rec["account"], rec["tenant"])
-            if prev != rec["tenant"]:
-                run.fail("rate", f"account {rec['account']!r} appears under two tenants")
-            query_positions.append(i)
-        elif typ == "recovery":
-            if set(rec) != {"type", "tenant", "h_charge"} or rec["tenant"] not in tenants or not _is_hex32(rec["h_charge"]):
-                run.fail("canonical", f"leaf {i}: malformed recovery record")
-        else:
-            run.fail("canonical", f"leaf {i}: unknown record type {typ!r}")
-        if i not in openings:
-            run.fail("canonical", f"leaf {i}: no opening in auditor/openings.jsonl")
-    if policy is not None:
-        for acct, c in sorted(counts.items()):
-            if c > policy.retrieval.n:
-                run.fail("rate", f"account {acct!r} made {c} queries > n = {policy.retrieval.n}")
-            else:
-                run.ok("rate")
+        run.accounts[a["account"]] = a
 
-    # 6. receipts ------------------------------------------------------------------------------------------
-    if receipts is not None:
-        _check_receipts(run, receipts, verifier_key, records, leaf_hashes, prefix_roots, n)
 
-    # 8. retrieval replay ----------------------------------------------------------------------------------
-    guarantee = None
-    if policy is not None and seed is not None:
-        r = policy.retrieval
-        positions = [i for i in query_positions if i in openings]
-        if mode == "sampled":
-            k = min(samples, len(positions))
-            chosen = sorted(_sample(positions, k))
-            guarantee = (f"sampled {k} of {len(positions)} query records: a β-fraction of non-conforming records is "
-                         f"detected with probability >= {1 - (1 - 0.01) ** k:.4f} (β=0.01), "
-                         f"{1 - (1 - 0.05) ** k:.4f} (β=0.05)")
+# ------------------------------------------------------------------------------------------------------------
+# §8.4 policy
+# ------------------------------------------------------------------------------------------------------------
+def check_8_4_policy(run: _Run) -> None:
+    if run.policy is None:
+        return
+    try:
+        run.policy.validate().check_claims()
+        for t in run.policy.retrieval.enabled_tenants:
+            if t not in run.tenants:
+                raise DpragError(f"retrieval.enabled_tenants names {t!r}, which genesis does not commit")
+        run.ok("policy")
+    except DpragError as e:
+        run.fail("policy", str(e))
+        run.policy = None
+
+
+# ------------------------------------------------------------------------------------------------------------
+# §8.5 ledger: prefix roots, checkpoints, pinned key, trusted checkpoint
+# ------------------------------------------------------------------------------------------------------------
+def _prefix_roots(leaf_hashes: list[bytes], sizes: set[int]) -> dict[int, bytes]:
+    """RFC 6962 roots of the ledger prefixes of the given sizes, in one pass."""
+    out, cr = {}, CompactRange()
+    if 0 in sizes:
+        out[0] = cr.root()
+    top = max(sizes) if sizes else 0
+    for k, h in enumerate(leaf_hashes[:top], start=1):
+        cr.append_leaf_hash(h)
+        if k in sizes:
+            out[k] = cr.root()
+    return out
+
+
+def _open_checkpoints(run: _Run, notes: list[bytes], origin: str, key: NoteVerifier, what: str):
+    opened = []
+    for k, note in enumerate(notes):
+        try:
+            cp, _ = open_checkpoint(note, origin, key)
+            opened.append(cp)
+        except (DpragError, EncodingError, ValueError, UnicodeError) as e:
+            run.fail("ledger", f"{what} {k}: {e}")
+    return opened
+
+
+def check_8_5_ledger(run: _Run, receipt_sizes: set[int], trusted: bytes | None) -> int | None:
+    n = run.n
+    run.leaf_hashes = [hash_leaf(x) for x in run.b.leaves]
+    run.progress("ledger", n)
+    if run.key is None or run.genesis is None:
+        return None
+    origin = f"dprag/{run.genesis['window']}"
+    cps = _open_checkpoints(run, run.b.checkpoints, origin, run.key, "checkpoint")
+    trusted_cp = None
+    if trusted is not None:
+        got = _open_checkpoints(run, [trusted], origin, run.key, "trusted checkpoint")
+        trusted_cp = got[0] if got else None
+    sizes = {c.size for c in cps if c.size <= n} | {n} | {s for s in receipt_sizes if s <= n}
+    if trusted_cp is not None and trusted_cp.size <= n:
+        sizes.add(trusted_cp.size)
+    run.prefix_roots = _prefix_roots(run.leaf_hashes, sizes)
+    last = -1
+    for c in cps:
+        if c.size > n:
+            run.fail("ledger", f"checkpoint of size {c.size} exceeds the ledger size {n}")
+        elif c.size <= last:
+            run.fail("ledger", f"checkpoint of size {c.size} does not increase")
+        elif run.prefix_roots[c.size] != c.root:
+            run.fail("ledger", f"checkpoint of size {c.size} is not consistent with the ledger")
         else:
-            chosen = positions
-        table = noise_table(r.sigma, r.sampler.tail, r.sampler.precision_bits) if chosen else None
-        for i in chosen:
-            rec, op = records[i], openings[i]
-            try:
-                _replay_retrieval(rec, op, tenants[rec["tenant"]], policy, seed, table, i)
+            run.ok("ledger")
+        last = max(last, c.size)
+    if n not in {c.size for c in cps}:
+        run.fail("ledger", f"no signed checkpoint covers the whole ledger (size {n})")
+    if trusted_cp is not None:
+        if trusted_cp.size > n:
+            run.fail("ledger", f"the ledger (size {n}) is shorter than the trusted checkpoint (size "
+                               f"{trusted_cp.size}): history was truncated")
+        elif run.prefix_roots[trusted_cp.size] != trusted_cp.root:
+            run.fail("ledger", f"the ledger is not consistent with the trusted checkpoint of size {trusted_cp.size}"
+                               " (a fork)")
+        else:
+            run.ok("trusted_checkpoint")
+        return trusted_cp.size
+    return None
+
+
+# ------------------------------------------------------------------------------------------------------------
+# §8.6 receipts: evidence against the provider that signed them
+# ------------------------------------------------------------------------------------------------------------
+def _one_receipt(run: _Run, line: bytes) -> tuple[dict, list | None] | str:
+    """One receipt line: (body, citations) if it is valid provider-signed evidence, else the rejection."""
+    try:
+        obj = decode(line, what="receipt line")
+        extra = {}
+        if isinstance(obj, dict) and "receipt" in obj:
+            if set(obj) - {"receipt", "top", "request", "question"}:
+                raise EncodingError("unknown fields beside receipt / top / request / question")
+            rc, top = obj["receipt"], obj.get("top")
+            extra = {k: obj[k] for k in ("request", "question") if k in obj}
+        else:
+            rc, top = obj, None
+        if run.key is None or run.genesis is None:
+            raise EncodingError("no provider key to check it against")
+        body = verify_receipt(rc, run.key)
+        if body["window"] != run.genesis["window"]:
+            raise EncodingError(f"names window {excerpt(body['window'])}, not this one")
+        if top is not None and (not isinstance(top, list) or not all(_is_int(x, 0, (1 << 32) - 1) for x in top)):
+            raise EncodingError("the account's citations are malformed")
+        if "request" in extra and (not isinstance(extra["request"], dict) or
+                                   request_hash(extra["request"]).hex() != body["h_req"]):
+            raise EncodingError("the request the account supplied is not the one the receipt names")
+        if "question" in extra:
+            req = extra.get("request")
+            if not isinstance(extra["question"], str) or not isinstance(req, dict) or \
+                    not _is_hex(req.get("nonce"), 16) or \
+                    question_commitment(bytes.fromhex(req["nonce"]), extra["question"]) != req.get("h_q"):
+                raise EncodingError("the question the account supplied does not open the request's h_q")
+        return body, top
+    except EncodingError as e:
+        return str(e)
+
+
+def _parse_receipts(run: _Run, data: bytes) -> list[tuple[int, dict, list | None]]:
+    """Valid provider-signed receipts of this window; everything else is rejected evidence, never a FAIL."""
+    lines = data.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    seen: dict[bytes, int] = {}
+    todo = []
+    for k, line in enumerate(lines):
+        if line in seen:
+            run.rejected.append(f"receipt {k}: duplicates receipt {seen[line]}")
+        else:
+            seen[line] = k
+            todo.append(k)
+    valid = []
+    for k, res in zip(todo, _parallel(lambda k: _one_receipt(run, lines[k]), todo)):
+        if isinstance(res, str):
+            run.rejected.append(f"receipt {k}: {res}")
+        else:
+            valid.append((k, *res))
+    return valid
+
+
+def check_8_6_receipts(run: _Run, valid: list[tuple[int, dict, list | None]]) -> None:
+    n = run.n
+    by_pos: dict[int, tuple[int, dict]] = {}
+    by_request: dict[tuple[str, int], tuple[int, int]] = {}
+    for k, body, top in valid:
+        pos, size = body["pos"], body["size"]
+        if size > n:
+            run.fail("receipts", f"receipt {k}: signed for ledger size {size} > the bundle's {n} (truncated or forked)")
+            continue
+        if run.prefix_roots.get(size) != bytes.fromhex(body["root"]):
+            run.fail("receipts", f"receipt {k}: its signed root is not the ledger's root at size {size} (a fork)")
+            continue
+        if run.leaf_hashes[pos] != bytes.fromhex(body["leaf_hash"]):
+            run.fail("receipts", f"receipt {k}: the leaf at {pos} is not the one it was signed for")
+            continue
+        rec = run.records[pos]
+        if rec is None or rec.get("type") != "query" or any(
+                rec.get(f) != body[f] for f in ("account", "tenant", "counter", "h_req", "h_top")):
+            run.fail("receipts", f"receipt {k}: contradicts the ledger record at {pos}")
+            continue
+        prev = by_pos.get(pos)
+        if prev is not None and prev[1] != body:
+            run.fail("receipts", f"receipts {prev[0]} and {k}: two different releases signed for one leaf ({pos})")
+            continue
+        by_pos[pos] = (k, body)
+        key = (body["account"], body["counter"])
+        if key in by_request and by_request[key][1] != pos:
+            run.fail("receipts", f"receipt {k}: one request counter released at two positions")
+            continue
+        by_request[key] = (k, pos)
+        if top is not None:
+            if body["nonce_top"] is None or top_commitment(np.asarray(top, dtype=np.int64),
+                                                           bytes.fromhex(body["nonce_top"])) != body["h_top"]:
+                run.rejected.append(f"receipt {k}: the citations the account supplied do not match h_top "
+                                    "(the account's claim, not the provider's signature)")
+        run.ok("receipts")
+    run.checked["receipts_accepted"] = len(by_pos)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# §8.7 requests, counters and the rate limit
+# ------------------------------------------------------------------------------------------------------------
+LEAF_KEYS = {"type", "account", "tenant", "counter", "h_req", "h_top", "h_charge"}
+
+
+def _request_leaf(run: _Run, i: int) -> tuple[str, str] | bool | None:
+    """§8.7 for one leaf, without shared state (run in threads: Ed25519 verification releases the GIL).
+    Returns None (no record), (check, reason) on a defect, else whether the account committed to Q."""
+    rec = run.records[i]
+    if rec is None:
+        return None
+    if rec.get("type") not in ("query", "recovery") or set(rec) != LEAF_KEYS or \
+            not all(_is_hex(rec[k], 32) for k in ("h_req", "h_charge")) or \
+            not (rec["h_top"] is None or _is_hex(rec["h_top"], 32)) or not _is_int(rec["counter"], 1) or \
+            not isinstance(rec["account"], str):
+        return "canonical", f"leaf {i}: not a well-formed query or recovery record"
+    acct = run.accounts.get(rec["account"])
+    if acct is None:
+        return "requests", f"leaf {i}: account {rec['account']!r} is not in the genesis registry"
+    if rec["tenant"] != acct["tenant"] or rec["tenant"] not in run.tenants:
+        return "requests", f"leaf {i}: tenant differs from the account's registered tenant"
+    op = run.openings.get(i)
+    if op is None:
+        return "requests", f"leaf {i}: no opening in auditor/openings.jsonl"
+    try:
+        req = verify_request(op.get("request"), acct["key"])
+        if req["window"] != run.genesis["window"] or req["account"] != rec["account"] or \
+                req["counter"] != rec["counter"]:
+            raise EncodingError("the request names another window, account or counter than its leaf")
+        if request_hash(req).hex() != rec["h_req"]:
+            raise EncodingError("h_req does not match the opened request")
+        if op.get("kind") != rec["type"]:
+            raise EncodingError("the opening's kind differs from the leaf's type")
+        qb = hexbytes(op.get("qemb"), "qemb", 2 * run.tenants[rec["tenant"]]["q"].shape[1])
+        if req["h_qemb"] is None:
+            return False
+        if qemb_commitment(bytes.fromhex(req["nonce"]), qb) != req["h_qemb"]:
+            raise EncodingError("the opened Q is not the one the account committed to (h_qemb)")
+        return True
+    except EncodingError as e:
+        return "requests", f"leaf {i}: {e}"
+
+
+def _parallel(fn, items: list) -> list:
+    """``[fn(x) for x in items]`` on the machine's cores (threads; the heavy parts release the GIL)."""
+    if len(items) < 256:
+        return [fn(x) for x in items]
+    workers = max(1, min(8, os.cpu_count() or 1))
+    with ThreadPoolExecutor(workers) as pool:
+        return list(pool.map(fn, items, chunksize=256))
+
+
+def check_8_7_requests(run: _Run) -> None:
+    last_counter: dict[str, int] = {}
+    n_limit = run.policy.retrieval.n if run.policy else None
+    confirmed = 0
+    positions = list(range(1, run.n))
+    for i, res in zip(positions, _parallel(lambda i: _request_leaf(run, i), positions)):
+        if res is None:
+            continue
+        if isinstance(res, tuple):
+            run.fail(*res)
+            continue
+        confirmed += res
+        rec = run.records[i]
+        expected = last_counter.get(rec["account"], 0) + 1
+        if rec["counter"] != expected:
+            run.fail("requests", f"leaf {i}: account {rec['account']!r} counter {rec['counter']} where {expected} "
+                                 "was next (counters are gapless and increasing)")
+        last_counter[rec["account"]] = rec["counter"]
+        if n_limit is not None and rec["counter"] > n_limit:
+            run.fail("rate", f"account {rec['account']!r} made more than n = {n_limit} queries")
+        run.queries.append(i)
+        run.ok("requests")
+    run.checked["queries_with_account_confirmed_q"] = confirmed
+    run.checked["queries"] = sum(1 for i in run.queries if run.records[i]["type"] == "query")
+
+
+def _scores(run: _Run, i: int) -> np.ndarray:
+    s = run.scores.get(i)
+    if s is None:
+        rec, op, r = run.records[i], run.openings[i], run.policy.retrieval
+        q = np.frombuffer(bytes.fromhex(op["qemb"]), dtype="<i2")
+        from .retrieval import float_exact_scores
+
+        s = float_exact_scores(run.tenants[rec["tenant"]]["qf"], q, r.score_clip, r.score_shift)
+        run.scores[i] = s
+    return s
+
+
+# ------------------------------------------------------------------------------------------------------------
+# §8.8 retrieval replay
+# ------------------------------------------------------------------------------------------------------------
+def check_8_8_retrieval(run: _Run, chosen: list[int]) -> None:
+    r = run.policy.retrieval
+    table = noise_table(r.sigma, r.sampler.tail, r.sampler.precision_bits) if chosen else None
+    for done, i in enumerate(chosen):
+        rec, op = run.records[i], run.openings[i]
+        try:
+            enabled = rec["tenant"] in r.enabled_tenants and rec["type"] == "query"
+            if not enabled:
+                if rec["h_top"] is not None or op.get("top") is not None:
+                    raise EncodingError("citations recorded where the retrieval channel is off")
                 run.ok("retrieval")
-            except (EncodingError, KeyError, TypeError, ValueError) as e:
-                run.fail("retrieval", f"leaf {i}: {e}")
+                continue
+            if op.get("top") is None or rec["h_top"] is None:
+                raise EncodingError("citations missing for a tenant with the retrieval channel on")
+            h_req = bytes.fromhex(rec["h_req"])
+            z = table.sample(run.tenants[rec["tenant"]]["n"], request_source(run.seed, "retrieval", h_req))
+            expected = noisy_top_k(_scores(run, i), z, r.K)
+            top = op["top"]
+            if not isinstance(top, list) or not all(_is_int(x, 0, (1 << 32) - 1) for x in top) or \
+                    not np.array_equal(np.asarray(top, dtype=np.int64), expected):
+                raise EncodingError("citations are not the top-K of the committed-seed noisy scores")
+            if top_commitment(expected, hexbytes(op.get("nonce_top"), "nonce_top", 16)) != rec["h_top"]:
+                raise EncodingError("h_top does not match the opened citations")
+            run.ok("retrieval")
+        except EncodingError as e:
+            run.fail("retrieval", f"leaf {i}: {e}")
+        if done % 1000 == 999:
+            run.progress("retrieval", 1000)
 
-    # 9. generation replay (always full) -------------------------------------------------------------------
-    if policy is not None:
-        _replay_generation(run, policy, records, openings, tenants, n)
 
-    # 10. coalition estimate -------------------------------------------------------------------------------
-    if policy is not None:
-        embs, accts, poss = [], [], []
-        for i in query_positions:
-            op = openings.get(i)
-            try:
-                q = np.frombuffer(hexbytes(op["qemb"], "qemb"), dtype="<i2") if op else None
-            except (EncodingError, KeyError, TypeError):
-                q = None
-            if q is not None and (not embs or q.size == embs[0].size):
-                embs.append(q)
-                accts.append(records[i]["account"])
-                poss.append(i)
-        if embs:
-            # the window is measured in ledger positions (spec/protocol.md §6)
-            c_hat = coalition_size(np.stack(embs), accts, policy.coalition.theta, policy.coalition.window,
-                                   positions=poss)
-            if c_hat > policy.coalition.k_max:
-                run.fail("coalition", f"estimated coalition size {c_hat} > k_max = {policy.coalition.k_max}")
-            else:
-                run.ok("coalition")
-            run.checked["coalition_estimate"] = c_hat
+# ------------------------------------------------------------------------------------------------------------
+# §8.9 generation: every charge replayed, in ledger order
+# ------------------------------------------------------------------------------------------------------------
+def _opened_charges(charge: Any, n_docs: int) -> tuple[list[tuple[int, np.ndarray]], Any]:
+    if not isinstance(charge, dict) or set(charge) != {"nonce", "algorithm", "bins_released", "charges"} or \
+            not isinstance(charge["charges"], list):
+        raise EncodingError("malformed charge opening")
+    out = []
+    for c in charge["charges"]:
+        if not isinstance(c, dict) or set(c) != {"cost", "ids"} or not isinstance(c["cost"], dict) or \
+                set(c["cost"]) != {"kind", "epsilon_units"} or c["cost"]["kind"] != "pure":
+            raise EncodingError("malformed charge")
+        units = c["cost"]["epsilon_units"]
+        if not _is_int(units, 0, MAX_UNITS):
+            raise EncodingError("a charge's epsilon_units must be an integer in [0, 2^62] (spends only add)")
+        ids = c["ids"]
+        if not isinstance(ids, list) or not all(_is_int(x, 0, n_docs - 1) for x in ids) or \
+                any(a >= b for a, b in zip(ids, ids[1:])):
+            raise EncodingError("a charge's ids must be strictly increasing ids of the tenant's corpus")
+        out.append((units, np.asarray(ids, dtype=np.int64)))
+    return out, charge["bins_released"]
 
-    # verdict ----------------------------------------------------------------------------------------------
-    channels: dict[str, Any] = {}
-    eps = delta = k_max = None
-    if policy is not None:
-        cert = policy.certified_epsilons()
-        channels = {"relation": cert["relation"], "retrieval": cert["retrieval"], "generation": cert["generation"]}
-        eps, delta, k_max = cert["epsilon"], cert["delta"], policy.coalition.k_max
-        if not math.isfinite(eps):
-            run.fail("policy", "the committed parameters certify no finite ε")
-    verdict = "PASS" if not run.reasons else "FAIL"
-    return Verdict(verdict=verdict, epsilon=eps, delta=delta, k_max=k_max, channels=channels,
-                   attestation=ATTESTATION, reasons=run.reasons, checked=dict(run.checked), mode=mode,
-                   guarantee=guarantee)
+
+def check_8_9_generation(run: _Run) -> None:
+    pol = run.policy
+    rule = ChargeRule.of(pol)
+    spent = {t: np.zeros(v["n"], dtype=np.int64) for t, v in run.tenants.items()}
+    for done, i in enumerate(run.queries):
+        rec, op = run.records[i], run.openings[i]
+        t = rec["tenant"]
+        try:
+            if digest(op.get("charge")) != rec["h_charge"]:
+                raise EncodingError("h_charge does not match the opened charges")
+            got, bins = _opened_charges(op["charge"], run.tenants[t]["n"])
+            if op["charge"]["algorithm"] != pol.generation.algorithm:
+                raise EncodingError("the charge's algorithm differs from the policy")
+            want, want_bins = expected_charges(pol, rule, _scores(run, i), spent[t],
+                                               request_source(run.seed, "select", bytes.fromhex(rec["h_req"])))
+            if bins != want_bins:
+                raise EncodingError(f"bins_released {bins!r} differs from the committed-seed release {want_bins}")
+            if len(got) != len(want) or any(gu != wu or not np.array_equal(gi, wi)
+                                            for (gu, gi), (wu, wi) in zip(got, want)):
+                raise EncodingError("the charges differ from the policy's rule on the replayed filter "
+                                    f"(expected {[(u, int(x.size)) for u, x in want]} (units, documents))")
+            for units, ids in want:
+                spent[t][ids] += units
+            run.ok("generation")
+        except (EncodingError, KeyError, TypeError, ValueError) as e:
+            run.fail("generation", f"leaf {i}: {e}")
+        if done % 1000 == 999:
+            run.progress("generation", 1000)
+    for t, s in spent.items():
+        over = np.flatnonzero(s > rule.limit)
+        if over.size:
+            run.fail("generation", f"tenant {t}: {over.size} documents over budget")
+        run.checked["documents_within_budget"] += int((s <= rule.limit).sum())
+
+
+# ------------------------------------------------------------------------------------------------------------
+# §8.10 coalition estimate (the auditor's θ and window)
+# ------------------------------------------------------------------------------------------------------------
+def check_8_10_coalition(run: _Run, theta: float, window: int | None) -> int | None:
+    embs, accts, poss = [], [], []
+    for i in run.queries:
+        if run.records[i]["type"] != "query":
+            continue
+        embs.append(np.frombuffer(bytes.fromhex(run.openings[i]["qemb"]), dtype="<i2"))
+        accts.append(run.records[i]["account"])
+        poss.append(i)
+    dims = {e.size for e in embs}
+    if not embs or len(dims) != 1:
+        return None
+    w = run.n if window is None else window
+    c_hat = coalition_size(np.stack(embs), accts, theta, w, positions=poss)
+    k_max = run.policy.coalition.k_max
+    if c_hat > k_max:
+        run.fail("coalition", f"estimated coalition size {c_hat} > k_max = {k_max} (θ = {theta}, window = {w})")
+    else:
+        run.ok("coalition")
+    run.checked["coalition_estimate"] = c_hat
+    return c_hat
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -401,181 +674,127 @@ def _sample(items: list[int], k: int) -> list[int]:
     return pool[:k]
 
 
-def _prefix_roots(leaf_hashes: list[bytes], sizes: set[int]) -> dict[int, bytes]:
-    """RFC 6962 roots of the ledger prefixes of the given sizes, in one pass."""
-    out = {}
-    cr = CompactRange()
-    if 0 in sizes:
-        out[0] = cr.root()
-    top = max(sizes) if sizes else 0
-    for k, h in enumerate(leaf_hashes[:top], start=1):
-        cr.append_leaf_hash(h)
-        if k in sizes:
-            out[k] = cr.root()
-    return out
-
-
-def _check_receipts(run, path, verifier_key, records, leaf_hashes, prefix_roots, n) -> None:
+def _read_auditor_file(path, what: str, cap: int) -> bytes:
     try:
-        data = Path(path).read_bytes()
-        lines = data.split(b"\n")
-        if lines and lines[-1] == b"":
-            lines.pop()
+        p = Path(path)
+        with open(p, "rb") as f:
+            data = f.read(cap + 1)
     except OSError as e:
-        raise BundleError(f"cannot read receipts file {path}: {e}") from None
-    seen: dict[bytes, int] = {}
-    for k, line in enumerate(lines):
+        raise AuditorInputError(f"cannot read {what} {path}: {e.strerror}") from None
+    if len(data) > cap:
+        raise AuditorInputError(f"{what} {path} is larger than {cap} bytes")
+    return data
+
+
+def _guarded(run: _Run, check: str, fn, *args):
+    """Run one check; an exception it did not anticipate is a FAIL of that check, never a crash (the input
+    is the provider's, so a crash would let it turn FAIL into 'unusable')."""
+    t0 = time.perf_counter()
+    try:
+        return fn(run, *args)
+    except Exception as e:  # noqa: BLE001 — deliberately total: see the docstring
+        run.fail(check, f"unexpected {type(e).__name__} while checking (the bundle is malformed)")
+        return None
+    finally:
+        run.timings[check] = run.timings.get(check, 0.0) + time.perf_counter() - t0
+
+
+def key_fingerprint(vkey: str) -> str:
+    return hashlib.sha256(vkey.encode()).hexdigest()[:16]
+
+
+def verify(bundle_path: str | Path, *, receipts: str | Path | None = None, mode: str = "full",
+           samples: int | None = None, key: str | Path | None = None, trusted_checkpoint: str | Path | None = None,
+           corpus: dict[str, list[str]] | None = None, theta: float = DEFAULT_THETA,
+           coalition_window: int | None = DEFAULT_WINDOW,
+           progress: Callable[[str, int], None] | None = None) -> Verdict:
+    """Run every check of spec/protocol.md §8 on the bundle at ``bundle_path``.
+
+    ``key``: a file holding the provider's note verifier key, pinned by the auditor (else the bundle's own
+    key is used and the verdict says it was not pinned). ``trusted_checkpoint``: a checkpoint note seen
+    earlier; the ledger must extend it. ``corpus``: tenant -> document texts, to check C_docs.
+    ``theta`` / ``coalition_window`` (None = the whole window): the coalition estimator's parameters.
+    """
+    if mode not in ("full", "sampled"):
+        raise AuditorInputError("--mode must be 'full' or 'sampled'")
+    if mode == "sampled" and (samples is None or samples < 1):
+        raise AuditorInputError("--mode sampled needs --samples >= 1")
+    if mode == "full" and samples is not None:
+        raise AuditorInputError("--samples is only meaningful with --mode sampled")
+    if not (isinstance(theta, (int, float)) and 0 < theta <= 1):
+        raise AuditorInputError(f"--theta must lie in (0, 1], got {theta!r}")
+    pinned = None
+    if key is not None:
+        pinned = _read_auditor_file(key, "--key", 4096).decode("utf-8", "replace").strip()
         try:
-            if line in seen:
-                raise EncodingError(f"duplicates receipt {seen[line]}")
-            seen[line] = k
-            obj = decode(line, what="receipt line")
-            if not isinstance(obj, dict):
-                raise EncodingError("not a JSON object")
-            if "receipt" in obj:
-                if set(obj) - {"receipt", "top"}:
-                    raise EncodingError("unknown fields beside receipt/top")
-                rc, top = obj["receipt"], obj.get("top")
+            NoteVerifier.from_vkey(pinned)
+        except DpragError as e:
+            raise AuditorInputError(f"--key {key}: not a note verifier key ({e})") from None
+    trusted = None if trusted_checkpoint is None else _read_auditor_file(trusted_checkpoint, "--trusted-checkpoint", 1 << 16)
+    receipts_data = None if receipts is None else _read_auditor_file(receipts, "--receipts", 1 << 34)
+
+    t_load = time.perf_counter()
+    b = load_bundle(bundle_path)
+    t_load = time.perf_counter() - t_load
+    version = b.version
+    if isinstance(version, int) and not isinstance(version, bool) and version != PROTOCOL_VERSION:
+        # a well-formed genesis of another version: the auditor needs another verifier (exit 2). A damaged
+        # version field is a FAIL of the commitments check, never "unusable".
+        raise AuditorInputError(f"the bundle is protocol version {version!r}; this verifier checks version "
+                                f"{PROTOCOL_VERSION} only")
+    run = _Run(b, progress)
+    run.timings["load"] = t_load
+    _guarded(run, "files", check_8_1_files)
+    _guarded(run, "canonical", check_8_2_canonical)
+    if run.records:
+        _guarded(run, "commitments", check_8_3_commitments, corpus)
+    if pinned is not None and run.genesis is not None and run.genesis["provider_key"] != pinned:
+        run.fail("commitments", f"the provider key is not the pinned one (bundle key {key_fingerprint(run.genesis['provider_key'])}, "
+                                f"pinned {key_fingerprint(pinned)})")
+    _guarded(run, "policy", check_8_4_policy)
+    valid_receipts = (_guarded(run, "receipts", _parse_receipts, receipts_data) or []) if receipts_data is not None else []
+    trusted_size = _guarded(run, "ledger", check_8_5_ledger, {body["size"] for _, body, _ in valid_receipts}, trusted)
+    if receipts_data is not None:
+        if not receipts_data.strip():
+            run.rejected.append("the receipts file holds no receipt")
+        _guarded(run, "receipts", check_8_6_receipts, valid_receipts)
+    guarantee = None
+    if run.policy is not None and run.genesis is not None:
+        _guarded(run, "requests", check_8_7_requests)
+        if run.seed is not None:
+            positions = list(run.queries)
+            if mode == "sampled":
+                k = min(samples, len(positions))
+                chosen = sorted(_sample(positions, k))
+                guarantee = (f"sampled {k} of {len(positions)} query records: a β-fraction of non-conforming records "
+                             f"is detected with probability >= {1 - (1 - 0.01) ** k:.4f} (β=0.01), "
+                             f"{1 - (1 - 0.05) ** k:.4f} (β=0.05)")
+                if k == len(positions):
+                    guarantee += "; the sample covers every record (as full mode)"
             else:
-                rc, top = obj, None
-            if verifier_key is None:
-                raise EncodingError("no provider key to check the signature")
-            body = verify_receipt(rc, verifier_key)
-            pos, size = body["pos"], body["size"]
-            if size > n:
-                raise EncodingError(f"size {size} exceeds the ledger size {n}")
-            root = bytes.fromhex(body["root"])
-            if size not in prefix_roots:
-                prefix_roots.update(_prefix_roots(leaf_hashes, {size}))
-            if prefix_roots[size] != root:
-                raise EncodingError(f"root is not the ledger's root at size {size} (inconsistent history)")
-            rec = records[pos]
-            if rec is None or rec.get("type") != "query":
-                raise EncodingError(f"ledger position {pos} holds no query record")
-            for f in ("account", "tenant", "h_q", "h_top"):
-                if rec.get(f) != body[f]:
-                    raise EncodingError(f"{f} differs from the ledger record at {pos}")
-            if top is not None:
-                if body["nonce_top"] is None:
-                    raise EncodingError("citations supplied but the receipt has no nonce_top")
-                if top_commitment(np.asarray(top, dtype=np.int64), bytes.fromhex(body["nonce_top"])) != body["h_top"]:
-                    raise EncodingError("the account's citations do not match h_top")
-            run.ok("receipts")
-        except (EncodingError, ValueError, KeyError, TypeError, IndexError) as e:
-            run.fail("receipts", f"receipt {k}: {e}")
+                chosen = positions
+            _guarded(run, "retrieval", check_8_8_retrieval, chosen)
+            _guarded(run, "generation", check_8_9_generation)
+        _guarded(run, "coalition", check_8_10_coalition, theta, coalition_window)
+    elif not run.reasons:
+        run.fail("commitments", "no usable policy or genesis: nothing can be certified")
 
-
-def _replay_retrieval(rec, op, ten, policy: Policy, seed: bytes, table, pos: int) -> None:
-    r = policy.retrieval
-    qb = hexbytes(op["qemb"], "qemb")
-    if hashlib.sha256(qb).hexdigest() != rec["h_qemb"]:
-        raise EncodingError("opened query embedding does not match h_qemb")
-    q = np.frombuffer(qb, dtype="<i2")
-    if q.size != ten["q"].shape[1]:
-        raise EncodingError("query embedding has the wrong dimension")
-    enabled = rec["tenant"] in r.enabled_tenants
-    if not enabled:
-        if rec["h_top"] is not None or op.get("top") is not None:
-            raise EncodingError("citations recorded for a tenant without the retrieval channel")
-        return
-    if op.get("top") is None or rec["h_top"] is None:
-        raise EncodingError("citations missing for a tenant with the retrieval channel on")
-    scores = cm.integer_scores(ten["q"], q, r.score_clip, r.score_shift)
-    z = retrieval_noise(seed, query_label(rec["account"], rec["tenant"], rec["h_q"], pos), ten["n"], table)
-    expected = noisy_top_k(scores, z, r.K)
-    top = np.asarray(op["top"], dtype=np.int64)
-    if top.shape != expected.shape or not np.array_equal(top, expected):
-        raise EncodingError("citations are not the top-K of the committed-seed noisy scores")
-    if top_commitment(top, hexbytes(op["nonce_top"], "nonce_top", 16)) != rec["h_top"]:
-        raise EncodingError("h_top does not match the opened citations")
-
-
-def _replay_generation(run, policy: Policy, records, openings, tenants, n) -> None:
-    g = policy.generation
-    budget = FilterBudget.for_queries(g.max_queries_per_doc, policy.query_cost(), mode="pure")
-    limit = int(np.asarray(budget.limits)[0])
-    from dprag.accounting.filters import IndividualRenyiFilter
-    from dprag.accounting.stores import MemoryBudgetStore
-
-    probe = IndividualRenyiFilter(MemoryBudgetStore(1), budget)
-    rag_units = int(probe.cost_units(policy.rag_params().cost)[0])
-    thr_units = None
-    if g.algorithm == "murag-ada":
-        from dprag.accounting.events import DiscreteLaplaceEvent
-
-        thr_units = int(probe.cost_units(DiscreteLaplaceEvent(1.0 / g.epsilon_thr, 1))[0])
-    spent = {t: np.zeros(v["n"], dtype=np.int64) for t, v in tenants.items()}
-    edges = None if g.edges is None else np.asarray(g.edges, dtype=np.float64)
-    for i in range(1, n):
-        rec, op = records[i], openings.get(i)
-        if rec is None or op is None or rec.get("type") not in ("query", "recovery") or rec.get("tenant") not in tenants:
-            continue
-        t = rec["tenant"]
-        try:
-            charge = op["charge"]
-            if digest(charge) != rec["h_charge"]:
-                raise EncodingError("h_charge does not match the opened charges")
-            ch = charge["charges"]
-            s = spent[t]
-            if rec["type"] == "recovery":
-                if charge["algorithm"] != "recovery" or op.get("kind") != "recovery":
-                    raise EncodingError("recovery leaf with a non-recovery opening")
-                for c in ch:
-                    ids = _ids(c["ids"], s.size)
-                    s[ids] += int(c["cost"]["epsilon_units"])
-            else:
-                q = np.frombuffer(hexbytes(op["qemb"], "qemb"), dtype="<i2")
-                if q.size != tenants[t]["q"].shape[1]:
-                    raise EncodingError("query embedding has the wrong dimension")
-                scores = cm.integer_scores(tenants[t]["q"], q, policy.retrieval.score_clip, policy.retrieval.score_shift)
-                if charge["algorithm"] != g.algorithm:
-                    raise EncodingError("charge algorithm differs from the policy")
-                if g.algorithm == "murag":
-                    if len(ch) != 1 or int(ch[0]["cost"]["epsilon_units"]) != rag_units:
-                        raise EncodingError("MuRAG charge must be one charge of the policy's per-query cost")
-                    expected = np.flatnonzero((scores > g.tau) & (s + rag_units <= limit))
-                    got = _ids(ch[0]["ids"], s.size)
-                    if not np.array_equal(np.sort(got), expected):
-                        raise EncodingError(f"charged {got.size} documents, expected the {expected.size} above tau "
-                                            f"that could afford the cost")
-                    s[expected] += rag_units
-                else:
-                    if len(ch) != 2 or int(ch[0]["cost"]["epsilon_units"]) != thr_units or \
-                            int(ch[1]["cost"]["epsilon_units"]) != rag_units:
-                        raise EncodingError("MuRAG-Ada charges must be (ε_thr, ε_RAG) of the policy")
-                    q_bins = charge["bins_released"]
-                    nb = edges.size - 1
-                    if not isinstance(q_bins, int) or not 1 <= q_bins <= nb:
-                        raise EncodingError("bins_released out of range")
-                    # released bins 0..q-1 hold the scores >= edges[q] (bin 0 also holds those above edges[0])
-                    exp_thr = np.flatnonzero((scores >= edges[q_bins]) & (s + thr_units <= limit))
-                    got_thr = _ids(ch[0]["ids"], s.size)
-                    if not np.array_equal(np.sort(got_thr), exp_thr):
-                        raise EncodingError("ε_thr charge differs from the released bins' affordable documents")
-                    s[exp_thr] += thr_units
-                    exp_rag = exp_thr[s[exp_thr] + rag_units <= limit]
-                    got_rag = _ids(ch[1]["ids"], s.size)
-                    if not np.array_equal(np.sort(got_rag), exp_rag):
-                        raise EncodingError("ε_RAG charge differs from the affordable documents of the released bins")
-                    s[exp_rag] += rag_units
-            if np.any(s > limit):
-                raise EncodingError("a document's spend exceeds its budget")
-            run.ok("generation")
-        except (EncodingError, KeyError, TypeError, ValueError) as e:
-            run.fail("generation", f"leaf {i}: {e}")
-    for t, s in spent.items():
-        over = np.flatnonzero(s > limit)
-        if over.size:
-            run.fail("generation", f"tenant {t}: {over.size} documents over budget")
-        run.checked["documents_within_budget"] = run.checked.get("documents_within_budget", 0) + int((s <= limit).sum())
-
-
-def _ids(ids, n) -> np.ndarray:
-    if not isinstance(ids, list) or not all(isinstance(x, int) and not isinstance(x, bool) for x in ids):
-        raise EncodingError("ids must be a list of integers")
-    a = np.asarray(ids, dtype=np.int64)
-    if a.size and (a.min() < 0 or a.max() >= n):
-        raise EncodingError("an id lies outside the tenant's corpus")
-    if np.unique(a).size != a.size:
-        raise EncodingError("duplicate ids in a charge")
-    return a
+    channels: dict[str, Any] = {}
+    eps = delta = k_max = None
+    if run.policy is not None:
+        cert = run.policy.certified_epsilons()
+        channels = {"relation": cert["relation"], "retrieval": cert["retrieval"], "generation": cert["generation"]}
+        k_max = run.policy.coalition.k_max
+        if not math.isfinite(cert["epsilon"]):
+            run.fail("policy", "the committed parameters certify no finite ε")
+        eps, delta = cert["epsilon"], cert["delta"]
+    verdict = "PASS" if not run.reasons else "FAIL"
+    if verdict == "FAIL":
+        eps = delta = None
+    attestation = {"retrieval": ATTESTATION_RETRIEVAL, "generation": ATTESTATION_GENERATION}
+    vk = run.genesis["provider_key"] if run.genesis else None
+    return Verdict(verdict=verdict, epsilon=eps, delta=delta, k_max=k_max, channels=channels,
+                   attestation=attestation, reasons=run.reasons, checked=dict(run.checked), mode=mode,
+                   guarantee=guarantee, rejected_evidence=run.rejected,
+                   provider_key=None if vk is None else key_fingerprint(vk), key_pinned=pinned is not None,
+                   trusted_checkpoint=trusted_size, timings=dict(run.timings))

@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 
-from dprag.audit.retrieval import noise_table, noisy_top_k, query_label, retrieval_noise
+from dprag.audit.retrieval import noise_table, noisy_top_k, request_label, retrieval_noise
 
 
 def _time(fn, repeats):
@@ -38,7 +38,7 @@ def main() -> None:
     print(f"{'N':>9} {'ours ms':>9} {'float floor ms':>15} {'ratio':>6}")
     for n in (10**5, 10**6):
         scores = rng.integers(0, 1024, n)
-        label = query_label("acct", "tenant", "00" * 32, 7)
+        label = request_label("retrieval", bytes(32))
 
         def ours():
             noisy_top_k(scores, retrieval_noise(seed, label, n, table), 10)

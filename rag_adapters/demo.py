@@ -59,6 +59,7 @@ from dprag.audit import commitments as cm
 from dprag.audit.encoding import decode, encode
 from dprag.audit.estimator import coalition_clusters, coalition_size_curve
 from dprag.audit.policy import CoalitionPolicy, GenerationPolicy, Policy, RetrievalPolicy, SamplerSpec
+from dprag.audit.account import AccountClient, AccountKey
 from dprag.audit.service import ProviderService
 from dprag.audit.verifier import verify
 
@@ -198,8 +199,7 @@ def build_policy(cfg: DemoConfig, *, k_max: int | None = None, window: str | Non
             epsilon_acc=p.epsilon_acc, delta_acc=p.delta_acc, sigma=sigma, sensitivity=SENSITIVITY,
             score_clip=SCORE_CLIP, score_shift=SCORE_SHIFT,
             sampler=SamplerSpec(p.sampler_tail, p.sampler_bits, p.sampler_tv)),
-        coalition=CoalitionPolicy(k_max=p.k_max if k_max is None else k_max, delta_policy=p.delta_policy,
-                                  theta=p.theta, window=p.window),
+        coalition=CoalitionPolicy(k_max=p.k_max if k_max is None else k_max, delta_policy=p.delta_policy),
         generation=GenerationPolicy(algorithm="murag", m=p.m, epsilon_token=p.epsilon_token,
                                     max_private_tokens=p.max_private_tokens, max_queries_per_doc=p.M,
                                     docs_per_voter=p.docs_per_voter, tau=p.tau, max_tokens=p.max_tokens),
@@ -484,7 +484,7 @@ def _prepare_out(out: Path) -> None:
         if entries and not (out / MARKER).is_file():
             raise InvalidParameterError("out", "is a non-empty directory that holds no previous demo run; "
                                                "choose a new or empty directory", str(out))
-        for name in ("provider", "bundle", "lowk", "plots", "receipts.jsonl", "verdict.json", "report.md",
+        for name in ("provider", "accounts", "bundle", "lowk", "plots", "receipts.jsonl", "verdict.json", "report.md",
                      "answers.jsonl", MARKER):
             p = out / name
             if p.is_dir():
@@ -568,9 +568,12 @@ def run_demo(out: str | os.PathLike, cfg: DemoConfig, *, progress: bool = True,
 
     # Phase A: open the window (embeds and commits the tenant indexes) --------------------------------------
     t = time.perf_counter()
+    keys = {a: AccountKey.generate() for a in accounts}
     svc = ProviderService.create(out / "provider", policy=policy, embedder=models.embedder,
                                  embedder_descriptor=models.descriptor(schema), generator=models.generator,
-                                 tenants={k: c.documents for k, c in corpora.items()}, accounts=accounts)
+                                 tenants={k: c.documents for k, c in corpora.items()},
+                                 accounts={a: (t, keys[a].vkey) for a, t in accounts.items()})
+    clients = _clients(svc, models, keys, out / "accounts")
     timings["open window (embed + commit)"] = time.perf_counter() - t
 
     # Phase B: serve ---------------------------------------------------------------------------------------
@@ -580,9 +583,10 @@ def run_demo(out: str | os.PathLike, cfg: DemoConfig, *, progress: bool = True,
     try:
         for req in prog.bar(script, total=len(script), desc="serving queries"):
             t0 = time.perf_counter()
-            r = svc.query(req.account, req.question)
+            r = clients[req.account].ask(svc, req.question)
             served.append(Served(req, r.pos, r.answer, r.citations, time.perf_counter() - t0))
-            receipts.append(encode({"receipt": r.receipt, "top": r.citations}).decode())
+            kept = clients[req.account].receipts[-1]  # what the account hands the auditor: receipt, citations, request
+            receipts.append(encode({k: kept[k] for k in ("receipt", "top", "request")}).decode())
         timings["serve queries"] = time.perf_counter() - t
         (out / "receipts.jsonl").write_text("".join(x + "\n" for x in receipts))
         bundle = svc.export_bundle(out / "bundle")
@@ -598,7 +602,8 @@ def run_demo(out: str | os.PathLike, cfg: DemoConfig, *, progress: bool = True,
 
     # Phase D: verify --------------------------------------------------------------------------------------
     t = time.perf_counter()
-    verdict = verify(bundle, receipts=out / "receipts.jsonl", mode="full").to_json()
+    verdict = verify(bundle, receipts=out / "receipts.jsonl", mode="full", theta=p.theta,
+                     coalition_window=p.window).to_json()
     timings["verify"] = time.perf_counter() - t
     (out / "verdict.json").write_text(json.dumps(verdict, indent=1, sort_keys=True) + "\n")
     echo(f"  verdict: {verdict['verdict']}" + (f" ε = {verdict['epsilon']:.4g}, δ = {verdict['delta']:.3g}"
@@ -628,6 +633,13 @@ def run_demo(out: str | os.PathLike, cfg: DemoConfig, *, progress: bool = True,
     return result
 
 
+def _clients(svc: ProviderService, models: Models, keys: dict, directory: Path) -> dict[str, AccountClient]:
+    """Each account's client: it signs its requests and computes Q itself with the committed embedder."""
+    return {a: AccountClient(a, svc.policy.window, k, provider_vkey=svc.signer.vkey(), embedder=models.embedder,
+                             embedding_scale=svc.embedder_descriptor["embedding_scale"], directory=directory / a)
+            for a, k in keys.items()}
+
+
 def _run_lowk(d: Path, cfg: DemoConfig, models: Models, corpora, script, prog) -> dict:
     """A second window: the coalition's first probe of every colluder, under a policy with k_max = lowk."""
     ten = cfg.coalition_tenant
@@ -637,20 +649,23 @@ def _run_lowk(d: Path, cfg: DemoConfig, models: Models, corpora, script, prog) -
         if r.kind == "probe" and r.account not in seen:
             probes.append(r)
             seen.add(r.account)
+    keys = {a: AccountKey.generate() for a in cfg.colluders}
     svc = ProviderService.create(d / "provider", policy=policy, embedder=models.embedder,
                                  embedder_descriptor=models.descriptor({ten: len(corpora[ten].documents)}),
                                  generator=models.generator, tenants={ten: corpora[ten].documents},
-                                 accounts={a: ten for a in cfg.colluders})
+                                 accounts={a: (ten, keys[a].vkey) for a in cfg.colluders})
+    clients = _clients(svc, models, keys, d / "accounts")
     lines = []
     try:
         for r in prog.bar(probes, total=len(probes), desc=f"k_max={cfg.privacy.lowk_k_max} window"):
-            s = svc.query(r.account, r.question)
+            s = clients[r.account].ask(svc, r.question)
             lines.append(encode({"receipt": s.receipt, "top": s.citations}).decode() + "\n")
         (d / "receipts.jsonl").write_text("".join(lines))
         bundle = svc.export_bundle(d / "bundle")
     finally:
         svc.close()
-    v = verify(bundle, receipts=d / "receipts.jsonl", mode="full").to_json()
+    v = verify(bundle, receipts=d / "receipts.jsonl", mode="full", theta=cfg.privacy.theta,
+               coalition_window=cfg.privacy.window).to_json()
     (d / "verdict.json").write_text(json.dumps(v, indent=1, sort_keys=True) + "\n")
     return v
 
@@ -846,7 +861,16 @@ def render_report(cfg: DemoConfig, policy: Policy, models: Models, schema: dict,
     if retr.get("paper_eq_5_2_leading") is not None:
         L.append(f"\nFor comparison, 002's leading term √k_max·ε_acc = {retr['paper_eq_5_2_leading']:.4f} "
                  "is not a certified bound; the verdict reports the certified value above.")
-    L.append(f"\n**Attestation:** {v['attestation']}\n")
+    L.append("\n**Attestation** (what the verifier re-checked, per channel):\n")
+    for ch, text in sorted(v["attestation"].items()):
+        L.append(f"- {ch}: {text}")
+    L.append("\n**Trust model** (what no verifier can see; spec/threat-model.md):\n")
+    for t in v.get("trust", []):
+        L.append(f"- {t}")
+    L.append(f"\nProvider key {v.get('provider_key')} "
+             f"({'pinned by the auditor' if v.get('key_pinned') else 'taken from the bundle, not pinned'}); "
+             f"{v['checked'].get('queries_with_account_confirmed_q', 0)} of {v['checked'].get('queries', 0)} queries "
+             "carry a query embedding the account computed and signed itself.\n")
     L.append("**Checked:** " + ", ".join(f"{k} = {n}" for k, n in sorted(v["checked"].items())) + f" (mode {v['mode']})\n")
     L.append("## Coalition estimate (002 §5.5, spec/protocol.md §6)\n")
     c_hat = v["checked"].get("coalition_estimate")

@@ -1,4 +1,5 @@
-"""Tampering with any byte of a bundle (or of the receipts) turns PASS into FAIL with a named reason.
+"""Tampering with any byte of a bundle turns PASS into FAIL with a named reason; tampering with the receipts
+(the accounts' evidence) makes them rejected evidence, listed, and never a FAIL of the honest provider.
 
 Every single-byte mutation at positions drawn (seeded) from each file, and truncated, reordered and
 duplicated records. Deterministic: fixed seed, fixed window.
@@ -14,16 +15,18 @@ from dprag.audit.verifier import verify
 
 # which checks may report the damage of each file
 FILES = {
-    "public/leaves.bin": {"ledger", "canonical", "commitments", "generation", "retrieval", "receipts", "rate"},
+    "public/leaves.bin": {"ledger", "canonical", "commitments", "generation", "retrieval", "receipts", "rate",
+                          "requests"},
     "public/checkpoints.txt": {"ledger"},
     "public/genesis.json": {"commitments"},
     "public/provider.vkey": {"commitments", "ledger", "receipts"},
     "auditor/seed.hex": {"commitments", "retrieval"},
     "auditor/policy.json": {"commitments"},
     "auditor/embedder.json": {"commitments"},
-    "auditor/openings.jsonl": {"canonical", "retrieval", "generation", "coalition"},
+    "auditor/openings.jsonl": {"canonical", "retrieval", "generation", "coalition", "requests"},
     "auditor/index/clinic.i16": {"commitments"},
-    "receipts.jsonl": {"receipts"},
+    "auditor/docs/clinic.json": {"commitments"},
+    "receipts.jsonl": set(),  # rejected evidence, not a FAIL
 }
 SAMPLES_PER_FILE = 24
 
@@ -66,6 +69,9 @@ def test_every_sampled_single_byte_mutation_fails(window, tmp_path, rel):
         data[pos] ^= rng.randrange(1, 256)
         path.write_bytes(bytes(data))
         v = _verdict(dst)
+        if rel == "receipts.jsonl":
+            assert v.verdict == "PASS" and v.rejected_evidence, f"receipts: byte {pos}: {v.reasons[:3]}"
+            continue
         assert v.verdict == "FAIL", f"{rel}: byte {pos} mutated, still PASS"
         assert _checks(v) & FILES[rel], f"{rel}: byte {pos}: reasons {v.reasons[:3]} name none of {FILES[rel]}"
     path.write_bytes(original)
@@ -117,9 +123,11 @@ def test_line_record_edits_fail(window, tmp_path, rel, edit):
         data = sep.join(parts)
     path.write_bytes(data)
     v = _verdict(dst)
-    if rel == "receipts.jsonl" and edit == "swap":
-        # the order of account-supplied receipts carries no claim: each still verifies
-        assert v.verdict == "PASS"
+    if rel == "receipts.jsonl":
+        # the order of account-supplied receipts carries no claim (swap: each still verifies); a damaged or
+        # duplicated line is rejected evidence, never a FAIL of the provider
+        assert v.verdict == "PASS", v.reasons
+        assert bool(v.rejected_evidence) == (edit != "swap")
         return
     assert v.verdict == "FAIL", (rel, edit)
     assert _checks(v) & FILES[rel]

@@ -96,12 +96,15 @@ def test_bad_input_exits_2_with_message(override, needle, capsys):
     rc = main(args + ["--json"])
     assert rc == 2
     cap = capsys.readouterr()
-    assert cap.out == "" and needle in cap.err and "Traceback" not in cap.err
+    assert needle in cap.err and "Traceback" not in cap.err
+    err = json.loads(cap.out)  # under --json an error is also a JSON object on stdout (spec/protocol.md §8.11)
+    assert err["schema"] == "dprag.error/1" and err["exit_code"] == 2 and needle in err["error"]
 
 
 def test_bad_input_subprocess_exit_code_and_usage_errors():
     p = _run(["accounting", "collusion", "--k", "0", "--eps-acc", "1", "--delta-acc", "1e-6", "--n", "10", "--json"])
-    assert p.returncode == 2 and "k: must be an integer >= 1" in p.stderr and p.stdout == ""
+    assert p.returncode == 2 and "k: must be an integer >= 1" in p.stderr
+    assert json.loads(p.stdout)["exit_code"] == 2
     p = _run(["accounting", "collusion", "--k", "ten", "--eps-acc", "1", "--delta-acc", "1e-6", "--n", "10"])
     assert p.returncode == 2 and "Invalid value" in p.stderr and "Traceback" not in p.stderr
     p = _run(["accounting", "collusion", "--eps-acc", "1", "--delta-acc", "1e-6", "--n", "10"])  # --k missing

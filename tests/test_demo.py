@@ -5,6 +5,8 @@ helpers of ``rag_adapters.audit_embedder``. The real-model smoke test is tests/t
 from __future__ import annotations
 
 import hashlib
+
+from dprag.audit.account import question_commitment, request_hash
 import json
 from dataclasses import replace
 from pathlib import Path
@@ -145,7 +147,8 @@ def test_toy_run_passes_and_writes_every_output(toy_run):
     v = json.loads((out / "verdict.json").read_text())
     assert v["verdict"] == "PASS" and v["reasons"] == []
     report = (out / "report.md").read_text()
-    assert "**Verdict: PASS**" in report and v["attestation"] in report
+    assert "**Verdict: PASS**" in report and all(text in report for text in v["attestation"].values())
+    assert "Trust model" in report and v["checked"]["queries_with_account_confirmed_q"] == v["checked"]["queries"]
     assert "Non-RAG baseline" in report and "ĉ = **3**" in report
 
 
@@ -158,7 +161,9 @@ def test_toy_run_receipts_match_the_answers_and_the_ledger(toy_run):
         r = rc["receipt"]
         assert r["pos"] == ans["pos"] and r["account"] == ans["account"] and r["tenant"] == ans["tenant"]
         assert r["h_answer"] == hashlib.sha256(ans["answer"].encode()).hexdigest()
-        assert r["h_q"] == hashlib.sha256(ans["question"].encode()).hexdigest()
+        req = rc["request"]
+        assert r["h_req"] == request_hash(req).hex()
+        assert req["h_q"] == question_commitment(bytes.fromhex(req["nonce"]), ans["question"])
         assert (rc["top"] is None) == (ans["tenant"] != "clinic-a")  # citations only where enabled
         if rc["top"] is not None:
             assert len(rc["top"]) == D.quick_config("toy").privacy.K

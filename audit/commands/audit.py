@@ -1,4 +1,10 @@
-"""``dprag audit ...``: verify a bundle, print its ledger root and leaves."""
+"""``dprag audit ...``: verify a bundle, print its ledger root and leaves.
+
+Exit codes (spec/protocol.md §8.11), the same in every subcommand: 0 PASS / success; 1 FAIL — any defect
+inside the bundle, named by file and check; 2 the auditor's own input is unusable (a path that does not
+exist, bad flags, an unreadable receipts / key / checkpoint file, an unsupported protocol version).
+Errors are one line on stderr (under ``--json`` also a JSON error object on stdout), never a traceback.
+"""
 
 from __future__ import annotations
 
@@ -8,8 +14,22 @@ from pathlib import Path
 
 import click
 
-from ..verifier import BundleError, load_bundle, verify
+from ..bundle import AuditorInputError, load_bundle
 from ..ledger.rfc6962 import root_from_leaves
+from ..verifier import DEFAULT_THETA, DEFAULT_WINDOW, verify
+
+SCHEMA_ROOT = "dprag.ledger-root/1"
+SCHEMA_ERROR = "dprag.error/1"
+LARGE_EPSILON = 10.0  # beyond this, e^ε > 22,000: a likelihood ratio that bounds almost nothing
+
+
+class BundleDefect(click.ClickException):
+    exit_code = 1
+
+
+def _error_json(as_json: bool, message: str, code: int) -> None:
+    if as_json:
+        click.echo(json.dumps({"schema": SCHEMA_ERROR, "error": message, "exit_code": code}, sort_keys=True))
 
 
 @click.group("audit")
@@ -17,36 +37,112 @@ def audit() -> None:
     """Audit bundles: verification and ledger inspection."""
 
 
+def _load_corpus(path: Path | None) -> dict[str, list[str]] | None:
+    if path is None:
+        return None
+    if not path.is_dir():
+        raise AuditorInputError(f"--corpus {path}: not a directory of <tenant>.json files")
+    out = {}
+    for f in sorted(path.glob("*.json")):
+        try:
+            texts = json.loads(f.read_text())
+        except (OSError, ValueError) as e:
+            raise AuditorInputError(f"--corpus {f}: not a JSON list of texts ({e})") from None
+        if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
+            raise AuditorInputError(f"--corpus {f}: must be a JSON list of document texts in index order")
+        out[f.stem] = texts
+    return out
+
+
+class _Progress:
+    """A progress bar on stderr for long windows (tqdm; silent for small ones or when stderr is no terminal)."""
+
+    def __init__(self, enabled: bool):
+        self.bars = {}
+        self.enabled = enabled
+
+    def __call__(self, step: str, n: int) -> None:
+        if not self.enabled:
+            return
+        from tqdm import tqdm
+
+        bar = self.bars.get(step)
+        if bar is None:
+            bar = self.bars[step] = tqdm(desc=f"verify {step}", unit="rec", file=sys.stderr, leave=False)
+        bar.update(n)
+
+    def close(self):
+        for b in self.bars.values():
+            b.close()
+
+
 @audit.command("verify")
 @click.argument("bundle", type=click.Path(path_type=Path))
 @click.option("--receipts", type=click.Path(path_type=Path), default=None,
               help="JSONL of receipts supplied by accounts (never taken from the provider's bundle).")
+@click.option("--key", type=click.Path(path_type=Path), default=None,
+              help="file with the provider's note verifier key, pinned by the auditor (else the bundle's own key "
+                   "is used and the verdict says so).")
+@click.option("--trusted-checkpoint", type=click.Path(path_type=Path), default=None,
+              help="a signed checkpoint seen earlier: the ledger must extend it (detects truncation and forks).")
+@click.option("--corpus", type=click.Path(path_type=Path), default=None,
+              help="directory of <tenant>.json (a list of texts in index order): check C_docs against it.")
 @click.option("--mode", type=click.Choice(["full", "sampled"]), default="full", show_default=True)
 @click.option("--samples", type=click.IntRange(min=1), default=None, help="records to check in sampled mode")
-@click.option("--json", "as_json", is_flag=True, help="print one JSON object")
-def verify_cmd(bundle: Path, receipts: Path | None, mode: str, samples: int | None, as_json: bool) -> int:
-    """Re-check everything in BUNDLE; PASS ε δ (exit 0), FAIL reasons (exit 1), unusable input (exit 2)."""
+@click.option("--theta", type=click.FloatRange(min=0, max=1, min_open=True), default=DEFAULT_THETA,
+              show_default=True, help="coalition estimator: cosine similarity that links two queries.")
+@click.option("--coalition-window", type=click.IntRange(min=1), default=DEFAULT_WINDOW,
+              help="coalition estimator: link queries at most this many ledger entries apart "
+                   "(default: the whole audit window).")
+@click.option("--json", "as_json", is_flag=True, help="print one JSON object (schema dprag.verdict/2)")
+def verify_cmd(bundle: Path, receipts: Path | None, key: Path | None, trusted_checkpoint: Path | None,
+               corpus: Path | None, mode: str, samples: int | None, theta: float, coalition_window: int | None,
+               as_json: bool) -> int:
+    """Re-check everything in BUNDLE: PASS ε δ (exit 0), FAIL reasons (exit 1), unusable input (exit 2)."""
     if mode == "sampled" and samples is None:
         raise click.UsageError("--mode sampled needs --samples S")
-    v = verify(bundle, receipts=receipts, mode=mode, samples=samples)
+    if mode == "full" and samples is not None:
+        raise click.UsageError("--samples needs --mode sampled")
+    if not bundle.is_dir():
+        raise click.UsageError(f"BUNDLE {bundle}: no such directory")
+    bar = _Progress(enabled=not as_json and sys.stderr.isatty())
+    try:
+        v = verify(bundle, receipts=receipts, mode=mode, samples=samples, key=key,
+                   trusted_checkpoint=trusted_checkpoint, corpus=_load_corpus(corpus), theta=theta,
+                   coalition_window=coalition_window, progress=bar)
+    finally:
+        bar.close()
     if as_json:
         click.echo(json.dumps(v.to_json(), sort_keys=True))
+        return 0 if v.verdict == "PASS" else 1
+    if v.verdict == "PASS":
+        click.echo(f"PASS {v.epsilon:.6g} {v.delta:.6g}")
+        click.echo("  meaning: the provider followed the policy it committed to, and that policy guarantees this "
+                   "ε and δ for the channels and relation below.")
+        if v.epsilon > LARGE_EPSILON:
+            click.echo(f"  warning: ε = {v.epsilon:.3g} > {LARGE_EPSILON:g}: an adversary's likelihood ratio may "
+                       f"reach e^ε, over 22,000 — a guarantee this weak rules out almost no inference.")
+        ch = v.channels
+        click.echo(f"  relation: {ch['relation']}")
+        click.echo(f"  retrieval channel: ε={ch['retrieval']['epsilon']:.6g} δ={ch['retrieval']['delta']:.3g} "
+                   f"— {ch['retrieval']['covers']}")
+        click.echo(f"  generation channel: ε={ch['generation']['epsilon']:.6g} δ=0 — {ch['generation']['covers']}")
     else:
-        if v.verdict == "PASS":
-            click.echo(f"PASS {v.epsilon:.6g} {v.delta:.6g}")
-            ch = v.channels
-            click.echo(f"  relation: {ch['relation']}")
-            click.echo(f"  retrieval channel: ε={ch['retrieval']['epsilon']:.6g} δ={ch['retrieval']['delta']:.3g} "
-                       f"— {ch['retrieval']['covers']}")
-            click.echo(f"  generation channel: ε={ch['generation']['epsilon']:.6g} δ=0 — {ch['generation']['covers']}")
-        else:
-            click.echo("FAIL")
-            for r in v.reasons:
-                click.echo(f"  {r}")
-        click.echo(f"  attestation: {v.attestation}")
-        if v.guarantee:
-            click.echo(f"  {v.guarantee}")
-        click.echo("  checked: " + ", ".join(f"{k}={n}" for k, n in sorted(v.checked.items())))
+        click.echo("FAIL")
+        for r in v.reasons:
+            click.echo(f"  {r}")
+    click.echo(f"  provider key: {v.provider_key} ({'pinned by the auditor' if v.key_pinned else 'NOT pinned: taken from the bundle'})")
+    if v.trusted_checkpoint is not None:
+        click.echo(f"  extends the trusted checkpoint of size {v.trusted_checkpoint}")
+    for ch, text in v.attestation.items():
+        click.echo(f"  attestation ({ch}): {text}")
+    for t in v.trust:
+        click.echo(f"  on trust: {t}")
+    if v.guarantee:
+        click.echo(f"  {v.guarantee}")
+    for r in v.rejected_evidence:
+        click.echo(f"  rejected evidence (not held against the provider): {r}")
+    click.echo("  checked: " + ", ".join(f"{k}={n}" for k, n in sorted(v.checked.items())))
     return 0 if v.verdict == "PASS" else 1
 
 
@@ -56,9 +152,12 @@ def ledger() -> None:
 
 
 def _leaves(bundle: Path) -> list[bytes]:
+    if not bundle.is_dir():
+        raise click.UsageError(f"BUNDLE {bundle}: no such directory")
     b = load_bundle(bundle)
-    if b.framing_error:
-        raise BundleError(b.framing_error)
+    bad = [d for d in b.defects if "leaves.bin" in d]
+    if bad:
+        raise BundleDefect(bad[0])
     return b.leaves
 
 
@@ -70,7 +169,7 @@ def root_cmd(bundle: Path, as_json: bool) -> int:
     leaves = _leaves(bundle)
     root = root_from_leaves(leaves).hex()
     if as_json:
-        click.echo(json.dumps({"size": len(leaves), "root": root}))
+        click.echo(json.dumps({"schema": SCHEMA_ROOT, "size": len(leaves), "root": root}, sort_keys=True))
     else:
         click.echo(f"{len(leaves)} {root}")
     return 0

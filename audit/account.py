@@ -1,0 +1,245 @@
+"""Accounts (spec/protocol.md §5.1): account keys, signed requests, and the account-side client.
+
+An account signs every request it sends: the window id, its own name, a gapless per-account counter, a
+hiding commitment to the question, a nonce it chose, and (optionally) a hiding commitment to the query
+embedding Q that it computed itself with the committed embedder. The retrieval noise and the generation
+randomness are derived only from this signed request and the committed seed (§5.2), so the provider has
+nothing to grind: re-sending the same request yields the same noise, and a fresh request needs the
+account's signature.
+
+``AccountClient`` keeps the account's side of the protocol: its key, its counter, the receipts it received
+(appended durably, one JSON object per line), and the check that a receipt answers the request it sent.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat, PublicFormat
+
+from dprag.accounting.errors import DpragError, InvalidParameterError
+
+from .encoding import EncodingError, decode, encode, hexbytes
+
+REQUEST_DOMAIN = b"dprag/request/v2\n"
+QUESTION_DOMAIN = b"dprag/v2/question\x00"
+QEMB_DOMAIN = b"dprag/v2/qemb\x00"
+REQUEST_FIELDS = ("type", "window", "account", "counter", "h_q", "h_qemb", "nonce")
+MAX_COUNTER = (1 << 53) - 1
+
+
+class ReceiptError(DpragError):
+    """A receipt does not answer the request it claims to (wrong signature, window, request or shape)."""
+
+
+def question_commitment(nonce: bytes, question: str) -> str:
+    """h_q = H("dprag/v2/question\\0" || nonce || UTF-8(question)): hiding (the nonce is the account's)."""
+    return hashlib.sha256(QUESTION_DOMAIN + bytes(nonce) + question.encode("utf-8")).hexdigest()
+
+
+def qemb_commitment(nonce: bytes, qemb: bytes) -> str:
+    """h_qemb = H("dprag/v2/qemb\\0" || nonce || Q as int16 LE bytes): hiding."""
+    return hashlib.sha256(QEMB_DOMAIN + bytes(nonce) + bytes(qemb)).hexdigest()
+
+
+def request_hash(signed_request: dict) -> bytes:
+    """h_req = H(canonical(signed request, signature included)): the request's name everywhere (§5.2)."""
+    return hashlib.sha256(encode(signed_request)).digest()
+
+
+@dataclass(frozen=True)
+class AccountKey:
+    """An account's Ed25519 key. ``vkey`` is the hex of the 32-byte public key (what genesis registers)."""
+
+    seed: bytes
+
+    @classmethod
+    def generate(cls) -> "AccountKey":
+        return cls(secrets.token_bytes(32))
+
+    @classmethod
+    def from_hex(cls, s: str) -> "AccountKey":
+        return cls(hexbytes(s.strip(), "account key", 32))
+
+    def _private(self) -> Ed25519PrivateKey:
+        return Ed25519PrivateKey.from_private_bytes(self.seed)
+
+    @property
+    def vkey(self) -> str:
+        return self._private().public_key().public_bytes(Encoding.Raw, PublicFormat.Raw).hex()
+
+    def sign(self, message: bytes) -> bytes:
+        return self._private().sign(message)
+
+    def to_hex(self) -> str:
+        return self._private().private_bytes(Encoding.Raw, PrivateFormat.Raw, NoEncryption()).hex()
+
+
+def make_request(key: AccountKey, *, window: str, account: str, counter: int, question: str,
+                 qemb: bytes | None, nonce: bytes | None = None) -> dict:
+    """A signed request (§5.1). ``qemb``: Q bytes the account computed itself, or None (then Q is on trust)."""
+    if not isinstance(counter, int) or isinstance(counter, bool) or not 1 <= counter <= MAX_COUNTER:
+        raise InvalidParameterError("counter", "must be an integer in [1, 2^53)", counter)
+    if not isinstance(question, str) or not question.strip():
+        raise InvalidParameterError("question", "must be a non-empty string")
+    nonce = secrets.token_bytes(16) if nonce is None else bytes(nonce)
+    if len(nonce) != 16:
+        raise InvalidParameterError("nonce", "must be 16 bytes")
+    body = {"type": "request", "window": window, "account": account, "counter": counter,
+            "h_q": question_commitment(nonce, question),
+            "h_qemb": None if qemb is None else qemb_commitment(nonce, qemb), "nonce": nonce.hex()}
+    return {**body, "sig": key.sign(REQUEST_DOMAIN + encode(body)).hex()}
+
+
+def verify_request(req: Any, account_vkey: str) -> dict:
+    """Shape and signature of a signed request; returns it. Raises EncodingError on any defect."""
+    if not isinstance(req, dict) or set(req) != {*REQUEST_FIELDS, "sig"} or req.get("type") != "request":
+        raise EncodingError("request: wrong set of fields or type")
+    for f in ("window", "account"):
+        if not isinstance(req[f], str) or not req[f]:
+            raise EncodingError(f"request.{f}: must be a non-empty string")
+    c = req["counter"]
+    if isinstance(c, bool) or not isinstance(c, int) or not 1 <= c <= MAX_COUNTER:
+        raise EncodingError("request.counter: must be an integer in [1, 2^53)")
+    hexbytes(req["h_q"], "request.h_q", 32)
+    if req["h_qemb"] is not None:
+        hexbytes(req["h_qemb"], "request.h_qemb", 32)
+    hexbytes(req["nonce"], "request.nonce", 16)
+    sig = hexbytes(req["sig"], "request.sig", 64)
+    body = {k: v for k, v in req.items() if k != "sig"}
+    try:
+        Ed25519PublicKey.from_public_bytes(hexbytes(account_vkey, "account key", 32)).verify(
+            sig, REQUEST_DOMAIN + encode(body))
+    except InvalidSignature:
+        raise EncodingError("request: signature does not verify under the account's registered key") from None
+    return req
+
+
+@dataclass
+class Request:
+    """What an account sends: the signed request, the question, and Q (when the account computed it)."""
+
+    signed: dict
+    question: str
+    qemb: bytes | None
+
+    @property
+    def account(self) -> str:
+        return self.signed["account"]
+
+    @property
+    def h_req(self) -> bytes:
+        return request_hash(self.signed)
+
+
+class AccountClient:
+    """The account's side: key, gapless counter, receipts kept durably (``directory``: state; None = memory).
+
+    ``embedder``: the committed embedder (anything with ``embed(texts) -> (n, d) floats``) and its scale; with
+    it the client computes Q itself and commits to it, so the provider cannot substitute another Q.
+    """
+
+    def __init__(self, account: str, window: str, key: AccountKey, *, provider_vkey: str | None = None,
+                 embedder=None, embedding_scale: int | None = None, directory: str | os.PathLike | None = None):
+        self.account, self.window, self.key = account, window, key
+        self.provider_vkey = provider_vkey
+        self.embedder, self.embedding_scale = embedder, embedding_scale
+        self.dir = None if directory is None else Path(directory)
+        self.counter = 0
+        self.receipts: list[dict] = []
+        if self.dir is not None:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            rpath = self.dir / "receipts.jsonl"
+            if rpath.exists():
+                for line in rpath.read_bytes().splitlines():
+                    if line.strip():
+                        self.receipts.append(json.loads(line))
+            cpath = self.dir / "counter"
+            if cpath.exists():
+                self.counter = int(cpath.read_text())
+
+    # -- requests ----------------------------------------------------------------------------------------
+    def request(self, question: str) -> Request:
+        """Sign the next request (the counter advances durably first, so a crash never reuses one)."""
+        qemb = None
+        if self.embedder is not None:
+            from .commitments import embedding_bytes, quantise_embeddings
+
+            q = quantise_embeddings(np.asarray(self.embedder.embed([question]))[0:1], self.embedding_scale)[0]
+            qemb = embedding_bytes(q)
+        counter = self.counter + 1
+        signed = make_request(self.key, window=self.window, account=self.account, counter=counter,
+                              question=question, qemb=qemb)
+        self._set_counter(counter)
+        return Request(signed, question, qemb)
+
+    def _set_counter(self, c: int) -> None:
+        self.counter = c
+        if self.dir is not None:
+            tmp = self.dir / "counter.tmp"
+            tmp.write_text(str(c))
+            os.replace(tmp, self.dir / "counter")
+
+    def ask(self, service, question: str):
+        """Send one request to ``service`` (a ProviderService), check and keep the receipt; return the answer."""
+        req = self.request(question)
+        served = service.serve(req)
+        self.accept(req, served.receipt, served.citations)
+        return served
+
+    # -- receipts ----------------------------------------------------------------------------------------
+    def accept(self, req: Request, receipt: dict, citations=None) -> dict:
+        """Check that ``receipt`` answers ``req`` (and matches the citations shown), then keep it."""
+        from .receipts import verify_receipt
+        from .ledger import NoteVerifier
+
+        if self.provider_vkey is None:
+            raise ReceiptError("no provider key pinned: pass provider_vkey= to check receipts")
+        try:
+            body = verify_receipt(receipt, NoteVerifier.from_vkey(self.provider_vkey))
+        except (EncodingError, DpragError) as e:
+            raise ReceiptError(f"receipt rejected: {e}") from None
+        if body["window"] != self.window or body["account"] != self.account:
+            raise ReceiptError("receipt names another window or account")
+        if body["h_req"] != req.h_req.hex() or body["counter"] != req.signed["counter"]:
+            raise ReceiptError("receipt answers another request")
+        if citations is not None and body["nonce_top"] is not None:
+            from .retrieval import top_commitment
+
+            if top_commitment(np.asarray(citations, dtype=np.int64), bytes.fromhex(body["nonce_top"])) != body["h_top"]:
+                raise ReceiptError("the citations shown do not match the receipt's h_top")
+        entry = {"receipt": receipt, "top": None if citations is None else [int(i) for i in citations],
+                 "request": req.signed, "question": req.question}
+        self.receipts.append(entry)
+        if self.dir is not None:
+            with open(self.dir / "receipts.jsonl", "ab") as f:
+                f.write(encode(entry) + b"\n")
+                f.flush()
+                os.fsync(f.fileno())
+        return body
+
+    def export_receipts(self, path: str | os.PathLike, *, include_questions: bool = False) -> Path:
+        """Write every kept receipt, with the citations shown and the signed request, as JSONL: what the account
+        hands the auditor. ``include_questions``: also the question texts (they open the requests' h_q), which
+        an auditor needs to replay the answers; the account decides."""
+        keep = ("receipt", "top", "request", "question") if include_questions else ("receipt", "top", "request")
+        p = Path(path)
+        p.write_bytes(b"".join(encode({k: e[k] for k in keep if k in e}) + b"\n" for e in self.receipts))
+        return p
+
+
+def load_request(data: bytes) -> dict:
+    """Decode a canonical signed request (the shape only; the signature is checked against a registry)."""
+    req = decode(data, what="request")
+    if not isinstance(req, dict):
+        raise EncodingError("request: not an object")
+    return req

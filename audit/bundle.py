@@ -1,0 +1,137 @@
+"""Reading a bundle (spec/protocol.md §7) that a possibly hostile provider wrote.
+
+Every file is read through ``bundlefs.BundleDir``: path components opened relative to the bundle's
+directory descriptor with O_NOFOLLOW | O_NONBLOCK, regular files only, at most a cap of bytes, content never
+echoed. A defect *inside* the bundle (missing, oversized, a symlink, unparsable) is recorded as a FAIL
+reason naming the file — never "unusable input", so a cheating provider cannot turn FAIL into exit 2. Only
+the auditor's own inputs (a bundle path that is not a directory, an unsupported protocol version) raise
+``AuditorInputError``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dprag.accounting.errors import DpragError
+
+from .bundlefs import BundleDir, BundleFileError
+
+MAX_LEAF_BYTES = 1 << 24
+CAPS = {  # bytes; generous for a 10^6-query window, bounded for any input
+    "public/genesis.json": 1 << 26,
+    "public/leaves.bin": 1 << 34,
+    "public/checkpoints.txt": 1 << 32,
+    "public/provider.vkey": 1 << 12,
+    "auditor/seed.hex": 1 << 8,
+    "auditor/policy.json": 1 << 20,
+    "auditor/embedder.json": 1 << 20,
+    "auditor/openings.jsonl": 1 << 36,
+    "index": 1 << 34,
+    "docs": 1 << 30,
+}
+MAX_TENANTS = 10_000
+
+
+class AuditorInputError(DpragError):
+    """The auditor's own input is unusable (exit 2): no bundle directory, an unsupported protocol version,
+    an unreadable receipts / key / checkpoint file."""
+
+
+BundleError = AuditorInputError  # the name version 1 used
+
+
+def parse_leaves(data: bytes) -> list[bytes]:
+    """leaves.bin: u32be(len) || bytes, repeated. Raises ValueError naming the defect."""
+    out, i = [], 0
+    while i < len(data):
+        if i + 4 > len(data):
+            raise ValueError("truncated length prefix")
+        n = int.from_bytes(data[i:i + 4], "big")
+        if n > MAX_LEAF_BYTES or i + 4 + n > len(data):
+            raise ValueError(f"leaf {len(out)} runs past the end of the file")
+        out.append(data[i + 4:i + 4 + n])
+        i += 4 + n
+    if not out:
+        raise ValueError("empty ledger (no genesis leaf)")
+    return out
+
+
+@dataclass
+class Bundle:
+    root: Path
+    leaves: list[bytes] = field(default_factory=list)
+    genesis_file: bytes | None = None
+    checkpoints: list[bytes] = field(default_factory=list)
+    vkey: str | None = None
+    seed_hex: str | None = None
+    policy_bytes: bytes | None = None
+    embedder_bytes: bytes | None = None
+    openings_lines: list[bytes] = field(default_factory=list)
+    index_files: dict[str, bytes] = field(default_factory=dict)
+    docs_files: dict[str, bytes] = field(default_factory=dict)
+    defects: list[str] = field(default_factory=list)  # "files: ..." reasons
+
+    @property
+    def version(self) -> object:
+        try:
+            g = json.loads(self.leaves[0]) if self.leaves else None
+        except (ValueError, RecursionError):
+            return None
+        return g.get("version") if isinstance(g, dict) else None
+
+
+def load_bundle(path: str | Path) -> Bundle:
+    """Read every file of the bundle; defects become ``Bundle.defects`` (FAIL reasons), never exceptions."""
+    p = Path(path)
+    try:
+        d = BundleDir.open(p)
+    except BundleFileError as e:
+        raise AuditorInputError(f"{p}: not a readable bundle directory ({e})") from None
+    try:
+        return _load(d, p)
+    finally:
+        d.close()
+
+
+def _load(d: BundleDir, p: Path) -> Bundle:
+    b = Bundle(root=p)
+
+    def read(rel: str, cap: int) -> bytes | None:
+        try:
+            return d.read(rel, cap)
+        except BundleFileError as e:
+            b.defects.append(f"files: {e}")
+            return None
+
+    raw = read("public/leaves.bin", CAPS["public/leaves.bin"])
+    if raw is not None:
+        try:
+            b.leaves = parse_leaves(raw)
+        except ValueError as e:
+            b.defects.append(f"files: public/leaves.bin: {e}")
+    b.genesis_file = read("public/genesis.json", CAPS["public/genesis.json"])
+    cps = read("public/checkpoints.txt", CAPS["public/checkpoints.txt"])
+    b.checkpoints = [c for c in cps.split(b"~~~\n") if c] if cps is not None else []
+    vk = read("public/provider.vkey", CAPS["public/provider.vkey"])
+    b.vkey = None if vk is None else vk.decode("latin-1")
+    seed = read("auditor/seed.hex", CAPS["auditor/seed.hex"])
+    b.seed_hex = None if seed is None else seed.decode("latin-1")
+    b.policy_bytes = read("auditor/policy.json", CAPS["auditor/policy.json"])
+    b.embedder_bytes = read("auditor/embedder.json", CAPS["auditor/embedder.json"])
+    ops = read("auditor/openings.jsonl", CAPS["auditor/openings.jsonl"])
+    b.openings_lines = [ln for ln in ops.split(b"\n") if ln] if ops is not None else []
+    for sub, suffix, target, cap in (("auditor/index", ".i16", b.index_files, CAPS["index"]),
+                                     ("auditor/docs", ".json", b.docs_files, CAPS["docs"])):
+        try:
+            names = d.listdir(sub)
+        except BundleFileError as e:
+            b.defects.append(f"files: {e}")
+            continue
+        for name in sorted(names)[:MAX_TENANTS]:
+            if name.endswith(suffix):
+                data = read(f"{sub}/{name}", cap)
+                if data is not None:
+                    target[name[: -len(suffix)]] = data
+    return b
