@@ -29,11 +29,7 @@ from .account import qemb_commitment, question_commitment, request_hash, verify_
 from .bundle import AuditorInputError, Bundle, BundleError, load_bundle, parse_leaves  # noqa: F401 (re-exported)
 from .charges import ChargeRule, expected_charges
 from .encoding import EncodingError, decode, digest, excerpt, hexbytes
-from . import estimator as _estimator
-from .estimator import coalition_size
-
-DEFAULT_THETA = getattr(_estimator, "DEFAULT_THETA", 0.95)
-DEFAULT_WINDOW = getattr(_estimator, "DEFAULT_WINDOW", None)
+from .estimator import DEFAULT_THETA, DEFAULT_WINDOW, coalition_size, resolve_window
 from .ledger import NoteVerifier, open_checkpoint
 from .ledger.rfc6962 import CompactRange, hash_leaf
 from .policy import Policy
@@ -653,7 +649,7 @@ def check_8_10_coalition(run: _Run, theta: float, window: int | None) -> int | N
     dims = {e.size for e in embs}
     if not embs or len(dims) != 1:
         return None
-    w = run.n if window is None else window
+    w = resolve_window(window, poss, embs[0].size)  # None: the whole audit window (within the time budget)
     c_hat = coalition_size(np.stack(embs), accts, theta, w, positions=poss)
     k_max = run.policy.coalition.k_max
     if c_hat > k_max:
