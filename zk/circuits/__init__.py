@@ -1,0 +1,1 @@
+"""Circuits built from the gadgets. They know nothing of RAG: matrices, vectors, commitments."""
