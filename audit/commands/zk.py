@@ -95,7 +95,7 @@ def demo(n, k, d, out, workers, as_json):
         click.echo(f"setup {times['setup_s']:.2f} s (DEVELOPMENT ONLY), prove {times['prove_s']:.2f} s, "
                    f"verify {times['verify_s']:.2f} s: {'valid' if ok else 'INVALID'}")
         click.echo(f"files in {outdir}")
-    raise SystemExit(0 if ok else 1)
+    click.get_current_context().exit(0 if ok else 1)
 
 
 @zk.command("verify")
@@ -120,4 +120,4 @@ def verify_cmd(directory, as_json):
                                "verify_s": round(dt, 4)}, sort_keys=True))
     else:
         click.echo(f"{'valid' if ok else 'INVALID'} proof ({vk.n_public} public signals, {dt:.2f} s)")
-    raise SystemExit(0 if ok else 1)
+    click.get_current_context().exit(0 if ok else 1)
