@@ -146,3 +146,20 @@ def test_snarkjs_zkey_both_ways(snarkjs, ptau, tmp_path):
     assert verify(vk, proof, pub)
     F.write_json(tmp_path / "public.json", F.public_to_json([pub[0], pub[1], (pub[2] + 1) % R]))
     assert not _snarkjs_verify(snarkjs, tmp_path)
+
+
+def test_snarkjs_proves_with_our_zkey(snarkjs, tmp_path):
+    """Our development key written as a .zkey: snarkjs proves with it, both verifiers accept the proof."""
+    r = _small()
+    w = r.witness({"a": 99, "b": 3})
+    pk = setup(r)
+    F.write_zkey(tmp_path / "dev.zkey", pk)
+    back = F.load_zkey(tmp_path / "dev.zkey")
+    assert (back.a_rows, back.b_rows, back.h_points, back.b2_points, back.ic) == \
+        (pk.a_rows, pk.b_rows, pk.h_points, pk.b2_points, pk.ic)
+    F.write_wtns(tmp_path / "c.wtns", w)
+    F.write_json(tmp_path / "verification_key.json", F.vk_to_json(pk.verifying_key()))
+    _run(snarkjs, "groth16", "prove", "dev.zkey", "c.wtns", "proof.json", "public.json", cwd=tmp_path)
+    assert F.read_public(tmp_path / "public.json") == r.public_values(w)
+    assert verify(pk.verifying_key(), F.read_proof(tmp_path / "proof.json"), r.public_values(w))
+    assert _snarkjs_verify(snarkjs, tmp_path)

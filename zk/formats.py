@@ -415,3 +415,50 @@ def load_zkey(path) -> ProvingKey:
     except OSError as e:
         raise FormatError("zkey", f"cannot read: {e.strerror or e}", str(path)) from None
     return read_zkey(data)
+
+
+_RQ = pow(2, 256, C.Q)
+_RR2 = pow(2, 512, R)
+
+
+def _g1_lem_bytes(p) -> bytes:
+    if p is None:
+        return b"\0" * 64
+    return _le(p[0] * _RQ % C.Q) + _le(p[1] * _RQ % C.Q)
+
+
+def _g2_lem_bytes(p) -> bytes:
+    if p is None:
+        return b"\0" * 128
+    return b"".join(_le(c * _RQ % C.Q) for c in (*p[0], *p[1]))
+
+
+def zkey_bytes(pk: ProvingKey) -> bytes:
+    """A snarkjs Groth16 ``.zkey`` for ``pk`` (so ``snarkjs groth16 prove`` runs on a dprag key). The
+    contributions section is empty: such a key comes from dprag's DEVELOPMENT setup or an imported ceremony."""
+    header = (struct.pack("<I", 32) + _le(C.Q) + struct.pack("<I", 32) + _le(R)
+              + struct.pack("<III", pk.n_vars, pk.n_public, pk.domain_size)
+              + _g1_lem_bytes(pk.alpha1) + _g1_lem_bytes(pk.beta1) + _g2_lem_bytes(pk.beta2)
+              + _g2_lem_bytes(pk.gamma2) + _g1_lem_bytes(pk.delta1) + _g2_lem_bytes(pk.delta2))
+    coefs = []
+    for mtx, rows in ((0, pk.a_rows), (1, pk.b_rows)):
+        for row_i, row in enumerate(rows):
+            for sig, v in row:
+                coefs.append(struct.pack("<III", mtx, row_i, sig) + _le(v * _RR2 % R))
+    sections = [
+        (1, struct.pack("<I", 1)),
+        (2, header),
+        (3, b"".join(_g1_lem_bytes(p) for p in pk.ic)),
+        (4, struct.pack("<I", len(coefs)) + b"".join(coefs)),
+        (5, b"".join(_g1_lem_bytes(p) for p in pk.a_points)),
+        (6, b"".join(_g1_lem_bytes(p) for p in pk.b1_points)),
+        (7, b"".join(_g2_lem_bytes(p) for p in pk.b2_points)),
+        (8, b"".join(_g1_lem_bytes(p) for p in pk.c_points)),
+        (9, b"".join(_g1_lem_bytes(p) for p in pk.h_points)),
+        (10, b"\0" * 64 + struct.pack("<I", 0)),
+    ]
+    return _bin_file(b"zkey", 1, sections)
+
+
+def write_zkey(path, pk: ProvingKey) -> None:
+    Path(path).write_bytes(zkey_bytes(pk))
