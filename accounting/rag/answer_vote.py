@@ -1,0 +1,126 @@
+"""Answer-level private aggregation: a single-query mechanism whose voters answer *in full* and whose release
+is one DP selection over their normalised answers (issue 13; spec/accounting/rag.md §6).
+
+Per query, on a ranked document list of length m·k (-1 = empty document; MuRAG / MuRAG-Ada pass Top-K of the
+admitted set):
+
+1. the list is split uniformly at random among m voters (as 000 Alg. 5 / 003 Alg. 2: one document more or
+   less changes one voter's documents);
+2. every voter answers greedily, up to ``max_tokens`` tokens, from the question and its own documents only
+   (``Generator.generate_many``: one batch of the public size m whose rows are functions of their own prompts
+   only, issue 10 item 2);
+3. a public normalisation (``normalizer(answer, question)``; the experiments and the demo use
+   ``dprag.rag_adapters.answer_keys.answer_key``) maps every answer to a key over the alphabet
+   a-z0-9 and space, or to "" (the voter abstains);
+4. ``mechanisms.string_selection.select_string`` draws a key from the exponential mechanism over the
+   universal domain {⊥} ∪ Σ* with a public base measure (pure ε-DP, ε-bounded range, no δ);
+5. ⊥ (or the empty string) releases the Non-RAG answer: the model given the question alone (public).
+
+Cost with respect to the document list: ``ExponentialMechanismEvent(epsilon)``, whatever the voters said —
+it runs in a pure or an RDP filter and plugs into MuRAG / MuRAG-Ada like 000 Alg. 5.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from ..errors import InvalidParameterError, check_epsilon, check_positive_int
+from ..events import ExponentialMechanismEvent, PrivacyEvent
+from ..mechanisms.string_selection import ALPHABET, MAX_EXPONENT, MAX_KEY_LENGTH, MAX_THRESHOLD, select_string
+from ..noise.source import RandomSource
+from ..protocols import Generator, Prompt, Retriever
+from .common import RagAnswer
+from .single_query import _given_list_voters, _source
+
+#: normalizer(answer, question) -> key over ALPHABET ("" = abstain)
+Normalizer = Callable[[str, str], str]
+
+
+def basic_key(answer: str, question: str = "", max_words: int = 3) -> str:
+    """The minimal public normalisation used when no normaliser is given: lower-case, characters outside
+    a-z0-9 become spaces, the first ``max_words`` words. (The experiments use ``rag_adapters.answer_keys``.)"""
+    text = "".join(c if c in ALPHABET else " " for c in answer.lower())
+    return " ".join(text.split()[:max_words])
+
+
+@dataclass(frozen=True)
+class AnswerVoteParams:
+    """Answer-level voting (``SingleQueryMechanism``). Plain numbers, so a policy can build it:
+
+    ``m`` voters; ``epsilon`` the selection's ε (the whole per-query cost); ``threshold`` t ≥ 0 in nats
+    (the base measure gives ⊥ mass 1 − e^−t; a key s is released rather than the fallback once roughly
+    ε·votes(s)/2 > t + (|s| + 1)·ln 38); ``max_tokens`` the voters' answer length; ``max_key_words`` the
+    key length (passed to the normaliser as ``max_words``); ``normalizer`` (answer, question, max_words)
+    -> key, default ``basic_key``; ``diagnostics``: also put the voters' keys and their (non-private)
+    plurality in ``info`` — experiments only, never for a released answer.
+    """
+
+    m: int
+    epsilon: float
+    threshold: float = 2.0
+    max_tokens: int = 16
+    max_key_words: int = 3
+    normalizer: Callable | None = None
+    diagnostics: bool = False
+
+    def __post_init__(self):
+        check_positive_int("m", self.m)
+        check_epsilon("epsilon", self.epsilon)
+        if self.epsilon < 2.0 ** -10:
+            raise InvalidParameterError("epsilon", "must be at least 2^-10", self.epsilon)
+        t = float(self.threshold)
+        if not np.isfinite(t) or not 0 <= t <= MAX_THRESHOLD:
+            raise InvalidParameterError("threshold", f"must be a number in [0, {MAX_THRESHOLD:g}]", self.threshold)
+        if self.epsilon * self.m / 2 > MAX_EXPONENT:
+            raise InvalidParameterError("epsilon", f"ε·m/2 must be at most {MAX_EXPONENT:g} (float range)",
+                                        self.epsilon * self.m / 2)
+        check_positive_int("max_tokens", self.max_tokens)
+        check_positive_int("max_key_words", self.max_key_words)
+        if self.normalizer is not None and not callable(self.normalizer):
+            raise InvalidParameterError("normalizer", "must be callable (answer, question, max_words) -> key")
+
+    @property
+    def cost(self) -> PrivacyEvent:
+        return ExponentialMechanismEvent(self.epsilon)
+
+    def key(self, answer: str, question: str) -> str:
+        norm = self.normalizer or basic_key
+        k = norm(answer, question, max_words=self.max_key_words)
+        if not isinstance(k, str) or any(c not in ALPHABET for c in k):
+            raise InvalidParameterError("normalizer", f"must return a string over {ALPHABET!r}", k)
+        return k[:MAX_KEY_LENGTH].strip()  # a public cut: keys longer than 128 characters are truncated
+
+    def respond(self, question: str, doc_ids: np.ndarray, retriever: Retriever, generator: Generator, *,
+                source: RandomSource | None = None, history: tuple = ()) -> RagAnswer:
+        return answer_vote_rag(question, doc_ids, retriever, generator, self, source=source, history=history)
+
+
+def answer_vote_rag(question: str, doc_ids: np.ndarray, retriever: Retriever, generator: Generator,
+                    params: AnswerVoteParams, *, source: RandomSource | None = None,
+                    history: tuple = ()) -> RagAnswer:
+    """Answer-level voting on a ranked document list (module doc). ε-DP with respect to the list
+    (add / remove / replace one document): ``params.cost``."""
+    src = _source(source)
+    ids, ctx = _given_list_voters(doc_ids, params.m, retriever, src)
+    answers = generator.generate_many([Prompt(question, tuple(c), history) for c in ctx], params.max_tokens)
+    keys = [params.key(a, question) for a in answers]
+    voted = [k for k in keys if k]
+    chosen, event = select_string(voted, params.epsilon, params.threshold, src)
+    fallback = not chosen
+    text = (generator.generate(Prompt(question, (), history), params.max_tokens).strip() if fallback
+            else chosen)
+    real = ids[ids >= 0]
+    info = {"method": "answer-vote", "private": True, "m": params.m, "epsilon": params.epsilon,
+            "threshold": params.threshold, "fallback": fallback}
+    if params.diagnostics:  # non-private: the experiments' plurality baseline and voter statistics
+        counts: dict[str, int] = {}
+        for k in voted:
+            counts[k] = counts.get(k, 0) + 1
+        top = max(sorted(counts), key=lambda k: counts[k]) if counts else ""
+        info.update(voter_answers=answers, voter_keys=keys, plurality=top,
+                    plurality_votes=counts.get(top, 0))
+    return RagAnswer(text=text, events=[event], cost=params.cost, retrieved=real, charged=real,
+                     private_tokens=0, info=info)
