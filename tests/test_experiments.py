@@ -277,7 +277,14 @@ def test_cli_missing_dataset_package_exits_2(tmp_path, monkeypatch):
 
 def test_every_registered_method_is_documented():
     assert set(METHODS) == {"non-rag", "non-private-rag", "murag", "murag-gnmax", "murag-ada", "naive-multi-rag",
-                            "subsampling-multi-rag", "dp-sparse-vote-rag", "dp-ksa", "murag-history"}
+                            "subsampling-multi-rag", "dp-sparse-vote-rag", "dp-ksa", "murag-history",
+                            "murag-answer-vote", "murag-ada-answer-vote"}
+    from dprag.rag_adapters.experiments import methods
+
+    doc = methods.__doc__
+    table = doc[doc.index("=" * 20): doc.rindex("=" * 20)]  # the module's table of methods
+    for name in METHODS:
+        assert f"{name} " in table, name
 
 
 def test_dprag_root_cli_finds_the_experiment_command(tmp_path, capsys):
@@ -407,3 +414,86 @@ def test_report_prints_every_cell_with_counts_and_fisher_p(tmp_path):
     assert bad.exit_code == 2 and "baseline" in bad.output
     empty = CliRunner().invoke(experiment, ["report", str(tmp_path / "none")])
     assert empty.exit_code == 2 and "run_dir" in empty.output
+
+
+# -- answer-level voting (issue 13) and tuning on a disjoint corpus (issue 10 item 4) ------------------------
+def test_answer_vote_methods_answer_the_toy_corpus_with_pure_guarantees():
+    """On the toy corpus every voter reads "ANSWER: <word>" records and the key is the word; at ε_total = 30
+    (M = 1) MuRAG with answer-level voting answers more than Non-RAG, reports (30, 0) (pure filter), records
+    the voters' plurality, and MuRAG-Ada with it charges ε_thr + ε_RAG = ε_q."""
+    ds = toy_dataset()
+    ctx = toy_context(ds, vote_thresholds=(1.0,), key_words=(3,))
+    items = tuple(select_questions(ds, "test", 6))
+    grid = METHODS["murag-answer-vote"].grid(ctx, 30.0)
+    assert grid == [{"t": 1.0, "kw": 3, "tok": 6}]
+    cell = run_cell(ctx, "murag-answer-vote", 30.0, grid[0], items, "test")
+    base = run_cell(ctx, "non-rag", None, {}, items, "test")
+    assert cell.accuracy > base.accuracy
+    assert cell.eps_certified is not None and 0 < cell.eps_certified <= 30.0 + 1e-6 and cell.delta == 0
+    assert cell.plurality_accuracy is not None and all(q.plurality is not None for q in cell.questions)
+    assert cell.derived["epsilon_selection"] == 30.0
+    ada = run_cell(ctx, "murag-ada-answer-vote", 30.0, grid[0], items, "test")
+    assert ada.derived["eps_thr"] + ada.derived["epsilon_selection"] == pytest.approx(30.0)
+    assert ada.delta == 0 and ada.eps_certified <= 30.0 + 1e-6
+    ctx2 = toy_context(ds, vote_thresholds=(0.5, 4.0), key_words=(1, 3), taus=(2.0, 2.5))
+    assert len(METHODS["murag-answer-vote"].grid(ctx2, 30.0)) == 8  # t × key words × τ
+    assert all("tau" not in g for g in METHODS["murag-ada-answer-vote"].grid(ctx2, 30.0))
+
+
+class _SpyRetriever(CachedRetriever):
+    def __init__(self, inner):
+        super().__init__(inner)
+        self.queries = set()
+
+    def scores(self, query):
+        self.queries.add(query)
+        return super().scores(query)
+
+
+def test_tuning_runs_in_the_dev_context_and_every_cell_names_the_rule():
+    """With ``Plan.dev_context`` the dev questions are scored by the tuning corpus's retriever only, the test
+    questions by the test corpus's only, and every cell records the tuning rule."""
+    ds = toy_dataset()
+    test_ctx = toy_context(ds, taus=(2.0, 2.5), private_tokens=(2,))
+    dev_ctx = toy_context(toy_dataset(), taus=(2.0, 2.5), private_tokens=(2,))
+    test_ctx.retriever, dev_ctx.retriever = _SpyRetriever(ToyRetriever(ds.documents)), _SpyRetriever(
+        ToyRetriever(ds.documents))
+    test = tuple(select_questions(ds, "test", 2))
+    dev = tuple(select_questions(ds, "dev", 2))
+    cells = run_plan(test_ctx, Plan(("murag", "non-rag"), (30.0,), test, dev, dev_context=dev_ctx,
+                                    tuning="disjoint tuning corpus (test)"))
+    assert dev_ctx.retriever.queries == {q.question for q in dev}
+    assert test_ctx.retriever.queries == {q.question for q in test}
+    murag, nonrag = cells
+    assert murag.tuning == "disjoint tuning corpus (test)" and len(murag.dev_grid) == 2
+    assert nonrag.tuning == "none (a single setting)"
+
+
+def test_cli_tuning_corpus_must_be_disjoint_and_is_reported(tmp_path):
+    out = tmp_path / "run"
+    r = CliRunner().invoke(experiment, [
+        "privacy-utility", "--dataset", "clinic", "--model", "toy", "--methods", "murag-answer-vote,non-rag",
+        "--eps", "30", "--queries", "3", "--dev-queries", "2", "--m", "4", "--tuning-corpus-seed", "1",
+        "--vote-thresholds", "0.5,3", "--key-words", "2", "--answer-tokens", "4,6", "--out", str(out), "--json",
+        "--no-progress"])
+    assert r.exit_code == 0, r.output
+    rows = [json.loads(line) for line in r.output.splitlines() if line.startswith("{")]
+    av = [x for x in rows if x["method"] == "murag-answer-vote"][0]
+    assert "disjoint tuning corpus" in av["tuning"] and "seed 1" in av["tuning"]
+    assert {(g["hp"]["t"], g["hp"]["tok"]) for g in av["dev_grid"]} == {(0.5, 4), (0.5, 6), (3.0, 4), (3.0, 6)}
+    run = json.loads((out / "run.json").read_text())
+    assert run["tuning_corpus_seed"] == 1 and "disjoint" in run["tuning"]
+    rep = CliRunner().invoke(experiment, ["report", str(out)])
+    assert rep.exit_code == 0 and "tuning rule" in rep.output.splitlines()[0]
+    assert "non-private plurality of the voters of murag-answer-vote" in rep.output
+    same = CliRunner().invoke(experiment, ["privacy-utility", "--dataset", "clinic", "--model", "toy",
+                                           "--methods", "murag", "--queries", "2", "--dev-queries", "1",
+                                           "--tuning-corpus-seed", "0", "--out", str(tmp_path / "x"),
+                                           "--no-progress"])
+    assert same.exit_code == 2 and "shares" in same.output
+    default = CliRunner().invoke(experiment, ["privacy-utility", "--dataset", "clinic", "--model", "toy",
+                                              "--methods", "murag", "--queries", "2", "--dev-queries", "1",
+                                              "--out", str(tmp_path / "y"), "--no-progress", "--json"])
+    assert default.exit_code == 0, default.output
+    row = [json.loads(line) for line in default.output.splitlines() if line.startswith("{")][0]
+    assert "NOT charged" in row["tuning"]

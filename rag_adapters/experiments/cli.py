@@ -60,6 +60,30 @@ def load_dataset(name: str, corpus_seed: int):
     return load_wiki_fanout()
 
 
+def tuning_backend(model: str, dataset, generator, kind: str, retriever=None):
+    """A retriever over the tuning corpus that shares the test backend's embedder and the generator."""
+    if kind == "words":
+        from dprag.accounting.rag.toy import ToyRetriever
+
+        return ToyRetriever(dataset.documents)
+    from ..retriever import DenseRetriever
+
+    emb = getattr(retriever, "embedder", None)
+    if emb is None:
+        from ..embedder import MiniLMEmbedder
+
+        emb = MiniLMEmbedder()
+    return DenseRetriever(emb, None, dataset.documents)
+
+
+def check_disjoint(test_ds, tuning_ds) -> None:
+    """A tuning corpus must share no record with the test corpus (issue 10 item 4)."""
+    shared = set(test_ds.documents) & set(tuning_ds.documents)
+    if shared:
+        raise click.BadParameter(f"the tuning corpus shares {len(shared)} record(s) with the test corpus",
+                                 param_hint="--tuning-corpus-seed")
+
+
 def build_backend(model: str, dataset, threads: int | None = None):
     """(retriever, generator, score kind): 'dense' = MiniLM 100·cosine, 'words' = toy word overlap."""
     if threads:
@@ -149,13 +173,23 @@ def report(run_dir, baseline):
               "(default 30,80,1)")
 @click.option("--seed", default="0", show_default=True, help="seed of noise and question sampling")
 @click.option("--corpus-seed", type=int, default=0, show_default=True, help="clinic corpus seed")
+@click.option("--tuning-corpus-seed", type=int, default=None,
+              help="clinic only: tune on the dev split of the clinic corpus generated with this seed (it must share "
+                   "no record with the test corpus; issue 10 item 4). Default: the test corpus's dev split "
+                   "(not charged; every table says so)")
+@click.option("--vote-thresholds", default="2", show_default=True,
+              help="answer-vote: grid of the threshold t in nats (the fallback's base mass is 1 - e^-t)")
+@click.option("--key-words", default="3", show_default=True, help="answer-vote: grid of words per answer key")
+@click.option("--answer-tokens", default=None, help="answer-vote: grid of the voters' answer length in tokens "
+              "(default: --max-tokens)")
 @click.option("--threads", type=int, default=None, help="torch threads")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), required=True)
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object per (method, eps_total) row")
 @click.option("--progress/--no-progress", default=True, show_default=True)
 def privacy_utility(dataset, methods, eps_text, queries, dev_queries, test_split, dev_split, model, m_text,
                     dpv_text, max_retrievals, max_tokens, delta, taus, private_tokens, public_completion, em_prior, em_margin,
-                    probabilities, bins, seed, corpus_seed, threads, out_dir, as_json, progress):
+                    probabilities, bins, seed, corpus_seed, tuning_corpus_seed, vote_thresholds, key_words,
+                    answer_tokens, threads, out_dir, as_json, progress):
     """Accuracy / F1 / ROUGE-L / retrieval precision of DP-RAG methods against total ε."""
     from .methods import METHODS, Context, Settings
     from .plots import CSV_NAME, JSONL_NAME, PNG_NAME, PREDICTIONS_NAME, json_row, plot, write_csv, write_jsonl, \
@@ -183,7 +217,13 @@ def privacy_utility(dataset, methods, eps_text, queries, dev_queries, test_split
         ds = load_dataset(dataset, corpus_seed)
         seed_b = str(seed).encode()
         test = select_questions(ds, test_split, queries, seed_b)
-        dev = select_questions(ds, dev_split, dev_queries, seed_b) if dev_queries else []
+        tuning_ds = None
+        if tuning_corpus_seed is not None:
+            if dataset != "clinic":
+                raise click.BadParameter("a tuning corpus seed needs --dataset clinic", param_hint="--tuning-corpus-seed")
+            tuning_ds = load_dataset(dataset, tuning_corpus_seed)
+            check_disjoint(ds, tuning_ds)
+        dev = (select_questions(tuning_ds or ds, dev_split, dev_queries, seed_b) if dev_queries else [])
         retriever, gen, kind = build_backend(model, ds, threads)
         bins_t = _floats("--bins", bins, positive=False) if bins else None
         if bins_t is not None and len(bins_t) != 3:
@@ -194,13 +234,30 @@ def privacy_utility(dataset, methods, eps_text, queries, dev_queries, test_split
             taus=_floats("--taus", taus, positive=False) if taus else scale["taus"], edges=scale["edges"],
             private_tokens=_ints("--private-tokens", private_tokens), em_margin=em_margin,
             public_completion=public_completion, em_prior=em_prior,
-            probabilities=_floats("--probabilities", probabilities))
+            probabilities=_floats("--probabilities", probabilities),
+            vote_thresholds=_floats("--vote-thresholds", vote_thresholds, positive=False),
+            key_words=_ints("--key-words", key_words),
+            answer_tokens=_ints("--answer-tokens", answer_tokens) if answer_tokens else ())
+        if min(settings.vote_thresholds) < 0 or min(settings.key_words) < 1 or \
+                (settings.answer_tokens and min(settings.answer_tokens) < 1):
+            raise click.BadParameter("thresholds must be >= 0, key words and answer tokens >= 1",
+                                     param_hint="--vote-thresholds")
         if any(p > 1 for p in settings.probabilities):
             raise click.BadParameter("probabilities must lie in (0, 1]", param_hint="--probabilities")
         if max(m_grid) * max(dpv_grid) > len(ds.documents):
             raise click.BadParameter(f"K = m × docs per voter = {max(m_grid) * max(dpv_grid)} exceeds the corpus "
                                      f"size {len(ds.documents)}", param_hint="--m")
         ctx = Context(CachedRetriever(retriever), gen, settings, seed=b"dprag-experiments/" + seed_b)
+        dev_ctx = None
+        if not dev_queries:
+            tuning = "none (first grid setting)"
+        elif tuning_ds is not None:
+            dev_ctx = Context(CachedRetriever(tuning_backend(model, tuning_ds, gen, kind, retriever)), gen, settings,
+                              seed=b"dprag-experiments/tuning/" + seed_b)
+            tuning = (f"dev split of a disjoint tuning corpus ({tuning_ds.name}, corpus seed {tuning_corpus_seed}; "
+                      f"no shared record), {len(dev)} questions")
+        else:
+            tuning = f"dev split of the test corpus, {len(dev)} questions (NOT charged: issue 10 item 4)"
         bar = None
         if progress:
             from tqdm import tqdm
@@ -230,8 +287,8 @@ def privacy_utility(dataset, methods, eps_text, queries, dev_queries, test_split
             with (out / "questions_partial.jsonl").open("a", encoding="utf-8") as f:
                 f.write(json.dumps(rec, sort_keys=True) + "\n")
 
-        cells = run_plan(ctx, Plan(tuple(names), eps, tuple(test), tuple(dev), test_split), bar, on_cell,
-                         on_question)
+        cells = run_plan(ctx, Plan(tuple(names), eps, tuple(test), tuple(dev), test_split, dev_context=dev_ctx,
+                                   tuning=tuning), bar, on_cell, on_question)
     except DpragError as e:
         raise _Fail(str(e)) from None
     write_csv(cells, out / CSV_NAME, meta)
@@ -247,6 +304,7 @@ def privacy_utility(dataset, methods, eps_text, queries, dev_queries, test_split
            "em_prior": em_prior,
            "test_split": test_split, "test_questions": len(test), "dev_questions": len(dev),
            "methods": names, "eps": list(eps), "seed": str(seed), "corpus_seed": corpus_seed,
+           "tuning_corpus_seed": tuning_corpus_seed, "tuning": tuning,
            "threads": os.environ.get("DPRAG_TORCH_THREADS"), "python": platform.python_version(),
            "total_seconds": time.perf_counter() - t_start}
     (out / "run.json").write_text(json.dumps(run, indent=1, default=str))

@@ -25,6 +25,12 @@ subsampling-multi-rag        001 Alg. 9: Poisson rate p (grid), per-query cost a
                              T queries in RDP, converted at δ; ε_token the largest that fits for c.
 dp-sparse-vote-rag           003 Alg. 3 per question with (ε_total/T, δ/T), composed basically over T.
 dp-ksa                       004 Alg. 1 per question with (ε_total/T, δ/T), composed basically over T.
+murag-answer-vote            MuRAG with answer-level voting (``accounting.rag.answer_vote``, issue 13): the
+                             whole ε_q = ε_total / M is the selection's ε (pure, EM over normalised answer
+                             keys with a public base measure); grid: m, k, threshold t, key words, answer
+                             tokens (and τ when several are given). Records the voters' non-private
+                             plurality per question (``info['plurality']``) for the experiment only.
+murag-ada-answer-vote        MuRAG-Ada with the same mechanism: ε_RAG = ε_q − ε_thr.
 ===========================  ====================================================================
 
 ``Settings.public_completion`` (CLI ``--public-completion``, run-wide, off by default = 000 Alg. 5 as printed):
@@ -103,6 +109,9 @@ class Settings:
     em_prior: str = "uniform"
     m_grid: tuple[int, ...] = ()
     docs_per_voter: tuple[int, ...] = (1,)
+    vote_thresholds: tuple[float, ...] = (2.0,)  # answer-vote: t in nats (base measure of ⊥: 1 − e^−t)
+    key_words: tuple[int, ...] = (3,)  # answer-vote: words per key (the public normalisation's max_words)
+    answer_tokens: tuple[int, ...] = ()  # answer-vote: the voters' answer length grid (empty = max_tokens)
 
     def voter_grid(self) -> list[dict]:
         """The (m, documents per voter) part of a voting method's grid: a key appears in the hyperparameters
@@ -419,6 +428,54 @@ def _ksa_build(ctx: Context, eps: float, hp: dict) -> Session:
     return out
 
 
+def _answer_vote_grid(ada: bool):
+    def grid(ctx, eps):
+        s = ctx.settings
+        taus = (None,) if ada or len(s.taus) == 1 else s.taus
+        return [{**v, "t": t, "kw": kw, "tok": tok, **({} if tau is None else {"tau": tau})}
+                for v in s.voter_grid() for t in s.vote_thresholds for kw in s.key_words
+                for tok in (s.answer_tokens or (s.max_tokens,)) for tau in taus]
+
+    return grid
+
+
+def answer_vote_params(m: int, epsilon_query: float, hp: dict, *, diagnostics: bool = True):
+    """Answer-level voting with the whole per-query budget as the selection's ε (cost = EM(ε_q))."""
+    from dprag.accounting.rag.answer_vote import AnswerVoteParams
+
+    from ..answer_keys import answer_key
+
+    return AnswerVoteParams(m, epsilon_query, threshold=float(hp["t"]), max_tokens=int(hp["tok"]),
+                            max_key_words=int(hp["kw"]), normalizer=answer_key, diagnostics=diagnostics)
+
+
+def _answer_vote_build(ada: bool):
+    def build(ctx: Context, eps: float, hp: dict) -> Session:
+        s = ctx.settings
+        eps_q = eps / s.M
+        tau = float(hp.get("tau", s.taus[0]))
+        if ada:
+            eps_thr = min(s.epsilon_thr, eps_q / 2)
+            rag = answer_vote_params(s.voters(hp), eps_q - eps_thr, hp)
+            flt = IndividualRenyiFilter(MemoryBudgetStore(len(ctx.retriever)), FilterBudget.for_queries(
+                s.M, (DiscreteLaplaceEvent(scale=1.0 / eps_thr, sensitivity=1), rag.cost), mode="pure"))
+            algo = MuRAGAda(ctx.retriever, ctx.generator, flt, rag, edges=s.edges, epsilon_thr=eps_thr,
+                            retrieval=s.retrieval(hp), source=ctx.source("murag-ada-answer-vote", eps, hp))
+            derived = {"eps_thr": eps_thr}
+        else:
+            rag = answer_vote_params(s.voters(hp), eps_q, hp)
+            flt = _filter(ctx, rag.cost)
+            algo = MuRAG(ctx.retriever, ctx.generator, flt, rag, tau=tau, retrieval=s.retrieval(hp),
+                         source=ctx.source("murag-answer-vote", eps, hp))
+            derived = {"tau": tau}
+        out = _Multi(algo, lambda: flt.guarantee())
+        out.derived = {"m": rag.m, "epsilon_selection": rag.epsilon, "threshold": rag.threshold,
+                       "answer_tokens": rag.max_tokens, "key_words": rag.max_key_words, "eps_q": eps_q, **derived}
+        return out
+
+    return build
+
+
 def _non_rag_build(ctx, eps, hp):
     return _Fn(lambda item: non_rag(item.question, ctx.generator, max_tokens=ctx.settings.max_tokens))
 
@@ -448,6 +505,10 @@ METHODS: dict[str, MethodSpec] = {
     "dp-ksa": MethodSpec("dp-ksa", True, lambda c, e: [{**({"m": m} if len(c.settings.m_grid) > 1 else {}),
                                                         "k_max": 10} for m in (c.settings.m_grid or (None,))],
                          _ksa_build, doc="004 Alg. 1 composed over T (one response per document: no dpv)"),
+    "murag-answer-vote": MethodSpec("murag-answer-vote", True, _answer_vote_grid(False), _answer_vote_build(False),
+                                    doc="000 Alg. 1 with answer-level voting (issue 13; pure EM over keys)"),
+    "murag-ada-answer-vote": MethodSpec("murag-ada-answer-vote", True, _answer_vote_grid(True),
+                                        _answer_vote_build(True), doc="000 Alg. 2 with answer-level voting"),
     "murag-history": MethodSpec("murag-history", True, _murag_grid, _murag_build(True),
                                 doc="000 Alg. 1 + answer-history reuse (000 §6)"),
 }

@@ -22,7 +22,7 @@ PREDICTIONS_NAME = "predictions.jsonl"
 
 COLUMNS = ("method", "eps_total", "eps_certified", "delta", "accuracy", "f1", "rouge_l", "precision", "recall_at_k",
            "support", "docs_used", "private_tokens", "queries", "split", "m", "hp", "dev_accuracy", "seconds",
-           "seconds_per_query", "dev_seconds", "derived", "dev_grid")
+           "seconds_per_query", "dev_seconds", "derived", "dev_grid", "plurality_accuracy", "tuning")
 
 
 def _clean(v):

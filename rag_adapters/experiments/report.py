@@ -48,7 +48,7 @@ def markdown(rows: list[dict], baseline: str | None = None) -> str:
             raise InvalidParameterError("baseline", "names no method with answered questions in this run", baseline)
         base = cands[0]
     head = ["method", "ε_total", "certified (ε, δ)", "n", "accuracy", "F1", "precision", "docs used",
-            "private tokens", "hyperparameters (dev accuracy)", "s/question", "cell s", "dev s"]
+            "private tokens", "hyperparameters (dev accuracy)", "tuning rule", "s/question", "cell s", "dev s"]
     if base is not None:
         head.append(f"p vs {baseline}")
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -63,10 +63,15 @@ def markdown(rows: list[dict], baseline: str | None = None) -> str:
         row = [r["method"], _fmt(r.get("eps_total"), "g"), cert, str(n),
                f"{correct}/{n} = {r['accuracy']:.3f}" if n else "infeasible", _fmt(r.get("f1")),
                _fmt(r.get("precision")), _fmt(r.get("docs_used"), ".1f"), _fmt(r.get("private_tokens"), ".2f"), hp,
-               _fmt(r.get("seconds_per_query"), ".1f"), _fmt(r.get("seconds"), ".0f"), _fmt(r.get("dev_seconds"), ".0f")]
+               r.get("tuning") or "not recorded", _fmt(r.get("seconds_per_query"), ".1f"), _fmt(r.get("seconds"), ".0f"), _fmt(r.get("dev_seconds"), ".0f")]
         if base is not None:
             bn = int(base["queries"])
             row.append("–" if r is base or not n else
                        f"{fisher_greater(correct, n, round(base['accuracy'] * bn), bn):.2g}")
         out.append("| " + " | ".join(row) + " |")
+    plural = [r for r in rows if r.get("plurality_accuracy") is not None and r.get("queries")]
+    for r in plural:  # answer-level voting: the same voters' non-private plurality (a diagnostic, not released)
+        n = int(r["queries"])
+        out.append(f"\nnon-private plurality of the voters of {r['method']} (ε_total {_fmt(r.get('eps_total'), 'g')}):"
+                   f" {round(r['plurality_accuracy'] * n)}/{n} = {r['plurality_accuracy']:.3f} (no privacy)")
     return "\n".join(out)

@@ -6,7 +6,9 @@ Protocol (spec/experiments.md):
    (``RandomSource.from_seed``), keeping the drawn order; on a *dependent* split it draws whole chains
    (``group``) and keeps every chain in its own order (later questions build on earlier answers).
 2. Tuning: for every private method and total ε, every hyperparameter setting of the method's grid
-   (``methods.METHODS``) is run on ``n_dev`` dev questions with a fresh session (own filter); the setting
+   (``methods.METHODS``) is run on ``n_dev`` dev questions with a fresh session (own filter) -- in
+   ``Plan.dev_context`` when given (a tuning corpus that shares no record with the test corpus, issue 10
+   item 4; ``Plan.tuning`` names the rule and every cell carries it); the setting
    with the best match accuracy (ties: token F1, then grid order) is kept. The papers take the best of
    the grid on the test questions (001 App. E); we do not.
 3. Test: the kept setting answers the test questions in order, with a fresh session.
@@ -121,6 +123,9 @@ class QuestionResult:
     support: float | None
     private_tokens: int
     history_pairs: int = 0
+    plurality: str | None = None  # answer-vote only: the voters' non-private plurality key (experiment baseline)
+    plurality_correct: bool | None = None
+    fallback: bool | None = None  # answer-vote only: the selection released ⊥ (the Non-RAG answer)
 
 
 def _top_k_ids(scores: np.ndarray, k: int) -> np.ndarray:
@@ -146,7 +151,11 @@ def evaluate_answer(item: QAItem, ans: RagAnswer, scores: np.ndarray | None, k: 
         qid=item.qid, question=item.question, prediction=ans.text, correct=contains_answer(ans.text, item.answers),
         f1=token_f1(ans.text, item.answers), rouge_l=best_rouge_l(ans.text, item.answers), seconds=seconds,
         used=int(used.size), precision=precision, recall_at_k=recall, support=support,
-        private_tokens=int(ans.private_tokens), history_pairs=int(ans.info.get("history_pairs", 0)))
+        private_tokens=int(ans.private_tokens), history_pairs=int(ans.info.get("history_pairs", 0)),
+        plurality=ans.info.get("plurality"),
+        plurality_correct=(None if "plurality" not in ans.info
+                           else contains_answer(ans.info["plurality"], item.answers)),
+        fallback=ans.info.get("fallback"))
 
 
 def _mean(xs: Iterable[float | None]) -> float | None:
@@ -180,6 +189,8 @@ class CellResult:
     dev_seconds: float = 0.0
     dev_grid: list = field(default_factory=list)
     derived: dict = field(default_factory=dict)
+    plurality_accuracy: float | None = None  # answer-vote: the same voters' non-private plurality
+    tuning: str = ""  # which tuning rule chose ``hp`` (issue 10 item 4)
 
     def row(self) -> dict:
         d = {k: v for k, v in asdict(self).items() if k not in ("questions", "dev_grid")}
@@ -218,7 +229,9 @@ def run_cell(ctx: Context, method: str, eps: float | None, hp: dict, items: Sequ
         docs_used=float(np.mean([r.used for r in results])),
         private_tokens=float(np.mean([r.private_tokens for r in results])),
         eps_certified=None if eps_c is None or math.isinf(eps_c) else float(eps_c), delta=float(delta_c), hp=hp,
-        seconds=seconds, m=m, questions=results, derived=dict(getattr(session, "derived", {})))
+        seconds=seconds, m=m, questions=results, derived=dict(getattr(session, "derived", {})),
+        plurality_accuracy=_mean(None if r.plurality_correct is None else float(r.plurality_correct)
+                                 for r in results))
 
 
 def tune(ctx: Context, method: str, eps: float | None, dev: Sequence[QAItem],
@@ -252,6 +265,10 @@ class Plan:
     test: tuple[QAItem, ...]
     dev: tuple[QAItem, ...] = ()
     test_split: str = "test"
+    #: the context the dev questions run in (their own corpus, retriever, filters); None = the test context
+    dev_context: Context | None = None
+    #: how hyperparameters were chosen, written into every cell (issue 10 item 4)
+    tuning: str = "dev split of the test corpus (not charged)"
 
 
 def run_plan(ctx: Context, plan: Plan, progress: Callable | None = None,
@@ -271,7 +288,8 @@ def run_plan(ctx: Context, plan: Plan, progress: Callable | None = None,
         for eps in grid_eps:
             e_arg = eps if spec.uses_eps else None
             try:
-                hp, log, dev_s, dev_acc = tune(ctx, method, e_arg, plan.dev, progress, on_question)
+                hp, log, dev_s, dev_acc = tune(plan.dev_context or ctx, method, e_arg, plan.dev, progress,
+                                               on_question)
                 cell = run_cell(ctx, method, e_arg, hp, plan.test, plan.test_split, progress, on_question)
             except DpragError as e:
                 if not spec.uses_eps:
@@ -279,13 +297,15 @@ def run_plan(ctx: Context, plan: Plan, progress: Callable | None = None,
                 cell = CellResult(method=method, eps_total=eps, split=plan.test_split, queries=0, accuracy=float("nan"),
                                   f1=float("nan"), rouge_l=float("nan"), precision=None, recall_at_k=None,
                                   support=None, docs_used=0.0, private_tokens=0.0, eps_certified=None, delta=0.0,
-                                  hp={"infeasible": str(e)}, seconds=0.0, m=ctx.settings.m)
+                                  hp={"infeasible": str(e)}, seconds=0.0, m=ctx.settings.m, tuning=plan.tuning)
                 cells.append(cell)
                 if on_cell:
                     on_cell(cell)
                 continue
             cell.eps_total = eps
             cell.dev_accuracy, cell.dev_seconds, cell.dev_grid = dev_acc, dev_s, log
+            cell.tuning = plan.tuning if log or len(get_method(method).grid(ctx, e_arg)) > 1 else \
+                "none (a single setting)"
             cells.append(cell)
             if on_cell:
                 on_cell(cell)
