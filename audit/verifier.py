@@ -13,6 +13,7 @@ import hashlib
 import math
 import os
 import secrets
+import stat
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -182,7 +183,7 @@ def check_8_3_commitments(run: _Run, corpus: dict[str, list[str]] | None) -> Non
     if not isinstance(g, dict) or g.get("type") != "genesis" or set(g) != gkeys or \
             not all(_is_hex(g[k], 32) for k in ("C_emb", "C_policy", "C_seed")) or \
             not isinstance(g["tenants"], list) or not isinstance(g["accounts"], list) or \
-            not isinstance(g["window"], str):
+            not isinstance(g["window"], str) or not isinstance(g["provider_key"], str):
         run.fail("commitments", "ledger leaf 0 is not a well-formed version-2 genesis record")
         return
     run.genesis = g
@@ -457,6 +458,7 @@ def check_8_6_receipts(run: _Run, valid: list[tuple[int, dict, list | None]]) ->
 # §8.7 requests, counters and the rate limit
 # ------------------------------------------------------------------------------------------------------------
 LEAF_KEYS = {"type", "account", "tenant", "counter", "h_req", "h_top", "h_charge"}
+OPENING_KEYS = {"pos", "kind", "request", "qemb", "top", "nonce_top", "charge"}
 
 
 def _request_leaf(run: _Run, i: int) -> tuple[str, str] | bool | None:
@@ -478,6 +480,11 @@ def _request_leaf(run: _Run, i: int) -> tuple[str, str] | bool | None:
     op = run.openings.get(i)
     if op is None:
         return "requests", f"leaf {i}: no opening in auditor/openings.jsonl"
+    if set(op) != OPENING_KEYS:
+        return "canonical", f"leaf {i}: the opening's fields are not {sorted(OPENING_KEYS)}"
+    released = rec["type"] == "query" and rec["tenant"] in run.policy.retrieval.enabled_tenants
+    if not released and (rec["h_top"] is not None or op["top"] is not None or op["nonce_top"] is not None):
+        return "retrieval", f"leaf {i}: citations recorded where the retrieval channel is off"
     try:
         req = verify_request(op.get("request"), acct["key"])
         if req["window"] != run.genesis["window"] or req["account"] != rec["account"] or \
@@ -671,15 +678,29 @@ def _sample(items: list[int], k: int) -> list[int]:
 
 
 def _read_auditor_file(path, what: str, cap: int) -> bytes:
+    """The auditor's own file (``--receipts``, ``--key``, ``--trusted-checkpoint``): a regular file (the auditor
+    may keep it behind a link), read without blocking and at most ``cap`` bytes; else exit 2 naming the flag."""
     try:
-        p = Path(path)
-        with open(p, "rb") as f:
-            data = f.read(cap + 1)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError as e:
-        raise AuditorInputError(f"cannot read {what} {path}: {e.strerror}") from None
-    if len(data) > cap:
-        raise AuditorInputError(f"{what} {path} is larger than {cap} bytes")
-    return data
+        raise AuditorInputError(f"{what} {path}: cannot read ({e.strerror})") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise AuditorInputError(f"{what} {path}: not a regular file")
+        chunks, total = [], 0
+        while total <= cap:
+            c = os.read(fd, min(1 << 24, cap + 1 - total))
+            if not c:
+                break
+            chunks.append(c)
+            total += len(c)
+    except OSError as e:
+        raise AuditorInputError(f"{what} {path}: cannot read ({e.strerror})") from None
+    finally:
+        os.close(fd)
+    if total > cap:
+        raise AuditorInputError(f"{what} {path}: larger than {cap} bytes")
+    return b"".join(chunks)
 
 
 def _guarded(run: _Run, check: str, fn, *args):
