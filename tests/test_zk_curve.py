@@ -159,3 +159,14 @@ def test_roots_of_unity_are_snarkjs_ones():
 def test_batch_inv():
     vals = [3, 5, R - 1, 123456789]
     assert [v * i % R for v, i in zip(vals, batch_inv(vals))] == [1] * 4
+
+
+def test_final_exponentiation_matches_py_ecc():
+    from py_ecc.optimized_bn128 import FQ12, final_exponentiate
+
+    from dprag.zk.verify import _ml, final_exp
+
+    f = _ml(C.g2_mul(C.G2_GEN, 5), C.g1_mul(C.G1_GEN, 7))
+    assert final_exp(f) == final_exponentiate(f)
+    g = FQ12([random.Random(2).randrange(C.Q) for _ in range(12)])
+    assert final_exp(g) == final_exponentiate(g)
