@@ -538,6 +538,23 @@ class ProviderService:
         self.aud.set_pending(None)
         self._checkpoint()
 
+    def checkpoint_note(self, size: int | None = None) -> bytes:
+        """The signed checkpoint note of ``size`` (default: the latest): what a witness is sent to cosign."""
+        size = self.ledger.size if size is None else size
+        notes = {s: n for s, n in self.aud.checkpoints(size)}
+        if size not in notes:
+            raise InvalidParameterError("size", "no checkpoint of that size was signed", size)
+        return notes[size]
+
+    def add_cosignature(self, cosigned: bytes) -> None:
+        """Keep a witness-cosigned copy of one of this window's checkpoints (it replaces the stored note)."""
+        from .ledger import open_checkpoint
+
+        cp, _ = open_checkpoint(cosigned, self.origin, self.signer.verifier())
+        if self.ledger.root(cp.size) != cp.root:
+            raise InvalidParameterError("cosigned", "is not a checkpoint of this ledger")
+        self.aud.put_checkpoint(cp.size, bytes(cosigned))
+
     # -- the bundle ------------------------------------------------------------------------------------------
     def export_bundle(self, out: str | os.PathLike) -> Path:
         """Write the bundle (spec/protocol.md §7): ``public/`` and the confidential ``auditor/``."""

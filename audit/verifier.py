@@ -315,6 +315,32 @@ def _open_checkpoints(run: _Run, notes: list[bytes], origin: str, key: NoteVerif
     return opened
 
 
+def _check_witnesses(run: _Run, witnesses: list, min_witnesses: int) -> None:
+    """§8.5: the checkpoint covering the whole ledger carries >= min_witnesses valid witness cosignatures."""
+    from .ledger.witness import cosignatures
+
+    full = None
+    for note in run.b.checkpoints:
+        try:
+            cp, _ = open_checkpoint(note, f"dprag/{run.genesis['window']}", run.key)
+        except (DpragError, ValueError, UnicodeError):
+            continue
+        if cp.size == run.n:
+            full = note
+    if full is None:
+        run.fail("ledger", "no checkpoint of the whole ledger to check witness cosignatures on")
+        return
+    try:
+        got = cosignatures(full, witnesses)
+    except (DpragError, ValueError, UnicodeError) as e:
+        run.fail("ledger", f"witness cosignature: {e}")
+        return
+    run.checked["witness_cosignatures"] = len(got)
+    if len(got) < min_witnesses:
+        run.fail("ledger", f"the last checkpoint carries {len(got)} valid cosignatures of the given witnesses, "
+                           f"fewer than --min-witnesses {min_witnesses}")
+
+
 def check_8_5_ledger(run: _Run, receipt_sizes: set[int], trusted: bytes | None) -> int | None:
     n = run.n
     run.leaf_hashes = [hash_leaf(x) for x in run.b.leaves]
@@ -722,7 +748,8 @@ def key_fingerprint(vkey: str) -> str:
 
 def verify(bundle_path: str | Path, *, receipts: str | Path | None = None, mode: str = "full",
            samples: int | None = None, key: str | Path | None = None, trusted_checkpoint: str | Path | None = None,
-           corpus: dict[str, list[str]] | None = None, theta: float = DEFAULT_THETA,
+           corpus: dict[str, list[str]] | None = None, witnesses: list[str | Path] = (),
+           min_witnesses: int | None = None, theta: float = DEFAULT_THETA,
            coalition_window: int | None = DEFAULT_WINDOW,
            progress: Callable[[str, int], None] | None = None) -> Verdict:
     """Run every check of spec/protocol.md §8 on the bundle at ``bundle_path``.
@@ -748,6 +775,19 @@ def verify(bundle_path: str | Path, *, receipts: str | Path | None = None, mode:
         except DpragError as e:
             raise AuditorInputError(f"--key {key}: not a note verifier key ({e})") from None
     trusted = None if trusted_checkpoint is None else _read_auditor_file(trusted_checkpoint, "--trusted-checkpoint", 1 << 16)
+    from .ledger.witness import WitnessVerifier
+
+    wit = []
+    for w in witnesses:
+        text = _read_auditor_file(w, "--witness", 4096).decode("utf-8", "replace").strip()
+        try:
+            wit.append(WitnessVerifier.from_vkey(text))
+        except DpragError as e:
+            raise AuditorInputError(f"--witness {w}: not a witness verifier key ({e})") from None
+    if min_witnesses is None:
+        min_witnesses = 1 if wit else 0
+    if not isinstance(min_witnesses, int) or not 0 <= min_witnesses <= len(wit):
+        raise AuditorInputError(f"--min-witnesses must lie in [0, {len(wit)}] (the number of --witness keys)")
     receipts_data = None if receipts is None else _read_auditor_file(receipts, "--receipts", 1 << 34)
 
     t_load = time.perf_counter()
@@ -771,6 +811,8 @@ def verify(bundle_path: str | Path, *, receipts: str | Path | None = None, mode:
     _guarded(run, "policy", check_8_4_policy)
     valid_receipts = (_guarded(run, "receipts", _parse_receipts, receipts_data) or []) if receipts_data is not None else []
     trusted_size = _guarded(run, "ledger", check_8_5_ledger, {body["size"] for _, body, _ in valid_receipts}, trusted)
+    if min_witnesses and run.genesis is not None and run.key is not None:
+        _guarded(run, "ledger", _check_witnesses, wit, min_witnesses)
     if receipts_data is not None:
         if not receipts_data.strip():
             run.rejected.append("the receipts file holds no receipt")

@@ -85,6 +85,10 @@ class _Progress:
                    "is used and the verdict says so).")
 @click.option("--trusted-checkpoint", type=click.Path(path_type=Path), default=None,
               help="a signed checkpoint seen earlier: the ledger must extend it (detects truncation and forks).")
+@click.option("--witness", "witnesses", type=click.Path(path_type=Path), multiple=True,
+              help="a witness's verifier key (c2sp.org/tlog-cosignature); repeatable.")
+@click.option("--min-witnesses", type=click.IntRange(min=0), default=None,
+              help="cosignatures of the given witnesses the last checkpoint must carry (default 1 if any).")
 @click.option("--corpus", type=click.Path(path_type=Path), default=None,
               help="directory of <tenant>.json (a list of texts in index order): check C_docs against it.")
 @click.option("--mode", type=click.Choice(["full", "sampled"]), default="full", show_default=True)
@@ -96,7 +100,7 @@ class _Progress:
                    "(default: the whole audit window).")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object (schema dprag.verdict/2)")
 def verify_cmd(bundle: Path, receipts: Path | None, key: Path | None, trusted_checkpoint: Path | None,
-               corpus: Path | None, mode: str, samples: int | None, theta: float, coalition_window: int | None,
+               witnesses: tuple[Path, ...], min_witnesses: int | None, corpus: Path | None, mode: str, samples: int | None, theta: float, coalition_window: int | None,
                as_json: bool) -> int:
     """Re-check everything in BUNDLE: PASS ε δ (exit 0), FAIL reasons (exit 1), unusable input (exit 2)."""
     if mode == "sampled" and samples is None:
@@ -108,7 +112,8 @@ def verify_cmd(bundle: Path, receipts: Path | None, key: Path | None, trusted_ch
     bar = _Progress(enabled=not as_json and sys.stderr.isatty())
     try:
         v = verify(bundle, receipts=receipts, mode=mode, samples=samples, key=key,
-                   trusted_checkpoint=trusted_checkpoint, corpus=_load_corpus(corpus), theta=theta,
+                   trusted_checkpoint=trusted_checkpoint, corpus=_load_corpus(corpus), witnesses=list(witnesses),
+                   min_witnesses=min_witnesses, theta=theta,
                    coalition_window=coalition_window, progress=bar)
     finally:
         bar.close()

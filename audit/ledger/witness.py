@@ -1,0 +1,145 @@
+"""Witness cosignatures on checkpoints (c2sp.org/tlog-cosignature, Ed25519 ``cosignature/v1``).
+
+A witness that has checked a checkpoint is consistent with every checkpoint of the same log it saw before
+adds a note signature line to it::
+
+    — <witness name> base64(key ID[4] || u64be(timestamp) || Ed25519 signature[64])
+
+over the message ``"cosignature/v1\\n" || "time " || decimal(timestamp) || "\\n" || <checkpoint body>``. The key
+ID is ``SHA-256(name || "\\n" || 0x04 || public key)[:4]``; a witness key is published as the vkey
+``<name>+<8 hex key ID>+<base64(0x04 || public key)>``. Auditors who require cosignatures from witnesses
+they trust (``dprag audit verify --witness FILE --min-witnesses K``) detect a fork the provider shows to
+different auditors, as long as one honest witness saw both (spec/threat-model.md §2).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import secrets
+from dataclasses import dataclass
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+from .checkpoint import SIG_PREFIX, _parse_note, _strict_b64, is_valid_name
+from .errors import KeyFormatError, MalformedNoteError, SignatureError
+
+ALG_COSIGNATURE_V1 = 0x04
+HEADER = b"cosignature/v1\n"
+MAX_TIMESTAMP = (1 << 63) - 1
+
+
+def key_id(name: str, public_key: bytes) -> int:
+    return int.from_bytes(hashlib.sha256(name.encode() + b"\n" + bytes([ALG_COSIGNATURE_V1]) + public_key)
+                          .digest()[:4], "big")
+
+
+def signed_message(body: str, timestamp: int) -> bytes:
+    return HEADER + b"time %d\n" % timestamp + body.encode("utf-8")
+
+
+@dataclass(frozen=True)
+class WitnessVerifier:
+    name: str
+    public_key: bytes
+
+    @classmethod
+    def from_vkey(cls, vkey: str) -> "WitnessVerifier":
+        parts = vkey.strip().split("+", 2)  # the base64 key may itself hold "+"
+        if len(parts) != 3 or not is_valid_name(parts[0]):
+            raise KeyFormatError("vkey", "must be <name>+<8 hex key id>+<base64(0x04 || key)>", vkey[:60])
+        raw = _strict_b64(parts[2])
+        if raw is None or len(raw) != 33 or raw[0] != ALG_COSIGNATURE_V1:
+            raise KeyFormatError("vkey", "key must be base64(0x04 || 32-byte Ed25519 key)", vkey[:60])
+        v = cls(parts[0], raw[1:])
+        if f"{v.key_id:08x}" != parts[1]:
+            raise KeyFormatError("vkey", "key id does not match the name and key", vkey[:60])
+        return v
+
+    @property
+    def key_id(self) -> int:
+        return key_id(self.name, self.public_key)
+
+    @property
+    def vkey(self) -> str:
+        return f"{self.name}+{self.key_id:08x}+{base64.b64encode(bytes([ALG_COSIGNATURE_V1]) + self.public_key).decode()}"
+
+
+@dataclass(frozen=True)
+class WitnessSigner:
+    name: str
+    seed: bytes
+
+    @classmethod
+    def generate(cls, name: str) -> "WitnessSigner":
+        if not is_valid_name(name):
+            raise KeyFormatError("name", "not a valid note key name", name)
+        return cls(name, secrets.token_bytes(32))
+
+    @property
+    def verifier(self) -> WitnessVerifier:
+        pub = Ed25519PrivateKey.from_private_bytes(self.seed).public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+        return WitnessVerifier(self.name, pub)
+
+    def cosign(self, note: bytes, timestamp: int) -> bytes:
+        """``note`` with this witness's cosignature line appended (the witness has checked consistency)."""
+        if not 0 <= timestamp <= MAX_TIMESTAMP:
+            raise MalformedNoteError("timestamp", "must lie in [0, 2^63)", timestamp)
+        body, _ = _parse_note(note)
+        sig = Ed25519PrivateKey.from_private_bytes(self.seed).sign(signed_message(body, timestamp))
+        raw = self.verifier.key_id.to_bytes(4, "big") + timestamp.to_bytes(8, "big") + sig
+        return bytes(note) + f"{SIG_PREFIX}{self.name} {base64.b64encode(raw).decode()}\n".encode()
+
+
+def cosignatures(note: bytes, witnesses: list[WitnessVerifier]) -> dict[str, int]:
+    """The witnesses (by name) whose valid cosignature ``note`` carries, with its timestamp. A line that names
+    a known witness's key but does not verify raises SignatureError; lines of other keys are ignored."""
+    body, lines = _parse_note(note)
+    known = {(w.name, w.key_id): w for w in witnesses}
+    out: dict[str, int] = {}
+    for _, sig in lines:
+        w = known.get((sig.name, sig.key_hash))
+        if w is None:
+            continue
+        if len(sig.signature) != 72:
+            raise SignatureError(f"cosignature of {w.name}: must be 8 + 64 bytes")
+        ts = int.from_bytes(sig.signature[:8], "big")
+        if ts > MAX_TIMESTAMP:
+            raise SignatureError(f"cosignature of {w.name}: timestamp out of range")
+        try:
+            Ed25519PublicKey.from_public_bytes(w.public_key).verify(sig.signature[8:], signed_message(body, ts))
+        except InvalidSignature:
+            raise SignatureError(f"cosignature of {w.name} does not verify") from None
+        out[w.name] = ts
+    return out
+
+
+class Witness:
+    """A witness for one log: it cosigns a checkpoint only if it is consistent with the last one it cosigned
+    (an RFC 9162 consistency proof), so two auditors holding its cosignatures hold one history."""
+
+    def __init__(self, signer: WitnessSigner, log_origin: str, log_verifier):
+        self.signer, self.origin, self.log = signer, log_origin, log_verifier
+        self.size, self.root = 0, None
+
+    def cosign(self, note: bytes, consistency: list[bytes] | tuple = (), *, timestamp: int | None = None) -> bytes:
+        """Check ``note`` (signed by the log) against the last cosigned checkpoint and cosign it.
+        Raises SignatureError for a checkpoint that is not an append-only extension (a fork or a rollback)."""
+        import time
+
+        from .checkpoint import open_checkpoint
+        from .proof import verify_consistency
+
+        cp, _ = open_checkpoint(note, self.origin, self.log)
+        if cp.size < self.size:
+            raise SignatureError(f"checkpoint of size {cp.size} rolls back the one cosigned at size {self.size}")
+        if self.root is not None and self.size > 0:
+            try:
+                verify_consistency(self.size, cp.size, list(consistency), self.root, cp.root)
+            except Exception as e:  # the proof module's typed errors: not an extension
+                raise SignatureError(f"checkpoint of size {cp.size} is not consistent with the one cosigned at size "
+                                     f"{self.size}: {e}") from None
+        self.size, self.root = cp.size, cp.root
+        return self.signer.cosign(note, int(time.time()) if timestamp is None else timestamp)
