@@ -88,6 +88,47 @@ def test_dp_sparse_vote_rag_answers_and_spends_only_on_discoveries():
     assert len(ans.charged) == 20
 
 
+def _sparse_after_c_max(**kw):
+    """dp_sparse_vote_rag run past its c_max-th discovery; (answer, exception or None)."""
+    docs = [f"patient {i} clinic asthma drug ANSWER: take zorvatin 5mg daily" for i in range(40)]
+    r, g = ToyRetriever(docs), ToyGenerator()
+    try:
+        return dp_sparse_vote_rag("clinic asthma drug", r, g, m=20, k=1, epsilon_token=40.0, delta_token=1e-6,
+                                  epsilon_total=80.0, delta_total=1e-5, max_tokens=8, source=src("svr-cmax"),
+                                  **kw), None
+    except Exception as e:  # noqa: BLE001 - issue 10 item 6: the c_max path raised NameError
+        return None, e
+
+
+def test_dp_sparse_vote_rag_stops_after_c_max_discoveries():
+    # Issue 10 item 6: once the c_max discoveries were spent the rule read an undefined ``params`` (NameError).
+    # Every token is a discovery here (all 20 voters disagree with the non-RAG lane: a_t = 0, τ = 10, Lap scale
+    # 4/ε_Lap = 0.2; a false "no discovery" has probability < e^-50), and LimitedDomain(ε = 20) releases the
+    # 20-vote token (⊥ wins with probability < e^-200). So 003 Alg. 3 releases exactly c_max = 2 tokens and stops.
+    ans, err = _sparse_after_c_max()
+    assert err is None, f"dp_sparse_vote_rag raised {err!r} after c_max discoveries"
+    assert ans.info["c_max"] == 2
+    assert ans.text == "take zorvatin"
+    assert ans.private_tokens == 2 and ans.info["stop"] == "c_max"
+    assert ans.info["epsilon"] <= 80.0
+
+
+def test_dp_sparse_vote_rag_public_completion_after_c_max():
+    # With public completion the non-RAG lane's tokens follow (the toy non-RAG lane says <eos> after 2 tokens).
+    ans, err = _sparse_after_c_max(public_completion=True)
+    assert err is None, f"dp_sparse_vote_rag raised {err!r} after c_max discoveries"
+    assert ans.text == "take zorvatin" and ans.private_tokens == 2 and ans.info["stop"] == "eos"
+
+
+def test_dp_sparse_vote_rag_reports_a_bottom_halt():
+    # The clinic cell's setting (m = 20, ε_token/2 = 0.025, δ_token = 2.5e-8): LimitedDomain's threshold is ~1478
+    # votes > m, so the first discovery is ⊥ with probability 1 and the answer is empty: 0/100, no crash.
+    r, g = ToyRetriever(corpus()), ToyGenerator()
+    ans = dp_sparse_vote_rag("clinic asthma drug", r, g, m=20, k=1, epsilon_token=0.05, delta_token=2.5e-8,
+                             epsilon_total=0.1, delta_total=1e-7, max_tokens=8, source=src("svr-bottom"))
+    assert ans.text == "" and ans.private_tokens == 1 and ans.info["stop"] == "bottom"
+
+
 def test_dp_vote_rag_token_budget_from_composition():
     r, g = ToyRetriever(corpus()), ToyGenerator()
     ans = dp_vote_rag("clinic asthma drug", r, g, m=20, k=1, epsilon_token=4.0, delta_token=1e-6,

@@ -232,13 +232,18 @@ def dp_sparse_vote_rag(
     tau: float | None = None,
     source: RandomSource | None = None,
     history: tuple = (),
+    public_completion: bool = False,
 ) -> RagAnswer:
     """003 Algorithm 3: spend budget only when few voters agree with the no-retrieval token.
 
     Per token: a_t = h_t[y_t^non-RAG]; if a_t + Lap(4/ε_Lap) ≤ τ̂ (a discovery) the token comes from
     LimitedDomain(h_t, ε_token/2, δ_token) and τ̂ is re-drawn, else the non-RAG token is released for free.
     ε_Lap = ε_token/2, τ = m/2 by default (003 §IV). c_max discoveries from the total budget (as T_max in
-    ``dp_vote_rag``); the run stops at the c_max-th discovery, at <EOS>, or after ``max_tokens``.
+    ``dp_vote_rag``); the run stops after the token of the c_max-th discovery (003 Alg. 3: "if y_t = <EOS> or
+    c = 0 then break"), at ⊥, at <EOS>, or after ``max_tokens``. ``public_completion`` (beyond 003, as in
+    ``PureDpRagParams``): after the c_max-th discovery decoding goes on with the non-RAG lane's token only
+    (post-processing; the cost is unchanged). ``info['stop']`` says why decoding stopped: "bottom" (LimitedDomain
+    released ⊥), "c_max", "eos" or "max_tokens".
     """
     m, k = check_positive_int("m", m), check_positive_int("k", k)
     eps_t, del_t = check_epsilon("epsilon_token", epsilon_token), check_delta("delta_token", delta_token)
@@ -252,23 +257,33 @@ def dp_sparse_vote_rag(
     svt = SparseVector(m / 2 if tau is None else tau, eps_t / 2, c_max, 1, src, direction="below",
                        redraw_threshold=True)
     ld_events: list[PrivacyEvent] = []
+    stop: list[str] = []
 
     def rule(non_rag_token, hist):
         if svt.halted:  # the c-th discovery was the last private token; only public completion may follow
-            return non_rag_token if params.public_completion else None
+            if public_completion:
+                return non_rag_token
+            stop.append("c_max")
+            return None
         if svt.test(int(hist[non_rag_token])):
             tok, ev = limited_domain(hist, eps_t / 2, del_t, m, src)
             ld_events.append(ev)
-            return None if tok is BOTTOM else tok
+            if tok is BOTTOM:
+                stop.append("bottom")
+                return None
+            return tok
         return non_rag_token
 
-    tokens = decode_by_vote(generator, question, ctx, rule, _check_tokens(max_tokens), with_non_rag=True,
-                            history=history)
+    max_tokens = _check_tokens(max_tokens)
+    tokens = decode_by_vote(generator, question, ctx, rule, max_tokens, with_non_rag=True, history=history)
+    if not stop:
+        stop.append("eos" if tokens and tokens[-1] in stop_tokens(generator) else "max_tokens")
     cost = sparse_vote_cost(eps_t, del_t, c_max)
     return RagAnswer(text=_text(generator, tokens), token_ids=tokens, events=[svt.event, *ld_events], cost=cost,
                      retrieved=ids, charged=ids, private_tokens=svt.discoveries,
                      info={"method": "dp-sparse-vote-rag", "private": True, "m": m, "k": k, "c_max": c_max,
-                           "epsilon": certified_epsilon(cost, delta_total), "delta": delta_total})
+                           "epsilon": certified_epsilon(cost, delta_total), "delta": delta_total,
+                           "stop": stop[0]})
 
 
 # ------------------------------------------------------------------------------------------------------
