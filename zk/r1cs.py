@@ -127,8 +127,8 @@ class R1CS:
         return len(self.constraints)
 
     def witness(self, inputs: dict[str, int | Sequence[int]]) -> list[int]:
-        """The full witness for named ``inputs`` (each an int or a list of ints, taken mod r? no: must be field
-        elements or signed ints in (-r, r); negatives are mapped to r - |x|)."""
+        """The full witness for named ``inputs`` (each an int or a list of ints in (-r, r); a negative x stands for
+        the field element r - |x|). Raises InvalidParameterError naming a missing, unknown or malformed input."""
         n = self.n_vars
         wb = [0] * n
         wb[0] = 1
