@@ -380,9 +380,11 @@ def _prepare(embeddings, accounts, window, positions):
 # the auditor's parameters and the streaming estimator (bounded memory for any θ)
 # ---------------------------------------------------------------------------------------------------------
 
-#: The auditor's default link threshold (spec/estimator.md §8: chosen from the measured detection table --
-#: one-token and small-noise jitters of a probe link at it, while distinct honest questions rarely do).
-DEFAULT_THETA = 0.90
+#: The auditor's default link threshold (spec/estimator.md §8, from the measured detection table): verbatim
+#: and one-token-edited probes of 8 colluders link at it wherever they sit in the audit window, while honest
+#: traffic of 1,000 real questions exceeds k_max = 5 in 6% of windows (30% at θ = 0.90, which also links
+#: small-noise jitter and ~60% of paraphrase coalitions). The auditor lowers it where honest traffic allows.
+DEFAULT_THETA = 0.95
 #: The auditor's default window: ``None`` = the whole audit window (every pair of query leaves), reduced
 #: by ``default_window`` only when the window holds more pairs than ``DEFAULT_PAIR_DIM_BUDGET`` allows.
 DEFAULT_WINDOW: int | None = None

@@ -10,7 +10,8 @@ import pytest
 
 from dprag.accounting.errors import InvalidParameterError
 from dprag.audit import estimator as E
-from dprag.audit.estimator_calibration import PLACEMENTS, ProbeConfig, probe_detection, probe_trial, sphere
+from dprag.audit.estimator_calibration import (PLACEMENTS, ProbeConfig, probe_detection, probe_table, probe_trial,
+                                              sphere)
 
 
 class Float64Search:
@@ -179,6 +180,10 @@ def test_probe_detection_separates_linked_from_diverse_coalitions():
         assert res["cells"][f"same/{p}"]["alarm"].tolist() == [1.0, 1.0, 1.0]
         assert res["cells"][f"iid/{p}"]["caught"].tolist() == [0.0, 0.0, 0.0]
         assert (res["cells"][f"iid/{p}"]["mean_colluders_linked"] == 1).all()
+    table = probe_table(res, 0.9)
+    assert "| same/spaced | 1.00 | 1.00 | 8.0 |" in table and "| iid/adjacent |" in table
+    with pytest.raises(InvalidParameterError, match="theta"):
+        probe_table(res, 0.5)
     # a window shorter than the spacing loses the spaced coalition, not the adjacent one
     short = ProbeConfig(honest_accounts=10, queries_per_account=100, thetas=(1.0,), window=50)
     r2 = probe_detection(pool, cells, short, trials=2, seed=1)
