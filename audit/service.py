@@ -419,8 +419,7 @@ class ProviderService:
             self._counters[acct] = counter
             self._seen = pos + 1
             size, root = self._checkpoint()
-        algo.source = request_source(self.seed, "generate", h_req)  # the answer's randomness: committed too
-        ans = algo.respond(req.question, selection)
+        ans = self._answer(algo, req.question, selection, h_req)
         body = receipt_body(window=self.policy.window, account=acct, tenant=tenant, counter=counter,
                             h_req=h_req.hex(), h_top=h_top, nonce_top=nonce_top,
                             h_answer=hashlib.sha256(ans.text.encode("utf-8")).hexdigest(), pos=pos,
@@ -431,6 +430,11 @@ class ProviderService:
         return served
 
     # -- internals -------------------------------------------------------------------------------------------
+    def _answer(self, algo, question: str, selection: Selection, h_req: bytes):
+        """§5.3 step 7: the answer, drawn from the request's committed ``generate`` stream only."""
+        algo.source = request_source(self.seed, "generate", h_req)
+        return algo.respond(question, selection)
+
     @contextmanager
     def _locked(self):
         fcntl.flock(self._lockfile.fileno(), fcntl.LOCK_EX)

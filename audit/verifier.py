@@ -386,7 +386,7 @@ def check_8_5_ledger(run: _Run, receipt_sizes: set[int], trusted: bytes | None) 
 # ------------------------------------------------------------------------------------------------------------
 # §8.6 receipts: evidence against the provider that signed them
 # ------------------------------------------------------------------------------------------------------------
-def _one_receipt(run: _Run, line: bytes) -> tuple[dict, list | None] | str:
+def _one_receipt(run: _Run, line: bytes) -> tuple[dict, list | None, str | None] | str:
     """One receipt line: (body, citations) if it is valid provider-signed evidence, else the rejection."""
     try:
         obj = decode(line, what="receipt line")
@@ -414,12 +414,12 @@ def _one_receipt(run: _Run, line: bytes) -> tuple[dict, list | None] | str:
                     not _is_hex(req.get("nonce"), 16) or \
                     question_commitment(bytes.fromhex(req["nonce"]), extra["question"]) != req.get("h_q"):
                 raise EncodingError("the question the account supplied does not open the request's h_q")
-        return body, top
+        return body, top, extra.get("question")
     except EncodingError as e:
         return str(e)
 
 
-def _parse_receipts(run: _Run, data: bytes) -> list[tuple[int, dict, list | None]]:
+def _parse_receipts(run: _Run, data: bytes) -> list[tuple[int, dict, list | None, str | None]]:
     """Valid provider-signed receipts of this window; everything else is rejected evidence, never a FAIL."""
     lines = data.split(b"\n")
     if lines and lines[-1] == b"":
@@ -441,11 +441,11 @@ def _parse_receipts(run: _Run, data: bytes) -> list[tuple[int, dict, list | None
     return valid
 
 
-def check_8_6_receipts(run: _Run, valid: list[tuple[int, dict, list | None]]) -> None:
+def check_8_6_receipts(run: _Run, valid: list[tuple[int, dict, list | None, str | None]]) -> None:
     n = run.n
     by_pos: dict[int, tuple[int, dict]] = {}
     by_request: dict[tuple[str, int], tuple[int, int]] = {}
-    for k, body, top in valid:
+    for k, body, top, _ in valid:
         pos, size = body["pos"], body["size"]
         if size > n:
             run.fail("receipts", f"receipt {k}: signed for ledger size {size} > the bundle's {n} (truncated or forked)")
@@ -668,6 +668,27 @@ def check_8_9_generation(run: _Run) -> None:
         run.checked["documents_within_budget"] += int((s <= rule.limit).sum())
 
 
+def check_8_9_answers(run: _Run, valid: list, generator, corpus: dict[str, list[str]]) -> None:
+    """§8.9 (answers, optional): replay the answer of every receipt whose account handed over its question,
+    with the committed corpus and the auditor's generator, and compare it with the signed h_answer."""
+    from .replay import answer_hash, replay_answer
+
+    done = 0
+    for k, body, _, question in valid:
+        pos = body["pos"]
+        rec, op = run.records[pos], run.openings.get(pos)
+        texts = corpus.get(body["tenant"]) if corpus else None
+        if question is None or op is None or texts is None or pos not in run.queries or \
+                rec.get("h_req") != body["h_req"]:
+            continue
+        got = answer_hash(replay_answer(run.policy, run.seed, op, _scores(run, pos), texts, question, generator))
+        if got != body["h_answer"]:
+            run.fail("generation", f"receipt {k}: the signed answer is not the committed mechanism's answer "
+                                   f"(replayed from the seed, the corpus and the question)")
+        done += 1
+    run.checked["answers_replayed"] = done
+
+
 # ------------------------------------------------------------------------------------------------------------
 # §8.10 coalition estimate (the auditor's θ and window)
 # ------------------------------------------------------------------------------------------------------------
@@ -749,7 +770,7 @@ def key_fingerprint(vkey: str) -> str:
 def verify(bundle_path: str | Path, *, receipts: str | Path | None = None, mode: str = "full",
            samples: int | None = None, key: str | Path | None = None, trusted_checkpoint: str | Path | None = None,
            corpus: dict[str, list[str]] | None = None, witnesses: list[str | Path] = (),
-           min_witnesses: int | None = None, theta: float = DEFAULT_THETA,
+           min_witnesses: int | None = None, replay_generator=None, theta: float = DEFAULT_THETA,
            coalition_window: int | None = DEFAULT_WINDOW,
            progress: Callable[[str, int], None] | None = None) -> Verdict:
     """Run every check of spec/protocol.md §8 on the bundle at ``bundle_path``.
@@ -810,7 +831,7 @@ def verify(bundle_path: str | Path, *, receipts: str | Path | None = None, mode:
                                 f"pinned {key_fingerprint(pinned)})")
     _guarded(run, "policy", check_8_4_policy)
     valid_receipts = (_guarded(run, "receipts", _parse_receipts, receipts_data) or []) if receipts_data is not None else []
-    trusted_size = _guarded(run, "ledger", check_8_5_ledger, {body["size"] for _, body, _ in valid_receipts}, trusted)
+    trusted_size = _guarded(run, "ledger", check_8_5_ledger, {r[1]["size"] for r in valid_receipts}, trusted)
     if min_witnesses and run.genesis is not None and run.key is not None:
         _guarded(run, "ledger", _check_witnesses, wit, min_witnesses)
     if receipts_data is not None:
@@ -834,6 +855,10 @@ def verify(bundle_path: str | Path, *, receipts: str | Path | None = None, mode:
                 chosen = positions
             _guarded(run, "retrieval", check_8_8_retrieval, chosen)
             _guarded(run, "generation", check_8_9_generation)
+            if replay_generator is not None:
+                if corpus is None:
+                    raise AuditorInputError("answer replay needs the corpus (--corpus)")
+                _guarded(run, "generation", check_8_9_answers, valid_receipts, replay_generator, corpus)
         _guarded(run, "coalition", check_8_10_coalition, theta, coalition_window)
     elif not run.reasons:
         run.fail("commitments", "no usable policy or genesis: nothing can be certified")

@@ -290,3 +290,27 @@ def test_cli_ledger_root_and_leaves(window, capsys):
     assert cli_main(["audit", "ledger", "root", str(window.bundle), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out == {"schema": "dprag.ledger-root/1", "size": len(leaves), "root": root_from_leaves(leaves).hex()}
+
+
+def test_answers_replay_from_the_seed_corpus_and_question(tmp_path, capsys):
+    # accounts hand over their questions (they open h_q); the auditor replays every answer with the committed
+    # corpus and the toy generator and compares the signed h_answer — honest: all match
+    from dprag.audit.fixtures import CLINIC, LEGAL
+
+    w = build_window(tmp_path / "w", rounds=2)
+    p = tmp_path / "with_questions.jsonl"
+    p.write_bytes(b"".join(encode(e) + b"\n" for c in w.clients.values() for e in c.receipts))
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "clinic.json").write_text(json.dumps(CLINIC))
+    (corpus / "legal.json").write_text(json.dumps(LEGAL))
+    rc = cli_main(["audit", "verify", str(w.bundle), "--receipts", str(p), "--corpus", str(corpus),
+                   "--replay-answers", "toy", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0 and out["checked"]["answers_replayed"] == 6 and out["checked"]["corpus"] == 2
+    # a corpus that is not the committed one
+    (corpus / "legal.json").write_text(json.dumps(LEGAL[:-1] + ["another memo"]))
+    assert cli_main(["audit", "verify", str(w.bundle), "--corpus", str(corpus)]) == 1
+    assert "not the committed one" in capsys.readouterr().out
+    assert cli_main(["audit", "verify", str(w.bundle), "--replay-answers", "toy"]) == 2
+    assert "--corpus" in capsys.readouterr().err

@@ -54,6 +54,24 @@ def _load_corpus(path: Path | None) -> dict[str, list[str]] | None:
     return out
 
 
+def _generator(name: str | None, corpus: Path | None):
+    """The generator an auditor replays answers with: ``toy`` here, others from ``dprag.generators``."""
+    if name is None:
+        return None
+    if corpus is None:
+        raise click.UsageError("--replay-answers needs --corpus")
+    if name == "toy":
+        from dprag.accounting.rag.toy import ToyGenerator
+
+        return ToyGenerator()
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group="dprag.generators"):
+        if ep.name == name:
+            return ep.load()()
+    raise click.UsageError(f"--replay-answers {name}: no such generator (toy, or a dprag.generators entry point)")
+
+
 class _Progress:
     """A progress bar on stderr for long windows (tqdm; silent for small ones or when stderr is no terminal)."""
 
@@ -89,6 +107,10 @@ class _Progress:
               help="a witness's verifier key (c2sp.org/tlog-cosignature); repeatable.")
 @click.option("--min-witnesses", type=click.IntRange(min=0), default=None,
               help="cosignatures of the given witnesses the last checkpoint must carry (default 1 if any).")
+@click.option("--replay-answers", "replay", default=None, metavar="GENERATOR",
+              help="replay every answer whose account handed over its question, with this generator (toy, or one "
+                   "registered under the dprag.generators entry points, e.g. smollm2), and compare h_answer; "
+                   "needs --corpus.")
 @click.option("--corpus", type=click.Path(path_type=Path), default=None,
               help="directory of <tenant>.json (a list of texts in index order): check C_docs against it.")
 @click.option("--mode", type=click.Choice(["full", "sampled"]), default="full", show_default=True)
@@ -100,7 +122,7 @@ class _Progress:
                    "(default: the whole audit window).")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object (schema dprag.verdict/2)")
 def verify_cmd(bundle: Path, receipts: Path | None, key: Path | None, trusted_checkpoint: Path | None,
-               witnesses: tuple[Path, ...], min_witnesses: int | None, corpus: Path | None, mode: str, samples: int | None, theta: float, coalition_window: int | None,
+               witnesses: tuple[Path, ...], min_witnesses: int | None, replay: str | None, corpus: Path | None, mode: str, samples: int | None, theta: float, coalition_window: int | None,
                as_json: bool) -> int:
     """Re-check everything in BUNDLE: PASS ε δ (exit 0), FAIL reasons (exit 1), unusable input (exit 2)."""
     if mode == "sampled" and samples is None:
@@ -113,7 +135,7 @@ def verify_cmd(bundle: Path, receipts: Path | None, key: Path | None, trusted_ch
     try:
         v = verify(bundle, receipts=receipts, mode=mode, samples=samples, key=key,
                    trusted_checkpoint=trusted_checkpoint, corpus=_load_corpus(corpus), witnesses=list(witnesses),
-                   min_witnesses=min_witnesses, theta=theta,
+                   min_witnesses=min_witnesses, replay_generator=_generator(replay, corpus), theta=theta,
                    coalition_window=coalition_window, progress=bar)
     finally:
         bar.close()

@@ -192,6 +192,38 @@ def many_releases(d: Path) -> AttackResult:
     return AttackResult(_export(svc, d), _receipts(d, clients, extra), check="receipts")
 
 
+class _Resampling(ProviderService):
+    def _answer(self, algo, question, selection, h_req):
+        """Re-sample with fresh randomness until the answer differs from the committed one (up to 400 draws)."""
+        from dprag.accounting.noise.source import RandomSource
+
+        committed = super()._answer(algo, question, selection, h_req)
+        for _ in range(400):
+            algo.source = RandomSource.system()
+            other = algo.respond(question, selection)
+            if other.text != committed.text:
+                return other
+        return committed
+
+
+def resampled_answers(d: Path) -> AttackResult:
+    from ..fixtures import CLINIC, LEGAL, HashEmbedder
+    from dprag.accounting.rag.toy import ToyGenerator
+
+    shutil.rmtree(d, ignore_errors=True)
+    open_service(d / "svc").close()
+    svc = _Resampling(d / "svc", embedder=HashEmbedder(32), generator=ToyGenerator())
+    clients = {a: client(svc, a) for a in svc.accounts}
+    for i in range(3):
+        for acct, q in SCRIPT:
+            clients[acct].ask(svc, f"{q} {i}")
+    p = d / "receipts.jsonl"  # the accounts hand over their questions too, so answers can be replayed
+    p.write_bytes(b"".join(encode(e) + b"\n" for c in clients.values() for e in c.receipts))
+    return AttackResult(_export(svc, d), p, check="generation",
+                        verify_kwargs={"corpus": {"clinic": CLINIC, "legal": LEGAL}, "replay_generator": ToyGenerator()},
+                        note="caught by answer replay; without it the answer text is bound only by receipts")
+
+
 # ---------------------------------------------------------------------------------------------------------
 # 5. a false sampler claim: a table truncated at 0.5σ declared to be exact (TV = 0)
 # ---------------------------------------------------------------------------------------------------------
@@ -370,6 +402,7 @@ ATTACKS: dict[str, Attack] = {a.name: a for a in [
     Attack("grind_invented_account", "provider", 2, grind_invented_account),
     Attack("unbound_query_embedding", "provider", 3, unbound_q),
     Attack("one_leaf_many_releases", "provider", 4, many_releases),
+    Attack("resampled_answers", "provider", 4, resampled_answers),
     Attack("false_sampler_claim", "provider", 5, false_sampler_claim),
     Attack("coalition_adjacent", "provider", 6, _coalition(0)),
     Attack("coalition_spaced_100", "provider", 6, _coalition(100)),

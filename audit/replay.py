@@ -1,0 +1,51 @@
+"""Generation replay (spec/protocol.md §8.9, answers): re-run the answer of a served request and compare its
+hash with the receipt's ``h_answer``.
+
+The answer's randomness is the committed seed's ``generate`` stream for that request (§5.2), its documents
+are Top-K of the charged (RAG-cost) documents by the exact integer scores, padded (000 Alg. 3), and its
+mechanism is the committed policy's. So an auditor who holds the committed corpus (checked against
+C_docs), the generator, and the question (which opens the request's h_q; the account hands it over) can
+recompute the answer. What must match for a bit-exact replay: the generator's weights and tokenizer (the
+embedder descriptor's ``prompt_template`` names them), its numerics (same library versions, the same
+number of threads, deterministic CPU kernels — a GPU or another BLAS may change a near-tied logit), and
+the prompt template; the toy generator replays exactly everywhere.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+
+from dprag.accounting.rag.common import top_k_padded
+
+from .account import request_hash
+from .retrieval import request_source
+
+
+class _Documents:
+    """The Retriever the single-query mechanism needs: document texts by index position."""
+
+    def __init__(self, texts: list[str]):
+        self.texts = texts
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    def document(self, doc_id: int) -> str:
+        return self.texts[int(doc_id)]
+
+
+def replay_answer(policy, seed: bytes, opening: dict, scores: np.ndarray, texts: list[str], question: str,
+                  generator) -> str:
+    """The answer the committed mechanism gives for one opened request (see the module docstring)."""
+    g = policy.generation
+    rag_ids = np.asarray(opening["charge"]["charges"][-1]["ids"], dtype=np.int64)
+    top = top_k_padded(rag_ids, np.asarray(scores, dtype=np.float64)[rag_ids], g.m * g.docs_per_voter)
+    ans = policy.rag_params().respond(question, top, _Documents(texts), generator,
+                                      source=request_source(seed, "generate", request_hash(opening["request"])))
+    return ans.text
+
+
+def answer_hash(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
