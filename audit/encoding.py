@@ -245,7 +245,10 @@ def _pairs(pairs: list[tuple[str, Any]]) -> dict:
 def _parse_int(s: str) -> int:
     if len(s) > _MAX_INT_LITERAL:
         raise _Refused(f"integer literal of {len(s.lstrip('-'))} digits exceeds ±(2^53 - 1)")
-    return int(s)
+    v = int(s)
+    if not -MAX_SAFE_INT <= v <= MAX_SAFE_INT:
+        raise _Refused(f"integer literal {s} exceeds ±(2^53 - 1)")
+    return v
 
 
 def _refuse_float(s: str):
@@ -305,10 +308,16 @@ def _decode_checked(data: bytes, what: str) -> Any:
         raise EncodingError(f"{what}: not valid canonical JSON ({type(e).__name__})") from None
     if end != len(text):
         raise EncodingError(f"{what}: bytes after the JSON value at character {end}")
-    try:
-        again = encode(value)
-    except EncodingError as e:
-        raise EncodingError(f"{what}: {e}") from None
+    if b"\\u" not in data and max(data) < 0xEE:
+        # Fast path, same bytes: no \u escape means no surrogate can have been smuggled in (UTF-8 cannot
+        # carry one), parsing already refused floats, NaN, out-of-range integers and deep nesting, and
+        # with no character >= U+E000 code-point key order is UTF-16 order, so json.dumps is the encoding.
+        again = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    else:
+        try:
+            again = encode(value)
+        except EncodingError as e:
+            raise EncodingError(f"{what}: {e}") from None
     if again != data:
         at = next((i for i, (a, b) in enumerate(zip(again, data)) if a != b), min(len(again), len(data)))
         raise EncodingError(f"{what}: bytes are not in canonical form (first difference at byte {at})")

@@ -248,3 +248,20 @@ def test_backwards_compatible_api():
         encode({1: 2})
     with pytest.raises(EncodingError, match="cannot be encoded"):
         encode({"x": b"raw"})
+
+
+@settings(max_examples=200)
+@given(st.dictionaries(st.text("abcXYZ_019é\u00ff\u07ff\ud7ff", min_size=1, max_size=3), safe_int, min_size=2,
+                       max_size=6), st.randoms(use_true_random=False))
+def test_fast_path_refuses_any_other_key_order(d, rnd):
+    """decode's json.dumps fast path (no \\u escape, no byte >= 0xEE) accepts only the canonical order."""
+    keys = list(d)
+    rnd.shuffle(keys)
+    text = "{" + ",".join(json.dumps(k, ensure_ascii=False) + ":" + str(d[k]) for k in keys) + "}"
+    data = text.encode()
+    assert max(data) < 0xEE
+    if data == encode(d):
+        assert decode(data) == d
+    else:
+        with pytest.raises(EncodingError, match="canonical"):
+            decode(data)
