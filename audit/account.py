@@ -132,6 +132,14 @@ class Request:
     question: str
     qemb: bytes | None
 
+    @classmethod
+    def from_json(cls, obj: Any) -> "Request":
+        """The wire form ``{"request", "question", "qemb": hex | null}`` (what ``dprag account request`` prints)."""
+        if not isinstance(obj, dict) or set(obj) != {"request", "question", "qemb"}:
+            raise EncodingError("request message: must be {\"request\", \"question\", \"qemb\"}")
+        q = obj["qemb"]
+        return cls(obj["request"], obj["question"], None if q is None else hexbytes(q, "qemb"))
+
     @property
     def account(self) -> str:
         return self.signed["account"]

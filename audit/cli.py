@@ -21,6 +21,7 @@ from dprag.accounting.errors import DpragError
 _BUILTIN = {
     "accounting": "dprag.audit.commands.accounting:accounting",
     "audit": "dprag.audit.commands.audit:audit",
+    "account": "dprag.audit.commands.account:account",
     "zk": "dprag.audit.commands.zk:zk",
 }
 

@@ -1,0 +1,108 @@
+"""``dprag account ...``: an account's side of the protocol from the command line (spec/protocol.md §5.1, §5.4).
+
+An account keeps a directory: ``account.key`` (its Ed25519 seed, 0600), ``account.vkey`` (what the provider
+registers in genesis), ``config.json`` (account, window, the provider's pinned note key), ``counter``,
+``pending/<counter>.json`` (requests sent, awaiting their receipt) and ``receipts.jsonl`` (receipts checked
+and kept). The request travels to the provider as one JSON object; the provider's answer comes back as one
+JSON object ``{"answer", "citations", "receipt", "pos"}`` (``ServedQuery.to_dict``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import click
+
+from dprag.accounting.errors import DpragError
+
+from ..account import AccountClient, AccountKey, ReceiptError, Request
+from ..encoding import encode
+
+
+def _client(d: Path) -> AccountClient:
+    try:
+        cfg = json.loads((d / "config.json").read_text())
+        key = AccountKey.from_hex((d / "account.key").read_text())
+    except (OSError, ValueError, DpragError) as e:
+        raise click.UsageError(f"ACCOUNT_DIR {d}: not an account directory ({e})") from None
+    return AccountClient(cfg["account"], cfg["window"], key, provider_vkey=cfg.get("provider_key"), directory=d)
+
+
+@click.group("account")
+def account() -> None:
+    """An account's client: keys, signed requests, receipts."""
+
+
+@account.command("new")
+@click.argument("account_dir", type=click.Path(path_type=Path))
+@click.option("--account", "name", required=True, help="the account id the provider registers")
+@click.option("--window", required=True, help="the audit window's id")
+@click.option("--provider-key", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="file with the provider's note verifier key (pins it: receipts are checked against it)")
+def new_cmd(account_dir: Path, name: str, window: str, provider_key: Path | None) -> int:
+    """Create an account directory with a fresh key; print the public key to register."""
+    if (account_dir / "account.key").exists():
+        raise click.UsageError(f"ACCOUNT_DIR {account_dir}: already holds an account key")
+    account_dir.mkdir(parents=True, exist_ok=True)
+    key = AccountKey.generate()
+    fd = os.open(account_dir / "account.key", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(key.to_hex() + "\n")
+    (account_dir / "account.vkey").write_text(key.vkey + "\n")
+    vkey = provider_key.read_text().strip() if provider_key else None
+    (account_dir / "config.json").write_text(json.dumps({"account": name, "window": window, "provider_key": vkey},
+                                                        sort_keys=True) + "\n")
+    click.echo(key.vkey)
+    return 0
+
+
+@account.command("request")
+@click.argument("account_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument("question")
+def request_cmd(account_dir: Path, question: str) -> int:
+    """Sign the next request for QUESTION; print it (one JSON object) for the provider, keep it pending."""
+    c = _client(account_dir)
+    req = c.request(question)
+    body = {"request": req.signed, "question": req.question, "qemb": None if req.qemb is None else req.qemb.hex()}
+    (account_dir / "pending").mkdir(exist_ok=True)
+    (account_dir / "pending" / f"{req.signed['counter']}.json").write_bytes(encode(body))
+    click.echo(encode(body).decode())
+    return 0
+
+
+@account.command("check-receipt")
+@click.argument("account_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument("response", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+def check_receipt_cmd(account_dir: Path, response: Path) -> int:
+    """Check the provider's RESPONSE (JSON) against the pending request it answers; keep the receipt.
+    Exit 0 accepted, 1 rejected (the reason on stdout), 2 unusable input."""
+    c = _client(account_dir)
+    try:
+        resp = json.loads(response.read_text())
+        counter = resp["receipt"]["counter"]
+        pend = json.loads((account_dir / "pending" / f"{int(counter)}.json").read_text())
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise click.UsageError(f"RESPONSE {response}: not a response to a pending request ({e})") from None
+    req = Request(pend["request"], pend["question"], None if pend["qemb"] is None else bytes.fromhex(pend["qemb"]))
+    try:
+        c.accept(req, resp["receipt"], resp.get("citations"))
+    except ReceiptError as e:
+        click.echo(f"REJECTED {e}")
+        return 1
+    (account_dir / "pending" / f"{int(counter)}.json").unlink()
+    click.echo(f"ACCEPTED counter {counter} at ledger position {resp['receipt']['pos']}")
+    return 0
+
+
+@account.command("export-receipts")
+@click.argument("account_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument("out", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--include-questions", is_flag=True, help="also the question texts (lets the auditor replay answers)")
+def export_cmd(account_dir: Path, out: Path, include_questions: bool) -> int:
+    """Write the kept receipts as JSONL for the auditor (dprag audit verify --receipts OUT)."""
+    c = _client(account_dir)
+    c.export_receipts(out, include_questions=include_questions)
+    click.echo(f"{len(c.receipts)} receipts -> {out}")
+    return 0
