@@ -303,13 +303,11 @@ def _g1_reduce_buckets(buckets: list[list]) -> list:
     q_ = Q
     active = [i for i, lst in enumerate(buckets) if len(lst) > 1]
     while active:
-        X1 = []
-        Y1 = []
-        X2 = []
-        Y2 = []
-        own = []
+        pend = []
+        dens = []
         nxt = []
-        a1, b1, a2, b2, ao = X1.append, Y1.append, X2.append, Y2.append, own.append
+        pa = pend.append
+        da = dens.append
         for bi in active:
             lst = buckets[bi]
             n = len(lst)
@@ -317,34 +315,30 @@ def _g1_reduce_buckets(buckets: list[list]) -> list:
             buckets[bi] = keep
             if n > 2:
                 nxt.append(bi)
-            for (x1, y1), (x2, y2) in zip(lst[0::2], lst[1::2]):
+            it = iter(lst)
+            for (x1, y1), (x2, y2) in zip(it, it):
                 if x1 != x2:
-                    a1(x1)
-                    b1(y1)
-                    a2(x2)
-                    b2(y2)
-                    ao(keep)
+                    pa((x1, y1, x2, y2, keep))
+                    da(x2 - x1)
                 else:
                     s = g1_add((x1, y1), (x2, y2))  # doubling / inverse pair: rare
                     if s is not None:
                         keep.append(s)
-        m = len(X1)
+        m = len(dens)
         if m:
-            prefix = [0] * m
+            prefix = [1] * m
             acc = 1
-            for i in range(m):
+            for i, d in enumerate(dens):
                 prefix[i] = acc
-                acc = acc * (X2[i] - X1[i]) % q_
+                acc = acc * d % q_
             acc = pow(acc, -1, q_)
             for i in range(m - 1, -1, -1):
-                x1 = X1[i]
-                x2 = X2[i]
-                y1 = Y1[i]
+                x1, y1, x2, y2, keep = pend[i]
                 dinv = acc * prefix[i] % q_
-                acc = acc * (x2 - x1) % q_
-                lam = (Y2[i] - y1) * dinv % q_
+                acc = acc * dens[i] % q_
+                lam = (y2 - y1) * dinv % q_
                 x3 = (lam * lam - x1 - x2) % q_
-                own[i].append((x3, (lam * (x1 - x3) - y1) % q_))
+                keep.append((x3, (lam * (x1 - x3) - y1) % q_))
         active = nxt
     return [lst[0] if lst else None for lst in buckets]
 
@@ -407,14 +401,16 @@ def _g2_affine_finish(x1, y1, x2, y2, dinv):
 
 
 def _g2_reduce_buckets(buckets: list[list]) -> list:
+    """As ``_g1_reduce_buckets`` over F_q2: 1 / (a + b u) = (a - b u) / (a^2 + b^2), so the shared inversion is of
+    the F_q norms."""
     q_ = Q
     active = [i for i, lst in enumerate(buckets) if len(lst) > 1]
     while active:
-        P1 = []
-        P2 = []
-        dens = []
-        own = []
+        pend = []
+        norms = []
         nxt = []
+        pa = pend.append
+        na = norms.append
         for bi in active:
             lst = buckets[bi]
             n = len(lst)
@@ -422,19 +418,47 @@ def _g2_reduce_buckets(buckets: list[list]) -> list:
             buckets[bi] = keep
             if n > 2:
                 nxt.append(bi)
-            for p, r in zip(lst[0::2], lst[1::2]):
-                if p[0] != r[0]:
-                    P1.append(p)
-                    P2.append(r)
-                    dens.append(((r[0][0] - p[0][0]) % q_, (r[0][1] - p[0][1]) % q_))
-                    own.append(keep)
+            it = iter(lst)
+            for p, r in zip(it, it):
+                x1 = p[0]
+                x2 = r[0]
+                if x1 != x2:
+                    d0 = x2[0] - x1[0]
+                    d1 = x2[1] - x1[1]
+                    pa((p, r, d0, d1, keep))
+                    na((d0 * d0 + d1 * d1) % q_)
                 else:
                     s = g2_add(p, r)
                     if s is not None:
                         keep.append(s)
-        if dens:
-            for (x1, y1), (x2, y2), dinv, k in zip(P1, P2, _batch_inv_q2(dens), own):
-                k.append(_g2_affine_finish(x1, y1, x2, y2, dinv))
+        m = len(norms)
+        if m:
+            prefix = [1] * m
+            acc = 1
+            for i, v in enumerate(norms):
+                prefix[i] = acc
+                acc = acc * v % q_
+            acc = pow(acc, -1, q_)
+            for i in range(m - 1, -1, -1):
+                p, r, d0, d1, keep = pend[i]
+                ninv = acc * prefix[i] % q_
+                acc = acc * norms[i] % q_
+                (x10, x11), (y10, y11) = p
+                (x20, x21), (y20, y21) = r
+                # lam = (y2 - y1) * conj(d) / |d|^2
+                n0 = y20 - y10
+                n1 = y21 - y11
+                t0 = n0 * d0
+                t1 = n1 * d1
+                l0 = (t0 + t1) * ninv % q_
+                l1 = ((n1 - n0) * (d0 + d1) + t0 - t1) * ninv % q_
+                x30 = ((l0 + l1) * (l0 - l1) - x10 - x20) % q_
+                x31 = (2 * l0 * l1 - x11 - x21) % q_
+                e0 = x10 - x30
+                e1 = x11 - x31
+                t0 = l0 * e0
+                t1 = l1 * e1
+                keep.append(((x30, x31), ((t0 - t1 - y10) % q_, ((l0 + l1) * (e0 + e1) - t0 - t1 - y11) % q_)))
         active = nxt
     return [lst[0] if lst else None for lst in buckets]
 
