@@ -84,6 +84,68 @@ class Policy:
     relation: str = RELATION
     version: int = 2
 
+    # -- a sound starting point --------------------------------------------------------------------------
+    @classmethod
+    def recommended(cls, window: str, *, citations_for: tuple[str, ...] = (), queries_per_account: int = 20,
+                    k_max: int = 5, epsilon_acc: float = 1.0, delta_acc: float = 1e-6, citations: int = 5,
+                    algorithm: str = "murag", voters: int = 20, epsilon_token: float = 1.0,
+                    private_tokens: int = 3, max_queries_per_doc: int = 1, tau_cosine: float = 0.5,
+                    edges_cosine: tuple[float, ...] = (1.0, 0.7, 0.6, 0.5, 0.4), epsilon_thr: float = 1.0,
+                    docs_per_voter: int = 1, max_tokens: int = 32,
+                    embedding_scale: int = 1 << 10) -> "Policy":
+        """A well-formed policy from the quantities a provider decides, with documented, sound defaults.
+
+        Units: scores are integer dot products of embeddings quantised at ``embedding_scale`` (cosine × S², so
+        clipped to [0, S²] and shifted right by log2 S they are cosine × S, e.g. 0.5 → 512 at S = 2^10).
+
+        - ``window``: the audit window's id (also the ledger origin ``dprag/<window>``).
+        - ``citations_for``: tenants whose accounts see citations (the retrieval channel); others see none.
+        - ``queries_per_account`` (n): each account's query limit in the window.
+        - ``k_max``: the largest coalition the retrieval ε covers (on trust: spec/threat-model.md).
+        - ``epsilon_acc``, ``delta_acc``: one account's (ε, δ) over its n queries, replace-one-document; σ
+          of the discrete Gaussian is calibrated to it exactly (``accounting.collusion.exact_sigma``);
+          δ_policy = 2·k_max·δ_acc (it must exceed k_max·δ_acc, 002 §5.6).
+        - ``citations`` (K): citations per answer.
+        - ``algorithm``: "murag" (threshold τ) or "murag-ada" (bins ``edges_cosine``, ε_thr).
+        - ``voters`` (m), ``epsilon_token``, ``private_tokens`` (c), ``max_tokens``: 000 Alg. 5 per answer;
+          its pure cost per touched document is ε_q (``query_cost``).
+        - ``max_queries_per_doc`` (M): the filter budget is M·ε_q per document; the generation ε of the verdict
+          is 2·M·ε_q (replace-one).
+        - ``tau_cosine`` / ``edges_cosine``: relevance thresholds as cosines (converted to score units).
+        The sampler is the discrete Gaussian table with tail 10σ and 64-bit probabilities; its declared TV is
+        the table's own, rounded up. With every default the verdict certifies ε ≈ 7.1 composed (retrieval 2.1 at
+        δ = 10^-5 for 5 colluders; generation 5.0 = 2 · M · ε_q with ε_q = 2.5), replace-one.
+        """
+        from dprag.accounting.collusion import exact_sigma
+
+        check_positive_int("embedding_scale", embedding_scale)
+        if embedding_scale & (embedding_scale - 1):
+            raise InvalidParameterError("embedding_scale", "must be a power of two", embedding_scale)
+        shift = embedding_scale.bit_length() - 1
+        hi = embedding_scale * embedding_scale
+        sens = (hi >> shift) + 1
+        n = check_positive_int("queries_per_account", queries_per_account)
+        sigma = exact_sigma(check_epsilon("epsilon_acc", epsilon_acc), check_delta("delta_acc", delta_acc), n, sens)
+        from .retrieval import noise_table
+
+        tv = noise_table(sigma, 10.0, 64).tv_distance
+        tv = math.nextafter(max(tv, 1e-300), 1.0)
+        to_units = lambda c: int(round(c * embedding_scale))  # noqa: E731
+        gen = GenerationPolicy(
+            algorithm=algorithm, m=voters, epsilon_token=epsilon_token, max_private_tokens=private_tokens,
+            max_queries_per_doc=max_queries_per_doc, docs_per_voter=docs_per_voter, max_tokens=max_tokens,
+            tau=to_units(tau_cosine) if algorithm == "murag" else None,
+            edges=tuple(to_units(e) for e in edges_cosine) if algorithm == "murag-ada" else None,
+            epsilon_thr=epsilon_thr if algorithm == "murag-ada" else None)
+        return cls(window=window,
+                   retrieval=RetrievalPolicy(enabled_tenants=tuple(sorted(citations_for)), K=citations, n=n,
+                                             epsilon_acc=epsilon_acc, delta_acc=delta_acc, sigma=sigma,
+                                             sensitivity=sens, score_clip=(0, hi), score_shift=shift,
+                                             sampler=SamplerSpec(10.0, 64, tv)),
+                   coalition=CoalitionPolicy(k_max=check_positive_int("k_max", k_max),
+                                             delta_policy=2 * k_max * delta_acc),
+                   generation=gen).validate()
+
     # -- validation ----------------------------------------------------------------------------------------
     def validate(self) -> "Policy":
         r, c, g = self.retrieval, self.coalition, self.generation

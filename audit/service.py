@@ -85,6 +85,26 @@ class ServedQuery:
         return {"answer": self.answer, "citations": self.citations, "receipt": self.receipt, "pos": self.pos}
 
 
+class _CallableEmbedder:
+    """Wraps a plain callable ``texts -> (n, d) float vectors`` as a TextEmbedder."""
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        return np.asarray(self.fn(list(texts)), dtype=np.float64)
+
+
+def as_embedder(embedder) -> TextEmbedder:
+    """The provider's own embedder: an object with ``embed(texts)``, or any callable returning float vectors."""
+    if hasattr(embedder, "embed"):
+        return embedder
+    if callable(embedder):
+        return _CallableEmbedder(embedder)
+    raise InvalidParameterError("embedder", "must have embed(texts) or be a callable texts -> float vectors",
+                                type(embedder).__name__)
+
+
 def _check_id(field: str, value: str) -> str:
     if not isinstance(value, str) or not _ID_RE.fullmatch(value):
         raise InvalidParameterError(field, "must be 1-64 characters of [A-Za-z0-9_.-]", value)
@@ -193,6 +213,7 @@ class ProviderService:
         commits to; a request from any other account is refused.
         """
         policy.validate().check_claims()
+        embedder = as_embedder(embedder)
         d = Path(directory)
         if (d / "state" / "ledger.sqlite").exists():
             raise InvalidParameterError("directory", "already holds an audit window; use ProviderService.open", str(d))
@@ -284,7 +305,7 @@ class ProviderService:
         if not (d / "config" / "policy.json").exists():
             raise InvalidParameterError("directory", "is not a dprag service directory", str(d))
         self.dir = d
-        self.embedder, self.generator = embedder, generator
+        self.embedder, self.generator = as_embedder(embedder), generator
         self.policy = Policy.from_dict(decode((d / "config" / "policy.json").read_bytes(), what="policy")).validate()
         self.embedder_descriptor = decode((d / "config" / "embedder.json").read_bytes(), what="embedder")
         self.accounts: dict[str, dict] = decode((d / "config" / "accounts.json").read_bytes(), what="accounts")
