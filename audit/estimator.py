@@ -16,7 +16,17 @@ and θ = num/den (the exact binary64 value), linked iff ``x·y > 0`` and ``(x·y
 |x|^2 · |y|^2``. So every implementation, whatever its BLAS, threads or summation order, gets the same
 links, and the verdict is reproducible bit for bit.
 
-Fast path. Pairs are found by a *neighbour search* -- any callable of the ``NeighbourSearch`` protocol that
+The auditor's parameters (protocol version 2): θ and the window are the auditor's, not the provider's --
+``DEFAULT_THETA`` and ``DEFAULT_WINDOW`` (None = the whole audit window, shrunk by ``default_window`` only
+past ``DEFAULT_PAIR_DIM_BUDGET``); spec/estimator.md §8 gives the measured detection table behind them.
+
+Default path (streamed). Without an injected search, the band is scanned in float32 tiles at θ minus the
+proven float32 bound (``float32_margin``), each tile's candidates joining two different components are
+decided exactly and merged into one label per query at once, and nothing else is kept: memory is bounded
+for any θ (``_stream``). The rest of this docstring describes the exact decision it shares with the
+injected-search path.
+
+Injected searches. Pairs are found by a *neighbour search* -- any callable of the ``NeighbourSearch`` protocol that
 returns a **superset** of the pairs whose unit-row inner product is >= a lowered threshold (the default is
 ``exact_window_search``, blocked float64 numpy; ``rag_adapters.ann_links.FaissWindowSearch`` is a FAISS
 one). Each candidate's cosine is then taken in float64, whose error is far below ``MARGIN = 2^-32``:
