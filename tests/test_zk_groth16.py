@@ -173,3 +173,17 @@ def test_setup_docstring_says_development_only():
 
     assert "DEVELOPMENT ONLY" in S.__doc__ and "DEVELOPMENT-ONLY" in S.setup.__doc__
     assert setup(_circuit()).development is True
+
+
+def test_prove_many_in_processes(keyed):
+    from dprag.zk.batch import prove_many
+
+    r, pk, w = keyed
+    w2 = r.witness({"a": 7, "b": 8})
+    proofs = prove_many(pk, [w, w2, w], processes=2)
+    vk = pk.verifying_key()
+    assert [verify(vk, p, r.public_values(x)) for p, x in zip(proofs, [w, w2, w])] == [True] * 3
+    assert proofs[0] != proofs[2]  # fresh r, s in each worker
+    assert not verify(vk, proofs[1], r.public_values(w))
+    with pytest.raises(InvalidParameterError):
+        prove_many(pk, [w], processes=0)
