@@ -120,11 +120,19 @@ class DiscreteGaussianEvent(PrivacyEvent):
         check_positive_int("sensitivity", self.sensitivity)
         check_delta("sampler_tv", self.sampler_tv, allow_zero=True)
 
+    @property
+    def rho(self) -> float:
+        """zCDP parameter Δ²/(2σ²) (CKS 2020 Thm 4)."""
+        return self.sensitivity ** 2 / (2.0 * self.sigma ** 2)
+
     def to_dp_event(self):
+        """dp_accounting's ``ZCDpEvent(Δ²/(2σ²))`` (CKS 2020 Thm 4): its RDP accountant counts it (α·ρ, the
+        same curve as ours); its PLD accountant refuses it. Not a ``GaussianDpEvent``: the continuous Gaussian's
+        PLD does not dominate the discrete one (issue 10 item 1), so a PLD accountant given that event would
+        under-state ε. ``PldAccountant`` composes the lattice PLD itself."""
         if self.sampler_tv:
             raise UnsupportedEventError("DiscreteGaussianEvent with sampler_tv > 0 carries an additive delta")
-        # Same RDP curve as the continuous Gaussian (CKS 2020, Prop. 5 / Thm 4).
-        return _dpe().GaussianDpEvent(noise_multiplier=self.sigma / self.sensitivity)
+        return _dpe().ZCDpEvent(rho=self.rho)
 
 
 @dataclass(frozen=True)
