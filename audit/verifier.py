@@ -262,9 +262,10 @@ def check_8_3_commitments(run: _Run, corpus: dict[str, list[str]] | None) -> Non
             run.ok("commitments")
         except EncodingError as e:
             run.fail("commitments", str(e))
+    names = {t.get("tenant") for t in g["tenants"] if isinstance(t, dict) and isinstance(t.get("tenant"), str)}
     for a in g["accounts"]:
         if not isinstance(a, dict) or set(a) != {"account", "tenant", "key"} or not isinstance(a["account"], str) \
-                or a["tenant"] not in {t.get("tenant") for t in g["tenants"] if isinstance(t, dict)} \
+                or not isinstance(a["tenant"], str) or a["tenant"] not in names \
                 or not _is_hex(a["key"], 32) or a["account"] in run.accounts:
             run.fail("commitments", "malformed or duplicate account in the genesis registry")
             continue
