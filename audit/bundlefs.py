@@ -40,6 +40,7 @@ MAX_PATH_CHARS = 4096
 #: entries read from one directory before ``listdir`` gives up
 MAX_DIR_ENTRIES = 1_000_000
 _CHUNK = 1 << 20
+_MAX_READ = 0x7FFFF000  # Linux returns at most this much from one read()
 
 _O_BASE = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0)
 
@@ -249,7 +250,9 @@ class BundleDir:
                 raise BundleFileError(relpath, f"is {size} bytes, larger than the cap of {cap} bytes")
             chunks, got = [], 0
             while got <= limit:
-                b = os.read(fd, min(_CHUNK, limit + 1 - got))
+                # ask for everything fstat announced (plus one byte to see EOF or growth) in one read, so a
+                # file normally arrives as one bytes object and the join below does not copy it
+                b = os.read(fd, min(max(size + 1 - got, _CHUNK), limit + 1 - got, _MAX_READ))
                 if not b:
                     break
                 chunks.append(b)

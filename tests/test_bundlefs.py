@@ -254,3 +254,18 @@ def test_bad_caps_are_programming_errors(bundle):
                 d.read("public/leaves.bin", cap)
     with pytest.raises(ValueError, match="closed"):
         d.read("public/leaves.bin", 10)
+
+
+def test_large_file_is_read_without_a_second_copy(bundle):
+    import tracemalloc
+    data = os.urandom(8 << 20)
+    (bundle / "public" / "leaves.bin").write_bytes(data)
+    with BundleDir.open(bundle) as d:
+        tracemalloc.start()
+        try:
+            got = d.read("public/leaves.bin", 1 << 30)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    assert got == data
+    assert peak < 1.25 * len(data), peak  # chunks + join would peak at 2x
