@@ -11,7 +11,7 @@ import pytest
 
 from _reference_pld import dg_exact_delta, dg_exact_epsilon
 from dprag.accounting.composition import PldAccountant, RdpAccountant
-from dprag.accounting.composition.pld import discrete_gaussian_truncation
+from dprag.accounting.composition import pld as pld_module
 from dprag.accounting.errors import UnsupportedEventError
 from dprag.accounting.events import ComposedEvent, DiscreteGaussianEvent, GaussianEvent, PoissonSampledEvent
 
@@ -35,7 +35,8 @@ def test_pld_get_delta_of_discrete_gaussian_is_an_upper_bound():
 
 
 def test_sampler_tv_and_truncation_enter_the_pld_as_a_tv_term():
-    t, tau = discrete_gaussian_truncation(2.0, 1)
+    assert hasattr(pld_module, "discrete_gaussian_truncation"), "the PLD must account for the truncated mass"
+    t, tau = pld_module.discrete_gaussian_truncation(2.0, 1)
     assert t == math.ceil(15.3 * 2.0) + 1 and 0 < tau < 1e-50
     exact = PldAccountant().compose(DiscreteGaussianEvent(2.0), 4)
     tv = 1e-9
@@ -48,9 +49,10 @@ def test_sampler_tv_and_truncation_enter_the_pld_as_a_tv_term():
 
 
 def test_poisson_sampled_discrete_gaussian_uses_the_lattice_pld():
+    assert hasattr(pld_module, "discrete_gaussian_truncation"), "the PLD must account for the truncated mass"
     acc = PldAccountant().compose(PoissonSampledEvent(0.1, DiscreteGaussianEvent(1.0)), 20)
     ref = dp_accounting.pld.privacy_loss_distribution.from_discrete_gaussian_mechanism(
-        1.0, sampling_prob=0.1, truncation_bound=discrete_gaussian_truncation(1.0, 1)[0], use_connect_dots=True
+        1.0, sampling_prob=0.1, truncation_bound=pld_module.discrete_gaussian_truncation(1.0, 1)[0], use_connect_dots=True
     ).self_compose(20)
     # equal up to FFT rounding (the accountant composes onto its empty PLD first)
     assert acc.get_epsilon(1e-6) == pytest.approx(float(ref.get_epsilon_for_delta(1e-6)), rel=1e-9)
