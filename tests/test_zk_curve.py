@@ -170,3 +170,19 @@ def test_final_exponentiation_matches_py_ecc():
     assert final_exp(f) == final_exponentiate(f)
     g = FQ12([random.Random(2).randrange(C.Q) for _ in range(12)])
     assert final_exp(g) == final_exponentiate(g)
+
+
+@settings(max_examples=4, deadline=None)
+@given(scalars.filter(bool), scalars.filter(bool))
+def test_multi_miller_equals_py_ecc_miller_loop(a, b):
+    from py_ecc.optimized_bn128.optimized_pairing import cast_point_to_fq12, miller_loop, twist
+
+    from dprag.zk.pairing import multi_miller
+    from dprag.zk.verify import _p1, _p2, final_exp
+
+    q, p = C.g2_mul(C.G2_GEN, a), C.g1_mul(C.G1_GEN, b)
+    assert multi_miller([(q, p)]) == miller_loop(twist(_p2(q)), cast_point_to_fq12(_p1(p)), final_exponentiate=False)
+    # bilinearity through the shared loop: e(aQ, bP) * e(Q, -abP) = 1, and e(Q, P) != 1
+    prod = multi_miller([(q, p), (C.G2_GEN, C.g1_mul(C.G1_GEN, -a * b))])
+    assert final_exp(prod) == final_exp(multi_miller([]))
+    assert final_exp(multi_miller([(q, p)])) != final_exp(multi_miller([]))

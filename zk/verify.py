@@ -1,6 +1,9 @@
-"""Groth16 verifier: e(A, B) = e(alpha, beta) * e(vk_x, gamma) * e(C, delta), pairings by py-ecc.
+"""Groth16 verifier: e(A, B) = e(alpha, beta) * e(vk_x, gamma) * e(C, delta).
 
-Three Miller loops and one final exponentiation per proof; e(alpha, beta) is computed once per key and cached.
+Pairings: ``zk.pairing.multi_miller`` (one shared Miller loop on plain integers, equal to py-ecc's ``miller_loop``
+value, tested) and ``final_exp`` (equal to py-ecc's ``final_exponentiate``, tested); py-ecc is the oracle.
+
+Four Miller loops and one final exponentiation per proof, or three once ``prepare(vk)`` has cached e(alpha, beta).
 Points are checked on the curve and (G2) in the subgroup, public inputs must be field elements (< r), as snarkjs
 does; a malformed proof or input is a ``False`` (or a typed error from the readers), never a crash.
 """
@@ -28,12 +31,17 @@ def _frob(f, k: int):
     move: f^(q^k) = sum c_i (w^(q^k))^i, with the 12 images precomputed once."""
     tab = _FROB.get(k)
     if tab is None:
-        w = FQ12([0, 1] + [0] * 10)
-        wq = w ** (_Q ** k)
-        tab = [FQ12.one()]
-        for _ in range(11):
-            tab.append(tab[-1] * wq)
-        tab = [[int(c) for c in t.coeffs] for t in tab]
+        if k == 1:
+            wq = FQ12([0, 1] + [0] * 10) ** _Q
+            tab = [FQ12.one()]
+            for _ in range(11):
+                tab.append(tab[-1] * wq)
+            tab = [[int(c) for c in t.coeffs] for t in tab]
+        else:  # (w^i)^(q^k) = ((w^i)^(q^(k-1)))^q
+            prev = [FQ12.one()] + [FQ12([0] * i + [1] + [0] * (11 - i)) for i in range(1, 12)]
+            for _ in range(k):
+                prev = [_frob(t, 1) for t in prev]
+            tab = [[int(c) for c in t.coeffs] for t in prev]
         _FROB[k] = tab
     coeffs = [int(c) for c in f.coeffs]
     out = [0] * 12
@@ -44,12 +52,35 @@ def _frob(f, k: int):
     return FQ12([x % _Q for x in out])
 
 
+_HARD_DIGITS: list[int] = []
+_h = _HARD
+while _h:
+    _HARD_DIGITS.append(_h % _Q)
+    _h //= _Q
+del _h
+
+
 def final_exp(f):
-    """f^((q^12 - 1) / r) = ((f^(q^6 - 1))^(q^2 + 1))^((q^4 - q^2 + 1) / r): the easy part by Frobenius maps,
-    the hard part (a 762-bit exponent) by square-and-multiply. Equals py-ecc's final_exponentiate (tested)."""
+    """f^((q^12 - 1) / r) = ((f^(q^6 - 1))^(q^2 + 1))^((q^4 - q^2 + 1) / r): the easy part by Frobenius maps; the
+    hard part written in base q, h = sum h_i q^i, as one joint (Straus) exponentiation of the Frobenius images
+    f^(q^i) by the 254-bit digits h_i. Equals py-ecc's final_exponentiate (tested)."""
     f1 = _frob(f, 6) * f.inv()
     f2 = _frob(f1, 2) * f1
-    return f2 ** _HARD
+    bases = [f2] + [_frob(f2, i) for i in range(1, len(_HARD_DIGITS))]
+    table = [FQ12.one()]
+    for b in bases:
+        table += [t * b for t in table]
+    nb = max(d.bit_length() for d in _HARD_DIGITS)
+    acc = FQ12.one()
+    for bit in range(nb - 1, -1, -1):
+        acc = acc * acc
+        mask = 0
+        for i, d in enumerate(_HARD_DIGITS):
+            if d >> bit & 1:
+                mask |= 1 << i
+        if mask:
+            acc = acc * table[mask]
+    return acc
 
 
 def _p1(p):
@@ -92,11 +123,18 @@ def verify(vk: VerifyingKey, proof: Proof, public: Sequence[int]) -> bool:
         return False
     vk_x = C.g1_msm(vk.ic[1:], pub)
     vk_x = C.g1_add(vk_x, vk.ic[0])
+    from dprag.zk.pairing import multi_miller
+
+    pairs = [(proof.b, C.g1_neg(proof.a)), (vk.gamma2, vk_x), (vk.delta2, proof.c)]
+    if vk._alphabeta is None:  # one proof: a fourth Miller loop, still one final exponentiation
+        return final_exp(multi_miller(pairs + [(vk.beta2, vk.alpha1)])) == FQ12.one()
+    return final_exp(multi_miller(pairs)) * vk._alphabeta == FQ12.one()
+
+
+def prepare(vk: VerifyingKey) -> VerifyingKey:
+    """Cache e(alpha, beta) in ``vk`` (worth it when verifying several proofs under one key)."""
     if vk._alphabeta is None:
-        vk._alphabeta = final_exp(_ml(vk.beta2, vk.alpha1))
-    f = _ml(proof.b, C.g1_neg(proof.a))
-    if vk_x is not None:
-        f = f * _ml(vk.gamma2, vk_x)
-    if proof.c is not None:
-        f = f * _ml(vk.delta2, proof.c)
-    return final_exp(f) * vk._alphabeta == FQ12.one()
+        from dprag.zk.pairing import multi_miller
+
+        vk._alphabeta = final_exp(multi_miller([(vk.beta2, vk.alpha1)]))
+    return vk
