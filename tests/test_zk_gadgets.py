@@ -226,3 +226,11 @@ def test_merkle_root_path_and_gadgets(leaves, data):
     assert out == root
     r, w, out = _run(build, {"leaf": (leaves[idx] + 1) % R, "bits": bits, "path": path})
     assert out != root
+
+
+@settings(max_examples=8, deadline=None)
+@given(st.lists(st.integers(0, R - 1), min_size=1, max_size=16))
+def test_poseidon_gadget_random_inputs(vals):
+    r, w, out = _run(lambda cs: poseidon(cs, cs.input("x", len(vals))), {"x": vals})
+    r.check(w)
+    assert out == poseidon_hash(vals)
