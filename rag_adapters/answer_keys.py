@@ -30,7 +30,7 @@ import re
 from dprag.accounting.errors import InvalidParameterError, check_positive_int
 from dprag.accounting.mechanisms.string_selection import ALPHABET
 
-__all__ = ["answer_key", "STOP_WORDS", "ALPHABET"]
+__all__ = ["answer_key", "answer_vote_mechanism", "STOP_WORDS", "ALPHABET"]
 
 STOP_WORDS = frozenset("""
 a an the this that these those it its is are was were be been will would should can could may might
@@ -103,3 +103,14 @@ def answer_key(answer: str, question: str = "", *, max_words: int = 3) -> str:
     key = " ".join(keep)
     assert all(c in ALPHABET for c in key)
     return key
+
+
+def answer_vote_mechanism(m: int, epsilon: float, *, threshold: float = 6.0, max_tokens: int = 16,
+                          key_words: int = 3):
+    """Answer-level voting with this module's normalisation, from plain numbers (what a policy holds):
+    ``AnswerVoteParams(m, epsilon, threshold, max_tokens, key_words, normalizer=answer_key)``, no diagnostics.
+    Its cost is ``ExponentialMechanismEvent(epsilon)``, a pure charge a verifier can replay."""
+    from dprag.accounting.rag.answer_vote import AnswerVoteParams
+
+    return AnswerVoteParams(m, epsilon, threshold=threshold, max_tokens=max_tokens, max_key_words=key_words,
+                            normalizer=answer_key)

@@ -53,3 +53,15 @@ def test_errors_name_the_field():
         answer_key("a", None)
     with pytest.raises(InvalidParameterError, match="max_words"):
         answer_key("a", "q", max_words=0)
+
+
+def test_answer_vote_mechanism_from_plain_numbers():
+    from dprag.accounting.events import ExponentialMechanismEvent
+    from dprag.rag_adapters.answer_keys import answer_vote_mechanism
+
+    mech = answer_vote_mechanism(20, 10.0, threshold=6.0, max_tokens=12, key_words=2)
+    assert (mech.m, mech.epsilon, mech.threshold, mech.max_tokens, mech.max_key_words) == (20, 10.0, 6.0, 12, 2)
+    assert mech.cost == ExponentialMechanismEvent(10.0) and not mech.diagnostics
+    assert mech.key("The answer is: Bripan screen in 30 days.", "Which test?") == "bripan screen"
+    with pytest.raises(InvalidParameterError, match="epsilon"):
+        answer_vote_mechanism(20, 0.0)

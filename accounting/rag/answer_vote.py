@@ -50,9 +50,10 @@ def basic_key(answer: str, question: str = "", max_words: int = 3) -> str:
 class AnswerVoteParams:
     """Answer-level voting (``SingleQueryMechanism``). Plain numbers, so a policy can build it:
 
-    ``m`` voters; ``epsilon`` the selection's ε (the whole per-query cost); ``threshold`` t ≥ 0 in nats
+    ``m`` voters; ``epsilon`` the selection's ε (the whole per-query cost); ``threshold`` t in [0, 100] nats
     (the base measure gives ⊥ mass 1 − e^−t; a key s is released rather than the fallback once roughly
-    ε·votes(s)/2 > t + (|s| + 1)·ln 38); ``max_tokens`` the voters' answer length; ``max_key_words`` the
+    ε·votes(s)/2 > t + (|s| + 1)·ln 38; when no key wins, a random string of the base measure is released
+    with probability about e^−t instead of the fallback — hence the default 6, ≈ 0.25 %); ``max_tokens`` the voters' answer length; ``max_key_words`` the
     key length (passed to the normaliser as ``max_words``); ``normalizer`` (answer, question, max_words)
     -> key, default ``basic_key``; ``diagnostics``: also put the voters' keys and their (non-private)
     plurality in ``info`` — experiments only, never for a released answer.
@@ -60,7 +61,7 @@ class AnswerVoteParams:
 
     m: int
     epsilon: float
-    threshold: float = 2.0
+    threshold: float = 6.0
     max_tokens: int = 16
     max_key_words: int = 3
     normalizer: Callable | None = None
