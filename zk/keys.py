@@ -18,7 +18,7 @@ class VerifyingKey:
     gamma2: tuple
     delta2: tuple
     ic: list  # n_public + 1 G1 points
-    _alphabeta: object = field(default=None, repr=False, compare=False)  # cached e(alpha, beta) (py-ecc FQ12)
+    _alphabeta: list | None = field(default=None, repr=False, compare=False)  # cached e(alpha, beta) (zk.fq12)
 
     @property
     def n_public(self) -> int:
