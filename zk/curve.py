@@ -6,8 +6,8 @@ MSM uses Pippenger's bucket method with *batched affine additions*: in every rou
 share one modular inversion (Montgomery's trick), so an addition costs ~6 multiplications. Scalars 0 are skipped,
 scalars 1 are summed directly, and signed window digits halve the number of buckets.
 
-py-ecc's ``optimized_bn128`` is the reference these functions are tested against (tests/test_zk_curve.py); it is
-also used for pairings in ``verify``.
+py-ecc's ``optimized_bn128`` is the reference these functions (and ``pairing`` / ``verify``) are tested against
+(tests/test_zk_curve.py).
 """
 
 from __future__ import annotations
