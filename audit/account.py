@@ -157,11 +157,15 @@ class AccountClient:
     """
 
     def __init__(self, account: str, window: str, key: AccountKey, *, provider_vkey: str | None = None,
-                 embedder=None, embedding_scale: int | None = None, directory: str | os.PathLike | None = None):
+                 embedder=None, embedding_scale: int | None = None, directory: str | os.PathLike | None = None,
+                 nonces=None):
+        """``nonces``: a RandomSource for the request nonces (tests only, for reproducible windows; default:
+        the OS CSPRNG — a predictable nonce makes h_q guessable)."""
         self.account, self.window, self.key = account, window, key
         self.provider_vkey = provider_vkey
         self.embedder, self.embedding_scale = embedder, embedding_scale
         self.dir = None if directory is None else Path(directory)
+        self.nonces = nonces
         self.counter = 0
         self.receipts: list[dict] = []
         if self.dir is not None:
@@ -186,7 +190,8 @@ class AccountClient:
             qemb = embedding_bytes(q)
         counter = self.counter + 1
         signed = make_request(self.key, window=self.window, account=self.account, counter=counter,
-                              question=question, qemb=qemb)
+                              question=question, qemb=qemb,
+                              nonce=None if self.nonces is None else self.nonces.bytes(16))
         self._set_counter(counter)
         return Request(signed, question, qemb)
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import hashlib
 
 from dprag.accounting.collusion import exact_sigma
+from dprag.accounting.noise.source import RandomSource
 from dprag.accounting.rag.toy import ToyGenerator
 
 from .account import AccountClient, AccountKey
@@ -30,7 +31,7 @@ LEGAL = [f"case {i} contract dispute court ANSWER: settled" for i in range(20)] 
 
 
 def toy_policy(algorithm: str = "murag", *, n: int = 20, k_max: int = 5, window: str = "w1",
-               max_queries_per_doc: int = 2) -> Policy:
+               max_queries_per_doc: int = 2, mechanism: str = "pure-dp-rag") -> Policy:
     sens = ((1 << 20) >> 10) + 1
     if algorithm == "murag":
         gen = GenerationPolicy(algorithm="murag", m=10, epsilon_token=4.0, max_private_tokens=3,
@@ -39,6 +40,11 @@ def toy_policy(algorithm: str = "murag", *, n: int = 20, k_max: int = 5, window:
         gen = GenerationPolicy(algorithm="murag-ada", m=10, epsilon_token=4.0, max_private_tokens=3,
                                max_queries_per_doc=max_queries_per_doc, edges=(1024, 800, 600, 400, 200),
                                epsilon_thr=1.0)
+    if mechanism == "answer-vote":
+        import dataclasses
+
+        gen = dataclasses.replace(gen, mechanism="answer-vote", vote_epsilon=4.0, vote_threshold=2.0, key_words=2,
+                                  normalizer="basic")
     return Policy(
         window=window,
         retrieval=RetrievalPolicy(enabled_tenants=("clinic",), K=5, n=n, epsilon_acc=1.0, delta_acc=1e-6,
@@ -76,13 +82,16 @@ def client(svc: ProviderService, account: str, directory: Path | None = None, co
     """The account's client for a toy window (computing Q itself with the committed toy embedder)."""
     return AccountClient(account, svc.policy.window, account_key(account), provider_vkey=svc.signer.vkey(),
                          embedder=HashEmbedder(32) if confirm_q else None,
-                         embedding_scale=svc.embedder_descriptor["embedding_scale"], directory=directory)
+                         embedding_scale=svc.embedder_descriptor["embedding_scale"], directory=directory,
+                         nonces=RandomSource.from_seed(b"dprag-test-nonces", account.encode()))
 
 
-def open_service(directory: Path, algorithm: str = "murag", accounts: dict | None = None, **kw) -> ProviderService:
-    """A fresh toy window (every random choice from its committed seed and the signed requests)."""
+def open_service(directory: Path, algorithm: str = "murag", accounts: dict | None = None,
+                 seed: bytes | None = b"\x05" * 32, **kw) -> ProviderService:
+    """A fresh toy window (every random choice from its committed seed and the signed requests). Tests fix
+    the seed and the clients' nonces, so a window is reproducible; ``seed=None`` draws a real one."""
     emb = HashEmbedder(32)
-    return ProviderService.create(directory, policy=toy_policy(algorithm, **kw), embedder=emb,
+    return ProviderService.create(directory, policy=toy_policy(algorithm, **kw), embedder=emb, seed=seed,
                                   embedder_descriptor=emb.descriptor({"clinic": len(CLINIC), "legal": len(LEGAL)}),
                                   generator=ToyGenerator(), tenants={"clinic": CLINIC, "legal": LEGAL},
                                   accounts=registry(ACCOUNTS if accounts is None else accounts))

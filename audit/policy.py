@@ -73,6 +73,36 @@ class GenerationPolicy:
     max_tokens: int = 32
     mechanism: str = "pure-dp-rag"
     filter_mode: str = "pure"
+    #: answer-level voting (issue 13), when mechanism == "answer-vote": the selection's ε (the whole per-query
+    #: cost), its threshold t in nats, the voters' answer length, the key's words, and the public
+    #: normaliser's name ("basic", or one registered under the dprag.normalizers entry points)
+    vote_epsilon: float | None = None
+    vote_threshold: float | None = None
+    key_words: int | None = None
+    normalizer: str | None = None
+
+
+def _answer_vote_fields(v) -> dict:
+    if v is None:
+        return {}
+    if not isinstance(v, dict) or set(v) != {"epsilon", "threshold", "key_words", "normalizer"}:
+        raise EncodingError("generation.answer_vote: must be {epsilon, threshold, key_words, normalizer} or null")
+    return {"vote_epsilon": parse_real(v["epsilon"], "generation.answer_vote.epsilon"),
+            "vote_threshold": parse_real(v["threshold"], "generation.answer_vote.threshold"),
+            "key_words": v["key_words"], "normalizer": v["normalizer"]}
+
+
+def normalizer(name: str):
+    """The public normaliser a policy names: "basic" (accounting.rag.answer_vote.basic_key) or a
+    ``dprag.normalizers`` entry point (the demo's "answer-keys-v1" is rag_adapters.answer_keys.answer_key)."""
+    if name == "basic":
+        return None
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group="dprag.normalizers"):
+        if ep.name == name:
+            return ep.load()
+    raise InvalidParameterError("generation.normalizer", "names no installed normaliser (dprag.normalizers)", name)
 
 
 @dataclass(frozen=True)
@@ -91,8 +121,9 @@ class Policy:
                     algorithm: str = "murag", voters: int = 20, epsilon_token: float = 1.0,
                     private_tokens: int = 3, max_queries_per_doc: int = 1, tau_cosine: float = 0.5,
                     edges_cosine: tuple[float, ...] = (1.0, 0.7, 0.6, 0.5, 0.4), epsilon_thr: float = 1.0,
-                    docs_per_voter: int = 1, max_tokens: int = 32,
-                    embedding_scale: int = 1 << 10) -> "Policy":
+                    docs_per_voter: int = 1, max_tokens: int = 32, mechanism: str = "pure-dp-rag",
+                    vote_epsilon: float = 2.0, vote_threshold: float = 6.0, key_words: int = 3,
+                    normalizer: str = "basic", embedding_scale: int = 1 << 10) -> "Policy":
         """A well-formed policy from the quantities a provider decides, with documented, sound defaults.
 
         Units: scores are integer dot products of embeddings quantised at ``embedding_scale`` (cosine × S², so
@@ -112,6 +143,9 @@ class Policy:
         - ``max_queries_per_doc`` (M): the filter budget is M·ε_q per document; the generation ε of the verdict
           is 2·M·ε_q (replace-one).
         - ``tau_cosine`` / ``edges_cosine``: relevance thresholds as cosines (converted to score units).
+        - ``mechanism="answer-vote"`` (issue 13): voters answer in full and one exponential mechanism over the
+          normalised answers releases one (``vote_epsilon`` is then ε_q; ``vote_threshold`` t in nats;
+          ``key_words``; ``normalizer`` names a public normaliser, "basic" or a dprag.normalizers entry point).
         The sampler is the discrete Gaussian table with tail 10σ and 64-bit probabilities; its declared TV is
         the table's own, rounded up. With every default the verdict certifies ε ≈ 7.1 composed (retrieval 2.1 at
         δ = 10^-5 for 5 colluders; generation 5.0 = 2 · M · ε_q with ε_q = 2.5), replace-one.
@@ -136,7 +170,10 @@ class Policy:
             max_queries_per_doc=max_queries_per_doc, docs_per_voter=docs_per_voter, max_tokens=max_tokens,
             tau=to_units(tau_cosine) if algorithm == "murag" else None,
             edges=tuple(to_units(e) for e in edges_cosine) if algorithm == "murag-ada" else None,
-            epsilon_thr=epsilon_thr if algorithm == "murag-ada" else None)
+            epsilon_thr=epsilon_thr if algorithm == "murag-ada" else None,
+            **({} if mechanism == "pure-dp-rag" else dict(mechanism=mechanism, vote_epsilon=vote_epsilon,
+                                                           vote_threshold=vote_threshold, key_words=key_words,
+                                                           normalizer=normalizer)))
         return cls(window=window,
                    retrieval=RetrievalPolicy(enabled_tenants=tuple(sorted(citations_for)), K=citations, n=n,
                                              epsilon_acc=epsilon_acc, delta_acc=delta_acc, sigma=sigma,
@@ -177,11 +214,20 @@ class Policy:
                                         c.delta_policy)
         if g.algorithm not in ("murag", "murag-ada"):
             raise InvalidParameterError("generation.algorithm", "must be 'murag' or 'murag-ada'", g.algorithm)
-        if g.mechanism != "pure-dp-rag" or g.filter_mode != "pure":
-            raise InvalidParameterError("generation.mechanism", "version 2 supports pure-dp-rag with a pure filter")
+        if g.mechanism not in ("pure-dp-rag", "answer-vote") or g.filter_mode != "pure":
+            raise InvalidParameterError("generation.mechanism", "must be 'pure-dp-rag' or 'answer-vote', with a "
+                                                                "pure filter", g.mechanism)
         check_positive_int("generation.m", g.m)
         check_epsilon("generation.epsilon_token", g.epsilon_token)
         check_positive_int("generation.max_private_tokens", g.max_private_tokens)
+        if g.mechanism == "answer-vote":
+            check_epsilon("generation.vote_epsilon", g.vote_epsilon)
+            check_positive_int("generation.key_words", g.key_words)
+            if not isinstance(g.normalizer, str) or not g.normalizer:
+                raise InvalidParameterError("generation.normalizer", "must name a public normaliser", g.normalizer)
+            self.rag_params()  # the mechanism's own rules (threshold range, ε·m/2 bound)
+        elif any(v is not None for v in (g.vote_epsilon, g.vote_threshold, g.key_words, g.normalizer)):
+            raise InvalidParameterError("generation.vote_epsilon", "answer-vote fields need mechanism 'answer-vote'")
         check_positive_int("generation.max_queries_per_doc", g.max_queries_per_doc)
         check_positive_int("generation.docs_per_voter", g.docs_per_voter)
         check_positive_int("generation.max_tokens", g.max_tokens)
@@ -216,6 +262,9 @@ class Policy:
                 "epsilon_thr": None if g.epsilon_thr is None else real(g.epsilon_thr),
                 "docs_per_voter": g.docs_per_voter, "max_queries_per_doc": g.max_queries_per_doc,
                 "max_tokens": g.max_tokens, "filter_mode": g.filter_mode,
+                "answer_vote": None if g.mechanism != "answer-vote" else {
+                    "epsilon": real(g.vote_epsilon), "threshold": real(g.vote_threshold),
+                    "key_words": g.key_words, "normalizer": g.normalizer},
             },
         }
 
@@ -270,6 +319,7 @@ class Policy:
                     epsilon_thr=opt(g["epsilon_thr"], "generation.epsilon_thr"),
                     docs_per_voter=g["docs_per_voter"], max_queries_per_doc=g["max_queries_per_doc"],
                     max_tokens=g["max_tokens"], filter_mode=g["filter_mode"],
+                    **_answer_vote_fields(g["answer_vote"]),
                 ),
             )
         except (KeyError, TypeError, IndexError, AttributeError) as e:
@@ -283,6 +333,11 @@ class Policy:
         from dprag.accounting.rag.single_query import PureDpRagParams
 
         g = self.generation
+        if g.mechanism == "answer-vote":
+            from dprag.accounting.rag.answer_vote import AnswerVoteParams
+
+            return AnswerVoteParams(g.m, g.vote_epsilon, threshold=g.vote_threshold, max_tokens=g.max_tokens,
+                                    max_key_words=g.key_words, normalizer=normalizer(g.normalizer))
         return PureDpRagParams(g.m, g.epsilon_token, g.max_private_tokens, theta=g.theta_svt,
                                max_tokens=g.max_tokens, redraw_threshold=g.redraw_threshold)
 

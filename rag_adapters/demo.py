@@ -123,6 +123,13 @@ class DemoPrivacy:
     sampler_bits: int = 64
     sampler_tv: float = 1e-12
     lowk_k_max: int = 2
+    #: "pure-dp-rag" (000 Alg. 5, token-level) or "answer-vote" (issue 13, answer-level): the generation
+    #: mechanism of the committed policy; the answer-vote fields are used only with the latter
+    mechanism: str = "pure-dp-rag"
+    vote_epsilon: float = 4.0
+    vote_threshold: float = 2.0
+    key_words: int = 2
+    normalizer: str = "answer-keys-v1"
 
 
 @dataclass(frozen=True)
@@ -202,7 +209,11 @@ def build_policy(cfg: DemoConfig, *, k_max: int | None = None, window: str | Non
         coalition=CoalitionPolicy(k_max=p.k_max if k_max is None else k_max, delta_policy=p.delta_policy),
         generation=GenerationPolicy(algorithm="murag", m=p.m, epsilon_token=p.epsilon_token,
                                     max_private_tokens=p.max_private_tokens, max_queries_per_doc=p.M,
-                                    docs_per_voter=p.docs_per_voter, tau=p.tau, max_tokens=p.max_tokens),
+                                    docs_per_voter=p.docs_per_voter, tau=p.tau, max_tokens=p.max_tokens,
+                                    **({} if p.mechanism == "pure-dp-rag" else dict(
+                                        mechanism=p.mechanism, vote_epsilon=p.vote_epsilon,
+                                        vote_threshold=p.vote_threshold, key_words=p.key_words,
+                                        normalizer=p.normalizer))),
     ).validate()
 
 
