@@ -187,3 +187,23 @@ def test_prove_many_in_processes(keyed):
     assert not verify(vk, proofs[1], r.public_values(w))
     with pytest.raises(InvalidParameterError):
         prove_many(pk, [w], processes=0)
+
+
+def test_key_with_a_g2_point_outside_the_subgroup_is_refused(keyed):
+    """A .zkey whose B2 point has a cofactor component is refused at import (miss probability <= 1e-8: two random
+    combinations, smallest cofactor prime 10069), and the prover never releases a pi_B outside the subgroup."""
+    import dataclasses
+
+    from tests.test_zk_curve import twist_point_outside_subgroup
+
+    r, pk, w = keyed
+    bad_pt = twist_point_outside_subgroup()
+    b2 = list(pk.b2_points)
+    i = next(j for j in range(1, len(w)) if w[j] not in (0,))  # a variable with a nonzero witness value
+    b2[i] = C.g2_add(b2[i], bad_pt) if b2[i] is not None else bad_pt
+    bad = dataclasses.replace(pk, b2_points=b2)
+    with pytest.raises(F.FormatError, match="subgroup"):
+        F.read_zkey(F.zkey_bytes(bad))
+    with pytest.raises(InvalidParameterError) as e:
+        prove(bad, w)
+    assert e.value.field == "pk.b2_points"

@@ -343,14 +343,18 @@ def _points(body: bytes, count: int, g2: bool, field: str) -> list:
     if len(body) != count * size:
         raise FormatError(field, f"must hold {count} points of {size} bytes", len(body))
     if g2:
-        # every B2 point is checked on the curve; the subgroup check (a 254-bit multiplication each) is done on
-        # a random linear combination instead: sum(rho_i * P_i) in the subgroup for random rho (Schwartz-Zippel)
+        # every B2 point is checked on the curve; subgroup membership (a 254-bit multiplication per point) is checked
+        # on random linear combinations sum(rho_i P_i) instead. A point with a component of order p in the twist's
+        # cofactor group (smallest prime factor of the G2 cofactor: 10069) survives one combination with probability
+        # <= 1/10069, so two independent ones miss it with probability <= 1e-8; the prover also refuses to output a
+        # pi_B outside the subgroup (zk.prove), so a bad key cannot leak witness residues through pi_B.
         pts = [_g2_lem(body[i:i + size], f"{field}[{i // size}]", subgroup=False) for i in range(0, len(body), size)]
         import secrets
 
-        comb = C.g2_msm(pts, [1 + secrets.randbelow(R - 1) for _ in pts])
-        if not C.g2_in_subgroup(comb):
-            raise FormatError(field, "a G2 point is not in the order-r subgroup", None)
+        for _ in range(2):
+            comb = C.g2_msm(pts, [1 + secrets.randbelow(R - 1) for _ in pts])
+            if not C.g2_in_subgroup(comb):
+                raise FormatError(field, "a G2 point is not in the order-r subgroup", None)
         return pts
     return [_g1_lem(body[i:i + size], f"{field}[{i // size}]") for i in range(0, len(body), size)]
 

@@ -39,6 +39,10 @@ def prove(pk: ProvingKey, witness: Sequence[int], *, workers: int = 1) -> Proof:
     s = _nonzero()
     a = C.g1_add(C.g1_add(pa, pk.alpha1), C.g1_mul(pk.delta1, r))
     b = C.g2_add(C.g2_add(pb2, pk.beta2), C.g2_mul(pk.delta2, s))
+    if not C.g2_in_subgroup(b):
+        # only possible with a malformed key (B2 / beta2 / delta2 points outside the subgroup): such a pi_B could
+        # carry residues of the witness in its cofactor component, so it is never released
+        raise InvalidParameterError("pk.b2_points", "a G2 point of the key is outside the order-r subgroup", None)
     b1 = C.g1_add(C.g1_add(pb1, pk.beta1), C.g1_mul(pk.delta1, s))
     c = C.g1_add(pch, C.g1_mul(a, s))
     c = C.g1_add(c, C.g1_mul(b1, r))
