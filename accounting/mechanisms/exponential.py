@@ -25,13 +25,16 @@ probability 0 on one input and > 0 on its neighbour is an infinite privacy loss.
 therefore draws a uniform real U in [0, 1) lazily, 64 bits at a time, and returns the outcome whose
 interval [t_{g−1}, t_g) of the exact cumulative distribution contains U:
 
-1. fast path: t_g computed in float64; if U lies farther than μ = (G + 1024)·2^-46 from every boundary,
-   the float boundaries cannot be on the other side of U, so the answer is exact. Error bound: the exponents
-   γ·(u_max − u_g) carry a relative error ≤ 2^-52, i.e. a relative weight error ≤ 2^-52·x_g, which averages
-   to ≤ 2^-52·(ln N + 1) ≤ 2^-46.5 under the law itself (P[x ≥ t] ≤ N·e^-t); exp is assumed accurate to 4 ulp
-   (glibc/numpy: ≤ 1–3 ulp); the cumulative sum adds ≤ G·2^-53 relative. So |t̃_g − t_g| ≤ 2^-45 + G·2^-52,
-   and μ is ≥ 64 times that;
-2. otherwise (probability ≤ 2Gμ, e.g. 7·10^-5 for G = 50 000): the boundaries are enclosed with ``decimal``
+1. fast path: t_g computed in float64; if U lies farther than μ from every boundary, the float boundaries
+   cannot be on the other side of U, so the answer is exact. Error bound: each weight is exp(y_g) with
+   y_g = ln n_g − γ·(u_max − u_g) − max (ln of the exact integer multiplicities n_g, any size);
+   the few float operations giving y_g carry an absolute error ≤ 2^-50·(mag_g + 1), mag_g = |ln n_g| +
+   x_g + |shift| (exp and log assumed accurate to 4 ulp; glibc/numpy: ≤ 1–3 ulp), i.e. a relative weight
+   error ≤ 2^-49·(mag_g + 1). The code evaluates Σ_g w_g·2^-49·(mag_g + 1)/Z a posteriori (the law's mean
+   of the error, ≤ 2^-49·(ln N + 2) without multiplicities since P[x ≥ t] ≤ N·e^-t) and adds the cumulative
+   sum's (G + 1)·2^-52; μ = max((G + 1024)·2^-46, 64× that bound);
+2. otherwise (probability ≤ 2Gμ, e.g. 7·10^-5 for G = 50 000 without multiplicities): the boundaries are
+   enclosed with ``decimal``
    arithmetic (exact rational exponents γ·(u_max − u_g) from the binary floats, correctly-rounded exp widened
    by one ulp, sums with directed rounding), U is extended by 64 more bits and the precision raised
    (≈ 0.3 digits per bit of U), until U's interval fits between two boundaries.
@@ -61,6 +64,8 @@ __all__ = [
     "vote_exponential_mechanism",
     "vote_exponential_probabilities",
     "sample_exponential",
+    "sample_with_base_measure",
+    "PublicBaseMeasure",
 ]
 
 _METHODS = ("direct", "gumbel")
@@ -127,32 +132,54 @@ def sample_exponential(
 ) -> int:
     """Index g drawn exactly with probability n_g·exp(γ u_g) / Σ_h n_h·exp(γ u_h).
 
-    ``utilities`` finite float64, ``multiplicities`` positive integers (None = all 1), γ > 0 finite.
+    ``utilities`` finite float64, ``multiplicities`` positive integers of any size (None = all 1), γ > 0 finite.
     The algorithm is in the module docstring. Randomness: one 64-bit word, plus 64 bits per refinement
     round (a refinement happens with probability ≤ 2Gμ = 2G(G + 1024)·2^-46).
     """
     u = np.asarray(utilities, dtype=np.float64)
     G = u.size
-    n = np.ones(G, dtype=np.float64) if multiplicities is None else np.asarray(multiplicities, dtype=np.float64)
+    if multiplicities is None:
+        n_exact = None
+        n = np.ones(G, dtype=np.float64)
+    else:
+        # exact Python integers (any size) for the rigorous path; their correctly rounded float images (scaled
+        # by a common power of two, relative error <= 2^-53 each, or an absolute error below 2^-1000 of the
+        # largest) for the fast path
+        n_exact = [int(v) for v in multiplicities]
+        # ln n_g from the exact integers (math.log takes any int: no overflow or underflow)
+        ln_n = np.array([math.log(v) if v > 0 else -math.inf for v in n_exact], dtype=np.float64)
     word = int(source.uint64(1)[0])
     if G == 1:
         return 0
     x = gamma * (u.max() - u)  # >= 0, the exponent gap of each outcome
-    w = n * np.exp(-x)
+    if n_exact is None:
+        w = np.exp(-x)
+        mag = x
+    else:
+        y = ln_n - x  # log-weights: a product n·e^{-x} could overflow / underflow where the weight does not
+        top = y.max()
+        y = y - top
+        w = np.exp(y)
+        fin = np.isfinite(y)
+        mag = np.where(fin, np.abs(np.where(fin, ln_n, 0.0)) + x + abs(top) + np.abs(np.where(fin, y, 0.0)), 0.0)
     c = np.cumsum(w)  # outcomes in their given order (any fixed order is exact)
     t = c / c[-1]
     t[-1] = 1.0
     uf = word * 2.0**-64  # within 2^-53 of the exact U's first 64 bits
     j = min(int(np.searchsorted(t, uf, side="right")), G - 1)
-    mu = (G + 1024) * 2.0**-46  # ≥ 64× the float error bound 2^-45 + G·2^-52 (module docstring)
+    # a-posteriori float error bound (module docstring): each weight's exponent is within 2^-50·(mag_g + 1) of
+    # the exact one, so Σ_g w_g·2^-49·(mag_g + 1)/Z bounds the weights' error relative to Z (factor 2 for
+    # evaluating it in floats); plus the cumulative sum's (G + 1)·2^-52 and 2^-900 for underflowed weights
+    err = 2.0**-49 * float(np.dot(w, mag + 1.0)) / c[-1] + (G + 1) * 2.0**-52 + 2.0**-900
+    mu = max((G + 1024) * 2.0**-46, 64.0 * err)
     lower_ok = j == 0 or uf >= t[j - 1] + mu
     upper_ok = j == G - 1 or uf < t[j] - mu
     if lower_ok and upper_ok:
         return j
-    return _exact_refine(gamma, u, n.astype(np.int64), word, source)
+    return _exact_refine(gamma, u, [1] * G if n_exact is None else n_exact, word, source)
 
 
-def _exact_refine(gamma: float, u: np.ndarray, n: np.ndarray, word: int, source: RandomSource) -> int:
+def _exact_refine(gamma: float, u: np.ndarray, n, word: int, source: RandomSource) -> int:
     """Rigorous interval refinement (see module docstring); same outcome order as the fast path."""
     G = u.size
     gam = Fraction(float(gamma))
@@ -210,6 +237,130 @@ def _exact_refine(gamma: float, u: np.ndarray, n: np.ndarray, word: int, source:
             prev_hi = t_hi_g
         U = (U << 64) | int(source.uint64(1)[0])
         bits += 64
+
+
+# --------------------------------------------------------------------------------------------
+# exact sampler with a public base measure: P(v) ∝ μ̃(v)·exp(γ·h_v)
+# --------------------------------------------------------------------------------------------
+#: log-weights more than this many nats below the best get μ̃ = 0 (public: on every input alike)
+BASE_MEASURE_FLOOR_NATS = 2.0**16
+_INV_LN2 = 1.0 / math.log(2.0)
+_FLOOR_BITS = BASE_MEASURE_FLOOR_NATS * _INV_LN2
+
+
+class PublicBaseMeasure:
+    """A public base measure, defined exactly from public log-weights: μ̃(v) = 2^{k_v}·f_v with
+
+        x_v = (log_base[v] − max log_base)·fl(1/ln 2)  (float64),   k_v = ⌊x_v⌋,   f_v = min(fl(2^{x_v − k_v}), 2 − 2^-52),
+
+    so f_v ∈ [1, 2) has a 52-bit fraction (the integer mantissa m_v = f_v·2^52 ∈ [2^52, 2^53)) and μ̃(v) is
+    within ~2^-40 relative of e^{log_base[v] − max}. μ̃(v) > 0 for every finite log-weight within
+    ``BASE_MEASURE_FLOOR_NATS`` = 2^16 nats of the best (e^{−65536} is below any float), μ̃ = 0 for −inf and
+    below that floor — on every input alike. μ̃ is a deterministic function of the public floats, so it *is*
+    the public base measure the mechanism uses. Only x and k are computed for the whole vocabulary; f_v only
+    for the tokens the sampler proposes.
+    """
+
+    __slots__ = ("x", "k", "live", "size")
+
+    def __init__(self, x: np.ndarray, k: np.ndarray, live: np.ndarray):
+        self.x, self.k, self.live = x, k, live
+        self.size = x.size
+
+    @classmethod
+    def from_log(cls, log_base) -> "PublicBaseMeasure":
+        b = np.asarray(log_base, dtype=np.float64)
+        top = b.max()  # finite or -inf entries only (``_as_log_base``), at least one finite
+        x = (b - top) * _INV_LN2  # ≤ 0 or -inf
+        live = x >= -_FLOOR_BITS
+        k = np.floor(np.where(live, x, 0.0)).astype(np.int64)
+        return cls(x, k, live)
+
+    def mantissa(self, v: int) -> int:
+        """m_v = f_v·2^52 (0 if μ̃(v) = 0): μ̃(v) = m_v·2^(k_v − 52)."""
+        if not self.live[v]:
+            return 0
+        f = float(np.exp2(self.x[v] - self.k[v]))
+        return int(min(max(f, 1.0), 2.0 - 2.0**-52) * 2.0**52)
+
+    def log_weights(self) -> np.ndarray:
+        """ln μ̃ for every token (float; −inf where μ̃ = 0), for the float law and tests."""
+        out = np.full(self.size, -np.inf)
+        for v in np.flatnonzero(self.live).tolist():
+            out[v] = math.log(self.mantissa(v)) + (int(self.k[v]) - 52) * math.log(2.0)
+        return out
+
+
+def _uniform_int(bound: int, source: RandomSource) -> int:
+    """An exactly uniform integer in [0, bound) for any bound >= 1 (rejection on whole 64-bit words)."""
+    if bound <= 1 << 63:
+        return int(source.uniform_below(bound, 1)[0])
+    nbits = (bound - 1).bit_length()
+    words = (nbits + 63) // 64
+    mask = (1 << nbits) - 1
+    while True:
+        w = source.uint64(words)
+        v = 0
+        for x in w.tolist():
+            v = (v << 64) | int(x)
+        v &= mask
+        if v < bound:
+            return v
+
+
+def sample_with_base_measure(gamma: float, utilities, measure: PublicBaseMeasure, source: RandomSource) -> int:
+    """Index v drawn exactly with probability μ̃(v)·exp(γ·u_v) / Σ_w μ̃(w)·exp(γ·u_w).
+
+    ``utilities``: vote counts (integers, 0 for most tokens); ``measure``: a ``PublicBaseMeasure``. Exact
+    rejection sampling from an envelope that needs no per-token exponential:
+
+    1. cells (c, k) = {v : u_v = c, k_v = k, μ̃(v) > 0} with their integer sizes n_{c,k} (one bincount for c = 0);
+       the envelope weight of v is 2^{k_v + 1}·e^{γc} ≥ μ̃(v)·e^{γc};
+    2. propose a cell with probability ∝ n_{c,k}·2^{k+1}·e^{γc} (``sample_exponential`` with the exact integer
+       multiplicities n_{c,k}·2^{k − k_min}), then a uniform member v of it: v has probability
+       2^{k_v + 1}e^{γu_v} / Σ (envelope);
+    3. accept v with probability μ̃(v)/2^{k_v + 1} = m_v/2^53 ∈ [1/2, 1) (a uniform 53-bit integer r < m_v), else
+       start again from 2 with fresh bits.
+    An accepted v has probability ∝ μ̃(v)·e^{γu_v}, exactly, for every v with μ̃(v) > 0, however far below the
+    best; at most 2 rounds on average. Cost: a few O(V) numpy passes (no exp over the vocabulary), O(#cells)
+    Python integer work per round (tests/test_exponential_base_measure.py measures it at V = 49,152).
+    """
+    u = np.asarray(utilities)
+    if u.shape != (measure.size,):
+        raise InvalidParameterError("log_base", f"must have the utilities' length {u.size}", measure.size)
+    k = measure.k
+    zero = measure.live & (u == 0)
+    cells: list[tuple[float, int]] = []
+    sizes: list[int] = []
+    members: dict[int, np.ndarray] = {}
+    kz = k[zero]
+    if kz.size:
+        k0 = int(kz.min())
+        counts = np.bincount(kz - k0)
+        for j in np.flatnonzero(counts).tolist():
+            cells.append((0.0, k0 + j))
+            sizes.append(int(counts[j]))
+    nz = np.flatnonzero(measure.live & (u != 0))
+    if nz.size:
+        groups: dict[tuple[float, int], list[int]] = {}
+        for v, c, kv in zip(nz.tolist(), u[nz].tolist(), k[nz].tolist()):
+            groups.setdefault((float(c), kv), []).append(v)
+        for key, vs in groups.items():
+            members[len(cells)] = np.array(vs, dtype=np.int64)
+            cells.append(key)
+            sizes.append(len(vs))
+    kmin = min(kk for _, kk in cells)
+    utils = np.array([c for c, _ in cells], dtype=np.float64)
+    mults = [n << (kk - kmin) for (_, kk), n in zip(cells, sizes)]
+    while True:
+        i = sample_exponential(gamma, utils, mults, source) if len(cells) > 1 else 0
+        if i not in members:  # a zero-vote cell: its members on demand
+            members[i] = np.flatnonzero(zero & (k == cells[i][1]))
+        cand = members[i]
+        v = int(cand[_uniform_int(cand.size, source)]) if cand.size > 1 else int(cand[0])
+        r = int(source.uint64(1)[0]) >> 11  # uniform in [0, 2^53)
+        if r < measure.mantissa(v):
+            return v
 
 
 # --------------------------------------------------------------------------------------------
@@ -322,22 +473,25 @@ def vote_exponential_mechanism(
     arbitrary base measure): token v is drawn with probability ∝ μ(v)·exp(ε·Hist[v]/2). The privacy proof is
     unchanged — μ is the same on neighbouring inputs, so the density ratio is still ≤ e^{ε/2} and the
     normaliser ratio ≤ e^{ε/2}; bounded range too — provided μ depends on public data only (000 Alg. 5 with
-    ``em_prior="non-rag"`` passes the no-context model's next-token log-probabilities). Sampled by Gumbel-max
-    (argmax of log μ + ε·Hist/2 + Gumbel(0, 1), the secure Gumbel sampler); float rounding of log μ only
-    changes which public base measure is used.
+    ``em_prior="non-rag"`` passes the no-context model's next-token log-probabilities). The measure used is
+    ``PublicBaseMeasure.from_log(log_base)`` (μ̃ ≈ e^{log_base − max}, a public function of the floats, > 0
+    wherever log_base is finite and within 2^16 nats of its maximum), sampled *exactly* by
+    ``sample_with_base_measure`` (module docstring): P(v) = μ̃(v)·e^{ε·Hist[v]/2} / Z for every v, however
+    far below the best (issue 10 item 3: float Gumbel-max gave probability 0 beyond ≈ 40 nats). Only
+    ``method="direct"`` is accepted with a base measure.
     """
     h = _as_histogram(histogram)
     epsilon = check_epsilon("epsilon", epsilon)
     method = _check_method(method)
     base = None if log_base is None else _as_log_base(log_base, h.size)
+    if base is not None and method == "gumbel":
+        raise InvalidParameterError("method", "a base measure is sampled exactly only ('direct'): float Gumbels "
+                                    "give probability 0 to tokens ~40 nats below the best", method)
     source = _source(source)
     event = ExponentialMechanismEvent(epsilon, bounded_range=True)
     gamma = epsilon / 2.0
     if base is not None:
-        from ..noise import gumbel
-
-        noise = np.asarray(gumbel(h.size, source), dtype=np.float64)
-        return int(np.argmax(base + gamma * h + noise)), event
+        return sample_with_base_measure(gamma, h, PublicBaseMeasure.from_log(base), source), event
     if method == "gumbel":
         from ..noise import gumbel
 
