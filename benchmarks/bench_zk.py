@@ -10,6 +10,8 @@ tests/test_zk_interop.py) or PATH. snarkjs proves with the .zkey dprag writes fo
 R1CS, same key layout), so the two provers do the same work; snarkjs's own setup needs a prepared powers-of-tau of
 power k + 1 (`prepare phase2` took 550 s at power 14 here), so its setup column is only filled when
 .cache/ptau/pot{k+1}_final.ptau exists. Times are wall-clock on a shared machine: compare the ratios of one run.
+groth16py (arkworks, GPL-3.0, dev extra) is timed too when installed (setup from our .r1cs, prove from our .wtns,
+in-process verify), and proves once with dprag's .zkey as a cross-check that dprag verifies.
 Circuits: "chain" is x_{i+1} = x_i^2 + i (every witness value a random field element: the worst case for dprag's
 0/1-scalar skipping); "nts" is noise-then-select (mostly bits).
 """
@@ -155,6 +157,26 @@ def compare(name: str, r1cs, w, exe: str | None, workers: int, tmp: Path) -> dic
             res, row["snarkjs_setup_s"] = _time(lambda: subprocess.run(
                 [exe, "groth16", "setup", "c.r1cs", str(ptau), "sj.zkey"], cwd=d, capture_output=True, text=True))
         row["prove_ratio"] = row["prove_s"] / row["snarkjs_prove_s"]
+    try:  # groth16py (arkworks, GPL-3.0, dev extra): a baseline run here, never imported by dprag
+        import groth16py
+    except ImportError:
+        groth16py = None
+    if groth16py is not None:
+        F.write_r1cs(d / "c.r1cs", r1cs)
+        F.write_wtns(d / "c.wtns", w)
+        F.write_zkey(d / "c.zkey", pk)
+        (gpk, gvk), row["groth16py_setup_s"] = _time(lambda: groth16py.setup(str(d / "c.r1cs")), repeat=1)
+        blob, row["groth16py_prove_s"] = _time(lambda: groth16py.prove_wtns(gpk, str(d / "c.wtns")))
+        gver = groth16py.Verifier(gvk)
+        ok, row["groth16py_verify_s"] = _time(lambda: gver.verify(blob, pub))
+        assert ok
+        # cross-check: groth16py proves with dprag's key (our .zkey) and dprag verifies the proof
+        zpk, _ = groth16py.import_zkey(str(d / "c.zkey"))
+        v = [int.from_bytes(b[i:i + 32], "big") for b in [groth16py.prove_wtns(zpk, str(d / "c.wtns"))]
+             for i in range(0, 256, 32)]
+        from dprag.zk.keys import Proof
+
+        assert verify(vk, Proof(a=(v[0], v[1]), b=((v[3], v[2]), (v[5], v[4])), c=(v[6], v[7])), pub)
         if f"prove_s_{workers}proc" in row:
             row[f"prove_ratio_{workers}proc"] = row[f"prove_s_{workers}proc"] / row["snarkjs_prove_s"]
         row["verify_ratio"] = row["verify_s"] / row["snarkjs_verify_s"]

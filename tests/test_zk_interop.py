@@ -192,3 +192,27 @@ def test_backends_interchangeable(snarkjs):
     with pytest.raises(BackendError):
         SnarkjsBackend("/nonexistent/snarkjs").prove(pk, w)
     assert isinstance(get_backend("reference"), ReferenceBackend)
+
+
+def _eth_proof(blob: bytes):
+    """groth16py's Ethereum proof bytes: a.x a.y | b.x1 b.x0 b.y1 b.y0 | c.x c.y, 32-byte big-endian each."""
+    from dprag.zk.keys import Proof
+
+    v = [int.from_bytes(blob[i:i + 32], "big") for i in range(0, 256, 32)]
+    return Proof(a=(v[0], v[1]), b=((v[3], v[2]), (v[5], v[4])), c=(v[6], v[7]))
+
+
+def test_groth16py_proves_with_our_zkey(tmp_path):
+    """groth16py (arkworks; GPL-3.0, dev extra, test oracle only) imports the .zkey of our development key and proves
+    from our .wtns; dprag's verifier accepts the proof and rejects it for altered public signals."""
+    groth16py = pytest.importorskip("groth16py", reason="groth16py (dev extra) is not installed")
+    r = _small()
+    w = r.witness({"a": 31337, "b": 5})
+    pk = setup(r)
+    F.write_zkey(tmp_path / "c.zkey", pk)
+    F.write_wtns(tmp_path / "c.wtns", w)
+    gpk, _ = groth16py.import_zkey(str(tmp_path / "c.zkey"))
+    proof = _eth_proof(groth16py.prove_wtns(gpk, str(tmp_path / "c.wtns")))
+    pub = r.public_values(w)
+    assert verify(pk.verifying_key(), proof, pub)
+    assert not verify(pk.verifying_key(), proof, [pub[0], pub[1], (pub[2] + 1) % R])
