@@ -124,6 +124,29 @@ def _units_to_nats_up(units) -> np.ndarray:
     return np.asarray(out, dtype=np.float64)
 
 
+def nats_up(units: int) -> float:
+    """``units``·2^-32 as the smallest float >= it (the certified value of an integer number of units)."""
+    return float(_units_to_nats_up([int(units)])[0])
+
+
+def sum_up(*values: float) -> float:
+    """The exact sum of finite floats, rounded up to a float (never below the true sum): for adding certified
+    ε's (a float ``a + b`` rounds to nearest and can land one ulp below)."""
+    from fractions import Fraction
+
+    exact = sum((Fraction(float(v)) for v in values), Fraction(0))
+    f = float(exact)
+    return math.nextafter(f, math.inf) if Fraction(f) < exact else f
+
+
+def outward(value: float, magnitude: float) -> float:
+    """``value`` computed by a few float operations on terms of size <= ``magnitude``, moved up by a bound on
+    their rounding (2^-48·(magnitude + 1)) and one more ulp: a certified upper bound on the exact result."""
+    if not math.isfinite(value):
+        return value
+    return math.nextafter(value + 2.0**-48 * (abs(magnitude) + 1.0), math.inf)
+
+
 # ---------------------------------------------------------------------------------------------------
 # Pure-DP epsilon of an event (α = ∞)
 # ---------------------------------------------------------------------------------------------------
@@ -416,6 +439,28 @@ class FilterBudget:
         eps, _ = rdp_to_epsilon(self.values, self.orders_array, d, method)
         return eps, d
 
+    def certified_epsilon(self, delta: float | None = None, *, replace_one: bool = False,
+                          method: str = "improved") -> float:
+        """The ε this budget certifies, read off its integer units and rounded outward (issue 10 item 7).
+
+        The filter admits charges while the spent units (each charge rounded *up* to units) stay <= the limit,
+        so every document's loss is at most limit·2^-32 — the value to report, not a float recomputation such
+        as M·fsum(ε_q) (which can be up to M·2^-32 lower: 53.5 vs 53.50000000093). Pure mode: limit·2^-32 as
+        the smallest float >= it (``delta`` ignored). RDP mode: the conversion of the (rounded-up) curve at
+        ``delta``, moved up by a bound on its float rounding (``outward``). ``replace_one``: the guarantee for
+        replacing a document, twice the add/remove one (group privacy of 2; exact in floats).
+        """
+        if self.mode == PURE:
+            eps = float(self.values[0])
+        else:
+            d = check_delta("delta", delta)
+            vals = self.values
+            eps, order = rdp_to_epsilon(vals, self.orders_array, d, method)
+            if math.isfinite(eps):
+                mag = float(np.max(vals)) + abs(math.log(d)) + math.log(float(np.max(self.orders_array))) + 1.0
+                eps = outward(eps, mag)
+        return 2.0 * eps if replace_one else eps
+
     def descriptor(self) -> dict[str, Any]:
         """What a store is bound to (orders written as float.hex, so they round-trip exactly)."""
         return {
@@ -623,6 +668,9 @@ def _as_budget(budget, orders) -> FilterBudget:
 __all__ = [
     "UNIT",
     "UNIT_BITS",
+    "nats_up",
+    "outward",
+    "sum_up",
     "MAX_BUDGET",
     "PURE",
     "RDP",

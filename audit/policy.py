@@ -349,13 +349,20 @@ class Policy:
         return cost
 
     def certified_epsilons(self) -> dict[str, Any]:
-        """Per-channel and composed (ε, δ), each a certified upper bound from the committed parameters."""
+        """Per-channel and composed (ε, δ), each a certified upper bound from the committed parameters.
+
+        Generation: what the per-document filter certifies from its integer units (the budget the service
+        enforces, ``FilterBudget.for_queries(M, query_cost, mode="pure")``), rounded up — not 2·M·fsum(ε_q) in
+        floats (issue 10 item 7); the composed ε is the exact sum rounded up."""
+        from dprag.accounting.filters import FilterBudget, nats_up, sum_up
+
         r, c, g = self.retrieval, self.coalition, self.generation
         m = c.k_max * r.n
         dg = gdp.discrete_gaussian_epsilon(r.sigma, r.sensitivity, m, c.delta_policy, sampler_tv=r.sampler.tv)
-        eps_q = PureDpAccountant().compose(self.query_cost()).epsilon
-        eps_gen_ar = g.max_queries_per_doc * eps_q
-        eps_gen = 2.0 * eps_gen_ar
+        budget = FilterBudget.for_queries(g.max_queries_per_doc, self.query_cost(), mode="pure")
+        eps_q = nats_up(budget.units[0] // g.max_queries_per_doc)  # one query's charge, in units
+        eps_gen_ar = budget.certified_epsilon()
+        eps_gen = budget.certified_epsilon(replace_one=True)
         paper = eq_5_2_audit(c.k_max, r.epsilon_acc, r.delta_acc, c.delta_policy, n=r.n)
         return {
             "relation": self.relation,
@@ -372,6 +379,6 @@ class Policy:
                 "covers": "answers released to every account of every tenant; the per-document filter is global "
                           "across accounts, so colluding accounts cannot raise it (k does not enter)",
             },
-            "epsilon": dg.epsilon + eps_gen,
+            "epsilon": sum_up(dg.epsilon, eps_gen),
             "delta": c.delta_policy,
         }

@@ -122,19 +122,41 @@ class SparseVector:
         self.redraw_threshold = bool(redraw_threshold)
         self.monotone = bool(monotone)
         self._source = _source(source)
-        kappa = 1 if self.monotone else 2
-        self.threshold_scale = 2.0 * self.sensitivity / self.epsilon
-        self.query_scale = 2.0 * kappa * self.sensitivity / self.epsilon
+        self.threshold_scale, self.query_scale = self.scales(self.epsilon, self.sensitivity, self.monotone)
         if not (math.isfinite(self.threshold_scale) and math.isfinite(self.query_scale)):
             raise InvalidParameterError("epsilon", "noise scale 2Δ/ε must be finite", epsilon)
-        # Δ/b₁ and κΔ/b₂ for the float scales actually used (= ε/2 each), rounded up
-        self._threshold_cost = math.nextafter(self.sensitivity / self.threshold_scale, math.inf)
-        self._discovery_cost = math.nextafter(kappa * self.sensitivity / self.query_scale, math.inf)
+        self._threshold_cost, self._discovery_cost = self.certified_costs(self.epsilon, self.sensitivity,
+                                                                          self.monotone)
         self.discoveries = 0
         self.queries_answered = 0
         self._thresholds_used = 0  # threshold draws that have answered at least one query
         self._current_used = False
         self._rho = _discrete_laplace(self.threshold_scale, self._source)
+
+    @staticmethod
+    def scales(epsilon: float, sensitivity: int = 1, monotone: bool = False) -> tuple[float, float]:
+        """The float noise scales used: b₁ = fl(2Δ/ε) (threshold), b₂ = fl(2κΔ/ε) (queries), κ = 1 if monotone."""
+        kappa = 1 if monotone else 2
+        return 2.0 * sensitivity / epsilon, 2.0 * kappa * sensitivity / epsilon
+
+    @staticmethod
+    def certified_costs(epsilon: float, sensitivity: int = 1, monotone: bool = False) -> tuple[float, float]:
+        """(threshold cost Δ/b₁, discovery cost κΔ/b₂) for the float scales actually sampled with, each rounded
+        up: nominally ε/2 each, but fl(2Δ/ε) can be below 2Δ/ε, making the true cost an ulp above ε/2 (issue 10
+        item 7). Ex-ante costs (``PureDpRagParams.cost``, ``sparse_vote_cost``) charge these, not ε/2."""
+        kappa = 1 if monotone else 2
+        b1, b2 = SparseVector.scales(epsilon, sensitivity, monotone)
+        return (math.nextafter(sensitivity / b1, math.inf), math.nextafter(kappa * sensitivity / b2, math.inf))
+
+    @staticmethod
+    def certified_max_epsilon(epsilon: float, max_discoveries: int, sensitivity: int = 1, *,
+                              redraw_threshold: bool = True, monotone: bool = False) -> float:
+        """Worst case of a whole session from the certified costs, summed exactly and rounded up."""
+        from ..filters import sum_up
+
+        t, d = SparseVector.certified_costs(epsilon, sensitivity, monotone)
+        c = int(max_discoveries)
+        return sum_up(*([t, d] * c)) if redraw_threshold else sum_up(t, *([d] * c))
 
     # -- state ----------------------------------------------------------------------------------
     @property
@@ -148,15 +170,15 @@ class SparseVector:
     @property
     def epsilon_spent(self) -> float:
         """Per-transcript (ex-post) pure-DP loss of everything answered so far."""
-        return self._thresholds_used * self._threshold_cost + self.discoveries * self._discovery_cost
+        from ..filters import sum_up
+
+        return sum_up(*([self._threshold_cost] * self._thresholds_used), *([self._discovery_cost] * self.discoveries))
 
     @property
     def max_epsilon(self) -> float:
         """Worst case of the whole session: c·ε (redraw) or (c + 1)·ε/2 (one threshold)."""
-        c = self.max_discoveries
-        if self.redraw_threshold:
-            return c * (self._threshold_cost + self._discovery_cost)
-        return self._threshold_cost + c * self._discovery_cost
+        return self.certified_max_epsilon(self.epsilon, self.max_discoveries, self.sensitivity,
+                                          redraw_threshold=self.redraw_threshold, monotone=self.monotone)
 
     @property
     def event(self) -> PureDpEvent:

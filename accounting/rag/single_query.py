@@ -213,7 +213,9 @@ def dp_vote_rag(
 def sparse_vote_cost(epsilon_token: float, delta_token: float, c: int) -> PrivacyEvent:
     """Ex-ante cost of c discoveries: each is an AboveThreshold run (ε_token/2, threshold re-drawn) plus
     LimitedDomain(ε_token/2, δ_token) (003 Thm 3 proof)."""
-    step = ComposedEvent((PureDpEvent(epsilon_token / 2), ApproxDpEvent(epsilon_token / 2, delta_token)))
+    # the SVT part at its certified cost for the float noise scales sampled with (issue 10 item 7)
+    svt = SparseVector.certified_max_epsilon(epsilon_token / 2, 1, 1, redraw_threshold=True)
+    step = ComposedEvent((PureDpEvent(svt), ApproxDpEvent(epsilon_token / 2, delta_token)))
     return SelfComposedEvent(step, c)
 
 
@@ -344,7 +346,9 @@ class PureDpRagParams:
         """Ex-ante pure-DP cost of one answer: the SVT session's worst case plus c exponential mechanisms."""
         eps_lap = self.epsilon_token / 2
         c = self.max_private_tokens
-        svt_eps = c * eps_lap if self.redraw_threshold else eps_lap / 2 + c * eps_lap / 2
+        # c·ε_Lap (re-drawn) or (c + 1)·ε_Lap/2, from the certified costs of the float noise scales the sparse
+        # vector samples with (each rounded up), summed exactly and rounded up (issue 10 item 7)
+        svt_eps = SparseVector.certified_max_epsilon(eps_lap, c, 1, redraw_threshold=self.redraw_threshold)
         return ComposedEvent((PureDpEvent(svt_eps),
                               SelfComposedEvent(ExponentialMechanismEvent(self.epsilon_token / 2), c)))
 
