@@ -69,6 +69,7 @@ class Bundle:
     policy_bytes: bytes | None = None
     embedder_bytes: bytes | None = None
     openings_lines: list[bytes] = field(default_factory=list)
+    proofs_lines: list[bytes] | None = None  # auditor/proofs.jsonl (zk tenants only), None if absent
     index_files: dict[str, bytes] = field(default_factory=dict)
     docs_files: dict[str, bytes] = field(default_factory=dict)
     defects: list[str] = field(default_factory=list)  # "files: ..." reasons
@@ -122,6 +123,9 @@ def _load(d: BundleDir, p: Path) -> Bundle:
     b.embedder_bytes = read("auditor/embedder.json", CAPS["auditor/embedder.json"])
     ops = read("auditor/openings.jsonl", CAPS["auditor/openings.jsonl"])
     b.openings_lines = [ln for ln in ops.split(b"\n") if ln] if ops is not None else []
+    if d.exists("auditor/proofs.jsonl"):
+        pr = read("auditor/proofs.jsonl", CAPS["auditor/openings.jsonl"])
+        b.proofs_lines = [ln for ln in pr.split(b"\n") if ln] if pr is not None else []
     for sub, suffix, target, cap in (("auditor/index", ".i16", b.index_files, CAPS["index"]),
                                      ("auditor/docs", ".json", b.docs_files, CAPS["docs"])):
         try:

@@ -146,15 +146,17 @@ def documents_commitment(salts: list[bytes], ids: list[str], text_hashes: list[b
 
 
 def genesis_record(window: str, provider_vkey: str, c_emb: str, c_policy: str, c_seed: str,
-                   tenants: Mapping[str, tuple[int, str, str]], accounts: Mapping[str, tuple[str, str]]) -> dict:
+                   tenants: Mapping[str, tuple[int, str, str]], accounts: Mapping[str, tuple[str, str]],
+                   zk: Mapping[str, str] | None = None) -> dict:
     """Ledger leaf 0 (§3). ``tenants``: tenant -> (n_docs, C_idx, C_docs); ``accounts``: the account registry,
-    account -> (tenant, account key hex). One provider key per window: rotating it opens a new window."""
+    account -> (tenant, account key hex); ``zk``: tenant -> Z_idx (decimal) for the policy's zk tenants. One provider key per window: rotating it opens a new window."""
     for f, v in (("C_emb", c_emb), ("C_policy", c_policy), ("C_seed", c_seed)):
         hexbytes(v, f, 32)
     return {
         "type": "genesis", "version": PROTOCOL_VERSION, "window": window, "provider_key": provider_vkey,
         "C_emb": c_emb, "C_policy": c_policy, "C_seed": c_seed,
-        "tenants": [{"tenant": t, "n_docs": n, "C_idx": c, "C_docs": cd} for t, (n, c, cd) in sorted(tenants.items())],
+        "tenants": [{"tenant": t, "n_docs": n, "C_idx": c, "C_docs": cd, **({"Z_idx": zk[t]} if zk and t in zk else {})}
+                    for t, (n, c, cd) in sorted(tenants.items())],
         "accounts": [{"account": a, "tenant": t, "key": k} for a, (t, k) in sorted(accounts.items())],
     }
 

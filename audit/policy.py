@@ -47,6 +47,8 @@ class RetrievalPolicy:
     score_clip: tuple[int, int]
     score_shift: int
     sampler: SamplerSpec
+    #: tenants whose citations are also attested by Groth16 proofs (audit/zk_attest.py; small corpora only)
+    zk_tenants: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -207,6 +209,11 @@ class Policy:
                 "retrieval.sensitivity", "must be >= ((hi - lo) >> score_shift) + 1 (a clipped score's range)",
                 r.sensitivity)
         check_delta("retrieval.sampler.tv", r.sampler.tv, allow_zero=True)
+        if not set(r.zk_tenants) <= set(r.enabled_tenants):
+            raise InvalidParameterError("retrieval.zk_tenants", "must be tenants with citations on", r.zk_tenants)
+        if r.zk_tenants and (lo % (1 << r.score_shift) or hi % (1 << r.score_shift)):
+            raise InvalidParameterError("retrieval.score_clip", "must be multiples of 2^score_shift for zk tenants "
+                                                                "(the circuit shifts before it clips)", r.score_clip)
         check_positive_int("coalition.k_max", c.k_max)
         check_delta("coalition.delta_policy", c.delta_policy)
         if not c.delta_policy > c.k_max * r.delta_acc:
@@ -251,6 +258,7 @@ class Policy:
                 "epsilon_acc": real(r.epsilon_acc), "delta_acc": real(r.delta_acc), "sigma": real(r.sigma),
                 "sensitivity": r.sensitivity, "score_clip": [r.score_clip[0], r.score_clip[1]],
                 "score_shift": r.score_shift, "sampler": r.sampler.to_dict(),
+                "zk_tenants": sorted(r.zk_tenants),
             },
             "coalition": {"k_max": c.k_max, "delta_policy": real(c.delta_policy)},
             "generation": {
@@ -306,6 +314,7 @@ class Policy:
                     score_clip=(r["score_clip"][0], r["score_clip"][1]), score_shift=r["score_shift"],
                     sampler=SamplerSpec(parse_real(s["tail"], "retrieval.sampler.tail"), s["precision_bits"],
                                         parse_real(s["tv"], "retrieval.sampler.tv")),
+                    zk_tenants=tuple(r["zk_tenants"]),
                 ),
                 coalition=CoalitionPolicy(k_max=c["k_max"],
                                           delta_policy=parse_real(c["delta_policy"], "coalition.delta_policy")),

@@ -149,6 +149,7 @@ class _AuditorStore:
         self.con.execute("CREATE TABLE IF NOT EXISTS served (account TEXT NOT NULL, counter INTEGER NOT NULL, "
                          "body BLOB NOT NULL, PRIMARY KEY (account, counter))")
         self.con.execute("CREATE TABLE IF NOT EXISTS pending (one INTEGER PRIMARY KEY CHECK (one = 1), body BLOB)")
+        self.con.execute("CREATE TABLE IF NOT EXISTS zk_proof (pos INTEGER PRIMARY KEY, body BLOB NOT NULL)")
 
     def put_served(self, account: str, counter: int, body: bytes) -> None:
         self.con.execute("INSERT OR REPLACE INTO served (account, counter, body) VALUES (?, ?, ?)",
@@ -158,6 +159,12 @@ class _AuditorStore:
         row = self.con.execute("SELECT body FROM served WHERE account = ? AND counter = ?",
                                (account, counter)).fetchone()
         return None if row is None else row[0]
+
+    def put_proof(self, pos: int, body: bytes) -> None:
+        self.con.execute("INSERT OR REPLACE INTO zk_proof (pos, body) VALUES (?, ?)", (pos, body))
+
+    def proofs(self):
+        return self.con.execute("SELECT pos, body FROM zk_proof ORDER BY pos")
 
     def set_pending(self, body: bytes | None) -> None:
         if body is None:
@@ -282,8 +289,17 @@ class ProviderService:
         _write(d / "config" / "tenants.json", encode({t: {"n_docs": n, "dimension": int(qidx[t].shape[1])}
                                                        for t, (n, _, _) in tenant_meta.items()}))
         c_policy = cm.policy_commitment(bytes.fromhex(salts["policy"]), policy.to_bytes())
+        zk = {}
+        if policy.retrieval.zk_tenants:
+            from . import zk_attest
+
+            for t in policy.retrieval.zk_tenants:
+                if qidx[t].shape[0] > zk_attest.MAX_ZK_DOCS:
+                    raise InvalidParameterError("retrieval.zk_tenants", f"tenant {t} holds more than "
+                                                                        f"{zk_attest.MAX_ZK_DOCS} documents")
+                zk[t] = zk_attest.index_commitment(qidx[t])
         genesis = cm.genesis_record(policy.window, signer.vkey(), embedder_descriptor.commitment, c_policy,
-                                    cm.seed_commitment(seed), tenant_meta, registry)
+                                    cm.seed_commitment(seed), tenant_meta, registry, zk)
         svc = cls(d, embedder=embedder, generator=generator)
         with svc._locked():
             if svc.ledger.size != 0:
@@ -563,6 +579,32 @@ class ProviderService:
         self.aud.set_pending(None)
         self._checkpoint()
 
+    def attest(self, proving_key, *, tenant: str | None = None) -> int:
+        """Prove noise-then-select (Groth16) for every query of the policy's zk tenants that has no proof yet, with
+        the proving key the AUDITOR made (audit/zk_attest.py); the proofs go into the bundle. Returns the count."""
+        from . import zk_attest
+
+        zk_tenants = set(self.policy.retrieval.zk_tenants)
+        if tenant is not None:
+            zk_tenants &= {tenant}
+        done = 0
+        size = self.ledger.size
+        have = {pos for pos, _ in self.aud.proofs()}
+        for pos, body in list(self.aud.openings(size)):
+            if pos in have:
+                continue
+            op = json.loads(body)
+            rec = json.loads(self.ledger.leaf(pos))
+            if rec.get("type") != "query" or rec["tenant"] not in zk_tenants or op.get("top") is None:
+                continue
+            E = self.tenants[rec["tenant"]]["q"]
+            Q = np.frombuffer(bytes.fromhex(op["qemb"]), dtype="<i2")
+            z = self.table.sample(E.shape[0], request_source(self.seed, "retrieval", bytes.fromhex(rec["h_req"])))
+            record = zk_attest.prove(proving_key, self.policy, E, Q, z, op["top"], self.table.support_bound)
+            self.aud.put_proof(pos, encode({"pos": pos, **record}))
+            done += 1
+        return done
+
     def checkpoint_note(self, size: int | None = None) -> bytes:
         """The signed checkpoint note of ``size`` (default: the latest): what a witness is sent to cosign."""
         size = self.ledger.size if size is None else size
@@ -608,6 +650,9 @@ class ProviderService:
                                "text_sha256": [cm.text_hash(x).hex() for x in docs["texts"]]}), private=True)
             lines = [body for _, body in self.aud.openings(size)]
             _write(out / "auditor" / "openings.jsonl", b"".join(b + b"\n" for b in lines), private=True)
+            proofs = [body for pos, body in self.aud.proofs() if pos < size]
+            if self.policy.retrieval.zk_tenants:
+                _write(out / "auditor" / "proofs.jsonl", b"".join(b + b"\n" for b in proofs), private=True)
         return out
 
 

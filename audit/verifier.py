@@ -10,6 +10,7 @@ bundle is a FAIL. Nothing here spends budget or writes anything.
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import os
 import secrets
@@ -230,7 +231,9 @@ def check_8_3_commitments(run: _Run, corpus: dict[str, list[str]] | None) -> Non
     # tenants: index (C_idx) and document ids / salts (C_docs, checked against a corpus when given)
     for t in g["tenants"]:
         try:
-            if not isinstance(t, dict) or set(t) != {"tenant", "n_docs", "C_idx", "C_docs"}:
+            if not isinstance(t, dict) or set(t) - {"Z_idx"} != {"tenant", "n_docs", "C_idx", "C_docs"} or \
+                    ("Z_idx" in t and not (isinstance(t["Z_idx"], str) and t["Z_idx"].isdigit()
+                                           and len(t["Z_idx"]) <= 80)):
                 raise EncodingError("malformed tenant entry in genesis")
             name, n_docs = t["tenant"], t["n_docs"]
             if not isinstance(name, str) or not _is_int(n_docs, 1, 1 << 31):
@@ -258,7 +261,8 @@ def check_8_3_commitments(run: _Run, corpus: dict[str, list[str]] | None) -> Non
                 if len(texts) != n_docs or any(cm.text_hash(x) != h for x, h in zip(texts, hashes)):
                     raise EncodingError(f"the corpus given for tenant {name!r} is not the committed one (C_docs)")
                 run.ok("corpus")
-            run.tenants[name] = {"q": q, "qf": q.astype(np.float64), "n": n_docs, "ids": docs["ids"]}
+            run.tenants[name] = {"q": q, "qf": q.astype(np.float64), "n": n_docs, "ids": docs["ids"],
+                                 "Z_idx": int(t["Z_idx"]) if "Z_idx" in t else None}
             run.ok("commitments")
         except EncodingError as e:
             run.fail("commitments", str(e))
@@ -283,6 +287,14 @@ def check_8_4_policy(run: _Run) -> None:
         for t in run.policy.retrieval.enabled_tenants:
             if t not in run.tenants:
                 raise DpragError(f"retrieval.enabled_tenants names {t!r}, which genesis does not commit")
+        for t, v in run.tenants.items():
+            if (v["Z_idx"] is not None) != (t in run.policy.retrieval.zk_tenants):
+                raise DpragError(f"tenant {t!r}: genesis carries Z_idx exactly for the policy's zk tenants")
+            if v["Z_idx"] is not None:
+                from .zk_attest import index_commitment
+
+                if int(index_commitment(v["q"])) != v["Z_idx"]:
+                    raise DpragError(f"tenant {t!r}: Z_idx does not commit to the same index as C_idx")
         run.ok("policy")
     except DpragError as e:
         run.fail("policy", str(e))
@@ -611,6 +623,48 @@ def check_8_8_retrieval(run: _Run, chosen: list[int]) -> None:
             run.progress("retrieval", 1000)
 
 
+def check_8_8_proofs(run: _Run, vk) -> None:
+    """§8.8 (zk): every query of a zk tenant carries a Groth16 proof of noise-then-select that verifies under the
+    auditor's key with public inputs recomputed here (Z_idx of genesis, Q and the citations from the opening,
+    the noise from the seed)."""
+    from . import zk_attest
+
+    r = run.policy.retrieval
+    table = noise_table(r.sigma, r.sampler.tail, r.sampler.precision_bits)
+    records = {}
+    for k, line in enumerate(run.b.proofs_lines or []):
+        try:
+            rec = decode(line, what=f"proof line {k}")
+            pos = rec.get("pos") if isinstance(rec, dict) else None
+            if not _is_int(pos, 1, run.n - 1) or pos in records:
+                raise EncodingError(f"proof line {k}: pos must be a distinct ledger position")
+            records[pos] = rec
+        except EncodingError as e:
+            run.fail("retrieval", str(e))
+    done = 0
+    for i in run.queries:
+        rec = run.records[i]
+        if rec["type"] != "query" or rec["tenant"] not in r.zk_tenants:
+            continue
+        ten, op = run.tenants[rec["tenant"]], run.openings[i]
+        if i not in records:
+            run.fail("retrieval", f"leaf {i}: no Groth16 proof for a query of zk tenant {rec['tenant']!r}")
+            continue
+        Q = np.frombuffer(bytes.fromhex(op["qemb"]), dtype="<i2")
+        z = table.sample(ten["n"], request_source(run.seed, "retrieval", bytes.fromhex(rec["h_req"])))
+        try:
+            ok = zk_attest.check(vk, run.policy, ten["Z_idx"], records[i], Q, z, op["top"], ten["n"],
+                                 ten["q"].shape[1], table.support_bound)
+        except (DpragError, ValueError, TypeError, KeyError):
+            ok = False
+        if not ok:
+            run.fail("retrieval", f"leaf {i}: the Groth16 proof of noise-then-select does not verify under the "
+                                  "auditor's key")
+        else:
+            done += 1
+    run.checked["zk_proofs"] = done
+
+
 # ------------------------------------------------------------------------------------------------------------
 # §8.9 generation: every charge replayed, in ledger order
 # ------------------------------------------------------------------------------------------------------------
@@ -771,7 +825,8 @@ def key_fingerprint(vkey: str) -> str:
 def verify(bundle_path: str | Path, *, receipts: str | Path | None = None, mode: str = "full",
            samples: int | None = None, key: str | Path | None = None, trusted_checkpoint: str | Path | None = None,
            corpus: dict[str, list[str]] | None = None, witnesses: list[str | Path] = (),
-           min_witnesses: int | None = None, replay_generator=None, theta: float = DEFAULT_THETA,
+           min_witnesses: int | None = None, replay_generator=None, zk_vkey: str | Path | None = None,
+           theta: float = DEFAULT_THETA,
            coalition_window: int | None = DEFAULT_WINDOW,
            progress: Callable[[str, int], None] | None = None) -> Verdict:
     """Run every check of spec/protocol.md §8 on the bundle at ``bundle_path``.
@@ -808,6 +863,14 @@ def verify(bundle_path: str | Path, *, receipts: str | Path | None = None, mode:
             raise AuditorInputError(f"--witness {w}: not a witness verifier key ({e})") from None
     if min_witnesses is None:
         min_witnesses = 1 if wit else 0
+    vk = None
+    if zk_vkey is not None:
+        from dprag.zk.formats import FormatError, vk_from_json
+
+        try:
+            vk = vk_from_json(json.loads(_read_auditor_file(zk_vkey, "--zk-vkey", 1 << 20)))
+        except (ValueError, FormatError) as e:
+            raise AuditorInputError(f"--zk-vkey {zk_vkey}: not a snarkjs verification_key.json ({e})") from None
     if not isinstance(min_witnesses, int) or not 0 <= min_witnesses <= len(wit):
         raise AuditorInputError(f"--min-witnesses must lie in [0, {len(wit)}] (the number of --witness keys)")
     receipts_data = None if receipts is None else _read_auditor_file(receipts, "--receipts", 1 << 34)
@@ -855,6 +918,8 @@ def verify(bundle_path: str | Path, *, receipts: str | Path | None = None, mode:
             else:
                 chosen = positions
             _guarded(run, "retrieval", check_8_8_retrieval, chosen)
+            if vk is not None and run.policy.retrieval.zk_tenants:
+                _guarded(run, "retrieval", check_8_8_proofs, vk)
             _guarded(run, "generation", check_8_9_generation)
             if replay_generator is not None:
                 if corpus is None:
@@ -877,6 +942,18 @@ def verify(bundle_path: str | Path, *, receipts: str | Path | None = None, mode:
     if verdict == "FAIL":
         eps = delta = None
     attestation = {"retrieval": ATTESTATION_RETRIEVAL, "generation": ATTESTATION_GENERATION}
+    if run.policy is not None and run.policy.retrieval.zk_tenants:
+        zk = ", ".join(sorted(run.policy.retrieval.zk_tenants))
+        if vk is not None and "zk_proofs" in run.checked:
+            attestation["retrieval"] = (
+                f"groth16 + replay: for zk tenant(s) {zk} (every score of the committed index proven; N <= "
+                f"{64} documents), {run.checked['zk_proofs']} Groth16 proofs of noise-then-select verified under the "
+                "auditor's own verification key, which proves the citations without the index; every other query "
+                "by replay. " + ATTESTATION_RETRIEVAL)
+        else:
+            attestation["retrieval"] = (f"replay only: the bundle's zk tenant(s) {zk} carry Groth16 proofs, not "
+                                        "checked (no auditor verification key given: --zk-vkey). "
+                                        + ATTESTATION_RETRIEVAL)
     vk = run.genesis["provider_key"] if run.genesis else None
     return Verdict(verdict=verdict, epsilon=eps, delta=delta, k_max=k_max, channels=channels,
                    attestation=attestation, reasons=run.reasons, checked=dict(run.checked), mode=mode,

@@ -111,6 +111,8 @@ class _Progress:
               help="replay every answer whose account handed over its question, with this generator (toy, or one "
                    "registered under the dprag.generators entry points, e.g. smollm2), and compare h_answer; "
                    "needs --corpus.")
+@click.option("--zk-vkey", type=click.Path(path_type=Path), default=None,
+              help="the auditor's own Groth16 verification_key.json for the zk tenants' noise-then-select proofs.")
 @click.option("--corpus", type=click.Path(path_type=Path), default=None,
               help="directory of <tenant>.json (a list of texts in index order): check C_docs against it.")
 @click.option("--mode", type=click.Choice(["full", "sampled"]), default="full", show_default=True)
@@ -122,7 +124,8 @@ class _Progress:
                    "(default: the whole audit window).")
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object (schema dprag.verdict/2)")
 def verify_cmd(bundle: Path, receipts: Path | None, key: Path | None, trusted_checkpoint: Path | None,
-               witnesses: tuple[Path, ...], min_witnesses: int | None, replay: str | None, corpus: Path | None, mode: str, samples: int | None, theta: float, coalition_window: int | None,
+               witnesses: tuple[Path, ...], min_witnesses: int | None, replay: str | None, zk_vkey: Path | None,
+               corpus: Path | None, mode: str, samples: int | None, theta: float, coalition_window: int | None,
                as_json: bool) -> int:
     """Re-check everything in BUNDLE: PASS ε δ (exit 0), FAIL reasons (exit 1), unusable input (exit 2)."""
     if mode == "sampled" and samples is None:
@@ -135,7 +138,8 @@ def verify_cmd(bundle: Path, receipts: Path | None, key: Path | None, trusted_ch
     try:
         v = verify(bundle, receipts=receipts, mode=mode, samples=samples, key=key,
                    trusted_checkpoint=trusted_checkpoint, corpus=_load_corpus(corpus), witnesses=list(witnesses),
-                   min_witnesses=min_witnesses, replay_generator=_generator(replay, corpus), theta=theta,
+                   min_witnesses=min_witnesses, replay_generator=_generator(replay, corpus), zk_vkey=zk_vkey,
+                   theta=theta,
                    coalition_window=coalition_window, progress=bar)
     finally:
         bar.close()

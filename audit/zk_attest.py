@@ -1,0 +1,98 @@
+"""Groth16 attestation of the retrieval channel for a small zk tenant (issue 11; spec/protocol.md §8.8, spec/zk.md).
+
+For a tenant the policy lists in ``retrieval.zk_tenants``, the provider proves, per query, the noise-then-select
+statement of ``dprag.zk.circuits.noise_then_select`` over the tenant's committed index: the released ids are the
+top-K of ``clip(E·Q >> shift) + z``. Its public inputs are
+
+    Z_idx  (genesis: Poseidon Merkle commitment to the quantised index rows E)
+    Z_q    = q_commitment(salt_q, Q)       Q: the request's opened query embedding
+    Z_z    = noise_commitment(z)           z: the committed-seed noise of the request (the auditor recomputes it)
+    Z_top  = topk_commitment(salt_k, ids)  ids: the opened citations
+
+so an auditor holding only the seed, the openings and the proofs — not the index — checks that the citations
+were selected from noisy scores of the committed index. The protocol's integer scores are
+``clip(E·Q, lo, hi) >> shift``; the circuit's are ``clip(E·Q >> shift, lo >> shift, hi >> shift)``, equal when lo
+and hi are multiples of 2^shift (``Policy.validate`` requires it for zk tenants).
+
+Trust: a proof attests against the provider only under a verification key the provider did not make — the
+auditor runs the setup (``setup_for``, DEVELOPMENT ONLY: whoever runs it knows the toxic waste; a multi-party
+ceremony ``.zkey`` replaces it) and hands the provider the proving key. Proofs checked under a provider-made
+key leave the verdict's attestation at replay.
+"""
+
+from __future__ import annotations
+
+import secrets
+from functools import lru_cache
+
+import numpy as np
+
+from dprag.accounting.errors import InvalidParameterError
+from dprag.zk.circuits import noise_then_select as nts
+from dprag.zk.formats import proof_from_json, proof_to_json
+
+VALUE_BITS = 12  # quantised embeddings at scale 2^10 lie in [-1024, 1024]
+MAX_ZK_DOCS = 64
+
+
+def circuit_params(policy, n_docs: int, dim: int, noise_bound: int) -> dict:
+    r = policy.retrieval
+    if n_docs > MAX_ZK_DOCS:
+        raise InvalidParameterError("retrieval.zk_tenants", f"a zk tenant may hold at most {MAX_ZK_DOCS} documents "
+                                                            "(every score is proven)", n_docs)
+    lo, hi = r.score_clip
+    return {"n": int(n_docs), "k": int(r.K), "d": int(dim), "value_bits": VALUE_BITS, "frac_bits": int(r.score_shift),
+            "clip_lo": lo >> r.score_shift, "clip_hi": hi >> r.score_shift,
+            "noise_bits": int(noise_bound).bit_length() + 2}
+
+
+@lru_cache(maxsize=8)
+def _circuit(key: tuple) -> nts.Circuit:
+    return nts.build(**dict(key))
+
+
+def circuit(policy, n_docs: int, dim: int, noise_bound: int) -> nts.Circuit:
+    return _circuit(tuple(sorted(circuit_params(policy, n_docs, dim, noise_bound).items())))
+
+
+def index_commitment(q_rows: np.ndarray) -> str:
+    """Z_idx of a tenant's quantised index (decimal string of a BN254 scalar)."""
+    return str(nts.index_commitment([[int(v) for v in row] for row in np.asarray(q_rows)], VALUE_BITS))
+
+
+def setup_for(policy, n_docs: int, dim: int, noise_bound: int):
+    """DEVELOPMENT-ONLY setup (the auditor's): (proving key for the provider, verification key to keep)."""
+    from dprag.zk.setup import setup
+
+    pk = setup(circuit(policy, n_docs, dim, noise_bound).r1cs)
+    return pk, pk.verifying_key()
+
+
+def prove(pk, policy, E: np.ndarray, Q: np.ndarray, z: np.ndarray, top: list[int], noise_bound: int) -> dict:
+    """One query's proof record: fresh salts (CSPRNG) and the snarkjs proof.json object."""
+    circ = circuit(policy, E.shape[0], E.shape[1], noise_bound)
+    salt_q, salt_k = secrets.randbelow(nts.R - 1) + 1, secrets.randbelow(nts.R - 1) + 1
+    Er = [[int(v) for v in row] for row in E]
+    w = circ.witness(Er, [int(v) for v in Q], [int(v) for v in z], salt_q, salt_k)
+    if nts.select(Er, [int(v) for v in Q], [int(v) for v in z], circ.params) != list(top):
+        raise InvalidParameterError("top", "is not the circuit's top-K of the noisy scores")
+    return {"salt_q": str(salt_q), "salt_k": str(salt_k), "proof": proof_to_json(nts.prove(pk, w))}
+
+
+def public_inputs(z_idx: int, record: dict, Q: np.ndarray, z: np.ndarray, top: list[int], noise_bits: int) -> list[int]:
+    salt_q, salt_k = int(record["salt_q"]), int(record["salt_k"])
+    return [z_idx, nts.q_commitment(salt_q, [int(v) for v in Q], VALUE_BITS),
+            nts.noise_commitment([int(v) for v in z], noise_bits), nts.topk_commitment(salt_k, list(top))]
+
+
+def check(vk, policy, z_idx: int, record: dict, Q, z, top, n_docs: int, dim: int, noise_bound: int) -> bool:
+    """Verify one proof record against the auditor's key and the recomputed public inputs."""
+    p = circuit_params(policy, n_docs, dim, noise_bound)
+    if not isinstance(record, dict) or set(record) != {"pos", "salt_q", "salt_k", "proof"}:
+        return False
+    for s in ("salt_q", "salt_k"):
+        v = record[s]
+        if not isinstance(v, str) or not v.isdigit() or len(v) > 80 or not 0 < int(v) < nts.R:
+            return False
+    proof = proof_from_json(record["proof"])
+    return bool(nts.verify(vk, proof, public_inputs(z_idx, record, Q, z, top, p["noise_bits"])))
