@@ -30,7 +30,9 @@ def test_json_output_subprocess():
     for key in REQUIRED:
         assert key in out and isinstance(out[key], float), key
     assert "calibrated" in out["sigma_source"] and "(3.4)" in out["sigma_source"]
-    assert out["sigma"] == pytest.approx(math.sqrt(2e4 * math.log(1e6) * 2 * math.log(1.25e10)))
+    # calibrated for the default sensitivity 2 (raw cosine scores under replace-one; issue 10 item 5)
+    assert out["sensitivity"] == 2
+    assert out["sigma"] == pytest.approx(2 * math.sqrt(2e4 * math.log(1e6) * 2 * math.log(1.25e10)))
     assert out["leading"] == pytest.approx(math.sqrt(10))
     assert out["delta_joint"] == pytest.approx(1.1e-5)
     assert out["exact"] == pytest.approx(0.3471, abs=1e-4)
@@ -75,15 +77,18 @@ def test_human_readable_output(capsys):
 @pytest.mark.parametrize(
     "override,needle",
     [
-        (["--k", "0"], "k:"),
-        (["--eps-acc", "-1"], "eps_acc:"),
-        (["--eps-acc", "nan"], "eps_acc:"),
-        (["--delta-acc", "1.5"], "delta_acc:"),
-        (["--delta-acc", "0"], "delta_acc:"),
-        (["--n", "0"], "n:"),
-        (["--delta", "2"], "delta:"),
-        (["--sigma", "-1"], "sigma:"),
-        (["--delta-policy", "1e-5"], "delta_policy:"),  # = k * delta_acc: refused
+        (["--k", "0"], "'--k'"),
+        (["--eps-acc", "-1"], "'--eps-acc'"),
+        (["--eps-acc", "nan"], "'--eps-acc'"),
+        (["--delta-acc", "1.5"], "'--delta-acc'"),
+        (["--delta-acc", "0"], "'--delta-acc'"),
+        (["--n", "0"], "'--n'"),
+        (["--delta", "2"], "'--delta'"),
+        (["--sigma", "-1", "--sensitivity", "1"], "'--sigma'"),
+        (["--sigma", "0.01", "--sensitivity", "1"], "'--sigma'"),  # issue 8 §3: was an OverflowError
+        (["--sigma", "1000"], "--sensitivity is required"),  # issue 10 item 5: no silent default of 1
+        (["--sensitivity", "0"], "'--sensitivity'"),
+        (["--delta-policy", "1e-5"], "'--delta-policy'"),  # = k * delta_acc: refused
     ],
 )
 def test_bad_input_exits_2_with_message(override, needle, capsys):
@@ -103,9 +108,31 @@ def test_bad_input_exits_2_with_message(override, needle, capsys):
 
 def test_bad_input_subprocess_exit_code_and_usage_errors():
     p = _run(["accounting", "collusion", "--k", "0", "--eps-acc", "1", "--delta-acc", "1e-6", "--n", "10", "--json"])
-    assert p.returncode == 2 and "k: must be an integer >= 1" in p.stderr
+    assert p.returncode == 2 and "'--k': must be an integer >= 1" in p.stderr
     assert json.loads(p.stdout)["exit_code"] == 2
     p = _run(["accounting", "collusion", "--k", "ten", "--eps-acc", "1", "--delta-acc", "1e-6", "--n", "10"])
     assert p.returncode == 2 and "Invalid value" in p.stderr and "Traceback" not in p.stderr
     p = _run(["accounting", "collusion", "--eps-acc", "1", "--delta-acc", "1e-6", "--n", "10"])  # --k missing
     assert p.returncode == 2 and "Missing option" in p.stderr
+
+
+def test_sensitivity_help_names_the_relation_each_value_covers():
+    p = _run(["accounting", "collusion", "--help"])
+    text = " ".join(p.stdout.split())
+    assert p.returncode == 0
+    assert "2: replace-one document with raw cosine scores" in text and "1: add/remove-one document" in text
+    assert "Required with --sigma" in text
+
+
+def test_given_sigma_with_the_sound_sensitivity_certifies_more():
+    # issue 10 item 5: --sigma 3584.39 certified 0.347 at the old default Δ = 1, 0.729 at the sound Δ = 2
+    one = collusion_report(10, 1.0, 1e-6, 10_000, sigma=3584.39, sensitivity=1.0)["certified"]
+    two = collusion_report(10, 1.0, 1e-6, 10_000, sigma=3584.39, sensitivity=2.0)["certified"]
+    assert one == pytest.approx(0.347, abs=1e-3) and two == pytest.approx(0.729, abs=1e-3)
+    assert main(BASE + ["--sigma", "3584.39"]) == 2  # refused without --sensitivity
+
+
+def test_overflowing_sigma_is_one_line_naming_the_flag(capsys):
+    rc = main(BASE + ["--sigma", "0.01", "--sensitivity", "1"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and "'--sigma'" in err and "OverflowError" not in err
