@@ -49,6 +49,8 @@ def parse_leaves(data: bytes) -> list[bytes]:
         if i + 4 > len(data):
             raise ValueError("truncated length prefix")
         n = int.from_bytes(data[i:i + 4], "big")
+        if n == 0:  # a record is a JSON object; stopping here keeps a file of zeros from becoming 10^5+ records
+            raise ValueError(f"leaf {len(out)} is empty")
         if n > MAX_LEAF_BYTES or i + 4 + n > len(data):
             raise ValueError(f"leaf {len(out)} runs past the end of the file")
         out.append(data[i + 4:i + 4 + n])

@@ -130,8 +130,9 @@ def _mutate(rng: random.Random, case: Path) -> str:
             del data[i:]
         elif op == "dup" and data:
             data[i:i] = data[max(0, i - 64):i]
-        if bytes(data) == p.read_bytes():
-            return f"{rel}: unchanged"
+        old = p.read_bytes()
+        if bytes(data) == old or (op == "truncate" and old[len(data):] == b"\n"):
+            return f"{rel}: unchanged"  # (the final newline of a line file carries nothing)
         p.write_bytes(bytes(data))
         return f"{rel}: bytes {op} at {i}"
     # structure: parse, change one value, write back as a provider would (sorted, compact)
