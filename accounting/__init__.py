@@ -34,6 +34,8 @@ from .events import (
     PureDpEvent,
     RdpCurveEvent,
     SelfComposedEvent,
+    ZCDpEvent,
+    from_dp_event,
 )
 from .noise.source import RandomSource
 from .rdp import DEFAULT_ORDERS, epsilon_of, rdp_curve, rdp_to_epsilon
@@ -43,5 +45,5 @@ __all__ = [
     "DiscreteGaussianEvent", "DiscreteLaplaceEvent", "DpragError", "ExponentialMechanismEvent", "GaussianEvent",
     "InvalidParameterError", "LaplaceEvent", "NoOpEvent", "PoissonSampledEvent", "PrivacyEvent", "PureDpEvent",
     "RandomSource", "RdpCurveEvent", "SelfComposedEvent", "UnknownDocumentError", "UnsupportedEventError",
-    "epsilon_of", "rdp_curve", "rdp_to_epsilon",
+    "ZCDpEvent", "epsilon_of", "from_dp_event", "rdp_curve", "rdp_to_epsilon",
 ]

@@ -40,7 +40,24 @@ class UnsupportedEventError(DpragError, TypeError):
 
 
 class BudgetExhaustedError(DpragError):
-    """A charge was refused because it would exceed a budget (account, window or document)."""
+    """A request was refused because a *budget* it needs is spent — a documented outcome, not a bug.
+
+    Covers every budget dprag enforces by refusing: a sparse-vector session whose discoveries are spent
+    (``SparseVector.test``), an account's query allowance in an audit window (the service's rate limit
+    subclasses this), and any caller-level per-document or per-account privacy budget that refuses a request.
+    (A per-document filter that merely *excludes* over-budget documents from retrieval reports them in its
+    ``ChargeResult`` instead of raising.) Raising it never changes state: nothing was recorded or spent.
+
+    Fields (all optional, for programs): ``budget`` names the budget (e.g. "max_discoveries", "queries per
+    window"), ``limit`` its size and ``used`` how much of it was already spent, in that budget's unit. Catch
+    ``BudgetExhaustedError`` to handle every kind of exhaustion; subclasses narrow it.
+    """
+
+    def __init__(self, message: str = "budget exhausted", *, budget: str | None = None, limit=None, used=None):
+        self.budget = budget
+        self.limit = limit
+        self.used = used
+        super().__init__(message)
 
 
 def check_epsilon(field: str, value: float, *, allow_zero: bool = False, allow_inf: bool = False) -> float:

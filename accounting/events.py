@@ -136,6 +136,23 @@ class DiscreteGaussianEvent(PrivacyEvent):
 
 
 @dataclass(frozen=True)
+class ZCDpEvent(PrivacyEvent):
+    """A (ξ, ρ)-zCDP mechanism known only by its zCDP parameters: D_α ≤ ξ + ρα for every α > 1 (Bun–Steinke
+    2016 Def. 1.1). RDP accountants and filters count it; a PLD accountant refuses it (zCDP implies no PLD);
+    pure-DP accounting refuses it. dp_accounting's ``ZCDpEvent`` converts to it (``from_dp_event``)."""
+
+    rho: float
+    xi: float = 0.0
+
+    def __post_init__(self):
+        check_epsilon("rho", self.rho, allow_zero=True)
+        check_epsilon("xi", self.xi, allow_zero=True)
+
+    def to_dp_event(self):
+        return _dpe().ZCDpEvent(rho=self.rho, xi=self.xi)
+
+
+@dataclass(frozen=True)
 class DiscreteLaplaceEvent(PrivacyEvent):
     """Discrete Laplace with P(x) ∝ exp(-|x|/scale) on an integer query of L1 sensitivity Δ: (Δ/scale)-DP."""
 
@@ -266,3 +283,60 @@ class PoissonSampledEvent(PrivacyEvent):
 
     def to_dp_event(self):
         return _dpe().PoissonSampledDpEvent(self.sampling_probability, self.event.to_dp_event())
+
+
+def from_dp_event(dp_event) -> PrivacyEvent:
+    """A dp_accounting ``DpEvent`` as the dprag event with the same guarantee; ``UnsupportedEventError`` naming
+    the event where dprag has no sound equivalent.
+
+    NoOp → ``NoOpEvent``; Gaussian(noise multiplier z) → ``GaussianEvent(z, 1)``; Laplace(z) → ``LaplaceEvent(z, 1)``;
+    DiscreteLaplace(parameter a, Δ) → ``DiscreteLaplaceEvent(1/a, Δ)``; ZCDp(ρ, ξ) → ``ZCDpEvent(ρ, ξ)``;
+    RandomizedResponse(p, k buckets) → ``PureDpEvent(ln(1 + k(1 − p)/p))`` (its exact ε, rounded up);
+    Composed / SelfComposed / PoissonSampled → the same structure. dp_accounting's events are stated for its
+    default ADD_OR_REMOVE_ONE relation with sensitivity 1 (noise multipliers), as these are.
+    Refused: NonPrivate, Unsupported, sampling with / without replacement, tree aggregation, truncated
+    subsampled Gaussian, mixtures — and anything unknown.
+    """
+    dpa = _dpe()
+    de = dpa.dp_event
+    if isinstance(dp_event, PrivacyEvent):
+        return dp_event
+    if isinstance(dp_event, de.NoOpDpEvent):
+        return NoOpEvent()
+    if isinstance(dp_event, de.GaussianDpEvent):
+        if not dp_event.noise_multiplier > 0:
+            raise UnsupportedEventError("GaussianDpEvent with noise_multiplier 0 is not private")
+        return GaussianEvent(float(dp_event.noise_multiplier), 1.0)
+    if isinstance(dp_event, de.LaplaceDpEvent):
+        if not dp_event.noise_multiplier > 0:
+            raise UnsupportedEventError("LaplaceDpEvent with noise_multiplier 0 is not private")
+        return LaplaceEvent(float(dp_event.noise_multiplier), 1.0)
+    if isinstance(dp_event, de.DiscreteLaplaceDpEvent):
+        return DiscreteLaplaceEvent(1.0 / float(dp_event.noise_parameter), int(dp_event.sensitivity))
+    if isinstance(dp_event, de.ZCDpEvent):
+        return ZCDpEvent(float(dp_event.rho), float(dp_event.xi))
+    if isinstance(dp_event, de.RandomizedResponseDpEvent):
+        p, k = float(dp_event.noise_parameter), int(dp_event.num_buckets)
+        if not (0 < p <= 1) or k < 2:
+            raise UnsupportedEventError(f"RandomizedResponseDpEvent({p}, {k}) is not private")
+        # P[out = truth] = 1 − p + p/k, P[out = other] = p/k: ε = ln(1 + k(1 − p)/p)
+        return PureDpEvent(math.nextafter(math.log1p(k * (1.0 - p) / p), math.inf))
+    if isinstance(dp_event, de.SelfComposedDpEvent):
+        return SelfComposedEvent(from_dp_event(dp_event.event), int(dp_event.count))
+    if isinstance(dp_event, de.ComposedDpEvent):
+        return ComposedEvent(tuple(from_dp_event(e) for e in dp_event.events))
+    if isinstance(dp_event, de.PoissonSampledDpEvent):
+        return PoissonSampledEvent(float(dp_event.sampling_probability), from_dp_event(dp_event.event))
+    raise UnsupportedEventError(f"{type(dp_event).__name__}: dprag has no sound equivalent of this dp_accounting "
+                                "event (supported: NoOp, Gaussian, Laplace, DiscreteLaplace, ZCDp, RandomizedResponse, "
+                                "Composed, SelfComposed, PoissonSampled)")
+
+
+def as_privacy_event(event) -> PrivacyEvent:
+    """``event`` if it is a dprag event, its ``from_dp_event`` conversion if it is a dp_accounting DpEvent."""
+    if isinstance(event, PrivacyEvent):
+        return event
+    mod = type(event).__module__ or ""
+    if mod.startswith("dp_accounting"):
+        return from_dp_event(event)
+    return event  # not an event at all: the accountant's own validation names it

@@ -29,6 +29,7 @@ from .events import (
     ApproxRdpEvent,
     ComposedEvent,
     DiscreteGaussianEvent,
+    ZCDpEvent,
     DiscreteLaplaceEvent,
     ExponentialMechanismEvent,
     GaussianEvent,
@@ -145,6 +146,11 @@ def _(event: GaussianEvent, orders):
 @rdp_curve.register
 def _(event: DiscreteGaussianEvent, orders):
     return gaussian_rdp(event.sigma / event.sensitivity, orders)
+
+
+@rdp_curve.register
+def _(event: ZCDpEvent, orders):
+    return event.xi + event.rho * np.asarray(orders, dtype=np.float64)  # Bun–Steinke 2016 Def. 1.1
 
 
 @rdp_curve.register

@@ -34,6 +34,7 @@ import numpy as np
 
 from ..errors import InvalidParameterError, UnsupportedEventError, check_delta, check_positive_int
 from ..events import (
+    as_privacy_event,
     ApproxDpEvent,
     ApproxRdpEvent,
     ComposedEvent,
@@ -289,8 +290,10 @@ class RdpAccountant:
         return True
 
     def compose(self, event: PrivacyEvent, count: int = 1) -> "RdpAccountant":
-        """Add ``count`` adaptive repetitions of ``event``. Raises (without changing state) on bad input."""
+        """Add ``count`` adaptive repetitions of ``event`` (a dprag event, or a dp_accounting DpEvent converted by
+        ``events.from_dp_event``). Raises (without changing state) on bad input."""
         count = _check_count(count)
+        event = as_privacy_event(event)
         ch = _charge(event, self._orders)
         self._apply(ch, count)
         return self
@@ -340,6 +343,7 @@ class PureDpAccountant:
 
     def compose(self, event: PrivacyEvent, count: int = 1) -> "PureDpAccountant":
         count = _check_count(count)
+        event = as_privacy_event(event)  # a dp_accounting DpEvent is converted (events.from_dp_event)
         if not isinstance(event, PrivacyEvent):
             raise InvalidParameterError("event", "must be a PrivacyEvent", event)
         terms = dp_terms(event)
@@ -394,6 +398,7 @@ class MixedAccountant:
 
     def compose(self, event: PrivacyEvent, count: int = 1) -> "MixedAccountant":
         count = _check_count(count)
+        event = as_privacy_event(event)  # a dp_accounting DpEvent is converted (events.from_dp_event)
         ch = _charge(event, self._rdp._orders)  # raises UnsupportedEventError before any state change
         terms = dp_terms(event) if self._terms is not None else None
         mu = None

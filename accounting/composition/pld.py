@@ -34,6 +34,7 @@ import math
 
 from ..errors import InvalidParameterError, UnsupportedEventError, check_delta, check_positive_int
 from ..events import (
+    as_privacy_event,
     ComposedEvent,
     DiscreteGaussianEvent,
     DiscreteLaplaceEvent,
@@ -125,6 +126,7 @@ class PldAccountant:
     def compose(self, event: PrivacyEvent, count: int = 1) -> "PldAccountant":
         """Add ``count`` repetitions of ``event``; raises (without changing state) if any part is unsupported."""
         count = check_positive_int("count", count)
+        event = as_privacy_event(event)  # a dp_accounting DpEvent is converted (events.from_dp_event)
         ops: list = []
         self._plan(event, count, ops)
         pld_mod = self._dpa.pld.privacy_loss_distribution

@@ -194,7 +194,8 @@ class SparseVector:
         q = _check_integer_value("query_value", query_value)
         if self.halted:
             raise BudgetExhaustedError(
-                f"sparse vector: all {self.max_discoveries} discoveries spent; the session has halted"
+                f"sparse vector: all {self.max_discoveries} discoveries spent; the session has halted",
+                budget="max_discoveries", limit=self.max_discoveries, used=self.discoveries,
             )
         nu = _discrete_laplace(self.query_scale, self._source)
         noisy_threshold = self.threshold + self._rho

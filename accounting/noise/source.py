@@ -3,6 +3,8 @@
 All noise is drawn through a ``RandomSource``: a stream of uniformly random bytes. Two kinds:
 
 - ``RandomSource.system()`` reads the operating system's CSPRNG (``os.urandom``): for serving.
+  Test writers get seeded sources from ``dprag.accounting.testing`` (``seeded_source``, ``seeded``); the
+  constructor below is the audit protocol's committed-seed stream, not a test convenience.
 - ``RandomSource.from_seed(seed, label)`` is a deterministic stream, specified exactly so that a second
   implementation re-derives the same bytes (the audit protocol's committed-seed noise, and seeded tests):
 
@@ -101,6 +103,45 @@ class RandomSource:
             filled += len(w)
         return out
 
-    def uniform01(self, size: int) -> np.ndarray:
-        """``size`` floats uniform on the grid {k · 2^-53 : 0 <= k < 2^53}."""
+    def uniform01(self, size: int | None = None):
+        """``size`` floats uniform on the grid {k · 2^-53 : 0 <= k < 2^53}; one float if ``size`` is None."""
+        if size is None:
+            return float((int(self.uint64(1)[0]) >> 11) * 2.0**-53)
         return (self.uint64(size) >> np.uint64(11)).astype(np.float64) * (2.0**-53)
+
+    # -- samplers a test writer needs (each delegates to accounting.noise; one value if size is None) --------
+    def laplace(self, scale: float, size: int | None = None):
+        """Laplace(0, scale) on a power-of-two grid (``accounting.noise.laplace``, Mironov 2012's secure form)."""
+        from .secure import laplace
+
+        return _one(laplace(scale, 1 if size is None else size, self), size)
+
+    def gaussian(self, sigma: float, size: int | None = None):
+        """N(0, σ²) on a power-of-two grid (``accounting.noise.gaussian``, via the exact discrete Gaussian)."""
+        from .secure import gaussian
+
+        return _one(gaussian(sigma, 1 if size is None else size, self), size)
+
+    def discrete_laplace(self, scale: float, size: int | None = None):
+        """Exact discrete Laplace P(x) ∝ exp(−|x|/scale) on ℤ (CKS 2020 Alg. 2), int64."""
+        from .discrete import discrete_laplace
+
+        return _one(discrete_laplace(scale, 1 if size is None else size, self), size)
+
+    def discrete_gaussian(self, sigma: float, size: int | None = None):
+        """Exact discrete Gaussian P(x) ∝ exp(−x²/(2σ²)) on ℤ (CKS 2020 Alg. 3), int64."""
+        from .discrete import discrete_gaussian
+
+        return _one(discrete_gaussian(sigma, 1 if size is None else size, self), size)
+
+    def integers(self, bound: int, size: int | None = None):
+        """Exactly uniform integers in [0, bound) (``uniform_below``); one int if ``size`` is None."""
+        return _one(self.uniform_below(bound, 1 if size is None else size), size)
+
+
+def _one(arr, size):
+    """The array, or its single element as a Python scalar when no size was asked for."""
+    if size is not None:
+        return arr
+    v = np.asarray(arr).reshape(-1)[0]
+    return int(v) if np.issubdtype(np.asarray(arr).dtype, np.integer) else float(v)
