@@ -14,7 +14,6 @@ from typing import Any
 
 from dprag.accounting import gdp
 from dprag.accounting.collusion import eq_5_2_audit
-from dprag.accounting.composition import PureDpAccountant
 from dprag.accounting.errors import InvalidParameterError, check_delta, check_epsilon, check_positive_int
 from dprag.accounting.events import ComposedEvent, DiscreteLaplaceEvent
 
