@@ -224,8 +224,9 @@ def main(argv=None) -> int:
     ap.add_argument("--cases", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/dprag-fuzz"))
+    ap.add_argument("--timeout", type=float, default=10.0, help="seconds after which a case counts as a hang")
     a = ap.parse_args(argv)
-    st = run_campaign(a.cases, a.seed, a.workdir)
+    st = run_campaign(a.cases, a.seed, a.workdir, timeout=a.timeout)
     print(json.dumps({"cases": st.cases, "seed": a.seed, "verdicts": st.verdicts,
                       "auditor_input_errors": st.auditor_input_errors, "tracebacks": len(st.tracebacks),
                       "unanticipated": len(st.unanticipated),
