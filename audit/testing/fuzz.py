@@ -160,6 +160,18 @@ def _mutate(rng: random.Random, case: Path) -> str:
         return f"{rel}: unparsable, left"
 
 
+def _peak_rss_mib() -> float:
+    """This process's peak resident memory: VmHWM (per address space, so an exec'd child does not inherit the
+    forking parent's peak, as ru_maxrss does); ru_maxrss where /proc is absent."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except (OSError, ValueError):
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def run_campaign(cases: int, seed: int, workdir: str | os.PathLike, *, timeout: float = 10.0,
                  base: Path | None = None) -> CampaignStats:
     """Run ``cases`` mutated bundles; ``base``: a directory with ``bundle/`` and ``receipts.jsonl`` (default: a
@@ -215,7 +227,7 @@ def run_campaign(cases: int, seed: int, workdir: str | os.PathLike, *, timeout: 
         signal.signal(signal.SIGALRM, old)
         shutil.rmtree(work / "case", ignore_errors=True)
     st.seconds = time.perf_counter() - t_start
-    st.peak_rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    st.peak_rss_mib = _peak_rss_mib()
     return st
 
 
