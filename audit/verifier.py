@@ -599,11 +599,8 @@ def check_8_8_retrieval(run: _Run, chosen: list[int]) -> None:
     for done, i in enumerate(chosen):
         rec, op = run.records[i], run.openings[i]
         try:
-            enabled = rec["tenant"] in r.enabled_tenants and rec["type"] == "query"
-            if not enabled:
-                if rec["h_top"] is not None or op.get("top") is not None:
-                    raise EncodingError("citations recorded where the retrieval channel is off")
-                run.ok("retrieval")
+            if rec["tenant"] not in r.enabled_tenants or rec["type"] != "query":
+                run.ok("retrieval")  # no citations released (§8.7 already refused any recorded here)
                 continue
             if op.get("top") is None or rec["h_top"] is None:
                 raise EncodingError("citations missing for a tenant with the retrieval channel on")
