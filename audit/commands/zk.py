@@ -30,16 +30,26 @@ def zk():
 @click.option("--k", "k", type=click.IntRange(1, 14), default=2, show_default=True, help="winners (K)")
 @click.option("--d", "d", type=click.IntRange(1, 4096), default=4, show_default=True, help="row dimension")
 @click.option("--out", "out", type=click.Path(file_okay=False), required=True, help="directory for the files")
-@click.option("--workers", type=click.IntRange(1, 64), default=1, show_default=True, help="prover processes")
+@click.option("--workers", type=click.IntRange(1, 64), default=1, show_default=True,
+              help="local prover processes (one proof: its MSMs split; --proofs > 1: proofs in parallel)")
+@click.option("--proofs", "n_proofs", type=click.IntRange(1, 10000), default=1, show_default=True,
+              help="prove this many random queries over the same index as one batch")
+@click.option("--scheduler", default=None, metavar="ADDR",
+              help="prove the batch on the Dask cluster of this scheduler (e.g. tcp://host:8786; needs dprag "
+                   "installed on its workers) instead of local processes")
 @click.option("--json", "as_json", is_flag=True, help="one JSON object on stdout")
-def demo(n, k, d, out, workers, as_json):
+def demo(n, k, d, out, workers, n_proofs, scheduler, as_json):
     """Build, set up (DEVELOPMENT ONLY), prove and verify noise-then-select on random data."""
     from dprag.zk import formats as F
+    from dprag.zk.batch import connect, prove_many
     from dprag.zk.circuits import noise_then_select as nts
     from dprag.zk.setup import setup
 
     if k > n:
         raise click.UsageError("--k must be <= --n")
+    if scheduler is not None and workers != 1:
+        raise click.UsageError("--workers is for local proving; with --scheduler the cluster's workers prove")
+    client = connect(scheduler) if scheduler is not None else None  # fail fast, before the setup
     outdir = Path(out)
     outdir.mkdir(parents=True, exist_ok=True)
     times = {}
@@ -60,15 +70,30 @@ def demo(n, k, d, out, workers, as_json):
     public = circ.public(w)
     if public != circ.expected_public(E, Q, z, salt_q, salt_k):
         raise DpragError("internal error: circuit commitments differ from the plain-Python ones")
+    # further queries of the batch: fresh Q, z and salts over the same index E
+    ws = [w]
+    for _ in range(n_proofs - 1):
+        Qi = [rnd.randrange(-vb, vb) for _ in range(d)]
+        zi = [rnd.randrange(-zb, zb) for _ in range(n)]
+        ws.append(circ.witness(E, Qi, zi, secrets.randbelow(1 << 128), secrets.randbelow(1 << 128)))
     t = time.perf_counter()
     pk = setup(circ.r1cs)
     times["setup_s"] = time.perf_counter() - t
     t = time.perf_counter()
-    proof = nts.prove(pk, w, workers=workers)
+    try:
+        if client is None and n_proofs == 1:
+            proofs = [nts.prove(pk, w, workers=workers)]
+        else:
+            proofs = prove_many(pk, ws, processes=1 if client else workers, scheduler=client)
+    finally:
+        if client is not None:
+            client.close()
     times["prove_s"] = time.perf_counter() - t
+    proof = proofs[0]
     vk = pk.verifying_key()
     t = time.perf_counter()
-    ok = nts.verify(vk, proof, public)
+    oks = [nts.verify(vk, p, circ.public(x)) for p, x in zip(proofs, ws)]
+    ok = all(oks)
     times["verify_s"] = time.perf_counter() - t
     F.write_json(outdir / "verification_key.json", F.vk_to_json(vk))
     F.write_json(outdir / "proof.json", F.proof_to_json(proof))
@@ -85,6 +110,8 @@ def demo(n, k, d, out, workers, as_json):
         "setup": "development (toxic waste known to this process: not an attestation against its runner)",
         "ids": ids,
         "valid": ok,
+        "batch": {"proofs": n_proofs, "valid": sum(oks), "engine": "dask" if scheduler else "local",
+                  "workers": None if scheduler else workers},
         **{key: round(v, 4) for key, v in times.items()},
     }
     F.write_json(outdir / "demo.json", info)
@@ -92,7 +119,9 @@ def demo(n, k, d, out, workers, as_json):
         click.echo(json.dumps(info, sort_keys=True))
     else:
         click.echo(f"noise-then-select N={n} K={k} d={d}: {circ.r1cs.n_constraints} constraints, ids {ids}")
-        click.echo(f"setup {times['setup_s']:.2f} s (DEVELOPMENT ONLY), prove {times['prove_s']:.2f} s, "
+        batch = f" ({n_proofs} proofs on {'Dask at ' + scheduler if scheduler else 'local processes'}, " \
+                f"{sum(oks)} valid)" if n_proofs > 1 or scheduler else ""
+        click.echo(f"setup {times['setup_s']:.2f} s (DEVELOPMENT ONLY), prove {times['prove_s']:.2f} s{batch}, "
                    f"verify {times['verify_s']:.2f} s: {'valid' if ok else 'INVALID'}")
         click.echo(f"files in {outdir}")
     click.get_current_context().exit(0 if ok else 1)
