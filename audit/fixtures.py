@@ -31,7 +31,7 @@ LEGAL = [f"case {i} contract dispute court ANSWER: settled" for i in range(20)] 
 
 
 def toy_policy(algorithm: str = "murag", *, n: int = 20, k_max: int = 5, window: str = "w1",
-               max_queries_per_doc: int = 2, mechanism: str = "pure-dp-rag") -> Policy:
+               max_queries_per_doc: int = 2, mechanism: str = "pure-dp-rag", replayable: bool = True) -> Policy:
     sens = ((1 << 20) >> 10) + 1
     if algorithm == "murag":
         gen = GenerationPolicy(algorithm="murag", m=10, epsilon_token=4.0, max_private_tokens=3,
@@ -40,6 +40,15 @@ def toy_policy(algorithm: str = "murag", *, n: int = 20, k_max: int = 5, window:
         gen = GenerationPolicy(algorithm="murag-ada", m=10, epsilon_token=4.0, max_private_tokens=3,
                                max_queries_per_doc=max_queries_per_doc, edges=(1024, 800, 600, 400, 200),
                                epsilon_thr=1.0)
+    if mechanism == "dp-ksa":
+        import dataclasses
+
+        # 20 voters (Top-20 of the charged documents) agree on the toy answer word when they read the clinic's
+        # answer documents (gap d_1 = 20): the PTR offset at ε_ptr = 4 (discrete Laplace scale 1/2, δ = 1e-12) is
+        # c = 13, so the test passes unless the noise is <= -5 (probability e^-10/(1+e^-2) = 4.0e-5)
+        gen = dataclasses.replace(gen, m=20, mechanism="dp-ksa", ksa_epsilon_em=2.0, ksa_epsilon_ptr=4.0,
+                                  ksa_delta=1e-12, ksa_max_keywords=5, ksa_response_tokens=8,
+                                  ksa_replayable=replayable)
     if mechanism == "answer-vote":
         import dataclasses
 
@@ -111,6 +120,49 @@ def serve_loop(directory: str, account: str, count: int, released: str, start: i
             out.flush()
             os.fsync(out.fileno())
     svc.close()
+
+
+class ToyTextGenerator:
+    """The toy generator seen only through text (no logits, no tokenizer): what a hosted LLM offers. Deterministic,
+    so an auditor can replay it (``replayable=True`` policies)."""
+
+    prompt_template = "toy text-only generator (accounting.rag.toy.ToyGenerator plans)"
+
+    def __init__(self):
+        self._toy = ToyGenerator()
+
+    def generate(self, prompt, max_new_tokens: int) -> str:
+        return self._toy.generate(prompt, max_new_tokens)
+
+    def generate_many(self, prompts, max_new_tokens: int) -> list[str]:
+        return [self.generate(p, max_new_tokens) for p in prompts]
+
+
+class HostedToyLLM:
+    """A 'hosted LLM': a callable prompt_text -> str that nobody can replay (it appends a fresh random word, as a
+    sampling API would vary its wording). It answers the toy documents' ANSWER words found in its prompt."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def __call__(self, text: str) -> str:
+        import re
+
+        self.calls += 1
+        found = re.findall(r"(?:ANSWER|Keywords):\s*([^\n.]+)", text)
+        word = found[0].replace(",", " ").strip() if found else "unknown"
+        return f"{word} {os.urandom(4).hex()}"
+
+
+def open_text_service(directory: Path, generator=None, *, algorithm: str = "murag", replayable: bool = True,
+                      seed: bytes | None = b"\x05" * 32, **kw) -> ProviderService:
+    """A fresh toy window whose generator only returns text (policy mechanism 'dp-ksa'), the embedder named
+    by object; ``generator`` defaults to the replayable ``ToyTextGenerator``."""
+    emb = HashEmbedder(32)
+    return ProviderService.create(directory, policy=toy_policy(algorithm, mechanism="dp-ksa", replayable=replayable,
+                                                               **kw),
+                                  embedder=emb, seed=seed, generator=generator or ToyTextGenerator(),
+                                  tenants={"clinic": CLINIC, "legal": LEGAL}, accounts=registry(ACCOUNTS))
 
 
 def reopen_service(directory: Path) -> ProviderService:

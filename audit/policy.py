@@ -81,6 +81,21 @@ class GenerationPolicy:
     vote_threshold: float | None = None
     key_words: int | None = None
     normalizer: str | None = None
+    #: DP-KSA over a text-only generator (004; audit/dpksa.py), when mechanism == "dp-ksa": FindBestK's ε and
+    #: the PTR test's ε (nats), the test's failure probability δ (per query and charged document), FindBestK's
+    #: largest number of keywords, the voters' response length (words), and whether the provider's text
+    #: generator can be replayed by the auditor (a hosted LLM cannot: the answer text is then on trust)
+    ksa_epsilon_em: float | None = None
+    ksa_epsilon_ptr: float | None = None
+    ksa_delta: float | None = None
+    ksa_max_keywords: int | None = None
+    ksa_response_tokens: int | None = None
+    ksa_replayable: bool | None = None
+
+    @property
+    def replayable(self) -> bool:
+        """Whether an auditor holding the corpus and the generator can replay answers (spec/protocol.md §8.9)."""
+        return self.mechanism != "dp-ksa" or bool(self.ksa_replayable)
 
 
 def _answer_vote_fields(v) -> dict:
@@ -91,6 +106,34 @@ def _answer_vote_fields(v) -> dict:
     return {"vote_epsilon": parse_real(v["epsilon"], "generation.answer_vote.epsilon"),
             "vote_threshold": parse_real(v["threshold"], "generation.answer_vote.threshold"),
             "key_words": v["key_words"], "normalizer": v["normalizer"]}
+
+
+_KSA_KEYS = {"epsilon_em", "epsilon_ptr", "delta", "max_keywords", "response_tokens", "replayable"}
+
+
+def _dp_ksa_fields(v) -> dict:
+    if v is None:
+        return {}
+    if not isinstance(v, dict) or set(v) != _KSA_KEYS:
+        raise EncodingError("generation.dp_ksa: must be {" + ", ".join(sorted(_KSA_KEYS)) + "}")
+    return {"ksa_epsilon_em": parse_real(v["epsilon_em"], "generation.dp_ksa.epsilon_em"),
+            "ksa_epsilon_ptr": parse_real(v["epsilon_ptr"], "generation.dp_ksa.epsilon_ptr"),
+            "ksa_delta": parse_real(v["delta"], "generation.dp_ksa.delta"),
+            "ksa_max_keywords": v["max_keywords"], "ksa_response_tokens": v["response_tokens"],
+            "ksa_replayable": v["replayable"]}
+
+
+def _check_real_positive(field: str, v) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise InvalidParameterError(field, "must be a finite real number > 0 (nats)", v)
+    return check_epsilon(field, v)
+
+
+def _check_count(field: str, v, hi: int = 4096) -> int:
+    check_positive_int(field, v)
+    if not isinstance(v, int) or v > hi:
+        raise InvalidParameterError(field, f"must be an integer in [1, {hi}]", v)
+    return v
 
 
 def normalizer(name: str):
@@ -124,7 +167,9 @@ class Policy:
                     edges_cosine: tuple[float, ...] = (1.0, 0.7, 0.6, 0.5, 0.4), epsilon_thr: float = 1.0,
                     docs_per_voter: int = 1, max_tokens: int = 32, mechanism: str = "pure-dp-rag",
                     vote_epsilon: float = 2.0, vote_threshold: float = 6.0, key_words: int = 3,
-                    normalizer: str = "basic", embedding_scale: int = 1 << 10) -> "Policy":
+                    normalizer: str = "basic", ksa_epsilon_em: float = 0.5, ksa_epsilon_ptr: float = 3.0,
+                    ksa_delta: float = 1e-8, ksa_max_keywords: int = 10, ksa_response_tokens: int = 32,
+                    generator_replayable: bool = False, embedding_scale: int = 1 << 10) -> "Policy":
         """A well-formed policy from the quantities a provider decides, with documented, sound defaults.
 
         Units: scores are integer dot products of embeddings quantised at ``embedding_scale`` (cosine × S², so
@@ -147,6 +192,18 @@ class Policy:
         - ``mechanism="answer-vote"`` (issue 13): voters answer in full and one exponential mechanism over the
           normalised answers releases one (``vote_epsilon`` is then ε_q; ``vote_threshold`` t in nats;
           ``key_words``; ``normalizer`` names a public normaliser, "basic" or a dprag.normalizers entry point).
+        - ``mechanism="dp-ksa"`` (004, for a generator that only returns text: a hosted or LangChain LLM;
+          audit/dpksa.py, spec/provider.md): each of the m voters answers from its documents, FindBestK
+          (``ksa_epsilon_em``, nats) picks k <= ``ksa_max_keywords``, a propose-test-release test with discrete
+          Laplace noise (``ksa_epsilon_ptr``, nats; failure probability ``ksa_delta`` per query and document)
+          releases the k most frequent words or none, and the answer is generated from the question and those
+          keywords only. ε_q = ksa_epsilon_em + ksa_epsilon_ptr; ``ksa_response_tokens``: the voters' response
+          length in words; ``generator_replayable``: True only if the auditor can re-run the generator
+          bit-exactly (a hosted LLM cannot: the verdict then says the answer text is on trust). The defaults
+          give ε_q = 3.5 (generation ε 7.0 at M = 1, replace-one) and a generation δ of about
+          1e-8·(1 + e^3.5) ≈ 3.4e-7; the test releases keywords once about 14 of the m = 20 voters agree on a
+          word the others lack (PTR offset c = 12 at scale 2/3) — use more voters for more releases.
+          ``epsilon_token`` and ``private_tokens`` are unused by dp-ksa (kept well-formed).
         The sampler is the discrete Gaussian table with tail 10σ and 64-bit probabilities; its declared TV is
         the table's own, rounded up. With every default the verdict certifies ε ≈ 7.1 composed (retrieval 2.1 at
         δ = 10^-5 for 5 colluders; generation 5.0 = 2 · M · ε_q with ε_q = 2.5), replace-one.
@@ -172,9 +229,12 @@ class Policy:
             tau=to_units(tau_cosine) if algorithm == "murag" else None,
             edges=tuple(to_units(e) for e in edges_cosine) if algorithm == "murag-ada" else None,
             epsilon_thr=epsilon_thr if algorithm == "murag-ada" else None,
-            **({} if mechanism == "pure-dp-rag" else dict(mechanism=mechanism, vote_epsilon=vote_epsilon,
-                                                           vote_threshold=vote_threshold, key_words=key_words,
-                                                           normalizer=normalizer)))
+            **({} if mechanism == "pure-dp-rag" else
+               dict(mechanism=mechanism, ksa_epsilon_em=ksa_epsilon_em, ksa_epsilon_ptr=ksa_epsilon_ptr,
+                    ksa_delta=ksa_delta, ksa_max_keywords=ksa_max_keywords, ksa_response_tokens=ksa_response_tokens,
+                    ksa_replayable=generator_replayable) if mechanism == "dp-ksa" else
+               dict(mechanism=mechanism, vote_epsilon=vote_epsilon, vote_threshold=vote_threshold,
+                    key_words=key_words, normalizer=normalizer)))
         return cls(window=window,
                    retrieval=RetrievalPolicy(enabled_tenants=tuple(sorted(citations_for)), K=citations, n=n,
                                              epsilon_acc=epsilon_acc, delta_acc=delta_acc, sigma=sigma,
@@ -220,9 +280,9 @@ class Policy:
                                         c.delta_policy)
         if g.algorithm not in ("murag", "murag-ada"):
             raise InvalidParameterError("generation.algorithm", "must be 'murag' or 'murag-ada'", g.algorithm)
-        if g.mechanism not in ("pure-dp-rag", "answer-vote") or g.filter_mode != "pure":
-            raise InvalidParameterError("generation.mechanism", "must be 'pure-dp-rag' or 'answer-vote', with a "
-                                                                "pure filter", g.mechanism)
+        if g.mechanism not in ("pure-dp-rag", "answer-vote", "dp-ksa") or g.filter_mode != "pure":
+            raise InvalidParameterError("generation.mechanism", "must be 'pure-dp-rag', 'answer-vote' or 'dp-ksa', "
+                                                                "with a pure filter", g.mechanism)
         check_positive_int("generation.m", g.m)
         check_epsilon("generation.epsilon_token", g.epsilon_token)
         check_positive_int("generation.max_private_tokens", g.max_private_tokens)
@@ -234,6 +294,24 @@ class Policy:
             self.rag_params()  # the mechanism's own rules (threshold range, ε·m/2 bound)
         elif any(v is not None for v in (g.vote_epsilon, g.vote_threshold, g.key_words, g.normalizer)):
             raise InvalidParameterError("generation.vote_epsilon", "answer-vote fields need mechanism 'answer-vote'")
+        ksa = (g.ksa_epsilon_em, g.ksa_epsilon_ptr, g.ksa_delta, g.ksa_max_keywords, g.ksa_response_tokens,
+               g.ksa_replayable)
+        if g.mechanism == "dp-ksa":
+            _check_real_positive("generation.dp_ksa.epsilon_em", g.ksa_epsilon_em)
+            _check_real_positive("generation.dp_ksa.epsilon_ptr", g.ksa_epsilon_ptr)
+            if not g.ksa_epsilon_ptr >= 2.0 ** -47:
+                raise InvalidParameterError("generation.dp_ksa.epsilon_ptr", "must be at least 2^-47 nats",
+                                            g.ksa_epsilon_ptr)
+            if isinstance(g.ksa_delta, bool) or not isinstance(g.ksa_delta, (int, float)):
+                raise InvalidParameterError("generation.dp_ksa.delta", "must be a real number in (0, 1)", g.ksa_delta)
+            check_delta("generation.dp_ksa.delta", g.ksa_delta)
+            _check_count("generation.dp_ksa.max_keywords", g.ksa_max_keywords)
+            _check_count("generation.dp_ksa.response_tokens", g.ksa_response_tokens)
+            if not isinstance(g.ksa_replayable, bool):
+                raise InvalidParameterError("generation.dp_ksa.replayable", "must be true or false",
+                                            g.ksa_replayable)
+        elif any(v is not None for v in ksa):
+            raise InvalidParameterError("generation.dp_ksa", "DP-KSA fields need mechanism 'dp-ksa'")
         check_positive_int("generation.max_queries_per_doc", g.max_queries_per_doc)
         check_positive_int("generation.docs_per_voter", g.docs_per_voter)
         check_positive_int("generation.max_tokens", g.max_tokens)
@@ -272,6 +350,11 @@ class Policy:
                 "answer_vote": None if g.mechanism != "answer-vote" else {
                     "epsilon": real(g.vote_epsilon), "threshold": real(g.vote_threshold),
                     "key_words": g.key_words, "normalizer": g.normalizer},
+                # present only for dp-ksa, so every other policy keeps its canonical bytes (and C_policy)
+                **({} if g.mechanism != "dp-ksa" else {"dp_ksa": {
+                    "epsilon_em": real(g.ksa_epsilon_em), "epsilon_ptr": real(g.ksa_epsilon_ptr),
+                    "delta": real(g.ksa_delta), "max_keywords": g.ksa_max_keywords,
+                    "response_tokens": g.ksa_response_tokens, "replayable": g.ksa_replayable}}),
             },
         }
 
@@ -327,7 +410,7 @@ class Policy:
                     epsilon_thr=opt(g["epsilon_thr"], "generation.epsilon_thr"),
                     docs_per_voter=g["docs_per_voter"], max_queries_per_doc=g["max_queries_per_doc"],
                     max_tokens=g["max_tokens"], filter_mode=g["filter_mode"],
-                    **_answer_vote_fields(g["answer_vote"]),
+                    **_answer_vote_fields(g["answer_vote"]), **_dp_ksa_fields(g.get("dp_ksa")),
                 ),
             )
         except (KeyError, TypeError, IndexError, AttributeError) as e:
@@ -341,6 +424,12 @@ class Policy:
         from dprag.accounting.rag.single_query import PureDpRagParams
 
         g = self.generation
+        if g.mechanism == "dp-ksa":
+            from .dpksa import DpKsaParams
+
+            return DpKsaParams(g.m, g.ksa_epsilon_em, g.ksa_epsilon_ptr, g.ksa_delta,
+                               max_keywords=g.ksa_max_keywords, response_tokens=g.ksa_response_tokens,
+                               max_tokens=g.max_tokens)
         if g.mechanism == "answer-vote":
             from dprag.accounting.rag.answer_vote import AnswerVoteParams
 
@@ -371,6 +460,19 @@ class Policy:
         eps_q = nats_up(budget.units[0] // g.max_queries_per_doc)  # one query's charge, in units
         eps_gen_ar = budget.certified_epsilon()
         eps_gen = budget.certified_epsilon(replace_one=True)
+        delta_gen_ar = delta_gen = 0.0
+        uses = None
+        if g.mechanism == "dp-ksa":
+            # each RAG charge of a document adds the PTR failure probability to its δ (basic composition inside
+            # the pure filter, spec/provider.md §3); the filter admits at most limit // rag_units such charges
+            from .charges import ChargeRule
+
+            rule = ChargeRule.of(self)
+            uses = rule.limit // rule.rag_units
+            up = lambda x: math.nextafter(x, math.inf)  # noqa: E731
+            delta_gen_ar = up(uses * g.ksa_delta)
+            # replace-one = remove then add: (ε, δ) then (ε, δ) gives (2ε, δ + e^ε·δ)
+            delta_gen = up(delta_gen_ar + up(up(math.exp(eps_gen_ar)) * delta_gen_ar))
         paper = eq_5_2_audit(c.k_max, r.epsilon_acc, r.delta_acc, c.delta_policy, n=r.n)
         return {
             "relation": self.relation,
@@ -382,11 +484,14 @@ class Policy:
                 "paper_eq_5_2_leading": paper.get("leading") if isinstance(paper, dict) else None,
             },
             "generation": {
-                "epsilon": eps_gen, "epsilon_add_remove": eps_gen_ar, "delta": 0.0,
+                "epsilon": eps_gen, "epsilon_add_remove": eps_gen_ar, "delta": delta_gen,
                 "per_query_epsilon": eps_q, "max_queries_per_doc": g.max_queries_per_doc,
+                "mechanism": g.mechanism,
                 "covers": "answers released to every account of every tenant; the per-document filter is global "
                           "across accounts, so colluding accounts cannot raise it (k does not enter)",
+                **({} if uses is None else {
+                    "delta_add_remove": delta_gen_ar, "per_query_delta": g.ksa_delta, "max_charges_per_doc": uses}),
             },
             "epsilon": sum_up(dg.epsilon, eps_gen),
-            "delta": c.delta_policy,
+            "delta": c.delta_policy if uses is None else math.nextafter(c.delta_policy + delta_gen, math.inf),
         }

@@ -9,6 +9,11 @@ recompute the answer. What must match for a bit-exact replay: the generator's we
 embedder descriptor's ``prompt_template`` names them), its numerics (same library versions, the same
 number of threads, deterministic CPU kernels — a GPU or another BLAS may change a near-tied logit), and
 the prompt template; the toy generator replays exactly everywhere.
+
+DP-KSA over a text-only generator (policy mechanism ``dp-ksa``) replays the same way when the policy commits
+``dp_ksa.replayable: true`` (the provider's text generator is deterministic and available to the auditor). A
+hosted LLM is not: its policy says ``replayable: false``, the verifier replays no answer of it, and the verdict
+says the answer text is on trust (spec/provider.md §4) — its charges and ε are still checked.
 """
 
 from __future__ import annotations
@@ -40,6 +45,10 @@ def replay_answer(policy, seed: bytes, opening: dict, scores: np.ndarray, texts:
                   generator) -> str:
     """The answer the committed mechanism gives for one opened request (see the module docstring)."""
     g = policy.generation
+    if g.mechanism != "pure-dp-rag":  # text mechanisms: a callable or LangChain runnable is wrapped as the service does
+        from .dpksa import as_text_generator
+
+        generator = as_text_generator(generator)
     rag_ids = np.asarray(opening["charge"]["charges"][-1]["ids"], dtype=np.int64)
     top = top_k_padded(rag_ids, np.asarray(scores, dtype=np.float64)[rag_ids], g.m * g.docs_per_voter)
     ans = policy.rag_params().respond(question, top, _Documents(texts), generator,

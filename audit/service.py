@@ -95,14 +95,72 @@ class _CallableEmbedder:
         return np.asarray(self.fn(list(texts)), dtype=np.float64)
 
 
+EMBEDDER_GROUP = "dprag.embedders"
+
+
+def embedder_loader(name: str):
+    """The loader registered under the ``dprag.embedders`` entry points for ``name`` (not called: nothing is
+    loaded). ``"sentence-transformers/all-MiniLM-L6-v2"`` and ``"all-MiniLM-L6-v2"`` name the same model.
+    Unknown names raise ``InvalidParameterError`` naming ``embedder`` and listing the installed names."""
+    from importlib.metadata import entry_points
+
+    if not isinstance(name, str) or not name:
+        raise InvalidParameterError("embedder", "must be a non-empty name", name)
+    eps = {ep.name: ep for ep in entry_points(group=EMBEDDER_GROUP)}
+    key = name if name in eps else name.split("/", 1)[-1]
+    if key not in eps:
+        known = ", ".join(sorted(eps)) or "none installed"
+        raise InvalidParameterError("embedder", f"names no installed embedder ({EMBEDDER_GROUP} entry points: "
+                                                f"{known})", name)
+    return eps[key].load()
+
+
+def load_embedder(name: str):
+    """An embedder by name (``embedder_loader(name)()``): e.g. ``"all-MiniLM-L6-v2"`` (sentence-transformers,
+    offline, from ``dprag.rag_adapters``). The object has ``embed(texts)``, ``dim`` and
+    ``descriptor(schema, prompt_template)`` (what C_emb commits to)."""
+    return embedder_loader(name)()
+
+
 def as_embedder(embedder) -> TextEmbedder:
-    """The provider's own embedder: an object with ``embed(texts)``, or any callable returning float vectors."""
+    """The provider's own embedder: a name (``load_embedder``), an object with ``embed(texts)``, or any callable
+    returning float vectors."""
+    if isinstance(embedder, str):
+        return load_embedder(embedder)
     if hasattr(embedder, "embed"):
         return embedder
     if callable(embedder):
         return _CallableEmbedder(embedder)
     raise InvalidParameterError("embedder", "must have embed(texts) or be a callable texts -> float vectors",
                                 type(embedder).__name__)
+
+
+_LOGIT_METHODS = ("start", "encode", "decode")
+
+
+def serving_generator(policy: Policy, generator):
+    """The generator the policy's mechanism can run on. ``pure-dp-rag`` votes on next-token logits: it needs an
+    ``accounting.protocols.Generator`` (``start``/``encode``/``decode``). ``dp-ksa`` and ``answer-vote`` need only
+    text: an object with ``generate``/``generate_many``, a LangChain runnable (``invoke``) or a callable
+    ``prompt_text -> str`` (``audit.dpksa.as_text_generator``)."""
+    from .dpksa import as_text_generator
+
+    mech = policy.generation.mechanism
+    if mech == "pure-dp-rag":
+        missing = [m for m in _LOGIT_METHODS if not callable(getattr(generator, m, None))]
+        if missing:
+            raise InvalidParameterError("generator", f"mechanism 'pure-dp-rag' votes on next-token logits, but the "
+                                                     f"generator has no {', '.join(missing)}(); a generator that only "
+                                                     f"returns text needs mechanism 'dp-ksa'",
+                                        type(generator).__name__)
+        return generator
+    return as_text_generator(generator)
+
+
+def _prompt_template(generator) -> str:
+    """What C_emb binds for the generator's prompt when the descriptor is built here."""
+    t = getattr(generator, "prompt_template", None)
+    return t if isinstance(t, str) and t else f"{type(generator).__module__}.{type(generator).__qualname__}"
 
 
 def _check_id(field: str, value: str) -> str:
@@ -202,8 +260,8 @@ class ProviderService:
         directory: str | os.PathLike,
         *,
         policy: Policy,
-        embedder: TextEmbedder,
-        embedder_descriptor: cm.EmbedderDescriptor,
+        embedder: TextEmbedder | str,
+        embedder_descriptor: cm.EmbedderDescriptor | None = None,
         generator: Generator,
         tenants: Mapping[str, Sequence[str] | Mapping[str, str]],
         accounts: Mapping[str, tuple[str, str]],
@@ -218,9 +276,17 @@ class ProviderService:
         provider's own document ids (strings) to texts; index order is the given order. ``accounts``: account
         -> (tenant, the account's Ed25519 public key as hex, ``AccountKey.vkey``): the registry genesis
         commits to; a request from any other account is refused.
+
+        ``embedder``: the provider's own (an object with ``embed(texts)`` or a callable returning float vectors)
+        or a name registered under the ``dprag.embedders`` entry points (``"all-MiniLM-L6-v2"``). Without
+        ``embedder_descriptor`` the embedder's own ``descriptor(schema, prompt_template)`` builds what C_emb
+        commits to (the prompt template from ``generator.prompt_template``, else the generator's class).
+        ``generator``: one with next-token logits (``accounting.protocols.Generator``) for ``pure-dp-rag``, or
+        one that only returns text for ``dp-ksa`` (and ``answer-vote``), see ``serving_generator``.
         """
         policy.validate().check_claims()
         embedder = as_embedder(embedder)
+        generator = serving_generator(policy, generator)
         d = Path(directory)
         if (d / "state" / "ledger.sqlite").exists():
             raise InvalidParameterError("directory", "already holds an audit window; use ProviderService.open", str(d))
@@ -256,6 +322,15 @@ class ProviderService:
         for t in policy.retrieval.enabled_tenants:
             if t not in corpora:
                 raise InvalidParameterError("retrieval.enabled_tenants", "names an unknown tenant", t)
+        if embedder_descriptor is None:
+            if not callable(getattr(embedder, "descriptor", None)):
+                raise InvalidParameterError("embedder_descriptor", "is required for an embedder without "
+                                                                   "descriptor(schema, prompt_template)")
+            embedder_descriptor = embedder.descriptor({t: len(c[0]) for t, c in corpora.items()},
+                                                      prompt_template=_prompt_template(generator))
+        if not isinstance(embedder_descriptor, cm.EmbedderDescriptor):
+            raise InvalidParameterError("embedder_descriptor", "must be an audit.commitments.EmbedderDescriptor",
+                                        type(embedder_descriptor).__name__)
         scale = embedder_descriptor.embedding_scale
         qidx = {}
         for t, (ids, texts) in sorted(corpora.items()):
@@ -309,7 +384,7 @@ class ProviderService:
         return svc
 
     @classmethod
-    def open(cls, directory, *, embedder: TextEmbedder, generator: Generator) -> "ProviderService":
+    def open(cls, directory, *, embedder: TextEmbedder | str, generator: Generator) -> "ProviderService":
         """Resume a window: account for a request that was charged but never recorded (recovery), then serve."""
         svc = cls(Path(directory), embedder=embedder, generator=generator)
         with svc._locked():
@@ -321,8 +396,8 @@ class ProviderService:
         if not (d / "config" / "policy.json").exists():
             raise InvalidParameterError("directory", "is not a dprag service directory", str(d))
         self.dir = d
-        self.embedder, self.generator = as_embedder(embedder), generator
         self.policy = Policy.from_dict(decode((d / "config" / "policy.json").read_bytes(), what="policy")).validate()
+        self.embedder, self.generator = as_embedder(embedder), serving_generator(self.policy, generator)
         self.embedder_descriptor = decode((d / "config" / "embedder.json").read_bytes(), what="embedder")
         self.accounts: dict[str, dict] = decode((d / "config" / "accounts.json").read_bytes(), what="accounts")
         self.origin = decode((d / "config" / "meta.json").read_bytes())["origin"]

@@ -725,6 +725,12 @@ def check_8_9_answers(run: _Run, valid: list, generator, corpus: dict[str, list[
     with the committed corpus and the auditor's generator, and compare it with the signed h_answer."""
     from .replay import answer_hash, replay_answer
 
+    if not run.policy.generation.replayable:
+        # a hosted text generator (dp-ksa, replayable: false): nobody can re-run it, so no answer is compared
+        # (a mismatch would FAIL an honest provider); the verdict's trust list says what that leaves on trust
+        run.checked["answers_replayed"] = 0
+        run.checked["answers_not_replayable"] = sum(1 for _, _, _, q in valid if q is not None)
+        return
     done = 0
     for k, body, _, question in valid:
         pos = body["pos"]
@@ -739,6 +745,25 @@ def check_8_9_answers(run: _Run, valid: list, generator, corpus: dict[str, list[
                                    f"(replayed from the seed, the corpus and the question)")
         done += 1
     run.checked["answers_replayed"] = done
+
+
+TRUST_TEXT_ONLY = (
+    "answer text: the policy's generator only returns text and cannot be replayed (a hosted LLM; dp-ksa with "
+    "replayable: false). The charges and the ε are verified from the committed parameters, but that each released "
+    "answer is the committed mechanism's output — every voter answering from the question and its own documents "
+    "only, the keyword release drawn from the committed seed, the final answer generated from the question and "
+    "the released keywords only — is on trust, and no answer of this window is replayed (--replay-answers).")
+ATTESTATION_GENERATION_TEXT_ONLY = (
+    "replay of charges: every charge was recomputed from the exact scores, the replayed per-document filter and the "
+    "committed seed; the answers come from a text-only generator nobody can re-run, so their text is bound only by "
+    "the receipts and is not attested (see trust).")
+
+
+def generation_trust(policy) -> tuple[tuple, str | None]:
+    """(extra trust statements, generation attestation or None) for the committed generation mechanism."""
+    if policy is not None and not policy.generation.replayable:
+        return (TRUST_TEXT_ONLY,), ATTESTATION_GENERATION_TEXT_ONLY
+    return (), None
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -951,8 +976,11 @@ def verify(bundle_path: str | Path, *, receipts: str | Path | None = None, mode:
             attestation["retrieval"] = (f"replay only: the bundle's zk tenant(s) {zk} carry Groth16 proofs, not "
                                         "checked (no auditor verification key given: --zk-vkey). "
                                         + ATTESTATION_RETRIEVAL)
+    extra_trust, gen_attestation = generation_trust(run.policy)
+    if gen_attestation:
+        attestation["generation"] = gen_attestation
     vk = run.genesis["provider_key"] if run.genesis else None
-    return Verdict(verdict=verdict, epsilon=eps, delta=delta, k_max=k_max, channels=channels,
+    return Verdict(verdict=verdict, epsilon=eps, delta=delta, k_max=k_max, channels=channels, trust=TRUST + extra_trust,
                    attestation=attestation, reasons=run.reasons, checked=dict(run.checked), mode=mode,
                    guarantee=guarantee, rejected_evidence=run.rejected,
                    provider_key=None if vk is None else key_fingerprint(vk), key_pinned=pinned is not None,

@@ -67,11 +67,25 @@ class MiniLMEmbedder:
             h.update(str(p.relative_to(self.model_dir)).encode() + b"\0" + p.read_bytes() + b"\0")
         self.fingerprint = f"{MINILM_ID}@{h.hexdigest()[:16]}/max{self.max_seq_length}"
 
+    def descriptor(self, schema, prompt_template: str):
+        """What C_emb commits to for this model (``audit_embedder.embedder_descriptor``: the SHA-256 of the
+        model files and of the tokenizer files, the dimension, the scale, the generator's prompt template)."""
+        from .audit_embedder import embedder_descriptor
+
+        return embedder_descriptor(model=MINILM_ID, model_dir=self.model_dir, dimension=self.dim,
+                                   prompt_template=prompt_template, schema=schema)
+
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         texts = check_texts("texts", texts)
         out = self._model.encode(list(texts), batch_size=self.batch_size, normalize_embeddings=True,
                                  convert_to_numpy=True, show_progress_bar=False)
         return np.ascontiguousarray(out, dtype=np.float32)
+
+
+def load_minilm(**kwargs) -> MiniLMEmbedder:
+    """The ``dprag.embedders`` entry point ``all-MiniLM-L6-v2``: ``ProviderService.create(embedder=
+    "all-MiniLM-L6-v2", ...)`` (audit/ never imports this floor; it looks the name up). Offline, CPU."""
+    return MiniLMEmbedder(**kwargs)
 
 
 class EmbeddingCache:
