@@ -63,6 +63,7 @@ from .events import (
     RdpCurveEvent,
     SelfComposedEvent,
 )
+from .rounding import outward, sum_up
 from .rdp import additive_delta, as_orders, pure_dp_rdp, rdp_curve, rdp_to_epsilon, sampler_tv
 from .stores.base import MAX_LIMIT_UNITS, BudgetStore, validate_doc_ids
 
@@ -129,24 +130,6 @@ def nats_up(units: int) -> float:
     return float(_units_to_nats_up([int(units)])[0])
 
 
-def sum_up(*values: float) -> float:
-    """The exact sum of finite floats, rounded up to a float (never below the true sum): for adding certified
-    ε's (a float ``a + b`` rounds to nearest and can land one ulp below)."""
-    from fractions import Fraction
-
-    exact = sum((Fraction(float(v)) for v in values), Fraction(0))
-    f = float(exact)
-    return math.nextafter(f, math.inf) if Fraction(f) < exact else f
-
-
-def outward(value: float, magnitude: float) -> float:
-    """``value`` computed by a few float operations on terms of size <= ``magnitude``, moved up by a bound on
-    their rounding (2^-48·(magnitude + 1)) and one more ulp: a certified upper bound on the exact result."""
-    if not math.isfinite(value):
-        return value
-    return math.nextafter(value + 2.0**-48 * (abs(magnitude) + 1.0), math.inf)
-
-
 # ---------------------------------------------------------------------------------------------------
 # Pure-DP epsilon of an event (α = ∞)
 # ---------------------------------------------------------------------------------------------------
@@ -209,7 +192,7 @@ def _(event: RdpCurveEvent) -> float:
 
 @pure_epsilon.register
 def _(event: ComposedEvent) -> float:
-    return math.fsum(pure_epsilon(e) for e in event.events)  # basic composition
+    return sum_up(*(pure_epsilon(e) for e in event.events))  # basic composition, rounded up
 
 
 @pure_epsilon.register

@@ -11,7 +11,6 @@ sampler is right, so this file's false-failure rate is below 1e-5.
 from __future__ import annotations
 
 import math
-import time
 
 import mpmath
 import numpy as np
@@ -134,13 +133,10 @@ def test_large_vocabulary_law_and_speed():
     probs = np.append(p[keys], 1.0 - p[keys].sum())
     src = RandomSource.from_seed(b"em-base", b"large")
     n = 3000
-    t0 = time.perf_counter()
     draws = [vote_exponential_mechanism(h, eps, src, log_base=base)[0] for _ in range(n)]
-    per_draw = (time.perf_counter() - t0) / n
     assert chi2_pvalue(cell[draws], probs) > P_FAIL
-    # measured 2.2 ms per draw on the shared 2-core machine (float Gumbel-max before: 4.4 ms); 50 ms is
-    # a bound no healthy run comes near
-    assert per_draw < 0.05, per_draw
+    # measured 2.2 ms per draw on the shared 2-core machine (float Gumbel-max before: 4.4 ms); no absolute time is
+    # asserted in tests (benchmarks/ measures it)
 
 
 def test_gumbel_with_a_base_measure_is_refused():

@@ -57,6 +57,7 @@ from ..rdp import (
     rdp_to_epsilon,
     sampler_tv,
 )
+from ..rounding import sum_products_up
 from .advanced import (
     DEFAULT_MAX_STATES,
     kov_composition,
@@ -339,7 +340,7 @@ class PureDpAccountant:
     """
 
     def __init__(self):
-        self._terms: list[float] = []
+        self._terms: list[tuple[float, int]] = []
 
     def compose(self, event: PrivacyEvent, count: int = 1) -> "PureDpAccountant":
         count = _check_count(count)
@@ -349,12 +350,12 @@ class PureDpAccountant:
         terms = dp_terms(event)
         if terms is None or any(d > 0 for (_, d) in terms):
             raise UnsupportedEventError(f"{type(event).__name__} is not a pure ε-DP event (or composition of them)")
-        self._terms.extend(e * c * count for (e, _), c in terms.items())
+        self._terms.extend((e, c * count) for (e, _), c in terms.items())  # exact ε·count at read-out
         return self
 
     @property
     def epsilon(self) -> float:
-        return math.fsum(self._terms)
+        return sum_products_up((e for e, _ in self._terms), (c for _, c in self._terms))
 
     def get_epsilon(self) -> float:
         return self.epsilon

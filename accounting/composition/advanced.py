@@ -39,6 +39,7 @@ from typing import Sequence
 import numpy as np
 from scipy.special import gammaln
 
+from ..rounding import outward, sum_products_up
 from ..errors import InvalidParameterError, check_delta, check_epsilon, check_positive_int
 
 #: Default cap on the number of loss states the exact optimal composition enumerates (memory ~ 40 B/state).
@@ -106,8 +107,8 @@ def basic_composition(epsilons: Sequence[float], deltas: Sequence[float] | None 
                       counts: Sequence[int] | None = None) -> tuple[float, float]:
     """Basic composition (Dwork–Roth 2014, Thm 3.16): (Σ c_i ε_i, Σ c_i δ_i), δ capped at 1."""
     eps, dels, cnt = _terms(epsilons, deltas, counts)
-    return (math.fsum(float(e) * float(c) for e, c in zip(eps, cnt)),
-            min(1.0, math.fsum(float(d) * float(c) for d, c in zip(dels, cnt))))
+    return (sum_products_up(eps.tolist(), cnt.tolist()),  # exact sums, rounded up (issue 10 item 7)
+            min(1.0, sum_products_up(dels.tolist(), cnt.tolist())))
 
 
 def drv_composition(epsilon: float, delta: float, k: int, delta_prime: float) -> tuple[float, float]:
@@ -122,7 +123,8 @@ def drv_composition(epsilon: float, delta: float, k: int, delta_prime: float) ->
     k = check_positive_int("k", k)
     dp = check_delta("delta_prime", delta_prime)
     eps_total = eps * math.sqrt(2.0 * k * math.log(1.0 / dp)) + k * eps * math.expm1(eps)
-    return eps_total, min(1.0, k * dlt + dp)
+    # rounded outward (issue 10 item 7): a handful of correctly rounded operations, relative error << 2^-48
+    return outward(eps_total, eps_total), min(1.0, sum_products_up([dlt, dp], [k, 1]))
 
 
 def kov_composition(epsilons: Sequence[float], delta_tilde: float, deltas: Sequence[float] | None = None,
@@ -136,11 +138,14 @@ def kov_composition(epsilons: Sequence[float], delta_tilde: float, deltas: Seque
     if not (0.0 < dt <= 1.0) or dt != dt:
         raise InvalidParameterError("delta_tilde", "must lie in (0, 1]", delta_tilde)
     c = cnt.astype(np.float64)
-    s1 = math.fsum(c * eps)
+    s1 = sum_products_up(eps.tolist(), cnt.tolist())  # basic composition, exact and rounded up
     s2 = math.fsum(c * eps * np.tanh(eps / 2.0))  # (e^ε − 1)/(e^ε + 1) = tanh(ε/2)
     s3 = math.fsum(c * eps * eps)
-    e2 = s2 + math.sqrt(2.0 * s3 * math.log(math.e + math.sqrt(s3) / dt))
-    e3 = s2 + math.sqrt(2.0 * s3 * math.log(1.0 / dt))
+    # a few float operations on terms <= s1 + s3 + log terms: moved up by their rounding bound (issue 10 item 7);
+    # the fsums' own errors are relative 2^-52 per term, far inside outward's 2^-48·(magnitude + 1)
+    mag = s1 + s3 + abs(math.log(dt)) + 2.0
+    e2 = outward(s2 + math.sqrt(2.0 * s3 * math.log(math.e + math.sqrt(s3) / dt)), mag)
+    e3 = outward(s2 + math.sqrt(2.0 * s3 * math.log(1.0 / dt)), mag)
     delta_total = -math.expm1(math.log1p(-dt) + _log_survival(dels, cnt)) if dt < 1 else 1.0
     return min(s1, e2, e3), min(1.0, delta_total)
 

@@ -41,9 +41,9 @@ interval [t_{g−1}, t_g) of the exact cumulative distribution contains U:
 Both paths use the same (given) order of outcomes, so the output is, in every case, the outcome whose exact
 interval contains U: the sampler is exact. Cost: O(G) float work per draw (G outcomes or groups).
 
-``method="gumbel"`` is the Gumbel-max form with helper A's ``accounting.noise.gumbel`` sampler; it is the
-same distribution up to floating point (not exact: see above) and is kept for parity with 004 Alg. 3.
-Serving code should use ``direct`` (the default), which is also faster on vote histograms.
+``method="gumbel"`` (the float Gumbel-max form) was removed (issue 10 item 3): float Gumbels are bounded, so
+it gives probability 0 to outcomes ≈ 40/γ below the best, an infinite privacy loss on some neighbouring pair.
+``method`` accepts only ``"direct"``; asking for ``"gumbel"`` raises InvalidParameterError saying why.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ __all__ = [
     "PublicBaseMeasure",
 ]
 
-_METHODS = ("direct", "gumbel")
+_METHODS = ("direct",)
 
 
 # --------------------------------------------------------------------------------------------
@@ -103,8 +103,12 @@ def _as_histogram(histogram, field: str = "histogram") -> np.ndarray:
 
 
 def _check_method(method: str) -> str:
+    if method == "gumbel":
+        raise InvalidParameterError("method", "'gumbel' was removed: float Gumbel-max gives probability 0 to "
+                                    "outcomes ~40/γ below the best (not ε-DP); use 'direct', the exact sampler",
+                                    method)
     if method not in _METHODS:
-        raise InvalidParameterError("method", "must be 'direct' or 'gumbel'", method)
+        raise InvalidParameterError("method", "must be 'direct' (the exact sampler)", method)
     return method
 
 
@@ -394,7 +398,7 @@ def exponential_mechanism(
     is valid only if, for every neighbouring pair, all u_i(x) − u_i(x') have the same sign (e.g. counts under
     add-only/remove-only); vote histograms are *not* monotone.
 
-    ``method="direct"`` samples exactly (module docstring); ``"gumbel"`` is argmax of γ·u + Gumbel(0, 1).
+    ``method="direct"`` (the only one) samples exactly (module docstring).
     Returns (index, ExponentialMechanismEvent(ε, bounded_range=True)). Bad input raises
     InvalidParameterError before any randomness is drawn.
     """
@@ -407,11 +411,6 @@ def exponential_mechanism(
     if not math.isfinite(gamma):
         raise InvalidParameterError("epsilon", "epsilon / sensitivity must be finite", epsilon)
     event = ExponentialMechanismEvent(epsilon, bounded_range=True)
-    if method == "gumbel":
-        from ..noise import gumbel  # helper A's standard Gumbel sampler
-
-        noise = np.asarray(gumbel(u.size, source), dtype=np.float64)
-        return int(np.argmax(gamma * u + noise)), event
     return sample_exponential(gamma, u, None, source), event
 
 
@@ -477,26 +476,17 @@ def vote_exponential_mechanism(
     ``PublicBaseMeasure.from_log(log_base)`` (μ̃ ≈ e^{log_base − max}, a public function of the floats, > 0
     wherever log_base is finite and within 2^16 nats of its maximum), sampled *exactly* by
     ``sample_with_base_measure`` (module docstring): P(v) = μ̃(v)·e^{ε·Hist[v]/2} / Z for every v, however
-    far below the best (issue 10 item 3: float Gumbel-max gave probability 0 beyond ≈ 40 nats). Only
-    ``method="direct"`` is accepted with a base measure.
+    far below the best (issue 10 item 3: float Gumbel-max gave probability 0 beyond ≈ 40 nats).
     """
     h = _as_histogram(histogram)
     epsilon = check_epsilon("epsilon", epsilon)
     method = _check_method(method)
     base = None if log_base is None else _as_log_base(log_base, h.size)
-    if base is not None and method == "gumbel":
-        raise InvalidParameterError("method", "a base measure is sampled exactly only ('direct'): float Gumbels "
-                                    "give probability 0 to tokens ~40 nats below the best", method)
     source = _source(source)
     event = ExponentialMechanismEvent(epsilon, bounded_range=True)
     gamma = epsilon / 2.0
     if base is not None:
         return sample_with_base_measure(gamma, h, PublicBaseMeasure.from_log(base), source), event
-    if method == "gumbel":
-        from ..noise import gumbel
-
-        noise = np.asarray(gumbel(h.size, source), dtype=np.float64)
-        return int(np.argmax(gamma * h + noise)), event
     vals, mult = _count_groups(h)
     g = sample_exponential(gamma, vals, mult, source)
     members = np.flatnonzero(h == int(vals[g]))

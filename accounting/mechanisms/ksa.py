@@ -197,11 +197,10 @@ def find_best_k(
     Gumbel(2/ε), which Definition A.7 does not support — see the module docstring).
     Neighbouring relation: one response of the ensemble changed (every count moves by ≤ 1).
 
-    ``method="direct"`` (default) samples this law exactly with the exponential-mechanism sampler of
-    ``accounting.mechanisms.exponential`` (utility d_k + r(k), sensitivity 2); ``"gumbel"`` is Algorithm 3's
-    argmax_k {d_k + r(k) + Gumbel(β)} with helper A's float Gumbel sampler — the same law up to floating
-    point, except that float Gumbels are bounded (≈ [−3.6, 36.7]), so a k whose utility is more than ≈ 40β
-    below the best gets probability 0: not exactly ε-DP; kept for parity with the paper and for speed.
+    ``method="direct"`` (the only one) samples this law exactly with the exponential-mechanism sampler of
+    ``accounting.mechanisms.exponential`` (utility d_k + r(k), sensitivity 2). Algorithm 3's float Gumbel-max
+    form (``"gumbel"``) was removed (issue 10 item 3): float Gumbels are bounded (≈ [−3.6, 36.7]), so a k whose
+    utility is more than ≈ 40β below the best got probability 0 — not ε-DP.
     ``regularizer``: data-independent r(k) for k = 1..V−1 (finite or −inf); ``k_min``/``k_max`` restrict k.
     ``size``: draw that many independent k̂ (an int64 array; the event is then the ``size``-fold
     self-composition) — for simulations and tests.
@@ -209,8 +208,11 @@ def find_best_k(
     eps = check_epsilon("epsilon", epsilon)
     gaps = sorted_gaps(histogram)
     r = _regularizer(gaps.size, k_min, k_max, regularizer)
-    if method not in ("direct", "gumbel"):
-        raise InvalidParameterError("method", "must be 'direct' or 'gumbel'", method)
+    if method == "gumbel":
+        raise InvalidParameterError("method", "'gumbel' was removed: float Gumbel-max gives probability 0 to "
+                                    "k's ~40β below the best (not ε-DP); use 'direct', the exact sampler", method)
+    if method != "direct":
+        raise InvalidParameterError("method", "must be 'direct' (the exact sampler)", method)
     n = _size(size)
     src = _source(source)
     allowed = np.flatnonzero(np.isfinite(r))
@@ -218,20 +220,14 @@ def find_best_k(
     draws = 1 if n is None else n
     if allowed.size == 1:
         picks = np.zeros(draws, dtype=np.int64)
-    elif method == "direct":
-        from .exponential import exponential_mechanism  # helper E1's exact sampler
+    else:
+        from .exponential import exponential_mechanism  # the exact sampler
 
         picks = np.fromiter(
             (exponential_mechanism(utility, GAP_SENSITIVITY, eps, src)[0] for _ in range(draws)),
             dtype=np.int64,
             count=draws,
         )
-    else:
-        from ..noise import gumbel  # helper A's Gumbel(0, 1) sampler
-
-        beta = 2.0 * GAP_SENSITIVITY / eps
-        g = np.asarray(gumbel(draws * allowed.size, src), dtype=np.float64).reshape(draws, allowed.size)
-        picks = np.argmax(utility[None, :] + beta * g, axis=1)
     k_hat = allowed[picks] + 1
     event = ExponentialMechanismEvent(eps, bounded_range=True)
     if n is None:
