@@ -309,3 +309,27 @@ def test_minilm_by_name_serves_and_verifies(tmp_path, monkeypatch):
     v = verify(bundle, receipts=receipts)
     assert v.verdict == "PASS", v.reasons
     assert v.checked["queries_with_account_confirmed_q"] == 1
+
+
+def test_readme_text_only_provider_example(tmp_path):
+    # README "A provider's pipeline": a hosted LLM as a bare callable, string ids, dp-ksa; then the auditor's CLI
+    import re
+    import subprocess
+    import sys
+
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    block = re.search(r"<!-- example: provider-text-only -->\s*```python\n(.*?)```", text, re.S).group(1)
+    p = subprocess.run([sys.executable, "-c", block], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    # 20 voters agree: FindBestK picks k = 1 with probability e^5/(e^5 + 4) and the test (offset 14, scale 0.8)
+    # then passes unless the noise is <= -4 (probability e^-5/(1 + e^-1.25) = 0.5 %); the seed is fresh each run,
+    # so the fallback (the model without keywords) is allowed — never a document's text
+    assert p.stdout.strip() in ("zorvatin", "no idea")
+    a = subprocess.run([sys.executable, "-m", "dprag", "audit", "verify", "text-bundle", "--receipts",
+                        "text-receipts.jsonl", "--json"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert a.returncode == 0, a.stdout + a.stderr
+    import json
+
+    out = json.loads(a.stdout)
+    assert out["verdict"] == "PASS" and TRUST_TEXT_ONLY in out["trust"]
+    assert out["channels"]["generation"]["delta"] > 0

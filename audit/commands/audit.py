@@ -157,7 +157,8 @@ def verify_cmd(bundle: Path, receipts: Path | None, key: Path | None, trusted_ch
         click.echo(f"  relation: {ch['relation']}")
         click.echo(f"  retrieval channel: ε={ch['retrieval']['epsilon']:.6g} δ={ch['retrieval']['delta']:.3g} "
                    f"— {ch['retrieval']['covers']}")
-        click.echo(f"  generation channel: ε={ch['generation']['epsilon']:.6g} δ=0 — {ch['generation']['covers']}")
+        click.echo(f"  generation channel: ε={ch['generation']['epsilon']:.6g} "
+                   f"δ={ch['generation'].get('delta', 0.0):.3g} — {ch['generation']['covers']}")
     else:
         click.echo("FAIL")
         for r in v.reasons:
