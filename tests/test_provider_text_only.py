@@ -333,3 +333,34 @@ def test_readme_text_only_provider_example(tmp_path):
     out = json.loads(a.stdout)
     assert out["verdict"] == "PASS" and TRUST_TEXT_ONLY in out["trust"]
     assert out["channels"]["generation"]["delta"] > 0
+
+
+def test_account_cli_names_its_embedder(tmp_path, monkeypatch, capsys):
+    # `dprag account new --embedder NAME`: the account's client computes Q itself with the named embedder. The
+    # entry-point lookup is replaced by a registry holding one toy name, so no model loads here.
+    import json
+
+    from dprag.audit import service
+    from dprag.audit.cli import main
+    from dprag.audit.commitments import embedding_bytes, quantise_embeddings
+
+    real = service.embedder_loader
+
+    def loader(name):
+        if name == "hash-32":
+            return lambda: fx.HashEmbedder(32)
+        return real(name)
+
+    monkeypatch.setattr(service, "embedder_loader", loader)
+    a = tmp_path / "dave"
+    assert main(["account", "new", str(a), "--account", "dave", "--window", "w1", "--embedder", "hash-32"]) == 0
+    capsys.readouterr()
+    assert main(["account", "request", str(a), "asthma inhaler"]) == 0
+    msg = json.loads(capsys.readouterr().out)
+    want = embedding_bytes(quantise_embeddings(fx.HashEmbedder(32).embed(["asthma inhaler"]), 1024)[0])
+    assert msg["qemb"] == want.hex() and msg["request"]["h_qemb"] is not None
+    assert main(["account", "new", str(tmp_path / "eve"), "--account", "eve", "--window", "w1", "--embedder",
+                 "no-such-model"]) == 2
+    err = capsys.readouterr().err
+    assert "--embedder no-such-model" in err and "all-MiniLM-L6-v2" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "eve").exists()

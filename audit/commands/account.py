@@ -27,7 +27,16 @@ def _client(d: Path) -> AccountClient:
         key = AccountKey.from_hex((d / "account.key").read_text())
     except (OSError, ValueError, DpragError) as e:
         raise click.UsageError(f"ACCOUNT_DIR {d}: not an account directory ({e})") from None
-    return AccountClient(cfg["account"], cfg["window"], key, provider_vkey=cfg.get("provider_key"), directory=d)
+    embedder = None
+    if cfg.get("embedder"):  # the account computes Q itself with the committed embedder (protocol §5.1)
+        from .. import service
+
+        try:
+            embedder = service.load_embedder(cfg["embedder"])
+        except DpragError as e:
+            raise click.UsageError(f"--embedder {cfg['embedder']}: {e}") from None
+    return AccountClient(cfg["account"], cfg["window"], key, provider_vkey=cfg.get("provider_key"), directory=d,
+                         embedder=embedder, embedding_scale=int(cfg.get("embedding_scale") or 1024))
 
 
 @click.group("account")
@@ -41,8 +50,23 @@ def account() -> None:
 @click.option("--window", required=True, help="the audit window's id")
 @click.option("--provider-key", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
               help="file with the provider's note verifier key (pins it: receipts are checked against it)")
-def new_cmd(account_dir: Path, name: str, window: str, provider_key: Path | None) -> int:
+@click.option("--embedder", "embedder", default=None,
+              help="the committed embedder by name (a dprag.embedders entry point, e.g. all-MiniLM-L6-v2): the "
+                   "account then computes and commits to its query embedding itself")
+@click.option("--embedding-scale", type=int, default=1024, show_default=True,
+              help="the window's quantisation scale S (the embedder descriptor's embedding_scale)")
+def new_cmd(account_dir: Path, name: str, window: str, provider_key: Path | None, embedder: str | None,
+            embedding_scale: int) -> int:
     """Create an account directory with a fresh key; print the public key to register."""
+    if embedder is not None:
+        from .. import service
+
+        try:
+            service.embedder_loader(embedder)  # the name must resolve; the model loads when a request is signed
+        except DpragError as e:
+            raise click.UsageError(f"--embedder {embedder}: {e}") from None
+    if embedding_scale < 1 or embedding_scale & (embedding_scale - 1):
+        raise click.UsageError(f"--embedding-scale {embedding_scale}: must be a power of two")
     if (account_dir / "account.key").exists():
         raise click.UsageError(f"ACCOUNT_DIR {account_dir}: already holds an account key")
     account_dir.mkdir(parents=True, exist_ok=True)
@@ -52,8 +76,10 @@ def new_cmd(account_dir: Path, name: str, window: str, provider_key: Path | None
         f.write(key.to_hex() + "\n")
     (account_dir / "account.vkey").write_text(key.vkey + "\n")
     vkey = provider_key.read_text().strip() if provider_key else None
-    (account_dir / "config.json").write_text(json.dumps({"account": name, "window": window, "provider_key": vkey},
-                                                        sort_keys=True) + "\n")
+    cfg = {"account": name, "window": window, "provider_key": vkey}
+    if embedder is not None:
+        cfg.update(embedder=embedder, embedding_scale=embedding_scale)
+    (account_dir / "config.json").write_text(json.dumps(cfg, sort_keys=True) + "\n")
     click.echo(key.vkey)
     return 0
 
