@@ -137,6 +137,11 @@ def report(run_dir, baseline):
         raise _Fail(str(e)) from None
 
 
+from .auc_vs_k import auc_vs_k_command as _auc_vs_k  # noqa: E402  (issue 12: spec/experiments-collusion.md)
+
+experiment.add_command(_auc_vs_k)
+
+
 @experiment.command("privacy-utility")
 @click.option("--dataset", type=click.Choice(DATASETS), required=True)
 @click.option("--methods", default=DEFAULT_METHODS, show_default=True,

@@ -1,0 +1,595 @@
+"""``dprag experiment auc-vs-k``: membership-inference AUC against coalition size k (paper 002 §4, issue 12).
+
+Three mechanisms (spec/experiments-collusion.md):
+* ``scalar``: 002's M* (3.3) with σ from (3.4) (default) or the exact calibration, the pooled-mean adversary,
+  the Bayes LR and the multi-target split ρ (``audit.leakage``); beside every cell the exact AUC
+  Φ(Δ√(kn)/(√2σ)) and the AUC bound of the certified joint ε; gates P1 (slope) and P3 (tightness).
+* ``topk``: the multi-tenant top-K harness of 002 §4.4 / §4.7 (``audit.leakage.topk``), same-tenant and
+  external (M4) regimes; statistic = number of queries whose top-K holds the target.
+* ``hnsw``: 002 §4.8: FAISS HNSW (M = 64, efConstruction = 200, efSearch = 128) over MiniLM embeddings of the
+  Wikipedia summaries and a synthetic set; the index and the candidate search are computed once per world and
+  reused by every trial; noise-then-select over the candidates; the user-observable hit count and the
+  auditor-observable pooled noisy score at the planted slot. No prediction and no bound: noise added to
+  approximate-search candidates is not the audited mechanism (the candidate set itself is an unnoised function of
+  the index).
+
+Outputs in ``--out``: ``auc_vs_k.csv``, ``auc_vs_k.jsonl``, ``auc_vs_k.png``, ``gates.json`` and ``run.json``.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import platform
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+from scipy.special import ndtr
+from scipy.stats import chi2
+
+from dprag.accounting import collusion
+from dprag.accounting.errors import InvalidParameterError, check_delta, check_positive_int
+from dprag.audit.leakage import bounds
+from dprag.audit.leakage.adversaries import bayes_llr, split_accounts, split_auc
+from dprag.audit.leakage.auc import mann_whitney_auc
+from dprag.audit.leakage.montecarlo import run_cells, trial_source
+from dprag.audit.leakage.scalar import ScalarCell, calibrate_sigma, scalar_trials
+from dprag.audit.leakage.topk import REGIMES, TABLE_BITS, TABLE_TAIL, TopKCell, score_sensitivity, \
+    target_in_noisy_top_k, topk_trials
+
+SCHEMA = "dprag.experiment.auc-vs-k/1"
+MECHANISMS = ("scalar", "topk", "hnsw")
+CSV_NAME, JSONL_NAME, PNG_NAME = "auc_vs_k.csv", "auc_vs_k.jsonl", "auc_vs_k.png"
+HNSW_NOTE = ("no prediction and no bound: the noise is added to the candidates of an approximate (HNSW) search, "
+             "whose candidate set is an unnoised function of the index, so this is not the audited mechanism "
+             "(noise on every document's score, then select)")
+TOPK_NOTE = ("no closed-form prediction: top-K is post-processing of the noisy score vector (002 Remark 3.7); "
+             "upper_bound is the AUC bound of the certified joint epsilon of the noisy score vectors")
+DEFAULT_RHOS = (0.5, 0.25)
+
+
+@dataclass
+class Config:
+    mechanism: str
+    ks: tuple[int, ...]
+    eps: tuple[float, ...]
+    trials: int
+    seed: str = "0"
+    n: int | None = None  # queries per account (default: scalar 10^4, topk/hnsw 200)
+    delta_acc: float = 1e-6
+    calibration: str | None = None  # scalar default "3.4", topk/hnsw "exact"
+    mode: str = "sufficient"  # scalar: "sufficient" or "per-query"
+    gap: float = 2.0  # scalar: realised score gap (sensitivity 2, raw cosine)
+    rhos: tuple[float, ...] = DEFAULT_RHOS
+    regimes: tuple[str, ...] = REGIMES
+    K: int = 5
+    n_background: int = 50
+    d: int = 32
+    datasets: tuple[str, ...] = ("wiki", "synthetic")
+    synthetic_size: int = 100_000
+    synthetic_gap: float = 0.4
+    candidates: int = 128
+    workers: int | None = None
+    scheduler: str | None = None
+    chunk: int | None = None
+    extra: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        if self.mechanism not in MECHANISMS:
+            raise InvalidParameterError("mechanism", f"must be one of {MECHANISMS}", self.mechanism)
+        if not self.ks or min(self.ks) < 1:
+            raise InvalidParameterError("k", "every coalition size must be an integer >= 1", self.ks)
+        if not self.eps or min(self.eps) <= 0 or not all(math.isfinite(e) for e in self.eps):
+            raise InvalidParameterError("eps_acc", "every value must be finite and > 0", self.eps)
+        check_positive_int("trials", self.trials, minimum=2)
+        check_delta("delta_acc", self.delta_acc)
+        if self.n is None:
+            self.n = 10_000 if self.mechanism == "scalar" else 200
+        check_positive_int("n", self.n)
+        if self.calibration is None:
+            self.calibration = "3.4" if self.mechanism == "scalar" else "exact"
+        if self.calibration not in ("3.4", "exact"):
+            raise InvalidParameterError("calibration", "must be '3.4' or 'exact'", self.calibration)
+        if not (0 < self.gap <= 2.0):
+            raise InvalidParameterError("gap", "must lie in (0, 2] (raw-cosine sensitivity 2)", self.gap)
+        if any(not (0 < r <= 1) for r in self.rhos):
+            raise InvalidParameterError("rho", "every split fraction must lie in (0, 1]", self.rhos)
+        bad = [r for r in self.regimes if r not in REGIMES]
+        if bad or not self.regimes:
+            raise InvalidParameterError("regime", f"must be among {REGIMES}", self.regimes)
+        bad = [d for d in self.datasets if d not in ("wiki", "synthetic")]
+        if bad or not self.datasets:
+            raise InvalidParameterError("dataset", "must be among ('wiki', 'synthetic')", self.datasets)
+        if self.mechanism == "hnsw" and self.candidates < self.K:
+            raise InvalidParameterError("candidates", "must be >= K", self.candidates)
+        if not (0 < self.synthetic_gap < 1):
+            raise InvalidParameterError("synthetic_gap", "must lie in (0, 1)", self.synthetic_gap)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# HNSW (002 §4.8): candidates computed once per world, noise-then-select over them in every trial
+# ----------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HnswCell:
+    dataset: str
+    k: int
+    n: int
+    eps_acc: float
+    delta_acc: float
+    sigma: float
+    K: int
+    cand_in: tuple[int, ...]  # integer scores of the candidates, world in
+    cand_out: tuple[int, ...]
+    slot_in: int  # position of the planted slot among the candidates (-1: not a candidate)
+    slot_out: int
+    key: str = field(default="", compare=False)
+
+    def __post_init__(self):
+        if not self.key:
+            object.__setattr__(self, "key", f"hnsw/{self.dataset}/k={self.k}/n={self.n}/eps={self.eps_acc!r}/"
+                                            f"dacc={self.delta_acc!r}/sigma={self.sigma!r}/K={self.K}")
+
+
+def hnsw_trials(cell: HnswCell, seed: bytes, start: int, stop: int) -> np.ndarray:
+    """Rows [hits_in, hits_out, score_in, score_out]: hit count of the slot in the noisy top-K of the candidates
+    and the pooled noisy score at the slot (−inf when the slot is not a candidate of that world)."""
+    from dprag.audit.retrieval import noise_table
+
+    table = noise_table(cell.sigma, TABLE_TAIL, TABLE_BITS)
+    m = cell.k * cell.n
+    rows = np.empty((stop - start, 4))
+    for i, t in enumerate(range(start, stop)):
+        for j, (w, cand, slot) in enumerate((("in", cell.cand_in, cell.slot_in), ("out", cell.cand_out, cell.slot_out))):
+            s = np.asarray(cand, dtype=np.int64)
+            z = table.sample(m * s.size, trial_source(seed, cell.key, t, w)).reshape(m, s.size)
+            if slot < 0:
+                rows[i, j], rows[i, 2 + j] = 0.0, -math.inf
+            else:
+                rows[i, j] = int(target_in_noisy_top_k(s, z, slot, cell.K).sum())
+                rows[i, 2 + j] = float(s[slot]) + float(z[:, slot].mean())
+    return rows
+
+
+def _hnsw_worlds(cfg: Config, dataset: str, log) -> dict:
+    """Build the two HNSW indexes (target in / replaced) and search the probe once in each."""
+    from dprag.audit.commitments import integer_scores, quantise_embeddings
+    from ..index import FaissHNSWIndex
+
+    t0 = time.perf_counter()
+    rng = np.random.default_rng(int.from_bytes(trial_source(cfg.seed.encode(), f"hnsw/{dataset}/setup", 0).bytes(32),
+                                               "little"))
+    if dataset == "wiki":
+        from ..datasets import load_wiki_fanout
+        from ..embedder import EmbeddingCache, MiniLMEmbedder
+
+        docs = list(load_wiki_fanout().documents)
+        emb = EmbeddingCache().embed_corpus(MiniLMEmbedder(), docs).astype(np.float64)
+        emb /= np.linalg.norm(emb, axis=1, keepdims=True)
+        # target: a summary with no other summary within cosine 0.90 (002 §4.8's uniqueness screen);
+        # decoy: its nearest other summary (the hardest replacement); both leave the background
+        for _ in range(1000):
+            t = int(rng.integers(len(docs)))
+            c = emb @ emb[t]
+            c[t] = -2.0
+            if c.max() < 0.90:
+                break
+        dcy = int(np.argmax(c))
+        target, decoy = emb[t], emb[dcy]
+        bg = np.delete(emb, [t, dcy], axis=0)
+        info = {"target_title": docs[t].split("\n", 1)[0], "decoy_title": docs[dcy].split("\n", 1)[0]}
+    else:
+        d = cfg.d
+        bg = rng.standard_normal((cfg.synthetic_size, d))
+        bg /= np.linalg.norm(bg, axis=1, keepdims=True)
+        target = rng.standard_normal(d)
+        target /= np.linalg.norm(target)
+        u = rng.standard_normal(d)
+        u -= (u @ target) * target
+        u /= np.linalg.norm(u)
+        c = 1.0 - cfg.synthetic_gap
+        decoy = c * target + math.sqrt(1 - c * c) * u
+        info = {}
+    probe = target
+    scale = 1 << 10
+    shift = scale.bit_length() - 1
+    out = {"dataset": dataset, "n_documents": int(bg.shape[0] + 1), "dimension": int(bg.shape[1]),
+           "realised_gap_cosine": float(1.0 - target @ decoy), **info}
+    qq = quantise_embeddings(probe[None, :], scale)[0]
+    for w, x in (("in", target), ("out", decoy)):
+        idx = FaissHNSWIndex(bg.shape[1], m=64, ef_construction=200, ef_search=128)
+        tb = time.perf_counter()
+        idx.add(bg.astype(np.float32))
+        idx.add(x[None, :].astype(np.float32))  # the planted slot is the last id
+        build = time.perf_counter() - tb
+        ts = time.perf_counter()
+        _, ids = idx.search(probe[None, :].astype(np.float32), cfg.candidates)
+        search = time.perf_counter() - ts
+        ids = ids[0][ids[0] >= 0]
+        docs_c = np.concatenate([bg, x[None, :]])[ids]
+        sc = integer_scores(quantise_embeddings(docs_c, scale), qq, (0, scale * scale), shift)
+        slot = np.flatnonzero(ids == bg.shape[0])
+        out[w] = {"scores": tuple(int(v) for v in sc), "slot": int(slot[0]) if slot.size else -1,
+                  "build_seconds": build, "search_seconds": search}
+        log(f"hnsw {dataset} world {w}: built {bg.shape[0] + 1} x {bg.shape[1]} in {build:.1f}s, "
+            f"slot {'at candidate ' + str(out[w]['slot']) if slot.size else 'NOT among the candidates'}")
+    out["setup_seconds"] = time.perf_counter() - t0
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------------
+# cells, rows and gates
+# ----------------------------------------------------------------------------------------------------------
+
+
+def build_cells(cfg: Config, log=lambda s: None) -> tuple[list, dict]:
+    cells, setup = [], {}
+    if cfg.mechanism == "scalar":
+        for e in cfg.eps:
+            sigma = calibrate_sigma(e, cfg.delta_acc, cfg.n, 2.0, cfg.calibration)
+            for k in cfg.ks:
+                cells.append(ScalarCell(k, cfg.n, e, cfg.delta_acc, sigma, gap=cfg.gap, sensitivity=2.0,
+                                        rhos=tuple(cfg.rhos), mode=cfg.mode, calibration=cfg.calibration))
+    elif cfg.mechanism == "topk":
+        sens = score_sensitivity(1 << 10)
+        for regime in cfg.regimes:
+            for e in cfg.eps:
+                sigma = calibrate_sigma(e, cfg.delta_acc, cfg.n, sens, cfg.calibration)
+                for k in cfg.ks:
+                    cells.append(TopKCell(k, cfg.n, e, cfg.delta_acc, sigma, regime=regime, K=cfg.K,
+                                          n_background=cfg.n_background, d=cfg.d, calibration=cfg.calibration))
+    else:
+        sens = score_sensitivity(1 << 10)
+        for ds in cfg.datasets:
+            w = _hnsw_worlds(cfg, ds, log)
+            setup[ds] = {k: v for k, v in w.items() if k not in ("in", "out")}
+            setup[ds].update({f"{x}_{y}": w[x][y] for x in ("in", "out") for y in ("slot", "build_seconds",
+                                                                                  "search_seconds")})
+            for e in cfg.eps:
+                sigma = calibrate_sigma(e, cfg.delta_acc, cfg.n, sens, cfg.calibration)
+                for k in cfg.ks:
+                    cells.append(HnswCell(ds, k, cfg.n, e, cfg.delta_acc, sigma, cfg.K, w["in"]["scores"],
+                                          w["out"]["scores"], w["in"]["slot"], w["out"]["slot"]))
+    return cells, setup
+
+
+def _fn(mechanism: str):
+    return {"scalar": scalar_trials, "topk": topk_trials, "hnsw": hnsw_trials}[mechanism]
+
+
+def _within(auc, se, pred):
+    if pred is None or se <= 0:
+        return None, None, None
+    z = (auc - pred) / se
+    return z, abs(z) <= 1.0, abs(z) <= 2.0
+
+
+def rows_for(cfg: Config, cell, data: np.ndarray, seconds: float) -> list[dict]:
+    base = {"schema": SCHEMA, "mechanism": cfg.mechanism, "k": cell.k, "eps_acc": cell.eps_acc, "n": cell.n,
+            "delta_acc": cell.delta_acc, "trials": int(data.shape[0]), "sigma": cell.sigma,
+            "calibration": cfg.calibration, "sqrt_k_eps_acc": math.sqrt(cell.k) * cell.eps_acc,
+            "seconds": seconds}
+    out = []
+    if cfg.mechanism == "scalar":
+        est = mann_whitney_auc(data[:, 0], data[:, 1])
+        pred = collusion.pooled_mean_auc(cell.k, cell.n, cell.sigma, cell.gap)
+        ub = bounds.certified_auc_bound(cell.k, cell.n, cell.sigma, cell.sensitivity)
+        z, w1, w2 = _within(est.auc, est.stderr, pred)
+        m = cell.k * cell.n
+        lr_in = bayes_llr(data[:, 0], 1.0, 1.0 - cell.gap, cell.sigma, m)
+        lr_out = bayes_llr(data[:, 1], 1.0, 1.0 - cell.gap, cell.sigma, m)
+        lr = mann_whitney_auc(lr_in, lr_out)
+        alts = {"bayes-lr": {"auc": lr.auc, "stderr": lr.stderr, "predicted": pred,
+                             "identical_to_pooled_mean": bool(lr.auc == est.auc)}}
+        for j, r in enumerate(cell.rhos):
+            e2 = mann_whitney_auc(data[:, 2 + 2 * j], data[:, 3 + 2 * j])
+            alts[f"split-{r:g}"] = {"auc": e2.auc, "stderr": e2.stderr, "rho": r,
+                                    "k_target": split_accounts(cell.k, r),
+                                    "predicted": split_auc(cell.k, cell.n, cell.sigma, cell.gap, r)}
+        out.append({**base, "statistic": "pooled-mean", "gap": cell.gap, "sensitivity": cell.sensitivity,
+                    "mode": cell.mode, **est.to_dict(), "predicted": pred,
+                    "predicted_formula": "Phi(gap*sqrt(k*n)/(sqrt(2)*sigma)) (collusion.pooled_mean_auc)",
+                    **ub, "gdp_bound": bounds.gdp_auc_bound(cell.k, cell.n, cell.sigma, cell.sensitivity),
+                    "z": z, "within_1se": w1, "within_2se": w2, "alternatives": alts})
+    elif cfg.mechanism == "topk":
+        from dprag.audit.retrieval import noise_table
+
+        est = mann_whitney_auc(data[:, 0], data[:, 1])
+        tv = noise_table(cell.sigma, TABLE_TAIL, TABLE_BITS).tv_distance
+        ub = bounds.certified_auc_bound(cell.k, cell.n, cell.sigma, cell.sensitivity, "discrete", tv)
+        out.append({**base, "statistic": "hits", "regime": cell.regime, "K": cell.K,
+                    "n_background": cell.n_background, "d": cell.d, "sensitivity": cell.sensitivity,
+                    **est.to_dict(), "predicted": None, "predicted_note": TOPK_NOTE, **ub,
+                    "gdp_bound": bounds.gdp_auc_bound(cell.k, cell.n, cell.sigma, cell.sensitivity),
+                    "mean_hits_in": float(data[:, 0].mean()), "mean_hits_out": float(data[:, 1].mean()),
+                    "z": None, "within_1se": None, "within_2se": None})
+    else:
+        for stat, cols, who in (("hits", (0, 1), "user"), ("pooled-noisy-score", (2, 3), "auditor")):
+            est = mann_whitney_auc(data[:, cols[0]], data[:, cols[1]])
+            out.append({**base, "statistic": stat, "observer": who, "dataset": cell.dataset, "K": cell.K,
+                        "candidates": len(cell.cand_in), "slot_in": cell.slot_in, "slot_out": cell.slot_out,
+                        **est.to_dict(), "predicted": None, "predicted_note": HNSW_NOTE, "upper_bound": None,
+                        "z": None, "within_1se": None, "within_2se": None})
+    return out
+
+
+def _group(row: dict) -> tuple:
+    return (row.get("regime") or row.get("dataset") or "", row["statistic"], row["eps_acc"])
+
+
+def gates(rows: Sequence[dict]) -> dict:
+    """002's P1 (slope in √k, per curve) and, for the scalar mechanism, P3 (tightness), as evaluated.
+
+    P1: weighted least squares AUC = a + b√k over a curve's cells (weights 1/SE²); passes iff b > 0 with
+    b/SE(b) > 2 and the linear fit is not rejected (χ² goodness of fit p > 0.01).
+    P3 (scalar): every cell's AUC is above ½ by more than 2 SE and below the certified upper bound (within 2 SE);
+    reports the range of (AUC − ½)/(bound − ½) (the "constant factor").
+    """
+    out = {"P1": [], "P3": None}
+    groups: dict[tuple, list] = {}
+    for r in rows:
+        groups.setdefault(_group(r), []).append(r)
+    for g, rs in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2])):
+        rs = sorted(rs, key=lambda r: r["k"])
+        if len(rs) < 3:
+            continue
+        x = np.sqrt([r["k"] for r in rs])
+        y = np.array([r["auc"] for r in rs])
+        w = 1.0 / np.maximum(np.array([r["stderr"] for r in rs]), 1e-12) ** 2
+        X = np.stack([np.ones_like(x), x], axis=1)
+        cov = np.linalg.inv(X.T @ (X * w[:, None]))
+        a, b = cov @ (X.T @ (w * y))
+        resid = y - (a + b * x)
+        c2 = float(np.sum(w * resid ** 2))
+        dof = len(rs) - 2
+        p = float(chi2.sf(c2, dof))
+        se_b = math.sqrt(cov[1, 1])
+        out["P1"].append({"curve": {"group": g[0], "statistic": g[1], "eps_acc": g[2]}, "slope": float(b),
+                          "slope_stderr": se_b, "slope_z": float(b / se_b), "chi2": c2, "dof": dof, "p_linear": p,
+                          "pass": bool(b / se_b > 2 and p > 0.01)})
+    sc = [r for r in rows if r["mechanism"] == "scalar"]
+    if sc:
+        above = [r for r in sc if r["auc"] - 0.5 > 2 * r["stderr"]]
+        below_ub = [r for r in sc if r["auc"] <= r["upper_bound"] + 2 * r["stderr"]]
+        ratios = [(r["auc"] - 0.5) / (r["upper_bound"] - 0.5) for r in sc if r["upper_bound"] > 0.5]
+        out["P3"] = {"cells": len(sc), "above_half_by_2se": len(above), "below_upper_bound": len(below_ub),
+                     "ratio_min": min(ratios) if ratios else None, "ratio_max": max(ratios) if ratios else None,
+                     "pass": len(above) == len(sc) and len(below_ub) == len(sc)}
+        out["within_1se"] = sum(bool(r["within_1se"]) for r in sc)
+        out["within_2se"] = sum(bool(r["within_2se"]) for r in sc)
+        out["cells"] = len(sc)
+        out["alternatives_max_excess_over_baseline"] = max(
+            (a["auc"] - r["auc"]) / max(r["stderr"], 1e-12) for r in sc for a in r["alternatives"].values())
+    return out
+
+
+def gate_lines(g: dict) -> list[str]:
+    lines = []
+    for p in g["P1"]:
+        c = p["curve"]
+        name = "/".join(str(v) for v in (c["group"], c["statistic"]) if v)
+        lines.append(f"P1 {name} eps_acc={c['eps_acc']:g}: slope dAUC/dsqrt(k) = {p['slope']:.4f} +- "
+                     f"{p['slope_stderr']:.4f} (z = {p['slope_z']:.1f}), linear fit chi2 = {p['chi2']:.2f} on "
+                     f"{p['dof']} dof (p = {p['p_linear']:.3f}): {'PASS' if p['pass'] else 'FAIL'}")
+    if g.get("P3"):
+        p = g["P3"]
+        lines.append(f"P3 tightness: {p['above_half_by_2se']}/{p['cells']} cells above 1/2 by > 2 SE, "
+                     f"{p['below_upper_bound']}/{p['cells']} below the certified upper bound; "
+                     f"(AUC - 1/2)/(bound - 1/2) in [{p['ratio_min']:.3f}, {p['ratio_max']:.3f}]: "
+                     f"{'PASS' if p['pass'] else 'FAIL'}")
+        lines.append(f"prediction (exact pooled-mean AUC): {g['within_1se']}/{g['cells']} cells within 1 SE, "
+                     f"{g['within_2se']}/{g['cells']} within 2 SE")
+    return lines
+
+
+# ----------------------------------------------------------------------------------------------------------
+# output
+# ----------------------------------------------------------------------------------------------------------
+
+CSV_COLUMNS = ("mechanism", "regime", "dataset", "statistic", "k", "eps_acc", "n", "trials", "auc", "stderr",
+               "stderr_hanley_mcneil", "predicted", "z", "within_1se", "within_2se", "upper_bound",
+               "upper_bound_epsilon", "upper_bound_delta", "gdp_bound", "sigma", "calibration", "gap",
+               "sensitivity", "seconds")
+
+
+def write_outputs(out: Path, rows: list[dict], title: str) -> None:
+    with (out / CSV_NAME).open("w", newline="", encoding="utf-8") as f:
+        alt_cols = sorted({a for r in rows for a in r.get("alternatives", {})})
+        cols = list(CSV_COLUMNS) + [f"{a}_{x}" for a in alt_cols for x in ("auc", "stderr", "predicted")]
+        w = csv.DictWriter(f, fieldnames=cols, extrasaction="ignore")
+        w.writeheader()
+        for r in rows:
+            flat = {k: ("" if v is None else v) for k, v in r.items()}
+            for a, v in r.get("alternatives", {}).items():
+                for x in ("auc", "stderr", "predicted"):
+                    flat[f"{a}_{x}"] = v[x]
+            w.writerow(flat)
+    with (out / JSONL_NAME).open("w", encoding="utf-8") as f:
+        for r in rows:
+            f.write(json.dumps(r, sort_keys=True) + "\n")
+    plot(rows, out / PNG_NAME, title)
+
+
+def plot(rows: Sequence[dict], path: Path, title: str = "") -> Path:
+    """(a) AUC vs k with ±1 SE bars, predictions as lines; (b) AUC vs √k·ε_acc (002 Fig. 2 and P2)."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    groups: dict[tuple, list] = {}
+    for r in rows:
+        groups.setdefault(_group(r), []).append(r)
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.8))
+    markers = "osd^v<>ph*"
+    for i, (g, rs) in enumerate(sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2]))):
+        rs = sorted(rs, key=lambda r: r["k"])
+        name = "/".join(str(v) for v in (g[0], g[1]) if v and v != "pooled-mean")
+        label = (name + " " if name else "") + f"eps_acc={g[2]:g}"
+        ks = [r["k"] for r in rs]
+        auc = [r["auc"] for r in rs]
+        se = [r["stderr"] for r in rs]
+        e = axes[0].errorbar(ks, auc, yerr=se, marker=markers[i % len(markers)], capsize=3, ls="-" if
+                             rs[0].get("predicted") is None else "none", label=label)
+        if rs[0].get("predicted") is not None:
+            axes[0].plot(ks, [r["predicted"] for r in rs], ls="--", color=e[0].get_color(), lw=1)
+        axes[1].errorbar([r["sqrt_k_eps_acc"] for r in rs], auc, yerr=se, marker=markers[i % len(markers)],
+                         capsize=3, ls="none", color=e[0].get_color(), label=label)
+    for ax in axes:
+        ax.axhline(0.5, color="grey", ls=":", lw=1)
+        ax.set_ylabel("membership-inference AUC")
+        ax.grid(alpha=0.3)
+    axes[0].set_xscale("log")
+    axes[0].set_xlabel("coalition size k (dashed: exact prediction)")
+    axes[1].set_xlabel("sqrt(k) * eps_acc")
+    axes[1].set_xscale("log")
+    axes[0].legend(fontsize=7)
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def package_versions() -> dict:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {"python": platform.python_version()}
+    for p in ("dprag", "numpy", "scipy", "dask", "distributed", "faiss-cpu", "torch", "sentence-transformers",
+              "matplotlib", "tqdm"):
+        try:
+            out[p] = version(p)
+        except PackageNotFoundError:
+            out[p] = None
+    return out
+
+
+def run(cfg: Config, out_dir: str | os.PathLike, *, progress: bool = True, log=None, on_row=None) -> dict:
+    """Run the experiment, write every output file, return {"rows", "gates", "run"}."""
+    log = log or (lambda s: print(s, file=sys.stderr))
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    t_start = time.perf_counter()
+    cells, setup = build_cells(cfg, log)
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(cells) * cfg.trials, desc=f"auc-vs-k {cfg.mechanism}", unit="trial", file=sys.stderr,
+                   smoothing=0.05)
+    t_mc = time.perf_counter()
+    data = run_cells(_fn(cfg.mechanism), cells, cfg.trials, cfg.seed.encode(), scheduler=cfg.scheduler,
+                     workers=cfg.workers, chunk=cfg.chunk, progress=(bar.update if bar else None))
+    mc_seconds = time.perf_counter() - t_mc
+    if bar:
+        bar.close()
+    per_cell = mc_seconds / max(1, len(cells))  # cells run interleaved: an average, not a per-cell measurement
+    rows = []
+    for cell, d in zip(cells, data):
+        for r in rows_for(cfg, cell, d, per_cell):
+            rows.append(r)
+            if on_row:
+                on_row(r)
+    g = gates(rows)
+    for line in gate_lines(g):
+        log(line)
+    cfg_d = asdict(cfg)
+    runinfo = {"schema": "dprag.experiment.auc-vs-k.run/1", "argv": sys.argv[1:], "config": cfg_d,
+               "seed": cfg.seed, "setup": setup, "engine": ("dask " + str(cfg.scheduler)) if cfg.scheduler else
+               f"local processes ({cfg.workers or os.cpu_count()})", "monte_carlo_seconds": mc_seconds,
+               "total_seconds": time.perf_counter() - t_start, "versions": package_versions(),
+               "threads": {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),
+                           "DPRAG_TORCH_THREADS": os.environ.get("DPRAG_TORCH_THREADS")},
+               "neighbouring": collusion.NEIGHBOURING, "sensitivity_note": collusion.SENSITIVITY_NOTE}
+    title = (f"{cfg.mechanism}: n={cfg.n}, T={cfg.trials}, delta_acc={cfg.delta_acc:g}, calibration {cfg.calibration}"
+             + (f", gap {cfg.gap:g} (sensitivity 2)" if cfg.mechanism == "scalar" else ""))
+    write_outputs(out, rows, title)
+    (out / "gates.json").write_text(json.dumps(g, indent=1, sort_keys=True))
+    (out / "run.json").write_text(json.dumps(runinfo, indent=1, default=str))
+    return {"rows": rows, "gates": g, "run": runinfo}
+
+
+# ----------------------------------------------------------------------------------------------------------
+# command line: dprag experiment auc-vs-k (registered in experiments/cli.py)
+# ----------------------------------------------------------------------------------------------------------
+
+import click  # noqa: E402
+
+
+class _Fail(click.ClickException):
+    exit_code = 2
+
+
+def _list(name: str, text: str, conv):
+    try:
+        vals = tuple(conv(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise click.BadParameter(f"must be comma-separated numbers, got {text!r}", param_hint=name) from None
+    if not vals:
+        raise click.BadParameter("must not be empty", param_hint=name)
+    return vals
+
+
+@click.command("auc-vs-k")
+@click.option("--mechanism", type=click.Choice(MECHANISMS), required=True)
+@click.option("--k", "k_text", default="1,2,5,10,20", show_default=True, help="coalition sizes")
+@click.option("--eps-acc", "eps_text", default="1,2,4", show_default=True, help="per-account epsilon values")
+@click.option("--trials", type=int, default=1000, show_default=True, help="Monte Carlo trials T per cell")
+@click.option("--n", type=int, default=None, help="queries per account (default: scalar 10000, topk/hnsw 200)")
+@click.option("--delta-acc", type=float, default=1e-6, show_default=True)
+@click.option("--calibration", type=click.Choice(["3.4", "exact"]), default=None,
+              help="sigma: 002 (3.4) (scalar default) or exact per-account (eps_acc, delta_acc) (topk/hnsw default)")
+@click.option("--mode", type=click.Choice(["sufficient", "per-query"]), default="sufficient", show_default=True,
+              help="scalar: draw block sums (exact sufficient statistic) or every query's noise")
+@click.option("--gap", type=float, default=2.0, show_default=True,
+              help="scalar: realised score gap s_in - s_out (raw cosine, sensitivity 2; 2 = x*' = -q*)")
+@click.option("--rho", "rho_text", default="0.5,0.25", show_default=True, help="scalar: split fractions (002 §4.6); 'none' for none")
+@click.option("--regimes", default="same-tenant,external-m4", show_default=True, help="topk: collusion regimes")
+@click.option("--datasets", default="wiki,synthetic", show_default=True, help="hnsw: wiki and/or synthetic")
+@click.option("--synthetic-size", type=int, default=100_000, show_default=True, help="hnsw: synthetic vectors")
+@click.option("--synthetic-gap", type=float, default=0.4, show_default=True,
+              help="hnsw: cosine gap between target and decoy in the synthetic set")
+@click.option("--candidates", type=int, default=128, show_default=True, help="hnsw: candidates per search")
+@click.option("--seed", default="0", show_default=True)
+@click.option("--workers", type=int, default=None, help="local processes (default: CPU count; 1 = in process)")
+@click.option("--scheduler", default=None, help="Dask scheduler address (tcp://host:8786): run trials there")
+@click.option("--chunk", type=int, default=None, help="trials per task")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), required=True)
+@click.option("--json", "as_json", is_flag=True, help="print one JSON object per row (schema dprag.experiment.auc-vs-k/1)")
+@click.option("--progress/--no-progress", default=True, show_default=True)
+def auc_vs_k_command(mechanism, k_text, eps_text, trials, n, delta_acc, calibration, mode, gap, rho_text, regimes,
+                     datasets, synthetic_size, synthetic_gap, candidates, seed, workers, scheduler, chunk, out_dir,
+                     as_json, progress):
+    """Membership-inference AUC against coalition size k (paper 002 §4): scalar M*, top-K harness, HNSW."""
+    try:
+        try:
+            cfg = Config(mechanism=mechanism, ks=_list("--k", k_text, int), eps=_list("--eps-acc", eps_text, float),
+                         trials=trials, seed=str(seed), n=n, delta_acc=delta_acc, calibration=calibration, mode=mode,
+                         gap=gap, rhos=_list("--rho", rho_text, float) if rho_text.strip() not in ("", "none") else (),
+                         regimes=tuple(x.strip() for x in regimes.split(",") if x.strip()),
+                         datasets=tuple(x.strip() for x in datasets.split(",") if x.strip()),
+                         synthetic_size=synthetic_size, synthetic_gap=synthetic_gap, candidates=candidates,
+                         workers=workers, scheduler=scheduler, chunk=chunk)
+            if chunk is not None and chunk < 1:
+                raise InvalidParameterError("chunk", "must be >= 1", chunk)
+            if synthetic_size < 1000:
+                raise InvalidParameterError("synthetic_size", "must be >= 1000", synthetic_size)
+        except InvalidParameterError as e:
+            flag = {"eps_acc": "--eps-acc", "k": "--k", "delta_acc": "--delta-acc", "rho": "--rho",
+                    "regime": "--regimes", "dataset": "--datasets"}.get(e.field, "--" + e.field.replace("_", "-"))
+            raise click.BadParameter(e.rule if hasattr(e, "rule") else str(e), param_hint=flag) from None
+        echo = (lambda r: click.echo(json.dumps(r, sort_keys=True))) if as_json else None
+        run(cfg, out_dir, progress=progress, on_row=echo, log=lambda s: click.echo(s, err=True))
+    except click.BadParameter:
+        raise
+    except InvalidParameterError as e:
+        raise _Fail(str(e)) from None
+    except OSError as e:
+        raise _Fail(f"{e}") from None
