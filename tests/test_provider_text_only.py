@@ -364,3 +364,23 @@ def test_account_cli_names_its_embedder(tmp_path, monkeypatch, capsys):
     err = capsys.readouterr().err
     assert "--embedder no-such-model" in err and "all-MiniLM-L6-v2" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "eve").exists()
+
+
+@pytest.mark.slow
+def test_keyword_release_is_empirically_dp_on_neighbouring_responses():
+    # One response of 20 changed ("other" -> "zorvatin"): counts [12, 8] vs [11, 9], so d_1 = 4 vs 2 — the PTR test
+    # sits at its boundary (released on one side, refused unless it fails on the other). The claim (ε_em + ε_ptr,
+    # δ) = (2, 0.05) holds; a claim of (0.5, 0) is caught (the mechanism really spends more than that). Seeded; a
+    # false report has probability <= 1e-6 per check (the checker's alpha). ~4 minutes on the loaded 2-core box.
+    from dprag.accounting.testing import check_dp, seeded
+
+    p = DpKsaParams(m=20, epsilon_em=1.0, epsilon_ptr=1.0, ptr_delta=0.05, max_keywords=3)
+    a = ["zorvatin"] * 12 + ["other"] * 8
+    b = ["zorvatin"] * 11 + ["other"] * 9
+
+    def mech(responses, source):
+        s = p.select_keywords(responses, "q", source)
+        return f"{s['k']}:{s['keywords']}"
+
+    assert check_dp(mech, a, b, 2.0, 0.05, trials=20000, source_factory=seeded(b"ksa-emp"), alpha=1e-6).passed
+    assert not check_dp(mech, a, b, 0.5, 0.0, trials=20000, source_factory=seeded(b"ksa-emp2"), alpha=1e-6).passed
