@@ -1,0 +1,147 @@
+"""``dprag experiment coalition-probe`` (rag_adapters/experiments/coalition_probe.py): the per-channel events,
+the bounds against independent computations, a leaky service configuration where both channels must leak
+the target (and never the replaced record), and the CLI's bad-input path."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dprag.accounting import gdp
+from dprag.accounting.collusion import lemma_3_11_advantage_upper
+from dprag.accounting.rag.toy import ToyGenerator
+from dprag.audit.cli import main
+from dprag.audit.toy import HashEmbedder
+from dprag.rag_adapters.experiments import coalition_probe as cp
+
+
+def test_wilson_closed_forms():
+    z = 1.959963984540054
+    lo, hi = cp.wilson(0, 20)
+    assert lo == 0.0 and hi == pytest.approx(z * z / (20 + z * z))  # Wilson upper limit at 0 successes
+    lo, hi = cp.wilson(10, 20)
+    assert lo + hi == pytest.approx(1.0)  # symmetric around 1/2
+    lo, hi = cp.wilson(20, 20)
+    assert hi == 1.0 and lo == pytest.approx(20 / (20 + z * z))
+
+
+def test_events_are_cumulative_over_accounts():
+    acc = [[{"answer": "no", "citations": [3, 4]}],
+           [{"answer": "it is 123456", "citations": [7, 8]}],
+           [{"answer": "no", "citations": [7, 1]}]]
+    ev = cp.events(acc, 7, "123456")
+    assert ev == {"citations": [False, True, True], "answers": [False, True, True]}
+
+
+def test_summary_bounds_match_accounting():
+    pol = cp.probe_policy(4, 2)
+    trials = []
+    for i in range(10):  # in: citations from k = 2 on in every trial; out: never; answers never
+        trials.append({"world": "in", "events": {"citations": [False, True, True, True], "answers": [False] * 4}})
+        trials.append({"world": "out", "events": {"citations": [False] * 4, "answers": [False] * 4}})
+    rows = cp.summarise(trials, range(1, 5), pol, 2)
+    r = pol.retrieval
+    gen = pol.certified_epsilons()["generation"]["epsilon"]
+    z = 1.959963984540054
+    p_out_hi = z * z / (10 + z * z)
+    for row in rows:
+        k = row["k"]
+        if row["channel"] == "citations":
+            want = gdp.discrete_gaussian_epsilon(r.sigma, r.sensitivity, 2 * k, pol.coalition.delta_policy,
+                                                 sampler_tv=r.sampler.tv).epsilon
+            assert row["epsilon"] == pytest.approx(want)
+            assert row["p_in"] == (0.0 if k == 1 else 1.0) and row["p_out"] == 0.0
+        else:
+            assert row["epsilon"] == pytest.approx(gen)  # the global filter: k does not enter
+            want_prior = min(1.0, math.exp(gen) * k * 2 * pol.generation.max_tokens / 1e6 + row["delta"])
+            assert row["rate_bound_prior"] == pytest.approx(want_prior)
+        assert row["rate_bound"] == pytest.approx(min(1.0, math.exp(row["epsilon"]) * p_out_hi + row["delta"]))
+        assert row["advantage_bound"] == pytest.approx(lemma_3_11_advantage_upper(row["epsilon"], row["delta"]))
+    eps_c = [row["epsilon"] for row in rows if row["channel"] == "citations"]
+    assert all(a < b for a, b in zip(eps_c, eps_c[1:]))  # more colluders, more retrieval ε
+
+
+class NameEmbedder(HashEmbedder):
+    """Bag of hashed capitalised words except sentence openers, normalised: a probe naming a patient retrieves
+    that patient's record (a test double for MiniLM)."""
+
+    STOP = {"What", "Tell", "Please", "Clinic", "Patient", "Visit", "Seen", "Private", "Confidential", "Note",
+            "Plan", "Symptoms", "Assessment", "Following", "Treated", "Management", "Discharged", "As", "The",
+            "Noted", "Follow", "Under"}
+
+    def embed(self, texts):
+        out = np.zeros((len(texts), self.dimension))
+        for i, t in enumerate(texts):
+            for w in re.findall(r"\b[A-Z][a-z]+\b", t):
+                if w not in self.STOP:
+                    out[i] += self._word(w)
+            n = np.linalg.norm(out[i])
+            out[i] = out[i] / n if n > 0 else out[i]
+        return out
+
+
+class SecretCopy(ToyGenerator):
+    """A leaky 'LLM': a voter whose document holds a 6-digit number says that number."""
+
+    def plan(self, prompt):
+        for c in prompt.contexts:
+            m = re.search(r"\b(\d{6})\b", c)
+            if m:
+                return [self._tok(m.group(1)), 0]
+        return super().plan(prompt)
+
+
+class _Models:
+    def __init__(self):
+        self.embedder = NameEmbedder(256)
+        self.generator = SecretCopy(vocab_size=4096)
+        self.names = {"embedder": "test", "generator": "test"}
+
+    def descriptor(self, schema):
+        return self.embedder.descriptor(dict(schema))
+
+
+def test_leaky_service_leaks_the_target_and_never_the_replacement(tmp_path):
+    """ε_acc = ε_token = 50, one voter, τ = 0: both channels reveal the target in the 'in' world; in the 'out'
+    world the target's id holds another patient, so the target's secret never appears and its id is not
+    cited for the target's name (deterministic up to noise of scale e^-50)."""
+    setup = cp.make_setup("test-coalition", 1, 15)
+    pol = cp.probe_policy(2, 1, eps_acc=50.0, m=1, epsilon_token=50.0, tau=0)
+    trials = cp.run_probe(tmp_path, models=_Models(), policy=pol, setup=setup, k_max=2, probes=1, trials=1,
+                          seed="t", templates=("What is {name}'s {kind}?",))
+    by = {t["world"]: t for t in trials}
+    assert by["in"]["events"] == {"citations": [True, True], "answers": [True, True]}
+    assert by["out"]["events"] == {"citations": [False, False], "answers": [False, False]}
+    assert setup.secret in by["in"]["accounts"][0][0]["answer"]
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--k-max", "0"], "--k-max"),
+    (["--trials", "0"], "--trials"),
+    (["--eps-acc", "-1"], "--eps-acc"),
+    (["--model", "gpt9"], "--model"),
+])
+def test_coalition_probe_bad_input_one_line_exit_2(tmp_path, capsys, args, needle):
+    rc = main(["experiment", "coalition-probe", "--out", str(tmp_path / "x"), "--no-progress", *args])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and needle in err[0]
+
+
+def test_coalition_probe_toy_cli(tmp_path, capsys):
+    out = tmp_path / "cp"
+    rc = main(["experiment", "coalition-probe", "--model", "toy", "--k-max", "2", "--probes", "1", "--trials", "2",
+               "--n-distractors", "10", "--out", str(out), "--no-progress", "--json"])
+    assert rc == 0
+    rows = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert len(rows) == 4 and {r["schema"] for r in rows} == {"dprag.coalition-probe-row/1"}
+    assert {(r["k"], r["channel"]) for r in rows} == {(k, c) for k in (1, 2) for c in ("citations", "answers")}
+    trials = [json.loads(x) for x in (out / "trials.jsonl").read_text().splitlines()]
+    assert len(trials) == 4 and all(len(t["accounts"]) == 2 for t in trials)
+    run = json.loads((out / "run.json").read_text())
+    assert run["k_max"] == 2 and run["versions"]["numpy"] and (out / "coalition_probe.png").exists()
+    assert not (out / "_window").exists()
