@@ -313,3 +313,12 @@ def privacy_utility(dataset, methods, eps_text, queries, dev_queries, test_split
            "threads": os.environ.get("DPRAG_TORCH_THREADS"), "python": platform.python_version(),
            "total_seconds": time.perf_counter() - t_start}
     (out / "run.json").write_text(json.dumps(run, indent=1, default=str))
+
+
+from .mia import mia as _mia  # noqa: E402  (issue 12: membership inference, spec/experiments-mia.md)
+
+experiment.add_command(_mia)
+
+from .coalition_probe import coalition_probe as _coalition_probe  # noqa: E402  (issue 12, spec/experiments-mia.md)
+
+experiment.add_command(_coalition_probe)
