@@ -120,6 +120,41 @@ def probe_policy(k_max: int, probes: int, eps_acc: float | None = None, *, m: in
     ).validate()
 
 
+class _Models:
+    """What ``run_window`` needs: a committed embedder, its descriptor, a generator, names."""
+
+    def __init__(self, embedder, generator, descriptor, names):
+        self.embedder, self.generator, self.descriptor, self.names = embedder, generator, descriptor, names
+
+
+def probe_models(kind: str):
+    """The demo's model kinds (``demo.load_models``: real, tiny, toy) plus ``minilm-toy``: the real MiniLM
+    embedder (the retrieval channel is the real one) with the weight-free toy generator (answers meaningless,
+    no LLM cost) -- for the citations channel at sizes SmolLM2 cannot reach here."""
+    from ..demo import load_models
+
+    quiet = lambda total, desc: (lambda n: None)  # noqa: E731
+    if kind != "minilm-toy":
+        m = load_models(kind, quiet)
+        return _Models(m.embedder, m.generator, m.descriptor, m.names)
+    from dprag.accounting.rag.toy import ToyGenerator
+    from dprag.audit import commitments as cm
+
+    from ..audit_embedder import CorpusCachingEmbedder
+    from ..embedder import MiniLMEmbedder
+
+    emb = MiniLMEmbedder()
+    h = hashlib.sha256(b"dprag.coalition-probe/minilm-toy").hexdigest()  # an experiment window, not audited
+
+    def descriptor(schema):
+        return cm.EmbedderDescriptor(model="all-MiniLM-L6-v2 (experiment)", weights_sha256=h, dimension=emb.dim,
+                                     prompt_template="toy", tokenizer_sha256=h, schema=dict(schema))
+
+    return _Models(CorpusCachingEmbedder(emb), ToyGenerator(vocab_size=4096), descriptor,
+                   {"embedder": "sentence-transformers/all-MiniLM-L6-v2 (384-d)",
+                    "generator": "toy generator (accounting.rag.toy): answers meaningless"})
+
+
 def wilson(successes: int, n: int, z: float = 1.959963984540054) -> tuple[float, float]:
     """Wilson score 95% interval of a binomial proportion."""
     if n <= 0:
@@ -284,8 +319,9 @@ def run_probe(out: Path, *, models, policy, setup: ProbeSetup, k_max: int, probe
 @click.option("--k-max", type=int, default=20, show_default=True, help="largest coalition (k = 1..k_max)")
 @click.option("--probes", type=int, default=2, show_default=True, help="probe queries per account (= policy n)")
 @click.option("--trials", type=int, default=20, show_default=True, help="windows per world")
-@click.option("--model", type=click.Choice(("real", "tiny", "toy")), default="toy", show_default=True,
-              help="real: MiniLM + SmolLM2; tiny / toy: weight-free (the demo's model kinds)")
+@click.option("--model", type=click.Choice(("real", "tiny", "toy", "minilm-toy")), default="toy", show_default=True,
+              help="real: MiniLM + SmolLM2; tiny / toy: weight-free (the demo's model kinds); minilm-toy: MiniLM "
+                   "retrieval with the toy generator (citations channel only)")
 @click.option("--eps-acc", type=float, default=None, help="retrieval ε_acc per account (default: the demo's)")
 @click.option("--m", "m", type=int, default=None, help="generation voters (default: the demo's 20)")
 @click.option("--epsilon-token", type=float, default=None, help="generation ε_token (default: the demo's 6)")
@@ -300,7 +336,7 @@ def run_probe(out: Path, *, models, policy, setup: ProbeSetup, k_max: int, probe
 def coalition_probe(k_max, probes, trials, model, eps_acc, m, epsilon_token, tau, corpus_seed, n_conditions, n_distractors, seed, out_dir,
                     as_json, progress):
     """Success rate of k colluding accounts extracting one record's secret, per channel, vs the certified bound."""
-    from ..demo import PROBE_TEMPLATES, load_models
+    from ..demo import PROBE_TEMPLATES
     from .mia import package_versions
 
     for name, v in (("--k-max", k_max), ("--probes", probes), ("--trials", trials), ("--n-conditions", n_conditions)):
@@ -332,7 +368,7 @@ def coalition_probe(k_max, probes, trials, model, eps_acc, m, epsilon_token, tau
         out.mkdir(parents=True, exist_ok=True)
         (out / "trials.jsonl").unlink(missing_ok=True)
         t = time.perf_counter()
-        models = load_models(model, lambda total, desc: (lambda n: None))
+        models = probe_models(model)
         load_s = time.perf_counter() - t
 
         def on_trial(rec):
