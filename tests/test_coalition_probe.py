@@ -145,3 +145,9 @@ def test_coalition_probe_toy_cli(tmp_path, capsys):
     run = json.loads((out / "run.json").read_text())
     assert run["k_max"] == 2 and run["versions"]["numpy"] and (out / "coalition_probe.png").exists()
     assert not (out / "_window").exists()
+
+
+def test_probe_policy_valid_up_to_k20():
+    for k in (1, 5, 20):
+        pol = cp.probe_policy(k, 2)
+        assert pol.coalition.delta_policy > k * pol.retrieval.delta_acc  # 002 §5.6 rule, checked by validate()

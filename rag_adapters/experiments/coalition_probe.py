@@ -111,7 +111,8 @@ def probe_policy(k_max: int, probes: int, eps_acc: float | None = None, *, m: in
                                   delta_acc=p.delta_acc, sigma=sigma, sensitivity=SENSITIVITY, score_clip=SCORE_CLIP,
                                   score_shift=SCORE_SHIFT,
                                   sampler=SamplerSpec(p.sampler_tail, p.sampler_bits, p.sampler_tv)),
-        coalition=CoalitionPolicy(k_max=k_max, delta_policy=p.delta_policy),
+        # the policy rule δ_policy > k_max·δ_acc (002 §5.6): the demo's 1e-5 up to k_max = 5, then 2·k_max·δ_acc
+        coalition=CoalitionPolicy(k_max=k_max, delta_policy=max(p.delta_policy, 2 * k_max * p.delta_acc)),
         generation=GenerationPolicy(algorithm="murag", m=p.m if m is None else m,
                                     epsilon_token=p.epsilon_token if epsilon_token is None else epsilon_token,
                                     max_private_tokens=p.max_private_tokens, max_queries_per_doc=p.M,
