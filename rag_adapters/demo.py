@@ -3,9 +3,10 @@ models (spec/demo.md).
 
 What one run does (every step is the project's own code; nothing is simulated):
 
-1. **Data.** Two synthetic clinics, each its own tenant and private corpus: ``generate_clinic_corpus`` with
-   two seeds (rag_adapters/datasets/clinic.py). Tenant ``clinic-a`` has citations (the retrieval channel)
-   on, ``clinic-b`` off.
+1. **Data.** Three synthetic clinics, each its own tenant and private corpus: ``generate_clinic_corpus`` with
+   three seeds (rag_adapters/datasets/clinic.py). Tenant ``clinic-a`` has citations (the retrieval channel)
+   on, ``clinic-b`` off, and ``clinic-z`` -- a small **zk tenant** of 8 records -- has citations whose every
+   query carries a Groth16 proof of noise-then-select (audit/zk_attest.py).
 2. **Accounts and traffic.** Honest accounts under each tenant ask one test-split question per clinic
    condition (the fact kind rotating drug / dose / test / interval); a *coalition* of colluding accounts of
    ``clinic-a`` asks paraphrases of one extraction probe -- "What is <patient>'s <secret kind>?" about the
@@ -16,15 +17,20 @@ What one run does (every step is the project's own code; nothing is simulated):
      integer score units of §4 (MiniLM cosine × 2^20 after int16 quantisation at scale 2^10, clipped to
      [0, 2^20], shifted by 10: sensitivity (2^20 >> 10) + 1 = 1025), K citations, n queries per account;
    - coalition: k_max, δ_policy, θ, window (002 §5.5);
-   - generation: MuRAG (000 Alg. 1) over the pure-DP sparse-vote mechanism (000 Alg. 5) with m voters of
-     one document each, ε_token, c private tokens, M queries per document, and τ = 512 score units
-     (cosine 0.5) -- chosen on a public calibration corpus, never on a tenant's data (spec/demo.md).
+   - generation: MuRAG (000 Alg. 1) with answer-level voting (issue 13: m voters of one document each answer
+     in full, a public normaliser keys the answers, one exponential mechanism releases a key or the Non-RAG
+     answer) at ε_q = 4, M queries per document, τ = 512 score units (cosine 0.5); composed ε 9.8752 <= 10.
+     ``--mechanism pure-dp-rag`` commits 000 Alg. 5 at the same ε_q instead. τ and the mechanism were chosen
+     on a public calibration corpus, never on a tenant's data (spec/demo.md).
 4. **Serving** (``audit.service.ProviderService``): commitments (C_emb from ``audit_embedder``, C_idx, C_seed,
    C_policy), every query through noise-then-select citations, per-document filter charges, the ledger and
    signed receipts; receipts go to ``DIR/receipts.jsonl`` (what the accounts hand to the auditor), the
    bundle to ``DIR/bundle``.
+   The demo also plays the **auditor** of the zk tenant: it runs the (development-only) Groth16 setup and
+   hands the provider the proving key, keeping the verification key in ``DIR/auditor-zk/``; after serving, the
+   provider proves the zk tenant's queries (``ProviderService.attest``).
 5. **Verification** (``audit.verifier.verify``, what ``dprag audit verify DIR/bundle --receipts
-   DIR/receipts.jsonl`` runs): ``DIR/verdict.json``. A second, small window with the same coalition
+   DIR/receipts.jsonl --zk-vkey DIR/auditor-zk/verification_key.json`` runs): ``DIR/verdict.json``. A second, small window with the same coalition
    traffic and a policy committed with a lower k_max is verified too (``DIR/lowk/``): it must FAIL
    ``coalition``.
 6. **Utility** on the honest questions: match accuracy and token F1 of the served (private) answers
@@ -98,6 +104,10 @@ class TenantSpec:
     accounts: tuple[str, ...]
     citations: bool
     support: tuple[int, int] = (20, 30)
+    #: a zk tenant (policy retrieval.zk_tenants): every query's citations carry a Groth16 proof of
+    #: noise-then-select over its committed index (audit/zk_attest.py); N <= 8 documents keeps the circuit
+    #: (~61k constraints at d = 384) in a 2^16 domain
+    zk: bool = False
 
 
 @dataclass(frozen=True)
@@ -113,9 +123,11 @@ class DemoPrivacy:
     theta: float = 0.9
     window: int = 1000
     m: int = 20
-    epsilon_token: float = 6.0
-    max_private_tokens: int = 5
-    max_tokens: int = 20
+    #: 000 Alg. 5's parameters, used with mechanism "pure-dp-rag": ε_q = ε_token/4·(1 + 3c) = 4.0, the same
+    #: per-query cost as answer-vote's vote_epsilon (the comparison of spec/demo.md)
+    epsilon_token: float = 1.6
+    max_private_tokens: int = 3
+    max_tokens: int = 16
     M: int = 1
     tau: int = 512
     docs_per_voter: int = 1
@@ -125,10 +137,13 @@ class DemoPrivacy:
     lowk_k_max: int = 2
     #: "pure-dp-rag" (000 Alg. 5, token-level) or "answer-vote" (issue 13, answer-level): the generation
     #: mechanism of the committed policy; the answer-vote fields are used only with the latter
-    mechanism: str = "pure-dp-rag"
+    mechanism: str = "answer-vote"
+    #: ε of answer-vote's selection = ε_q; composed ε = retrieval 1.8752 + generation 2·M·ε_q = 9.8752 <= 10
     vote_epsilon: float = 4.0
-    vote_threshold: float = 2.0
-    key_words: int = 2
+    #: t and the key length of issue 13's tuning (spec/experiments.md §5.8: the disjoint seed-1 corpus); on the
+    #: public calibration corpus at ε = 4 every t in {1, 2, 4, 6} with 2 or 3 key words answered 2/12 (spec/demo.md)
+    vote_threshold: float = 6.0
+    key_words: int = 3
     normalizer: str = "answer-keys-v1"
 
 
@@ -146,6 +161,8 @@ class DemoConfig:
     baseline_batch: int = 8
     npr_k: int = 3
     probe_templates: tuple[str, ...] = PROBE_TEMPLATES
+    #: where the AUDITOR keeps its development Groth16 keys (None: dprag's cache dir / demo-auditor-zk)
+    zk_key_cache: str | None = None
 
     @property
     def coalition_tenant(self) -> str:
@@ -154,6 +171,10 @@ class DemoConfig:
     def n_honest(self) -> int:
         return sum(t.n_conditions for t in self.tenants)
 
+    @property
+    def zk_tenants(self) -> tuple[str, ...]:
+        return tuple(t.name for t in self.tenants if t.zk)
+
     def n_queries(self) -> int:
         return self.n_honest() + len(self.colluders) * self.probes_per_colluder
 
@@ -161,11 +182,29 @@ class DemoConfig:
         p = self.privacy
         docs = ", ".join(f"{t.name}: {t.n_conditions} conditions x {t.support[0]}-{t.support[1]} records + "
                          f"{t.n_distractors} distractors, {len(t.accounts)} honest accounts"
-                         f"{', citations on' if t.citations else ''}" for t in self.tenants)
+                         f"{', citations on' if t.citations else ''}{', zk (Groth16 proofs)' if t.zk else ''}"
+                         for t in self.tenants)
         return (f"{self.size} run: {self.n_queries()} queries ({self.n_honest()} honest questions, "
                 f"{len(self.colluders)} colluding accounts x {self.probes_per_colluder} probes), "
                 f"m = {p.m} voters, K = {p.K} citations; tenants {docs}; "
                 f"then a k_max = {p.lowk_k_max} window of {len(self.colluders)} probe queries")
+
+
+def mechanism_label(p: DemoPrivacy) -> str:
+    """The generation mechanism's name in the report's tables."""
+    return "MuRAG + answer-level voting" if p.mechanism == "answer-vote" else "MuRAG + 000 Alg. 5 (token level)"
+
+
+def mechanism_line(p: DemoPrivacy) -> str:
+    """The committed generation mechanism and its parameters, in words."""
+    if p.mechanism == "answer-vote":
+        return (f"MuRAG (000 Alg. 1) with answer-level voting (issue 13, spec/accounting/rag.md §6): m = {p.m} voters "
+                f"x {p.docs_per_voter} document answer in full (<= {p.max_tokens} tokens), public normaliser "
+                f"{p.normalizer!r} (<= {p.key_words} key words), one exponential mechanism over the keys at ε = "
+                f"{p.vote_epsilon} with threshold t = {p.vote_threshold} nats; ⊥ releases the Non-RAG answer (public "
+                "completion, free in ε)")
+    return (f"MuRAG (000 Alg. 1) over pure-DP DP-RAG (000 Alg. 5): m = {p.m}, ε_token = {p.epsilon_token}, c = "
+            f"{p.max_private_tokens} private tokens, max {p.max_tokens} tokens")
 
 
 def _model_profile(model: str) -> dict:
@@ -182,7 +221,8 @@ def default_config(model: str = "real") -> DemoConfig:
     return DemoConfig(
         size="default",
         tenants=(TenantSpec("clinic-a", "dprag-demo/clinic-a", 14, 150, ("alice", "bob", "carol"), True),
-                 TenantSpec("clinic-b", "dprag-demo/clinic-b", 12, 150, ("dave", "erin"), False)),
+                 TenantSpec("clinic-b", "dprag-demo/clinic-b", 12, 150, ("dave", "erin"), False),
+                 TenantSpec("clinic-z", "dprag-demo/clinic-z", 2, 2, ("zoe", "zack"), True, (3, 3), zk=True)),
         colluders=("mallory-1", "mallory-2", "mallory-3"), probes_per_colluder=2, **_model_profile(model))
 
 
@@ -191,21 +231,26 @@ def quick_config(model: str = "real") -> DemoConfig:
     return DemoConfig(
         size="quick",
         tenants=(TenantSpec("clinic-a", "dprag-demo/clinic-a-quick", 2, 40, ("alice", "bob"), True),
-                 TenantSpec("clinic-b", "dprag-demo/clinic-b-quick", 2, 40, ("dave",), False)),
+                 TenantSpec("clinic-b", "dprag-demo/clinic-b-quick", 2, 40, ("dave",), False),
+                 TenantSpec("clinic-z", "dprag-demo/clinic-z-quick", 1, 2, ("zoe",), True, (6, 6), zk=True)),
         colluders=("mallory-1", "mallory-2", "mallory-3"), probes_per_colluder=1, **_model_profile(model))
 
 
-def build_policy(cfg: DemoConfig, *, k_max: int | None = None, window: str | None = None) -> Policy:
-    """The committed policy (spec/protocol.md §4) of the demo's window."""
+def build_policy(cfg: DemoConfig, *, k_max: int | None = None, window: str | None = None,
+                 tenants: Sequence[str] | None = None) -> Policy:
+    """The committed policy (spec/protocol.md §4) of the demo's window (``tenants``: the window's tenants,
+    default all of ``cfg``)."""
     p = cfg.privacy
     sigma = exact_sigma(p.epsilon_acc, p.delta_acc, p.n, SENSITIVITY)
+    names = set(t.name for t in cfg.tenants) if tenants is None else set(tenants)
     return Policy(
         window=window or cfg.window,
         retrieval=RetrievalPolicy(
-            enabled_tenants=tuple(t.name for t in cfg.tenants if t.citations), K=p.K, n=p.n,
+            enabled_tenants=tuple(t.name for t in cfg.tenants if t.citations and t.name in names), K=p.K, n=p.n,
             epsilon_acc=p.epsilon_acc, delta_acc=p.delta_acc, sigma=sigma, sensitivity=SENSITIVITY,
             score_clip=SCORE_CLIP, score_shift=SCORE_SHIFT,
-            sampler=SamplerSpec(p.sampler_tail, p.sampler_bits, p.sampler_tv)),
+            sampler=SamplerSpec(p.sampler_tail, p.sampler_bits, p.sampler_tv),
+            zk_tenants=tuple(t for t in cfg.zk_tenants if t in names)),
         coalition=CoalitionPolicy(k_max=p.k_max if k_max is None else k_max, delta_policy=p.delta_policy),
         generation=GenerationPolicy(algorithm="murag", m=p.m, epsilon_token=p.epsilon_token,
                                     max_private_tokens=p.max_private_tokens, max_queries_per_doc=p.M,
@@ -327,40 +372,115 @@ def tau_statistics(embedder, corpus: ClinicCorpus, tau: int = 512) -> dict:
             "unrelated_cosine_p99_p999": (np.percentile(u, [99, 99.9]) / 1024).tolist()}
 
 
-def token_budget_accuracy(embedder, generator, corpus: ClinicCorpus, *, m: int, epsilon_token: float, c: int,
-                          tau: int = 512, max_tokens: int = 20, questions: int = 12, seed: bytes = b"tune") -> float:
-    """Match accuracy of 000 Alg. 5 (m voters on the Top-m records above τ) on one test question per
-    condition of the calibration corpus: how ε_token and c were chosen (spec/demo.md)."""
-    from dprag.accounting.noise.source import RandomSource
+def _calibration_lists(embedder, corpus: ClinicCorpus, tau: int, m: int, questions: int):
+    """(item, ranked Top-m list above τ padded with -1, scores) for one test question per condition."""
     from dprag.accounting.rag.common import top_k_padded
-    from dprag.accounting.rag.single_query import PureDpRagParams, pure_dp_rag
 
     qd = cm.quantise_embeddings(np.asarray(embedder.embed(list(corpus.documents))))
-
-    class _Scores:
-        current = None
-
-        def __len__(self):
-            return len(corpus.documents)
-
-        def document(self, i):
-            return corpus.documents[int(i)]
-
-        def scores(self, question):
-            return self.current
-
-    retr = _Scores()
-    params = PureDpRagParams(m, epsilon_token, c, max_tokens=max_tokens)
-    src = RandomSource.from_seed(seed, f"{m},{epsilon_token},{c}".encode())
-    hits = []
+    out = []
     for item in honest_questions(corpus, min(questions, len(corpus.info["protocol"]))):
         q = cm.quantise_embeddings(np.asarray(embedder.embed([item.question])))[0]
         s = cm.integer_scores(qd, q, SCORE_CLIP, SCORE_SHIFT).astype(np.float64)
-        retr.current = s
         above = np.flatnonzero(s > tau)
-        ans = pure_dp_rag(item.question, top_k_padded(above, s[above], m), retr, generator, params, source=src)
-        hits.append(contains_answer(ans.text, item.answers))
-    return float(np.mean(hits))
+        out.append((item, top_k_padded(above, s[above], m), s))
+    return out
+
+
+class _FixedScores:
+    """A Retriever over a calibration corpus whose scores are set per question."""
+
+    def __init__(self, corpus: ClinicCorpus):
+        self.corpus, self.current = corpus, None
+
+    def __len__(self):
+        return len(self.corpus.documents)
+
+    def document(self, i):
+        return self.corpus.documents[int(i)]
+
+    def scores(self, question):
+        return self.current
+
+
+def mechanism_accuracy(embedder, generator, corpus: ClinicCorpus, mechanisms: dict, *, tau: int = 512,
+                       questions: int = 12, seed: bytes = b"tune") -> dict:
+    """Match accuracy of single-query mechanisms (``SingleQueryMechanism`` params: 000 Alg. 5's
+    ``PureDpRagParams``, ``AnswerVoteParams``, ...) on the same questions of a calibration corpus: one test
+    question per condition, the voters reading the Top-m records above τ (padded with empty documents), each
+    question with fresh documents (no filter). How the demo's mechanism was chosen (spec/demo.md).
+    Returns {name: {"accuracy", "answers"}}."""
+    from dprag.accounting.noise.source import RandomSource
+
+    m = max(p.m for p in mechanisms.values())
+    lists = _calibration_lists(embedder, corpus, tau, m, questions)
+    retr = _FixedScores(corpus)
+    out = {}
+    for name, params in mechanisms.items():
+        src = RandomSource.from_seed(seed, name.encode())
+        answers, hits = [], []
+        for item, ids, s in lists:
+            retr.current = s
+            ans = params.respond(item.question, ids[:params.m] if ids.size >= params.m else ids, retr, generator,
+                                 source=src)
+            answers.append(ans.text)
+            hits.append(contains_answer(ans.text, item.answers))
+        out[name] = {"accuracy": float(np.mean(hits)), "answers": answers}
+    return out
+
+
+def answer_vote_grid(embedder, generator, corpus: ClinicCorpus, *, m: int, epsilon: float, max_tokens: int,
+                     thresholds: Sequence[float], key_words: Sequence[int], tau: int = 512, questions: int = 12,
+                     seed: bytes = b"tune", normalizer: str = "answer-keys-v1") -> dict:
+    """Answer-level voting on the calibration questions for a grid of (threshold t, key words): the voters
+    answer once per question (the answers do not depend on t or the key length), then steps 3-5 of
+    ``accounting.rag.answer_vote`` (public normalisation, ``select_string``, Non-RAG fallback) run per setting
+    on those answers. Also the voters' non-private plurality (a diagnostic). Returns {(t, kw): accuracy,
+    "plurality": {kw: accuracy}}."""
+    from dprag.accounting.mechanisms.string_selection import select_string
+    from dprag.accounting.noise.source import RandomSource
+    from dprag.accounting.rag.answer_vote import AnswerVoteParams
+    from dprag.audit.policy import normalizer as load_normalizer
+
+    norm = load_normalizer(normalizer)
+    lists = _calibration_lists(embedder, corpus, tau, m, questions)
+    retr = _FixedScores(corpus)
+    base = AnswerVoteParams(m, epsilon, threshold=6.0, max_tokens=max_tokens, normalizer=norm, diagnostics=True)
+    src = RandomSource.from_seed(seed, b"answer-vote-grid")
+    voters, non_rag = [], []
+    for item, ids, s in lists:
+        retr.current = s
+        info = base.respond(item.question, ids, retr, generator, source=src).info
+        voters.append(info["voter_answers"])
+        non_rag.append(generator.generate(Prompt(item.question), max_tokens).strip())
+    res: dict = {"plurality": {}}
+    for kw in key_words:
+        params = replace(base, max_key_words=kw)
+        keys = [[params.key(a, item.question) for a in ans] for (item, _, _), ans in zip(lists, voters)]
+        plur = []
+        for (item, _, _), ks in zip(lists, keys):
+            voted = [k for k in ks if k]
+            top = max(sorted(set(voted)), key=voted.count) if voted else ""
+            plur.append(contains_answer(top, item.answers))
+        res["plurality"][kw] = float(np.mean(plur))
+        for t in thresholds:
+            sel = RandomSource.from_seed(seed, f"select,{t},{kw}".encode())
+            hits = []
+            for (item, _, _), ks, nr in zip(lists, keys, non_rag):
+                chosen, _ = select_string([k for k in ks if k], epsilon, t, sel)
+                hits.append(contains_answer(chosen if chosen else nr, item.answers))
+            res[(t, kw)] = float(np.mean(hits))
+    return res
+
+
+def token_budget_accuracy(embedder, generator, corpus: ClinicCorpus, *, m: int, epsilon_token: float, c: int,
+                          tau: int = 512, max_tokens: int = 20, questions: int = 12, seed: bytes = b"tune") -> float:
+    """Match accuracy of 000 Alg. 5 (m voters on the Top-m records above τ) on one test question per
+    condition of the calibration corpus: how ε_token and c were chosen for the earlier pure-DP-RAG demo."""
+    from dprag.accounting.rag.single_query import PureDpRagParams
+
+    params = PureDpRagParams(m, epsilon_token, c, max_tokens=max_tokens)
+    return mechanism_accuracy(embedder, generator, corpus, {f"{m},{epsilon_token},{c}": params}, tau=tau,
+                              questions=questions, seed=seed)[f"{m},{epsilon_token},{c}"]["accuracy"]
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -421,6 +541,90 @@ def load_models(kind: str, progress) -> Models:
         return Models(wrapped, gen, lambda schema: hemb.descriptor(dict(schema), prompt_template=template),
                       {"embedder": "hash bag-of-words (64-d, no model)", "generator": gname})
     raise InvalidParameterError("model", "must be 'real', 'tiny' or 'toy'", kind)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# the auditor's Groth16 key (spec/zk.md's trust rule)
+# ----------------------------------------------------------------------------------------------------------
+@dataclass
+class AuditorZk:
+    """The AUDITOR's Groth16 key for the zk tenant's noise-then-select circuit. The demo plays the auditor
+    here: it runs the DEVELOPMENT setup (``zk_attest.setup_for``; whoever runs it knows the toxic waste), keeps
+    ``verification_key.json`` and hands the provider only the proving key. A setup the provider made would leave
+    the verdict's attestation at replay (spec/zk.md); a multi-party ceremony ``.zkey`` replaces this setup in a
+    real deployment."""
+
+    pk: object
+    vk_path: Path
+    key_file: Path
+    tenant: str
+    n: int
+    dim: int
+    constraints: int
+    domain: int
+    cached: bool
+    seconds: float
+
+
+def auditor_zk_setup(cfg: DemoConfig, policy: Policy, schema: dict, dim: int, out_dir: Path) -> AuditorZk:
+    """Make (or reuse from the auditor's key cache) the development key of the zk tenant's circuit; write the
+    verification key to ``out_dir/verification_key.json``. The auditor derives every circuit parameter from the
+    policy and the public schema (N documents, dimension), never from the provider's state."""
+    import hashlib
+
+    from dprag.audit import zk_attest
+    from dprag.audit.retrieval import noise_table
+    import pickle
+
+    from dprag.zk.formats import vk_to_json, write_json
+
+    from ._common import cache_dir
+
+    t0 = time.perf_counter()
+    r = policy.retrieval
+    sizes = {t: schema[t] for t in r.zk_tenants}
+    if len(set(sizes.values())) != 1:
+        raise InvalidParameterError("tenants", "the zk tenants must hold the same number of documents (one "
+                                               "verification key per window)", sizes)
+    tenant = sorted(sizes)[0]
+    n = sizes[tenant]
+    bound = noise_table(r.sigma, r.sampler.tail, r.sampler.precision_bits).support_bound
+    params = zk_attest.circuit_params(policy, n, dim, bound)
+    circ = zk_attest.circuit(policy, n, dim, bound)
+    name = hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()[:24]
+    cache = Path(cfg.zk_key_cache) if cfg.zk_key_cache else cache_dir() / "demo-auditor-zk"
+    # the auditor's own private cache (0600 files in its cache directory; a pickle, since parsing and re-checking
+    # every point of a .zkey takes longer than the setup): the auditor reuses its key across windows, as it
+    # would a ceremony key
+    key_file = cache / f"noise-then-select-{name}.pk.pickle"
+    pk = None
+    if key_file.is_file():
+        try:
+            pk = pickle.loads(key_file.read_bytes())
+        except Exception:  # a damaged cache entry is made again
+            pk = None
+    cached = pk is not None
+    if pk is None:
+        pk, _ = zk_attest.setup_for(policy, n, dim, bound)
+        cache.mkdir(parents=True, exist_ok=True)
+        tmp = key_file.with_name(key_file.name + f".{os.getpid()}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            pickle.dump(pk, f, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(tmp, key_file)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    vk_path = out_dir / "verification_key.json"
+    write_json(vk_path, vk_to_json(pk.verifying_key()))
+    (out_dir / "README.txt").write_text(
+        "The AUDITOR's Groth16 verification key for the zk tenant's noise-then-select circuit.\n"
+        "DEVELOPMENT ONLY: made by dprag's development setup, run by the demo acting as the auditor (not by the\n"
+        f"provider); the provider received only the proving key ({key_file}). Whoever ran the setup knows the toxic\n"
+        "waste, so in a real deployment the auditor makes it (or imports a multi-party ceremony .zkey) and a\n"
+        "provider-made key leaves the attestation at replay (spec/zk.md).\n"
+        f"Verify: dprag audit verify <bundle> --zk-vkey {vk_path}\n")
+    return AuditorZk(pk=pk, vk_path=vk_path, key_file=key_file, tenant=tenant, n=n, dim=dim,
+                     constraints=circ.r1cs.n_constraints, domain=pk.domain_size, cached=cached,
+                     seconds=time.perf_counter() - t0)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -495,8 +699,8 @@ def _prepare_out(out: Path) -> None:
         if entries and not (out / MARKER).is_file():
             raise InvalidParameterError("out", "is a non-empty directory that holds no previous demo run; "
                                                "choose a new or empty directory", str(out))
-        for name in ("provider", "accounts", "bundle", "lowk", "plots", "receipts.jsonl", "verdict.json", "report.md",
-                     "answers.jsonl", MARKER):
+        for name in ("provider", "accounts", "bundle", "lowk", "plots", "auditor-zk", "receipts.jsonl", "verdict.json",
+                     "report.md", "answers.jsonl", MARKER):
             p = out / name
             if p.is_dir():
                 shutil.rmtree(p)
@@ -586,6 +790,17 @@ def run_demo(out: str | os.PathLike, cfg: DemoConfig, *, progress: bool = True,
                                  accounts={a: (t, keys[a].vkey) for a, t in accounts.items()})
     clients = _clients(svc, models, keys, out / "accounts")
     timings["open window (embed + commit)"] = time.perf_counter() - t
+    zk = None
+    if cfg.zk_tenants:  # the auditor makes the Groth16 key and hands the provider the proving key
+        try:
+            zk = auditor_zk_setup(cfg, policy, schema, models.embedder.dim, out / "auditor-zk")
+        except BaseException:
+            svc.close()
+            raise
+        timings["zk key (auditor: " + ("cached development key" if zk.cached else "development setup") + ")"] = \
+            zk.seconds
+        echo(f"  zk: auditor's development key for {zk.tenant} (N = {zk.n}, {zk.constraints:,} constraints, domain "
+             f"2^{zk.domain.bit_length() - 1}) {'loaded from its cache' if zk.cached else 'made'} in {zk.seconds:.1f} s")
 
     # Phase B: serve ---------------------------------------------------------------------------------------
     t = time.perf_counter()
@@ -600,6 +815,12 @@ def run_demo(out: str | os.PathLike, cfg: DemoConfig, *, progress: bool = True,
             receipts.append(encode({k: kept[k] for k in ("receipt", "top", "request")}).decode())
         timings["serve queries"] = time.perf_counter() - t
         (out / "receipts.jsonl").write_text("".join(x + "\n" for x in receipts))
+        n_proofs = 0
+        if zk is not None:  # the provider proves every zk-tenant query with the auditor's proving key
+            t = time.perf_counter()
+            n_proofs = svc.attest(zk.pk)
+            timings["zk prove (provider)"] = time.perf_counter() - t
+            echo(f"  zk: {n_proofs} Groth16 proof(s) in {timings['zk prove (provider)']:.1f} s")
         bundle = svc.export_bundle(out / "bundle")
         budget_units = int(svc.budget.units[0])
     finally:
@@ -614,7 +835,7 @@ def run_demo(out: str | os.PathLike, cfg: DemoConfig, *, progress: bool = True,
     # Phase D: verify --------------------------------------------------------------------------------------
     t = time.perf_counter()
     verdict = verify(bundle, receipts=out / "receipts.jsonl", mode="full", theta=p.theta,
-                     coalition_window=p.window).to_json()
+                     coalition_window=p.window, zk_vkey=None if zk is None else zk.vk_path).to_json()
     timings["verify"] = time.perf_counter() - t
     (out / "verdict.json").write_text(json.dumps(verdict, indent=1, sort_keys=True) + "\n")
     echo(f"  verdict: {verdict['verdict']}" + (f" ε = {verdict['epsilon']:.4g}, δ = {verdict['delta']:.3g}"
@@ -637,6 +858,7 @@ def run_demo(out: str | os.PathLike, cfg: DemoConfig, *, progress: bool = True,
     timings["plots"] = time.perf_counter() - t
     timings["total"] = time.perf_counter() - t_start
 
+    analysis["zk"] = None if zk is None else {"setup": zk, "proofs": n_proofs}
     result = DemoResult(out=out, verdict=verdict, lowk_verdict=lowk, rows=analysis["rows"], served=served,
                         timings=timings, extra=analysis)
     (out / "report.md").write_text(render_report(cfg, policy, models, schema, result, script))
@@ -654,7 +876,7 @@ def _clients(svc: ProviderService, models: Models, keys: dict, directory: Path) 
 def _run_lowk(d: Path, cfg: DemoConfig, models: Models, corpora, script, prog) -> dict:
     """A second window: the coalition's first probe of every colluder, under a policy with k_max = lowk."""
     ten = cfg.coalition_tenant
-    policy = build_policy(cfg, k_max=cfg.privacy.lowk_k_max, window=f"{cfg.window}-lowk")
+    policy = build_policy(cfg, k_max=cfg.privacy.lowk_k_max, window=f"{cfg.window}-lowk", tenants=(ten,))
     probes, seen = [], set()
     for r in script:
         if r.kind == "probe" and r.account not in seen:
@@ -717,7 +939,8 @@ def _analyse(cfg: DemoConfig, models: Models, corpora, served: list[Served], tar
 
     rows = []
     for name, answers, private, note in (
-        ("MuRAG (served, private)", [s.answer for s in honest], True, "the answers the accounts received"),
+        (f"{mechanism_label(p)} (served, private)", [s.answer for s in honest], True,
+         "the answers the accounts received"),
         ("Non-RAG baseline", non_rag, True, "same LLM, no retrieval: touches no document"),
         (f"non-private RAG (top-{cfg.npr_k})", npr[:len(honest)], False, "reference only: no privacy"),
     ):
@@ -743,12 +966,16 @@ def _analyse(cfg: DemoConfig, models: Models, corpora, served: list[Served], tar
                 spend[ten][np.asarray(ch["ids"], dtype=np.int64)] += ch["cost"]["epsilon_units"]
         charged_per_query[pos] = sorted({i for ch in op["charge"]["charges"] for i in ch["ids"]})
     cite_prec, cite_chance = [], []
+    cite_by_tenant: dict[str, list[tuple[float, float]]] = {}
     for s in honest:
         if s.citations is None:
             continue
         rel = set(s.request.item.relevant_ids)
-        cite_prec.append(len(rel & set(s.citations)) / len(s.citations))
-        cite_chance.append(len(rel) / len(corpora[s.request.tenant].documents))
+        pr, ch = len(rel & set(s.citations)) / len(s.citations), len(rel) / len(corpora[s.request.tenant].documents)
+        cite_by_tenant.setdefault(s.request.tenant, []).append((pr, ch))
+        if s.request.tenant not in cfg.zk_tenants:  # the zk tenant's 8 records are mostly relevant: chance ~ 0.75
+            cite_prec.append(pr)
+            cite_chance.append(ch)
     supported = [len(set(charged_per_query[s.pos]) & set(s.request.item.relevant_ids)) for s in honest]
     probe_info = [{"account": s.request.account, "pos": s.pos, "question": s.request.question, "answer": s.answer,
                    "leaked": contains_answer(s.answer, target.secret),
@@ -777,6 +1004,8 @@ def _analyse(cfg: DemoConfig, models: Models, corpora, served: list[Served], tar
         "target": target, "spend": spend, "budget_units": budget_units, "cost_units": cost_units,
         "citation_precision": float(np.mean(cite_prec)) if cite_prec else None,
         "citation_chance": float(np.mean(cite_chance)) if cite_chance else None,
+        "citations_by_tenant": {t: (float(np.mean([x for x, _ in v])), float(np.mean([y for _, y in v])), len(v))
+                                for t, v in cite_by_tenant.items()},
         "supported_charged": supported, "charged_per_query": charged_per_query,
         "theta_curve": list(zip(thetas, [int(x) for x in curve])), "clusters": clusters,
         "max_cross_honest_cos": float(max(cross_honest)) if cross_honest else None,
@@ -835,6 +1064,44 @@ def _plots(d: Path, a: dict, cfg: DemoConfig) -> None:
     plt.close(fig)
 
 
+#: score gap (units of spec/protocol.md §4, cosine x 1024) between the records supporting a question and the
+#: unrelated ones on the public calibration corpus (supporting median cosine 0.566, unrelated 99th percentile 0.470)
+CITATION_GAP = 100
+
+
+def epsilon_acc_for_sigma(sigma: float, n: int, sensitivity: int, delta_acc: float) -> float:
+    """The smallest ε_acc (to 0.1 %) at which ``exact_sigma(ε_acc, δ_acc, n, sensitivity)`` <= ``sigma``:
+    the per-account budget at which the citations' noise drops below a score gap (bisection; exact_sigma
+    decreases in ε)."""
+    lo, hi = 1e-3, 1e5
+    if exact_sigma(hi, delta_acc, n, sensitivity) > sigma:
+        return float("inf")
+    while hi / lo > 1.001:
+        mid = (lo * hi) ** 0.5
+        if exact_sigma(mid, delta_acc, n, sensitivity) > sigma:
+            lo = mid
+        else:
+            hi = mid
+    return hi
+
+
+def citation_explanation(p: DemoPrivacy, sigma: float) -> str:
+    """Why the citations of account-level DP are near chance, and what setting would make them useful."""
+    narrow = int(0.3 * 1024) + 1  # a public clip range of cosine [0.4, 0.7]
+    e8 = epsilon_acc_for_sigma(CITATION_GAP, p.n, SENSITIVITY, p.delta_acc)
+    e1 = epsilon_acc_for_sigma(CITATION_GAP, 1, SENSITIVITY, p.delta_acc)
+    e1n = epsilon_acc_for_sigma(CITATION_GAP, 1, narrow, p.delta_acc)
+    return (f"Why near chance: account-level DP hides any one document from everything an account sees over its "
+            f"n = {p.n} queries, and one document can move its own score across the whole clipped range "
+            f"(sensitivity {SENSITIVITY} units), so σ = {sigma:,.0f} units at ε_acc = {p.epsilon_acc} — "
+            f"{sigma / (SENSITIVITY - 1):.0f}x the whole score range, while supporting and unrelated records differ by "
+            f"about {CITATION_GAP} units (cosine 0.1): the noisy top-K is close to a uniform draw. Citations become "
+            f"useful once σ falls below that gap: at this clip range that takes ε_acc ≈ {e8:,.0f} per account at n = "
+            f"{p.n} ({e1:,.0f} at n = 1); a narrow public clip range (cosine [0.4, 0.7], sensitivity {narrow}) with "
+            f"n = 1 brings it to ε_acc ≈ {e1n:.0f} — a retrieval ε that certifies little. At ε_acc = {p.epsilon_acc} "
+            "the citations are there to be audited, not to be read.")
+
+
 def _fmt(x, nd=3) -> str:
     if x is None:
         return "–"
@@ -856,7 +1123,10 @@ def render_report(cfg: DemoConfig, policy: Policy, models: Models, schema: dict,
                                                f"(relation: {ch.get('relation')})" if v["verdict"] == "PASS" else ""))
     if v["reasons"]:
         L.append("\nReasons:\n" + "\n".join(f"- `{r}`" for r in v["reasons"]))
-    L.append(f"\nRe-run the auditor: `dprag audit verify {res.out / 'bundle'} --receipts {res.out / 'receipts.jsonl'}`\n")
+    zkx = a.get("zk")
+    vk_flag = f" --zk-vkey {zkx['setup'].vk_path}" if zkx else ""
+    L.append(f"\nRe-run the auditor: `dprag audit verify {res.out / 'bundle'} --receipts {res.out / 'receipts.jsonl'}"
+             f"{vk_flag}`\n")
     L.append("## What the ε covers\n")
     L.append("| channel | ε | δ | covers |\n|---|---|---|---|")
     if retr:
@@ -875,6 +1145,18 @@ def render_report(cfg: DemoConfig, policy: Policy, models: Models, schema: dict,
     L.append("\n**Attestation** (what the verifier re-checked, per channel):\n")
     for ch, text in sorted(v["attestation"].items()):
         L.append(f"- {ch}: {text}")
+    if zkx:
+        z = zkx["setup"]
+        L.append(f"\n**Zero-knowledge proofs (tenant {z.tenant}).** {zkx['proofs']} of its queries carry a Groth16 proof "
+                 f"that the citations are the top-K of the committed index's scores plus the committed noise (every one "
+                 f"of its N = {z.n} documents' scores proven; d = {z.dim}, {z.constraints:,} constraints, domain "
+                 f"2^{z.domain.bit_length() - 1}); the verifier checked {v['checked'].get('zk_proofs', 0)} under the "
+                 f"auditor's verification key `{z.vk_path}`. **Who made the key:** the demo acting as the AUDITOR ran "
+                 f"dprag's development setup ({'reused from the auditor key cache' if z.cached else 'made in this run'}: "
+                 f"`{z.key_file}`) and handed the provider only the proving key; the provider never ran a setup. "
+                 "DEVELOPMENT ONLY: whoever runs that setup knows its toxic waste, so in a deployment the auditor makes "
+                 "the key itself or imports a multi-party ceremony `.zkey`; proofs under a key the provider made leave "
+                 "the attestation at replay (spec/zk.md).")
     L.append("\n**Trust model** (what no verifier can see; spec/threat-model.md):\n")
     for t in v.get("trust", []):
         L.append(f"- {t}")
@@ -900,6 +1182,9 @@ def render_report(cfg: DemoConfig, policy: Policy, models: Models, schema: dict,
                  f"k_max = {p.lowk_k_max}: **{lk['verdict']}**" + (" — " + "; ".join(f"`{r}`" for r in lk["reasons"])
                                                                   if lk["reasons"] else "") + "\n")
     L.append("## Utility on the honest questions\n")
+    if v["verdict"] == "PASS":
+        L.append(f"At composed ε = {v['epsilon']:.4f} (retrieval {retr['epsilon']:.4f} + generation {gen['epsilon']:.4f}, "
+                 f"δ = {v['delta']:.3g}, replace-one), on the same {len(a['honest'])} questions:\n")
     tcols = [f"accuracy {t.name}" for t in cfg.tenants]
     L.append("| method | private | questions | match accuracy | token F1 | " + " | ".join(tcols) + " | note |")
     L.append("|---|---|---|---|---|" + "---|" * len(tcols) + "---|")
@@ -912,11 +1197,12 @@ def render_report(cfg: DemoConfig, policy: Policy, models: Models, schema: dict,
              f"documents per honest question ({np.mean(sup):.1f} of them records that support the asked fact); "
              f"m = {p.m} voters read one document each (Top-K, K = m, padded with empty documents).")
     if a["citation_precision"] is not None:
+        per = "; ".join(f"{t}: {pr:.3f} vs {ch:.3f} ({k} questions)" for t, (pr, ch, k) in
+                        sorted(a["citations_by_tenant"].items()))
         L.append(f"Citations (retrieval channel, K = {p.K}, σ = {policy.retrieval.sigma:.1f} score units against a "
                  f"score range of {SENSITIVITY - 1}): precision {a['citation_precision']:.3f} vs "
-                 f"{a['citation_chance']:.3f} for uniformly random documents. At ε_acc = {p.epsilon_acc} per "
-                 f"account over n = {p.n} queries and sensitivity = the whole clipped score range, the noise "
-                 "dominates the scores: account-level DP of citations leaves them close to random.\n")
+                 f"{a['citation_chance']:.3f} for uniformly random documents (per tenant: {per}).")
+        L.append(citation_explanation(p, policy.retrieval.sigma) + "\n")
     L.append("### The coalition's extraction probe\n")
     tg = a["target"]
     L.append(f"Target: record {tg.doc_id} of {cfg.coalition_tenant} (a routine visit), secret "
@@ -942,8 +1228,7 @@ def render_report(cfg: DemoConfig, policy: Policy, models: Models, schema: dict,
              f"sensitivity = {SENSITIVITY}, σ = {policy.retrieval.sigma:.2f} (accounting.collusion.exact_sigma), "
              f"table sampler tail {p.sampler_tail}σ, TV ≤ {p.sampler_tv:g}")
     L.append(f"- coalition: k_max = {p.k_max}, δ_policy = {p.delta_policy:g}, θ = {p.theta}, window = {p.window}")
-    L.append(f"- generation: MuRAG (000 Alg. 1) over pure-DP DP-RAG (000 Alg. 5): m = {p.m}, ε_token = "
-             f"{p.epsilon_token}, c = {p.max_private_tokens} private tokens, max {p.max_tokens} tokens, τ = {p.tau} "
+    L.append(f"- generation: {mechanism_line(p)}; τ = {p.tau} "
              f"score units (cosine {p.tau / 1024:.2f}), M = {p.M}; per-document filter budget M·ε_q = "
              f"{_fmt(gen.get('epsilon_add_remove'), 2)} ({res.extra['budget_units']} filter units), per-query "
              f"cost ε_q = {_fmt(gen.get('per_query_epsilon'), 2)} ({res.extra['cost_units']} units; "
@@ -957,13 +1242,13 @@ def render_report(cfg: DemoConfig, policy: Policy, models: Models, schema: dict,
         L.append(f"\nPer served query: mean {np.mean(per):.2f} s, max {np.max(per):.2f} s "
                  f"(honest {np.mean([s.seconds for s in res.served if s.request.kind == 'honest']):.2f} s).")
     L.append("\n## Answers\n")
-    L.append("| pos | account | question | gold | MuRAG answer | Non-RAG |\n|---|---|---|---|---|---|")
+    L.append("| pos | account | question | gold | private answer | Non-RAG |\n|---|---|---|---|---|---|")
     for s, nr in zip(a["honest"], a["non_rag"]):
         L.append(f"| {s.pos} | {s.request.account} | {s.request.question} | {s.request.item.answers[0]} | "
                  f"{_md(s.answer)} | {_md(nr)} |")
     L.append("\nFiles: `bundle/` (public/ may be published; auditor/ is confidential), `receipts.jsonl`, "
-             "`verdict.json`, `answers.jsonl`, `lowk/`, `plots/`; `provider/` is the provider's private state "
-             "(signing key, seed).\n")
+             "`verdict.json`, `answers.jsonl`, `lowk/`, `plots/`, `auditor-zk/` (the auditor's verification key); "
+             "`provider/` is the provider's private state (signing key, seed).\n")
     return "\n".join(L) + "\n"
 
 
@@ -991,10 +1276,18 @@ def _jsonable(x):
 @click.option("--quick", is_flag=True, help="small sizes (~2 minutes on 2 cores)")
 @click.option("--model", type=click.Choice(["real", "tiny", "toy"]), default="real", show_default=True,
               help="real: MiniLM + SmolLM2; tiny / toy: no model weights (for tests)")
+@click.option("--mechanism", type=click.Choice(["answer-vote", "pure-dp-rag"]), default="answer-vote",
+              show_default=True, help="the committed generation mechanism; both at the same per-query ε_q = 4 "
+                                      "(composed ε 9.8752): answer-level voting, or 000 Alg. 5 at ε_token = 1.6, c = 3")
+@click.option("--zk/--no-zk", default=True, show_default=True,
+              help="Groth16 proofs for the zk tenant's queries (--no-zk: the same tenant and traffic, replay only)")
 @click.option("--no-progress", is_flag=True, help="no progress bars")
-def demo(out: Path, quick: bool, model: str, no_progress: bool) -> int:
+def demo(out: Path, quick: bool, model: str, mechanism: str, zk: bool, no_progress: bool) -> int:
     """Run the audited multi-tenant DP-RAG service end to end and verify it (exit 0 iff PASS)."""
     cfg = quick_config(model) if quick else default_config(model)
+    cfg = replace(cfg, privacy=replace(cfg.privacy, mechanism=mechanism))
+    if not zk:
+        cfg = replace(cfg, tenants=tuple(replace(t, zk=False) for t in cfg.tenants))
     res = run_demo(out, cfg, progress=not no_progress)
     return 0 if res.passed else 1
 

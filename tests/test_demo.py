@@ -92,7 +92,7 @@ def test_policy_follows_the_protocol_units():
     pol = D.build_policy(cfg)
     r = pol.retrieval
     assert r.sensitivity == 1025 == ((r.score_clip[1] - r.score_clip[0]) >> r.score_shift) + 1
-    assert r.enabled_tenants == ("clinic-a",)
+    assert r.enabled_tenants == ("clinic-a", "clinic-z") and r.zk_tenants == ("clinic-z",)
     # σ calibrated so that one account's n releases are (ε_acc, δ_acc)-DP: checked with the Gaussian
     # composition of accounting.gdp (an independent route from exact_sigma's search)
     from dprag.accounting.gdp import certified_gaussian_epsilon
@@ -101,6 +101,63 @@ def test_policy_follows_the_protocol_units():
     assert eps == pytest.approx(r.epsilon_acc, rel=1e-3)
     assert pol.generation.tau == 512 and pol.generation.algorithm == "murag"
     assert pol.coalition.delta_policy > pol.coalition.k_max * r.delta_acc
+
+
+def _gaussian_reference_epsilon(sigma: float, sensitivity: int, releases: int, delta: float) -> float:
+    """ε of ``releases`` continuous Gaussian releases (σ, sensitivity) at δ, exactly (Balle & Wang 2018: the
+    composition is μ-GDP with μ = √releases·Δ/σ, δ(ε) = Φ(−ε/μ + μ/2) − e^ε·Φ(−ε/μ − μ/2)), in 40-digit mpmath:
+    an independent route from the verifier's discrete-Gaussian PLD."""
+    import mpmath as mp
+
+    with mp.workdps(40):
+        mu = mp.sqrt(releases) * sensitivity / mp.mpf(sigma)
+        d = lambda e: mp.ncdf(-e / mu + mu / 2) - mp.e ** e * mp.ncdf(-e / mu - mu / 2) - mp.mpf(delta)  # noqa: E731
+        return float(mp.findroot(d, 1.0))
+
+
+@pytest.mark.parametrize("mechanism", ["answer-vote", "pure-dp-rag"])
+def test_composed_epsilon_is_at_most_10_by_an_independent_computation(mechanism):
+    """The main job's composed ε (issue 8 §4): recomputed from the policy's parameters by closed forms, not by
+    the code that certifies it, and compared with the certified values."""
+    cfg = D.default_config("real")
+    p = replace(cfg.privacy, mechanism=mechanism)
+    pol = D.build_policy(replace(cfg, privacy=p))
+    r, g = pol.retrieval, pol.generation
+    assert g.mechanism == mechanism
+    # retrieval: k_max accounts x n queries of the discrete Gaussian at σ; the continuous Gaussian's exact curve
+    # (the discrete one's privacy is the same to within the lattice rounding and the sampler's TV)
+    ref = _gaussian_reference_epsilon(r.sigma, r.sensitivity, pol.coalition.k_max * r.n, pol.coalition.delta_policy)
+    # generation, replace-one: 2·M·ε_q; answer-vote's ε_q is the selection's ε; 000 Alg. 5's is
+    # ε_token/4 (SVT threshold) + c·ε_token/4 (SVT queries) + c·ε_token/2 (exponential mechanisms)
+    eps_q = p.vote_epsilon if mechanism == "answer-vote" else \
+        p.epsilon_token / 4 + p.max_private_tokens * p.epsilon_token / 4 + p.max_private_tokens * p.epsilon_token / 2
+    assert eps_q == pytest.approx(4.0, abs=1e-12)  # both mechanisms at the same per-query cost
+    assert ref + 2 * p.M * eps_q <= 10.0 - 0.1
+    cert = pol.certified_epsilons()
+    assert cert["retrieval"]["epsilon"] == pytest.approx(ref, rel=1e-3)
+    assert cert["retrieval"]["epsilon"] >= ref - 1e-9  # certified: never below the exact continuous value
+    assert cert["generation"]["epsilon"] == pytest.approx(2 * p.M * eps_q, rel=1e-8)
+    assert cert["epsilon"] <= 10.0
+
+
+def test_zk_tenant_is_small_and_in_the_policy():
+    for cfg in (D.default_config("real"), D.quick_config("real")):
+        (zt,) = [t for t in cfg.tenants if t.zk]
+        n_docs = len(generate_clinic_corpus(zt.seed, n_conditions=zt.n_conditions, support_min=zt.support[0],
+                                            support_max=zt.support[1], n_distractors=zt.n_distractors).documents)
+        assert cfg.privacy.K <= n_docs <= 16
+        pol = D.build_policy(cfg)
+        assert pol.retrieval.zk_tenants == (zt.name,) and zt.name in pol.retrieval.enabled_tenants
+    # the k_max = 2 window has only the coalition's tenant: no zk tenant, no citations elsewhere
+    low = D.build_policy(cfg, k_max=2, tenants=(cfg.coalition_tenant,))
+    assert low.retrieval.zk_tenants == () and low.retrieval.enabled_tenants == (cfg.coalition_tenant,)
+
+
+def test_epsilon_acc_for_sigma_brackets_the_target():
+    from dprag.accounting.collusion import exact_sigma
+
+    e = D.epsilon_acc_for_sigma(100.0, 8, 1025, 1e-6)
+    assert exact_sigma(e, 1e-6, 8, 1025) <= 100.0 < exact_sigma(e / 1.002, 1e-6, 8, 1025)
 
 
 def test_bad_configuration_is_refused_before_anything_is_written(tmp_path):
@@ -164,7 +221,7 @@ def test_toy_run_receipts_match_the_answers_and_the_ledger(toy_run):
         req = rc["request"]
         assert r["h_req"] == request_hash(req).hex()
         assert req["h_q"] == question_commitment(bytes.fromhex(req["nonce"]), ans["question"])
-        assert (rc["top"] is None) == (ans["tenant"] != "clinic-a")  # citations only where enabled
+        assert (rc["top"] is None) == (ans["tenant"] == "clinic-b")  # citations only where enabled
         if rc["top"] is not None:
             assert len(rc["top"]) == D.quick_config("toy").privacy.K
 
@@ -174,10 +231,10 @@ def test_toy_run_epsilons_are_the_certified_values(toy_run):
     p = D.quick_config("toy").privacy
     v = res.verdict
     gen = v["channels"]["generation"]
-    # 000 Alg. 5 pure cost, closed form: SVT ε_Lap/2 + c·ε_Lap/2 and c exponential mechanisms at ε_Expo,
-    # with ε_Lap = ε_Expo = ε_token/2; replace-one doubles the add/remove filter guarantee M·ε_q
-    eps_q = p.epsilon_token / 4 + p.max_private_tokens * p.epsilon_token / 4 \
-        + p.max_private_tokens * p.epsilon_token / 2
+    # answer-level voting: one exponential mechanism at ε = vote_epsilon per query; replace-one doubles the
+    # add/remove filter guarantee M·ε_q
+    assert p.mechanism == "answer-vote"
+    eps_q = p.vote_epsilon
     assert gen["per_query_epsilon"] == pytest.approx(eps_q, rel=1e-9)
     assert gen["epsilon"] == pytest.approx(2 * p.M * eps_q, rel=1e-9)
     retr = v["channels"]["retrieval"]
@@ -186,6 +243,60 @@ def test_toy_run_epsilons_are_the_certified_values(toy_run):
     assert p.epsilon_acc < retr["epsilon"] <= p.k_max * p.epsilon_acc
     assert retr["releases"] == p.k_max * p.n and retr["delta"] == p.delta_policy
     assert v["epsilon"] == pytest.approx(retr["epsilon"] + gen["epsilon"], rel=1e-12)
+    assert v["epsilon"] <= 10.0
+
+
+def test_toy_run_zk_tenant_is_attested_by_the_auditors_key(toy_run):
+    out, res, _ = toy_run
+    cfg = D.quick_config("toy")
+    v = res.verdict
+    n_zk = sum(s.request.tenant in cfg.zk_tenants for s in res.served)
+    assert n_zk >= 1 and v["checked"]["zk_proofs"] == n_zk
+    assert v["attestation"]["retrieval"].startswith("groth16 + replay: for zk tenant(s) clinic-z")
+    proofs = [json.loads(x) for x in (out / "bundle" / "auditor" / "proofs.jsonl").read_text().splitlines()]
+    assert len(proofs) == n_zk
+    vk = out / "auditor-zk" / "verification_key.json"
+    assert vk.is_file() and not list((out / "bundle").rglob("verification_key.json"))  # the auditor's, not the bundle's
+    report = (out / "report.md").read_text()
+    assert "the demo acting as the AUDITOR ran dprag's development setup" in report and "DEVELOPMENT ONLY" in report
+    assert f"--zk-vkey {vk}" in report
+    # the CLI auditor with its key: PASS with the proofs checked; without it the verdict stays at replay
+    assert dprag_main(["audit", "verify", str(out / "bundle"), "--receipts", str(out / "receipts.jsonl"),
+                       "--zk-vkey", str(vk)]) == 0
+    from dprag.audit.verifier import verify
+
+    plain = verify(out / "bundle", receipts=out / "receipts.jsonl", theta=0.95).to_json()
+    assert plain["verdict"] == "PASS" and plain["attestation"]["retrieval"].startswith("replay only")
+    # a well-formed key of another setup (δ' = 2δ, as if the provider had made its own) rejects the proofs
+    import dataclasses
+
+    from dprag.zk.curve import g2_mul
+    from dprag.zk.formats import read_vk, vk_to_json
+
+    auditor = read_vk(vk)
+    other = dataclasses.replace(auditor, delta2=g2_mul(auditor.delta2, 2))
+    (out / "other_vk.json").write_text(json.dumps(vk_to_json(other)))
+    bad = verify(out / "bundle", receipts=out / "receipts.jsonl", theta=0.95, zk_vkey=out / "other_vk.json")
+    assert bad.verdict == "FAIL" and any(x.startswith("retrieval:") for x in bad.reasons)
+
+
+def test_toy_run_accuracy_table_beside_the_baselines(toy_run):
+    out, res, _ = toy_run
+    names = [r["method"] for r in res.rows]
+    assert names == ["MuRAG + answer-level voting (served, private)", "Non-RAG baseline", "non-private RAG (top-3)"]
+    n = D.quick_config("toy").n_honest()
+    assert all(r["questions"] == n for r in res.rows)
+    # recomputed from answers.jsonl: the served row's accuracy is the share of honest answers containing a gold
+    from dprag.rag_adapters.metrics import contains_answer
+
+    answers = [json.loads(x) for x in (out / "answers.jsonl").read_text().splitlines()]
+    honest = [a for a in answers if a["kind"] == "honest"]
+    assert res.rows[0]["match_accuracy"] == pytest.approx(np.mean([contains_answer(a["answer"], a["gold"])
+                                                                   for a in honest]))
+    report = (out / "report.md").read_text()
+    assert f"At composed ε = {res.verdict['epsilon']:.4f}" in report
+    assert "| Non-RAG baseline | yes | " in report and "| non-private RAG (top-3) | no | " in report
+    assert "Why near chance" in report and "Citations become useful once" in report
 
 
 def test_toy_run_coalition_found_and_low_k_window_fails(toy_run):
@@ -213,16 +324,19 @@ def test_toy_run_spend_stays_within_the_filter_budget(toy_run):
 
 def test_rerun_into_the_same_directory_replaces_the_previous_run(toy_run, tmp_path):
     out = tmp_path / "again"
-    assert D.main(["--model", "toy", "--quick", "--no-progress", "--out", str(out)]) == 0
+    args = ["--model", "toy", "--quick", "--no-progress", "--no-zk", "--out", str(out)]
+    assert D.main(args) == 0
     first = (out / "bundle" / "public" / "genesis.json").read_bytes()
-    assert D.main(["--model", "toy", "--quick", "--no-progress", "--out", str(out)]) == 0
+    assert not (out / "auditor-zk").exists()
+    assert D.main(args) == 0
     assert (out / "bundle" / "public" / "genesis.json").read_bytes() != first  # fresh window: new seed, key
 
 
 def test_tiny_llama_run_through_the_generator_adapter(tmp_path):
     """The same orchestration through rag_adapters.generator.CausalLMGenerator (random weights)."""
     cfg = D.quick_config("tiny")
-    cfg = replace(cfg, privacy=replace(cfg.privacy, m=4, max_tokens=6))  # fewer voters: a fast test
+    cfg = replace(cfg, privacy=replace(cfg.privacy, m=4, max_tokens=6),  # fewer voters: a fast test
+                  tenants=tuple(replace(t, zk=False) for t in cfg.tenants))  # the toy run proves; no second proof
     res = D.run_demo(tmp_path / "tiny", cfg, progress=False, echo=lambda s: None)
     assert res.passed
     assert res.lowk_verdict["verdict"] == "FAIL"
