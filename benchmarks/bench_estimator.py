@@ -1,7 +1,7 @@
 """Coalition-size estimator at scale, and its honest-traffic calibration (spec/estimator.md §3, §5).
 
     python benchmarks/bench_estimator.py scale  [--sizes 10000 100000] [--windows 1000 10000] [--dim 384]
-                                                [--faiss-only-above 200000] [--repeat 1]
+                                                [--faiss-only-above 200000] [--repeat 1] [--no-faiss]
     python benchmarks/bench_estimator.py honest [--trials 100] [--attack-trials 20] [--windows 0 300 30]
 
 ``scale`` times ``coalition_size`` (neighbour search + exact decision + components + distinct accounts) on
@@ -65,11 +65,13 @@ def _timed(fn, repeat: int):
 
 
 def run_scale(args) -> None:
-    from dprag.rag_adapters.ann_links import FaissWindowSearch
-
     from threadpoolctl import threadpool_limits
 
     threadpool_limits(args.threads)
+    if args.no_faiss:
+        return run_scale_numpy(args)
+    from dprag.rag_adapters.ann_links import FaissWindowSearch
+
     faiss_search = FaissWindowSearch(threads=args.threads)
     print(f"dim {args.dim}, θ = {args.theta}, {args.threads} threads (BLAS and FAISS); times are best of "
           f"{args.repeat}; load average at start {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
@@ -90,6 +92,25 @@ def run_scale(args) -> None:
                 num, ratio = f"{'-':>9}", f"{'-':>11}"
             print(f"{n:>9} {W:>7} {pairs:>10.2e} {num} {tf:9.2f} {ratio} {pairs / tf:13.2e} {cf:>4}"
                   f"   (load {os.getloadavg()[0]:.1f})", flush=True)
+        del x, acc
+
+
+def run_scale_numpy(args) -> None:
+    """The verifier's path alone (``--no-faiss``): wall and CPU seconds, with the load average."""
+    print(f"dim {args.dim}, θ = {args.theta}, {args.threads} BLAS threads; numpy streaming path only; best of "
+          f"{args.repeat}; {os.cpu_count()} cores")
+    print(f"{'n':>9} {'W':>7} {'pairs':>10} {'wall s':>8} {'CPU s':>8} {'pairs/s':>10} {'ĉ':>4}  load before/after")
+    for n in args.sizes:
+        x, acc = synthetic(n, args.dim)
+        for W in args.windows:
+            W = min(W, n - 1)
+            pairs = W * n - W * (W + 1) // 2
+            load0 = os.getloadavg()[0]
+            c0 = time.process_time()
+            tn, cn = _timed(lambda: coalition_size(x, acc, args.theta, W), args.repeat)
+            cpu = (time.process_time() - c0) / args.repeat
+            print(f"{n:>9} {W:>7} {pairs:>10.2e} {tn:8.1f} {cpu:8.1f} {pairs / tn:10.2e} {cn:>4}  "
+                  f"{load0:.1f}/{os.getloadavg()[0]:.1f}", flush=True)
         del x, acc
 
 
@@ -144,6 +165,7 @@ def main(argv=None) -> None:
     s.add_argument("--repeat", type=int, default=1)
     s.add_argument("--faiss-only-above", type=int, default=200_000)
     s.add_argument("--threads", type=int, default=2)
+    s.add_argument("--no-faiss", action="store_true", help="time only the verifier's numpy path")
     h = sub.add_parser("honest")
     h.add_argument("--trials", type=int, default=100)
     h.add_argument("--attack-trials", type=int, default=20)
