@@ -79,6 +79,52 @@ def test_g2_msm_matches_naive_sum():
     for p, k in zip(pts, ks):
         exp = C.g2_add(exp, C.g2_mul(p, k))
     assert C.g2_msm(pts, ks) == exp
+    # split across processes by window ranges: the same point
+    assert C.msm_many([("g2", pts, ks), ("g1", [C.G1_GEN] * 3, ks[:3])], workers=2) == [
+        exp, C.g1_mul(C.G1_GEN, sum(ks[:3]))]
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.one_of(scalars, st.integers(0, 2**40)), min_size=1, max_size=30), st.integers(2, 14),
+       st.integers(0, 30), st.integers(1, 30))
+def test_signed_digits_of_a_window_range(ks, c, lo, width):
+    """Signed digits of windows lo..hi-1 recoded without the lower windows (carry rule) equal the plain
+    low-to-high recoding's digits, which reproduce the scalar."""
+    nw = C._n_windows(c)
+    lo = min(lo, nw - 1)
+    hi = min(nw, lo + width)
+    half, full, mask = 1 << (c - 1), 1 << c, (1 << c) - 1
+    got = C._signed_digits(ks, c, lo, hi)
+    for i, k in enumerate(ks):
+        digits, t = [], k
+        for _ in range(nw):
+            d = t & mask
+            t >>= c
+            if d > half:
+                d -= full
+                t += 1
+            digits.append(d)
+        assert t == 0 and sum(d << (c * j) for j, d in enumerate(digits)) == k
+        assert all(-half < d <= half for d in digits)
+        assert got[i].tolist() == digits[lo:hi]
+
+
+def test_msm_window_ranges_add_up():
+    """Partial sums over window ranges (what each process of msm_many computes) add up to the naive sum."""
+    rng = random.Random(11)
+    pts = [C.g1_mul(C.G1_GEN, rng.randrange(1, R)) for _ in range(120)]
+    ks = [rng.randrange(R) for _ in pts]
+    ks[:3] = [0, 1, R - 1]
+    exp = None
+    for p, k in zip(pts, ks):
+        exp = C.g1_add(exp, C.g1_mul(p, k))
+    ones, pp, ss, _ = C._msm_prep(pts, ks, False)
+    for c in (3, 6, 9, 13):
+        nw = C._n_windows(c)
+        tot = C.g1_to_jac(C._g1_reduce_buckets([list(ones)])[0])
+        for lo in range(0, nw, 4):
+            tot = C.g1_jadd(tot, C._msm_windows(pp, ss, False, c, lo, min(nw, lo + 4)))
+        assert C.g1_from_jac(tot) == exp, c
 
 
 def test_fixed_base_matches_scalar_mul():

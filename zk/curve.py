@@ -344,10 +344,12 @@ def _g1_reduce_buckets(buckets: list[list]) -> list:
 
 
 def _g2_add_pairs(ps: list, qs: list) -> list:
+    """[p + q for p, q in zip(ps, qs)] in affine G2 with one shared F_q inversion (of the norms of the x
+    differences: 1 / (a + b u) = (a - b u) / (a^2 + b^2))."""
     q_ = Q
     out = [None] * len(ps)
     idx = []
-    dens = []
+    norms = []
     for i, (p, r) in enumerate(zip(ps, qs)):
         if p is None:
             out[i] = r
@@ -355,15 +357,19 @@ def _g2_add_pairs(ps: list, qs: list) -> list:
             out[i] = p
         elif p[0] != r[0]:
             idx.append(i)
-            dens.append(((r[0][0] - p[0][0]) % q_, (r[0][1] - p[0][1]) % q_))
+            d0 = r[0][0] - p[0][0]
+            d1 = r[0][1] - p[0][1]
+            norms.append((d0 * d0 + d1 * d1) % q_)
         else:
             out[i] = g2_add(p, r)
     if not idx:
         return out
-    for i, dinv in zip(idx, _batch_inv_q2(dens)):
+    for i, ninv in zip(idx, _batch_inv_q(norms)):
         x1, y1 = ps[i]
         x2, y2 = qs[i]
-        out[i] = _g2_affine_finish(x1, y1, x2, y2, dinv)
+        d0 = x2[0] - x1[0]
+        d1 = x2[1] - x1[1]
+        out[i] = _g2_affine_finish(x1, y1, x2, y2, (d0 * ninv % q_, -d1 * ninv % q_))
     return out
 
 
@@ -464,81 +470,169 @@ def _g2_reduce_buckets(buckets: list[list]) -> list:
 
 
 def _window_bits(n: int) -> int:
-    if n < 16:
-        return 2
-    if n < 64:
-        return 4
-    if n < 512:
-        return 6
-    if n < 4096:
-        return 9
-    if n < 32768:
-        return 11
-    return 13
+    """Window width c minimising the batched-affine addition count of one MSM of n points: per window, n minus
+    the expected number of non-empty buckets (a bucket's first point costs nothing) plus 2 per bucket for the
+    running sums, times ceil(255 / c) windows (2^(c-1) buckets: signed digits)."""
+    import math
+
+    best = None
+    for c in range(2, 17):
+        b = 1 << (c - 1)
+        cost = -(-255 // c) * (n - b * (1 - math.exp(-n / b)) + 2 * b)
+        if best is None or cost < best[0]:
+            best = (cost, c)
+    return best[1]
 
 
-def _msm(points: Sequence, scalars: Sequence[int], g2: bool):
+def _n_windows(c: int) -> int:
+    return 254 // c + 2  # scalars < 2^254, plus the carry of the top signed digit
+
+
+def _msm_prep(points: Sequence, scalars: Sequence[int], g2: bool):
+    """Drop scalars 0 (and points at infinity); collect points with scalar 1 or -1 (summed without buckets).
+    Returns (ones, pts, scs, c)."""
     neg = g2_neg if g2 else g1_neg
-    reduce = _g2_reduce_buckets if g2 else _g1_reduce_buckets
-    add_pairs = _g2_add_pairs if g2 else _g1_add_pairs
-    jadd, jdouble, to_jac, from_jac, inf = ((g2_jadd, g2_jdouble, g2_to_jac, g2_from_jac, G2_INF_J) if g2 else
-                                            (g1_jadd, g1_jdouble, g1_to_jac, g1_from_jac, G1_INF_J))
     ones = []
     pts = []
     scs = []
+    r_ = R
+    rm1 = R - 1
     for p, s in zip(points, scalars):
         if p is None:
             continue
-        s %= R
-        if s == 0:
-            continue
-        if s == 1:
-            ones.append(p)
-        elif s == R - 1:
+        if not 0 <= s < r_:
+            s %= r_
+        if s <= 1:
+            if s == 1:
+                ones.append(p)
+        elif s == rm1:
             ones.append(neg(p))
         else:
             pts.append(p)
             scs.append(s)
-    result = to_jac(reduce([ones])[0]) if ones else inf
-    if not pts:
-        return from_jac(result)
-    c = _window_bits(len(pts))
+    return ones, pts, scs, _window_bits(len(pts))
+
+
+def _signed_digits(scs: Sequence[int], c: int, lo: int, hi: int):
+    """Signed c-bit digits (in (-2^(c-1), 2^(c-1)]) of windows lo..hi-1 of every scalar, as an int64 array
+    (len(scs), hi - lo). The digits of windows >= lo are recoded from s >> (c lo) plus the carry out of the lower
+    windows, which is 1 exactly when s mod 2^(c lo) > sum_{j < lo} 2^(c-1) 2^(c j) (the largest value the lower
+    signed digits can represent), so a window range needs no pass over the lower windows."""
+    import numpy as np
+
     half = 1 << (c - 1)
-    full = 1 << c
-    mask = full - 1
-    n_windows = 254 // c + 2
-    # signed digits in (-2^(c-1), 2^(c-1)]; bucket (window w, |digit| d) is list w * half + d - 1
-    buckets: list[list] = [[] for _ in range(n_windows * half)]
-    for p, s in zip(pts, scs):
-        pn = None
-        w = 0
-        while s:
-            d = s & mask
-            s >>= c
-            if d > half:
-                d -= full
-                s += 1
-            if d > 0:
-                buckets[w + d - 1].append(p)
-            elif d < 0:
-                if pn is None:
-                    pn = neg(p)
-                buckets[w - d - 1].append(pn)
-            w += half
+    mask = (1 << c) - 1
+    shift = c * lo
+    low_mask = (1 << shift) - 1
+    bound = half * low_mask // mask
+    nw = hi - lo
+    nbytes = (nw * c + 1 + 7) // 8 + 1
+    top = (1 << (8 * nbytes)) - 1
+    if shift:
+        vals = [((s >> shift) + ((s & low_mask) > bound)) & top for s in scs]
+    else:
+        vals = [s & top for s in scs]  # windows >= hi belong to another range
+    raw = np.frombuffer(b"".join(v.to_bytes(nbytes, "little") for v in vals), dtype=np.uint8)
+    bits = np.unpackbits(raw.reshape(len(scs), nbytes), axis=1, bitorder="little")[:, :nw * c]
+    windows = bits.reshape(len(scs), nw, c).astype(np.int64) @ (1 << np.arange(c, dtype=np.int64))
+    digits = np.empty_like(windows)
+    carry = np.zeros(len(scs), dtype=np.int64)
+    for w in range(nw):
+        d = windows[:, w] + carry
+        carry = (d > half).astype(np.int64)
+        digits[:, w] = d - (carry << c)
+    return digits
+
+
+def _buckets(pts: Sequence, scs: Sequence[int], neg, c: int, lo: int, hi: int) -> list[list]:
+    """Bucket lists of windows lo..hi-1: list (w - lo) * 2^(c-1) + |digit| - 1 holds the points whose digit in
+    window w is +-|digit| (negated for negative digits). Bucketing by a stable sort of (bucket, point) pairs."""
+    import numpy as np
+
+    half = 1 << (c - 1)
+    n = len(pts)
+    nw = hi - lo
+    digits = _signed_digits(scs, c, lo, hi)  # (n, nw)
+    nz_pt, nz_w = np.nonzero(digits)  # point-major order
+    d = digits[nz_pt, nz_w]
+    bucket = nz_w * half + np.abs(d) - 1
+    order = np.argsort(bucket, kind="stable")
+    neg_pt = d < 0
+    sel = (nz_pt + n * neg_pt)[order].tolist()
+    has_neg = np.zeros(n, dtype=bool)
+    has_neg[nz_pt[neg_pt]] = True
+    negs = {i: neg(pts[i]) for i in np.nonzero(has_neg)[0].tolist()}
+    both = list(pts) + [negs.get(i) for i in range(n)]
+    flat = [both[i] for i in sel]
+    ends = np.cumsum(np.bincount(bucket, minlength=nw * half)).tolist()
+    out = []
+    a = 0
+    for e in ends:
+        out.append(flat[a:e])
+        a = e
+    return out
+
+
+def _msm_windows(pts: Sequence, scs: Sequence[int], g2: bool, c: int, lo: int, hi: int):
+    """sum_{lo <= w < hi} 2^(c w) T_w (Jacobian), T_w = sum_i digit_w(s_i) P_i with signed c-bit digits in
+    (-2^(c-1), 2^(c-1)]. The digits of windows >= lo are recoded from s >> (c lo) plus the carry out of the lower
+    windows, which is 1 exactly when s mod 2^(c lo) > sum_{j < lo} 2^(c-1) 2^(c j) (the largest value the lower
+    signed digits can represent), so a window range needs no pass over the lower windows."""
+    neg = g2_neg if g2 else g1_neg
+    reduce = _g2_reduce_buckets if g2 else _g1_reduce_buckets
+    add_pairs = _g2_add_pairs if g2 else _g1_add_pairs
+    jadd, jdouble, to_jac, inf = ((g2_jadd, g2_jdouble, g2_to_jac, G2_INF_J) if g2 else
+                                  (g1_jadd, g1_jdouble, g1_to_jac, G1_INF_J))
+    half = 1 << (c - 1)
+    nw = hi - lo
+    shift = c * lo
+    buckets = _buckets(pts, scs, neg, c, lo, hi)
     sums = reduce(buckets)
-    # window sums T_w = sum_d d * B_{w,d} by running sums, all windows in lockstep (batched affine)
-    running = [None] * n_windows
-    accs = [None] * n_windows
-    for d in range(half - 1, -1, -1):
-        running = add_pairs(running, sums[d::half])
+    # window sums T_w = sum_d d * B_{w,d}, d = j L + t (m segments j of L buckets, t = 1..L):
+    #   T_w = sum_j sum_t t B_{w,jL+t}  +  L * sum_j j S_{w,j},   S_{w,j} = sum_t B_{w,jL+t},
+    # both by running sums, all windows and segments in lockstep (batched affine: one inversion per step for
+    # nw * m additions, instead of one per step for nw additions over 2^(c-1) steps)
+    m = 1 << ((c - 1) // 2)
+    seg = half // m
+    width = nw * m
+    running = [None] * width
+    accs = [None] * width
+    base = [w * half + j * seg - 1 for w in range(nw) for j in range(m)]
+    for t in range(seg, 0, -1):
+        running = add_pairs(running, [sums[b + t] for b in base])
         accs = add_pairs(accs, running)
+    r2 = [None] * nw
+    a2 = [None] * nw
+    for j in range(m - 1, 0, -1):
+        r2 = add_pairs(r2, running[j::m])
+        a2 = add_pairs(a2, r2)
+    inner = reduce([[p for p in accs[w * m:(w + 1) * m] if p is not None] for w in range(nw)])
+    k = seg.bit_length() - 1  # seg = 2^k
     total = inf
-    for w in range(n_windows - 1, -1, -1):
+    for w in range(nw - 1, -1, -1):
         if total is not inf:
             for _ in range(c):
                 total = jdouble(total)
-        total = jadd(total, to_jac(accs[w]))
-    return from_jac(jadd(total, result))
+        tw = to_jac(a2[w])
+        if a2[w] is not None:
+            for _ in range(k):
+                tw = jdouble(tw)
+        total = jadd(jadd(total, tw), to_jac(inner[w]))
+    if total is not inf:
+        for _ in range(shift):
+            total = jdouble(total)
+    return total
+
+
+def _msm(points: Sequence, scalars: Sequence[int], g2: bool):
+    ones, pts, scs, c = _msm_prep(points, scalars, g2)
+    reduce = _g2_reduce_buckets if g2 else _g1_reduce_buckets
+    jadd, to_jac, from_jac, inf = ((g2_jadd, g2_to_jac, g2_from_jac, G2_INF_J) if g2 else
+                                   (g1_jadd, g1_to_jac, g1_from_jac, G1_INF_J))
+    result = to_jac(reduce([ones])[0]) if ones else inf
+    if not pts:
+        return from_jac(result)
+    return from_jac(jadd(_msm_windows(pts, scs, g2, c, 0, _n_windows(c)), result))
 
 
 def g1_msm(points: Sequence, scalars: Sequence[int]):
@@ -550,35 +644,73 @@ def g2_msm(points: Sequence, scalars: Sequence[int]):
     return _msm(points, scalars, g2=True)
 
 
-def _msm_task(args):
-    kind, points, scalars = args
-    return _msm(points, scalars, kind == "g2")
+_MSM_JOBS: list = []  # (g2, pts, scs, c) per MSM of the current msm_many call: inherited by forked workers
+
+
+def _msm_unit(unit):
+    ti, lo, hi = unit
+    g2, pts, scs, c = _MSM_JOBS[ti]
+    return (g2_from_jac if g2 else g1_from_jac)(_msm_windows(pts, scs, g2, c, lo, hi))
 
 
 def msm_many(tasks: list[tuple[str, Sequence, Sequence[int]]], workers: int = 1) -> list:
     """Run several MSMs (("g1"|"g2", points, scalars) each), split across ``workers`` processes.
 
-    Each MSM is cut into chunks of points so the processes get even work; the partial sums are added here.
+    Each MSM is cut into ranges of windows (no work is repeated: every range has its own buckets and running
+    sums, and its partial sum is already shifted to its windows' place), the ranges are handed out largest first
+    to a pool of forked processes that inherit the points and scalars (nothing but the range is sent to them), and
+    the partial sums are added here. The result is the same group element as with one process.
     """
     if workers <= 1:
         return [_msm(p, s, k == "g2") for k, p, s in tasks]
     import concurrent.futures as cf
     import multiprocessing as mp
 
-    chunks = []
-    owners = []
-    for ti, (kind, pts, scs) in enumerate(tasks):
-        weight = 3 if kind == "g2" else 1
-        parts = max(1, min(workers * weight, len(pts) // 2048))
-        step = -(-len(pts) // parts) if pts else 1
-        for j in range(0, max(len(pts), 1), step):
-            chunks.append((kind, pts[j:j + step], scs[j:j + step]))
-            owners.append(ti)
+    global _MSM_JOBS
+    jobs = []
+    ones = []
+    units = []
+    costs = []
+    for ti, (kind, points, scalars) in enumerate(tasks):
+        g2 = kind == "g2"
+        o, pts, scs, c = _msm_prep(points, scalars, g2)
+        jobs.append((g2, pts, scs, c))
+        ones.append(o)
+        nw = _n_windows(c)
+        # cost of one window ~ (points + running sums) x (2 for F_q2 arithmetic)
+        wcost = (len(pts) + (1 << c)) * (2 if g2 else 1) if pts else 0
+        for lo, hi in _window_ranges(nw, wcost, workers):
+            units.append((ti, lo, hi))
+            costs.append(wcost * (hi - lo))
+    total = sum(costs)
+    order = sorted(range(len(units)), key=lambda i: -costs[i])
     out: list = [None] * len(tasks)
-    with cf.ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("fork")) as ex:
-        for ti, part in zip(owners, ex.map(_msm_task, chunks)):
-            if tasks[ti][0] == "g2":
-                out[ti] = g2_add(out[ti], part)
-            else:
-                out[ti] = g1_add(out[ti], part)
+    _MSM_JOBS = jobs
+    try:
+        if total:
+            with cf.ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("fork")) as ex:
+                futs = [(units[i][0], ex.submit(_msm_unit, units[i])) for i in order if costs[i]]
+                # the 0 / 1 / -1 scalars' points are summed here meanwhile
+                sums = [(_g2_reduce_buckets if tasks[ti][0] == "g2" else _g1_reduce_buckets)([o])[0] if o else None
+                        for ti, o in enumerate(ones)]
+                parts = [(ti, f.result()) for ti, f in futs]
+        else:
+            sums = [(_g2_reduce_buckets if tasks[ti][0] == "g2" else _g1_reduce_buckets)([o])[0] if o else None
+                    for ti, o in enumerate(ones)]
+            parts = []
+    finally:
+        _MSM_JOBS = []
+    for ti, s in enumerate(sums):
+        out[ti] = s
+    for ti, part in parts:
+        out[ti] = (g2_add if tasks[ti][0] == "g2" else g1_add)(out[ti], part)
     return out
+
+
+def _window_ranges(nw: int, wcost: int, workers: int) -> list[tuple[int, int]]:
+    """Contiguous window ranges of one MSM: about 3 units per worker over all MSMs, so that the pool balances."""
+    if wcost == 0:
+        return [(0, nw)]
+    parts = max(1, min(nw, 3 * workers))
+    step = -(-nw // parts)
+    return [(lo, min(nw, lo + step)) for lo in range(0, nw, step)]

@@ -6,6 +6,7 @@ from dprag.accounting.errors import InvalidParameterError
 from dprag.zk.field import R, root_of_unity
 
 _TWIDDLES: dict[int, list[int]] = {}
+_REV: dict[int, list[int]] = {}
 
 
 def _twiddles(log_n: int) -> list[int]:
@@ -27,11 +28,11 @@ def _log2(n: int) -> int:
 
 
 def _bitrev(a: list[int], log_n: int) -> list[int]:
-    n = len(a)
-    out = [0] * n
-    for i in range(n):
-        out[int(format(i, f"0{log_n}b")[::-1], 2) if log_n else 0] = a[i]
-    return out
+    rev = _REV.get(log_n)
+    if rev is None:
+        rev = [int(format(i, f"0{log_n}b")[::-1], 2) if log_n else 0 for i in range(1 << log_n)]
+        _REV[log_n] = rev
+    return [a[i] for i in rev]  # bit reversal is an involution: out[rev[i]] = a[i] <=> out[i] = a[rev[i]]
 
 
 def ntt(coeffs: list[int], inverse: bool = False) -> list[int]:
@@ -46,12 +47,24 @@ def ntt(coeffs: list[int], inverse: bool = False) -> list[int]:
         step = n // (2 * half)
         tws = tw[::step][:half] if not inverse else [tw[0]] + [p - tw[n // 2 - j * step] if j else 1
                                                                 for j in range(1, half)]
-        for start in range(0, n, 2 * half):
+        span = 2 * half
+        if half <= step:
+            # few twiddles, many blocks: one strided slice per twiddle (all butterflies that use it)
             for j in range(half):
-                u = a[start + j]
-                v = a[start + j + half] * tws[j] % p
-                a[start + j] = (u + v) % p
-                a[start + j + half] = (u - v) % p
+                t = tws[j]
+                lo = a[j::span]
+                hi = a[j + half::span]
+                vs = hi if t == 1 else [x * t % p for x in hi]
+                a[j::span] = [(u + v) % p for u, v in zip(lo, vs)]
+                a[j + half::span] = [(u - v) % p for u, v in zip(lo, vs)]
+        else:
+            # long blocks: one contiguous slice per block
+            for start in range(0, n, span):
+                mid = start + half
+                lo = a[start:mid]
+                vs = [x * t % p for x, t in zip(a[mid:start + span], tws)]
+                a[start:mid] = [(u + v) % p for u, v in zip(lo, vs)]
+                a[mid:start + span] = [(u - v) % p for u, v in zip(lo, vs)]
         half *= 2
     if inverse:
         n_inv = pow(n, -1, p)
