@@ -22,8 +22,8 @@ def _run(capsys, tmp_path, *args):
 
 
 def test_scalar_json_rows_files_and_gates(tmp_path, capsys):
-    rc, rows, err = _run(capsys, tmp_path, "--mechanism", "scalar", "--k", "1,4,9", "--eps-acc", "4", "--trials",
-                         "100", "--n", "50", "--rho", "0.5", "--seed", "7")
+    rc, rows, err = _run(capsys, tmp_path, "--mechanism", "scalar", "--k", "1,2,4", "--eps-acc", "4", "--trials",
+                         "60", "--n", "20", "--rho", "0.5", "--seed", "7")
     assert rc == 0, err
     assert len(rows) == 3 and all(REQUIRED <= set(r) and r["schema"] == SCHEMA for r in rows)
     for r in rows:
@@ -35,7 +35,7 @@ def test_scalar_json_rows_files_and_gates(tmp_path, capsys):
     for f in ("auc_vs_k.csv", "auc_vs_k.jsonl", "auc_vs_k.png", "gates.json", "run.json"):
         assert (tmp_path / f).stat().st_size > 0
     run = json.loads((tmp_path / "run.json").read_text())
-    assert run["seed"] == "7" and run["versions"]["numpy"] and run["config"]["trials"] == 100
+    assert run["seed"] == "7" and run["versions"]["numpy"] and run["config"]["trials"] == 60
 
 
 def test_p1_slope_matches_an_independent_weighted_fit():
@@ -70,6 +70,7 @@ def test_topk_json_rows(tmp_path, capsys):
     (["--mechanism", "scalar", "--gap", "3"], "--gap"),
     (["--mechanism", "topk", "--regimes", "cross"], "--regimes"),
     (["--mechanism", "bogus"], "--mechanism"),
+    (["--mechanism", "hnsw", "--wiki-size", "5"], "--wiki-size"),
 ])
 def test_bad_input_one_line_exit_2(tmp_path, capsys, args, flag):
     rc = main(["experiment", "auc-vs-k", *args, "--out", str(tmp_path), "--no-progress"])
@@ -81,7 +82,7 @@ def test_bad_input_one_line_exit_2(tmp_path, capsys, args, flag):
 def test_hnsw_synthetic_tiny(tmp_path, capsys):
     pytest.importorskip("faiss")
     rc, rows, err = _run(capsys, tmp_path, "--mechanism", "hnsw", "--datasets", "synthetic", "--synthetic-size",
-                         "2000", "--k", "1,4", "--eps-acc", "16", "--trials", "20", "--n", "10", "--candidates", "32")
+                         "1000", "--k", "1,4", "--eps-acc", "16", "--trials", "10", "--n", "10", "--candidates", "32")
     assert rc == 0, err
     assert {r["statistic"] for r in rows} == {"hits", "pooled-noisy-score"}
     assert all(r["schema"] == SCHEMA and r["predicted"] is None and r["upper_bound"] is None

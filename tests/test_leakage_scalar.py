@@ -53,10 +53,10 @@ def test_per_query_and_sufficient_agree_with_the_closed_form_larger():
 
 
 def test_split_columns_agree_with_split_auc():
-    # k = 8: ρ = 0.5 → 4 accounts, ρ = 0.25 → 2 (groups of g = 2). 300 trials, 3-SE checks (0.27% each).
+    # k = 8: ρ = 0.5 → 4 accounts, ρ = 0.25 → 2 (groups of g = 2). 200 trials, 3-SE checks (0.27% each).
     cell = ScalarCell(8, 10, 4.0, 1e-6, 20.0, rhos=(0.5, 0.25))
     assert group_size(cell) == 2
-    rows = scalar_trials(cell, SEED + b"/split", 0, 300)
+    rows = scalar_trials(cell, SEED + b"/split", 0, 200)
     for j, rho in enumerate((0.5, 0.25)):
         e = mann_whitney_auc(rows[:, 2 + 2 * j], rows[:, 3 + 2 * j])
         assert abs(e.auc - split_auc(8, 10, 20.0, 2.0, rho)) <= 3 * e.stderr

@@ -6,9 +6,9 @@ Three mechanisms (spec/experiments-collusion.md):
   Φ(Δ√(kn)/(√2σ)) and the AUC bound of the certified joint ε; gates P1 (slope) and P3 (tightness).
 * ``topk``: the multi-tenant top-K harness of 002 §4.4 / §4.7 (``audit.leakage.topk``), same-tenant and
   external (M4) regimes; statistic = number of queries whose top-K holds the target.
-* ``hnsw``: 002 §4.8: FAISS HNSW (M = 64, efConstruction = 200, efSearch = 128) over MiniLM embeddings of the
-  Wikipedia summaries and a synthetic set; the index and the candidate search are computed once per world and
-  reused by every trial; noise-then-select over the candidates; the user-observable hit count and the
+* ``hnsw``: 002 §4.8: FAISS HNSW (``faiss.IndexHNSWFlat``, inner product, M = 64, efConstruction = 200,
+  efSearch = 128) over MiniLM embeddings of the Wikipedia summaries and a synthetic set; the background graph is
+  built once and cloned for the two worlds, the candidate search is done once per world and reused by every trial; noise-then-select over the candidates; the user-observable hit count and the
   auditor-observable pooled noisy score at the planted slot. No prediction and no bound: noise added to
   approximate-search candidates is not the audited mechanism (the candidate set itself is an unnoised function of
   the index).
@@ -52,6 +52,7 @@ HNSW_NOTE = ("no prediction and no bound: the noise is added to the candidates o
 TOPK_NOTE = ("no closed-form prediction: top-K is post-processing of the noisy score vector (002 Remark 3.7); "
              "upper_bound is the AUC bound of the certified joint epsilon of the noisy score vectors")
 DEFAULT_RHOS = (0.5, 0.25)
+HNSW_M, HNSW_EF_CONSTRUCTION, HNSW_EF_SEARCH = 64, 200, 128  # 002 §4.8
 
 
 @dataclass
@@ -73,12 +74,12 @@ class Config:
     d: int = 32
     datasets: tuple[str, ...] = ("wiki", "synthetic")
     synthetic_size: int = 100_000
+    wiki_size: int | None = None  # hnsw: a seeded sample of this many summaries (None: all 10,033)
     synthetic_gap: float = 0.4
     candidates: int = 128
     workers: int | None = None
     scheduler: str | None = None
     chunk: int | None = None
-    extra: dict = field(default_factory=dict)
 
     def __post_init__(self):
         if self.mechanism not in MECHANISMS:
@@ -108,6 +109,8 @@ class Config:
             raise InvalidParameterError("dataset", "must be among ('wiki', 'synthetic')", self.datasets)
         if self.mechanism == "hnsw" and self.candidates < self.K:
             raise InvalidParameterError("candidates", "must be >= K", self.candidates)
+        if self.wiki_size is not None and self.wiki_size < 100:
+            raise InvalidParameterError("wiki_size", "must be >= 100", self.wiki_size)
         if not (0 < self.synthetic_gap < 1):
             raise InvalidParameterError("synthetic_gap", "must lie in (0, 1)", self.synthetic_gap)
 
@@ -161,7 +164,7 @@ def hnsw_trials(cell: HnswCell, seed: bytes, start: int, stop: int) -> np.ndarra
 def _hnsw_worlds(cfg: Config, dataset: str, log) -> dict:
     """Build the two HNSW indexes (target in / replaced) and search the probe once in each."""
     from dprag.audit.commitments import integer_scores, quantise_embeddings
-    from ..index import FaissHNSWIndex
+    from .._common import require, torch_threads
 
     t0 = time.perf_counter()
     rng = np.random.default_rng(int.from_bytes(trial_source(cfg.seed.encode(), f"hnsw/{dataset}/setup", 0).bytes(32),
@@ -171,6 +174,8 @@ def _hnsw_worlds(cfg: Config, dataset: str, log) -> dict:
         from ..embedder import EmbeddingCache, MiniLMEmbedder
 
         docs = list(load_wiki_fanout().documents)
+        if cfg.wiki_size is not None and cfg.wiki_size < len(docs):
+            docs = [docs[i] for i in np.sort(rng.choice(len(docs), cfg.wiki_size, replace=False))]
         emb = EmbeddingCache().embed_corpus(MiniLMEmbedder(), docs).astype(np.float64)
         emb /= np.linalg.norm(emb, axis=1, keepdims=True)
         # target: a summary with no other summary within cosine 0.90 (002 §4.8's uniqueness screen);
@@ -203,23 +208,30 @@ def _hnsw_worlds(cfg: Config, dataset: str, log) -> dict:
     out = {"dataset": dataset, "n_documents": int(bg.shape[0] + 1), "dimension": int(bg.shape[1]),
            "realised_gap_cosine": float(1.0 - target @ decoy), **info}
     qq = quantise_embeddings(probe[None, :], scale)[0]
+    # the background graph is built once and cloned (faiss.clone_index); each world then inserts its slot last
+    faiss = require("faiss", "the HNSW experiment")
+    faiss.omp_set_num_threads(torch_threads())
+    tb = time.perf_counter()
+    base = faiss.IndexHNSWFlat(bg.shape[1], HNSW_M, faiss.METRIC_INNER_PRODUCT)
+    base.hnsw.efConstruction = HNSW_EF_CONSTRUCTION
+    base.add(np.ascontiguousarray(bg, dtype=np.float32))
+    out["build_seconds"] = time.perf_counter() - tb
+    log(f"hnsw {dataset}: built the background graph over {bg.shape[0]} x {bg.shape[1]} in {out['build_seconds']:.1f}s")
     for w, x in (("in", target), ("out", decoy)):
-        idx = FaissHNSWIndex(bg.shape[1], m=64, ef_construction=200, ef_search=128)
-        tb = time.perf_counter()
-        idx.add(bg.astype(np.float32))
-        idx.add(x[None, :].astype(np.float32))  # the planted slot is the last id
-        build = time.perf_counter() - tb
+        idx = faiss.clone_index(base)
+        idx.add(np.ascontiguousarray(x[None, :], dtype=np.float32))  # the planted slot is the last id
+        idx.hnsw.efSearch = HNSW_EF_SEARCH
         ts = time.perf_counter()
-        _, ids = idx.search(probe[None, :].astype(np.float32), cfg.candidates)
+        _, ids = idx.search(np.ascontiguousarray(probe[None, :], dtype=np.float32), cfg.candidates)
         search = time.perf_counter() - ts
         ids = ids[0][ids[0] >= 0]
         docs_c = np.concatenate([bg, x[None, :]])[ids]
         sc = integer_scores(quantise_embeddings(docs_c, scale), qq, (0, scale * scale), shift)
         slot = np.flatnonzero(ids == bg.shape[0])
         out[w] = {"scores": tuple(int(v) for v in sc), "slot": int(slot[0]) if slot.size else -1,
-                  "build_seconds": build, "search_seconds": search}
-        log(f"hnsw {dataset} world {w}: built {bg.shape[0] + 1} x {bg.shape[1]} in {build:.1f}s, "
-            f"slot {'at candidate ' + str(out[w]['slot']) if slot.size else 'NOT among the candidates'}")
+                  "search_seconds": search}
+        log(f"hnsw {dataset} world {w}: slot {'at candidate ' + str(out[w]['slot']) if slot.size else 'NOT among the candidates'}")
+        del idx
     out["setup_seconds"] = time.perf_counter() - t0
     return out
 
@@ -250,8 +262,7 @@ def build_cells(cfg: Config, log=lambda s: None) -> tuple[list, dict]:
         for ds in cfg.datasets:
             w = _hnsw_worlds(cfg, ds, log)
             setup[ds] = {k: v for k, v in w.items() if k not in ("in", "out")}
-            setup[ds].update({f"{x}_{y}": w[x][y] for x in ("in", "out") for y in ("slot", "build_seconds",
-                                                                                  "search_seconds")})
+            setup[ds].update({f"{x}_{y}": w[x][y] for x in ("in", "out") for y in ("slot", "search_seconds")})
             for e in cfg.eps:
                 sigma = calibrate_sigma(e, cfg.delta_acc, cfg.n, sens, cfg.calibration)
                 for k in cfg.ks:
@@ -556,6 +567,8 @@ def _list(name: str, text: str, conv):
 @click.option("--synthetic-size", type=int, default=100_000, show_default=True, help="hnsw: synthetic vectors")
 @click.option("--synthetic-gap", type=float, default=0.4, show_default=True,
               help="hnsw: cosine gap between target and decoy in the synthetic set")
+@click.option("--wiki-size", type=int, default=None,
+              help="hnsw: embed a seeded sample of this many Wikipedia summaries (default: all 10,033)")
 @click.option("--candidates", type=int, default=128, show_default=True, help="hnsw: candidates per search")
 @click.option("--seed", default="0", show_default=True)
 @click.option("--workers", type=int, default=None, help="local processes (default: CPU count; 1 = in process)")
@@ -565,7 +578,7 @@ def _list(name: str, text: str, conv):
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object per row (schema dprag.experiment.auc-vs-k/1)")
 @click.option("--progress/--no-progress", default=True, show_default=True)
 def auc_vs_k_command(mechanism, k_text, eps_text, trials, n, delta_acc, calibration, mode, gap, rho_text, regimes,
-                     datasets, synthetic_size, synthetic_gap, candidates, seed, workers, scheduler, chunk, out_dir,
+                     datasets, synthetic_size, synthetic_gap, wiki_size, candidates, seed, workers, scheduler, chunk, out_dir,
                      as_json, progress):
     """Membership-inference AUC against coalition size k (paper 002 §4): scalar M*, top-K harness, HNSW."""
     try:
@@ -575,7 +588,8 @@ def auc_vs_k_command(mechanism, k_text, eps_text, trials, n, delta_acc, calibrat
                          gap=gap, rhos=_list("--rho", rho_text, float) if rho_text.strip() not in ("", "none") else (),
                          regimes=tuple(x.strip() for x in regimes.split(",") if x.strip()),
                          datasets=tuple(x.strip() for x in datasets.split(",") if x.strip()),
-                         synthetic_size=synthetic_size, synthetic_gap=synthetic_gap, candidates=candidates,
+                         synthetic_size=synthetic_size, synthetic_gap=synthetic_gap, wiki_size=wiki_size,
+                         candidates=candidates,
                          workers=workers, scheduler=scheduler, chunk=chunk)
             if chunk is not None and chunk < 1:
                 raise InvalidParameterError("chunk", "must be >= 1", chunk)
