@@ -94,9 +94,9 @@ def make_setup(corpus_seed: int | str, n_conditions: int, n_distractors: int) ->
 
 def probe_policy(k_max: int, probes: int, eps_acc: float | None = None, *, m: int | None = None,
                  epsilon_token: float | None = None, tau: int | None = None):
-    """The demo's committed policy (``demo.DemoPrivacy`` defaults: ε_acc = 1, δ_acc = 1e-6, K = 5, m = 20,
-    ε_token = 6, c = 5, M = 1, τ = 512) with n = ``probes`` queries per account and k_max = ``k_max``; one
-    tenant, citations on; m, ε_token and τ (score units) can be overridden."""
+    """The demo's committed parameters (``demo.DemoPrivacy``: ε_acc, δ_acc, K, m, ε_token, c, M, τ, tokens,
+    sampler) with generation by MuRAG over 000 Alg. 5 (token level), n = ``probes`` queries per account and
+    k_max = ``k_max``; one tenant, citations on; m, ε_token and τ (score units) can be overridden."""
     from dprag.accounting.collusion import exact_sigma
     from dprag.audit.policy import CoalitionPolicy, GenerationPolicy, Policy, RetrievalPolicy, SamplerSpec
 
