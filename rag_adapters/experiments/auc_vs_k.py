@@ -353,9 +353,10 @@ def gates(rows: Sequence[dict]) -> dict:
             continue
         x = np.sqrt([r["k"] for r in rs])
         y = np.array([r["auc"] for r in rs])
-        w = 1.0 / np.maximum(np.array([r["stderr"] for r in rs]), 1e-12) ** 2
+        # SE floored at 1e-4: a saturated cell (AUC 0 or 1, or all ties) has DeLong SE 0
+        w = 1.0 / np.maximum(np.array([r["stderr"] for r in rs]), 1e-4) ** 2
         X = np.stack([np.ones_like(x), x], axis=1)
-        cov = np.linalg.inv(X.T @ (X * w[:, None]))
+        cov = np.linalg.pinv(X.T @ (X * w[:, None]))
         a, b = cov @ (X.T @ (w * y))
         resid = y - (a + b * x)
         c2 = float(np.sum(w * resid ** 2))
@@ -363,8 +364,8 @@ def gates(rows: Sequence[dict]) -> dict:
         p = float(chi2.sf(c2, dof))
         se_b = math.sqrt(cov[1, 1])
         out["P1"].append({"curve": {"group": g[0], "statistic": g[1], "eps_acc": g[2]}, "slope": float(b),
-                          "slope_stderr": se_b, "slope_z": float(b / se_b), "chi2": c2, "dof": dof, "p_linear": p,
-                          "pass": bool(b / se_b > 2 and p > 0.01)})
+                          "slope_stderr": se_b, "slope_z": float(b / se_b) if se_b > 0 else None, "chi2": c2,
+                          "dof": dof, "p_linear": p, "pass": bool(se_b > 0 and b / se_b > 2 and p > 0.01)})
     sc = [r for r in rows if r["mechanism"] == "scalar"]
     if sc:
         above = [r for r in sc if r["auc"] - 0.5 > 2 * r["stderr"]]
@@ -386,8 +387,9 @@ def gate_lines(g: dict) -> list[str]:
     for p in g["P1"]:
         c = p["curve"]
         name = "/".join(str(v) for v in (c["group"], c["statistic"]) if v)
+        zs = "n/a" if p["slope_z"] is None else f"{p['slope_z']:.1f}"
         lines.append(f"P1 {name} eps_acc={c['eps_acc']:g}: slope dAUC/dsqrt(k) = {p['slope']:.4f} +- "
-                     f"{p['slope_stderr']:.4f} (z = {p['slope_z']:.1f}), linear fit chi2 = {p['chi2']:.2f} on "
+                     f"{p['slope_stderr']:.4f} (z = {zs}), linear fit chi2 = {p['chi2']:.2f} on "
                      f"{p['dof']} dof (p = {p['p_linear']:.3f}): {'PASS' if p['pass'] else 'FAIL'}")
     if g.get("P3"):
         p = g["P3"]
@@ -508,6 +510,9 @@ def run(cfg: Config, out_dir: str | os.PathLike, *, progress: bool = True, log=N
             rows.append(r)
             if on_row:
                 on_row(r)
+    with (out / JSONL_NAME).open("w", encoding="utf-8") as f:  # the measurements first, whatever follows
+        for r in rows:
+            f.write(json.dumps(r, sort_keys=True) + "\n")
     g = gates(rows)
     for line in gate_lines(g):
         log(line)
