@@ -4,7 +4,6 @@ noisy_top_k, its scores are the service's, and a tiny run stays below its certif
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from dprag.audit.leakage.auc import mann_whitney_auc
 from dprag.audit.leakage.bounds import certified_auc_bound

@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import Sequence
 
 import numpy as np
-from scipy.special import ndtr
 from scipy.stats import chi2
 
 from dprag.accounting import collusion
