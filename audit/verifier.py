@@ -9,15 +9,17 @@ bundle is a FAIL. Nothing here spends budget or writes anything.
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import math
+import multiprocessing as mp
 import os
+import resource
 import secrets
 import stat
 import time
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -36,7 +38,8 @@ from .ledger import NoteVerifier, open_checkpoint
 from .ledger.rfc6962 import CompactRange, hash_leaf
 from .policy import Policy
 from .receipts import verify_receipt
-from .retrieval import noise_table, noisy_top_k, request_source, top_commitment
+from .retrieval import (noise_table, noisy_top_k, noisy_top_k_rows, noisy_top_k_words, request_source, sample_words,
+                        top_commitment)
 
 SCHEMA = "dprag.verdict/2"
 PROTOCOL_VERSION = cm.PROTOCOL_VERSION
@@ -80,6 +83,8 @@ class Verdict:
     trusted_checkpoint: int | None = None
     trust: tuple = TRUST
     timings: dict = field(default_factory=dict)
+    #: CPU seconds per check (this process and its workers): for benchmarks on a shared machine, not in the JSON
+    cpu_seconds: dict = field(default_factory=dict)
 
     def to_json(self) -> dict:
         return {"schema": SCHEMA, "protocol_version": PROTOCOL_VERSION, "verdict": self.verdict,
@@ -108,11 +113,13 @@ class _Run:
         self.tenants: dict[str, dict] = {}
         self.accounts: dict[str, dict] = {}
         self.openings: dict[int, dict] = {}
+        self.opening_lines: dict[int, int] = {}  # pos -> its line in auditor/openings.jsonl
         self.queries: list[int] = []  # positions of well-formed query / recovery leaves with a valid request
-        self.scores: dict[int, np.ndarray] = {}
+        self.scores: _ScoreCache | None = None
         self.leaf_hashes: list[bytes] = []
         self.prefix_roots: dict[int, bytes] = {}
         self.timings: dict[str, float] = {}
+        self.cpu: dict[str, float] = {}
 
     def fail(self, check: str, what: str) -> None:
         if len(self.reasons) < MAX_REASONS:
@@ -148,10 +155,38 @@ def check_8_1_files(run: _Run) -> None:
         run.ok("files")
 
 
+def _decode_error(item: tuple[bytes, str]) -> str | None:
+    """None if the bytes are canonical JSON (§2), else the rule they break (run in the forked workers)."""
+    raw, what = item
+    try:
+        decode(raw, what=what)
+        return None
+    except EncodingError as e:
+        return str(e)
+
+
+def _decode_all(raws: list[bytes], what: str) -> list[Any]:
+    """``decode`` of every record, each either its value or the EncodingError it raises. The canonical-form
+    check runs in the forked workers; the parent then parses the records they accepted with the same C
+    parser (``json.loads``: equal values, since canonical bytes hold no float and no duplicate key)."""
+    items = [(raw, what % k) for k, raw in enumerate(raws)]
+    errors = _fork_map(_decode_error, items, serial=None)
+    if errors is None:  # not forked: decode here, once
+        out = []
+        for raw, w in items:
+            try:
+                out.append(decode(raw, what=w))
+            except EncodingError as e:
+                out.append(e)
+        return out
+    return [json.loads(raw) if err is None else EncodingError(err) for raw, err in zip(raws, errors)]
+
+
 def check_8_2_canonical(run: _Run) -> None:
-    for i, raw in enumerate(run.b.leaves):
+    for i, rec in enumerate(_decode_all(run.b.leaves, "leaf %d")):
         try:
-            rec = decode(raw, what=f"leaf {i}")
+            if isinstance(rec, EncodingError):
+                raise rec
             if not isinstance(rec, dict) or not isinstance(rec.get("type"), str):
                 raise EncodingError(f"leaf {i}: not a typed record")
             run.records.append(rec)
@@ -160,16 +195,19 @@ def check_8_2_canonical(run: _Run) -> None:
             run.records.append(None)
             run.fail("canonical", str(e))
     last = 0
-    for k, line in enumerate(run.b.openings_lines):
+    for k, op in enumerate(_decode_all(run.b.openings_lines, "opening line %d")):
         try:
-            op = decode(line, what=f"opening line {k}")
+            if isinstance(op, EncodingError):
+                raise op
             pos = op.get("pos") if isinstance(op, dict) else None
             if not _is_int(pos, 1, run.n - 1) or pos <= last:
                 raise EncodingError(f"opening line {k}: pos must increase and lie in [1, {run.n})")
             last = pos
             run.openings[pos] = op
+            run.opening_lines[pos] = k
         except EncodingError as e:
             run.fail("canonical", str(e))
+    run.progress("canonical", len(run.b.leaves) + len(run.b.openings_lines))
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -446,11 +484,12 @@ def _parse_receipts(run: _Run, data: bytes) -> list[tuple[int, dict, list | None
             seen[line] = k
             todo.append(k)
     valid = []
-    for k, res in zip(todo, _parallel(lambda k: _one_receipt(run, lines[k]), todo)):
+    for k, res in zip(todo, _fork_map(lambda line: _one_receipt(run, line), [lines[k] for k in todo])):
         if isinstance(res, str):
             run.rejected.append(f"receipt {k}: {res}")
         else:
             valid.append((k, *res))
+    run.progress("receipts", len(lines))
     return valid
 
 
@@ -543,13 +582,160 @@ def _request_leaf(run: _Run, i: int) -> tuple[str, str] | bool | None:
         return "requests", f"leaf {i}: {e}"
 
 
-def _parallel(fn, items: list) -> list:
-    """``[fn(x) for x in items]`` on the machine's cores (threads; the heavy parts release the GIL)."""
-    if len(items) < 256:
-        return [fn(x) for x in items]
-    workers = max(1, min(8, os.cpu_count() or 1))
-    with ThreadPoolExecutor(workers) as pool:
-        return list(pool.map(fn, items, chunksize=256))
+class _LeafView:
+    """What ``_request_leaf`` reads of the run, for one leaf parsed in a worker from its canonical bytes (the
+    parent accepted them, so ``json.loads`` gives the values the parent holds)."""
+
+    def __init__(self, run: _Run, i: int, rec: dict | None, op: dict | None):
+        self.records = {i: rec}
+        self.openings = {} if op is None else {i: op}
+        self.accounts, self.tenants, self.policy, self.genesis = run.accounts, run.tenants, run.policy, run.genesis
+
+
+_TASK: Callable | None = None
+#: below this many items a map runs in this process (forking costs ~0.1 s)
+FORK_MIN_ITEMS = 4096
+_FORK_CHUNK = 512
+#: retrieval jobs (up to 256 leaves each) below which the replay runs in this process
+FORK_MIN_JOBS = 8
+#: tenants of at least this many documents: the replay maps only the noise words that can reach the top K
+LARGE_TENANT = 1 << 14
+
+
+def _worker_init() -> None:
+    """One BLAS thread per worker: the workers already fill the cores (threadpoolctl when installed)."""
+    try:
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(1)
+    except Exception:  # noqa: BLE001 — an optimisation only
+        pass
+
+
+def _run_chunk(chunk: list) -> tuple[bool, list]:
+    try:
+        return True, [_TASK(x) for x in chunk]
+    except BaseException:  # noqa: BLE001 — the parent redoes the map in-process, which raises the same error
+        return False, []
+
+
+def _workers() -> int:
+    env = os.environ.get("DPRAG_VERIFY_WORKERS")
+    if env is not None and env.strip().isdigit():
+        return max(1, int(env))
+    return max(1, min(8, os.cpu_count() or 1))
+
+
+def _fork_map(fn, items: list, *, serial=..., chunk: int | None = None, min_items: int | None = None) -> list | None:
+    """``[fn(x) for x in items]`` on the machine's cores, in forked worker processes (Ed25519 verification,
+    canonical decoding and hashing hold the GIL, so threads do not help). Items and results travel pickled
+    through pipes (small: bytes, tuples); the workers inherit everything else at fork, with the garbage
+    collector's heap frozen so that they copy almost none of it. ``DPRAG_VERIFY_WORKERS=1`` (or few items,
+    or no ``fork``) runs in this process: ``[serial(x) for x in items]`` (``serial`` defaults to ``fn``;
+    ``serial=None`` returns None then, for a caller with a cheaper in-process path). Any failure inside a
+    worker makes the whole map rerun in this process, so errors are exactly the in-process ones."""
+    if serial is ...:
+        serial = fn
+    workers = _workers()
+    forked = None
+    if workers > 1 and len(items) >= (FORK_MIN_ITEMS if min_items is None else min_items) and \
+            "fork" in mp.get_all_start_methods():
+        forked = _forked(fn, items, workers, chunk or _FORK_CHUNK)
+    if forked is not None:
+        return forked
+    return None if serial is None else [serial(x) for x in items]
+
+
+def _background(task: str, *args) -> Callable[[], Any]:
+    """Start ``_TASKS[task](*args)`` in a fresh Python process (not a fork: a long-lived fork would end up
+    holding a copy of every page the verifier touches meanwhile); the arguments go pickled through its stdin
+    (fed by a thread, so this returns at once) and the result comes back pickled through its stdout. Returns
+    a function that waits for the result: ``(value,)``, or None if the child failed in any way (the caller
+    then computes it in-process, raising what it raises)."""
+    if _workers() < 2:
+        return lambda: None
+    import pickle
+    import subprocess
+    import sys
+    import threading
+
+    try:
+        payload = pickle.dumps((task, args), protocol=pickle.HIGHEST_PROTOCOL)
+        proc = subprocess.Popen([sys.executable, "-c", "from dprag.audit.verifier import _task_main; _task_main()"],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    except Exception:  # noqa: BLE001
+        return lambda: None
+
+    def feed():
+        try:
+            proc.stdin.write(payload)
+            proc.stdin.close()
+        except OSError:
+            pass
+
+    writer = threading.Thread(target=feed, daemon=True)
+    writer.start()
+    done: list = []
+
+    def result():
+        if done:
+            return done[0]
+        out = None
+        try:
+            data = proc.stdout.read()
+            proc.stdout.close()
+            writer.join()
+            if proc.wait() == 0 and data:
+                out = pickle.loads(data)
+        except Exception:  # noqa: BLE001
+            out = None
+        done.append(out)
+        return out
+
+    return result
+
+
+def _certify_task(policy) -> dict:
+    return policy.certified_epsilons()
+
+
+def _coalition_task(embs, accts, poss, theta, window) -> tuple[int, int]:
+    w = resolve_window(window, poss, embs.shape[1])
+    return coalition_size(embs, accts, theta, w, positions=poss), w
+
+
+_TASKS = {"certify": _certify_task, "coalition": _coalition_task}
+
+
+def _task_main() -> None:
+    """The child side of ``_background``."""
+    import pickle
+    import sys
+
+    task, args = pickle.loads(sys.stdin.buffer.read())
+    out = (_TASKS[task](*args),)
+    sys.stdout.buffer.write(pickle.dumps(out, protocol=pickle.HIGHEST_PROTOCOL))
+    sys.stdout.buffer.flush()
+
+
+def _forked(fn, items: list, workers: int, size: int) -> list | None:
+    global _TASK
+    _TASK = fn
+    gc.freeze()
+    try:
+        with mp.get_context("fork").Pool(workers, initializer=_worker_init) as pool:
+            out: list = []
+            chunks = [items[a:a + size] for a in range(0, len(items), size)]
+            for ok, part in pool.imap(_run_chunk, chunks):
+                if not ok:
+                    return None
+                out.extend(part)
+            return out
+    except Exception:  # noqa: BLE001 — no fork, no pipe, an unpicklable result: do it in-process
+        return None
+    finally:
+        gc.unfreeze()
+        _TASK = None
 
 
 def check_8_7_requests(run: _Run) -> None:
@@ -557,7 +743,19 @@ def check_8_7_requests(run: _Run) -> None:
     n_limit = run.policy.retrieval.n if run.policy else None
     confirmed = 0
     positions = list(range(1, run.n))
-    for i, res in zip(positions, _parallel(lambda i: _request_leaf(run, i), positions)):
+
+    def raw(i: int) -> tuple[int, bytes | None, bytes | None]:
+        k = run.opening_lines.get(i)
+        return (i, None if run.records[i] is None else run.b.leaves[i],
+                None if k is None else run.b.openings_lines[k])
+
+    def in_worker(item: tuple[int, bytes | None, bytes | None]):
+        i, leaf, line = item
+        view = _LeafView(run, i, None if leaf is None else json.loads(leaf), None if line is None else json.loads(line))
+        return _request_leaf(view, i)
+
+    results = _fork_map(in_worker, [raw(i) for i in positions], serial=lambda item: _request_leaf(run, item[0]))
+    for i, res in zip(positions, results):
         if res is None:
             continue
         if isinstance(res, tuple):
@@ -574,50 +772,233 @@ def check_8_7_requests(run: _Run) -> None:
             run.fail("rate", f"account {rec['account']!r} made more than n = {n_limit} queries")
         run.queries.append(i)
         run.ok("requests")
+    run.progress("requests", len(positions))
     run.checked["queries_with_account_confirmed_q"] = confirmed
     run.checked["queries"] = sum(1 for i in run.queries if run.records[i]["type"] == "query")
 
 
-def _scores(run: _Run, i: int) -> np.ndarray:
-    s = run.scores.get(i)
-    if s is None:
-        rec, op, r = run.records[i], run.openings[i], run.policy.retrieval
-        q = np.frombuffer(bytes.fromhex(op["qemb"]), dtype="<i2")
-        from .retrieval import float_exact_scores
+class _ScoreCache:
+    """The exact integer scores of §4, each query scored once: blocks of queries of one tenant in one float64
+    matrix product (exact: |Σ E·Q| <= d·2^30 < 2^53, so any summation order gives the integers), kept in
+    the smallest unsigned type that holds the clipped range (offset by its low end) within ``budget`` bytes;
+    beyond it the oldest blocks are dropped and re-scored on demand (bounded memory at any window size)."""
 
-        s = float_exact_scores(run.tenants[rec["tenant"]]["qf"], q, r.score_clip, r.score_shift)
-        run.scores[i] = s
-    return s
+    BLOCK = 256
+    BUDGET = 384 << 20
+
+    def __init__(self, run: _Run, budget: int | None = None):
+        self.run = run
+        self.budget = self.BUDGET if budget is None else budget
+        r = run.policy.retrieval
+        self.clip, self.shift = r.score_clip, r.score_shift
+        self.base = self.clip[0] >> self.shift
+        span = (self.clip[1] >> self.shift) - self.base
+        self.dtype = np.uint16 if span < 1 << 16 else np.uint32 if span < 1 << 32 else None
+        self.rows: dict[int, tuple[int, int]] = {}   # pos -> (block id, row)
+        self.blocks: dict[int, np.ndarray] = {}      # block id -> compact matrix (insertion order = age)
+        self.held = 0
+        self.next_id = 0
+        self.order = {p: k for k, p in enumerate(run.queries)}
+
+    def score_rows(self, tenant: str, qembs: list[str]) -> np.ndarray:
+        """int64 scores of the given query embeddings (hex of Q, already checked by §8.7), computed now."""
+        qs = np.frombuffer(b"".join(bytes.fromhex(q) for q in qembs), dtype="<i2")
+        dots = qs.reshape(len(qembs), -1).astype(np.float64) @ self.run.tenants[tenant]["qf"].T
+        return np.right_shift(np.clip(dots.astype(np.int64), *self.clip), self.shift)
+
+    def _score(self, positions: list[int]) -> np.ndarray:
+        """int64 scores of the given positions (one tenant), computed now."""
+        run = self.run
+        return self.score_rows(run.records[positions[0]]["tenant"], [run.openings[p]["qemb"] for p in positions])
+
+    def compact(self, s: np.ndarray) -> np.ndarray:
+        return s if self.dtype is None else (s - self.base).astype(self.dtype)
+
+    def _keep(self, positions: list[int], s: np.ndarray) -> None:
+        self.keep_compact(positions, self.compact(s))
+
+    def keep_compact(self, positions: list[int], m: np.ndarray) -> None:
+        bid = self.next_id
+        self.next_id += 1
+        self.blocks[bid] = m
+        self.held += m.nbytes
+        for k, p in enumerate(positions):
+            self.rows[p] = (bid, k)
+        while self.held > self.budget and len(self.blocks) > 1:
+            old = next(iter(self.blocks))
+            self.held -= self.blocks.pop(old).nbytes
+
+    def _row(self, p: int) -> np.ndarray | None:
+        got = self.rows.get(p)
+        if got is None or got[0] not in self.blocks:
+            return None
+        m = self.blocks[got[0]][got[1]]
+        return m if self.dtype is None else m.astype(np.int64) + self.base
+
+    def rows_for(self, n_docs: int) -> int:
+        """Queries scored per block for a tenant of ``n_docs``: at most 2^22 scores (32 MiB of float64)."""
+        return max(1, min(self.BLOCK, (1 << 22) // max(1, n_docs)))
+
+    def many(self, positions: list[int]) -> np.ndarray:
+        """int64 scores of ``positions`` (all of one tenant) as a matrix, scoring the missing ones at once."""
+        n = self.run.tenants[self.run.records[positions[0]]["tenant"]]["n"]
+        out = np.empty((len(positions), n), dtype=np.int64)
+        missing = []
+        for k, p in enumerate(positions):
+            row = self._row(p)
+            if row is None:
+                missing.append(k)
+            else:
+                out[k] = row
+        step = self.rows_for(n)
+        for a in range(0, len(missing), step):
+            ks = missing[a:a + step]
+            part = [positions[k] for k in ks]
+            s = self._score(part)
+            out[ks] = s
+            self._keep(part, s)
+        return out
+
+    def one(self, p: int) -> np.ndarray:
+        row = self._row(p)
+        if row is None:
+            # score the block of queries of this tenant that follow p in ledger order (the order the checks
+            # consume them in), so that a sequential pass scores each block once
+            run, t = self.run, self.run.records[p]["tenant"]
+            k = self.order.get(p)
+            step = self.rows_for(run.tenants[t]["n"])
+            nxt = [p] if k is None else [q for q in run.queries[k:k + step]
+                                        if run.records[q]["tenant"] == t and self._row(q) is None]
+            if nxt[0] != p:
+                nxt.insert(0, p)
+            self._keep(nxt, self._score(nxt))
+            row = self._row(p)
+        return row
+
+
+def _scores(run: _Run, i: int) -> np.ndarray:
+    """The exact integer scores of query leaf ``i`` (int64), from the shared cache."""
+    if run.scores is None:
+        run.scores = _ScoreCache(run)
+    return run.scores.one(i)
 
 
 # ------------------------------------------------------------------------------------------------------------
 # §8.8 retrieval replay
 # ------------------------------------------------------------------------------------------------------------
 def check_8_8_retrieval(run: _Run, chosen: list[int]) -> None:
+    """Per chosen leaf: the citations are the top-K of the exact scores plus the committed-seed noise and open
+    h_top. Vectorised over jobs of up to 256 leaves of one tenant (one matrix product for the scores, one
+    pass of the table's sampler over the concatenated streams, a row-wise top-K), run in the forked workers;
+    the reasons come out in ledger order, exactly as the leaf-by-leaf replay words them. The workers hand
+    back the scores (compact) while the cache has room, so the generation check does not score again."""
     r = run.policy.retrieval
     table = noise_table(r.sigma, r.sampler.tail, r.sampler.precision_bits) if chosen else None
-    for done, i in enumerate(chosen):
+    if chosen and run.scores is None:
+        run.scores = _ScoreCache(run)
+    cache = run.scores
+    plans, jobs, room = [], [], cache.budget if cache is not None else 0
+    for a in range(0, len(chosen), _ScoreCache.BLOCK):
+        block = chosen[a:a + _ScoreCache.BLOCK]
+        found: list[tuple[int, str | None]] = []
+        groups: dict[str, list[int]] = {}
+        for i in block:
+            rec, op = run.records[i], run.openings[i]
+            if rec["tenant"] not in r.enabled_tenants or rec["type"] != "query":
+                found.append((i, None))  # no citations released (§8.7 already refused any recorded here)
+            elif op.get("top") is None or rec["h_top"] is None:
+                found.append((i, "citations missing for a tenant with the retrieval channel on"))
+            else:
+                groups.setdefault(rec["tenant"], []).append(i)
+        ids = []
+        for t, group in groups.items():
+            n = run.tenants[t]["n"]
+            step = cache.rows_for(n)
+            for c in range(0, len(group), step):
+                ps = group[c:c + step]
+                size = len(ps) * n * (cache.dtype(0).itemsize if cache.dtype else 8)
+                keep = size <= room
+                room -= size if keep else 0
+                ids.append(len(jobs))
+                jobs.append((t, keep, [(i, run.records[i]["h_req"], run.records[i]["h_top"], run.openings[i]["qemb"],
+                                        run.openings[i]["top"], run.openings[i].get("nonce_top")) for i in ps]))
+        plans.append((block, found, ids))
+    results = _fork_map(lambda job: _retrieval_job(run, table, job), jobs, chunk=1, min_items=FORK_MIN_JOBS)
+    for block, found, ids in plans:
+        if any(results[j] is None for j in ids):
+            _retrieval_one_by_one(run, block, table)  # anything unexpected: the plain replay, its reasons or error
+        else:
+            for j in ids:
+                got, compact = results[j]
+                found.extend(got)
+                if compact is not None:
+                    cache.keep_compact([x[0] for x in jobs[j][2]], compact)
+                results[j] = None
+            for i, what in sorted(found, key=lambda x: x[0]):
+                if what is None:
+                    run.ok("retrieval")
+                else:
+                    run.fail("retrieval", f"leaf {i}: {what}")
+        run.progress("retrieval", len(block))
+
+
+def _retrieval_job(run: _Run, table, job) -> tuple[list[tuple[int, str | None]], np.ndarray | None] | None:
+    """§8.8 for up to 256 leaves of one tenant (in a worker): [(pos, reason or None)] and, if asked, their
+    compact scores; None on anything unexpected (the parent then replays those leaves one by one)."""
+    try:
+        t, keep, leaves = job
+        r, cache = run.policy.retrieval, run.scores
+        n = run.tenants[t]["n"]
+        scores = cache.score_rows(t, [x[3] for x in leaves])
+        words = np.empty((len(leaves), n), dtype=np.uint64)
+        for k, x in enumerate(leaves):
+            words[k] = request_source(run.seed, "retrieval", bytes.fromhex(x[1])).uint64(n)
+        if n >= LARGE_TENANT:  # map only the words that can reach the top K (bit-identical, retrieval.py)
+            span = (r.score_clip[0] >> r.score_shift, r.score_clip[1] >> r.score_shift)
+            expected = np.stack([noisy_top_k_words(scores[k], words[k], table, r.K, score_range=span)
+                                 for k in range(len(leaves))])
+        else:
+            expected = noisy_top_k_rows(scores, sample_words(table, words), r.K)
+        out = [(x[0], _retrieval_leaf({"h_top": x[2]}, {"top": x[4], "nonce_top": x[5]}, expected[k]))
+               for k, x in enumerate(leaves)]
+        return out, (cache.compact(scores) if keep else None)
+    except Exception:  # noqa: BLE001 — see the docstring
+        return None
+
+
+def _retrieval_one_by_one(run: _Run, block: list[int], table) -> None:
+    """§8.8 leaf by leaf (the plain replay; the vectorised path falls back to it on anything unexpected)."""
+    r = run.policy.retrieval
+    for i in block:
         rec, op = run.records[i], run.openings[i]
         try:
             if rec["tenant"] not in r.enabled_tenants or rec["type"] != "query":
-                run.ok("retrieval")  # no citations released (§8.7 already refused any recorded here)
+                run.ok("retrieval")
                 continue
             if op.get("top") is None or rec["h_top"] is None:
                 raise EncodingError("citations missing for a tenant with the retrieval channel on")
-            h_req = bytes.fromhex(rec["h_req"])
-            z = table.sample(run.tenants[rec["tenant"]]["n"], request_source(run.seed, "retrieval", h_req))
-            expected = noisy_top_k(_scores(run, i), z, r.K)
-            top = op["top"]
-            if not isinstance(top, list) or not all(_is_int(x, 0, (1 << 32) - 1) for x in top) or \
-                    not np.array_equal(np.asarray(top, dtype=np.int64), expected):
-                raise EncodingError("citations are not the top-K of the committed-seed noisy scores")
-            if top_commitment(expected, hexbytes(op.get("nonce_top"), "nonce_top", 16)) != rec["h_top"]:
-                raise EncodingError("h_top does not match the opened citations")
+            z = table.sample(run.tenants[rec["tenant"]]["n"],
+                             request_source(run.seed, "retrieval", bytes.fromhex(rec["h_req"])))
+            what = _retrieval_leaf(rec, op, noisy_top_k(_scores(run, i), z, r.K))
+            if what is not None:
+                raise EncodingError(what)
             run.ok("retrieval")
         except EncodingError as e:
             run.fail("retrieval", f"leaf {i}: {e}")
-        if done % 1000 == 999:
-            run.progress("retrieval", 1000)
+
+
+def _retrieval_leaf(rec: dict, op: dict, expected: np.ndarray) -> str | None:
+    """§8.8 for one leaf, given the replayed top-K: None if it conforms, else what is wrong."""
+    top = op["top"]
+    if not isinstance(top, list) or len(top) != expected.size or \
+            not all(_is_int(x, 0, (1 << 32) - 1) for x in top) or top != expected.tolist():
+        return "citations are not the top-K of the committed-seed noisy scores"
+    try:
+        if top_commitment(top, hexbytes(op.get("nonce_top"), "nonce_top", 16)) != rec["h_top"]:  # top == expected
+            return "h_top does not match the opened citations"
+    except EncodingError as e:
+        return str(e)
+    return None
 
 
 def check_8_8_proofs(run: _Run, vk) -> None:
@@ -769,19 +1150,38 @@ def generation_trust(policy) -> tuple[tuple, str | None]:
 # ------------------------------------------------------------------------------------------------------------
 # §8.10 coalition estimate (the auditor's θ and window)
 # ------------------------------------------------------------------------------------------------------------
-def check_8_10_coalition(run: _Run, theta: float, window: int | None) -> int | None:
-    embs, accts, poss = [], [], []
+def _coalition_inputs(run: _Run) -> tuple[np.ndarray, list, list] | None:
+    """(Q of every query leaf as an int16 matrix, their accounts, their positions), or None if there is nothing
+    to estimate (no query, or Q of several dimensions)."""
+    accts, poss, dims = [], [], set()
     for i in run.queries:
         if run.records[i]["type"] != "query":
             continue
-        embs.append(np.frombuffer(bytes.fromhex(run.openings[i]["qemb"]), dtype="<i2"))
+        dims.add(len(run.openings[i]["qemb"]) // 4)  # hex of int16 entries (§8.7 checked it is hex)
         accts.append(run.records[i]["account"])
         poss.append(i)
-    dims = {e.size for e in embs}
-    if not embs or len(dims) != 1:
+    if not poss or len(dims) != 1:
         return None
-    w = resolve_window(window, poss, embs[0].size)  # None: the whole audit window (within the time budget)
-    c_hat = coalition_size(np.stack(embs), accts, theta, w, positions=poss)
+    embs = np.empty((len(poss), dims.pop()), dtype="<i2")  # filled in place: no per-query arrays (memory at scale)
+    for k, i in enumerate(poss):
+        embs[k] = np.frombuffer(bytes.fromhex(run.openings[i]["qemb"]), dtype="<i2")
+    return embs, accts, poss
+
+
+def _coalition_estimate(run: _Run, theta: float, window: int | None) -> tuple[int, int] | None:
+    """(ĉ, the window used) from the opened Q of every query leaf, or None if there is nothing to estimate."""
+    got = _coalition_inputs(run)
+    return None if got is None else _coalition_task(*got, theta, window)
+
+
+def check_8_10_coalition(run: _Run, theta: float, window: int | None, background=None) -> int | None:
+    """ĉ <= k_max. ``background``: the estimate started in a forked child beside the other checks (its
+    (ĉ, window), or None if the child failed: then it is computed here, raising what it raises)."""
+    got = background() if background is not None else None
+    est = got[0] if got is not None else _coalition_estimate(run, theta, window)
+    if est is None:
+        return None
+    c_hat, w = est
     k_max = run.policy.coalition.k_max
     if c_hat > k_max:
         run.fail("coalition", f"estimated coalition size {c_hat} > k_max = {k_max} (θ = {theta}, window = {w})")
@@ -830,7 +1230,7 @@ def _read_auditor_file(path, what: str, cap: int) -> bytes:
 def _guarded(run: _Run, check: str, fn, *args):
     """Run one check; an exception it did not anticipate is a FAIL of that check, never a crash (the input
     is the provider's, so a crash would let it turn FAIL into 'unusable')."""
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), _cpu()
     try:
         return fn(run, *args)
     except Exception as e:  # noqa: BLE001 — deliberately total: see the docstring
@@ -838,6 +1238,13 @@ def _guarded(run: _Run, check: str, fn, *args):
         return None
     finally:
         run.timings[check] = run.timings.get(check, 0.0) + time.perf_counter() - t0
+        run.cpu[check] = run.cpu.get(check, 0.0) + _cpu() - c0
+
+
+def _cpu() -> float:
+    """CPU seconds of this process and of its finished children (the forked workers of ``_fork_map``)."""
+    c = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + c.ru_utime + c.ru_stime
 
 
 def key_fingerprint(vkey: str) -> str:
@@ -916,17 +1323,32 @@ def verify(bundle_path: str | Path, *, receipts: str | Path | None = None, mode:
         run.fail("commitments", f"the provider key is not the pinned one (bundle key {key_fingerprint(run.genesis['provider_key'])}, "
                                 f"pinned {key_fingerprint(pinned)})")
     _guarded(run, "policy", check_8_4_policy)
+    # the certified ε depends on the policy alone: computed beside the checks (a fixed ~3 s CPU cost)
+    certify = _background("certify", run.policy) if run.policy is not None and run.n >= FORK_MIN_ITEMS else None
     valid_receipts = (_guarded(run, "receipts", _parse_receipts, receipts_data) or []) if receipts_data is not None else []
+    no_receipt = receipts_data is not None and not receipts_data.strip()
+    receipts_data = b"" if receipts_data is not None else None  # parsed: let the bytes go (memory at scale)
     trusted_size = _guarded(run, "ledger", check_8_5_ledger, {r[1]["size"] for r in valid_receipts}, trusted)
     if min_witnesses and run.genesis is not None and run.key is not None:
         _guarded(run, "ledger", _check_witnesses, wit, min_witnesses)
     if receipts_data is not None:
-        if not receipts_data.strip():
+        if no_receipt:
             run.rejected.append("the receipts file holds no receipt")
         _guarded(run, "receipts", check_8_6_receipts, valid_receipts)
     guarantee = None
     if run.policy is not None and run.genesis is not None:
         _guarded(run, "requests", check_8_7_requests)
+        run.b.openings_lines = []  # parsed and checked: the raw lines are not read again (memory at scale)
+        # the coalition estimate (BLAS-bound) needs only the checked openings: computed beside the other checks
+        coalition = None
+        if run.n >= FORK_MIN_ITEMS and _workers() > 1:
+            try:
+                inputs = _coalition_inputs(run)
+            except Exception:  # noqa: BLE001 — the check itself (in line, below) reports it
+                inputs = None
+            if inputs is not None:
+                coalition = _background("coalition", *inputs, theta, coalition_window)
+            del inputs
         if run.seed is not None:
             positions = list(run.queries)
             if mode == "sampled":
@@ -945,16 +1367,23 @@ def verify(bundle_path: str | Path, *, receipts: str | Path | None = None, mode:
             _guarded(run, "generation", check_8_9_generation)
             if replay_generator is not None:
                 if corpus is None:
+                    for child in (certify, coalition):
+                        if child is not None:
+                            child()  # reap the child
                     raise AuditorInputError("answer replay needs the corpus (--corpus)")
                 _guarded(run, "generation", check_8_9_answers, valid_receipts, replay_generator, corpus)
-        _guarded(run, "coalition", check_8_10_coalition, theta, coalition_window)
+        run.scores = None  # the last reader of the scores is behind us (memory at scale)
+        _guarded(run, "coalition", check_8_10_coalition, theta, coalition_window, coalition)
     elif not run.reasons:
         run.fail("commitments", "no usable policy or genesis: nothing can be certified")
 
     channels: dict[str, Any] = {}
     eps = delta = k_max = None
     if run.policy is not None:
-        cert = run.policy.certified_epsilons()
+        t0 = time.perf_counter()
+        cert = certify() if certify is not None else None
+        cert = cert[0] if cert is not None else run.policy.certified_epsilons()
+        run.timings["certify"] = time.perf_counter() - t0
         channels = {"relation": cert["relation"], "retrieval": cert["retrieval"], "generation": cert["generation"]}
         k_max = run.policy.coalition.k_max
         if not math.isfinite(cert["epsilon"]):
@@ -984,4 +1413,5 @@ def verify(bundle_path: str | Path, *, receipts: str | Path | None = None, mode:
                    attestation=attestation, reasons=run.reasons, checked=dict(run.checked), mode=mode,
                    guarantee=guarantee, rejected_evidence=run.rejected,
                    provider_key=None if vk is None else key_fingerprint(vk), key_pinned=pinned is not None,
-                   trusted_checkpoint=trusted_size, timings=dict(run.timings))
+                   trusted_checkpoint=trusted_size, timings=dict(run.timings),
+                   cpu_seconds=dict(run.cpu))
