@@ -9,7 +9,10 @@ snarkjs (GPL-3.0, run as a separate process, never imported) is taken from .cach
 tests/test_zk_interop.py) or PATH. snarkjs proves with the .zkey dprag writes for its own development key (same
 R1CS, same key layout), so the two provers do the same work; snarkjs's own setup needs a prepared powers-of-tau of
 power k + 1 (`prepare phase2` took 550 s at power 14 here), so its setup column is only filled when
-.cache/ptau/pot{k+1}_final.ptau exists. Times are wall-clock on a shared machine: compare the ratios of one run.
+.cache/ptau/pot{k+1}_final.ptau exists. Proving is timed in --repeat rounds, each running our prover (1 and
+--workers processes) and then the snarkjs command line back to back, with /proc/loadavg recorded per round; wall
+and CPU seconds of every run are kept (--json). Times are wall-clock on a shared machine: compare the ratios of
+one run (under full load every session gets about the same CPU share, so the CPU ratio is the steadier figure).
 groth16py (arkworks, GPL-3.0, dev extra) is timed too when installed (setup from our .r1cs, prove from our .wtns,
 in-process verify), and proves once with dprag's .zkey as a cross-check that dprag verifies.
 Circuits: "chain" is x_{i+1} = x_i^2 + i (every witness value a random field element: the worst case for dprag's
@@ -113,22 +116,82 @@ def _time(fn, repeat: int | None = None):
     return v, best
 
 
+def _cpu() -> float:
+    """CPU seconds of this process and its waited-for children (user + system)."""
+    import resource
+
+    c = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + c.ru_utime + c.ru_stime
+
+
+def _loadavg() -> str:
+    """The 1, 5 and 15 minute load averages, as /proc/loadavg shows them."""
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def prove_side_by_side(row: dict, pk, w, vk, pub, exe: str | None, workers: int, d: Path):
+    """REPEAT rounds, each: our prover in one process, in ``workers`` processes, then the snarkjs command line,
+    back to back (so each round's ratio compares runs under the same load). Records wall and CPU seconds of every
+    run, /proc/loadavg at the start of each round, the best (minimum) times and the ratios of the best times and
+    the median of the per-round ratios. CPU time (ours incl. forked workers; snarkjs's whole Node process) is the
+    load-independent figure: under full load every process group gets about the same CPU share."""
+    import statistics
+
+    rounds = []
+    proof = None
+    for _ in range(REPEAT):
+        rd = {"loadavg": _loadavg()}
+        for label, wk in [("dprag_1proc", 1)] + ([(f"dprag_{workers}proc", workers)] if workers > 1 else []):
+            c0, t0 = _cpu(), time.perf_counter()
+            p = prove(pk, w, workers=wk)
+            rd[label] = (time.perf_counter() - t0, _cpu() - c0)
+            assert verify(vk, p, pub)
+            proof = proof or p
+        if exe:
+            c0, t0 = _cpu(), time.perf_counter()
+            res = subprocess.run([exe, "groth16", "prove", "c.zkey", "c.wtns", "sj_proof.json", "sj_public.json"],
+                                 cwd=d, capture_output=True, text=True)
+            rd["snarkjs"] = (time.perf_counter() - t0, _cpu() - c0)
+            assert res.returncode == 0, res.stderr
+        rounds.append(rd)
+        print("    round: " + "  ".join(f"{k}={v}" if k == "loadavg" else f"{k}={v[0]:.2f}s wall/{v[1]:.2f}s cpu"
+                                         for k, v in rd.items()), flush=True)
+    row["prove_rounds"] = rounds
+    row["prove_s"] = min(r["dprag_1proc"][0] for r in rounds)
+    row["prove_cpu_s"] = min(r["dprag_1proc"][1] for r in rounds)
+    if workers > 1:
+        row[f"prove_s_{workers}proc"] = min(r[f"dprag_{workers}proc"][0] for r in rounds)
+        row[f"prove_cpu_s_{workers}proc"] = min(r[f"dprag_{workers}proc"][1] for r in rounds)
+    if exe:
+        row["snarkjs_prove_s"] = min(r["snarkjs"][0] for r in rounds)
+        row["snarkjs_prove_cpu_s"] = min(r["snarkjs"][1] for r in rounds)
+        row["prove_ratio"] = row["prove_s"] / row["snarkjs_prove_s"]
+        row["prove_ratio_median"] = statistics.median(r["dprag_1proc"][0] / r["snarkjs"][0] for r in rounds)
+        row["prove_cpu_ratio"] = row["prove_cpu_s"] / row["snarkjs_prove_cpu_s"]
+        if workers > 1:
+            k = f"dprag_{workers}proc"
+            row[f"prove_ratio_{workers}proc"] = row[f"prove_s_{workers}proc"] / row["snarkjs_prove_s"]
+            row[f"prove_ratio_median_{workers}proc"] = statistics.median(r[k][0] / r["snarkjs"][0] for r in rounds)
+            row[f"prove_cpu_ratio_{workers}proc"] = row[f"prove_cpu_s_{workers}proc"] / row["snarkjs_prove_cpu_s"]
+    return proof
+
+
 def compare(name: str, r1cs, w, exe: str | None, workers: int, tmp: Path) -> dict:
     row = {"circuit": name, "constraints": r1cs.n_constraints}
     pk, row["setup_s"] = _time(lambda: setup(r1cs), repeat=1)
     row["domain"] = pk.domain_size
     vk = pk.verifying_key()
     pub = r1cs.public_values(w)
-    proof, row["prove_s"] = _time(lambda: prove(pk, w))
-    if workers > 1:
-        proof2, row[f"prove_s_{workers}proc"] = _time(lambda: prove(pk, w, workers=workers))
-        assert verify(vk, proof2, pub)
+    d = tmp / name
+    d.mkdir()
+    if exe:
+        F.write_zkey(d / "c.zkey", pk)
+        F.write_wtns(d / "c.wtns", w)
+    proof = prove_side_by_side(row, pk, w, vk, pub, exe, workers, d)
     ok, row["verify_s"] = _time(lambda: verify(vk, proof, pub))  # one proof: 4 Miller loops, 1 final exp
     assert ok
     prepare(vk)  # e(alpha, beta) cached: what a verifier of many proofs under one key pays per proof
     _, row["verify_s_cached"] = _time(lambda: verify(vk, proof, pub))
-    d = tmp / name
-    d.mkdir()
     F.write_json(d / "verification_key.json", F.vk_to_json(vk))
     F.write_json(d / "proof.json", F.proof_to_json(proof))
     F.write_json(d / "public.json", F.public_to_json(pub))
@@ -140,13 +203,7 @@ def compare(name: str, r1cs, w, exe: str | None, workers: int, tmp: Path) -> dic
             ["dprag", "zk", "verify", str(d)], capture_output=True, text=True))
     assert res.returncode == 0, res.stderr
     if exe:
-        F.write_zkey(d / "c.zkey", pk)
-        F.write_wtns(d / "c.wtns", w)
         F.write_r1cs(d / "c.r1cs", r1cs)
-        res, row["snarkjs_prove_s"] = _time(lambda: subprocess.run(
-            [exe, "groth16", "prove", "c.zkey", "c.wtns", "sj_proof.json", "sj_public.json"], cwd=d,
-            capture_output=True, text=True))
-        assert res.returncode == 0, res.stderr
         assert verify(vk, F.read_proof(d / "sj_proof.json"), F.read_public(d / "sj_public.json"))
         res, row["snarkjs_verify_s"] = _time(lambda: subprocess.run(
             [exe, "groth16", "verify", "verification_key.json", "public.json", "proof.json"], cwd=d,
@@ -156,7 +213,6 @@ def compare(name: str, r1cs, w, exe: str | None, workers: int, tmp: Path) -> dic
         if ptau.exists():
             res, row["snarkjs_setup_s"] = _time(lambda: subprocess.run(
                 [exe, "groth16", "setup", "c.r1cs", str(ptau), "sj.zkey"], cwd=d, capture_output=True, text=True))
-        row["prove_ratio"] = row["prove_s"] / row["snarkjs_prove_s"]
     try:  # groth16py (arkworks, GPL-3.0, dev extra): a baseline run here, never imported by dprag
         import groth16py
     except ImportError:
@@ -177,12 +233,11 @@ def compare(name: str, r1cs, w, exe: str | None, workers: int, tmp: Path) -> dic
         from dprag.zk.keys import Proof
 
         assert verify(vk, Proof(a=(v[0], v[1]), b=((v[3], v[2]), (v[5], v[4])), c=(v[6], v[7])), pub)
-        if f"prove_s_{workers}proc" in row:
-            row[f"prove_ratio_{workers}proc"] = row[f"prove_s_{workers}proc"] / row["snarkjs_prove_s"]
+    if exe:
         row["verify_ratio"] = row["verify_s"] / row["snarkjs_verify_s"]
         row["verify_cli_ratio"] = row["verify_cli_s"] / row["snarkjs_verify_s"]
-    print("  " + "  ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()),
-          flush=True)
+    print("  " + "  ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()
+                           if k != "prove_rounds"), flush=True)
     return row
 
 
@@ -197,9 +252,14 @@ def main(argv=None) -> None:
     a = ap.parse_args(argv)
     global REPEAT
     REPEAT = max(1, a.repeat)
-    out: dict = {"cpus": os.cpu_count(), "load": os.getloadavg(), "repeat": REPEAT}
     exe = snarkjs_exe()
-    print(f"snarkjs: {exe or 'not found (ours only)'}; load average {out['load']}")
+    version = None
+    if exe:
+        pkg = Path(exe).resolve().parents[1] / "package.json"
+        version = json.loads(pkg.read_text()).get("version") if pkg.exists() else None
+    out: dict = {"cpus": os.cpu_count(), "load": os.getloadavg(), "repeat": REPEAT, "snarkjs": exe,
+                 "snarkjs_version": version}
+    print(f"snarkjs: {exe or 'not found (ours only)'} (version {version}); load average {out['load']}")
     if not a.skip_constraints:
         constraints_table(out)
     rows = []

@@ -31,11 +31,12 @@ def _table(base, g2: bool) -> list[list]:
 def fixed_base_muls(base, scalars: Sequence[int], g2: bool = False) -> list:
     """[k * base for k in scalars] (affine; None for k = 0 mod r)."""
     add_pairs = C._g2_add_pairs if g2 else C._g1_add_pairs
-    table = _table(base, g2)
-    ks = [k % R for k in scalars]
-    acc = [None] * len(ks)
-    mask = (1 << _W) - 1
-    for j, row in enumerate(table):
-        shift = j * _W
-        acc = add_pairs(acc, [row[(k >> shift) & mask] for k in ks])
+    with C.no_gc():
+        table = _table(base, g2)
+        ks = [k % R for k in scalars]
+        acc = [None] * len(ks)
+        mask = (1 << _W) - 1
+        for j, row in enumerate(table):
+            shift = j * _W
+            acc = add_pairs(acc, [row[(k >> shift) & mask] for k in ks])
     return acc

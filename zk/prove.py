@@ -26,15 +26,16 @@ def prove(pk: ProvingKey, witness: Sequence[int], *, workers: int = 1) -> Proof:
     w = list(witness)
     if w[0] != 1 or any(not 0 <= x < R for x in w):
         raise InvalidParameterError("witness", "w[0] must be 1 and every value a field element", w[0])
-    h = quotient_evals((pk.a_rows, pk.b_rows), w, pk.domain_size)
-    priv = w[pk.n_public + 1:]
-    # the C and H terms both go into pi_C: one MSM over the concatenated bases (one bucket pass instead of two)
-    pa, pb2, pb1, pch = C.msm_many([
-        ("g1", pk.a_points, w),
-        ("g2", pk.b2_points, w),
-        ("g1", pk.b1_points, w),
-        ("g1", pk.c_points + pk.h_points, priv + h),
-    ], workers=workers)
+    with C.no_gc():
+        h = quotient_evals((pk.a_rows, pk.b_rows), w, pk.domain_size)
+        priv = w[pk.n_public + 1:]
+        # the C and H terms both go into pi_C: one MSM over the concatenated bases (one bucket pass instead of two)
+        pa, pb2, pb1, pch = C.msm_many([
+            ("g1", pk.a_points, w),
+            ("g2", pk.b2_points, w),
+            ("g1", pk.b1_points, w),
+            ("g1", pk.c_points + pk.h_points, priv + h),
+        ], workers=workers)
     r = _nonzero()
     s = _nonzero()
     a = C.g1_add(C.g1_add(pa, pk.alpha1), C.g1_mul(pk.delta1, r))
