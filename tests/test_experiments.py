@@ -234,6 +234,9 @@ def test_cli_privacy_utility_end_to_end_on_toy(tmp_path):
     for x in rows:
         assert {"method", "eps_total", "accuracy", "queries", "f1", "rouge_l", "precision", "m", "seconds"} <= set(x)
         assert x["queries"] == 6 and x["m"] == 4 and 0.0 <= x["accuracy"] <= 1.0
+        assert x["schema"] == "dprag.experiment.privacy-utility/1"  # spec/cli-json.md: every --json object
+    assert all(json.loads(line)["schema"] == "dprag.experiment.privacy-utility/1"
+               for line in (out / "privacy_utility.jsonl").read_text().splitlines())
     with open(out / "privacy_utility.csv", newline="") as f:
         table = list(csv.DictReader(f))
     assert len(table) == 7 and {t["method"] for t in table} == {"non-rag", "murag", "murag-ada", "naive-multi-rag"}

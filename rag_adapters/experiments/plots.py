@@ -31,8 +31,13 @@ def _clean(v):
     return v
 
 
+#: schema of one privacy-utility cell row (``--json`` on stdout, ``privacy_utility.jsonl``, ``cells_partial.jsonl``)
+ROW_SCHEMA = "dprag.experiment.privacy-utility/1"
+
+
 def json_row(cell: CellResult, extra: dict | None = None) -> dict:
     row = {k: _clean(v) for k, v in cell.row().items()}
+    row["schema"] = ROW_SCHEMA
     row["hp"] = cell.hp
     row["dev_grid"] = cell.dev_grid
     row["derived"] = cell.derived
