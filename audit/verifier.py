@@ -660,7 +660,7 @@ def _background(task: str, *args) -> Callable[[], Any]:
     import threading
 
     try:
-        payload = pickle.dumps((task, args), protocol=pickle.HIGHEST_PROTOCOL)
+        payload = [pickle.dumps((task, args), protocol=pickle.HIGHEST_PROTOCOL)]  # dropped once written
         proc = subprocess.Popen([sys.executable, "-c", "from dprag.audit.verifier import _task_main; _task_main()"],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     except Exception:  # noqa: BLE001
@@ -668,7 +668,7 @@ def _background(task: str, *args) -> Callable[[], Any]:
 
     def feed():
         try:
-            proc.stdin.write(payload)
+            proc.stdin.write(payload.pop())
             proc.stdin.close()
         except OSError:
             pass
@@ -1339,16 +1339,18 @@ def verify(bundle_path: str | Path, *, receipts: str | Path | None = None, mode:
     if run.policy is not None and run.genesis is not None:
         _guarded(run, "requests", check_8_7_requests)
         run.b.openings_lines = []  # parsed and checked: the raw lines are not read again (memory at scale)
-        # the coalition estimate (BLAS-bound) needs only the checked openings: computed beside the other checks
         coalition = None
-        if run.n >= FORK_MIN_ITEMS and _workers() > 1:
+
+        def start_coalition():
+            # the coalition estimate (BLAS-bound) needs only the checked openings: computed beside the generation
+            # check (started after the retrieval replay, whose workers already fill the cores: a lower peak)
+            if run.n < FORK_MIN_ITEMS or _workers() < 2:
+                return None
             try:
                 inputs = _coalition_inputs(run)
             except Exception:  # noqa: BLE001 — the check itself (in line, below) reports it
-                inputs = None
-            if inputs is not None:
-                coalition = _background("coalition", *inputs, theta, coalition_window)
-            del inputs
+                return None
+            return None if inputs is None else _background("coalition", *inputs, theta, coalition_window)
         if run.seed is not None:
             positions = list(run.queries)
             if mode == "sampled":
@@ -1364,6 +1366,7 @@ def verify(bundle_path: str | Path, *, receipts: str | Path | None = None, mode:
             _guarded(run, "retrieval", check_8_8_retrieval, chosen)
             if vk is not None and run.policy.retrieval.zk_tenants:
                 _guarded(run, "retrieval", check_8_8_proofs, vk)
+            coalition = start_coalition()
             _guarded(run, "generation", check_8_9_generation)
             if replay_generator is not None:
                 if corpus is None:
