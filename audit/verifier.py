@@ -1398,10 +1398,12 @@ def verify(bundle_path: str | Path, *, receipts: str | Path | None = None, mode:
     attestation = {"retrieval": ATTESTATION_RETRIEVAL, "generation": ATTESTATION_GENERATION}
     if run.policy is not None and run.policy.retrieval.zk_tenants:
         zk = ", ".join(sorted(run.policy.retrieval.zk_tenants))
+        sizes = ", ".join(f"{t}: N = {run.tenants[t]['n']}" for t in sorted(run.policy.retrieval.zk_tenants)
+                          if t in run.tenants)
         if vk is not None and "zk_proofs" in run.checked:
             attestation["retrieval"] = (
-                f"groth16 + replay: for zk tenant(s) {zk} (every score of the committed index proven; N <= "
-                f"{64} documents), {run.checked['zk_proofs']} Groth16 proofs of noise-then-select verified under the "
+                f"groth16 + replay: for zk tenant(s) {zk} (every score of the committed index proven; "
+                f"{sizes or 'sizes unknown'} documents), {run.checked['zk_proofs']} Groth16 proofs of noise-then-select verified under the "
                 "auditor's own verification key, which proves the citations without the index; every other query "
                 "by replay. " + ATTESTATION_RETRIEVAL)
         else:

@@ -47,6 +47,7 @@ def test_proofs_verify_under_the_auditors_key(zk_window):
     v = verify(b, zk_vkey=d / "vk.json")
     assert v.verdict == "PASS", v.reasons
     assert v.checked["zk_proofs"] == 1 and v.attestation["retrieval"].startswith("groth16 + replay")
+    assert f"zk: N = {len(ZK_DOCS)} documents" in v.attestation["retrieval"]  # the tenant's committed size
     v = verify(b)  # without the auditor's key the proofs are not relied on, and the verdict says so
     assert v.verdict == "PASS" and v.attestation["retrieval"].startswith("replay only")
 
