@@ -262,3 +262,52 @@ def test_plugs_into_murag_and_murag_ada_pure_filter(gen):
                    source=RandomSource.from_seed(b"ada"))
     a3 = ada.answer("gout?")
     assert a3.events[-1] == ExponentialMechanismEvent(4.0)
+
+
+# ------------------------------------------------------------------------------------------------------
+# abstain_empty: voters with only empty documents abstain (a public function of their own documents)
+# ------------------------------------------------------------------------------------------------------
+class _Scripted:
+    """A generator whose answer reads only its own prompt: the first document's first word, or "nothing"
+    without a (non-empty) document — the no-context answer that outvotes the readers."""
+
+    def generate(self, prompt, n):
+        docs = [d for d in prompt.contexts if d]
+        return docs[0].split()[0] if docs else "nothing"
+
+    def generate_many(self, prompts, n):
+        return [self.generate(p, n) for p in prompts]
+
+
+def test_abstain_empty_voters_do_not_vote():
+    r = _Docs(["zorvex is the drug", "zorvex twice daily", "other"])
+    ids = np.array([0, 1, -1, -1, -1, -1, -1, -1])  # 2 real documents, 8 voters of one document each
+    for abstain, want in [(False, sorted(["zorvex"] * 2 + ["nothing"] * 6)), (True, ["zorvex"] * 2)]:
+        p = AnswerVoteParams(8, 10.0, threshold=0.0, max_tokens=4, diagnostics=True, abstain_empty=abstain)
+        a = answer_vote_rag("Which drug?", ids, r, _Scripted(), p, source=RandomSource.from_seed(b"abst"))
+        assert sorted(k for k in a.info["voter_keys"] if k) == want
+        assert a.info["plurality"] == ("zorvex" if abstain else "nothing")
+        assert a.cost == ExponentialMechanismEvent(10.0) and sorted(a.charged.tolist()) == [0, 1]
+    with pytest.raises(InvalidParameterError, match="abstain_empty"):
+        AnswerVoteParams(2, 1.0, abstain_empty="yes")
+
+
+def test_abstain_empty_keeps_one_voter_per_document():
+    """The sensitivity the proof needs: on neighbouring lists (one document removed, i.e. replaced by the
+    padding at its position) under the same partition randomness, at most one voter's key differs — with and
+    without abstention. Deterministic (seeded), so it cannot flake."""
+    rng = np.random.default_rng(5)
+    r = _Docs([f"w{i} text" for i in range(30)])
+    for trial in range(60):
+        m, k = int(rng.integers(2, 7)), int(rng.integers(1, 3))
+        n_real = int(rng.integers(1, m * k + 1))
+        ids = np.full(m * k, -1)
+        ids[:n_real] = rng.choice(30, n_real, replace=False)
+        nb = ids.copy()
+        nb[int(rng.integers(0, n_real))] = -1
+        for abstain in (False, True):
+            p = AnswerVoteParams(m, 5.0, threshold=0.0, max_tokens=3, diagnostics=True, abstain_empty=abstain)
+            seed = f"nb{trial}".encode()
+            a = answer_vote_rag("q", ids, r, _Scripted(), p, source=RandomSource.from_seed(seed))
+            b = answer_vote_rag("q", nb, r, _Scripted(), p, source=RandomSource.from_seed(seed))
+            assert sum(x != y for x, y in zip(a.info["voter_keys"], b.info["voter_keys"])) <= 1

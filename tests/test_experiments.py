@@ -477,15 +477,17 @@ def test_cli_tuning_corpus_must_be_disjoint_and_is_reported(tmp_path):
     r = CliRunner().invoke(experiment, [
         "privacy-utility", "--dataset", "clinic", "--model", "toy", "--methods", "murag-answer-vote,non-rag",
         "--eps", "30", "--queries", "3", "--dev-queries", "2", "--m", "4", "--tuning-corpus-seed", "1",
-        "--vote-thresholds", "0.5,3", "--key-words", "2", "--answer-tokens", "4,6", "--out", str(out), "--json",
-        "--no-progress"])
+        "--vote-thresholds", "0.5,3", "--key-words", "2", "--answer-tokens", "4,6", "--abstain-empty", "--out",
+        str(out), "--json", "--no-progress"])
     assert r.exit_code == 0, r.output
     rows = [json.loads(line) for line in r.output.splitlines() if line.startswith("{")]
     av = [x for x in rows if x["method"] == "murag-answer-vote"][0]
+    assert av["derived"]["abstain_empty"] is True  # the flag reached the mechanism (AnswerVoteParams)
     assert "disjoint tuning corpus" in av["tuning"] and "seed 1" in av["tuning"]
     assert {(g["hp"]["t"], g["hp"]["tok"]) for g in av["dev_grid"]} == {(0.5, 4), (0.5, 6), (3.0, 4), (3.0, 6)}
     run = json.loads((out / "run.json").read_text())
     assert run["tuning_corpus_seed"] == 1 and "disjoint" in run["tuning"]
+    assert run["abstain_empty"] is True  # the run-wide switch is recorded beside the results
     rep = CliRunner().invoke(experiment, ["report", str(out)])
     assert rep.exit_code == 0 and "tuning rule" in rep.output.splitlines()[0]
     assert "non-private plurality of the voters of murag-answer-vote" in rep.output

@@ -32,7 +32,7 @@ from ..events import ExponentialMechanismEvent, PrivacyEvent
 from ..mechanisms.string_selection import ALPHABET, MAX_EXPONENT, MAX_KEY_LENGTH, MAX_THRESHOLD, select_string
 from ..noise.source import RandomSource
 from ..protocols import Generator, Prompt, Retriever
-from .common import RagAnswer
+from .common import EMPTY_DOCUMENT, RagAnswer
 from .single_query import _given_list_voters, _source
 
 #: normalizer(answer, question) -> key over ALPHABET ("" = abstain)
@@ -55,8 +55,12 @@ class AnswerVoteParams:
     ε·votes(s)/2 > t + (|s| + 1)·ln 38; when no key wins, a random string of the base measure is released
     with probability about e^−t instead of the fallback — hence the default 6, ≈ 0.25 %); ``max_tokens`` the voters' answer length; ``max_key_words`` the
     key length (passed to the normaliser as ``max_words``); ``normalizer`` (answer, question, max_words)
-    -> key, default ``basic_key``; ``diagnostics``: also put the voters' keys and their (non-private)
-    plurality in ``info`` — experiments only, never for a released answer.
+    -> key, default ``basic_key``; ``abstain_empty``: a voter whose every document is the empty document
+    (the padding of 000 Alg. 3, or a document whose text is empty) abstains (key "") instead of voting its
+    no-context answer — still a public function of the voter's own documents, so the neighbouring relation and
+    the proof are unchanged (one document more or less changes one voter's key, here possibly from "" to a key),
+    while the no-context answers no longer outvote the voters that read documents; ``diagnostics``: also put the
+    voters' keys and their (non-private) plurality in ``info`` — experiments only, never for a released answer.
     """
 
     m: int
@@ -66,6 +70,7 @@ class AnswerVoteParams:
     max_key_words: int = 3
     normalizer: Callable | None = None
     diagnostics: bool = False
+    abstain_empty: bool = False
 
     def __post_init__(self):
         check_positive_int("m", self.m)
@@ -80,6 +85,8 @@ class AnswerVoteParams:
                                         self.epsilon * self.m / 2)
         check_positive_int("max_tokens", self.max_tokens)
         check_positive_int("max_key_words", self.max_key_words)
+        if not isinstance(self.abstain_empty, bool):
+            raise InvalidParameterError("abstain_empty", "must be a bool", self.abstain_empty)
         if self.normalizer is not None and not callable(self.normalizer):
             raise InvalidParameterError("normalizer", "must be callable (answer, question, max_words) -> key")
 
@@ -106,8 +113,10 @@ def answer_vote_rag(question: str, doc_ids: np.ndarray, retriever: Retriever, ge
     (add / remove / replace one document): ``params.cost``."""
     src = _source(source)
     ids, ctx = _given_list_voters(doc_ids, params.m, retriever, src)
+    # every voter answers (a public batch of m rows, each a function of its own prompt), abstainers included
     answers = generator.generate_many([Prompt(question, tuple(c), history) for c in ctx], params.max_tokens)
-    keys = [params.key(a, question) for a in answers]
+    keys = ["" if params.abstain_empty and all(t == EMPTY_DOCUMENT for t in c) else params.key(a, question)
+            for a, c in zip(answers, ctx)]
     voted = [k for k in keys if k]
     chosen, event = select_string(voted, params.epsilon, params.threshold, src)
     fallback = not chosen
@@ -115,7 +124,7 @@ def answer_vote_rag(question: str, doc_ids: np.ndarray, retriever: Retriever, ge
             else chosen)
     real = ids[ids >= 0]
     info = {"method": "answer-vote", "private": True, "m": params.m, "epsilon": params.epsilon,
-            "threshold": params.threshold, "fallback": fallback}
+            "threshold": params.threshold, "fallback": fallback, "abstain_empty": params.abstain_empty}
     if params.diagnostics:  # non-private: the experiments' plurality baseline and voter statistics
         counts: dict[str, int] = {}
         for k in voted:

@@ -112,6 +112,7 @@ class Settings:
     vote_thresholds: tuple[float, ...] = (2.0,)  # answer-vote: t in nats (base measure of ⊥: 1 − e^−t)
     key_words: tuple[int, ...] = (3,)  # answer-vote: words per key (the public normalisation's max_words)
     answer_tokens: tuple[int, ...] = ()  # answer-vote: the voters' answer length grid (empty = max_tokens)
+    abstain_empty: bool = False  # answer-vote: voters with only empty (padding) documents abstain
 
     def voter_grid(self) -> list[dict]:
         """The (m, documents per voter) part of a voting method's grid: a key appears in the hyperparameters
@@ -439,14 +440,16 @@ def _answer_vote_grid(ada: bool):
     return grid
 
 
-def answer_vote_params(m: int, epsilon_query: float, hp: dict, *, diagnostics: bool = True):
+def answer_vote_params(m: int, epsilon_query: float, hp: dict, *, diagnostics: bool = True,
+                       abstain_empty: bool = False):
     """Answer-level voting with the whole per-query budget as the selection's ε (cost = EM(ε_q))."""
     from dprag.accounting.rag.answer_vote import AnswerVoteParams
 
     from ..answer_keys import answer_key
 
     return AnswerVoteParams(m, epsilon_query, threshold=float(hp["t"]), max_tokens=int(hp["tok"]),
-                            max_key_words=int(hp["kw"]), normalizer=answer_key, diagnostics=diagnostics)
+                            max_key_words=int(hp["kw"]), normalizer=answer_key, diagnostics=diagnostics,
+                            abstain_empty=abstain_empty)
 
 
 def _answer_vote_build(ada: bool):
@@ -456,21 +459,22 @@ def _answer_vote_build(ada: bool):
         tau = float(hp.get("tau", s.taus[0]))
         if ada:
             eps_thr = min(s.epsilon_thr, eps_q / 2)
-            rag = answer_vote_params(s.voters(hp), eps_q - eps_thr, hp)
+            rag = answer_vote_params(s.voters(hp), eps_q - eps_thr, hp, abstain_empty=s.abstain_empty)
             flt = IndividualRenyiFilter(MemoryBudgetStore(len(ctx.retriever)), FilterBudget.for_queries(
                 s.M, (DiscreteLaplaceEvent(scale=1.0 / eps_thr, sensitivity=1), rag.cost), mode="pure"))
             algo = MuRAGAda(ctx.retriever, ctx.generator, flt, rag, edges=s.edges, epsilon_thr=eps_thr,
                             retrieval=s.retrieval(hp), source=ctx.source("murag-ada-answer-vote", eps, hp))
             derived = {"eps_thr": eps_thr}
         else:
-            rag = answer_vote_params(s.voters(hp), eps_q, hp)
+            rag = answer_vote_params(s.voters(hp), eps_q, hp, abstain_empty=s.abstain_empty)
             flt = _filter(ctx, rag.cost)
             algo = MuRAG(ctx.retriever, ctx.generator, flt, rag, tau=tau, retrieval=s.retrieval(hp),
                          source=ctx.source("murag-answer-vote", eps, hp))
             derived = {"tau": tau}
         out = _Multi(algo, lambda: flt.guarantee())
         out.derived = {"m": rag.m, "epsilon_selection": rag.epsilon, "threshold": rag.threshold,
-                       "answer_tokens": rag.max_tokens, "key_words": rag.max_key_words, "eps_q": eps_q, **derived}
+                       "answer_tokens": rag.max_tokens, "key_words": rag.max_key_words, "eps_q": eps_q,
+                       "abstain_empty": rag.abstain_empty, **derived}
         return out
 
     return build
