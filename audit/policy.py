@@ -91,6 +91,13 @@ class GenerationPolicy:
     ksa_max_keywords: int | None = None
     ksa_response_tokens: int | None = None
     ksa_replayable: bool | None = None
+    #: 000 Alg. 5's two free-in-ε extensions (accounting.rag.single_query.PureDpRagParams; spec/accounting/rag.md
+    #: §2-3), used only with mechanism "pure-dp-rag": once the c private tokens are spent, go on with the Non-RAG
+    #: lane's greedy token (public completion); the exponential mechanism's base measure, "uniform" (000) or
+    #: "non-rag" (the no-document model's next-token distribution). Serialised only when not the default, so
+    #: every earlier policy keeps its canonical bytes (and C_policy). Neither changes the charges or the ε.
+    public_completion: bool = False
+    em_prior: str = "uniform"
 
     @property
     def replayable(self) -> bool:
@@ -121,6 +128,42 @@ def _dp_ksa_fields(v) -> dict:
             "ksa_delta": parse_real(v["delta"], "generation.dp_ksa.delta"),
             "ksa_max_keywords": v["max_keywords"], "ksa_response_tokens": v["response_tokens"],
             "ksa_replayable": v["replayable"]}
+
+
+EM_PRIORS = ("uniform", "non-rag")
+
+
+def _check_extensions(g) -> None:
+    """The 000 Alg. 5 extension fields: strict types, and only with mechanism "pure-dp-rag"."""
+    if not isinstance(g.public_completion, bool):
+        raise InvalidParameterError("generation.public_completion", "must be true or false", g.public_completion)
+    if not isinstance(g.em_prior, str) or g.em_prior not in EM_PRIORS:
+        raise InvalidParameterError("generation.em_prior", "must be 'uniform' or 'non-rag'", g.em_prior)
+    if g.mechanism != "pure-dp-rag":
+        if g.public_completion:
+            raise InvalidParameterError("generation.public_completion", "needs mechanism 'pure-dp-rag'",
+                                        g.public_completion)
+        if g.em_prior != "uniform":
+            raise InvalidParameterError("generation.em_prior", "needs mechanism 'pure-dp-rag'", g.em_prior)
+
+
+def _extension_fields(g: dict) -> dict:
+    """The optional extension keys of a canonical generation object (absent = default; present = non-default,
+    checked strictly: a JSON bool, one of the two prior names)."""
+    out = {}
+    if "public_completion" in g:
+        v = g["public_completion"]
+        if v is not True:  # false is the default and must be absent (canonical); 1 is not a JSON bool
+            raise InvalidParameterError("generation.public_completion",
+                                        "must be the JSON value true when present (absent means false)", v)
+        out["public_completion"] = True
+    if "em_prior" in g:
+        v = g["em_prior"]
+        if not isinstance(v, str) or v not in EM_PRIORS or v == "uniform":
+            raise InvalidParameterError("generation.em_prior",
+                                        "must be 'non-rag' when present (absent means 'uniform')", v)
+        out["em_prior"] = v
+    return out
 
 
 def _check_real_positive(field: str, v) -> float:
@@ -169,7 +212,8 @@ class Policy:
                     vote_epsilon: float = 2.0, vote_threshold: float = 6.0, key_words: int = 3,
                     normalizer: str = "basic", ksa_epsilon_em: float = 1.0, ksa_epsilon_ptr: float = 2.5,
                     ksa_delta: float = 1e-8, ksa_max_keywords: int = 5, ksa_response_tokens: int = 32,
-                    generator_replayable: bool = False, embedding_scale: int = 1 << 10) -> "Policy":
+                    generator_replayable: bool = False, embedding_scale: int = 1 << 10,
+                    public_completion: bool = False, em_prior: str = "uniform") -> "Policy":
         """A well-formed policy from the quantities a provider decides, with documented, sound defaults.
 
         Units: scores are integer dot products of embeddings quantised at ``embedding_scale`` (cosine × S², so
@@ -205,6 +249,9 @@ class Policy:
           word the others lack (PTR offset c = 14 at scale 0.8), and with all 20 agreeing FindBestK picks k = 1
           with probability e^5/(e^5 + 4) ≈ 0.97 — use more voters for more releases.
           ``epsilon_token`` and ``private_tokens`` are unused by dp-ksa (kept well-formed).
+        - ``public_completion``, ``em_prior`` (mechanism "pure-dp-rag" only): 000 Alg. 5's free-in-ε extensions
+          (``PureDpRagParams``): after the c private tokens, continue with the Non-RAG lane's greedy tokens; the
+          exponential mechanism's base measure "uniform" (000) or "non-rag". ε and the charges are unchanged.
         The sampler is the discrete Gaussian table with tail 10σ and 64-bit probabilities; its declared TV is
         the table's own, rounded up. With every default the verdict certifies ε ≈ 7.1 composed (retrieval 2.1 at
         δ = 10^-5 for 5 colluders; generation 5.0 = 2 · M · ε_q with ε_q = 2.5), replace-one.
@@ -230,6 +277,7 @@ class Policy:
             tau=to_units(tau_cosine) if algorithm == "murag" else None,
             edges=tuple(to_units(e) for e in edges_cosine) if algorithm == "murag-ada" else None,
             epsilon_thr=epsilon_thr if algorithm == "murag-ada" else None,
+            public_completion=public_completion, em_prior=em_prior,
             **({} if mechanism == "pure-dp-rag" else
                dict(mechanism=mechanism, ksa_epsilon_em=ksa_epsilon_em, ksa_epsilon_ptr=ksa_epsilon_ptr,
                     ksa_delta=ksa_delta, ksa_max_keywords=ksa_max_keywords, ksa_response_tokens=ksa_response_tokens,
@@ -313,6 +361,7 @@ class Policy:
                                             g.ksa_replayable)
         elif any(v is not None for v in ksa):
             raise InvalidParameterError("generation.dp_ksa", "DP-KSA fields need mechanism 'dp-ksa'")
+        _check_extensions(g)
         check_positive_int("generation.max_queries_per_doc", g.max_queries_per_doc)
         check_positive_int("generation.docs_per_voter", g.docs_per_voter)
         check_positive_int("generation.max_tokens", g.max_tokens)
@@ -356,6 +405,9 @@ class Policy:
                     "epsilon_em": real(g.ksa_epsilon_em), "epsilon_ptr": real(g.ksa_epsilon_ptr),
                     "delta": real(g.ksa_delta), "max_keywords": g.ksa_max_keywords,
                     "response_tokens": g.ksa_response_tokens, "replayable": g.ksa_replayable}}),
+                # 000 Alg. 5's free extensions: present only when not the default (canonical bytes unchanged)
+                **({"public_completion": True} if g.public_completion is True else {}),
+                **({} if g.em_prior == "uniform" else {"em_prior": g.em_prior}),
             },
         }
 
@@ -412,6 +464,7 @@ class Policy:
                     docs_per_voter=g["docs_per_voter"], max_queries_per_doc=g["max_queries_per_doc"],
                     max_tokens=g["max_tokens"], filter_mode=g["filter_mode"],
                     **_answer_vote_fields(g["answer_vote"]), **_dp_ksa_fields(g.get("dp_ksa")),
+                    **_extension_fields(g),
                 ),
             )
         except (KeyError, TypeError, IndexError, AttributeError) as e:
@@ -437,7 +490,8 @@ class Policy:
             return AnswerVoteParams(g.m, g.vote_epsilon, threshold=g.vote_threshold, max_tokens=g.max_tokens,
                                     max_key_words=g.key_words, normalizer=normalizer(g.normalizer))
         return PureDpRagParams(g.m, g.epsilon_token, g.max_private_tokens, theta=g.theta_svt,
-                               max_tokens=g.max_tokens, redraw_threshold=g.redraw_threshold)
+                               max_tokens=g.max_tokens, redraw_threshold=g.redraw_threshold,
+                               public_completion=g.public_completion, em_prior=g.em_prior)
 
     def query_cost(self):
         """The event each touched document is charged per query (ε_thr + ε_RAG for MuRAG-Ada)."""
