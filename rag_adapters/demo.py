@@ -20,8 +20,9 @@ What one run does (every step is the project's own code; nothing is simulated):
    - generation: MuRAG (000 Alg. 1) with answer-level voting (issue 13: m voters of one document each answer
      in full, a public normaliser keys the answers, one exponential mechanism releases a key or the Non-RAG
      answer) at ε_q = 4, M queries per document, τ = 512 score units (cosine 0.5); composed ε 9.8752 <= 10.
-     ``--mechanism pure-dp-rag`` commits 000 Alg. 5 at the same ε_q instead. τ and the mechanism were chosen
-     on a public calibration corpus, never on a tenant's data (spec/demo.md).
+     ``--mechanism pure-dp-rag`` commits 000 Alg. 5 at the same ε_q instead, ``--mechanism pure-dp-rag-ext``
+     000 Alg. 5 with public completion and the Non-RAG base measure (free in ε, committed in the policy). τ and
+     the mechanism were chosen on a public calibration corpus, never on a tenant's data (spec/demo.md).
 4. **Serving** (``audit.service.ProviderService``): commitments (C_emb from ``audit_embedder``, C_idx, C_seed,
    C_policy), every query through noise-then-select citations, per-document filter charges, the ledger and
    signed receipts; receipts go to ``DIR/receipts.jsonl`` (what the accounts hand to the auditor), the
@@ -135,8 +136,10 @@ class DemoPrivacy:
     sampler_bits: int = 64
     sampler_tv: float = 1e-12
     lowk_k_max: int = 2
-    #: "pure-dp-rag" (000 Alg. 5, token-level) or "answer-vote" (issue 13, answer-level): the generation
-    #: mechanism of the committed policy; the answer-vote fields are used only with the latter
+    #: "pure-dp-rag" (000 Alg. 5, token-level), "pure-dp-rag-ext" (000 Alg. 5 with its two free-in-ε extensions
+    #: committed in the policy: public completion and the Non-RAG base measure; the same ε_q) or "answer-vote"
+    #: (issue 13, answer-level): the generation mechanism of the committed policy; the answer-vote fields are used
+    #: only with the latter
     mechanism: str = "answer-vote"
     #: ε of answer-vote's selection = ε_q; composed ε = retrieval 1.8752 + generation 2·M·ε_q = 9.8752 <= 10
     vote_epsilon: float = 4.0
@@ -190,9 +193,22 @@ class DemoConfig:
                 f"then a k_max = {p.lowk_k_max} window of {len(self.colluders)} probe queries")
 
 
+#: the demo's mechanism choices (``--mechanism``), all at ε_q = 4, all replayable by the verifier (``--replay-answers``)
+MECHANISMS = ("answer-vote", "pure-dp-rag", "pure-dp-rag-ext")
+
+
 def mechanism_label(p: DemoPrivacy) -> str:
     """The generation mechanism's name in the report's tables."""
-    return "MuRAG + answer-level voting" if p.mechanism == "answer-vote" else "MuRAG + 000 Alg. 5 (token level)"
+    if p.mechanism == "answer-vote":
+        return "MuRAG + answer-level voting"
+    if p.mechanism == "pure-dp-rag-ext":
+        return "MuRAG + 000 Alg. 5 (token level, public completion, Non-RAG base measure)"
+    return "MuRAG + 000 Alg. 5 (token level)"
+
+
+def generation_extensions(p: DemoPrivacy) -> dict:
+    """The policy's 000 Alg. 5 extension fields for the demo's mechanism (free in ε: spec/accounting/rag.md §2-3)."""
+    return dict(public_completion=True, em_prior="non-rag") if p.mechanism == "pure-dp-rag-ext" else {}
 
 
 def mechanism_line(p: DemoPrivacy) -> str:
@@ -203,8 +219,11 @@ def mechanism_line(p: DemoPrivacy) -> str:
                 f"{p.normalizer!r} (<= {p.key_words} key words), one exponential mechanism over the keys at ε = "
                 f"{p.vote_epsilon} with threshold t = {p.vote_threshold} nats; ⊥ releases the Non-RAG answer (public "
                 "completion, free in ε)")
+    ext = ("; public completion (after the c private tokens the Non-RAG lane's greedy tokens) and the Non-RAG "
+           "base measure in the exponential mechanism, both free in ε and committed in the policy"
+           if p.mechanism == "pure-dp-rag-ext" else "")
     return (f"MuRAG (000 Alg. 1) over pure-DP DP-RAG (000 Alg. 5): m = {p.m}, ε_token = {p.epsilon_token}, c = "
-            f"{p.max_private_tokens} private tokens, max {p.max_tokens} tokens")
+            f"{p.max_private_tokens} private tokens, max {p.max_tokens} tokens{ext}")
 
 
 def _model_profile(model: str) -> dict:
@@ -255,7 +274,7 @@ def build_policy(cfg: DemoConfig, *, k_max: int | None = None, window: str | Non
         generation=GenerationPolicy(algorithm="murag", m=p.m, epsilon_token=p.epsilon_token,
                                     max_private_tokens=p.max_private_tokens, max_queries_per_doc=p.M,
                                     docs_per_voter=p.docs_per_voter, tau=p.tau, max_tokens=p.max_tokens,
-                                    **({} if p.mechanism == "pure-dp-rag" else dict(
+                                    **(generation_extensions(p) if p.mechanism != "answer-vote" else dict(
                                         mechanism=p.mechanism, vote_epsilon=p.vote_epsilon,
                                         vote_threshold=p.vote_threshold, key_words=p.key_words,
                                         normalizer=p.normalizer))),
@@ -1276,9 +1295,10 @@ def _jsonable(x):
 @click.option("--quick", is_flag=True, help="small sizes (~2 minutes on 2 cores)")
 @click.option("--model", type=click.Choice(["real", "tiny", "toy"]), default="real", show_default=True,
               help="real: MiniLM + SmolLM2; tiny / toy: no model weights (for tests)")
-@click.option("--mechanism", type=click.Choice(["answer-vote", "pure-dp-rag"]), default="answer-vote",
-              show_default=True, help="the committed generation mechanism; both at the same per-query ε_q = 4 "
-                                      "(composed ε 9.8752): answer-level voting, or 000 Alg. 5 at ε_token = 1.6, c = 3")
+@click.option("--mechanism", type=click.Choice(list(MECHANISMS)), default="answer-vote",
+              show_default=True, help="the committed generation mechanism; all at the same per-query ε_q = 4 "
+                                      "(composed ε 9.8752): answer-level voting, 000 Alg. 5 at ε_token = 1.6, c = 3, "
+                                      "or the same with public completion and the Non-RAG base measure (-ext)")
 @click.option("--zk/--no-zk", default=True, show_default=True,
               help="Groth16 proofs for the zk tenant's queries (--no-zk: the same tenant and traffic, replay only)")
 @click.option("--no-progress", is_flag=True, help="no progress bars")

@@ -479,3 +479,43 @@ def test_token_budget_accuracy_runs_the_single_query_mechanism():
     acc = D.token_budget_accuracy(HashEmbedder(16), gen, corpus, m=4, epsilon_token=6.0, c=2, questions=2)
     assert acc == 0.0  # the toy model answers "unknown" without an "ANSWER:" line
     assert gen.calls == 2  # one decoding session per question
+
+
+# ----------------------------------------------------------------------------------------------------------
+# --mechanism pure-dp-rag-ext: 000 Alg. 5 with its free-in-ε extensions committed in the policy
+# ----------------------------------------------------------------------------------------------------------
+def test_ext_mechanism_commits_the_extensions_at_the_same_epsilon():
+    cfg = D.default_config("real")
+    pols = {m: D.build_policy(replace(cfg, privacy=replace(cfg.privacy, mechanism=m))) for m in D.MECHANISMS}
+    g = pols["pure-dp-rag-ext"].generation
+    assert g.mechanism == "pure-dp-rag" and g.public_completion is True and g.em_prior == "non-rag"
+    plain = pols["pure-dp-rag"].generation
+    assert plain.public_completion is False and plain.em_prior == "uniform"
+    # the extensions are free in ε: the same certified channels as plain 000 Alg. 5, and as answer-vote (ε_q = 4)
+    ext, base = pols["pure-dp-rag-ext"].certified_epsilons(), pols["pure-dp-rag"].certified_epsilons()
+    assert ext["epsilon"] == base["epsilon"]
+    # (000 Alg. 5's ε_q is certified from its rounded-up SVT noise scales: equal to answer-vote's to 1e-9)
+    assert ext["epsilon"] == pytest.approx(pols["answer-vote"].certified_epsilons()["epsilon"], rel=1e-9)
+    assert ext["generation"] == base["generation"]
+    # and the committed policy differs from plain 000 Alg. 5's only by the two extension keys
+    d = pols["pure-dp-rag-ext"].to_dict()
+    assert d["generation"].pop("public_completion") is True and d["generation"].pop("em_prior") == "non-rag"
+    assert d == pols["pure-dp-rag"].to_dict()
+    assert "Non-RAG base measure" in D.mechanism_label(replace(cfg.privacy, mechanism="pure-dp-rag-ext"))
+    assert "Non-RAG base measure" not in D.mechanism_label(replace(cfg.privacy, mechanism="pure-dp-rag"))
+
+
+def test_cli_accepts_the_ext_mechanism_and_refuses_others(tmp_path, capsys):
+    assert D.main(["--out", str(tmp_path / "x"), "--mechanism", "pure-dp-rag-extended", "--model", "toy"]) == 2
+    assert "pure-dp-rag-ext" in capsys.readouterr().err
+
+
+def test_toy_run_with_the_ext_mechanism_passes_and_commits_the_flags(tmp_path):
+    cfg = D.quick_config("toy")
+    cfg = replace(cfg, privacy=replace(cfg.privacy, mechanism="pure-dp-rag-ext"),
+                  tenants=tuple(replace(t, zk=False) for t in cfg.tenants))
+    res = D.run_demo(tmp_path / "run", cfg, progress=False, echo=lambda s: None)
+    assert res.passed
+    committed = json.loads((tmp_path / "run" / "bundle" / "auditor" / "policy.json").read_text())["policy"]
+    assert committed["generation"]["public_completion"] is True and committed["generation"]["em_prior"] == "non-rag"
+    assert "Non-RAG base measure" in (tmp_path / "run" / "report.md").read_text()
