@@ -19,6 +19,7 @@ from pathlib import Path
 import click
 
 from dprag.accounting.errors import DpragError
+from .report import progress_bar
 
 MODELS = ("smollm2", "tiny", "toy")
 DATASETS = ("clinic", "wiki-fanout")
@@ -266,12 +267,7 @@ def privacy_utility(dataset, methods, eps_text, queries, dev_queries, test_split
                       f"no shared record), {len(dev)} questions")
         else:
             tuning = f"dev split of the test corpus, {len(dev)} questions (NOT charged: issue 10 item 4)"
-        bar = None
-        if progress:
-            from tqdm import tqdm
-
-            def bar(items, desc=""):
-                return tqdm(items, desc=desc, leave=False, file=sys.stderr)
+        bar = progress_bar(progress)
 
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)

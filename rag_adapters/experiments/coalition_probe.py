@@ -53,6 +53,7 @@ import click
 import numpy as np
 
 from dprag.accounting.errors import DpragError, InvalidParameterError, check_positive_int
+from .report import progress_bar
 
 ROW_SCHEMA = "dprag.coalition-probe-row/1"
 TRIAL_SCHEMA = "dprag.coalition-probe-trial/1"
@@ -359,12 +360,7 @@ def coalition_probe(k_max, probes, trials, model, eps_acc, m, epsilon_token, tau
         setup = make_setup(corpus_seed, n_conditions, n_distractors)
         if policy.retrieval.K > len(setup.docs_in):
             raise click.BadParameter("the corpus is smaller than K citations", param_hint="--n-distractors")
-        bar = None
-        if progress:
-            from tqdm import tqdm
-
-            def bar(items, desc=""):
-                return tqdm(items, desc=desc, leave=False, file=sys.stderr)
+        bar = progress_bar(progress)
 
         out.mkdir(parents=True, exist_ok=True)
         (out / "trials.jsonl").unlink(missing_ok=True)

@@ -51,6 +51,7 @@ from ..attacks.interrogation import IAQuestion, build_questions, ia_query, ia_sc
 from ..attacks.metrics import auc_ci, tpr_at_fpr
 from ..attacks.s2mia import s2mia_probe, s2mia_score
 from ..datasets.base import QAItem
+from .report import progress_bar
 
 ROW_SCHEMA = "dprag.mia-row/1"
 SCORE_SCHEMA = "dprag.mia-score/1"
@@ -423,12 +424,7 @@ def mia(attacks, methods, eps_text, members, nonmembers, questions, llm_question
         world = build_world(corpus, mem_ids, non_ids)
         if max(m, npr_k) > len(world.documents):
             raise click.BadParameter(f"exceeds the corpus size {len(world.documents)}", param_hint="--m")
-        bar = None
-        if progress:
-            from tqdm import tqdm
-
-            def bar(items, desc=""):
-                return tqdm(items, desc=desc, leave=False, file=sys.stderr)
+        bar = progress_bar(progress)
 
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)

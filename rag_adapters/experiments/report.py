@@ -75,3 +75,18 @@ def markdown(rows: list[dict], baseline: str | None = None) -> str:
         out.append(f"\nnon-private plurality of the voters of {r['method']} (ε_total {_fmt(r.get('eps_total'), 'g')}):"
                    f" {round(r['plurality_accuracy'] * n)}/{n} = {r['plurality_accuracy']:.3f} (no privacy)")
     return "\n".join(out)
+
+
+def progress_bar(enabled: bool):
+    """The experiments' progress bar on stderr: ``bar(items, desc)`` wrapping an iterable in tqdm, or None when
+    progress is off (callers iterate the plain items)."""
+    if not enabled:
+        return None
+    import sys
+
+    from tqdm import tqdm
+
+    def bar(items, desc=""):
+        return tqdm(items, desc=desc, leave=False, file=sys.stderr)
+
+    return bar
