@@ -443,6 +443,34 @@ def test_answer_vote_methods_answer_the_toy_corpus_with_pure_guarantees():
     assert all("tau" not in g for g in METHODS["murag-ada-answer-vote"].grid(ctx2, 30.0))
 
 
+def test_answer_vote_seen_selection_reports_its_delta(tmp_path):
+    """``--answer-selection seen``: the grid has no base-measure threshold t, each cell reports
+    (ε_total, M·δ_q) with δ_q = --delta / --M (the individual basic-composition filter), and the derived
+    parameters name the selection and its vote threshold T = 1 + 2·ln(1/δ_q)/ε_q."""
+    ds = toy_dataset()
+    ctx = toy_context(ds, vote_thresholds=(1.0, 2.0), key_words=(3,), answer_selection="seen", delta=1e-5, M=2)
+    items = tuple(select_questions(ds, "test", 4))
+    grid = METHODS["murag-answer-vote"].grid(ctx, 20.0)
+    assert grid == [{"kw": 3, "tok": 6}]
+    cell = run_cell(ctx, "murag-answer-vote", 20.0, grid[0], items, "test")
+    assert cell.derived["selection"] == "seen" and cell.derived["delta_q"] == 5e-6
+    assert cell.derived["vote_threshold"] == pytest.approx(1 + 2 * math.log(2e5) / 10.0)
+    assert 0 < cell.eps_certified <= 20.0 + 1e-6 and cell.delta == pytest.approx(1e-5) and cell.delta >= 1e-5
+    ada = run_cell(ctx, "murag-ada-answer-vote", 20.0, grid[0], items, "test")
+    assert ada.eps_certified <= 20.0 + 1e-6 and 0 < ada.delta <= 1e-5 * (1 + 1e-12)
+    r = CliRunner().invoke(experiment, [
+        "privacy-utility", "--dataset", "clinic", "--model", "toy", "--methods", "murag-answer-vote",
+        "--eps", "30", "--queries", "2", "--dev-queries", "0", "--m", "4", "--answer-selection", "seen",
+        "--out", str(tmp_path / "seen"), "--json", "--no-progress"])
+    assert r.exit_code == 0, r.output
+    row = [json.loads(line) for line in r.output.splitlines() if line.startswith("{")][0]
+    assert row["derived"]["selection"] == "seen" and row["delta"] == pytest.approx(1e-5)
+    bad = CliRunner().invoke(experiment, ["privacy-utility", "--dataset", "clinic", "--model", "toy",
+                                          "--methods", "murag-answer-vote", "--answer-selection", "best",
+                                          "--out", str(tmp_path / "x"), "--no-progress"])
+    assert bad.exit_code == 2 and "--answer-selection" in bad.output
+
+
 class _SpyRetriever(CachedRetriever):
     def __init__(self, inner):
         super().__init__(inner)

@@ -71,7 +71,7 @@ def log_base_measure(key: str, threshold: float) -> float:
     return -float(threshold) - (len(key) + 1) * math.log(len(ALPHABET) + 1)
 
 
-def _exact_index(weights: list[float], source: RandomSource) -> int:
+def exact_index(weights: list[float], source: RandomSource) -> int:
     """Index i with probability weights[i] / Σ weights, exactly for the given floats (integer arithmetic)."""
     if any(not (w >= 0 and math.isfinite(w)) for w in weights) or not any(weights):
         raise InvalidParameterError("weights", "must be finite, >= 0 and not all 0", weights)
@@ -134,12 +134,12 @@ def select_string(keys: Iterable[str], epsilon: float, threshold: float, source:
         x = eps_run * hist[s] / 2.0
         # μ(s)·(e^x − 1) = exp(ln μ(s) + x + ln(1 − e^−x))
         weights.append(math.exp(log_base_measure(s, t) + x + math.log(-math.expm1(-x))))
-    i = _exact_index(weights, source)
+    i = exact_index(weights, source)
     event = ExponentialMechanismEvent(eps)
     if i > 0:
         return seen[i - 1], event
     # the base component: ⊥ with probability 1 − η̂, else a uniform-geometric string (η̂ = the float eta)
-    if eta < 1.0 and _exact_index([1.0 - eta, eta], source) == 0:
+    if eta < 1.0 and exact_index([1.0 - eta, eta], source) == 0:
         return BOTTOM, event
     return _random_string(source), event  # may be "" (a string of the domain; callers may treat it like ⊥)
 

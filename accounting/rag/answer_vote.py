@@ -12,12 +12,16 @@ admitted set):
 3. a public normalisation (``normalizer(answer, question)``; the experiments and the demo use
    ``dprag.rag_adapters.answer_keys.answer_key``) maps every answer to a key over the alphabet
    a-z0-9 and space, or to "" (the voter abstains);
-4. ``mechanisms.string_selection.select_string`` draws a key from the exponential mechanism over the
-   universal domain {⊥} ∪ Σ* with a public base measure (pure ε-DP, ε-bounded range, no δ);
+4. a DP selection over the keys: ``selection="universal"`` (default): ``string_selection.select_string``, the
+   exponential mechanism over the universal domain {⊥} ∪ Σ* with a public base measure (pure ε-DP,
+   ε-bounded range, no δ); ``selection="seen"``: ``seen_key_selection.select_seen_key``, the exponential
+   mechanism over the keys the voters wrote and ⊥ at the score T = 1 + 2·ln(1/δ)/ε votes ((ε, δ)-DP);
 5. ⊥ (or the empty string) releases the Non-RAG answer: the model given the question alone (public).
 
-Cost with respect to the document list: ``ExponentialMechanismEvent(epsilon)``, whatever the voters said —
-it runs in a pure or an RDP filter and plugs into MuRAG / MuRAG-Ada like 000 Alg. 5.
+Cost with respect to the document list, whatever the voters said: ``ExponentialMechanismEvent(epsilon)``
+(universal; it runs in a pure or an RDP filter and plugs into MuRAG / MuRAG-Ada like 000 Alg. 5) or
+``ApproxDpEvent(epsilon, delta)`` (seen; a pure filter counts ε and every charge adds δ outside it — the
+individual basic-composition filter of spec/accounting/rag.md §5.3, ``mechanism.filter_charge``).
 """
 
 from __future__ import annotations
@@ -28,12 +32,16 @@ from typing import Callable
 import numpy as np
 
 from ..errors import InvalidParameterError, check_epsilon, check_positive_int
-from ..events import ExponentialMechanismEvent, PrivacyEvent
+from ..events import ApproxDpEvent, ExponentialMechanismEvent, PrivacyEvent
+from ..mechanisms import seen_key_selection
 from ..mechanisms.string_selection import ALPHABET, MAX_EXPONENT, MAX_KEY_LENGTH, MAX_THRESHOLD, select_string
 from ..noise.source import RandomSource
 from ..protocols import Generator, Prompt, Retriever
 from .common import EMPTY_DOCUMENT, RagAnswer
 from .single_query import _given_list_voters, _source
+
+#: the DP selections over the voters' keys (``AnswerVoteParams.selection``)
+SELECTIONS = ("universal", "seen")
 
 #: normalizer(answer, question) -> key over ALPHABET ("" = abstain)
 Normalizer = Callable[[str, str], str]
@@ -60,7 +68,9 @@ class AnswerVoteParams:
     no-context answer — still a public function of the voter's own documents, so the neighbouring relation and
     the proof are unchanged (one document more or less changes one voter's key, here possibly from "" to a key),
     while the no-context answers no longer outvote the voters that read documents; ``diagnostics``: also put the
-    voters' keys and their (non-private) plurality in ``info`` — experiments only, never for a released answer.
+    voters' keys and their (non-private) plurality in ``info`` — experiments only, never for a released answer;
+    ``selection``: "universal" (pure ε, ``threshold`` used, ``delta`` must be 0) or "seen" ((ε, δ), ``delta``
+    in (0, 1) sets ⊥'s score T = 1 + 2·ln(1/δ)/ε votes, ``threshold`` unused).
     """
 
     m: int
@@ -71,6 +81,8 @@ class AnswerVoteParams:
     normalizer: Callable | None = None
     diagnostics: bool = False
     abstain_empty: bool = False
+    selection: str = "universal"
+    delta: float = 0.0
 
     def __post_init__(self):
         check_positive_int("m", self.m)
@@ -87,12 +99,25 @@ class AnswerVoteParams:
         check_positive_int("max_key_words", self.max_key_words)
         if not isinstance(self.abstain_empty, bool):
             raise InvalidParameterError("abstain_empty", "must be a bool", self.abstain_empty)
+        if self.selection not in SELECTIONS:
+            raise InvalidParameterError("selection", f"must be one of {SELECTIONS}", self.selection)
+        if self.selection == "seen":
+            seen_key_selection.check_parameters(self.epsilon, self.delta)
+        elif self.delta != 0:
+            raise InvalidParameterError("delta", "must be 0 for the universal selection (pure ε)", self.delta)
         if self.normalizer is not None and not callable(self.normalizer):
             raise InvalidParameterError("normalizer", "must be callable (answer, question, max_words) -> key")
 
     @property
     def cost(self) -> PrivacyEvent:
+        if self.selection == "seen":
+            return ApproxDpEvent(float(self.epsilon), float(self.delta))
         return ExponentialMechanismEvent(self.epsilon)
+
+    @property
+    def vote_threshold(self) -> float | None:
+        """The seen selection's ⊥ score T in votes (None for the universal selection)."""
+        return seen_key_selection.vote_threshold(self.epsilon, self.delta) if self.selection == "seen" else None
 
     def key(self, answer: str, question: str) -> str:
         norm = self.normalizer or basic_key
@@ -118,13 +143,17 @@ def answer_vote_rag(question: str, doc_ids: np.ndarray, retriever: Retriever, ge
     keys = ["" if params.abstain_empty and all(t == EMPTY_DOCUMENT for t in c) else params.key(a, question)
             for a, c in zip(answers, ctx)]
     voted = [k for k in keys if k]
-    chosen, event = select_string(voted, params.epsilon, params.threshold, src)
+    if params.selection == "seen":
+        chosen, event = seen_key_selection.select_seen_key(voted, params.epsilon, params.delta, src)
+    else:
+        chosen, event = select_string(voted, params.epsilon, params.threshold, src)
     fallback = not chosen
     text = (generator.generate(Prompt(question, (), history), params.max_tokens).strip() if fallback
             else chosen)
     real = ids[ids >= 0]
     info = {"method": "answer-vote", "private": True, "m": params.m, "epsilon": params.epsilon,
-            "threshold": params.threshold, "fallback": fallback, "abstain_empty": params.abstain_empty}
+            "threshold": params.threshold, "fallback": fallback, "abstain_empty": params.abstain_empty,
+            "selection": params.selection, "delta": params.delta}
     if params.diagnostics:  # non-private: the experiments' plurality baseline and voter statistics
         counts: dict[str, int] = {}
         for k in voted:

@@ -7,7 +7,9 @@ A ``SingleQueryMechanism`` is data-independent configuration with
 - ``m``: voters; the document list it is given has a length that is a multiple of m (Top-K, K = m·k);
 - ``cost``: the ex-ante worst-case privacy event of one answer with respect to the document list (add,
   remove or replace one document). MuRAG / MuRAG-Ada charge it to every document they touch, so it must be
-  pure-DP or RDP — a cost carrying δ is refused by the individual filter (``filters.refuse_delta_events``);
+  pure-DP or RDP — or ``ApproxDpEvent(ε, δ)`` in a *pure* filter: the filter counts ε and every charge adds
+  δ outside it (``filter_charge``; the individual basic-composition filter, spec/accounting/rag.md §5.3).
+  Any other δ is refused by the individual filter (``filters.refuse_delta_events``);
 - ``respond(question, doc_ids, retriever, generator, *, source, history) -> RagAnswer``.
 
 Implementations: ``PureDpRagParams`` (000 Algorithm 5, the papers' default: pure ε, runs in a pure or an RDP
@@ -21,8 +23,8 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from ..errors import InvalidParameterError, check_positive_int
-from ..events import PrivacyEvent
+from ..errors import InvalidParameterError, UnsupportedEventError, check_positive_int
+from ..events import ApproxDpEvent, PrivacyEvent, PureDpEvent
 from ..filters import PURE, filter_rdp_curve, pure_epsilon
 from ..noise.source import RandomSource
 from ..protocols import Generator, Retriever
@@ -41,19 +43,46 @@ class SingleQueryMechanism(Protocol):
                 source: RandomSource | None = None, history: tuple = ()) -> RagAnswer: ...
 
 
+def filter_charge(cost: PrivacyEvent) -> tuple[PrivacyEvent, float]:
+    """(the event the per-document filter counts, the δ each charge adds outside it).
+
+    ``ApproxDpEvent(ε, δ)`` with δ > 0 → (``PureDpEvent(ε)``, δ): the individual basic-composition filter
+    (spec/accounting/rag.md §5.3) — a pure filter caps Σε per document, and a document charged n times adds
+    n·δ. Every other cost → (cost, 0.0) (the filter counts it whole; a δ inside it is refused there)."""
+    if isinstance(cost, ApproxDpEvent) and cost.delta > 0:
+        return PureDpEvent(float(cost.epsilon)), float(cost.delta)
+    return cost, 0.0
+
+
 def check_mechanism(rag, filter=None) -> SingleQueryMechanism:
     """``rag`` if it is a ``SingleQueryMechanism`` whose cost ``filter`` (if given) can count; else a typed error
     before anything is charged (``InvalidParameterError`` naming ``rag``, or the filter's
-    ``UnsupportedEventError`` for a pure-ε filter given an RDP-only cost or any filter given a δ cost)."""
+    ``UnsupportedEventError`` for a pure-ε filter given an RDP-only cost, an RDP filter given a δ cost, or any
+    filter given a δ other than an ``ApproxDpEvent``'s)."""
     if not isinstance(rag, SingleQueryMechanism) or isinstance(rag, type):
         raise InvalidParameterError("rag", "must be a SingleQueryMechanism (m, cost, respond)", type(rag).__name__)
     check_positive_int("rag.m", rag.m)
     if filter is not None:
+        event, delta = filter_charge(rag.cost)
+        if delta > 0 and filter.mode != PURE:
+            raise UnsupportedEventError(
+                "an (ε, δ) cost runs only in a pure-ε filter (ε counted per document, δ added per charge: "
+                "spec/accounting/rag.md §5.3); an individual Rényi filter has no theorem for a δ per charge")
         if filter.mode == PURE:
-            pure_epsilon(rag.cost)
+            pure_epsilon(event)
         else:
-            filter_rdp_curve(rag.cost, filter.orders)
+            filter_rdp_curve(event, filter.orders)
     return rag
 
 
-__all__ = ["SingleQueryMechanism", "PureDpRagParams", "GaussianVoteRagParams", "check_mechanism"]
+def max_charges(filter, event: PrivacyEvent) -> int:
+    """The most times any one document can be charged ``event`` by ``filter`` (its limit over the event's
+    units, per order; the smallest over orders). An upper bound on the charges of every document whatever
+    else it is charged."""
+    units = np.asarray(filter.cost_units(event), dtype=object)
+    limits = np.asarray(filter.budget.limits, dtype=object)
+    return int(min(int(lim) // int(u) for lim, u in zip(limits.ravel(), units.ravel()) if int(u) > 0))
+
+
+__all__ = ["SingleQueryMechanism", "PureDpRagParams", "GaussianVoteRagParams", "check_mechanism", "filter_charge",
+           "max_charges"]

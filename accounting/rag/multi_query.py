@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Sequence
 
 import numpy as np
@@ -29,9 +30,10 @@ from ..filters import IndividualRenyiFilter
 from ..mechanisms.prefix_sums import assign_bins, bin_counts, noisy_prefix_sums
 from ..mechanisms.subsampling import poisson_subsample
 from ..noise.source import RandomSource
+from ..rounding import sum_products_up, up
 from ..protocols import Generator, Retriever
 from .common import RagAnswer, top_k_padded
-from .mechanism import SingleQueryMechanism, check_mechanism
+from .mechanism import SingleQueryMechanism, check_mechanism, filter_charge, max_charges
 from .single_query import PureDpRagParams, _source
 
 
@@ -91,6 +93,7 @@ class MuRAG:
             raise InvalidParameterError("tau", "must be finite", tau)
         self.retriever, self.generator, self.filter = retriever, generator, filter
         self.rag = check_mechanism(rag, filter)
+        self._charge, self.delta_per_charge = filter_charge(rag.cost)
         self.tau = float(tau)
         self.k = rag.m * retrieval.docs_per_voter
         self.source = _source(source)
@@ -103,7 +106,7 @@ class MuRAG:
         """Threshold retrieval and the (durable) filter charge; nothing is generated yet."""
         scores = np.asarray(self.retriever.scores(question), dtype=np.float64)
         above = np.flatnonzero(scores > self.tau)
-        charged = self.filter.try_charge(above, self.rag.cost).admitted if above.size else above
+        charged = self.filter.try_charge(above, self._charge).admitted if above.size else above
         top = top_k_padded(charged, scores[charged], self.k)
         return Selection(top=top, charges=[(self.rag.cost, np.asarray(charged, dtype=np.int64))],
                          info={"method": "murag", "above_threshold": int(above.size), "admitted": int(charged.size)})
@@ -119,6 +122,24 @@ class MuRAG:
 
     def answer(self, question: str, history: tuple = ()) -> RagAnswer:
         return self.respond(question, self.select(question), history)
+
+    def guarantee(self, delta: float | None = None, *, replace_one: bool = False) -> tuple[float, float]:
+        """Certified ex-ante (ε, δ) of every document (``_guarantee``)."""
+        return _guarantee(self, delta, replace_one)
+
+
+def _guarantee(algo, delta, replace_one: bool) -> tuple[float, float]:
+    """The filter's (ε_B, δ_B) (add / remove one document) plus, for an (ε, δ) single-query cost, n·δ_q with n
+    the most RAG charges any document can take (the individual basic-composition filter, spec/accounting/rag.md
+    §5.3). ``replace_one``: (2ε, δ + e^ε·δ) (remove, then add)."""
+    eps, d = algo.filter.guarantee(delta)
+    if algo.delta_per_charge > 0:
+        d = sum_products_up([algo.delta_per_charge, d], [max_charges(algo.filter, algo._charge), 1])
+    if replace_one:
+        e_up = math.nextafter(math.exp(eps), math.inf) if eps < 700 else math.inf  # exp within 1 ulp
+        d = up(Fraction(d) * (1 + Fraction(e_up))) if math.isfinite(e_up) else (0.0 if d == 0 else math.inf)
+        eps = 2.0 * eps
+    return eps, min(d, 1.0)
 
 
 class MuRAGAda:
@@ -154,6 +175,7 @@ class MuRAGAda:
             raise InvalidParameterError("edges", "must be a strictly decreasing 1-d array of >= 2 finite edges")
         self.retriever, self.generator, self.filter = retriever, generator, filter
         self.rag = check_mechanism(rag, filter)
+        self._charge, self.delta_per_charge = filter_charge(rag.cost)
         self.edges = e
         self.epsilon_thr = check_epsilon("epsilon_thr", epsilon_thr)
         self.k = rag.m * retrieval.docs_per_voter
@@ -170,7 +192,7 @@ class MuRAGAda:
         release = noisy_prefix_sums(bin_counts(bins, nb, active), self.k, self.epsilon_thr, self.source)
         touched = in_range[release.charged_documents(bins, active)]
         thr_admitted = self.filter.try_charge(touched, release.event).admitted if touched.size else touched
-        rag_admitted = self.filter.try_charge(thr_admitted, self.rag.cost).admitted if thr_admitted.size else thr_admitted
+        rag_admitted = self.filter.try_charge(thr_admitted, self._charge).admitted if thr_admitted.size else thr_admitted
         top = top_k_padded(rag_admitted, scores[rag_admitted], self.k)
         return Selection(top=top, charges=[(release.event, np.asarray(thr_admitted, dtype=np.int64)),
                                            (self.rag.cost, np.asarray(rag_admitted, dtype=np.int64))],
@@ -180,6 +202,7 @@ class MuRAGAda:
                                "admitted": int(rag_admitted.size)})
 
     respond = MuRAG.respond
+    guarantee = MuRAG.guarantee
 
     def answer(self, question: str, history: tuple = ()) -> RagAnswer:
         return self.respond(question, self.select(question), history)

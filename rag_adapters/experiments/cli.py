@@ -190,6 +190,11 @@ experiment.add_command(_auc_vs_k)
               "(default: --max-tokens)")
 @click.option("--abstain-empty", is_flag=True, help="answer-vote: voters whose documents are all the empty padding "
               "abstain instead of voting their no-context answer (same ε: spec/accounting/rag.md §6)")
+@click.option("--answer-selection", type=click.Choice(["universal", "seen"]), default="universal", show_default=True,
+              help="answer-vote: the DP selection over the voters' keys: universal (pure ε, exponential mechanism "
+                   "over every string with a length-priced base measure) or seen (the voters' own keys and a "
+                   "fallback at 1 + 2·ln(1/δ_q)/ε_q votes; (ε_q, δ_q) per query with δ_q = --delta / --M; "
+                   "spec/accounting/rag.md §5.2)")
 @click.option("--threads", type=int, default=None, help="torch threads")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), required=True)
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object per (method, eps_total) row")
@@ -197,7 +202,7 @@ experiment.add_command(_auc_vs_k)
 def privacy_utility(dataset, methods, eps_text, queries, dev_queries, test_split, dev_split, model, m_text,
                     dpv_text, max_retrievals, max_tokens, delta, taus, private_tokens, public_completion, em_prior, em_margin,
                     probabilities, bins, seed, corpus_seed, tuning_corpus_seed, vote_thresholds, key_words,
-                    answer_tokens, abstain_empty, threads, out_dir, as_json, progress):
+                    answer_tokens, abstain_empty, answer_selection, threads, out_dir, as_json, progress):
     """Accuracy / F1 / ROUGE-L / retrieval precision of DP-RAG methods against total ε."""
     from .methods import METHODS, Context, Settings
     from .plots import CSV_NAME, JSONL_NAME, PNG_NAME, PREDICTIONS_NAME, json_row, plot, write_csv, write_jsonl, \
@@ -246,7 +251,7 @@ def privacy_utility(dataset, methods, eps_text, queries, dev_queries, test_split
             vote_thresholds=_floats("--vote-thresholds", vote_thresholds, positive=False),
             key_words=_ints("--key-words", key_words),
             answer_tokens=_ints("--answer-tokens", answer_tokens) if answer_tokens else (),
-            abstain_empty=abstain_empty)
+            abstain_empty=abstain_empty, answer_selection=answer_selection)
         if min(settings.vote_thresholds) < 0 or min(settings.key_words) < 1 or \
                 (settings.answer_tokens and min(settings.answer_tokens) < 1):
             raise click.BadParameter("thresholds must be >= 0, key words and answer tokens >= 1",
@@ -304,7 +309,7 @@ def privacy_utility(dataset, methods, eps_text, queries, dev_queries, test_split
     run = {"argv": sys.argv[1:], "dataset": ds.name, "dataset_info": {k: v for k, v in dict(ds.info).items()
                                                                       if k != "protocol"},
            "model": model, "generator": getattr(gen, "name", type(gen).__name__), "m": list(m_grid),
-           "docs_per_voter": list(dpv_grid), "M": max_retrievals, "public_completion": public_completion, "abstain_empty": abstain_empty,
+           "docs_per_voter": list(dpv_grid), "M": max_retrievals, "public_completion": public_completion, "abstain_empty": abstain_empty, "answer_selection": answer_selection,
            "em_prior": em_prior,
            "test_split": test_split, "test_questions": len(test), "dev_questions": len(dev),
            "methods": names, "eps": list(eps), "seed": str(seed), "corpus_seed": corpus_seed,

@@ -65,6 +65,7 @@ from dprag.accounting.protocols import Generator, Retriever
 from dprag.accounting.rag.budget import certified_epsilon
 from dprag.accounting.rag.common import RagAnswer
 from dprag.accounting.rag.history import AnswerHistory
+from dprag.accounting.rag.mechanism import filter_charge
 from dprag.accounting.rag.ksa import dp_ksa
 from dprag.accounting.rag.multi_query import MuRAG, MuRAGAda, NaiveMultiRAG, RetrievalParams, SubsamplingMultiRAG
 from dprag.accounting.rag.single_query import (
@@ -113,6 +114,7 @@ class Settings:
     key_words: tuple[int, ...] = (3,)  # answer-vote: words per key (the public normalisation's max_words)
     answer_tokens: tuple[int, ...] = ()  # answer-vote: the voters' answer length grid (empty = max_tokens)
     abstain_empty: bool = False  # answer-vote: voters with only empty (padding) documents abstain
+    answer_selection: str = "universal"  # answer-vote: "universal" (pure EM over Σ*) or "seen" ((ε, δ/M) per query)
 
     def voter_grid(self) -> list[dict]:
         """The (m, documents per voter) part of a voting method's grid: a key appears in the hyperparameters
@@ -433,23 +435,27 @@ def _answer_vote_grid(ada: bool):
     def grid(ctx, eps):
         s = ctx.settings
         taus = (None,) if ada or len(s.taus) == 1 else s.taus
-        return [{**v, "t": t, "kw": kw, "tok": tok, **({} if tau is None else {"tau": tau})}
-                for v in s.voter_grid() for t in s.vote_thresholds for kw in s.key_words
+        ts = (None,) if s.answer_selection == "seen" else s.vote_thresholds  # the seen selection has no t
+        return [{**v, **({} if t is None else {"t": t}), "kw": kw, "tok": tok, **({} if tau is None else {"tau": tau})}
+                for v in s.voter_grid() for t in ts for kw in s.key_words
                 for tok in (s.answer_tokens or (s.max_tokens,)) for tau in taus]
 
     return grid
 
 
 def answer_vote_params(m: int, epsilon_query: float, hp: dict, *, diagnostics: bool = True,
-                       abstain_empty: bool = False):
-    """Answer-level voting with the whole per-query budget as the selection's ε (cost = EM(ε_q))."""
+                       abstain_empty: bool = False, selection: str = "universal", delta_query: float = 0.0):
+    """Answer-level voting with the whole per-query budget as the selection's ε: cost EM(ε_q) (universal) or
+    (ε_q, δ_q) (seen)."""
     from dprag.accounting.rag.answer_vote import AnswerVoteParams
 
     from ..answer_keys import answer_key
 
-    return AnswerVoteParams(m, epsilon_query, threshold=float(hp["t"]), max_tokens=int(hp["tok"]),
+    seen = selection == "seen"
+    return AnswerVoteParams(m, epsilon_query, threshold=0.0 if seen else float(hp["t"]), max_tokens=int(hp["tok"]),
                             max_key_words=int(hp["kw"]), normalizer=answer_key, diagnostics=diagnostics,
-                            abstain_empty=abstain_empty)
+                            abstain_empty=abstain_empty, selection=selection,
+                            delta=float(delta_query) if seen else 0.0)
 
 
 def _answer_vote_build(ada: bool):
@@ -459,20 +465,24 @@ def _answer_vote_build(ada: bool):
         tau = float(hp.get("tau", s.taus[0]))
         if ada:
             eps_thr = min(s.epsilon_thr, eps_q / 2)
-            rag = answer_vote_params(s.voters(hp), eps_q - eps_thr, hp, abstain_empty=s.abstain_empty)
+            rag = answer_vote_params(s.voters(hp), eps_q - eps_thr, hp, abstain_empty=s.abstain_empty,
+                                     selection=s.answer_selection, delta_query=s.delta / s.M)
             flt = IndividualRenyiFilter(MemoryBudgetStore(len(ctx.retriever)), FilterBudget.for_queries(
-                s.M, (DiscreteLaplaceEvent(scale=1.0 / eps_thr, sensitivity=1), rag.cost), mode="pure"))
+                s.M, (DiscreteLaplaceEvent(scale=1.0 / eps_thr, sensitivity=1), filter_charge(rag.cost)[0]),
+                mode="pure"))
             algo = MuRAGAda(ctx.retriever, ctx.generator, flt, rag, edges=s.edges, epsilon_thr=eps_thr,
                             retrieval=s.retrieval(hp), source=ctx.source("murag-ada-answer-vote", eps, hp))
             derived = {"eps_thr": eps_thr}
         else:
-            rag = answer_vote_params(s.voters(hp), eps_q, hp, abstain_empty=s.abstain_empty)
-            flt = _filter(ctx, rag.cost)
+            rag = answer_vote_params(s.voters(hp), eps_q, hp, abstain_empty=s.abstain_empty,
+                                     selection=s.answer_selection, delta_query=s.delta / s.M)
+            flt = _filter(ctx, filter_charge(rag.cost)[0])
             algo = MuRAG(ctx.retriever, ctx.generator, flt, rag, tau=tau, retrieval=s.retrieval(hp),
                          source=ctx.source("murag-answer-vote", eps, hp))
             derived = {"tau": tau}
-        out = _Multi(algo, lambda: flt.guarantee())
+        out = _Multi(algo, lambda: algo.guarantee())
         out.derived = {"m": rag.m, "epsilon_selection": rag.epsilon, "threshold": rag.threshold,
+                       "selection": rag.selection, "delta_q": rag.delta, "vote_threshold": rag.vote_threshold,
                        "answer_tokens": rag.max_tokens, "key_words": rag.max_key_words, "eps_q": eps_q,
                        "abstain_empty": rag.abstain_empty, **derived}
         return out

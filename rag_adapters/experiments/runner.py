@@ -28,6 +28,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Iterable, Sequence
 
+from collections import Counter
+
 import numpy as np
 
 from dprag.accounting.errors import DpragError, InvalidParameterError, check_positive_int
@@ -126,6 +128,8 @@ class QuestionResult:
     plurality: str | None = None  # answer-vote only: the voters' non-private plurality key (experiment baseline)
     plurality_correct: bool | None = None
     fallback: bool | None = None  # answer-vote only: the selection released ⊥ (the Non-RAG answer)
+    key_votes: dict | None = None  # answer-vote only: the voters' non-empty keys and their counts (diagnostic:
+    # lets a reader compute each selection's exact chance of a correct release offline)
 
 
 def _top_k_ids(scores: np.ndarray, k: int) -> np.ndarray:
@@ -155,7 +159,9 @@ def evaluate_answer(item: QAItem, ans: RagAnswer, scores: np.ndarray | None, k: 
         plurality=ans.info.get("plurality"),
         plurality_correct=(None if "plurality" not in ans.info
                            else contains_answer(ans.info["plurality"], item.answers)),
-        fallback=ans.info.get("fallback"))
+        fallback=ans.info.get("fallback"),
+        key_votes=(None if "voter_keys" not in ans.info
+                   else dict(sorted(Counter(k for k in ans.info["voter_keys"] if k).items()))))
 
 
 def _mean(xs: Iterable[float | None]) -> float | None:
