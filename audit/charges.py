@@ -34,7 +34,7 @@ class ChargeRule:
         g = policy.generation
         budget = FilterBudget.for_queries(g.max_queries_per_doc, policy.query_cost(), mode="pure")
         probe = IndividualRenyiFilter(MemoryBudgetStore(1), budget)
-        rag = int(probe.cost_units(policy.rag_params().cost)[0])
+        rag = int(probe.cost_units(policy.rag_charge())[0])  # the ε part of an (ε, δ) cost (filter_charge)
         thr = None
         if g.algorithm == "murag-ada":
             thr = int(probe.cost_units(DiscreteLaplaceEvent(1.0 / g.epsilon_thr, 1))[0])

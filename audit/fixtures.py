@@ -31,7 +31,9 @@ LEGAL = [f"case {i} contract dispute court ANSWER: settled" for i in range(20)] 
 
 
 def toy_policy(algorithm: str = "murag", *, n: int = 20, k_max: int = 5, window: str = "w1",
-               max_queries_per_doc: int = 2, mechanism: str = "pure-dp-rag", replayable: bool = True) -> Policy:
+               max_queries_per_doc: int = 2, mechanism: str = "pure-dp-rag", replayable: bool = True,
+               vote_selection: str = "universal", vote_delta: float | None = None,
+               abstain_empty: bool = False) -> Policy:
     sens = ((1 << 20) >> 10) + 1
     if algorithm == "murag":
         gen = GenerationPolicy(algorithm="murag", m=10, epsilon_token=4.0, max_private_tokens=3,
@@ -53,7 +55,8 @@ def toy_policy(algorithm: str = "murag", *, n: int = 20, k_max: int = 5, window:
         import dataclasses
 
         gen = dataclasses.replace(gen, mechanism="answer-vote", vote_epsilon=4.0, vote_threshold=2.0, key_words=2,
-                                  normalizer="basic")
+                                  normalizer="basic", vote_selection=vote_selection, vote_delta=vote_delta,
+                                  abstain_empty=abstain_empty)
     return Policy(
         window=window,
         retrieval=RetrievalPolicy(enabled_tenants=("clinic",), K=5, n=n, epsilon_acc=1.0, delta_acc=1e-6,

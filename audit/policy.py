@@ -81,6 +81,14 @@ class GenerationPolicy:
     vote_threshold: float | None = None
     key_words: int | None = None
     normalizer: str | None = None
+    #: answer-vote's DP selection over the keys (``AnswerVoteParams.selection``): "universal" (pure ε, the
+    #: threshold t used) or "seen" (the exponential mechanism over the keys the voters wrote and ⊥ at
+    #: T = 1 + 2·ln(1/δ)/ε votes: (ε, δ)-DP per query, δ = ``vote_delta`` added per RAG charge of a document,
+    #: the rule of dp-ksa's δ; t unused); ``abstain_empty``: voters whose documents are all the empty padding
+    #: abstain. Serialised only when not the default, so every earlier policy keeps its canonical bytes.
+    vote_selection: str = "universal"
+    vote_delta: float | None = None
+    abstain_empty: bool = False
     #: DP-KSA over a text-only generator (004; audit/dpksa.py), when mechanism == "dp-ksa": FindBestK's ε and
     #: the PTR test's ε (nats), the test's failure probability δ (per query and charged document), FindBestK's
     #: largest number of keywords, the voters' response length (words), and whether the provider's text
@@ -105,14 +113,73 @@ class GenerationPolicy:
         return self.mechanism != "dp-ksa" or bool(self.ksa_replayable)
 
 
+_VOTE_KEYS = {"epsilon", "threshold", "key_words", "normalizer"}
+#: optional keys of generation.answer_vote, each present only when not its default (canonical bytes unchanged)
+_VOTE_OPTIONAL = {"selection", "delta", "abstain_empty"}
+VOTE_SELECTIONS = ("universal", "seen")
+
+
 def _answer_vote_fields(v) -> dict:
     if v is None:
         return {}
-    if not isinstance(v, dict) or set(v) != {"epsilon", "threshold", "key_words", "normalizer"}:
-        raise EncodingError("generation.answer_vote: must be {epsilon, threshold, key_words, normalizer} or null")
-    return {"vote_epsilon": parse_real(v["epsilon"], "generation.answer_vote.epsilon"),
-            "vote_threshold": parse_real(v["threshold"], "generation.answer_vote.threshold"),
-            "key_words": v["key_words"], "normalizer": v["normalizer"]}
+    if not isinstance(v, dict) or not _VOTE_KEYS <= set(v) or not set(v) <= _VOTE_KEYS | _VOTE_OPTIONAL:
+        extra = sorted(set(v) - _VOTE_KEYS - _VOTE_OPTIONAL) if isinstance(v, dict) else []
+        raise EncodingError("generation.answer_vote: must be {epsilon, threshold, key_words, normalizer} with "
+                            "optional {selection, delta, abstain_empty}, or null"
+                            + (f" (unknown keys {extra})" if extra else ""))
+    out = {"vote_epsilon": parse_real(v["epsilon"], "generation.answer_vote.epsilon"),
+           "vote_threshold": parse_real(v["threshold"], "generation.answer_vote.threshold"),
+           "key_words": v["key_words"], "normalizer": v["normalizer"]}
+    if "selection" in v:
+        if v["selection"] != "seen":  # "universal" is the default and must be absent (canonical)
+            raise InvalidParameterError("generation.answer_vote.selection",
+                                        "must be 'seen' when present (absent means 'universal')", v["selection"])
+        out["vote_selection"] = "seen"
+    if "delta" in v:
+        if out.get("vote_selection") != "seen":
+            raise InvalidParameterError("generation.answer_vote.delta", "is only for selection 'seen'", v["delta"])
+        out["vote_delta"] = parse_real(v["delta"], "generation.answer_vote.delta")
+    elif out.get("vote_selection") == "seen":
+        raise InvalidParameterError("generation.answer_vote.delta", "selection 'seen' needs its per-query delta")
+    if "abstain_empty" in v:
+        if v["abstain_empty"] is not True:  # false is the default and must be absent; 1 is not a JSON bool
+            raise InvalidParameterError("generation.answer_vote.abstain_empty",
+                                        "must be the JSON value true when present (absent means false)",
+                                        v["abstain_empty"])
+        out["abstain_empty"] = True
+    return out
+
+
+def _check_answer_vote_selection(g) -> None:
+    """The answer-vote selection fields: strict types; δ in (0, 1) with "seen" only, within the seen selection's
+    own rule for this ε (``seen_key_selection.check_parameters``); only with mechanism "answer-vote"."""
+    if g.mechanism != "answer-vote":
+        if g.vote_selection != "universal" or g.vote_delta is not None or g.abstain_empty is not False:
+            raise InvalidParameterError("generation.answer_vote", "selection, delta and abstain_empty need "
+                                                                  "mechanism 'answer-vote'")
+        return
+    if not isinstance(g.abstain_empty, bool):
+        raise InvalidParameterError("generation.answer_vote.abstain_empty", "must be true or false", g.abstain_empty)
+    if not isinstance(g.vote_selection, str) or g.vote_selection not in VOTE_SELECTIONS:
+        raise InvalidParameterError("generation.answer_vote.selection", "must be 'universal' or 'seen'",
+                                    g.vote_selection)
+    if g.vote_selection == "universal":
+        if g.vote_delta is not None:
+            raise InvalidParameterError("generation.answer_vote.delta",
+                                        "must be absent for selection 'universal' (pure ε)", g.vote_delta)
+        return
+    d = g.vote_delta
+    if d is None:
+        raise InvalidParameterError("generation.answer_vote.delta", "selection 'seen' needs its per-query delta")
+    if isinstance(d, bool) or not isinstance(d, (int, float)):
+        raise InvalidParameterError("generation.answer_vote.delta", "must be a real number in (0, 1)", d)
+    from dprag.accounting.mechanisms.seen_key_selection import check_parameters
+
+    try:
+        check_parameters(g.vote_epsilon, d)
+    except InvalidParameterError as e:
+        raise InvalidParameterError(f"generation.answer_vote.{'epsilon' if e.field == 'epsilon' else 'delta'}",
+                                    e.rule, e.value) from None
 
 
 _KSA_KEYS = {"epsilon_em", "epsilon_ptr", "delta", "max_keywords", "response_tokens", "replayable"}
@@ -213,7 +280,9 @@ class Policy:
                     normalizer: str = "basic", ksa_epsilon_em: float = 1.0, ksa_epsilon_ptr: float = 2.5,
                     ksa_delta: float = 1e-8, ksa_max_keywords: int = 5, ksa_response_tokens: int = 32,
                     generator_replayable: bool = False, embedding_scale: int = 1 << 10,
-                    public_completion: bool = False, em_prior: str = "uniform") -> "Policy":
+                    public_completion: bool = False, em_prior: str = "uniform",
+                    vote_selection: str = "universal", vote_delta: float | None = None,
+                    abstain_empty: bool = False) -> "Policy":
         """A well-formed policy from the quantities a provider decides, with documented, sound defaults.
 
         Units: scores are integer dot products of embeddings quantised at ``embedding_scale`` (cosine × S², so
@@ -252,6 +321,12 @@ class Policy:
         - ``public_completion``, ``em_prior`` (mechanism "pure-dp-rag" only): 000 Alg. 5's free-in-ε extensions
           (``PureDpRagParams``): after the c private tokens, continue with the Non-RAG lane's greedy tokens; the
           exponential mechanism's base measure "uniform" (000) or "non-rag". ε and the charges are unchanged.
+        - ``vote_selection``, ``vote_delta``, ``abstain_empty`` (mechanism "answer-vote" only): the selection over
+          the voters' keys, "universal" (pure ε, threshold t) or "seen" (the exponential mechanism over the keys
+          the voters wrote and ⊥ at T = 1 + 2·ln(1/δ)/ε votes; (ε, δ)-DP per query with δ = ``vote_delta``, which
+          every RAG charge of a document adds to its δ like dp-ksa's: the verdict's generation δ is
+          n·δ·(1 + e^{M·ε_q}) replace-one with n the most RAG charges a document can take; ``vote_threshold``
+          unused); ``abstain_empty``: voters whose documents are all the empty padding abstain (free in ε).
         The sampler is the discrete Gaussian table with tail 10σ and 64-bit probabilities; its declared TV is
         the table's own, rounded up. With every default the verdict certifies ε ≈ 7.1 composed (retrieval 2.1 at
         δ = 10^-5 for 5 colluders; generation 5.0 = 2 · M · ε_q with ε_q = 2.5), replace-one.
@@ -277,7 +352,8 @@ class Policy:
             tau=to_units(tau_cosine) if algorithm == "murag" else None,
             edges=tuple(to_units(e) for e in edges_cosine) if algorithm == "murag-ada" else None,
             epsilon_thr=epsilon_thr if algorithm == "murag-ada" else None,
-            public_completion=public_completion, em_prior=em_prior,
+            public_completion=public_completion, em_prior=em_prior, vote_selection=vote_selection,
+            vote_delta=vote_delta, abstain_empty=abstain_empty,
             **({} if mechanism == "pure-dp-rag" else
                dict(mechanism=mechanism, ksa_epsilon_em=ksa_epsilon_em, ksa_epsilon_ptr=ksa_epsilon_ptr,
                     ksa_delta=ksa_delta, ksa_max_keywords=ksa_max_keywords, ksa_response_tokens=ksa_response_tokens,
@@ -340,9 +416,12 @@ class Policy:
             check_positive_int("generation.key_words", g.key_words)
             if not isinstance(g.normalizer, str) or not g.normalizer:
                 raise InvalidParameterError("generation.normalizer", "must name a public normaliser", g.normalizer)
+            _check_answer_vote_selection(g)
             self.rag_params()  # the mechanism's own rules (threshold range, ε·m/2 bound)
         elif any(v is not None for v in (g.vote_epsilon, g.vote_threshold, g.key_words, g.normalizer)):
             raise InvalidParameterError("generation.vote_epsilon", "answer-vote fields need mechanism 'answer-vote'")
+        else:
+            _check_answer_vote_selection(g)
         ksa = (g.ksa_epsilon_em, g.ksa_epsilon_ptr, g.ksa_delta, g.ksa_max_keywords, g.ksa_response_tokens,
                g.ksa_replayable)
         if g.mechanism == "dp-ksa":
@@ -399,7 +478,11 @@ class Policy:
                 "max_tokens": g.max_tokens, "filter_mode": g.filter_mode,
                 "answer_vote": None if g.mechanism != "answer-vote" else {
                     "epsilon": real(g.vote_epsilon), "threshold": real(g.vote_threshold),
-                    "key_words": g.key_words, "normalizer": g.normalizer},
+                    "key_words": g.key_words, "normalizer": g.normalizer,
+                    # present only when not the default (universal, no δ, false): canonical bytes unchanged
+                    **({} if g.vote_selection == "universal" else {"selection": g.vote_selection}),
+                    **({} if g.vote_delta is None else {"delta": real(g.vote_delta)}),
+                    **({"abstain_empty": True} if g.abstain_empty is True else {})},
                 # present only for dp-ksa, so every other policy keeps its canonical bytes (and C_policy)
                 **({} if g.mechanism != "dp-ksa" else {"dp_ksa": {
                     "epsilon_em": real(g.ksa_epsilon_em), "epsilon_ptr": real(g.ksa_epsilon_ptr),
@@ -488,14 +571,35 @@ class Policy:
             from dprag.accounting.rag.answer_vote import AnswerVoteParams
 
             return AnswerVoteParams(g.m, g.vote_epsilon, threshold=g.vote_threshold, max_tokens=g.max_tokens,
-                                    max_key_words=g.key_words, normalizer=normalizer(g.normalizer))
+                                    max_key_words=g.key_words, normalizer=normalizer(g.normalizer),
+                                    abstain_empty=g.abstain_empty, selection=g.vote_selection,
+                                    delta=0.0 if g.vote_delta is None else g.vote_delta)
         return PureDpRagParams(g.m, g.epsilon_token, g.max_private_tokens, theta=g.theta_svt,
                                max_tokens=g.max_tokens, redraw_threshold=g.redraw_threshold,
                                public_completion=g.public_completion, em_prior=g.em_prior)
 
+    def rag_charge(self):
+        """The event the per-document filter counts for one RAG charge: the mechanism's cost, or its ε part for
+        an (ε, δ) cost (answer-vote's seen selection; its δ is added per charge outside the filter:
+        ``accounting.rag.mechanism.filter_charge``, spec/provider.md §3.3)."""
+        from dprag.accounting.rag.mechanism import filter_charge
+
+        return filter_charge(self.rag_params().cost)[0]
+
+    def per_charge_delta(self) -> float | None:
+        """The δ each RAG charge adds to a document's δ (dp-ksa's PTR failure probability, answer-vote seen's δ),
+        or None for a pure mechanism."""
+        g = self.generation
+        if g.mechanism == "dp-ksa":
+            return g.ksa_delta
+        if g.mechanism == "answer-vote" and g.vote_selection == "seen":
+            return g.vote_delta
+        return None
+
     def query_cost(self):
-        """The event each touched document is charged per query (ε_thr + ε_RAG for MuRAG-Ada)."""
-        cost = self.rag_params().cost
+        """The event each touched document is charged per query (ε_thr + ε_RAG for MuRAG-Ada), as the pure
+        filter counts it (the ε part of an (ε, δ) cost)."""
+        cost = self.rag_charge()
         if self.generation.algorithm == "murag-ada":
             cost = ComposedEvent((DiscreteLaplaceEvent(1.0 / self.generation.epsilon_thr, 1), cost))
         return cost
@@ -517,15 +621,17 @@ class Policy:
         eps_gen = budget.certified_epsilon(replace_one=True)
         delta_gen_ar = delta_gen = 0.0
         uses = None
-        if g.mechanism == "dp-ksa":
-            # each RAG charge of a document adds the PTR failure probability to its δ (basic composition inside
-            # the pure filter, spec/provider.md §3); the filter admits at most limit // rag_units such charges
+        per_use = self.per_charge_delta()
+        if per_use is not None:
+            # each RAG charge of a document adds the mechanism's δ (dp-ksa: the PTR failure probability;
+            # answer-vote seen: the seen selection's δ) to its δ (basic composition inside the pure filter,
+            # spec/provider.md §3.3); the filter admits at most limit // rag_units such charges
             from .charges import ChargeRule
 
             rule = ChargeRule.of(self)
             uses = rule.limit // rule.rag_units
             up = lambda x: math.nextafter(x, math.inf)  # noqa: E731
-            delta_gen_ar = up(uses * g.ksa_delta)
+            delta_gen_ar = up(uses * per_use)
             # replace-one = remove then add: (ε, δ) then (ε, δ) gives (2ε, δ + e^ε·δ)
             delta_gen = up(delta_gen_ar + up(up(math.exp(eps_gen_ar)) * delta_gen_ar))
         paper = eq_5_2_audit(c.k_max, r.epsilon_acc, r.delta_acc, c.delta_policy, n=r.n)
@@ -542,10 +648,11 @@ class Policy:
                 "epsilon": eps_gen, "epsilon_add_remove": eps_gen_ar, "delta": delta_gen,
                 "per_query_epsilon": eps_q, "max_queries_per_doc": g.max_queries_per_doc,
                 "mechanism": g.mechanism,
+                **({} if g.mechanism != "answer-vote" else {"selection": g.vote_selection}),
                 "covers": "answers released to every account of every tenant; the per-document filter is global "
                           "across accounts, so colluding accounts cannot raise it (k does not enter)",
                 **({} if uses is None else {
-                    "delta_add_remove": delta_gen_ar, "per_query_delta": g.ksa_delta, "max_charges_per_doc": uses}),
+                    "delta_add_remove": delta_gen_ar, "per_query_delta": per_use, "max_charges_per_doc": uses}),
             },
             "epsilon": sum_up(dg.epsilon, eps_gen),
             "delta": c.delta_policy if uses is None else math.nextafter(c.delta_policy + delta_gen, math.inf),

@@ -38,6 +38,7 @@ from dprag.accounting.filters import FilterBudget, IndividualRenyiFilter
 from dprag.accounting.noise.source import RandomSource
 from dprag.accounting.protocols import Generator
 from dprag.accounting.rag.multi_query import MuRAG, MuRAGAda, RetrievalParams, Selection
+from dprag.accounting.rag.mechanism import filter_charge
 from dprag.accounting.stores import SqliteBudgetStore
 
 from . import commitments as cm
@@ -564,7 +565,8 @@ class ProviderService:
     def _charge_opening(self, flt: IndividualRenyiFilter, selection: Selection) -> dict:
         charges = []
         for event, ids in selection.charges:
-            units = int(flt.cost_units(event)[0])
+            # what the filter counted: the ε part of an (ε, δ) cost (its δ is per charge, outside the filter)
+            units = int(flt.cost_units(filter_charge(event)[0])[0])
             charges.append({"cost": {"kind": "pure", "epsilon_units": units},
                             "ids": sorted(int(i) for i in np.asarray(ids))})
         return {"nonce": secrets.token_hex(16), "algorithm": self.policy.generation.algorithm,

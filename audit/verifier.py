@@ -1140,10 +1140,29 @@ ATTESTATION_GENERATION_TEXT_ONLY = (
     "the receipts and is not attested (see trust).")
 
 
+def answer_vote_statement(policy) -> str:
+    """Which answer-vote selection the committed policy runs, and where its δ is (the verdict's wording)."""
+    g = policy.generation
+    empty = (" Voters whose documents are all the empty padding abstain (abstain_empty)." if g.abstain_empty
+             else "")
+    if g.vote_selection != "seen":
+        return ("Mechanism: answer-level voting, universal selection (the exponential mechanism over {⊥} ∪ Σ* with "
+                f"threshold t = {g.vote_threshold:g} nats): pure ε_q = {g.vote_epsilon:g} per query, no δ." + empty)
+    rule = ChargeRule.of(policy)
+    return ("Mechanism: answer-level voting, seen selection (the exponential mechanism over the keys the voters "
+            "wrote and ⊥ at T = 1 + 2·ln(1/δ)/ε votes): (ε_q, δ_q) = "
+            f"({g.vote_epsilon:g}, {g.vote_delta:g}) per query; the filter counts ε_q and every RAG charge of a "
+            f"document adds δ_q outside it (n_z = {rule.limit // rule.rag_units}: the most RAG charges a document "
+            "can take), so the generation δ is n_z·δ_q add/remove and n_z·δ_q·(1 + e^ε_B) replace-one, included in "
+            "the composed δ." + empty)
+
+
 def generation_trust(policy) -> tuple[tuple, str | None]:
     """(extra trust statements, generation attestation or None) for the committed generation mechanism."""
     if policy is not None and not policy.generation.replayable:
         return (TRUST_TEXT_ONLY,), ATTESTATION_GENERATION_TEXT_ONLY
+    if policy is not None and policy.generation.mechanism == "answer-vote":
+        return (), ATTESTATION_GENERATION + " " + answer_vote_statement(policy)
     return (), None
 
 

@@ -225,6 +225,51 @@ def resampled_answers(d: Path) -> AttackResult:
 
 
 # ---------------------------------------------------------------------------------------------------------
+# answer-level voting (issue 13) under the seen selection, served under other parameters than committed
+# ---------------------------------------------------------------------------------------------------------
+SEEN = dict(mechanism="answer-vote", vote_selection="seen", vote_delta=1e-6)
+
+
+def _served_as(d: Path, committed: dict, served: Callable, replay: bool) -> tuple[Path, Path, dict]:
+    """A toy window committed under ``toy_policy(**committed)`` whose provider serves ``served(rag_params)``
+    instead (its own service, its own state); the accounts hand over their questions."""
+    from ..fixtures import CLINIC, LEGAL
+    from dprag.accounting.rag.toy import ToyGenerator
+
+    shutil.rmtree(d, ignore_errors=True)
+    svc = open_service(d / "svc", **committed)
+    svc.rag_params = served(svc.rag_params)
+    clients = {a: client(svc, a) for a in svc.accounts}
+    for i in range(2):
+        for acct, q in SCRIPT:
+            clients[acct].ask(svc, f"{q} {i}")
+    kw = {"corpus": {"clinic": CLINIC, "legal": LEGAL}, "replay_generator": ToyGenerator()} if replay else {}
+    return _export(svc, d), _receipts(d, clients), kw
+
+
+def seen_cheaper_charges(d: Path) -> AttackResult:
+    """Item 1 (under-charging): the policy commits the seen selection at ε_q = 4, δ_q = 1e-6; the provider runs
+    it at ε = 2, so each RAG charge costs half the committed units and every document can be charged twice as
+    often — its verdict would still claim the committed (ε, δ)."""
+    import dataclasses
+
+    b, r, _ = _served_as(d, SEEN, lambda p: dataclasses.replace(p, epsilon=2.0), replay=False)
+    return AttackResult(b, r, check="generation", note="caught by the charge replay (units differ from the policy)")
+
+
+def seen_selection_undeclared(d: Path) -> AttackResult:
+    """Item 4 (answers): the policy commits the universal selection (pure ε: the verdict reports no generation
+    δ) while the provider serves the seen selection (δ = 1e-6 per charge, and it releases keys the universal one
+    would not): the charges are identical (both charge ε_q = 4), so only the answer replay can see it."""
+    import dataclasses
+
+    b, r, kw = _served_as(d, {"mechanism": "answer-vote"},
+                          lambda p: dataclasses.replace(p, selection="seen", delta=1e-6), replay=True)
+    return AttackResult(b, r, check="generation", verify_kwargs=kw,
+                        note="caught by answer replay; without it the answer text is bound only by receipts")
+
+
+# ---------------------------------------------------------------------------------------------------------
 # 5. a false sampler claim: a table truncated at 0.5σ declared to be exact (TV = 0)
 # ---------------------------------------------------------------------------------------------------------
 @contextmanager
@@ -403,6 +448,8 @@ ATTACKS: dict[str, Attack] = {a.name: a for a in [
     Attack("unbound_query_embedding", "provider", 3, unbound_q),
     Attack("one_leaf_many_releases", "provider", 4, many_releases),
     Attack("resampled_answers", "provider", 4, resampled_answers),
+    Attack("seen_cheaper_charges", "provider", 1, seen_cheaper_charges),
+    Attack("seen_selection_undeclared", "provider", 4, seen_selection_undeclared),
     Attack("false_sampler_claim", "provider", 5, false_sampler_claim),
     Attack("coalition_adjacent", "provider", 6, _coalition(0)),
     Attack("coalition_spaced_100", "provider", 6, _coalition(100)),
