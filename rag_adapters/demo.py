@@ -18,8 +18,10 @@ What one run does (every step is the project's own code; nothing is simulated):
      [0, 2^20], shifted by 10: sensitivity (2^20 >> 10) + 1 = 1025), K citations, n queries per account;
    - coalition: k_max, δ_policy, θ, window (002 §5.5);
    - generation: MuRAG (000 Alg. 1) with answer-level voting (issue 13: m voters of one document each answer
-     in full, a public normaliser keys the answers, one exponential mechanism releases a key or the Non-RAG
-     answer) at ε_q = 4, M queries per document, τ = 512 score units (cosine 0.5); composed ε 9.8752 <= 10.
+     in full, voters given only empty padding abstain, a public normaliser keys the answers, the exponential
+     mechanism over the keys the voters wrote releases one or ⊥ → the Non-RAG answer) at (ε_q, δ_q) = (4, 1e-6),
+     M queries per document, τ = 512 score units (cosine 0.5); composed ε 9.8752 <= 10, δ 6.56e-5.
+     ``--mechanism answer-vote`` commits the universal selection (pure ε, composed δ 1e-5),
      ``--mechanism pure-dp-rag`` commits 000 Alg. 5 at the same ε_q instead, ``--mechanism pure-dp-rag-ext``
      000 Alg. 5 with public completion and the Non-RAG base measure (free in ε, committed in the policy). τ and
      the mechanism were chosen on a public calibration corpus, never on a tenant's data (spec/demo.md).
@@ -48,6 +50,7 @@ weights (tests); the privacy parameters are the same, the answers meaningless.
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import sys
@@ -137,10 +140,12 @@ class DemoPrivacy:
     sampler_tv: float = 1e-12
     lowk_k_max: int = 2
     #: "pure-dp-rag" (000 Alg. 5, token-level), "pure-dp-rag-ext" (000 Alg. 5 with its two free-in-ε extensions
-    #: committed in the policy: public completion and the Non-RAG base measure; the same ε_q) or "answer-vote"
-    #: (issue 13, answer-level): the generation mechanism of the committed policy; the answer-vote fields are used
-    #: only with the latter
-    mechanism: str = "answer-vote"
+    #: committed in the policy: public completion and the Non-RAG base measure; the same ε_q), "answer-vote"
+    #: (issue 13, answer-level, universal selection: pure ε) or "answer-vote-seen" (the default: answer-level with
+    #: the selection over the voters' own keys, (ε_q, δ_q) per query, and abstain_empty; on --quick it answered
+    #: 1/5 vs the universal selection's 0/5, and 4/28 on the default run, spec/demo.md): the generation mechanism
+    #: of the committed policy; the answer-vote fields are used only with the latter two
+    mechanism: str = "answer-vote-seen"
     #: ε of answer-vote's selection = ε_q; composed ε = retrieval 1.8752 + generation 2·M·ε_q = 9.8752 <= 10
     vote_epsilon: float = 4.0
     #: t and the key length of issue 13's tuning (spec/experiments.md §5.8: the disjoint seed-1 corpus); on the
@@ -148,6 +153,10 @@ class DemoPrivacy:
     vote_threshold: float = 6.0
     key_words: int = 3
     normalizer: str = "answer-keys-v1"
+    #: "answer-vote-seen": the seen selection's per-query δ (⊥ at T = 1 + 2·ln(1/δ)/ε = 7.9 votes of m = 20 at
+    #: ε = 4); each RAG charge of a document adds it, so at M = 1 the generation δ is δ·(1 + e^4) = 5.56e-5
+    #: (replace-one) and the composed δ 6.56e-5. Voters whose documents are all the empty padding abstain.
+    vote_delta: float = 1e-6
 
 
 @dataclass(frozen=True)
@@ -194,16 +203,28 @@ class DemoConfig:
 
 
 #: the demo's mechanism choices (``--mechanism``), all at ε_q = 4, all replayable by the verifier (``--replay-answers``)
-MECHANISMS = ("answer-vote", "pure-dp-rag", "pure-dp-rag-ext")
+MECHANISMS = ("answer-vote", "answer-vote-seen", "pure-dp-rag", "pure-dp-rag-ext")
+#: the demo's answer-level mechanisms: the universal selection (pure ε) and the seen selection ((ε, δ) per query,
+#: with abstain_empty)
+ANSWER_VOTE = ("answer-vote", "answer-vote-seen")
 
 
 def mechanism_label(p: DemoPrivacy) -> str:
     """The generation mechanism's name in the report's tables."""
+    if p.mechanism == "answer-vote-seen":
+        return "MuRAG + answer-level voting (seen keys)"
     if p.mechanism == "answer-vote":
         return "MuRAG + answer-level voting"
     if p.mechanism == "pure-dp-rag-ext":
         return "MuRAG + 000 Alg. 5 (token level, public completion, Non-RAG base measure)"
     return "MuRAG + 000 Alg. 5 (token level)"
+
+
+def answer_vote_selection(p: DemoPrivacy) -> dict:
+    """The policy's answer-vote selection fields for the demo's mechanism (defaults for the universal selection)."""
+    if p.mechanism == "answer-vote-seen":
+        return dict(vote_selection="seen", vote_delta=p.vote_delta, abstain_empty=True)
+    return {}
 
 
 def generation_extensions(p: DemoPrivacy) -> dict:
@@ -213,6 +234,14 @@ def generation_extensions(p: DemoPrivacy) -> dict:
 
 def mechanism_line(p: DemoPrivacy) -> str:
     """The committed generation mechanism and its parameters, in words."""
+    if p.mechanism == "answer-vote-seen":
+        return (f"MuRAG (000 Alg. 1) with answer-level voting (issue 13, spec/accounting/rag.md §5.2, §6): m = {p.m} "
+                f"voters x {p.docs_per_voter} document answer in full (<= {p.max_tokens} tokens; voters given only "
+                f"empty padding abstain), public normaliser {p.normalizer!r} (<= {p.key_words} key words), the "
+                f"exponential mechanism over the keys the voters wrote at ε = {p.vote_epsilon} with ⊥ at "
+                f"T = 1 + 2·ln(1/δ)/ε = {1 + 2 * math.log(1 / p.vote_delta) / p.vote_epsilon:.2f} votes, δ = "
+                f"{p.vote_delta:g} per query and charged document; ⊥ releases the Non-RAG answer (public "
+                "completion, free in ε)")
     if p.mechanism == "answer-vote":
         return (f"MuRAG (000 Alg. 1) with answer-level voting (issue 13, spec/accounting/rag.md §6): m = {p.m} voters "
                 f"x {p.docs_per_voter} document answer in full (<= {p.max_tokens} tokens), public normaliser "
@@ -274,10 +303,10 @@ def build_policy(cfg: DemoConfig, *, k_max: int | None = None, window: str | Non
         generation=GenerationPolicy(algorithm="murag", m=p.m, epsilon_token=p.epsilon_token,
                                     max_private_tokens=p.max_private_tokens, max_queries_per_doc=p.M,
                                     docs_per_voter=p.docs_per_voter, tau=p.tau, max_tokens=p.max_tokens,
-                                    **(generation_extensions(p) if p.mechanism != "answer-vote" else dict(
-                                        mechanism=p.mechanism, vote_epsilon=p.vote_epsilon,
+                                    **(generation_extensions(p) if p.mechanism not in ANSWER_VOTE else dict(
+                                        mechanism="answer-vote", vote_epsilon=p.vote_epsilon,
                                         vote_threshold=p.vote_threshold, key_words=p.key_words,
-                                        normalizer=p.normalizer))),
+                                        normalizer=p.normalizer, **answer_vote_selection(p)))),
     ).validate()
 
 
@@ -1152,9 +1181,11 @@ def render_report(cfg: DemoConfig, policy: Policy, models: Models, schema: dict,
         L.append(f"| retrieval (citations) | {retr['epsilon']:.4f} | {retr['delta']:.3g} | {retr['covers']}; "
                  f"{retr['releases']} discrete-Gaussian releases, {retr['method']} |")
     if gen:
-        L.append(f"| generation (answers) | {gen['epsilon']:.4f} | 0 | {gen['covers']}; replace-one = 2 × "
-                 f"add/remove ({gen['epsilon_add_remove']:.4f}) = 2 · M · ε_q with M = {gen['max_queries_per_doc']}, "
-                 f"ε_q = {gen['per_query_epsilon']:.4f} |")
+        per_delta = (f"; δ = n·δ_q·(1 + e^(M·ε_q)) with δ_q = {gen['per_query_delta']:g} per charge and n = "
+                     f"{gen['max_charges_per_doc']} charges per document at most" if gen.get("per_query_delta") else "")
+        L.append(f"| generation (answers) | {gen['epsilon']:.4f} | {gen['delta']:.3g} | {gen['covers']}; replace-one = "
+                 f"2 × add/remove ({gen['epsilon_add_remove']:.4f}) = 2 · M · ε_q with M = "
+                 f"{gen['max_queries_per_doc']}, ε_q = {gen['per_query_epsilon']:.4f}{per_delta} |")
     if v["verdict"] == "PASS":
         L.append(f"| **composed** | **{v['epsilon']:.4f}** | {v['delta']:.3g} | an adversary who sees both channels "
                  f"(basic composition of the two channels under replace-one) |")
@@ -1295,10 +1326,14 @@ def _jsonable(x):
 @click.option("--quick", is_flag=True, help="small sizes (~2 minutes on 2 cores)")
 @click.option("--model", type=click.Choice(["real", "tiny", "toy"]), default="real", show_default=True,
               help="real: MiniLM + SmolLM2; tiny / toy: no model weights (for tests)")
-@click.option("--mechanism", type=click.Choice(list(MECHANISMS)), default="answer-vote",
+@click.option("--mechanism", type=click.Choice(list(MECHANISMS)), default="answer-vote-seen",
               show_default=True, help="the committed generation mechanism; all at the same per-query ε_q = 4 "
-                                      "(composed ε 9.8752): answer-level voting, 000 Alg. 5 at ε_token = 1.6, c = 3, "
-                                      "or the same with public completion and the Non-RAG base measure (-ext)")
+                                      "(composed ε 9.8752): answer-level voting over the voters' own keys (-seen, "
+                                      "the default: δ = 1e-6 per query and charged document, composed δ 6.56e-5; "
+                                      "empty-context voters abstain), answer-level voting with the universal "
+                                      "selection (pure ε, composed δ 1e-5), "
+                                      "000 Alg. 5 at ε_token = 1.6, c = 3, or the same with public completion and "
+                                      "the Non-RAG base measure (-ext)")
 @click.option("--zk/--no-zk", default=True, show_default=True,
               help="Groth16 proofs for the zk tenant's queries (--no-zk: the same tenant and traffic, replay only)")
 @click.option("--no-progress", is_flag=True, help="no progress bars")

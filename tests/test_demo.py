@@ -5,6 +5,7 @@ helpers of ``rag_adapters.audit_embedder``. The real-model smoke test is tests/t
 from __future__ import annotations
 
 import hashlib
+import math
 
 from dprag.audit.account import question_commitment, request_hash
 import json
@@ -115,7 +116,7 @@ def _gaussian_reference_epsilon(sigma: float, sensitivity: int, releases: int, d
         return float(mp.findroot(d, 1.0))
 
 
-@pytest.mark.parametrize("mechanism", ["answer-vote", "pure-dp-rag"])
+@pytest.mark.parametrize("mechanism", ["answer-vote", "answer-vote-seen", "pure-dp-rag"])
 def test_composed_epsilon_is_at_most_10_by_an_independent_computation(mechanism):
     """The main job's composed ε (issue 8 §4): recomputed from the policy's parameters by closed forms, not by
     the code that certifies it, and compared with the certified values."""
@@ -123,13 +124,15 @@ def test_composed_epsilon_is_at_most_10_by_an_independent_computation(mechanism)
     p = replace(cfg.privacy, mechanism=mechanism)
     pol = D.build_policy(replace(cfg, privacy=p))
     r, g = pol.retrieval, pol.generation
-    assert g.mechanism == mechanism
+    assert g.mechanism == ("answer-vote" if mechanism == "answer-vote-seen" else mechanism)
+    assert (g.vote_selection, g.abstain_empty) == (("seen", True) if mechanism == "answer-vote-seen"
+                                                   else ("universal", False))
     # retrieval: k_max accounts x n queries of the discrete Gaussian at σ; the continuous Gaussian's exact curve
     # (the discrete one's privacy is the same to within the lattice rounding and the sampler's TV)
     ref = _gaussian_reference_epsilon(r.sigma, r.sensitivity, pol.coalition.k_max * r.n, pol.coalition.delta_policy)
     # generation, replace-one: 2·M·ε_q; answer-vote's ε_q is the selection's ε; 000 Alg. 5's is
     # ε_token/4 (SVT threshold) + c·ε_token/4 (SVT queries) + c·ε_token/2 (exponential mechanisms)
-    eps_q = p.vote_epsilon if mechanism == "answer-vote" else \
+    eps_q = p.vote_epsilon if mechanism in ("answer-vote", "answer-vote-seen") else \
         p.epsilon_token / 4 + p.max_private_tokens * p.epsilon_token / 4 + p.max_private_tokens * p.epsilon_token / 2
     assert eps_q == pytest.approx(4.0, abs=1e-12)  # both mechanisms at the same per-query cost
     assert ref + 2 * p.M * eps_q <= 10.0 - 0.1
@@ -138,6 +141,12 @@ def test_composed_epsilon_is_at_most_10_by_an_independent_computation(mechanism)
     assert cert["retrieval"]["epsilon"] >= ref - 1e-9  # certified: never below the exact continuous value
     assert cert["generation"]["epsilon"] == pytest.approx(2 * p.M * eps_q, rel=1e-8)
     assert cert["epsilon"] <= 10.0
+    # δ: retrieval δ_policy; the seen selection adds n·δ_q·(1 + e^(M·ε_q)) with n = M RAG charges per document
+    extra = p.M * p.vote_delta * (1 + math.exp(p.M * 4.0)) if mechanism == "answer-vote-seen" else 0.0
+    assert cert["delta"] == pytest.approx(p.delta_policy + extra, rel=1e-12)
+    assert cert["delta"] >= p.delta_policy + extra
+    if mechanism == "answer-vote-seen":
+        assert cert["delta"] <= 1e-4  # 6.56e-5 with δ_q = 1e-6
 
 
 def test_zk_tenant_is_small_and_in_the_policy():
@@ -231,9 +240,10 @@ def test_toy_run_epsilons_are_the_certified_values(toy_run):
     p = D.quick_config("toy").privacy
     v = res.verdict
     gen = v["channels"]["generation"]
-    # answer-level voting: one exponential mechanism at ε = vote_epsilon per query; replace-one doubles the
-    # add/remove filter guarantee M·ε_q
-    assert p.mechanism == "answer-vote"
+    # answer-level voting (the default: the seen selection): one exponential mechanism at ε = vote_epsilon per
+    # query; replace-one doubles the add/remove filter guarantee M·ε_q
+    assert p.mechanism == "answer-vote-seen" and gen["selection"] == "seen"
+    assert gen["per_query_delta"] == p.vote_delta and gen["max_charges_per_doc"] == p.M
     eps_q = p.vote_epsilon
     assert gen["per_query_epsilon"] == pytest.approx(eps_q, rel=1e-9)
     assert gen["epsilon"] == pytest.approx(2 * p.M * eps_q, rel=1e-9)
@@ -283,7 +293,8 @@ def test_toy_run_zk_tenant_is_attested_by_the_auditors_key(toy_run):
 def test_toy_run_accuracy_table_beside_the_baselines(toy_run):
     out, res, _ = toy_run
     names = [r["method"] for r in res.rows]
-    assert names == ["MuRAG + answer-level voting (served, private)", "Non-RAG baseline", "non-private RAG (top-3)"]
+    assert names == ["MuRAG + answer-level voting (seen keys) (served, private)", "Non-RAG baseline",
+                     "non-private RAG (top-3)"]
     n = D.quick_config("toy").n_honest()
     assert all(r["questions"] == n for r in res.rows)
     # recomputed from answers.jsonl: the served row's accuracy is the share of honest answers containing a gold

@@ -46,7 +46,10 @@ def test_quick_demo_on_the_real_models(tmp_path):
     assert tmpl["generator"] == "SmolLM2-135M-Instruct" and "<|im_start|>" in tmpl["chat_template"]
     report = (out / "report.md").read_text()
     assert "**Verdict: PASS**" in report and "At composed ε = " in report
-    for row in ("| MuRAG + answer-level voting (served, private) | yes | ", "| Non-RAG baseline | yes | ",
+    # the default mechanism: answer-level voting over the voters' own keys ((ε_q, δ_q) per query)
+    assert p.mechanism == "answer-vote-seen" and v["channels"]["generation"]["selection"] == "seen"
+    assert v["delta"] >= p.delta_policy + p.M * p.vote_delta
+    for row in ("| MuRAG + answer-level voting (seen keys) (served, private) | yes | ", "| Non-RAG baseline | yes | ",
                 "| non-private RAG (top-3) | no | "):
         assert row in report
     answers = [json.loads(x) for x in (out / "answers.jsonl").read_text().splitlines()]
