@@ -18,9 +18,11 @@ import os
 import resource
 import secrets
 import stat
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable
 
@@ -112,8 +114,8 @@ class _Run:
         self.key: NoteVerifier | None = None
         self.tenants: dict[str, dict] = {}
         self.accounts: dict[str, dict] = {}
-        self.openings: dict[int, dict] = {}
-        self.opening_lines: dict[int, int] = {}  # pos -> its line in auditor/openings.jsonl
+        self.openings = _Openings(b.openings_lines)  # pos -> the opening, parsed on demand from its line
+        self.qembs: dict[int, bytes] = {}  # pos -> Q (int16 little-endian) of the leaves §8.7 accepted
         self.queries: list[int] = []  # positions of well-formed query / recovery leaves with a valid request
         self.scores: _ScoreCache | None = None
         self.leaf_hashes: list[bytes] = []
@@ -182,6 +184,47 @@ def _decode_all(raws: list[bytes], what: str) -> list[Any]:
     return [json.loads(raw) if err is None else EncodingError(err) for raw, err in zip(raws, errors)]
 
 
+class _Openings:
+    """pos -> the opening at ledger position pos, parsed on demand from its line of auditor/openings.jsonl
+    (``json.loads`` of bytes the canonical check accepted: the values ``decode`` gives). The parsed openings
+    of a 10^5-query window would take ~540 MB, their lines take ~210 MB; the hot paths (requests, retrieval)
+    parse the lines in the workers, the generation check parses each one once, in ledger order."""
+
+    def __init__(self, lines: list[bytes]):
+        self.lines = lines
+        self.line_of: dict[int, int] = {}  # pos -> its line in auditor/openings.jsonl
+
+    def line(self, pos: int) -> bytes | None:
+        k = self.line_of.get(pos)
+        return None if k is None else self.lines[k]
+
+    def get(self, pos: int, default=None):
+        line = self.line(pos)
+        return default if line is None else json.loads(line)
+
+    def __getitem__(self, pos: int) -> dict:
+        return json.loads(self.lines[self.line_of[pos]])
+
+    def __contains__(self, pos: int) -> bool:
+        return pos in self.line_of
+
+    def drop(self) -> None:
+        """No reader is left: let the lines go (memory at scale)."""
+        self.lines, self.line_of = [], {}
+
+
+def _opening_pos(item: tuple[bytes, str]) -> tuple[str | None, Any]:
+    """(None, its "pos" if an int else None) if the opening line is canonical JSON (§2), else (the rule it
+    breaks, None) (run in the forked workers: the parent keeps the line, not the parsed value)."""
+    raw, what = item
+    try:
+        op = decode(raw, what=what)
+    except EncodingError as e:
+        return str(e), None
+    pos = op.get("pos") if isinstance(op, dict) else None
+    return None, pos if isinstance(pos, int) and not isinstance(pos, bool) else None
+
+
 def check_8_2_canonical(run: _Run) -> None:
     for i, rec in enumerate(_decode_all(run.b.leaves, "leaf %d")):
         try:
@@ -195,18 +238,15 @@ def check_8_2_canonical(run: _Run) -> None:
             run.records.append(None)
             run.fail("canonical", str(e))
     last = 0
-    for k, op in enumerate(_decode_all(run.b.openings_lines, "opening line %d")):
-        try:
-            if isinstance(op, EncodingError):
-                raise op
-            pos = op.get("pos") if isinstance(op, dict) else None
-            if not _is_int(pos, 1, run.n - 1) or pos <= last:
-                raise EncodingError(f"opening line {k}: pos must increase and lie in [1, {run.n})")
+    got = _fork_map(_opening_pos, [(raw, f"opening line {k}") for k, raw in enumerate(run.b.openings_lines)])
+    for k, (err, pos) in enumerate(got):
+        if err is not None:
+            run.fail("canonical", err)
+        elif not _is_int(pos, 1, run.n - 1) or pos <= last:
+            run.fail("canonical", f"opening line {k}: pos must increase and lie in [1, {run.n})")
+        else:
             last = pos
-            run.openings[pos] = op
-            run.opening_lines[pos] = k
-        except EncodingError as e:
-            run.fail("canonical", str(e))
+            run.openings.line_of[pos] = k
     run.progress("canonical", len(run.b.leaves) + len(run.b.openings_lines))
 
 
@@ -299,7 +339,7 @@ def check_8_3_commitments(run: _Run, corpus: dict[str, list[str]] | None) -> Non
                 if len(texts) != n_docs or any(cm.text_hash(x) != h for x, h in zip(texts, hashes)):
                     raise EncodingError(f"the corpus given for tenant {name!r} is not the committed one (C_docs)")
                 run.ok("corpus")
-            run.tenants[name] = {"q": q, "qf": q.astype(np.float64), "n": n_docs, "ids": docs["ids"],
+            run.tenants[name] = {"q": q, "qf": q.astype(np.float64), "n": n_docs, "dim": dim, "ids": docs["ids"],
                                  "Z_idx": int(t["Z_idx"]) if "Z_idx" in t else None}
             run.ok("commitments")
         except EncodingError as e:
@@ -437,7 +477,22 @@ def check_8_5_ledger(run: _Run, receipt_sizes: set[int], trusted: bytes | None) 
 # ------------------------------------------------------------------------------------------------------------
 # §8.6 receipts: evidence against the provider that signed them
 # ------------------------------------------------------------------------------------------------------------
-def _one_receipt(run: _Run, line: bytes) -> tuple[dict, list | None, str | None] | str:
+class _ReceiptCtx:
+    """What ``_one_receipt`` reads of the run (the genesis and the provider's key), pickled to the workers:
+    the key travels as its vkey (its Ed25519 key object does not pickle) and is parsed again there."""
+
+    def __init__(self, run: _Run):
+        self.genesis, self.key = run.genesis, run.key
+
+    def __getstate__(self) -> dict:
+        return {"genesis": self.genesis, "vkey": None if self.key is None else self.genesis["provider_key"]}
+
+    def __setstate__(self, state: dict) -> None:
+        self.genesis = state["genesis"]
+        self.key = None if state["vkey"] is None else NoteVerifier.from_vkey(state["vkey"])
+
+
+def _one_receipt(run: _Run | _ReceiptCtx, line: bytes) -> tuple[dict, list | None, str | None] | str:
     """One receipt line: (body, citations) if it is valid provider-signed evidence, else the rejection."""
     try:
         obj = decode(line, what="receipt line")
@@ -484,7 +539,7 @@ def _parse_receipts(run: _Run, data: bytes) -> list[tuple[int, dict, list | None
             seen[line] = k
             todo.append(k)
     valid = []
-    for k, res in zip(todo, _fork_map(lambda line: _one_receipt(run, line), [lines[k] for k in todo])):
+    for k, res in zip(todo, _fork_map(partial(_one_receipt, _ReceiptCtx(run)), [lines[k] for k in todo])):
         if isinstance(res, str):
             run.rejected.append(f"receipt {k}: {res}")
         else:
@@ -539,9 +594,9 @@ LEAF_KEYS = {"type", "account", "tenant", "counter", "h_req", "h_top", "h_charge
 OPENING_KEYS = {"pos", "kind", "request", "qemb", "top", "nonce_top", "charge"}
 
 
-def _request_leaf(run: _Run, i: int) -> tuple[str, str] | bool | None:
-    """§8.7 for one leaf, without shared state (run in threads: Ed25519 verification releases the GIL).
-    Returns None (no record), (check, reason) on a defect, else whether the account committed to Q."""
+def _request_leaf(run: _Run, i: int) -> tuple[str, str] | tuple[bool, bytes] | None:
+    """§8.7 for one leaf, without shared state (run in the forked workers). Returns None (no record),
+    (check, reason) on a defect, else (whether the account committed to Q, Q's bytes)."""
     rec = run.records[i]
     if rec is None:
         return None
@@ -572,24 +627,40 @@ def _request_leaf(run: _Run, i: int) -> tuple[str, str] | bool | None:
             raise EncodingError("h_req does not match the opened request")
         if op.get("kind") != rec["type"]:
             raise EncodingError("the opening's kind differs from the leaf's type")
-        qb = hexbytes(op.get("qemb"), "qemb", 2 * run.tenants[rec["tenant"]]["q"].shape[1])
+        qb = hexbytes(op.get("qemb"), "qemb", 2 * run.tenants[rec["tenant"]]["dim"])
         if req["h_qemb"] is None:
-            return False
+            return False, qb
         if qemb_commitment(bytes.fromhex(req["nonce"]), qb) != req["h_qemb"]:
             raise EncodingError("the opened Q is not the one the account committed to (h_qemb)")
-        return True
+        return True, qb
     except EncodingError as e:
         return "requests", f"leaf {i}: {e}"
+
+
+class _RequestCtx:
+    """What ``_request_leaf`` reads of the run besides the leaf (pickled to the workers): the registry, each
+    tenant's dimension, the policy, the genesis."""
+
+    def __init__(self, run: _Run):
+        self.accounts, self.policy, self.genesis = run.accounts, run.policy, run.genesis
+        self.tenants = {t: {"dim": v["dim"]} for t, v in run.tenants.items()}
 
 
 class _LeafView:
     """What ``_request_leaf`` reads of the run, for one leaf parsed in a worker from its canonical bytes (the
     parent accepted them, so ``json.loads`` gives the values the parent holds)."""
 
-    def __init__(self, run: _Run, i: int, rec: dict | None, op: dict | None):
+    def __init__(self, ctx: _RequestCtx, i: int, rec: dict | None, op: dict | None):
         self.records = {i: rec}
         self.openings = {} if op is None else {i: op}
-        self.accounts, self.tenants, self.policy, self.genesis = run.accounts, run.tenants, run.policy, run.genesis
+        self.accounts, self.tenants, self.policy, self.genesis = ctx.accounts, ctx.tenants, ctx.policy, ctx.genesis
+
+
+def _request_in_worker(ctx: _RequestCtx, item: tuple[int, bytes | None, bytes | None]):
+    """§8.7 for one leaf from its raw leaf and opening line (in a worker)."""
+    i, leaf, line = item
+    view = _LeafView(ctx, i, None if leaf is None else json.loads(leaf), None if line is None else json.loads(line))
+    return _request_leaf(view, i)
 
 
 _TASK: Callable | None = None
@@ -626,11 +697,179 @@ def _workers() -> int:
     return max(1, min(8, os.cpu_count() or 1))
 
 
+#: a task (function and context, pickled) larger than this is not sent to the pool: workers forked at that
+#: moment share it with the verifier instead (e.g. the index of a 10^6-document tenant)
+POOL_TASK_MAX = 64 << 20
+#: per thread: ``pool``, the worker pool of the running ``verify`` (None: none started, or closed), and
+#: ``depth``, how many calls of ``verify`` are running (the outermost owns the pool)
+_LOCAL = threading.local()
+
+
+def _pool() -> _WorkerPool | None:
+    return getattr(_LOCAL, "pool", None)
+
+
+def _pool_worker(conn, inherited: list) -> None:
+    """A worker of ``_WorkerPool``: receives a task (b"t" + pickled callable), then chunks (b"c" + pickled
+    items), answering each with the pickled ((ok, results), its CPU seconds so far); b"x" or EOF ends it."""
+    import pickle
+
+    for c in inherited:  # the verifier's ends of the workers started before this one
+        c.close()
+    _worker_init()
+    fn = None
+    while True:
+        try:
+            msg = conn.recv_bytes()
+        except (EOFError, OSError):
+            return
+        kind = msg[:1]
+        if kind == b"x":
+            return
+        if kind == b"t":
+            fn = None  # the previous task's context goes first
+            try:
+                fn = pickle.loads(memoryview(msg)[1:])  # (no copy of a message of tens of MB: the noise table)
+            except BaseException:  # noqa: BLE001 — every chunk then fails: the map reruns in the verifier
+                fn = None
+            del msg
+            continue
+        try:
+            items = pickle.loads(memoryview(msg)[1:])
+            del msg
+            out = pickle.dumps(((True, [fn(x) for x in items]), time.process_time()), protocol=pickle.HIGHEST_PROTOCOL)
+        except BaseException:  # noqa: BLE001 — the verifier redoes the map in-process, raising the same error
+            out = pickle.dumps(((False, None), time.process_time()), protocol=pickle.HIGHEST_PROTOCOL)
+        items = None
+        try:
+            conn.send_bytes(out)
+        except OSError:
+            return
+
+
+class _WorkerPool:
+    """Worker processes forked when ``verify`` starts, before the bundle is read: they share with the
+    verifier only the pages of the interpreter and the imported modules, so nothing the verifier parses or
+    writes later is copied into them (a pool forked from the parsed bundle keeps the old copy of every page
+    the verifier writes while it runs: ~0.4 GiB more PSS at 10^5 queries). A map sends each worker the
+    function once (pickled, with the context it reads: a ``functools.partial`` of a module-level function),
+    then one chunk of items at a time (one in flight per worker, so neither side can block the other on a
+    full pipe); results come back pickled, in order."""
+
+    def __init__(self, workers: int):
+        ctx = mp.get_context("fork")
+        self.conns: list = []
+        self.procs: list = []
+        self.cpu: dict[int, float] = {}  # worker -> its CPU seconds at its last answer
+        gc.freeze()  # the workers' collector never walks (so never writes) the inherited heap
+        try:
+            for _ in range(workers):
+                a, b = ctx.Pipe(duplex=True)
+                proc = ctx.Process(target=_pool_worker, args=(b, list(self.conns)), daemon=True)
+                proc.start()
+                b.close()
+                self.conns.append(a)
+                self.procs.append(proc)
+        finally:
+            gc.unfreeze()
+
+    def map(self, fn, items: list, size: int) -> tuple[str, list | None]:
+        """("ok", results), ("unfit", None) if the task does not pickle or exceeds ``POOL_TASK_MAX``, or
+        ("failed", None) if a worker raised or died (a dead worker closes the pool)."""
+        import pickle
+        from multiprocessing.connection import wait
+
+        if not self.conns:
+            return "unfit", None
+        try:
+            task = b"t" + pickle.dumps(fn, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception:  # noqa: BLE001 — e.g. a closure: the caller forks workers now instead
+            return "unfit", None
+        if len(task) > POOL_TASK_MAX:
+            return "unfit", None
+        try:
+            for c in self.conns:
+                c.send_bytes(task)
+            del task
+            starts = iter(enumerate(range(0, len(items), size)))
+            out: list = [None] * (-(-len(items) // size))
+            busy: dict = {}  # connection -> (worker, chunk number)
+            failed = False
+
+            def feed(w: int, c) -> None:
+                nxt = None if failed else next(starts, None)
+                if nxt is not None:
+                    k, a = nxt
+                    c.send_bytes(b"c" + pickle.dumps(items[a:a + size], protocol=pickle.HIGHEST_PROTOCOL))
+                    busy[c] = (w, k)
+
+            for w, c in enumerate(self.conns):
+                feed(w, c)
+            while busy:
+                for c in wait(list(busy)):
+                    (ok, part), cpu = pickle.loads(c.recv_bytes())
+                    w, k = busy.pop(c)
+                    self.cpu[w] = cpu
+                    if ok:
+                        out[k] = part
+                    else:
+                        failed = True
+                    feed(w, c)
+            return ("failed", None) if failed else ("ok", [x for part in out for x in part])
+        except Exception:  # noqa: BLE001 — a worker died or a pipe broke: no pool from here on
+            self.close()
+            return "failed", None
+
+    def close(self) -> None:
+        for c in self.conns:
+            try:
+                c.send_bytes(b"x")
+            except OSError:
+                pass
+            c.close()
+        for proc in self.procs:
+            proc.join(timeout=10)
+            if proc.is_alive():
+                proc.terminate()
+                proc.join()
+        self.conns, self.procs, self.cpu = [], [], {}  # reaped: their CPU is now in RUSAGE_CHILDREN
+
+
+def _start_pool(bundle_path, receipts) -> _WorkerPool | None:
+    """The worker pool, if a map may fork: several workers, ``fork`` available, and a bundle or receipts file
+    of at least ``FORK_MIN_ITEMS`` short records (sizes from ``stat``, nothing read: a guess that decides
+    where the work runs, never what it finds)."""
+    if _workers() < 2 or "fork" not in mp.get_all_start_methods():
+        return None
+    sizes = []
+    for path in (Path(bundle_path) / "public" / "leaves.bin", Path(bundle_path) / "auditor" / "openings.jsonl",
+                 receipts):
+        try:
+            sizes.append(os.stat(path, follow_symlinks=False).st_size if path is not None else 0)
+        except (OSError, TypeError, ValueError):
+            sizes.append(0)
+    if max(sizes) < FORK_MIN_ITEMS * 64:
+        return None
+    try:
+        return _WorkerPool(_workers())
+    except Exception:  # noqa: BLE001 — no processes: every map runs as without the pool
+        return None
+
+
+def _close_pool() -> None:
+    pool = _pool()
+    if pool is not None:
+        _LOCAL.pool = None
+        pool.close()
+
+
 def _fork_map(fn, items: list, *, serial=..., chunk: int | None = None, min_items: int | None = None) -> list | None:
     """``[fn(x) for x in items]`` on the machine's cores, in forked worker processes (Ed25519 verification,
-    canonical decoding and hashing hold the GIL, so threads do not help). Items and results travel pickled
-    through pipes (small: bytes, tuples); the workers inherit everything else at fork, with the garbage
-    collector's heap frozen so that they copy almost none of it. ``DPRAG_VERIFY_WORKERS=1`` (or few items,
+    canonical decoding and hashing hold the GIL, so threads do not help): those of the pool ``verify``
+    started before reading the bundle (``_WorkerPool``: ``fn`` is pickled to them, with the context it
+    carries), else — no pool, or ``fn`` too large to pickle to each worker — workers forked now, which
+    inherit everything at fork, with the garbage collector's heap frozen. Items and results travel pickled
+    through pipes (small: bytes, tuples). ``DPRAG_VERIFY_WORKERS=1`` (or few items,
     or no ``fork``) runs in this process: ``[serial(x) for x in items]`` (``serial`` defaults to ``fn``;
     ``serial=None`` returns None then, for a caller with a cheaper in-process path). Any failure inside a
     worker makes the whole map rerun in this process, so errors are exactly the in-process ones."""
@@ -640,7 +879,11 @@ def _fork_map(fn, items: list, *, serial=..., chunk: int | None = None, min_item
     forked = None
     if workers > 1 and len(items) >= (FORK_MIN_ITEMS if min_items is None else min_items) and \
             "fork" in mp.get_all_start_methods():
-        forked = _forked(fn, items, workers, chunk or _FORK_CHUNK)
+        status, pool = "unfit", _pool()
+        if pool is not None:
+            status, forked = pool.map(fn, items, chunk or _FORK_CHUNK)
+        if status == "unfit":
+            forked = _forked(fn, items, workers, chunk or _FORK_CHUNK)
     if forked is not None:
         return forked
     return None if serial is None else [serial(x) for x in items]
@@ -745,23 +988,18 @@ def check_8_7_requests(run: _Run) -> None:
     positions = list(range(1, run.n))
 
     def raw(i: int) -> tuple[int, bytes | None, bytes | None]:
-        k = run.opening_lines.get(i)
-        return (i, None if run.records[i] is None else run.b.leaves[i],
-                None if k is None else run.b.openings_lines[k])
+        return i, None if run.records[i] is None else run.b.leaves[i], run.openings.line(i)
 
-    def in_worker(item: tuple[int, bytes | None, bytes | None]):
-        i, leaf, line = item
-        view = _LeafView(run, i, None if leaf is None else json.loads(leaf), None if line is None else json.loads(line))
-        return _request_leaf(view, i)
-
-    results = _fork_map(in_worker, [raw(i) for i in positions], serial=lambda item: _request_leaf(run, item[0]))
+    results = _fork_map(partial(_request_in_worker, _RequestCtx(run)), [raw(i) for i in positions],
+                        serial=lambda item: _request_leaf(run, item[0]))
     for i, res in zip(positions, results):
         if res is None:
             continue
-        if isinstance(res, tuple):
+        if isinstance(res[0], str):
             run.fail(*res)
             continue
-        confirmed += res
+        confirmed += res[0]
+        run.qembs[i] = res[1]
         rec = run.records[i]
         expected = last_counter.get(rec["account"], 0) + 1
         if rec["counter"] != expected:
@@ -777,42 +1015,51 @@ def check_8_7_requests(run: _Run) -> None:
     run.checked["queries"] = sum(1 for i in run.queries if run.records[i]["type"] == "query")
 
 
-class _ScoreCache:
-    """The exact integer scores of §4, each query scored once: blocks of queries of one tenant in one float64
-    matrix product (exact: |Σ E·Q| <= d·2^30 < 2^53, so any summation order gives the integers), kept in
-    the smallest unsigned type that holds the clipped range (offset by its low end) within ``budget`` bytes;
-    beyond it the oldest blocks are dropped and re-scored on demand (bounded memory at any window size)."""
+class _Scorer:
+    """The exact integer scores of §4 of blocks of queries of one tenant, in one float64 matrix product
+    (exact: |Σ E·Q| <= d·2^30 < 2^53, so any summation order gives the integers), and their compact form:
+    the smallest unsigned type that holds the clipped range, offset by its low end. Picklable (the retrieval
+    replay's workers get one holding the index of the tenants they score)."""
+
+    def __init__(self, policy: Policy, qf: dict[str, np.ndarray]):
+        r = policy.retrieval
+        self.qf = qf  # tenant -> its index as float64
+        self.clip, self.shift = r.score_clip, r.score_shift
+        self.base = self.clip[0] >> self.shift
+        span = (self.clip[1] >> self.shift) - self.base
+        self.dtype = np.uint16 if span < 1 << 16 else np.uint32 if span < 1 << 32 else None
+
+    def score_rows(self, tenant: str, qembs: list[bytes]) -> np.ndarray:
+        """int64 scores of the given query embeddings (bytes of Q, already checked by §8.7), computed now."""
+        qs = np.frombuffer(b"".join(qembs), dtype="<i2")
+        dots = qs.reshape(len(qembs), -1).astype(np.float64) @ self.qf[tenant].T
+        return np.right_shift(np.clip(dots.astype(np.int64), *self.clip), self.shift)
+
+    def compact(self, s: np.ndarray) -> np.ndarray:
+        return s if self.dtype is None else (s - self.base).astype(self.dtype)
+
+
+class _ScoreCache(_Scorer):
+    """The scores of §4 (``_Scorer``), each query scored once: kept compact within ``budget`` bytes; beyond it
+    the oldest blocks are dropped and re-scored on demand (bounded memory at any window size)."""
 
     BLOCK = 256
     BUDGET = 384 << 20
 
     def __init__(self, run: _Run, budget: int | None = None):
+        super().__init__(run.policy, {t: v["qf"] for t, v in run.tenants.items()})
         self.run = run
         self.budget = self.BUDGET if budget is None else budget
-        r = run.policy.retrieval
-        self.clip, self.shift = r.score_clip, r.score_shift
-        self.base = self.clip[0] >> self.shift
-        span = (self.clip[1] >> self.shift) - self.base
-        self.dtype = np.uint16 if span < 1 << 16 else np.uint32 if span < 1 << 32 else None
         self.rows: dict[int, tuple[int, int]] = {}   # pos -> (block id, row)
         self.blocks: dict[int, np.ndarray] = {}      # block id -> compact matrix (insertion order = age)
         self.held = 0
         self.next_id = 0
         self.order = {p: k for k, p in enumerate(run.queries)}
 
-    def score_rows(self, tenant: str, qembs: list[str]) -> np.ndarray:
-        """int64 scores of the given query embeddings (hex of Q, already checked by §8.7), computed now."""
-        qs = np.frombuffer(b"".join(bytes.fromhex(q) for q in qembs), dtype="<i2")
-        dots = qs.reshape(len(qembs), -1).astype(np.float64) @ self.run.tenants[tenant]["qf"].T
-        return np.right_shift(np.clip(dots.astype(np.int64), *self.clip), self.shift)
-
     def _score(self, positions: list[int]) -> np.ndarray:
         """int64 scores of the given positions (one tenant), computed now."""
         run = self.run
-        return self.score_rows(run.records[positions[0]]["tenant"], [run.openings[p]["qemb"] for p in positions])
-
-    def compact(self, s: np.ndarray) -> np.ndarray:
-        return s if self.dtype is None else (s - self.base).astype(self.dtype)
+        return self.score_rows(run.records[positions[0]]["tenant"], [run.qembs[p] for p in positions])
 
     def _keep(self, positions: list[int], s: np.ndarray) -> None:
         self.keep_compact(positions, self.compact(s))
@@ -903,12 +1150,10 @@ def check_8_8_retrieval(run: _Run, chosen: list[int]) -> None:
         found: list[tuple[int, str | None]] = []
         groups: dict[str, list[int]] = {}
         for i in block:
-            rec, op = run.records[i], run.openings[i]
+            rec = run.records[i]
             if rec["tenant"] not in r.enabled_tenants or rec["type"] != "query":
                 found.append((i, None))  # no citations released (§8.7 already refused any recorded here)
-            elif op.get("top") is None or rec["h_top"] is None:
-                found.append((i, "citations missing for a tenant with the retrieval channel on"))
-            else:
+            else:  # missing citations are found in the job (the opening is parsed there)
                 groups.setdefault(rec["tenant"], []).append(i)
         ids = []
         for t, group in groups.items():
@@ -920,10 +1165,12 @@ def check_8_8_retrieval(run: _Run, chosen: list[int]) -> None:
                 keep = size <= room
                 room -= size if keep else 0
                 ids.append(len(jobs))
-                jobs.append((t, keep, [(i, run.records[i]["h_req"], run.records[i]["h_top"], run.openings[i]["qemb"],
-                                        run.openings[i]["top"], run.openings[i].get("nonce_top")) for i in ps]))
+                jobs.append((t, keep, [(i, run.records[i]["h_req"], run.records[i]["h_top"], run.openings.line(i))
+                                       for i in ps]))
         plans.append((block, found, ids))
-    results = _fork_map(lambda job: _retrieval_job(run, table, job), jobs, chunk=1, min_items=FORK_MIN_JOBS)
+    ctx = _RetrievalCtx(run, table, {job[0] for job in jobs})
+    results = _fork_map(partial(_retrieval_job, ctx), jobs, chunk=1, min_items=FORK_MIN_JOBS)
+    del ctx
     for block, found, ids in plans:
         if any(results[j] is None for j in ids):
             _retrieval_one_by_one(run, block, table)  # anything unexpected: the plain replay, its reasons or error
@@ -942,14 +1189,26 @@ def check_8_8_retrieval(run: _Run, chosen: list[int]) -> None:
         run.progress("retrieval", len(block))
 
 
-def _retrieval_job(run: _Run, table, job) -> tuple[list[tuple[int, str | None]], np.ndarray | None] | None:
-    """§8.8 for up to 256 leaves of one tenant (in a worker): [(pos, reason or None)] and, if asked, their
-    compact scores; None on anything unexpected (the parent then replays those leaves one by one)."""
+class _RetrievalCtx:
+    """What ``_retrieval_job`` reads of the run (pickled to the workers): the policy, the seed, the noise
+    table, each tenant's size, and a ``_Scorer`` holding the index of the tenants the jobs score."""
+
+    def __init__(self, run: _Run, table, tenants: set[str]):
+        self.policy, self.seed, self.table = run.policy, run.seed, table
+        self.tenants = {t: {"n": run.tenants[t]["n"]} for t in tenants}
+        self.scores = _Scorer(run.policy, {t: run.tenants[t]["qf"] for t in tenants})
+
+
+def _retrieval_job(run: _RetrievalCtx, job) -> tuple[list[tuple[int, str | None]], np.ndarray | None] | None:
+    """§8.8 for up to 256 leaves of one tenant (in a worker), each (pos, h_req, h_top, its opening line):
+    [(pos, reason or None)] and, if asked, their compact scores; None on anything unexpected (the parent then
+    replays those leaves one by one)."""
     try:
         t, keep, leaves = job
-        r, cache = run.policy.retrieval, run.scores
+        r, cache, table = run.policy.retrieval, run.scores, run.table
         n = run.tenants[t]["n"]
-        scores = cache.score_rows(t, [x[3] for x in leaves])
+        ops = [json.loads(x[3]) for x in leaves]  # canonical lines (§8.2), whose Q §8.7 checked
+        scores = cache.score_rows(t, [bytes.fromhex(op["qemb"]) for op in ops])
         words = np.empty((len(leaves), n), dtype=np.uint64)
         for k, x in enumerate(leaves):
             words[k] = request_source(run.seed, "retrieval", bytes.fromhex(x[1])).uint64(n)
@@ -959,8 +1218,9 @@ def _retrieval_job(run: _Run, table, job) -> tuple[list[tuple[int, str | None]],
                                  for k in range(len(leaves))])
         else:
             expected = noisy_top_k_rows(scores, sample_words(table, words), r.K)
-        out = [(x[0], _retrieval_leaf({"h_top": x[2]}, {"top": x[4], "nonce_top": x[5]}, expected[k]))
-               for k, x in enumerate(leaves)]
+        out = [(x[0], "citations missing for a tenant with the retrieval channel on"
+                if op.get("top") is None or x[2] is None else _retrieval_leaf({"h_top": x[2]}, op, expected[k]))
+               for k, (x, op) in enumerate(zip(leaves, ops))]
         return out, (cache.compact(scores) if keep else None)
     except Exception:  # noqa: BLE001 — see the docstring
         return None
@@ -1176,14 +1436,14 @@ def _coalition_inputs(run: _Run) -> tuple[np.ndarray, list, list] | None:
     for i in run.queries:
         if run.records[i]["type"] != "query":
             continue
-        dims.add(len(run.openings[i]["qemb"]) // 4)  # hex of int16 entries (§8.7 checked it is hex)
+        dims.add(len(run.qembs[i]) // 2)  # int16 entries (§8.7 checked them)
         accts.append(run.records[i]["account"])
         poss.append(i)
     if not poss or len(dims) != 1:
         return None
     embs = np.empty((len(poss), dims.pop()), dtype="<i2")  # filled in place: no per-query arrays (memory at scale)
     for k, i in enumerate(poss):
-        embs[k] = np.frombuffer(bytes.fromhex(run.openings[i]["qemb"]), dtype="<i2")
+        embs[k] = np.frombuffer(run.qembs[i], dtype="<i2")
     return embs, accts, poss
 
 
@@ -1261,9 +1521,11 @@ def _guarded(run: _Run, check: str, fn, *args):
 
 
 def _cpu() -> float:
-    """CPU seconds of this process and of its finished children (the forked workers of ``_fork_map``)."""
+    """CPU seconds of this process, of its finished children (workers forked by ``_fork_map``, background
+    processes) and of the pool's workers so far (as each last reported it)."""
     c = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return time.process_time() + c.ru_utime + c.ru_stime
+    pool = _pool()
+    return time.process_time() + c.ru_utime + c.ru_stime + (sum(pool.cpu.values()) if pool is not None else 0.0)
 
 
 def key_fingerprint(vkey: str) -> str:
@@ -1284,6 +1546,23 @@ def verify(bundle_path: str | Path, *, receipts: str | Path | None = None, mode:
     earlier; the ledger must extend it. ``corpus``: tenant -> document texts, to check C_docs.
     ``theta`` / ``coalition_window`` (None = the whole window): the coalition estimator's parameters.
     """
+    depth = getattr(_LOCAL, "depth", 0)
+    if depth == 0:  # (a nested verify, e.g. from a progress callback, uses the running pool)
+        _LOCAL.pool = _start_pool(bundle_path, receipts)
+    _LOCAL.depth = depth + 1
+    try:
+        return _verify(bundle_path, receipts=receipts, mode=mode, samples=samples, key=key,
+                       trusted_checkpoint=trusted_checkpoint, corpus=corpus, witnesses=witnesses,
+                       min_witnesses=min_witnesses, replay_generator=replay_generator, zk_vkey=zk_vkey, theta=theta,
+                       coalition_window=coalition_window, progress=progress)
+    finally:
+        _LOCAL.depth = depth
+        if depth == 0:
+            _close_pool()
+
+
+def _verify(bundle_path, *, receipts, mode, samples, key, trusted_checkpoint, corpus, witnesses, min_witnesses,
+            replay_generator, zk_vkey, theta, coalition_window, progress) -> Verdict:
     if mode not in ("full", "sampled"):
         raise AuditorInputError("--mode must be 'full' or 'sampled'")
     if mode == "sampled" and (samples is None or samples < 1):
@@ -1354,10 +1633,11 @@ def verify(bundle_path: str | Path, *, receipts: str | Path | None = None, mode:
         if no_receipt:
             run.rejected.append("the receipts file holds no receipt")
         _guarded(run, "receipts", check_8_6_receipts, valid_receipts)
+        if replay_generator is None:
+            valid_receipts = []  # only the answer replay reads them again (memory at scale: ~200 MB at 10^5)
     guarantee = None
     if run.policy is not None and run.genesis is not None:
         _guarded(run, "requests", check_8_7_requests)
-        run.b.openings_lines = []  # parsed and checked: the raw lines are not read again (memory at scale)
         coalition = None
 
         def start_coalition():
@@ -1383,6 +1663,8 @@ def verify(bundle_path: str | Path, *, receipts: str | Path | None = None, mode:
             else:
                 chosen = positions
             _guarded(run, "retrieval", check_8_8_retrieval, chosen)
+            if _LOCAL.depth == 1:
+                _close_pool()  # the last map is done: the idle workers' pages go before the coalition estimate starts
             if vk is not None and run.policy.retrieval.zk_tenants:
                 _guarded(run, "retrieval", check_8_8_proofs, vk)
             coalition = start_coalition()
@@ -1395,7 +1677,9 @@ def verify(bundle_path: str | Path, *, receipts: str | Path | None = None, mode:
                     raise AuditorInputError("answer replay needs the corpus (--corpus)")
                 _guarded(run, "generation", check_8_9_answers, valid_receipts, replay_generator, corpus)
         run.scores = None  # the last reader of the scores is behind us (memory at scale)
+        run.openings.drop()  # and of the openings (the coalition estimate reads the checked Q, run.qembs)
         _guarded(run, "coalition", check_8_10_coalition, theta, coalition_window, coalition)
+        run.qembs = {}
     elif not run.reasons:
         run.fail("commitments", "no usable policy or genesis: nothing can be certified")
 

@@ -1,13 +1,21 @@
 """Verifier scale (issue 9): a window of N queries over a 10^3-document tenant, with N receipts, verified
 in full mode; per check the wall seconds (the verdict's ``seconds``) and the CPU seconds (this process and
-its forked workers), total wall and CPU time, peak memory: the verifier's own peak RSS (VmHWM) and its
-largest worker's (which shares the verifier's pages copy-on-write), and the load average before and after.
+its workers), total wall and CPU time, peak memory: the verifier's own peak RSS (VmHWM) and its largest
+child's (not additive: a forked child's RSS counts the pages it shares with the verifier, and Linux carries
+a child's peak over exec), and the load average before and after.
+``--pss``: also sample the proportional set size (PSS, /proc/<pid>/smaps_rollup: a page shared by k processes
+counts 1/k in each) of the verifier and every descendant (forked workers, background processes) every
+``--pss-interval`` seconds, and print the peak of the sum — the memory the whole verification holds, each
+page once — with the verifier's and the other processes' shares at that peak; ``--pss-trace FILE`` writes
+every sample (seconds, processes, verifier PSS, others' PSS, sum; MiB; the last step that reported progress
+before the sample, i.e. roughly the step under way is the one after it) as CSV.
 
 There is no second verifier to run side by side; the goal is absolute on this machine (≤ 90 s and ≤ 2 GiB
 at N = 10^5), so this script prints the figures and the goal beside them, and asserts nothing. On a shared
 machine the wall time follows the load; the CPU time does not (much): read both.
 
-    python benchmarks/bench_verifier.py [--queries 10000,100000] [--docs 1000] [--dim 384]
+    python benchmarks/bench_verifier.py [--queries 10000,100000] [--docs 1000] [--dim 384] [--keep DIR --reuse]
+        [--pss [--pss-interval 0.2] [--pss-trace FILE]]
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -26,14 +35,89 @@ import json, os, resource, sys, time
 from dprag.audit.verifier import verify
 load0 = os.getloadavg()
 t, c = time.perf_counter(), time.process_time()
-v = verify(sys.argv[1], receipts=sys.argv[2])
+marks = [(time.monotonic(), "start")]
+def progress(step, n):
+    if marks[-1][1] != step:
+        marks.append((time.monotonic(), step))
+v = verify(sys.argv[1], receipts=sys.argv[2], progress=progress)
 wall, cpu = time.perf_counter() - t, time.process_time() - c
 ch = resource.getrusage(resource.RUSAGE_CHILDREN)
 hwm = [int(x.split()[1]) for x in open("/proc/self/status") if x.startswith("VmHWM")][0] / 1024
 print(json.dumps({"verdict": v.verdict, "reasons": v.reasons[:3], "wall": wall, "cpu": cpu + ch.ru_utime + ch.ru_stime,
                   "seconds": v.to_json()["seconds"], "cpu_seconds": v.cpu_seconds, "rss_mib": hwm,
-                  "worker_rss_mib": ch.ru_maxrss / 1024, "load": [load0, os.getloadavg()]}))
+                  "worker_rss_mib": ch.ru_maxrss / 1024, "load": [load0, os.getloadavg()],
+                  "marks": marks}))
 """
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                out.extend(int(x) for x in f.read().split())
+    except OSError:  # the process ended meanwhile
+        pass
+    return out
+
+
+def _pss_kib(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def _after(marks: list, t: float) -> str:
+    return ([m[1] for m in marks if m[0] <= t] or ["-"])[-1]
+
+
+class PssSampler:
+    """Every ``interval`` s: the PSS of process ``root`` and of all its descendants (walked through
+    /proc/<pid>/task/*/children); keeps every sample and the one with the largest sum."""
+
+    def __init__(self, root: int, interval: float):
+        self.root, self.interval = root, interval
+        self.samples: list[tuple[float, int, int, int]] = []  # (monotonic s, processes, root KiB, others KiB)
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.t0 = time.monotonic()
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            tree, todo = [], [self.root]
+            while todo:
+                p = todo.pop()
+                tree.append(p)
+                todo.extend(_children(p))
+            root = _pss_kib(self.root)
+            others = sum(_pss_kib(p) for p in tree[1:])
+            self.samples.append((time.monotonic(), len(tree), root, others))
+            self.stop.wait(self.interval)
+
+    def finish(self) -> dict:
+        self.stop.set()
+        self.thread.join()
+        if not self.samples:
+            return {}
+        t, n, root, others = max(self.samples, key=lambda x: x[2] + x[3])
+        return {"peak_mib": (root + others) / 1024, "at_s": t - self.t0, "at": t, "processes": n, "verifier_mib": root / 1024,
+                "others_mib": others / 1024, "verifier_peak_mib": max(x[2] for x in self.samples) / 1024,
+                "samples": len(self.samples)}
+
+    def write(self, path: Path, marks: list) -> None:
+        """``marks``: (monotonic s, step) when the verifier first reported progress of a step."""
+        with open(path, "w") as f:
+            f.write("seconds,processes,verifier_mib,others_mib,sum_mib,after_step\n")
+            for t, n, root, others in self.samples:
+                step = ([m[1] for m in marks if m[0] <= t] or ["-"])[-1]
+                f.write(f"{t - self.t0:.2f},{n},{root / 1024:.1f},{others / 1024:.1f},{(root + others) / 1024:.1f},"
+                        f"{step}\n")
 
 
 def main() -> None:
@@ -43,7 +127,17 @@ def main() -> None:
     ap.add_argument("--dim", type=int, default=384)
     ap.add_argument("--keep", type=Path, default=None, help="directory to write the bundles in (default: temp)")
     ap.add_argument("--reuse", action="store_true", help="verify the bundles already in --keep (same N, docs, dim)")
+    ap.add_argument("--pss", action="store_true", help="sample the summed PSS of the verifier and its descendants")
+    ap.add_argument("--pss-interval", type=float, default=0.2, help="seconds between PSS samples (default 0.2)")
+    ap.add_argument("--pss-trace", type=Path, default=None, help="CSV of every PSS sample (with --pss; N appended "
+                                                                 "to the name when several N are given)")
     args = ap.parse_args()
+    if args.pss_interval <= 0:
+        print("bench_verifier.py: --pss-interval must be > 0", file=sys.stderr)
+        sys.exit(2)
+    if args.pss and not os.path.exists(f"/proc/{os.getpid()}/smaps_rollup"):
+        print("bench_verifier.py: --pss needs /proc/<pid>/smaps_rollup (Linux >= 4.14)", file=sys.stderr)
+        sys.exit(2)
     from dprag.audit.testing.bulk import bulk_window
 
     root = args.keep or Path(tempfile.mkdtemp(prefix="dprag-bench-verifier-"))
@@ -54,16 +148,31 @@ def main() -> None:
             bundle, receipts = bulk_window(root / f"n{n}", n_queries=n, n_docs=args.docs, dim=args.dim,
                                            accounts=max(1, n // 100))
         gen = time.perf_counter() - t
-        out = subprocess.run([sys.executable, "-c", CHILD, str(bundle), str(receipts)], capture_output=True,
-                             text=True, check=True)
-        r = json.loads(out.stdout)
+        proc = subprocess.Popen([sys.executable, "-c", CHILD, str(bundle), str(receipts)], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        sampler = PssSampler(proc.pid, args.pss_interval) if args.pss else None
+        stdout, stderr = proc.communicate()
+        pss = sampler.finish() if sampler else None
+        if proc.returncode != 0:
+            sys.stderr.write(stderr)
+            raise SystemExit(f"the verifier exited with {proc.returncode}")
+        r = json.loads(stdout)
         print(f"N = {n:>7} queries, {args.docs} documents, d = {args.dim}, {n} receipts "
               f"(window written in {gen:.0f} s)")
         la, lb = r["load"]
         print(f"  verdict {r['verdict']} {r['reasons']}; wall {r['wall']:.1f} s (goal ≤ 90 s at 10^5), CPU "
-              f"{r['cpu']:.1f} s; peak RSS {r['rss_mib']:.0f} MiB (goal ≤ 2048), largest worker {r['worker_rss_mib']:.0f} "
-              f"MiB (shared pages included); load average {la[0]:.1f} before, {lb[0]:.1f} after, on "
+              f"{r['cpu']:.1f} s; peak RSS {r['rss_mib']:.0f} MiB (goal ≤ 2048), largest child {r['worker_rss_mib']:.0f} "
+              f"MiB (shared pages included, see --pss); load average {la[0]:.1f} before, {lb[0]:.1f} after, on "
               f"{os.cpu_count()} cores")
+        if pss:
+            print(f"  peak PSS of the verifier and its descendants {pss['peak_mib']:.0f} MiB (goal ≤ 2048) at "
+                  f"{pss['at_s']:.1f} s, {pss['processes']} processes: verifier {pss['verifier_mib']:.0f} MiB + others "
+                  f"{pss['others_mib']:.0f} MiB, after step {_after(r['marks'], pss['at'])}; verifier's own peak PSS {pss['verifier_peak_mib']:.0f} MiB "
+                  f"({pss['samples']} samples every {args.pss_interval} s)")
+            if args.pss_trace:
+                path = args.pss_trace if "," not in args.queries else args.pss_trace.with_name(
+                    f"{args.pss_trace.stem}-{n}{args.pss_trace.suffix}")
+                sampler.write(path, r["marks"])
         print(f"    {'step':<12} {'wall s':>8} {'µs/query':>9} {'CPU s':>8} {'µs/query':>9}")
         for k, v in sorted(r["seconds"].items(), key=lambda kv: -kv[1]):
             c = r["cpu_seconds"].get(k)

@@ -6,6 +6,7 @@ window and on windows a cheating provider (or a framing account) altered."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 
 import pytest
@@ -110,3 +111,100 @@ def test_coalition_fail_same_verdict(window, monkeypatch):
     ref = _all_modes_agree(bundle, receipts, monkeypatch, theta=0.05, coalition_window=50)
     assert ref["verdict"] == "FAIL" and ref["checked"]["coalition_estimate"] > 5
     assert any(r.startswith("coalition: estimated coalition size") for r in ref["reasons"])
+
+
+def _pool_maps(monkeypatch) -> list:
+    """Record (task, status) of every map the worker pool runs."""
+    seen = []
+    orig = V._WorkerPool.map
+
+    def recording(self, fn, items, size):
+        status, out = orig(self, fn, items, size)
+        seen.append((getattr(fn, "func", fn).__name__, status))
+        return status, out
+
+    monkeypatch.setattr(V._WorkerPool, "map", recording)
+    return seen
+
+
+def test_the_pool_runs_every_map(window, monkeypatch):
+    """The forked mode above really runs in the pool forked before the bundle is read (not in a fallback):
+    every map of the canonical, receipt, request and retrieval checks comes back "ok" from it."""
+    bundle, receipts = window
+    seen = _pool_maps(monkeypatch)
+    _verdict(bundle, receipts, "forked", monkeypatch)
+    assert seen == [("_decode_error", "ok"), ("_opening_pos", "ok"), ("_one_receipt", "ok"),
+                    ("_request_in_worker", "ok"), ("_retrieval_job", "ok")]
+
+
+_OPENING_POS = V._opening_pos
+
+
+def _raise_in_worker(parent: int):
+    def fn(item):
+        if os.getpid() != parent:
+            raise RuntimeError("a worker fails")
+        return _OPENING_POS(item)
+    return fn
+
+
+def _die_in_worker(parent: int):
+    def fn(item):
+        if os.getpid() != parent:
+            os._exit(3)
+        return _OPENING_POS(item)
+    return fn
+
+
+@pytest.mark.parametrize("how", ["raises", "dies", "too-large"])
+def test_pool_failures_change_no_verdict(window, tmp_path, monkeypatch, how):
+    """A map whose worker raises reruns in the verifier; a worker that dies closes the pool (that map reruns
+    in the verifier, later maps fork workers on the spot, as does a task over POOL_TASK_MAX). The verdict of
+    a tampered window is the same as the in-process replay's either way."""
+    bundle, receipts = window
+    b2 = tmp_path / "bundle"
+    shutil.copytree(bundle, b2)
+    _edit_lines(b2 / "auditor" / "openings.jsonl", {7: _retop, 90: lambda x: x[:-1]})  # a wrong top, not JSON
+    ref = _verdict(b2, receipts, "serial", monkeypatch)
+    assert ref["verdict"] == "FAIL"
+    seen = _pool_maps(monkeypatch)
+    with monkeypatch.context() as m:
+        if how == "too-large":
+            m.setattr(V, "POOL_TASK_MAX", 0)
+        else:  # a function defined here pickles by reference to this module, which the workers also hold
+            global _FAULTY
+            _FAULTY = (_raise_in_worker if how == "raises" else _die_in_worker)(os.getpid())
+            m.setattr(V, "_opening_pos", _faulty)
+        assert _verdict(b2, receipts, "forked", monkeypatch) == ref
+    statuses = dict(seen)
+    if how == "too-large":
+        assert set(statuses.values()) == {"unfit"}
+    else:
+        assert statuses["_faulty"] == "failed"
+        assert statuses["_request_in_worker"] == ("ok" if how == "raises" else "unfit")  # a dead pool: no pool
+
+
+_FAULTY = None
+
+
+def _faulty(item):
+    return _FAULTY(item)
+
+
+def test_missing_citations_found_in_the_workers(window, tmp_path, monkeypatch):
+    """An opening without citations (top: null) for a tenant with the retrieval channel on: the workers'
+    replay words the reason as the leaf-by-leaf replay does."""
+    from dprag.audit.encoding import decode, encode
+
+    bundle, receipts = window
+    b2 = tmp_path / "bundle"
+    shutil.copytree(bundle, b2)
+
+    def no_top(line: bytes) -> bytes:
+        op = decode(line)
+        op["top"] = None
+        return encode(op)
+
+    _edit_lines(b2 / "auditor" / "openings.jsonl", {12: no_top})
+    ref = _all_modes_agree(b2, receipts, monkeypatch)
+    assert "retrieval: leaf 13: citations missing for a tenant with the retrieval channel on" in ref["reasons"]
