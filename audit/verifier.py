@@ -842,10 +842,11 @@ def _start_pool(bundle_path, receipts) -> _WorkerPool | None:
     if _workers() < 2 or "fork" not in mp.get_all_start_methods():
         return None
     sizes = []
-    for path in (Path(bundle_path) / "public" / "leaves.bin", Path(bundle_path) / "auditor" / "openings.jsonl",
-                 receipts):
+    for path, follow in ((Path(bundle_path) / "public" / "leaves.bin", False),
+                         (Path(bundle_path) / "auditor" / "openings.jsonl", False),
+                         (receipts, True)):  # (the auditor may keep its receipts behind a link)
         try:
-            sizes.append(os.stat(path, follow_symlinks=False).st_size if path is not None else 0)
+            sizes.append(os.stat(path, follow_symlinks=follow).st_size if path is not None else 0)
         except (OSError, TypeError, ValueError):
             sizes.append(0)
     if max(sizes) < FORK_MIN_ITEMS * 64:
