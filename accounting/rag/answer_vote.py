@@ -152,7 +152,8 @@ def answer_vote_rag(question: str, doc_ids: np.ndarray, retriever: Retriever, ge
             else chosen)
     real = ids[ids >= 0]
     info = {"method": "answer-vote", "private": True, "m": params.m, "epsilon": params.epsilon,
-            "threshold": params.threshold, "fallback": fallback, "abstain_empty": params.abstain_empty,
+            "threshold": None if params.selection == "seen" else params.threshold,
+            "vote_threshold": params.vote_threshold, "fallback": fallback, "abstain_empty": params.abstain_empty,
             "selection": params.selection, "delta": params.delta}
     if params.diagnostics:  # non-private: the experiments' plurality baseline and voter statistics
         counts: dict[str, int] = {}
