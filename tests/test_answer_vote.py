@@ -25,6 +25,8 @@ from dprag.accounting.rag.multi_query import MuRAG, MuRAGAda
 from dprag.accounting.stores import MemoryBudgetStore
 from dprag.accounting.testing import check_dp, seeded
 
+from _rag_doubles import Docs as _Docs, Scripted as _Scripted
+
 
 def _law(keys, eps, t):
     """The target law written from the definition (independently of the module): μ(⊥) = 1 − e^−t,
@@ -162,21 +164,6 @@ def test_checker_catches_half_noise():
 # ------------------------------------------------------------------------------------------------------
 # the single-query mechanism on a tiny model, and inside MuRAG / MuRAG-Ada
 # ------------------------------------------------------------------------------------------------------
-class _Docs:
-    def __init__(self, docs, scores=None):
-        self.docs = list(docs)
-        self._s = np.asarray(scores if scores is not None else np.zeros(len(docs)), dtype=np.float64)
-
-    def __len__(self):
-        return len(self.docs)
-
-    def document(self, i):
-        return self.docs[i]
-
-    def scores(self, q):
-        return self._s.copy()
-
-
 @pytest.fixture(scope="module")
 def gen():
     import torch
@@ -267,18 +254,6 @@ def test_plugs_into_murag_and_murag_ada_pure_filter(gen):
 # ------------------------------------------------------------------------------------------------------
 # abstain_empty: voters with only empty documents abstain (a public function of their own documents)
 # ------------------------------------------------------------------------------------------------------
-class _Scripted:
-    """A generator whose answer reads only its own prompt: the first document's first word, or "nothing"
-    without a (non-empty) document — the no-context answer that outvotes the readers."""
-
-    def generate(self, prompt, n):
-        docs = [d for d in prompt.contexts if d]
-        return docs[0].split()[0] if docs else "nothing"
-
-    def generate_many(self, prompts, n):
-        return [self.generate(p, n) for p in prompts]
-
-
 def test_abstain_empty_voters_do_not_vote():
     r = _Docs(["zorvex is the drug", "zorvex twice daily", "other"])
     ids = np.array([0, 1, -1, -1, -1, -1, -1, -1])  # 2 real documents, 8 voters of one document each

@@ -29,6 +29,8 @@ from dprag.accounting.rag.multi_query import MuRAG, MuRAGAda
 from dprag.accounting.stores import MemoryBudgetStore
 from dprag.accounting.testing import check_dp, seeded
 
+from _rag_doubles import Docs as _Docs, Scripted as _Scripted
+
 mpmath.mp.dps = 60
 RUN = 1 - mpmath.mpf(2) ** -20  # the module runs at ε·(1 − 2^-20) and adds 2^-30 to ⊥'s log-weight
 
@@ -188,31 +190,6 @@ def test_checker_catches_half_noise():
 # ------------------------------------------------------------------------------------------------------
 # answer-vote with the seen selection, and its δ in MuRAG / MuRAG-Ada's pure filter
 # ------------------------------------------------------------------------------------------------------
-class _Docs:
-    def __init__(self, docs, scores):
-        self.docs, self._s = list(docs), np.asarray(scores, dtype=np.float64)
-
-    def __len__(self):
-        return len(self.docs)
-
-    def document(self, i):
-        return self.docs[i]
-
-    def scores(self, q):
-        return self._s.copy()
-
-
-class _Scripted:
-    """Each voter answers its first document's first word ("nothing" without one)."""
-
-    def generate(self, prompt, n):
-        docs = [d for d in prompt.contexts if d]
-        return docs[0].split()[0] if docs else "nothing"
-
-    def generate_many(self, prompts, n):
-        return [self.generate(p, n) for p in prompts]
-
-
 def test_answer_vote_params_with_the_seen_selection():
     p = AnswerVoteParams(8, 10.0, selection="seen", delta=1e-6)
     assert p.cost == ApproxDpEvent(10.0, 1e-6)
