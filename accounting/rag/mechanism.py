@@ -79,9 +79,9 @@ def max_charges(filter, event: PrivacyEvent) -> int:
     """The most times any one document can be charged ``event`` by ``filter`` (its limit over the event's
     units, per order; the smallest over orders). An upper bound on the charges of every document whatever
     else it is charged."""
-    units = np.asarray(filter.cost_units(event), dtype=object)
-    limits = np.asarray(filter.budget.limits, dtype=object)
-    return int(min(int(lim) // int(u) for lim, u in zip(limits.ravel(), units.ravel()) if int(u) > 0))
+    units = np.asarray(filter.cost_units(event), dtype=np.int64)
+    positive = units > 0  # orders where the event costs nothing do not bound the count
+    return int(np.min(np.asarray(filter.budget.limits, dtype=np.int64)[positive] // units[positive]))
 
 
 __all__ = ["SingleQueryMechanism", "PureDpRagParams", "GaussianVoteRagParams", "check_mechanism", "filter_charge",
