@@ -281,7 +281,7 @@ def test_cli_missing_dataset_package_exits_2(tmp_path, monkeypatch):
 def test_every_registered_method_is_documented():
     assert set(METHODS) == {"non-rag", "non-private-rag", "murag", "murag-gnmax", "murag-ada", "naive-multi-rag",
                             "subsampling-multi-rag", "dp-sparse-vote-rag", "dp-ksa", "murag-history",
-                            "murag-answer-vote", "murag-ada-answer-vote"}
+                            "murag-answer-vote", "murag-ada-answer-vote", "murag-answer-vote-history"}
     from dprag.rag_adapters.experiments import methods
 
     doc = methods.__doc__
@@ -441,6 +441,31 @@ def test_answer_vote_methods_answer_the_toy_corpus_with_pure_guarantees():
     ctx2 = toy_context(ds, vote_thresholds=(0.5, 4.0), key_words=(1, 3), taus=(2.0, 2.5))
     assert len(METHODS["murag-answer-vote"].grid(ctx2, 30.0)) == 8  # t × key words × τ
     assert all("tau" not in g for g in METHODS["murag-ada-answer-vote"].grid(ctx2, 30.0))
+
+
+def test_answer_vote_history_reuses_released_answers_but_never_a_fallback():
+    """murag-answer-vote-history (M = 1, seen selection, padded voters abstain): three questions per topic in a
+    row; the first charges its topic's 24 records, the next two find none. Without history they fall back to
+    the toy model's "unknown"; with it the earlier DP release answers them, for no extra ε. A question that
+    itself fell back (τ above every score) leaves nothing to reuse."""
+    ds = toy_dataset(n_topics=3)
+    items = tuple(QAItem(f"r{i}{j}", f"which drug protocol for topic{i} variant{i}{j}", (WORDS[i],))
+                  for i in range(3) for j in range(3))
+    ctx = toy_context(ds, queries=len(items), key_words=(3,), answer_selection="seen", delta=1e-5,
+                      abstain_empty=True)
+    hp = METHODS["murag-answer-vote"].grid(ctx, 30.0)[0]
+    plain = run_cell(ctx, "murag-answer-vote", 30.0, hp, items, "test")
+    hist = run_cell(ctx, "murag-answer-vote-history", 30.0, hp, items, "test")
+    assert [q.correct for q in plain.questions] == [True, False, False] * 3
+    assert [q.fallback for q in plain.questions] == [False, True, True] * 3
+    assert all(q.correct for q in hist.questions)
+    assert [q.used for q in hist.questions] == [q.used for q in plain.questions] == [10, 0, 0] * 3
+    assert hist.eps_certified == plain.eps_certified <= 30.0 + 1e-6 and hist.delta == plain.delta
+    high = toy_context(ds, queries=len(items), key_words=(3,), answer_selection="seen", delta=1e-5,
+                       abstain_empty=True, taus=(1e9,))
+    none = run_cell(high, "murag-answer-vote-history", 30.0, hp, items, "test")
+    assert all(q.fallback and not q.correct and q.used == 0 for q in none.questions)
+    assert [q.history_pairs for q in none.questions] == [0] * 9  # no fallback was recorded for reuse
 
 
 def test_answer_vote_seen_selection_reports_its_delta(tmp_path):

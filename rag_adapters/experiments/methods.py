@@ -31,6 +31,9 @@ murag-answer-vote            MuRAG with answer-level voting (``accounting.rag.an
                              tokens (and τ when several are given). Records the voters' non-private
                              plurality per question (``info['plurality']``) for the experiment only.
 murag-ada-answer-vote        MuRAG-Ada with the same mechanism: ε_RAG = ε_q − ε_thr.
+murag-answer-vote-history    murag-answer-vote with answer-history reuse (000 §6) within one account: the
+                             answers it released earlier by the DP selection (not its Non-RAG fallbacks)
+                             go into every later prompt whose question shares words with theirs.
 ===========================  ====================================================================
 
 ``Settings.public_completion`` (CLI ``--public-completion``, run-wide, off by default = 000 Alg. 5 as printed):
@@ -308,7 +311,8 @@ class _Multi(Session):
         hist = self.history.relevant(self.scope, item.question) if self.history is not None else ()
         ans = self.algo.answer(item.question, history=hist)
         ans.info["history_pairs"] = len(hist)
-        if self.history is not None:
+        # a Non-RAG fallback says nothing about the corpus: only what a DP release chose is worth reusing
+        if self.history is not None and not ans.info.get("fallback", False):
             self.history.record(self.scope, item.question, ans.text)
         return ans
 
@@ -458,7 +462,7 @@ def answer_vote_params(m: int, epsilon_query: float, hp: dict, *, diagnostics: b
                             delta=float(delta_query) if seen else 0.0)
 
 
-def _answer_vote_build(ada: bool):
+def _answer_vote_build(ada: bool, history: bool = False):
     def build(ctx: Context, eps: float, hp: dict) -> Session:
         s = ctx.settings
         eps_q = eps / s.M
@@ -478,9 +482,9 @@ def _answer_vote_build(ada: bool):
                                      selection=s.answer_selection, delta_query=s.delta / s.M)
             flt = _filter(ctx, filter_charge(rag.cost)[0])
             algo = MuRAG(ctx.retriever, ctx.generator, flt, rag, tau=tau, retrieval=s.retrieval(hp),
-                         source=ctx.source("murag-answer-vote", eps, hp))
+                         source=ctx.source("murag-answer-vote", eps, hp, *(("history",) if history else ())))
             derived = {"tau": tau}
-        out = _Multi(algo, lambda: algo.guarantee())
+        out = _Multi(algo, lambda: algo.guarantee(), AnswerHistory() if history else None)
         out.derived = {"m": rag.m, "epsilon_selection": rag.epsilon, "threshold": rag.threshold,
                        "selection": rag.selection, "delta_q": rag.delta, "vote_threshold": rag.vote_threshold,
                        "answer_tokens": rag.max_tokens, "key_words": rag.max_key_words, "eps_q": eps_q,
@@ -525,6 +529,9 @@ METHODS: dict[str, MethodSpec] = {
                                         _answer_vote_build(True), doc="000 Alg. 2 with answer-level voting"),
     "murag-history": MethodSpec("murag-history", True, _murag_grid, _murag_build(True),
                                 doc="000 Alg. 1 + answer-history reuse (000 §6)"),
+    "murag-answer-vote-history": MethodSpec("murag-answer-vote-history", True, _answer_vote_grid(False),
+                                            _answer_vote_build(False, history=True),
+                                            doc="murag-answer-vote + answer-history reuse (000 §6)"),
 }
 
 
