@@ -555,3 +555,22 @@ def test_cli_tuning_corpus_must_be_disjoint_and_is_reported(tmp_path):
     assert default.exit_code == 0, default.output
     row = [json.loads(line) for line in default.output.splitlines() if line.startswith("{")][0]
     assert "NOT charged" in row["tuning"]
+
+
+def test_tau_check_counts_own_records_left_at_M1():
+    """tau_check.coverage serves the questions in order with the real MuRAG.select at M = 1: the first
+    question about a topic takes its 24 records (10 reach the K = m = 10 voters), a repeat finds none, and a
+    τ above every score leaves every question without records; ⌈T⌉ = 4 votes at (10, 1e-5)."""
+    from dprag.accounting.rag.toy import ToyRetriever
+    from dprag.rag_adapters.experiments.tau_check import coverage
+
+    ds = toy_dataset(n_topics=3)
+    qs = [QAItem(f"q{i}{j}", f"which drug protocol for topic{i}", (WORDS[i],),
+                 relevant_ids=tuple(range(24 * i, 24 * (i + 1)))) for i in range(3) for j in range(2)]
+    ret = ToyRetriever(ds.documents)
+    got = coverage(ret, qs, 2.5, m=10)
+    assert got["votes_needed"] == 4
+    assert (got["with_records"], got["enough_records"]) == (3, 3)
+    assert got["mean_own"] == pytest.approx(10 * 3 / 6) and got["mean_charged"] == pytest.approx(24 * 3 / 6)
+    none = coverage(ret, qs, 1e9, m=10)
+    assert (none["with_records"], none["enough_records"], none["mean_charged"]) == (0, 0, 0.0)
