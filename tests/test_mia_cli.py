@@ -35,6 +35,55 @@ def test_mia_toy_run_writes_rows_with_schema(tmp_path, capsys):
     assert (out / "mia_roc.png").stat().st_size > 1000 and (out / "questions.jsonl").exists()
 
 
+def test_mia_batch_gives_the_same_scores_and_streams_them(tmp_path, capsys):
+    """--batch only groups targets: Non-Private-RAG decodes a group in one generation batch, the private
+    pipelines still answer one query at a time in the same order, so every target's answers and score are
+    those of --batch 1; scores.jsonl gets every target's line as soon as it is scored."""
+    runs = {}
+    for b in ("1", "5"):
+        out = tmp_path / f"b{b}"
+        rc = main(["experiment", "mia", "--model", "toy", "--members", "6", "--n-conditions", "2",
+                   "--n-distractors", "30", "--attacks", "s2mia,interrogation", "--questions", "2", "--methods",
+                   "non-private-rag,murag", "--eps", "10", "--batch", b, "--out", str(out), "--no-progress"])
+        assert rc == 0
+        runs[b] = [json.loads(x) for x in (out / "scores.jsonl").read_text().splitlines()]
+        assert json.loads((out / "run.json").read_text())["batch"] == int(b)
+    capsys.readouterr()
+    strip = [[{k: v for k, v in r.items() if k != "seconds"} for r in runs[b]] for b in ("1", "5")]
+    assert len(strip[0]) == 2 * 2 * 12 and strip[0] == strip[1]
+    assert any(r["answers"] != [""] for r in strip[0] if r["method"] == "non-private-rag")
+
+
+def test_mia_scores_are_written_before_the_cell_ends(tmp_path):
+    """A run stopped mid-cell keeps the targets already scored (``on_score`` is called per target)."""
+    from dprag.rag_adapters.experiments import mia as mia_mod
+
+    seen = []
+    calls = {"n": 0}
+
+    class Stop(Exception):
+        pass
+
+    def on_score(rec):
+        seen.append(rec["key"])
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise Stop
+
+    from dprag.accounting.rag.toy import ToyGenerator, ToyRetriever
+    from dprag.rag_adapters.datasets.clinic import generate_clinic_corpus
+    from dprag.rag_adapters.experiments.methods import Settings
+
+    corpus = generate_clinic_corpus(0, n_conditions=2, n_distractors=30)
+    mem, non = mia_mod.choose_targets(len(corpus.documents), 4, 4, b"0")
+    world = mia_mod.build_world(corpus, mem, non)
+    with pytest.raises(Stop):
+        mia_mod.run_cell("s2mia", "non-private-rag", None, retriever=ToyRetriever(world.documents),
+                         generator=ToyGenerator(vocab_size=1 << 16), settings=Settings(m=4, max_tokens=8),
+                         world=world, questions=None, seed=b"0", batch=8, on_score=on_score)
+    assert len(seen) == 3 == len(set(seen))
+
+
 @pytest.mark.parametrize("args,needle", [
     (["--members", "0"], "--members"),
     (["--methods", "murag,bogus"], "--methods"),
@@ -42,6 +91,7 @@ def test_mia_toy_run_writes_rows_with_schema(tmp_path, capsys):
     (["--eps", "0"], "--eps"),
     (["--questions", "6"], "--questions"),
     (["--prefix-fraction", "1"], "--prefix-fraction"),
+    (["--batch", "0"], "--batch"),
     (["--members", "5000"], "members"),  # more targets than records: InvalidParameterError from the library
 ])
 def test_mia_bad_input_one_line_exit_2(tmp_path, capsys, args, needle):

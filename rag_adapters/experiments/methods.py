@@ -76,6 +76,7 @@ from dprag.accounting.rag.single_query import (
     PureDpRagParams,
     dp_sparse_vote_rag,
     non_private_rag,
+    non_private_rag_many,
     non_rag,
     sparse_vote_cost,
 )
@@ -157,6 +158,10 @@ class Session:
 
     def answer(self, item: QAItem) -> RagAnswer:  # pragma: no cover - interface
         raise NotImplementedError
+
+    def answer_many(self, items: Sequence[QAItem]) -> list[RagAnswer]:
+        """Answers in the order given; a stateless method may batch them (the result is the same answers)."""
+        return [self.answer(item) for item in items]
 
     def guarantee(self) -> tuple[float, float]:
         """The certified total (ε, δ) of the answers given so far (ex ante for filters)."""
@@ -276,11 +281,16 @@ def _with_tokens(p: PureDpRagParams, s: "Settings") -> PureDpRagParams:
 # sessions
 # ----------------------------------------------------------------------------------------------------------
 class _Fn(Session):
-    def __init__(self, fn, guarantee=(0.0, 0.0)):
-        self.fn, self._g = fn, guarantee
+    """A stateless method: ``fn(item)``; ``many(items)`` (optional) answers a batch at once."""
+
+    def __init__(self, fn, guarantee=(0.0, 0.0), many=None):
+        self.fn, self._g, self.many = fn, guarantee, many
 
     def answer(self, item):
         return self.fn(item)
+
+    def answer_many(self, items):
+        return self.many(list(items)) if self.many is not None else super().answer_many(items)
 
     def guarantee(self):
         return self._g
@@ -500,7 +510,9 @@ def _non_rag_build(ctx, eps, hp):
 
 def _npr_build(ctx, eps, hp):
     return _Fn(lambda item: non_private_rag(item.question, ctx.retriever, ctx.generator, k=hp["k"],
-                                            max_tokens=ctx.settings.max_tokens), (math.inf, 0.0))
+                                            max_tokens=ctx.settings.max_tokens), (math.inf, 0.0),
+               many=lambda items: non_private_rag_many([i.question for i in items], ctx.retriever, ctx.generator,
+                                                       k=hp["k"], max_tokens=ctx.settings.max_tokens))
 
 
 METHODS: dict[str, MethodSpec] = {

@@ -205,8 +205,14 @@ def _fmt_eps(e: float | None) -> float | None:
 
 def run_cell(attack: str, method: str, eps: float | None, *, retriever, generator, settings, world: World,
              questions: dict[str, list[IAQuestion]] | None, seed: bytes, prefix_fraction: float = 0.5,
-             progress: Callable | None = None, meta: dict | None = None) -> CellOut:
-    """Every query of ``attack`` for every target, in one fresh session of ``method`` at total ``eps``."""
+             progress: Callable | None = None, meta: dict | None = None, batch: int = 1,
+             on_score: Callable[[dict], None] | None = None) -> CellOut:
+    """Every query of ``attack`` for every target, in one fresh session of ``method`` at total ``eps``.
+
+    Targets go to the session ``batch`` at a time (``Session.answer_many``: the same answers in the same order;
+    only a stateless pipeline — Non-Private-RAG — decodes them in one batch); ``on_score`` sees every target's
+    score record as soon as it exists (the command appends it to ``scores.jsonl``, so a stopped run keeps them)."""
+    batch = check_positive_int("batch", batch)
     from .methods import Context, get_method
 
     spec = get_method(method)
@@ -231,23 +237,32 @@ def run_cell(attack: str, method: str, eps: float | None, *, retriever, generato
                                          {t.key: world.sys_id.get(t.full_id) if t.member else None for t in targets})
     out = CellOut(base)
     t_cell = time.perf_counter()
-    it = progress(targets, desc=f"{attack} {method} eps={eps}") if progress else targets
+    chunks = [targets[i:i + batch] for i in range(0, len(targets), batch)]
+    it = progress(chunks, desc=f"{attack} {method} eps={eps}") if progress else chunks
     try:
-        for t in it:
+        for chunk in it:
             t0 = time.perf_counter()
-            answers = []
-            for j, q in enumerate(plan[t.key]):
-                ans = session.answer(QAItem(qid=f"{attack}-{t.key}-{j}", question=q, answers=()))
-                answers.append(ans.text)
-                counter.add(ans.text, [int(i) for i in np.asarray(ans.retrieved).ravel()])
-            if attack == "s2mia":
-                score = s2mia_score(s2mia_probe(t.key, t.text, prefix_fraction), answers[0])
-            else:
-                score = ia_score(questions[t.key], answers)
-            (out.members if t.member else out.nonmembers).append(score)
-            out.scores.append({"schema": SCORE_SCHEMA, "attack": attack, "method": method, "eps_total": eps,
-                               "key": t.key, "member": t.member, "score": score, "answers": answers,
-                               "queries": plan[t.key], "seconds": time.perf_counter() - t0})
+            items = [QAItem(qid=f"{attack}-{t.key}-{j}", question=q, answers=())
+                     for t in chunk for j, q in enumerate(plan[t.key])]
+            answered = iter(session.answer_many(items))  # in order; a stateless pipeline batches them
+            per_target = (time.perf_counter() - t0) / len(chunk)
+            for t in chunk:
+                answers = []
+                for _ in plan[t.key]:
+                    ans = next(answered)
+                    answers.append(ans.text)
+                    counter.add(ans.text, [int(i) for i in np.asarray(ans.retrieved).ravel()])
+                if attack == "s2mia":
+                    score = s2mia_score(s2mia_probe(t.key, t.text, prefix_fraction), answers[0])
+                else:
+                    score = ia_score(questions[t.key], answers)
+                (out.members if t.member else out.nonmembers).append(score)
+                rec = {"schema": SCORE_SCHEMA, "attack": attack, "method": method, "eps_total": eps, "key": t.key,
+                       "member": t.member, "score": score, "answers": answers, "queries": plan[t.key],
+                       "seconds": per_target}
+                out.scores.append(rec)
+                if on_score is not None:
+                    on_score(rec)
     except DpragError as e:  # e.g. a budget that cannot cover a query: report, do not invent numbers
         out.row = {**base, "error": f"stopped after {len(out.scores)} targets: {e}"}
         return out
@@ -390,11 +405,14 @@ def _eps_list(text: str) -> list[float]:
 @click.option("--n-conditions", type=int, default=40, show_default=True)
 @click.option("--n-distractors", type=int, default=1500, show_default=True)
 @click.option("--seed", default="0", show_default=True, help="seed of target choice, query order and noise")
+@click.option("--batch", type=int, default=8, show_default=True,
+              help="targets answered together: Non-Private-RAG decodes them in one batch (same answers); the "
+                   "private pipelines answer one query at a time whatever this is")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), required=True)
 @click.option("--json", "as_json", is_flag=True, help="print one JSON row per cell on stdout")
 @click.option("--progress/--no-progress", default=True, show_default=True)
 def mia(attacks, methods, eps_text, members, nonmembers, questions, llm_questions, model, m, npr_k, max_tokens,
-        private_tokens, tau, delta, prefix_fraction, corpus_seed, n_conditions, n_distractors, seed, out_dir,
+        private_tokens, tau, delta, prefix_fraction, corpus_seed, n_conditions, n_distractors, seed, batch, out_dir,
         as_json, progress):
     """Membership inference (S²MIA, Interrogation Attack) and canary exposure against DP-RAG pipelines."""
     from ..datasets.clinic import generate_clinic_corpus
@@ -406,7 +424,7 @@ def mia(attacks, methods, eps_text, members, nonmembers, questions, llm_question
     eps_list = _eps_list(eps_text)
     nonmembers = members if nonmembers is None else nonmembers
     for name, v, lo in (("--members", members, 1), ("--nonmembers", nonmembers, 1), ("--questions", questions, 1),
-                        ("--m", m, 1), ("--npr-k", npr_k, 1), ("--max-tokens", max_tokens, 1),
+                        ("--m", m, 1), ("--npr-k", npr_k, 1), ("--max-tokens", max_tokens, 1), ("--batch", batch, 1),
                         ("--private-tokens", private_tokens, 1)):
         if v < lo:
             raise click.BadParameter(f"must be >= {lo}, got {v}", param_hint=name)
@@ -451,17 +469,18 @@ def mia(attacks, methods, eps_text, members, nonmembers, questions, llm_question
                                        sort_keys=True) + "\n")
         meta = {"model": model, "corpus": corpus.name}
         cells: list[CellOut] = []
+
+        def append_score(rec: dict) -> None:  # one line per target as it is scored: a stopped run keeps them
+            with (out / "scores.jsonl").open("a", encoding="utf-8") as f:
+                f.write(json.dumps(rec, sort_keys=True) + "\n")
         for attack in attack_list:
             for method in method_list:
                 spec_uses_eps = method not in ("non-rag", "non-private-rag")
                 for eps in (eps_list if spec_uses_eps else [None]):
                     cell = run_cell(attack, method, eps, retriever=retriever, generator=gen, settings=settings,
                                     world=world, questions=qs, seed=seed_b, prefix_fraction=prefix_fraction,
-                                    progress=bar, meta=meta)
+                                    progress=bar, meta=meta, batch=batch, on_score=append_score)
                     cells.append(cell)
-                    with (out / "scores.jsonl").open("a", encoding="utf-8") as f:
-                        for s in cell.scores:
-                            f.write(json.dumps(s, sort_keys=True) + "\n")
                     r = cell.row
                     if as_json:
                         click.echo(json.dumps(r, sort_keys=True))
@@ -480,7 +499,8 @@ def mia(attacks, methods, eps_text, members, nonmembers, questions, llm_question
            "eps": eps_list, "members": members, "nonmembers": nonmembers, "questions": questions,
            "llm_questions": llm_questions, "model": model, "generator": getattr(gen, "name", type(gen).__name__),
            "m": m, "npr_k": npr_k, "max_tokens": max_tokens, "private_tokens": private_tokens,
-           "tau": settings.taus[0], "delta": delta, "prefix_fraction": prefix_fraction, "corpus": corpus.name,
+           "tau": settings.taus[0], "delta": delta, "prefix_fraction": prefix_fraction, "batch": batch,
+           "corpus": corpus.name,
            "corpus_seed": corpus_seed, "n_conditions": n_conditions, "n_distractors": n_distractors,
            "n_records_full": len(corpus.documents), "n_records_system": len(world.documents), "seed": str(seed),
            "member_keys": [t.key for t in world.targets if t.member],
