@@ -557,12 +557,12 @@ def test_cli_tuning_corpus_must_be_disjoint_and_is_reported(tmp_path):
     assert "NOT charged" in row["tuning"]
 
 
-def test_tau_check_counts_own_records_left_at_M1():
-    """tau_check.coverage serves the questions in order with the real MuRAG.select at M = 1: the first
+def test_coverage_check_counts_own_records_left_at_M1():
+    """coverage_check.coverage serves the questions in order with the real MuRAG.select at M = 1: the first
     question about a topic takes its 24 records (10 reach the K = m = 10 voters), a repeat finds none, and a
     τ above every score leaves every question without records; ⌈T⌉ = 4 votes at (10, 1e-5)."""
     from dprag.accounting.rag.toy import ToyRetriever
-    from dprag.rag_adapters.experiments.tau_check import coverage
+    from dprag.rag_adapters.experiments.coverage_check import ada_coverage, coverage
 
     ds = toy_dataset(n_topics=3)
     qs = [QAItem(f"q{i}{j}", f"which drug protocol for topic{i}", (WORDS[i],),
@@ -574,3 +574,23 @@ def test_tau_check_counts_own_records_left_at_M1():
     assert got["mean_own"] == pytest.approx(10 * 3 / 6) and got["mean_charged"] == pytest.approx(24 * 3 / 6)
     none = coverage(ret, qs, 1e9, m=10)
     assert (none["with_records"], none["enough_records"], none["mean_charged"]) == (0, 0, 0.0)
+
+
+def test_coverage_check_for_murag_ada_spends_about_one_bin_per_question():
+    """ada_coverage serves the questions with the real MuRAGAda.select (M = 1, ε_thr = 1, ε_RAG = 9, so
+    ⌈T⌉ = ⌈1 + 2·ln(10^5)/9⌉ = 4): each topic's 24 records share the top toy score, so the released bin is
+    exactly that topic's records (noisy prefix sum ≈ 24 > K = 10; a miss needs a discrete-Laplace(1) draw of
+    ≥ 14, probability < 10^-5), 10 of them reach the voters, and a repeated question finds its topic spent."""
+    from dprag.accounting.rag.toy import ToyRetriever
+    from dprag.rag_adapters.experiments.coverage_check import ada_coverage
+
+    ds = toy_dataset(n_topics=3)
+    ret = ToyRetriever(ds.documents)
+    edges = tuple(float(x) for x in range(8, -1, -1))
+    qs = [QAItem(f"q{i}", f"which drug protocol for topic{i}", (WORDS[i],),
+                 relevant_ids=tuple(range(24 * i, 24 * (i + 1)))) for i in range(3)]
+    got = ada_coverage(ret, qs, 10, edges)
+    assert got["votes_needed"] == 4 and got["enough_records"] == 3 and got["mean_own"] == 10.0
+    assert got["mean_charged"] == 24.0
+    again = ada_coverage(ret, qs[:1] * 2, 10, edges)
+    assert again["with_records"] == 1 and again["mean_own"] == 5.0
