@@ -267,6 +267,36 @@ def test_abstain_empty_voters_do_not_vote():
         AnswerVoteParams(2, 1.0, abstain_empty="yes")
 
 
+def test_history_goes_to_the_fallback_only_when_asked():
+    """history_in_voters=False: the voters' prompts carry no history, the fallback's does; the default
+    (True) gives it to every prompt. The cost is the same either way."""
+    from dprag.accounting.protocols import Prompt
+
+    class Recorder(_Scripted):
+        def __init__(self):
+            self.prompts = []
+
+        def generate(self, prompt: Prompt, n):
+            self.prompts.append(prompt)
+            return super().generate(prompt, n)
+
+    r = _Docs(["zorvex is the drug", "other"])
+    hist = (("Which drug for gout?", "zorvex"),)
+    ids = np.array([0, -1, -1, -1])
+    for in_voters in (True, False):
+        g = Recorder()
+        p = AnswerVoteParams(4, 10.0, max_tokens=4, abstain_empty=True, selection="seen", delta=1e-5,
+                             history_in_voters=in_voters)
+        a = answer_vote_rag("Which drug?", ids, r, g, p, source=RandomSource.from_seed(b"hist"), history=hist)
+        assert a.info["fallback"]  # one vote < T = 3.3: ⊥ with probability ≥ 1 − δ
+        voters, fallback = g.prompts[:4], g.prompts[4]
+        assert all(v.history == (hist if in_voters else ()) for v in voters)
+        assert fallback.contexts == () and fallback.history == hist
+        assert a.cost == p.cost
+    with pytest.raises(InvalidParameterError, match="history_in_voters"):
+        AnswerVoteParams(2, 1.0, history_in_voters=1)
+
+
 def test_abstain_empty_keeps_one_voter_per_document():
     """The sensitivity the proof needs: on neighbouring lists (one document removed, i.e. replaced by the
     padding at its position) under the same partition randomness, at most one voter's key differs — with and

@@ -281,7 +281,8 @@ def test_cli_missing_dataset_package_exits_2(tmp_path, monkeypatch):
 def test_every_registered_method_is_documented():
     assert set(METHODS) == {"non-rag", "non-private-rag", "murag", "murag-gnmax", "murag-ada", "naive-multi-rag",
                             "subsampling-multi-rag", "dp-sparse-vote-rag", "dp-ksa", "murag-history",
-                            "murag-answer-vote", "murag-ada-answer-vote", "murag-answer-vote-history"}
+                            "murag-answer-vote", "murag-ada-answer-vote", "murag-answer-vote-history",
+                            "murag-ada-answer-vote-history"}
     from dprag.rag_adapters.experiments import methods
 
     doc = methods.__doc__
@@ -460,6 +461,13 @@ def test_answer_vote_history_reuses_released_answers_but_never_a_fallback():
     assert [q.fallback for q in plain.questions] == [False, True, True] * 3
     assert all(q.correct for q in hist.questions)
     assert [q.used for q in hist.questions] == [q.used for q in plain.questions] == [10, 0, 0] * 3
+    # the same random stream: where the selection released a key, the two cells answer identically
+    assert [q.prediction for q in hist.questions][::3] == [q.prediction for q in plain.questions][::3]
+    ada_plain = run_cell(ctx, "murag-ada-answer-vote", 30.0, hp, items, "test")
+    ada_hist = run_cell(ctx, "murag-ada-answer-vote-history", 30.0, hp, items, "test")
+    assert [h.prediction for h, p in zip(ada_hist.questions, ada_plain.questions) if not p.fallback] == \
+        [p.prediction for p in ada_plain.questions if not p.fallback]
+    assert ada_hist.eps_certified == ada_plain.eps_certified and ada_hist.derived["history_in_voters"] is False
     assert hist.eps_certified == plain.eps_certified <= 30.0 + 1e-6 and hist.delta == plain.delta
     high = toy_context(ds, queries=len(items), key_words=(3,), answer_selection="seen", delta=1e-5,
                        abstain_empty=True, taus=(1e9,))

@@ -70,7 +70,10 @@ class AnswerVoteParams:
     while the no-context answers no longer outvote the voters that read documents; ``diagnostics``: also put the
     voters' keys and their (non-private) plurality in ``info`` — experiments only, never for a released answer;
     ``selection``: "universal" (pure ε, ``threshold`` used, ``delta`` must be 0) or "seen" ((ε, δ), ``delta``
-    in (0, 1) sets ⊥'s score T = 1 + 2·ln(1/δ)/ε votes, ``threshold`` unused).
+    in (0, 1) sets ⊥'s score T = 1 + 2·ln(1/δ)/ε votes, ``threshold`` unused); ``history_in_voters``: whether
+    the answer history (earlier released pairs, public) goes into the voters' prompts as well as the fallback's
+    (False: the fallback's only — the voters answer from their documents, the history speaks only when no key
+    is released). Neither choice touches the documents' influence, so the cost is the same.
     """
 
     m: int
@@ -83,6 +86,7 @@ class AnswerVoteParams:
     abstain_empty: bool = False
     selection: str = "universal"
     delta: float = 0.0
+    history_in_voters: bool = True
 
     def __post_init__(self):
         check_positive_int("m", self.m)
@@ -99,6 +103,8 @@ class AnswerVoteParams:
         check_positive_int("max_key_words", self.max_key_words)
         if not isinstance(self.abstain_empty, bool):
             raise InvalidParameterError("abstain_empty", "must be a bool", self.abstain_empty)
+        if not isinstance(self.history_in_voters, bool):
+            raise InvalidParameterError("history_in_voters", "must be a bool", self.history_in_voters)
         if self.selection not in SELECTIONS:
             raise InvalidParameterError("selection", f"must be one of {SELECTIONS}", self.selection)
         if self.selection == "seen":
@@ -139,7 +145,8 @@ def answer_vote_rag(question: str, doc_ids: np.ndarray, retriever: Retriever, ge
     src = _source(source)
     ids, ctx = _given_list_voters(doc_ids, params.m, retriever, src)
     # every voter answers (a public batch of m rows, each a function of its own prompt), abstainers included
-    answers = generator.generate_many([Prompt(question, tuple(c), history) for c in ctx], params.max_tokens)
+    voter_history = tuple(history) if params.history_in_voters else ()
+    answers = generator.generate_many([Prompt(question, tuple(c), voter_history) for c in ctx], params.max_tokens)
     keys = ["" if params.abstain_empty and all(t == EMPTY_DOCUMENT for t in c) else params.key(a, question)
             for a, c in zip(answers, ctx)]
     voted = [k for k in keys if k]

@@ -148,7 +148,8 @@ experiment.add_command(_auc_vs_k)
 @click.option("--methods", default=DEFAULT_METHODS, show_default=True,
               help="comma-separated: non-rag, non-private-rag, murag, murag-history, murag-gnmax, murag-ada, "
                    "naive-multi-rag, subsampling-multi-rag, dp-sparse-vote-rag, dp-ksa, murag-answer-vote, "
-                   "murag-answer-vote-history, murag-ada-answer-vote (spec/experiments.md §1)")
+                   "murag-answer-vote-history, murag-ada-answer-vote, murag-ada-answer-vote-history "
+                   "(spec/experiments.md §1)")
 @click.option("--eps", "eps_text", default="10", show_default=True, help="comma-separated total ε values")
 @click.option("--queries", type=int, default=100, show_default=True, help="test questions (T)")
 @click.option("--dev-queries", type=int, default=20, show_default=True,

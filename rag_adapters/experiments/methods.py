@@ -33,7 +33,9 @@ murag-answer-vote            MuRAG with answer-level voting (``accounting.rag.an
 murag-ada-answer-vote        MuRAG-Ada with the same mechanism: ε_RAG = ε_q − ε_thr.
 murag-answer-vote-history    murag-answer-vote with answer-history reuse (000 §6) within one account: the
                              answers it released earlier by the DP selection (not its Non-RAG fallbacks)
-                             go into every later prompt whose question shares words with theirs.
+                             go into the fallback's prompt of every later question that shares words with
+                             theirs (not into the voters': they answer from their documents).
+murag-ada-answer-vote-history  the same reuse with murag-ada-answer-vote.
 ===========================  ====================================================================
 
 ``Settings.public_completion`` (CLI ``--public-completion``, run-wide, off by default = 000 Alg. 5 as printed):
@@ -458,7 +460,8 @@ def _answer_vote_grid(ada: bool):
 
 
 def answer_vote_params(m: int, epsilon_query: float, hp: dict, *, diagnostics: bool = True,
-                       abstain_empty: bool = False, selection: str = "universal", delta_query: float = 0.0):
+                       abstain_empty: bool = False, selection: str = "universal", delta_query: float = 0.0,
+                       history_in_voters: bool = True):
     """Answer-level voting with the whole per-query budget as the selection's ε: cost EM(ε_q) (universal) or
     (ε_q, δ_q) (seen)."""
     from dprag.accounting.rag.answer_vote import AnswerVoteParams
@@ -469,10 +472,12 @@ def answer_vote_params(m: int, epsilon_query: float, hp: dict, *, diagnostics: b
     return AnswerVoteParams(m, epsilon_query, threshold=0.0 if seen else float(hp["t"]), max_tokens=int(hp["tok"]),
                             max_key_words=int(hp["kw"]), normalizer=answer_key, diagnostics=diagnostics,
                             abstain_empty=abstain_empty, selection=selection,
-                            delta=float(delta_query) if seen else 0.0)
+                            delta=float(delta_query) if seen else 0.0, history_in_voters=history_in_voters)
 
 
 def _answer_vote_build(ada: bool, history: bool = False):
+    """``history``: answer-history reuse in the fallback's prompt only; the random stream is the plain method's,
+    so the two cells differ only where the selection fell back (a paired comparison)."""
     def build(ctx: Context, eps: float, hp: dict) -> Session:
         s = ctx.settings
         eps_q = eps / s.M
@@ -480,7 +485,8 @@ def _answer_vote_build(ada: bool, history: bool = False):
         if ada:
             eps_thr = min(s.epsilon_thr, eps_q / 2)
             rag = answer_vote_params(s.voters(hp), eps_q - eps_thr, hp, abstain_empty=s.abstain_empty,
-                                     selection=s.answer_selection, delta_query=s.delta / s.M)
+                                     selection=s.answer_selection, delta_query=s.delta / s.M,
+                                     history_in_voters=not history)
             flt = IndividualRenyiFilter(MemoryBudgetStore(len(ctx.retriever)), FilterBudget.for_queries(
                 s.M, (DiscreteLaplaceEvent(scale=1.0 / eps_thr, sensitivity=1), filter_charge(rag.cost)[0]),
                 mode="pure"))
@@ -489,16 +495,17 @@ def _answer_vote_build(ada: bool, history: bool = False):
             derived = {"eps_thr": eps_thr}
         else:
             rag = answer_vote_params(s.voters(hp), eps_q, hp, abstain_empty=s.abstain_empty,
-                                     selection=s.answer_selection, delta_query=s.delta / s.M)
+                                     selection=s.answer_selection, delta_query=s.delta / s.M,
+                                     history_in_voters=not history)
             flt = _filter(ctx, filter_charge(rag.cost)[0])
             algo = MuRAG(ctx.retriever, ctx.generator, flt, rag, tau=tau, retrieval=s.retrieval(hp),
-                         source=ctx.source("murag-answer-vote", eps, hp, *(("history",) if history else ())))
+                         source=ctx.source("murag-answer-vote", eps, hp))
             derived = {"tau": tau}
         out = _Multi(algo, lambda: algo.guarantee(), AnswerHistory() if history else None)
         out.derived = {"m": rag.m, "epsilon_selection": rag.epsilon, "threshold": rag.threshold,
                        "selection": rag.selection, "delta_q": rag.delta, "vote_threshold": rag.vote_threshold,
                        "answer_tokens": rag.max_tokens, "key_words": rag.max_key_words, "eps_q": eps_q,
-                       "abstain_empty": rag.abstain_empty, **derived}
+                       "abstain_empty": rag.abstain_empty, "history_in_voters": rag.history_in_voters, **derived}
         return out
 
     return build
@@ -544,6 +551,9 @@ METHODS: dict[str, MethodSpec] = {
     "murag-answer-vote-history": MethodSpec("murag-answer-vote-history", True, _answer_vote_grid(False),
                                             _answer_vote_build(False, history=True),
                                             doc="murag-answer-vote + answer-history reuse (000 §6)"),
+    "murag-ada-answer-vote-history": MethodSpec("murag-ada-answer-vote-history", True, _answer_vote_grid(True),
+                                                _answer_vote_build(True, history=True),
+                                                doc="murag-ada-answer-vote + answer-history reuse (000 §6)"),
 }
 
 
