@@ -62,7 +62,7 @@ def test_mia_scores_are_written_before_the_cell_ends(tmp_path):
     calls = {"n": 0}
 
     class Stop(Exception):
-        pass
+        """Raised by the callback to stop the cell mid-way, as an interrupted run would."""
 
     def on_score(rec):
         seen.append(rec["key"])
