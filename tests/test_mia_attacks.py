@@ -17,7 +17,7 @@ from dprag.accounting.protocols import Prompt
 from dprag.accounting.rag.toy import ToyGenerator, ToyRetriever
 from dprag.rag_adapters.attacks.canary import ExposureCounter
 from dprag.rag_adapters.attacks.interrogation import (
-    IAQuestion, build_questions, ia_score, llm_questions, parse_qa, valid_pair)
+    IAQuestion, build_questions, ia_score, llm_questions, llm_questions_many, parse_qa, valid_pair)
 from dprag.rag_adapters.attacks.metrics import hanley_mcneil_se
 from dprag.rag_adapters.attacks.s2mia import bleu_average_precision, modified_precision, split_record
 from dprag.rag_adapters.datasets.clinic import generate_clinic_corpus
@@ -109,6 +109,28 @@ def test_llm_questions_then_template_fill():
     assert ia_score(qs, ["she is 40", "no idea", "on 2024-03-02"]) == pytest.approx(2 / 3)
     with pytest.raises(InvalidParameterError):
         ia_score(qs, ["x"])
+
+
+class EchoQA(ToyGenerator):
+    """A scripted 'LLM' whose answer depends only on its own prompt: a question about the record's first word."""
+
+    def __init__(self):
+        super().__init__(vocab_size=1 << 12)
+        self.batches = []
+
+    def generate_many(self, prompts, max_new_tokens):
+        self.batches.append(len(prompts))
+        return [f"Q: What is the first name of the patient? A: {p.contexts[0].split()[1]}" for p in prompts]
+
+
+def test_llm_questions_many_equals_one_record_at_a_time():
+    records = [f"Patient {n} Novak, visit for a bee sting." for n in ("Ada", "Bruno", "Celia")]
+    g = EchoQA()
+    many = llm_questions_many(g, records)
+    assert g.batches == [15]  # 3 records × 5 aspects in one batch
+    assert many == [llm_questions(EchoQA(), r) for r in records]
+    assert [[q.answer for q in qs] for qs, _ in many] == [["Ada"], ["Bruno"], ["Celia"]]
+    assert llm_questions_many(g, []) == []
 
 
 def test_exposure_counter():

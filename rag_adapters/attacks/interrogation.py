@@ -87,17 +87,28 @@ def valid_pair(record: str, question: str, answer: str) -> bool:
 def llm_questions(generator: Generator, record: str, *, aspects: Sequence[str] = ASPECTS,
                   max_new_tokens: int = 48) -> tuple[list[IAQuestion], list[str]]:
     """(valid pairs, raw generations): one greedy generation per aspect, validated (module docstring)."""
-    prompts = [Prompt(QA_INSTRUCTION.format(aspect=a), (record,)) for a in aspects]
-    raw = generator.generate_many(prompts, max_new_tokens)
-    out, seen = [], set()
-    for text in raw:
-        for q, a in parse_qa(text):
-            key = normalize_answer(a)
-            if key not in seen and valid_pair(record, q, a):
-                seen.add(key)
-                out.append(IAQuestion(q, a, "llm"))
-                break
-    return out, list(raw)
+    return llm_questions_many(generator, [record], aspects=aspects, max_new_tokens=max_new_tokens)[0]
+
+
+def llm_questions_many(generator: Generator, records: Sequence[str], *, aspects: Sequence[str] = ASPECTS,
+                       max_new_tokens: int = 48) -> list[tuple[list[IAQuestion], list[str]]]:
+    """``llm_questions`` for several records in one generation batch (rows are functions of their own prompts,
+    so each record gets what a call of its own gives)."""
+    prompts = [Prompt(QA_INSTRUCTION.format(aspect=a), (record,)) for record in records for a in aspects]
+    raw_all = generator.generate_many(prompts, max_new_tokens) if prompts else []
+    results = []
+    for i, record in enumerate(records):
+        raw = raw_all[i * len(aspects):(i + 1) * len(aspects)]
+        out, seen = [], set()
+        for text in raw:
+            for q, a in parse_qa(text):
+                key = normalize_answer(a)
+                if key not in seen and valid_pair(record, q, a):
+                    seen.add(key)
+                    out.append(IAQuestion(q, a, "llm"))
+                    break
+        results.append((out, list(raw)))
+    return results
 
 
 def build_questions(n: int, generated: Sequence[IAQuestion], fallback: Sequence[tuple[str, str]]) -> list[IAQuestion]:

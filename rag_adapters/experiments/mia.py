@@ -47,7 +47,7 @@ from dprag.accounting.errors import DpragError, InvalidParameterError, check_pos
 from dprag.accounting.noise.source import RandomSource
 
 from ..attacks import canary as canary_mod
-from ..attacks.interrogation import IAQuestion, build_questions, ia_query, ia_score, llm_questions
+from ..attacks.interrogation import IAQuestion, build_questions, ia_query, ia_score, llm_questions_many
 from ..attacks.metrics import auc_ci, tpr_at_fpr
 from ..attacks.s2mia import s2mia_probe, s2mia_score
 from ..datasets.base import QAItem
@@ -171,15 +171,21 @@ def ia_context(t: Target) -> str:
 
 
 def interrogation_questions(targets: Sequence[Target], generator, n: int, *, use_llm: bool = True,
-                            progress: Callable | None = None) -> tuple[dict[str, list[IAQuestion]], dict, float]:
-    """Per target key: its ``n`` questions; plus the raw LLM generations and the seconds spent."""
+                            progress: Callable | None = None, batch: int = 1
+                            ) -> tuple[dict[str, list[IAQuestion]], dict, float]:
+    """Per target key: its ``n`` questions; plus the raw LLM generations and the seconds spent. ``batch``
+    targets share one generation batch (the same questions as one at a time)."""
+    batch = check_positive_int("batch", batch)
     t0 = time.perf_counter()
     out, raw = {}, {}
-    it = progress(targets, desc="IA questions") if progress else targets
-    for t in it:
-        gen_q, texts = llm_questions(generator, t.text) if use_llm else ([], [])
-        raw[t.key] = texts
-        out[t.key] = build_questions(n, gen_q, template_pairs(t))
+    chunks = [list(targets[i:i + batch]) for i in range(0, len(targets), batch)]
+    it = progress(chunks, desc="IA questions") if progress else chunks
+    for chunk in it:
+        got = (llm_questions_many(generator, [t.text for t in chunk]) if use_llm
+               else [([], [])] * len(chunk))
+        for t, (gen_q, texts) in zip(chunk, got):
+            raw[t.key] = texts
+            out[t.key] = build_questions(n, gen_q, template_pairs(t))
     return out, raw, time.perf_counter() - t0
 
 
@@ -406,8 +412,8 @@ def _eps_list(text: str) -> list[float]:
 @click.option("--n-distractors", type=int, default=1500, show_default=True)
 @click.option("--seed", default="0", show_default=True, help="seed of target choice, query order and noise")
 @click.option("--batch", type=int, default=8, show_default=True,
-              help="targets answered together: Non-Private-RAG decodes them in one batch (same answers); the "
-                   "private pipelines answer one query at a time whatever this is")
+              help="targets handled together: Non-Private-RAG answers and the IA question generation decode them "
+                   "in one batch (the same results); the private pipelines answer one query at a time whatever this is")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), required=True)
 @click.option("--json", "as_json", is_flag=True, help="print one JSON row per cell on stdout")
 @click.option("--progress/--no-progress", default=True, show_default=True)
@@ -461,7 +467,7 @@ def mia(attacks, methods, eps_text, members, nonmembers, questions, llm_question
         qs, raw, q_seconds = (None, {}, 0.0)
         if "interrogation" in attack_list:
             qs, raw, q_seconds = interrogation_questions(world.targets, gen, questions, use_llm=llm_questions,
-                                                         progress=bar)
+                                                         progress=bar, batch=batch)
             with (out / "questions.jsonl").open("w", encoding="utf-8") as f:
                 for tg in world.targets:
                     f.write(json.dumps({"schema": "dprag.mia-questions/1", "key": tg.key, "member": tg.member,
