@@ -37,11 +37,9 @@ from typing import Iterable
 from ..errors import InvalidParameterError, check_delta, check_epsilon
 from ..events import ApproxDpEvent
 from ..noise.source import RandomSource
-from .string_selection import BOTTOM, MAX_EXPONENT, _check_key, exact_index
+from .string_selection import _MARGIN, _MIN_EPSILON, BOTTOM, MAX_EXPONENT, _check_key, exact_index
 
-_MARGIN = 2.0 ** -20
 _DELTA_SLACK = 2.0 ** -30
-_MIN_EPSILON = 2.0 ** -10
 #: with ε·h/2 ≤ 600 and ln(1/δ) ≤ 100, every log-weight lies within 700 of the largest: e^-700 is a normal float
 MIN_DELTA = math.exp(-100.0)
 
