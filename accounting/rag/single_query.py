@@ -129,22 +129,22 @@ def non_private_rag(
     question: str, retriever: Retriever, generator: Generator, *, k: int, max_tokens: int, history: tuple = ()
 ) -> RagAnswer:
     """Top-k retrieval pasted into one prompt: no privacy guarantee (``info['private'] = False``)."""
-    ids, _ = exact_top_k(retriever, question, k)
-    text = generator.generate(Prompt(question, documents_text(retriever, ids), history), _check_tokens(max_tokens))
-    return RagAnswer(text=text.strip(), retrieved=ids, info={"method": "non-private-rag", "private": False})
+    return non_private_rag_many([question], retriever, generator, k=k, max_tokens=max_tokens, history=history)[0]
 
 
 def non_private_rag_many(
-    questions: Sequence[str], retriever: Retriever, generator: Generator, *, k: int, max_tokens: int
+    questions: Sequence[str], retriever: Retriever, generator: Generator, *, k: int, max_tokens: int,
+    history: tuple = ()
 ) -> list[RagAnswer]:
     """``non_private_rag`` for several independent questions in one generation batch (an experiment's
     throughput path: each row is a function of its own prompt only, so the answers are those of one-by-one
     calls up to the batch's floating-point shape)."""
+    n = _check_tokens(max_tokens)
     if not questions:
         return []
-    n = _check_tokens(max_tokens)
     ids = [exact_top_k(retriever, q, k)[0] for q in questions]
-    texts = generator.generate_many([Prompt(q, documents_text(retriever, i)) for q, i in zip(questions, ids)], n)
+    texts = generator.generate_many([Prompt(q, documents_text(retriever, i), history)
+                                     for q, i in zip(questions, ids)], n)
     return [RagAnswer(text=t.strip(), retrieved=i, info={"method": "non-private-rag", "private": False})
             for t, i in zip(texts, ids)]
 

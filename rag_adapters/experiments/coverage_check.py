@@ -4,8 +4,8 @@ they cost at M = 1.
 
 At M = 1 a question charges every admitted document above τ (MuRAG) or in the released bins (MuRAG-Ada, about
 K of them), so a low τ or a large K lets the first question about a condition spend records that later
-questions about the same condition need, and a high τ or a small K leaves each question few voters. The seen selection releases nothing with fewer than ⌈T⌉ votes (T = 1 + 2·ln(1/δ_q)/ε_q),
-so the statistic is: over the run's sequence of dev questions on the tuning corpus, served by the real
+questions about the same condition need, and a high τ or a small K leaves each question few voters. The seen
+selection releases nothing with fewer than ⌈T⌉ votes (T = 1 + 2·ln(1/δ_q)/ε_q), so the statistic is: over the run's sequence of dev questions on the tuning corpus, served by the real
 ``MuRAG.select`` / ``MuRAGAda.select`` with an M = 1 pure filter, how many questions get at least ⌈T⌉ of
 their own supporting records among the Top-K that reach the voters (``relevant_ids`` of the tuning corpus: dev
 labels, never the test corpus). The τ (K = 30) and the m (MuRAG-Ada, mean over 3 noise seeds of its prefix
