@@ -170,6 +170,11 @@ def ia_context(t: Target) -> str:
     return f"About the clinic record of patient {t.name}:"
 
 
+def _chunks(items: Sequence, size: int) -> list[list]:
+    """``items`` in consecutive groups of ``size`` (the last may be shorter), order kept."""
+    return [list(items[i:i + size]) for i in range(0, len(items), size)]
+
+
 def interrogation_questions(targets: Sequence[Target], generator, n: int, *, use_llm: bool = True,
                             progress: Callable | None = None, batch: int = 1
                             ) -> tuple[dict[str, list[IAQuestion]], dict, float]:
@@ -178,7 +183,7 @@ def interrogation_questions(targets: Sequence[Target], generator, n: int, *, use
     batch = check_positive_int("batch", batch)
     t0 = time.perf_counter()
     out, raw = {}, {}
-    chunks = [list(targets[i:i + batch]) for i in range(0, len(targets), batch)]
+    chunks = _chunks(targets, batch)
     it = progress(chunks, desc="IA questions") if progress else chunks
     for chunk in it:
         got = (llm_questions_many(generator, [t.text for t in chunk]) if use_llm
@@ -243,7 +248,7 @@ def run_cell(attack: str, method: str, eps: float | None, *, retriever, generato
                                          {t.key: world.sys_id.get(t.full_id) if t.member else None for t in targets})
     out = CellOut(base)
     t_cell = time.perf_counter()
-    chunks = [targets[i:i + batch] for i in range(0, len(targets), batch)]
+    chunks = _chunks(targets, batch)
     it = progress(chunks, desc=f"{attack} {method} eps={eps}") if progress else chunks
     try:
         for chunk in it:
