@@ -242,9 +242,7 @@ def test_plugs_into_murag_and_murag_ada_pure_filter(gen):
     assert a2.charged.size == 0 and a2.retrieved.size == 0  # budgets spent: only empty documents remain
     eps_g, delta_g = flt.guarantee()
     assert delta_g == 0 and eps_g >= 4.0
-    flt2 = IndividualRenyiFilter(MemoryBudgetStore(6), FilterBudget.for_queries(
-        1, (MuRAGAda(r, gen, IndividualRenyiFilter(MemoryBudgetStore(6), FilterBudget.for_queries(
-            1, p.cost, mode="pure")), p, edges=[100, 60, 0])._thr_cost, p.cost), mode="pure"))
+    flt2 = IndividualRenyiFilter(MemoryBudgetStore(6), MuRAGAda.filter_budget(1, p.cost, 1.0))
     ada = MuRAGAda(r, gen, flt2, p, edges=[100.0, 60.0, 0.0], epsilon_thr=1.0,
                    source=RandomSource.from_seed(b"ada"))
     a3 = ada.answer("gout?")

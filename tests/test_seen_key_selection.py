@@ -250,3 +250,25 @@ def test_murag_counts_epsilon_in_the_pure_filter_and_delta_per_charge():
     ada.answer("q")
     e3, d3 = ada.guarantee()
     assert e3 == pytest.approx(4.0) and d3 == pytest.approx(1e-5)  # one RAG charge per document fits
+
+
+def test_murag_ada_filter_budget_admits_exactly_m_queries_of_both_charges():
+    """``MuRAGAda.filter_budget(M, cost, ε_thr)`` with the seen selection's (ε, δ) cost: the pure filter counts
+    ε_thr + ε = 1 + 3 per touched document, so a document is served by exactly M = 2 queries and refused by the
+    third; the guarantee is (M·(ε_thr + ε), M·δ) = (8, 2e-5) add/remove."""
+    n = 6
+    r = _Docs([f"w{i} x" for i in range(n)], [90, 80, 70, 60, 10, 5])
+    p = AnswerVoteParams(2, 3.0, selection="seen", delta=1e-5, max_tokens=2)
+    flt = IndividualRenyiFilter(MemoryBudgetStore(n), MuRAGAda.filter_budget(2, p.cost, 1.0))
+    ada = MuRAGAda(r, _Scripted(), flt, p, edges=[100.0, 60.0, 0.0], epsilon_thr=1.0,
+                   source=RandomSource.from_seed(b"ada-budget"))
+    served = Counter()
+    for _ in range(5):
+        served.update(ada.answer("q").charged.tolist())
+    assert served[0] == served[1] == served[2] == served[3] == 2  # the top bin is always released
+    assert max(served.values()) == 2
+    assert flt.spent(np.arange(4)).tolist() == pytest.approx([8.0] * 4)
+    eps, delta = ada.guarantee()
+    assert eps == pytest.approx(8.0) and eps >= 8.0 and delta == pytest.approx(2e-5) and delta >= 2e-5
+    with pytest.raises(InvalidParameterError, match="epsilon_thr"):
+        MuRAGAda.filter_budget(2, p.cost, 0.0)

@@ -26,7 +26,7 @@ import numpy as np
 from ..composition import MixedAccountant, PureDpAccountant
 from ..errors import InvalidParameterError, check_delta, check_epsilon, check_positive_int
 from ..events import ComposedEvent, PoissonSampledEvent, PrivacyEvent, SelfComposedEvent
-from ..filters import IndividualRenyiFilter
+from ..filters import FilterBudget, IndividualRenyiFilter
 from ..mechanisms.prefix_sums import assign_bins, bin_counts, noisy_prefix_sums
 from ..mechanisms.subsampling import poisson_subsample
 from ..noise.source import RandomSource
@@ -207,11 +207,24 @@ class MuRAGAda:
     def answer(self, question: str, history: tuple = ()) -> RagAnswer:
         return self.respond(question, self.select(question), history)
 
-    @property
-    def _thr_cost(self):
+    @staticmethod
+    def threshold_cost(epsilon_thr: float) -> PrivacyEvent:
+        """The charge of the prefix-sum release to every counted document of a released bin."""
         from ..events import DiscreteLaplaceEvent
 
-        return DiscreteLaplaceEvent(scale=1.0 / self.epsilon_thr, sensitivity=1)
+        return DiscreteLaplaceEvent(scale=1.0 / check_epsilon("epsilon_thr", epsilon_thr), sensitivity=1)
+
+    @staticmethod
+    def filter_budget(max_queries: int, rag_cost: PrivacyEvent, epsilon_thr: float) -> FilterBudget:
+        """The pure budget of M MuRAG-Ada queries per document: both charges a touched document pays (the
+        threshold release, then the RAG cost as the filter counts it, ``filter_charge``), each rounded to
+        units on its own as the filter charges them (``FilterBudget.for_queries``)."""
+        return FilterBudget.for_queries(max_queries, (MuRAGAda.threshold_cost(epsilon_thr),
+                                                      filter_charge(rag_cost)[0]), mode="pure")
+
+    @property
+    def _thr_cost(self):
+        return self.threshold_cost(self.epsilon_thr)
 
     @property
     def per_query_cost(self) -> PrivacyEvent:

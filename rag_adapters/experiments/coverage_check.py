@@ -21,12 +21,10 @@ import sys
 
 import numpy as np
 
-from dprag.accounting.events import DiscreteLaplaceEvent
 from dprag.accounting.filters import FilterBudget, IndividualRenyiFilter
 from dprag.accounting.noise.source import RandomSource
 from dprag.accounting.mechanisms.seen_key_selection import vote_threshold
 from dprag.accounting.rag.answer_vote import AnswerVoteParams
-from dprag.accounting.rag.mechanism import filter_charge
 from dprag.accounting.rag.multi_query import MuRAG, MuRAGAda
 from dprag.accounting.stores import MemoryBudgetStore
 from dprag.rag_adapters.embedder import MiniLMEmbedder
@@ -62,10 +60,9 @@ def coverage(retriever, questions, tau: float, *, m: int = 30, epsilon: float = 
 def ada_coverage(retriever, questions, m: int, edges, *, epsilon: float = 10.0, epsilon_thr: float = 1.0,
                  delta: float = 1e-5, seed: bytes = b"coverage-check") -> dict:
     """The same count for MuRAG-Ada with K = m voters × 1 record, ε_RAG = ε − ε_thr, M = 1 (the experiments'
-    filter: ``FilterBudget.for_queries(1, (ε_thr charge, RAG charge))``)."""
+    filter: ``MuRAGAda.filter_budget(1, …)``)."""
     rag = AnswerVoteParams(m, epsilon - epsilon_thr, threshold=0.0, selection="seen", delta=delta)
-    flt = IndividualRenyiFilter(MemoryBudgetStore(len(retriever)), FilterBudget.for_queries(
-        1, (DiscreteLaplaceEvent(scale=1.0 / epsilon_thr, sensitivity=1), filter_charge(rag.cost)[0]), mode="pure"))
+    flt = IndividualRenyiFilter(MemoryBudgetStore(len(retriever)), MuRAGAda.filter_budget(1, rag.cost, epsilon_thr))
     algo = MuRAGAda(retriever, None, flt, rag, edges=edges, epsilon_thr=epsilon_thr,
                     source=RandomSource.from_seed(seed, str(m).encode()))
     return _count(algo, questions, math.ceil(rag.vote_threshold))

@@ -63,7 +63,6 @@ from typing import Callable, Sequence
 import numpy as np
 
 from dprag.accounting.errors import InvalidParameterError
-from dprag.accounting.events import DiscreteLaplaceEvent
 from dprag.accounting.filters import FilterBudget, IndividualRenyiFilter
 from dprag.accounting.noise.source import RandomSource
 from dprag.accounting.protocols import Generator, Retriever
@@ -390,8 +389,7 @@ def _ada_build(ctx: Context, eps: float, hp: dict) -> Session:
     rag = _with_tokens(pure_rag_params(s.voters(hp), hp["c"], eps_q - eps_thr, margin=s.em_margin,
                                        max_tokens=s.max_tokens), s)
     # the two charges a touched document pays, each rounded to units as the filter charges them
-    flt = IndividualRenyiFilter(MemoryBudgetStore(len(ctx.retriever)), FilterBudget.for_queries(
-        s.M, (DiscreteLaplaceEvent(scale=1.0 / eps_thr, sensitivity=1), rag.cost), mode="pure"))
+    flt = IndividualRenyiFilter(MemoryBudgetStore(len(ctx.retriever)), MuRAGAda.filter_budget(s.M, rag.cost, eps_thr))
     algo = MuRAGAda(ctx.retriever, ctx.generator, flt, rag, edges=s.edges, epsilon_thr=eps_thr,
                     retrieval=s.retrieval(hp), source=ctx.source("murag-ada", eps, hp))
     return _derive(_Multi(algo, lambda: flt.guarantee()), rag, eps_q=eps_q, eps_thr=eps_thr)
@@ -487,9 +485,8 @@ def _answer_vote_build(ada: bool, history: bool = False):
             rag = answer_vote_params(s.voters(hp), eps_q - eps_thr, hp, abstain_empty=s.abstain_empty,
                                      selection=s.answer_selection, delta_query=s.delta / s.M,
                                      history_in_voters=not history)
-            flt = IndividualRenyiFilter(MemoryBudgetStore(len(ctx.retriever)), FilterBudget.for_queries(
-                s.M, (DiscreteLaplaceEvent(scale=1.0 / eps_thr, sensitivity=1), filter_charge(rag.cost)[0]),
-                mode="pure"))
+            flt = IndividualRenyiFilter(MemoryBudgetStore(len(ctx.retriever)),
+                                        MuRAGAda.filter_budget(s.M, rag.cost, eps_thr))
             algo = MuRAGAda(ctx.retriever, ctx.generator, flt, rag, edges=s.edges, epsilon_thr=eps_thr,
                             retrieval=s.retrieval(hp), source=ctx.source("murag-ada-answer-vote", eps, hp))
             derived = {"eps_thr": eps_thr}
