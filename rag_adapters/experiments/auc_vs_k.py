@@ -538,19 +538,7 @@ def run(cfg: Config, out_dir: str | os.PathLike, *, progress: bool = True, log=N
 
 import click  # noqa: E402
 
-
-class _Fail(click.ClickException):
-    exit_code = 2
-
-
-def _list(name: str, text: str, conv):
-    try:
-        vals = tuple(conv(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise click.BadParameter(f"must be comma-separated numbers, got {text!r}", param_hint=name) from None
-    if not vals:
-        raise click.BadParameter("must not be empty", param_hint=name)
-    return vals
+from .options import Fail, parse_list  # noqa: E402
 
 
 @click.command("auc-vs-k")
@@ -588,9 +576,9 @@ def auc_vs_k_command(mechanism, k_text, eps_text, trials, n, delta_acc, calibrat
     """Membership-inference AUC against coalition size k (paper 002 §4): scalar M*, top-K harness, HNSW."""
     try:
         try:
-            cfg = Config(mechanism=mechanism, ks=_list("--k", k_text, int), eps=_list("--eps-acc", eps_text, float),
+            cfg = Config(mechanism=mechanism, ks=parse_list("--k", k_text, int), eps=parse_list("--eps-acc", eps_text, float),
                          trials=trials, seed=str(seed), n=n, delta_acc=delta_acc, calibration=calibration, mode=mode,
-                         gap=gap, rhos=_list("--rho", rho_text, float) if rho_text.strip() not in ("", "none") else (),
+                         gap=gap, rhos=parse_list("--rho", rho_text, float) if rho_text.strip() not in ("", "none") else (),
                          regimes=tuple(x.strip() for x in regimes.split(",") if x.strip()),
                          datasets=tuple(x.strip() for x in datasets.split(",") if x.strip()),
                          synthetic_size=synthetic_size, synthetic_gap=synthetic_gap, wiki_size=wiki_size,
@@ -609,6 +597,6 @@ def auc_vs_k_command(mechanism, k_text, eps_text, trials, n, delta_acc, calibrat
     except click.BadParameter:
         raise
     except InvalidParameterError as e:
-        raise _Fail(str(e)) from None
+        raise Fail(str(e)) from None
     except OSError as e:
-        raise _Fail(f"{e}") from None
+        raise Fail(f"{e}") from None

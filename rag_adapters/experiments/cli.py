@@ -9,7 +9,6 @@ Bad input (unknown method, ε <= 0, queries < 1, a missing dataset or model pack
 from __future__ import annotations
 
 import json
-import math
 import os
 import platform
 import sys
@@ -19,38 +18,13 @@ from pathlib import Path
 import click
 
 from dprag.accounting.errors import DpragError
+
+from .options import Fail, auto_ints, positive_floats
 from .report import progress_bar
 
 MODELS = ("smollm2", "tiny", "toy")
 DATASETS = ("clinic", "wiki-fanout")
 DEFAULT_METHODS = "non-rag,non-private-rag,murag,murag-ada,naive-multi-rag"
-
-
-class _Fail(click.ClickException):
-    exit_code = 2
-
-
-def _floats(name: str, text: str, positive: bool = True) -> tuple[float, ...]:
-    try:
-        vals = tuple(float(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise click.BadParameter(f"must be comma-separated numbers, got {text!r}", param_hint=name) from None
-    if not vals:
-        raise click.BadParameter("must not be empty", param_hint=name)
-    for v in vals:
-        if not math.isfinite(v) or (positive and v <= 0):
-            raise click.BadParameter(f"every value must be finite and > 0, got {v}", param_hint=name)
-    return vals
-
-
-def _ints(name: str, text: str) -> tuple[int, ...]:
-    try:
-        vals = tuple(int(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise click.BadParameter(f"must be comma-separated integers, got {text!r}", param_hint=name) from None
-    if not vals or min(vals) < 0:
-        raise click.BadParameter("must be integers >= 0 (0 = auto)", param_hint=name)
-    return vals
 
 
 def load_dataset(name: str, corpus_seed: int):
@@ -135,7 +109,7 @@ def report(run_dir, baseline):
     try:
         click.echo(markdown(load_rows(run_dir), baseline))
     except DpragError as e:
-        raise _Fail(str(e)) from None
+        raise Fail(str(e)) from None
 
 
 from .auc_vs_k import auc_vs_k_command as _auc_vs_k  # noqa: E402  (issue 12: spec/experiments-collusion.md)
@@ -215,8 +189,8 @@ def privacy_utility(dataset, methods, eps_text, queries, dev_queries, test_split
     unknown = [n for n in names if n not in METHODS]
     if unknown or not names:
         raise click.BadParameter(f"unknown method(s) {unknown}; choose from {sorted(METHODS)}", param_hint="--methods")
-    eps = _floats("--eps", eps_text)
-    m_grid, dpv_grid = _ints("--m", m_text), _ints("--docs-per-voter", dpv_text)
+    eps = positive_floats("--eps", eps_text)
+    m_grid, dpv_grid = auto_ints("--m", m_text), auto_ints("--docs-per-voter", dpv_text)
     for name, vals in (("--m", m_grid), ("--docs-per-voter", dpv_grid)):
         if not vals or min(vals) < 1:
             raise click.BadParameter(f"every value must be >= 1, got {vals}", param_hint=name)
@@ -240,19 +214,19 @@ def privacy_utility(dataset, methods, eps_text, queries, dev_queries, test_split
             check_disjoint(ds, tuning_ds)
         dev = (select_questions(tuning_ds or ds, dev_split, dev_queries, seed_b) if dev_queries else [])
         retriever, gen, kind = build_backend(model, ds, threads)
-        bins_t = _floats("--bins", bins, positive=False) if bins else None
+        bins_t = positive_floats("--bins", bins, positive=False) if bins else None
         if bins_t is not None and len(bins_t) != 3:
             raise click.BadParameter("must be LOW,HIGH,WIDTH", param_hint="--bins")
         scale = default_scale(kind, bins_t)
         settings = Settings(
             m=m, m_grid=m_grid, docs_per_voter=dpv_grid, queries=len(test), max_tokens=max_tokens, M=max_retrievals, delta=delta,
-            taus=_floats("--taus", taus, positive=False) if taus else scale["taus"], edges=scale["edges"],
-            private_tokens=_ints("--private-tokens", private_tokens), em_margin=em_margin,
+            taus=positive_floats("--taus", taus, positive=False) if taus else scale["taus"], edges=scale["edges"],
+            private_tokens=auto_ints("--private-tokens", private_tokens), em_margin=em_margin,
             public_completion=public_completion, em_prior=em_prior,
-            probabilities=_floats("--probabilities", probabilities),
-            vote_thresholds=_floats("--vote-thresholds", vote_thresholds, positive=False),
-            key_words=_ints("--key-words", key_words),
-            answer_tokens=_ints("--answer-tokens", answer_tokens) if answer_tokens else (),
+            probabilities=positive_floats("--probabilities", probabilities),
+            vote_thresholds=positive_floats("--vote-thresholds", vote_thresholds, positive=False),
+            key_words=auto_ints("--key-words", key_words),
+            answer_tokens=auto_ints("--answer-tokens", answer_tokens) if answer_tokens else (),
             abstain_empty=abstain_empty, answer_selection=answer_selection)
         if min(settings.vote_thresholds) < 0 or min(settings.key_words) < 1 or \
                 (settings.answer_tokens and min(settings.answer_tokens) < 1):
@@ -301,7 +275,7 @@ def privacy_utility(dataset, methods, eps_text, queries, dev_queries, test_split
         cells = run_plan(ctx, Plan(tuple(names), eps, tuple(test), tuple(dev), test_split, dev_context=dev_ctx,
                                    tuning=tuning), bar, on_cell, on_question)
     except DpragError as e:
-        raise _Fail(str(e)) from None
+        raise Fail(str(e)) from None
     write_csv(cells, out / CSV_NAME, meta)
     write_predictions(cells, out / PREDICTIONS_NAME)
     if as_json:

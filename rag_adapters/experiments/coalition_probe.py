@@ -45,14 +45,15 @@ import os
 import shutil
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
 import click
 import numpy as np
 
-from dprag.accounting.errors import DpragError, InvalidParameterError, check_positive_int
+from dprag.accounting.errors import DpragError, InvalidParameterError
+from .options import Fail
 from .report import progress_bar
 
 ROW_SCHEMA = "dprag.coalition-probe-row/1"
@@ -291,8 +292,6 @@ def plot(rows: list[dict], path: Path) -> None:
 # ----------------------------------------------------------------------------------------------------------
 # CLI
 # ----------------------------------------------------------------------------------------------------------
-class _Fail(click.ClickException):
-    exit_code = 2
 
 
 def run_probe(out: Path, *, models, policy, setup: ProbeSetup, k_max: int, probes: int, trials: int, seed: str,
@@ -377,7 +376,7 @@ def coalition_probe(k_max, probes, trials, model, eps_acc, m, epsilon_token, tau
                                trials=trials, seed=str(seed), templates=templates, progress=bar, on_trial=on_trial)
         rows = summarise(trials_out, range(1, k_max + 1), policy, probes)
     except DpragError as e:
-        raise _Fail(str(e)) from None
+        raise Fail(str(e)) from None
     cols = list(rows[0].keys())
     with (out / "coalition_probe.csv").open("w", newline="", encoding="utf-8") as f:
         w = csv.DictWriter(f, fieldnames=cols)

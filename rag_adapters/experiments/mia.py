@@ -51,6 +51,7 @@ from ..attacks.interrogation import IAQuestion, build_questions, ia_query, ia_sc
 from ..attacks.metrics import auc_ci, tpr_at_fpr
 from ..attacks.s2mia import s2mia_probe, s2mia_score
 from ..datasets.base import QAItem
+from .options import Fail, choices, positive_floats
 from .report import progress_bar
 
 ROW_SCHEMA = "dprag.mia-row/1"
@@ -372,28 +373,6 @@ def package_versions() -> dict:
 # ----------------------------------------------------------------------------------------------------------
 # CLI
 # ----------------------------------------------------------------------------------------------------------
-class _Fail(click.ClickException):
-    exit_code = 2
-
-
-def _csv(name: str, text: str, allowed: Sequence[str]) -> list[str]:
-    vals = [x.strip() for x in text.split(",") if x.strip()]
-    bad = [v for v in vals if v not in allowed]
-    if bad or not vals:
-        raise click.BadParameter(f"unknown value(s) {bad}; choose from {list(allowed)}", param_hint=name)
-    return list(dict.fromkeys(vals))
-
-
-def _eps_list(text: str) -> list[float]:
-    try:
-        vals = [float(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise click.BadParameter(f"must be comma-separated numbers, got {text!r}", param_hint="--eps") from None
-    if not vals or any(not math.isfinite(v) or v <= 0 for v in vals):
-        raise click.BadParameter(f"every value must be finite and > 0, got {text!r}", param_hint="--eps")
-    return vals
-
-
 @click.command("mia")
 @click.option("--attacks", default="s2mia", show_default=True, help="comma-separated: s2mia, interrogation")
 @click.option("--methods", default="non-private-rag,murag", show_default=True,
@@ -430,9 +409,9 @@ def mia(attacks, methods, eps_text, members, nonmembers, questions, llm_question
     from .cli import EXPERIMENT_BINS, default_scale
     from .methods import Settings
 
-    attack_list = _csv("--attacks", attacks, ATTACKS)
-    method_list = _csv("--methods", methods, MIA_METHODS)
-    eps_list = _eps_list(eps_text)
+    attack_list = choices("--attacks", attacks, ATTACKS)
+    method_list = choices("--methods", methods, MIA_METHODS)
+    eps_list = list(positive_floats("--eps", eps_text))
     nonmembers = members if nonmembers is None else nonmembers
     for name, v, lo in (("--members", members, 1), ("--nonmembers", nonmembers, 1), ("--questions", questions, 1),
                         ("--m", m, 1), ("--npr-k", npr_k, 1), ("--max-tokens", max_tokens, 1), ("--batch", batch, 1),
@@ -504,7 +483,7 @@ def mia(attacks, methods, eps_text, members, nonmembers, questions, llm_question
                                    err=True)
                     write_rows([c.row for c in cells], out)
     except DpragError as e:
-        raise _Fail(str(e)) from None
+        raise Fail(str(e)) from None
     plot_roc(cells, out / "mia_roc.png")
     run = {"schema": "dprag.mia-run/1", "argv": sys.argv[1:], "attacks": attack_list, "methods": method_list,
            "eps": eps_list, "members": members, "nonmembers": nonmembers, "questions": questions,

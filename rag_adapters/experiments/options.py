@@ -1,0 +1,54 @@
+"""Option parsing shared by the ``dprag experiment …`` commands: comma-separated lists and the exit-2 error.
+
+Every error names the flag the user typed and the rule (``click.BadParameter`` → one line on stderr, exit 2);
+``Fail`` turns a library ``DpragError`` raised while setting a run up into the same one-line exit 2."""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Sequence
+
+import click
+
+
+class Fail(click.ClickException):
+    """A bad setting found after parsing (a library error naming the field): one line on stderr, exit 2."""
+
+    exit_code = 2
+
+
+def parse_list(flag: str, text: str, conv: Callable = float, kind: str = "numbers") -> tuple:
+    """The comma-separated values of ``flag`` converted by ``conv``; empty items are skipped, none is an error."""
+    try:
+        vals = tuple(conv(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise click.BadParameter(f"must be comma-separated {kind}, got {text!r}", param_hint=flag) from None
+    if not vals:
+        raise click.BadParameter("must not be empty", param_hint=flag)
+    return vals
+
+
+def positive_floats(flag: str, text: str, positive: bool = True) -> tuple[float, ...]:
+    """Comma-separated finite numbers, each > 0 when ``positive``."""
+    vals = parse_list(flag, text, float)
+    for v in vals:
+        if not math.isfinite(v) or (positive and v <= 0):
+            raise click.BadParameter(f"every value must be finite and > 0, got {v}", param_hint=flag)
+    return vals
+
+
+def auto_ints(flag: str, text: str) -> tuple[int, ...]:
+    """Comma-separated integers >= 0 (0 = choose automatically)."""
+    vals = parse_list(flag, text, int, "integers")
+    if min(vals) < 0:
+        raise click.BadParameter("must be integers >= 0 (0 = auto)", param_hint=flag)
+    return vals
+
+
+def choices(flag: str, text: str, allowed: Sequence[str]) -> list[str]:
+    """Comma-separated names from ``allowed``, duplicates dropped, order kept."""
+    vals = [x.strip() for x in text.split(",") if x.strip()]
+    bad = [v for v in vals if v not in allowed]
+    if bad or not vals:
+        raise click.BadParameter(f"unknown value(s) {bad}; choose from {list(allowed)}", param_hint=flag)
+    return list(dict.fromkeys(vals))
