@@ -183,13 +183,20 @@ def channel_bounds(policy, k: int, probes: int, gen: dict | None = None) -> dict
 
 def run_window(directory: Path, policy, models, docs: Sequence[str], accounts: Sequence[str],
                questions: Sequence[Sequence[str]], seed: bytes, progress: Callable | None = None) -> list[list[dict]]:
-    """One window: account j asks questions[j] in order; returns per account the (answer, citations) list."""
+    """One window: account j asks questions[j] in order; returns per account the (answer, citations) list.
+
+    The accounts' keys and request nonces derive from ``seed`` (an experiment, not a deployment: a deployed
+    account's nonce must be unpredictable, or its h_q is guessable), so every request, hence every h_req and
+    every draw the service makes from its committed seed and h_req, is a function of ``seed``: a rerun gives
+    the same answers and citations."""
+    from dprag.accounting.noise.source import RandomSource
     from dprag.audit.account import AccountClient, AccountKey
     from dprag.audit.service import ProviderService
 
     if directory.exists():
         shutil.rmtree(directory)
-    keys = {a: AccountKey.generate() for a in accounts}
+    keys = {a: AccountKey(hashlib.sha256(b"dprag/coalition-probe/account-key\0" + seed + a.encode()).digest())
+            for a in accounts}
     svc = ProviderService.create(directory / "provider", policy=policy, embedder=models.embedder,
                                  embedder_descriptor=models.descriptor({TENANT: len(docs)}),
                                  generator=models.generator, tenants={TENANT: list(docs)},
@@ -198,7 +205,9 @@ def run_window(directory: Path, policy, models, docs: Sequence[str], accounts: S
     try:
         clients = {a: AccountClient(a, policy.window, keys[a], provider_vkey=svc.signer.vkey(),
                                     embedder=models.embedder,
-                                    embedding_scale=svc.embedder_descriptor["embedding_scale"]) for a in accounts}
+                                    embedding_scale=svc.embedder_descriptor["embedding_scale"],
+                                    nonces=RandomSource.from_seed(seed, b"coalition-probe/nonces/" + a.encode()))
+                   for a in accounts}
         it = list(zip(accounts, questions))
         for a, qs in (progress(it, desc="accounts") if progress else it):
             rows = []
