@@ -300,14 +300,19 @@ def build_policy(cfg: DemoConfig, *, k_max: int | None = None, window: str | Non
             sampler=SamplerSpec(p.sampler_tail, p.sampler_bits, p.sampler_tv),
             zk_tenants=tuple(t for t in cfg.zk_tenants if t in names)),
         coalition=CoalitionPolicy(k_max=p.k_max if k_max is None else k_max, delta_policy=p.delta_policy),
-        generation=GenerationPolicy(algorithm="murag", m=p.m, epsilon_token=p.epsilon_token,
-                                    max_private_tokens=p.max_private_tokens, max_queries_per_doc=p.M,
-                                    docs_per_voter=p.docs_per_voter, tau=p.tau, max_tokens=p.max_tokens,
-                                    **(generation_extensions(p) if p.mechanism not in ANSWER_VOTE else dict(
-                                        mechanism="answer-vote", vote_epsilon=p.vote_epsilon,
-                                        vote_threshold=p.vote_threshold, key_words=p.key_words,
-                                        normalizer=p.normalizer, **answer_vote_selection(p)))),
+        generation=generation_policy(p),
     ).validate()
+
+
+def generation_policy(p: DemoPrivacy) -> GenerationPolicy:
+    """The committed generation policy of ``p``: MuRAG (M = ``p.M``, τ = ``p.tau``) with ``p.mechanism``."""
+    return GenerationPolicy(algorithm="murag", m=p.m, epsilon_token=p.epsilon_token,
+                            max_private_tokens=p.max_private_tokens, max_queries_per_doc=p.M,
+                            docs_per_voter=p.docs_per_voter, tau=p.tau, max_tokens=p.max_tokens,
+                            **(generation_extensions(p) if p.mechanism not in ANSWER_VOTE else dict(
+                                mechanism="answer-vote", vote_epsilon=p.vote_epsilon,
+                                vote_threshold=p.vote_threshold, key_words=p.key_words,
+                                normalizer=p.normalizer, **answer_vote_selection(p))))
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -111,7 +111,7 @@ def test_leaky_service_leaks_the_target_and_never_the_replacement(tmp_path):
     world the target's id holds another patient, so the target's secret never appears. (Whether the
     replacement's id is cited there is left to the ties: under this embedder it scores 0 like most records.)"""
     setup = cp.make_setup("test-coalition", 1, 15)
-    pol = cp.probe_policy(2, 1, eps_acc=50.0, m=1, epsilon_token=50.0, tau=0)
+    pol = cp.probe_policy(2, 1, eps_acc=50.0, m=1, epsilon_token=50.0, tau=0, mechanism="pure-dp-rag")
     trials = cp.run_probe(tmp_path, models=_Models(), policy=pol, setup=setup, k_max=2, probes=1, trials=1,
                           seed="t", templates=("What is {name}'s {kind}?",))
     by = {t["world"]: t for t in trials}
@@ -125,6 +125,7 @@ def test_leaky_service_leaks_the_target_and_never_the_replacement(tmp_path):
     (["--trials", "0"], "--trials"),
     (["--eps-acc", "-1"], "--eps-acc"),
     (["--model", "gpt9"], "--model"),
+    (["--mechanism", "gnmax"], "--mechanism"),
 ])
 def test_coalition_probe_bad_input_one_line_exit_2(tmp_path, capsys, args, needle):
     rc = main(["experiment", "coalition-probe", "--out", str(tmp_path / "x"), "--no-progress", *args])
@@ -170,3 +171,18 @@ def test_coalition_probe_rerun_with_the_same_seed_is_identical(tmp_path, capsys)
     a, b, c = run("s1", "a"), run("s1", "b"), run("s2", "c")
     assert a == b
     assert [x[2] for x in a] != [x[2] for x in c]
+
+
+def test_probe_policy_generation_is_the_demos_unless_overridden():
+    """Default: the demo's committed generation (answer-level voting with the seen selection, m = 20, M = 1,
+    τ = 512); ``mechanism="pure-dp-rag"`` gives the pilot's 000 Alg. 5; an unknown name is refused."""
+    from dprag.accounting.errors import InvalidParameterError
+    from dprag.rag_adapters.demo import build_policy, default_config
+
+    g = cp.probe_policy(4, 2).generation
+    assert g == build_policy(default_config("toy")).generation
+    assert (g.mechanism, g.vote_selection, g.m, g.max_queries_per_doc, g.tau) == ("answer-vote", "seen", 20, 1, 512)
+    t = cp.probe_policy(4, 2, mechanism="pure-dp-rag", m=7).generation
+    assert (t.mechanism, t.m, t.vote_epsilon) == ("pure-dp-rag", 7, None)
+    with pytest.raises(InvalidParameterError, match="mechanism"):
+        cp.probe_policy(4, 2, mechanism="gnmax")

@@ -31,8 +31,8 @@ generation ε: the filter's replace-one guarantee (``Policy.certified_epsilons``
 
 Outputs: ``coalition_probe.csv`` / ``.jsonl`` (rows, schema ``dprag.coalition-probe-row/1``), ``trials.jsonl``
 (schema ``dprag.coalition-probe-trial/1``: every answer and citation list), ``coalition_probe.png``,
-``run.json``. Noise is drawn from each window's committed seed and the signed request, which carries a
-random nonce: reruns are statistically, not bitwise, identical.
+``run.json``. Noise is drawn from each window's committed seed and the signed request; the accounts' keys and
+nonces derive from the window's seed here (``run_window``), so a rerun with the same ``--seed`` is identical.
 """
 
 from __future__ import annotations
@@ -53,6 +53,7 @@ import click
 import numpy as np
 
 from dprag.accounting.errors import DpragError, InvalidParameterError
+from ..demo import MECHANISMS
 from .options import Fail
 from .report import progress_bar
 
@@ -95,16 +96,23 @@ def make_setup(corpus_seed: int | str, n_conditions: int, n_distractors: int) ->
 
 
 def probe_policy(k_max: int, probes: int, eps_acc: float | None = None, *, m: int | None = None,
-                 epsilon_token: float | None = None, tau: int | None = None):
+                 epsilon_token: float | None = None, tau: int | None = None, mechanism: str | None = None):
     """The demo's committed parameters (``demo.DemoPrivacy``: ε_acc, δ_acc, K, m, ε_token, c, M, τ, tokens,
-    sampler) with generation by MuRAG over 000 Alg. 5 (token level), n = ``probes`` queries per account and
-    k_max = ``k_max``; one tenant, citations on; m, ε_token and τ (score units) can be overridden."""
+    sampler) and generation policy (``demo.generation_policy``: MuRAG with the demo's ``mechanism`` unless
+    given, one of ``demo.MECHANISMS``), n = ``probes`` queries per account and k_max = ``k_max``; one tenant,
+    citations on; m, ε_token and τ (score units) can be overridden."""
+    from dataclasses import replace
+
     from dprag.accounting.collusion import exact_sigma
-    from dprag.audit.policy import CoalitionPolicy, GenerationPolicy, Policy, RetrievalPolicy, SamplerSpec
+    from dprag.audit.policy import CoalitionPolicy, Policy, RetrievalPolicy, SamplerSpec
 
-    from ..demo import SCORE_CLIP, SCORE_SHIFT, SENSITIVITY, DemoPrivacy
+    from ..demo import SCORE_CLIP, SCORE_SHIFT, SENSITIVITY, DemoPrivacy, generation_policy
 
+    if mechanism is not None and mechanism not in MECHANISMS:
+        raise InvalidParameterError("mechanism", f"must be one of {MECHANISMS}", mechanism)
     p = DemoPrivacy()
+    p = replace(p, **{k: v for k, v in (("m", m), ("epsilon_token", epsilon_token), ("tau", tau),
+                                        ("mechanism", mechanism)) if v is not None})
     e_acc = p.epsilon_acc if eps_acc is None else eps_acc
     sigma = exact_sigma(e_acc, p.delta_acc, probes, SENSITIVITY)
     return Policy(
@@ -115,11 +123,7 @@ def probe_policy(k_max: int, probes: int, eps_acc: float | None = None, *, m: in
                                   sampler=SamplerSpec(p.sampler_tail, p.sampler_bits, p.sampler_tv)),
         # the policy rule δ_policy > k_max·δ_acc (002 §5.6): the demo's 1e-5 up to k_max = 5, then 2·k_max·δ_acc
         coalition=CoalitionPolicy(k_max=k_max, delta_policy=max(p.delta_policy, 2 * k_max * p.delta_acc)),
-        generation=GenerationPolicy(algorithm="murag", m=p.m if m is None else m,
-                                    epsilon_token=p.epsilon_token if epsilon_token is None else epsilon_token,
-                                    max_private_tokens=p.max_private_tokens, max_queries_per_doc=p.M,
-                                    docs_per_voter=p.docs_per_voter, tau=p.tau if tau is None else tau,
-                                    max_tokens=p.max_tokens),
+        generation=generation_policy(p),
     ).validate()
 
 
@@ -336,6 +340,8 @@ def run_probe(out: Path, *, models, policy, setup: ProbeSetup, k_max: int, probe
 @click.option("--m", "m", type=int, default=None, help="generation voters (default: the demo's 20)")
 @click.option("--epsilon-token", type=float, default=None, help="generation ε_token (default: the demo's 6)")
 @click.option("--tau", type=int, default=None, help="MuRAG threshold in score units (default: the demo's 512)")
+@click.option("--mechanism", type=click.Choice(MECHANISMS), default=None,
+              help="generation mechanism (default: the demo's DemoPrivacy.mechanism; the pilot used pure-dp-rag)")
 @click.option("--corpus-seed", default="dprag-coalition-probe", show_default=True)
 @click.option("--n-conditions", type=int, default=2, show_default=True)
 @click.option("--n-distractors", type=int, default=40, show_default=True)
@@ -343,7 +349,7 @@ def run_probe(out: Path, *, models, policy, setup: ProbeSetup, k_max: int, probe
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), required=True)
 @click.option("--json", "as_json", is_flag=True, help="print one JSON row per (k, channel) on stdout")
 @click.option("--progress/--no-progress", default=True, show_default=True)
-def coalition_probe(k_max, probes, trials, model, eps_acc, m, epsilon_token, tau, corpus_seed, n_conditions, n_distractors, seed, out_dir,
+def coalition_probe(k_max, probes, trials, model, eps_acc, m, epsilon_token, tau, mechanism, corpus_seed, n_conditions, n_distractors, seed, out_dir,
                     as_json, progress):
     """Success rate of k colluding accounts extracting one record's secret, per channel, vs the certified bound."""
     from ..demo import PROBE_TEMPLATES
@@ -364,7 +370,7 @@ def coalition_probe(k_max, probes, trials, model, eps_acc, m, epsilon_token, tau
     t_start = time.perf_counter()
     out = Path(out_dir)
     try:
-        policy = probe_policy(k_max, probes, eps_acc, m=m, epsilon_token=epsilon_token, tau=tau)
+        policy = probe_policy(k_max, probes, eps_acc, m=m, epsilon_token=epsilon_token, tau=tau, mechanism=mechanism)
         setup = make_setup(corpus_seed, n_conditions, n_distractors)
         if policy.retrieval.K > len(setup.docs_in):
             raise click.BadParameter("the corpus is smaller than K citations", param_hint="--n-distractors")
