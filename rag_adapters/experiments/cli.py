@@ -299,6 +299,10 @@ from .mia import mia as _mia  # noqa: E402  (issue 12: membership inference, spe
 
 experiment.add_command(_mia)
 
+from .mia_table import mia_table as _mia_table  # noqa: E402  (issue 12: the MIA table from run directories)
+
+experiment.add_command(_mia_table)
+
 from .coalition_probe import coalition_probe as _coalition_probe  # noqa: E402  (issue 12, spec/experiments-mia.md)
 
 experiment.add_command(_coalition_probe)
