@@ -197,7 +197,8 @@ def test_murag_ada_and_composed_baselines_report_their_guarantees():
         ctx, Plan(("murag-ada", "dp-sparse-vote-rag", "dp-ksa", "subsampling-multi-rag", "non-private-rag"),
                   (30.0,), test))}
     assert cells["murag-ada"].eps_certified <= 30.0 + 1e-6 and cells["murag-ada"].accuracy == 1.0
-    # (ε_total/T, δ/T) per question over T = 6 questions: basic composition gives back (ε_total, δ)
+    # T = 6 questions: basic composition of (ε_total/T, δ/T) (sparse vote) and the RDP-calibrated session
+    # (dp-ksa, calibrate_dp_ksa(queries=T)) both give back (ε_total, δ) once all T are answered
     for name in ("dp-sparse-vote-rag", "dp-ksa"):
         assert cells[name].eps_certified == pytest.approx(30.0)
         assert cells[name].delta == pytest.approx(1e-5)

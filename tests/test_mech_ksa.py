@@ -358,3 +358,44 @@ def test_source_must_be_a_random_source():
     with pytest.raises(InvalidParameterError) as info:
         find_best_k([3, 2, 1], 1.0, source=np.random.default_rng(0))
     assert info.value.field == "source"
+
+
+def _mp_session_epsilon(eps_em: float, sigma: float, queries: int, conversion_delta: float) -> float:
+    """Independent reference (mpmath, 40 digits): T-fold RDP of one release — the ε-bounded-range EM,
+    min(α ε²/8, Bun–Steinke's pure-ε bound (1/(α−1))·log((sinh(αε) − sinh((α−1)ε))/sinh ε)), plus the Gaussian
+    α/(2σ²) — converted by min over α of RDP + log((α−1)/α) − (log δ' + log α)/(α − 1)."""
+    import mpmath as mp
+
+    mp.mp.dps = 40
+    e, s2, best = mp.mpf(eps_em), mp.mpf(sigma) ** 2, None
+    for a in DEFAULT_ORDERS:
+        a = mp.mpf(a)
+        pure = mp.log((mp.sinh(a * e) - mp.sinh((a - 1) * e)) / mp.sinh(e)) / (a - 1)
+        rdp = queries * (min(a * e * e / 8, pure) + a / (2 * s2))
+        conv = rdp + mp.log((a - 1) / a) - (mp.log(conversion_delta) + mp.log(a)) / (a - 1)
+        best = conv if best is None or conv < best else best
+    return float(best)
+
+
+@pytest.mark.parametrize("queries", [2, 100, 520])
+def test_calibrate_dp_ksa_for_a_session_of_t_releases_against_mpmath(queries):
+    """T releases compose (RDP) to the target (10, 1e-5): the reference's T-fold conversion is 10 to 1e-6 and
+    not above it, PTR's T failures and the conversion δ sum to δ, and the split gives FindBestK's T releases
+    alone ≤ half of ε. Basic composition of (ε/T, δ/T) cannot be calibrated at T = 520 at all."""
+    p = calibrate_dp_ksa(10.0, 1e-5, queries=queries)
+    ref = _mp_session_epsilon(p.epsilon_em, p.sigma, queries, p.conversion_delta)
+    assert ref == pytest.approx(10.0, abs=1e-6) and ref <= 10.0 + 1e-9
+    assert queries * p.ptr_delta + p.conversion_delta == pytest.approx(1e-5)
+    assert _mp_session_epsilon(p.epsilon_em, math.inf, queries, p.conversion_delta) <= 5.0 + 1e-9
+    e, d = epsilon_of(SelfComposedEvent(p.event(), queries), p.conversion_delta)
+    assert e <= 10.0 and d == pytest.approx(1e-5)
+    if queries == 520:
+        with pytest.raises(InvalidParameterError, match="em_fraction"):
+            calibrate_dp_ksa(10.0 / 520, 1e-5 / 520)
+
+
+def test_calibrate_dp_ksa_one_query_is_unchanged_and_bad_queries_refused():
+    assert calibrate_dp_ksa(3.0, 1e-4, queries=1) == calibrate_dp_ksa(3.0, 1e-4)
+    with pytest.raises(InvalidParameterError) as info:
+        calibrate_dp_ksa(3.0, 1e-4, queries=0)
+    assert info.value.field == "queries"

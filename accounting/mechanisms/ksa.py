@@ -369,26 +369,63 @@ class DpKsaParameters:
 
 
 def calibrate_dp_ksa(
-    epsilon: float, delta: float, *, em_fraction: float = 0.5, orders: Sequence[float] | None = None
+    epsilon: float, delta: float, *, em_fraction: float = 0.5, orders: Sequence[float] | None = None,
+    queries: int = 1,
 ) -> DpKsaParameters:
     """Split an (ε, δ) target between FindBestK and TopKWithPTR (004 Thm A.12: RDP composition, then Thm A.6).
 
-    FindBestK gets ε_EM = ``em_fraction``·ε; σ is then the smallest noise multiplier such that the composed
-    RDP, ε_EM-bounded-range (α ε_EM²/8, Cesar–Rogers) + α/(2σ²), converts at δ/2 to ≤ ε; the PTR failure
-    probability is the other δ/2. (004 does not say how it splits the budget; this is one explicit choice.)
+    ``queries`` = 1: FindBestK gets ε_EM = ``em_fraction``·ε; σ is then the smallest noise multiplier such
+    that the composed RDP, ε_EM-bounded-range (α ε_EM²/8, Cesar–Rogers) + α/(2σ²), converts at δ/2 to ≤ ε;
+    the PTR failure probability is the other δ/2. (004 does not say how it splits the budget; this is one
+    explicit choice.)
+
+    ``queries`` = T > 1: parameters of *one* release such that T of them (a session of T questions) compose
+    to (ε, δ): the T-fold RDP sum converts at δ/2 to ≤ ε and each release's PTR fails with probability
+    δ/(2T) (T·δ/(2T) = δ/2 by the union bound; ``epsilon_of(SelfComposedEvent(event, T), δ/2)`` adds it).
+    ε_EM is the largest per-release value whose T-fold bounded-range RDP alone converts at δ/2 to
+    ≤ ``em_fraction``·ε, and σ the smallest whose T-fold sum with it converts to ≤ ε. Basic composition of
+    (ε/T, δ/T) per release is the other way to spend a session; it cannot be calibrated at all at T = 520,
+    ε = 10 (the conversion of one EM release alone at δ/(2T) exceeds ε/T).
     """
     eps = check_epsilon("epsilon", epsilon)
     dlt = check_delta("delta", delta)
+    t = check_positive_int("queries", queries)
     f = float(em_fraction)
     if not (0.0 < f < 1.0):
         raise InvalidParameterError("em_fraction", "must lie in (0, 1)", em_fraction)
     a = as_orders(orders)
-    eps_em = f * eps
-    em_rdp = bounded_range_rdp(eps_em, a)
+    if t == 1:
+        eps_em = f * eps
+    else:
+        eps_em = _largest_em_epsilon(f * eps, dlt / 2.0, a, t)
+    em_rdp = t * bounded_range_rdp(eps_em, a)
     if rdp_to_epsilon(em_rdp, a, dlt / 2.0)[0] >= eps:
         raise InvalidParameterError("em_fraction", "leaves no budget for TopKWithPTR", em_fraction)
-    sigma = _smallest_sigma(eps, dlt / 2.0, a, extra_rdp=em_rdp)
-    return DpKsaParameters(epsilon_em=eps_em, sigma=sigma, ptr_delta=dlt / 2.0, conversion_delta=dlt / 2.0)
+    # T releases of multiplier σ have the RDP α·T/(2σ²) of one release of σ/√T
+    sigma = _smallest_sigma(eps, dlt / 2.0, a, extra_rdp=em_rdp) * math.sqrt(t)
+    while _gaussian_eps(sigma / math.sqrt(t), dlt / 2.0, a, em_rdp) > eps:  # the √T product's rounding
+        sigma = math.nextafter(sigma, math.inf)
+    return DpKsaParameters(epsilon_em=eps_em, sigma=sigma, ptr_delta=dlt / (2.0 * t), conversion_delta=dlt / 2.0)
+
+
+def _largest_em_epsilon(target: float, conversion_delta: float, orders: np.ndarray, queries: int) -> float:
+    """Largest ε_EM (to relative 1e-10, rounded down) whose ``queries``-fold bounded-range RDP converts to ≤ target."""
+    def conv(e: float) -> float:
+        return rdp_to_epsilon(queries * bounded_range_rdp(e, orders), orders, conversion_delta)[0]
+
+    lo, hi = 0.0, target  # T ≥ 1 pure releases of ε_EM = target/T convert to ≤ target: conv(target) ≥ ... ≥ conv(lo)
+    if conv(hi) <= target:
+        return hi
+    if conv(target * 1e-12) > target:
+        raise InvalidParameterError("epsilon", f"is too small to calibrate {queries} releases at this δ", target)
+    lo = target * 1e-12
+    while hi / lo > 1.0 + 1e-10:
+        mid = math.sqrt(lo * hi)
+        if conv(mid) > target:
+            hi = mid
+        else:
+            lo = mid
+    return lo
 
 
 @dataclass(frozen=True)
@@ -410,13 +447,15 @@ def dp_ksa_select(
     k_max: int | None = None,
     regularizer=None,
     orders: Sequence[float] | None = None,
+    queries: int = 1,
 ):
     """004 Algorithm 1 lines 6–7: k̂ = FindBestK(H), then TopKWithPTR(k̂, H), within a total (ε, δ).
 
     Returns ``(KeywordSelection(k̂, tokens | None), ComposedEvent([EM event, PTR event]))``; the composed
-    event converts at δ/2 (``epsilon_of(event, δ/2)``) to (≤ ε, δ). Bad input raises before any noise is drawn.
+    event converts at δ/2 (``epsilon_of(event, δ/2)``) to (≤ ε, δ) — with ``queries`` = T, T such events
+    do (``calibrate_dp_ksa``). Bad input raises before any noise is drawn.
     """
-    params = calibrate_dp_ksa(epsilon, delta, em_fraction=em_fraction, orders=orders)
+    params = calibrate_dp_ksa(epsilon, delta, em_fraction=em_fraction, orders=orders, queries=queries)
     h = _histogram(histogram)
     _regularizer(h.size - 1, k_min, k_max, regularizer)  # validate before drawing anything
     src = _source(source)

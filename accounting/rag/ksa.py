@@ -55,20 +55,22 @@ def ksa(question: str, retriever: Retriever, generator: Generator, *, n_docs: in
 
 def dp_ksa(question: str, retriever: Retriever, generator: Generator, *, n_docs: int, epsilon: float, delta: float,
            response_tokens: int = 16, max_tokens: int = 32, k_max: int | None = 30,
-           exclude_tokens: Iterable[int] = (), source: RandomSource | None = None) -> RagAnswer:
+           exclude_tokens: Iterable[int] = (), source: RandomSource | None = None, queries: int = 1) -> RagAnswer:
     """DP-KSA (004 Alg. 1): FindBestK + TopKWithPTR on the keyword histogram, then a zero-shot answer.
 
     If PTR refuses (the gap at k̂ is too small), no keyword is released and the answer is the model's own.
     ``k_max`` bounds FindBestK's range (004 suggests 15–30; over the whole vocabulary the gaps of rare tokens
     swamp it). Cost: the composed event of ``dp_ksa_select``, which is (ε, δ)-DP when converted at δ/2
-    (``epsilon_of(cost, δ/2)``: the other δ/2 is PTR's failure probability).
+    (``epsilon_of(cost, δ/2)``: the other δ/2 is PTR's failure probability). With ``queries`` = T, (ε, δ)
+    is the budget of a session of T such answers, RDP-composed (``calibrate_dp_ksa``).
     """
     ids, texts = _responses(question, retriever, generator, check_positive_int("n_docs", n_docs), response_tokens)
     excl = set(exclude_tokens) | stop_tokens(generator)
     h = _histogram(generator, texts, excl)
     sel, event = dp_ksa_select(h, epsilon, delta, RandomSource.system() if source is None else source,
-                               k_max=k_max)
+                               k_max=k_max, queries=queries)
     return RagAnswer(text=_answer(question, generator, sel.tokens, max_tokens), events=[event], cost=event,
                      retrieved=ids, charged=ids,
                      info={"method": "dp-ksa", "private": True, "k_hat": sel.k, "released": sel.tokens is not None,
-                           "keywords": sel.tokens, "epsilon": epsilon, "delta": delta})
+                           "keywords": sel.tokens, "epsilon": epsilon, "delta": delta,
+                           "queries": queries})

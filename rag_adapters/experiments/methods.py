@@ -24,7 +24,7 @@ naive-multi-rag              000 Alg. 4: 000 Alg. 5 on every query with ε_q = �
 subsampling-multi-rag        001 Alg. 9: Poisson rate p (grid), per-query cost amplified and composed over
                              T queries in RDP, converted at δ; ε_token the largest that fits for c.
 dp-sparse-vote-rag           003 Alg. 3 per question with (ε_total/T, δ/T), composed basically over T.
-dp-ksa                       004 Alg. 1 per question with (ε_total/T, δ/T), composed basically over T.
+dp-ksa                       004 Alg. 1 per question, calibrated so that T answers RDP-compose to (ε_total, δ).
 murag-answer-vote            MuRAG with answer-level voting (``accounting.rag.answer_vote``, issue 13): the
                              whole ε_q = ε_total / M is the selection's ε (pure, EM over normalised answer
                              keys with a public base measure); grid: m, k, threshold t, key words, answer
@@ -63,7 +63,9 @@ from typing import Callable, Sequence
 import numpy as np
 
 from dprag.accounting.errors import InvalidParameterError
+from dprag.accounting.events import SelfComposedEvent
 from dprag.accounting.filters import FilterBudget, IndividualRenyiFilter
+from dprag.accounting.mechanisms.ksa import calibrate_dp_ksa
 from dprag.accounting.noise.source import RandomSource
 from dprag.accounting.protocols import Generator, Retriever
 from dprag.accounting.rag.budget import certified_epsilon
@@ -81,6 +83,7 @@ from dprag.accounting.rag.single_query import (
     non_rag,
     sparse_vote_cost,
 )
+from dprag.accounting.rdp import epsilon_of
 from dprag.accounting.stores import MemoryBudgetStore
 
 from ..datasets.base import QAItem
@@ -298,16 +301,20 @@ class _Fn(Session):
 
 
 class _Composed(Session):
-    """A per-question mechanism with a fixed per-question (ε_q, δ_q), composed basically over questions."""
+    """A per-question mechanism with a fixed per-question (ε_q, δ_q), composed basically over questions —
+    or, with ``composed``, whose guarantee after n questions is ``composed(n)`` (an RDP-composed session)."""
 
-    def __init__(self, fn, eps_q: float, delta_q: float):
+    def __init__(self, fn, eps_q: float, delta_q: float, composed: Callable[[int], tuple[float, float]] | None = None):
         self.fn, self.eps_q, self.delta_q, self.n = fn, eps_q, delta_q, 0
+        self.composed = composed
 
     def answer(self, item):
         self.n += 1
         return self.fn(item)
 
     def guarantee(self):
+        if self.composed is not None:
+            return self.composed(self.n) if self.n else (0.0, 0.0)
         return self.n * self.eps_q, self.n * self.delta_q
 
 
@@ -431,17 +438,25 @@ def _sparse_vote_build(ctx: Context, eps: float, hp: dict) -> Session:
 
 
 def _ksa_build(ctx: Context, eps: float, hp: dict) -> Session:
+    """004 Alg. 1 per question, calibrated so that the T = ``settings.queries`` answers of the session
+    RDP-compose to (ε_total, δ) (``calibrate_dp_ksa(…, queries=T)``); the guarantee after n answers is the
+    n-fold composition of the per-answer event converted at δ/2, plus n·δ_PTR."""
     s = ctx.settings
-    eps_q, delta_q = eps / s.queries, s.delta / s.queries
+    params = calibrate_dp_ksa(eps, s.delta, queries=s.queries)
     src = ctx.source("dp-ksa", eps, hp)
 
     def fn(item):
-        return dp_ksa(item.question, ctx.retriever, ctx.generator, n_docs=s.voters(hp), epsilon=eps_q, delta=delta_q,
+        return dp_ksa(item.question, ctx.retriever, ctx.generator, n_docs=s.voters(hp), epsilon=eps, delta=s.delta,
                       response_tokens=s.ksa_response_tokens, max_tokens=s.max_tokens, k_max=hp.get("k_max", 10),
-                      source=src)
+                      source=src, queries=s.queries)
 
-    out = _Composed(fn, eps_q, delta_q)
-    out.derived = {"eps_q": eps_q, "delta_q": delta_q}
+    def composed(n: int) -> tuple[float, float]:
+        e, d = epsilon_of(SelfComposedEvent(params.event(), n), params.conversion_delta)
+        return float(e), float(d)
+
+    out = _Composed(fn, eps / s.queries, s.delta / s.queries, composed)
+    out.derived = {"queries": s.queries, "epsilon_em": params.epsilon_em, "sigma": params.sigma,
+                   "ptr_delta": params.ptr_delta}
     return out
 
 
