@@ -413,12 +413,11 @@ def _largest_em_epsilon(target: float, conversion_delta: float, orders: np.ndarr
     def conv(e: float) -> float:
         return rdp_to_epsilon(queries * bounded_range_rdp(e, orders), orders, conversion_delta)[0]
 
-    lo, hi = 0.0, target  # T ≥ 1 pure releases of ε_EM = target/T convert to ≤ target: conv(target) ≥ ... ≥ conv(lo)
+    lo, hi = target * 1e-12, target  # conv is increasing in ε_EM
     if conv(hi) <= target:
         return hi
-    if conv(target * 1e-12) > target:
+    if conv(lo) > target:
         raise InvalidParameterError("epsilon", f"is too small to calibrate {queries} releases at this δ", target)
-    lo = target * 1e-12
     while hi / lo > 1.0 + 1e-10:
         mid = math.sqrt(lo * hi)
         if conv(mid) > target:
