@@ -30,7 +30,7 @@ def test_mia_toy_run_writes_rows_with_schema(tmp_path, capsys):
     with (out / "mia.csv").open() as f:
         assert len(list(csv.DictReader(f))) == len(rows)
     run = json.loads((out / "run.json").read_text())
-    assert run["seed"] == "0" and run["versions"]["numpy"] and run["members"] == 6
+    assert run["seed"] == "0" and run["versions"]["numpy"] and run["members"] == 6 and run["status"] == "finished"
     assert not set(run["member_keys"]) & set(run["nonmember_keys"])
     assert (out / "mia_roc.png").stat().st_size > 1000 and (out / "questions.jsonl").exists()
 
@@ -99,3 +99,28 @@ def test_mia_bad_input_one_line_exit_2(tmp_path, capsys, args, needle):
                "--out", str(tmp_path / "x"), "--no-progress", *args])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and needle in err[0] and err[0].startswith("error:")
+
+
+def test_a_stopped_run_keeps_its_record_of_parameters(tmp_path, monkeypatch):
+    """run.json is written before the first query (status "running"): a run stopped mid-way still has its
+    parameters, seed, targets and versions beside the scores it kept; a stale record of an earlier run in the
+    same directory is replaced, not left to describe these scores."""
+    from dprag.rag_adapters.experiments import mia as mia_mod
+
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "run.json").write_text('{"status": "finished", "seed": "stale"}')
+
+    class Stopped(Exception):
+        """What an interrupted run raises."""
+
+    def stop(*args, **kwargs):
+        raise Stopped
+
+    monkeypatch.setattr(mia_mod, "run_cell", stop)
+    with pytest.raises(Stopped):
+        main(["experiment", "mia", "--model", "toy", "--members", "4", "--n-conditions", "2", "--n-distractors",
+              "30", "--seed", "kept", "--out", str(out), "--no-progress"])
+    run = json.loads((out / "run.json").read_text())
+    assert run["status"] == "running" and run["seed"] == "kept" and run["members"] == 4
+    assert len(run["member_keys"]) == 4 and run["versions"]["numpy"] and "cell_seconds" not in run

@@ -314,6 +314,11 @@ def _csv_value(v):
     return v
 
 
+def write_run(run: dict, out: Path) -> None:
+    """``run.json``: written when the run starts (``status`` "running") and again when it ends ("finished")."""
+    (out / "run.json").write_text(json.dumps(run, indent=1, sort_keys=True, default=str))
+
+
 def write_rows(rows: Sequence[dict], out: Path) -> None:
     with (out / "mia.csv").open("w", newline="", encoding="utf-8") as f:
         w = csv.DictWriter(f, fieldnames=list(ROW_COLUMNS), extrasaction="ignore")
@@ -436,7 +441,7 @@ def mia(attacks, methods, eps_text, members, nonmembers, questions, llm_question
 
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        for stale in ("scores.jsonl", "mia.jsonl", "mia.csv", "questions.jsonl"):
+        for stale in ("scores.jsonl", "mia.jsonl", "mia.csv", "questions.jsonl", "run.json"):
             (out / stale).unlink(missing_ok=True)
         t = time.perf_counter()
         retriever, gen = build_backend(model, corpus, world)
@@ -448,6 +453,21 @@ def mia(attacks, methods, eps_text, members, nonmembers, questions, llm_question
         settings = Settings(m=m, max_tokens=max_tokens, delta=delta, taus=(tau,) if tau is not None else
                             scale["taus"][:1], edges=scale["edges"], private_tokens=(private_tokens,),
                             npr_k=(npr_k,))
+        # the record of parameters, seed and versions exists from the start: a stopped run keeps it too
+        run = {"schema": "dprag.mia-run/1", "status": "running", "argv": sys.argv[1:], "attacks": attack_list,
+               "methods": method_list, "eps": eps_list, "members": members, "nonmembers": nonmembers,
+               "questions": questions, "llm_questions": llm_questions, "model": model,
+               "generator": getattr(gen, "name", type(gen).__name__), "m": m, "npr_k": npr_k,
+               "max_tokens": max_tokens, "private_tokens": private_tokens, "tau": settings.taus[0], "delta": delta,
+               "prefix_fraction": prefix_fraction, "batch": batch, "corpus": corpus.name,
+               "corpus_seed": corpus_seed, "n_conditions": n_conditions, "n_distractors": n_distractors,
+               "n_records_full": len(corpus.documents), "n_records_system": len(world.documents),
+               "seed": str(seed), "member_keys": [t.key for t in world.targets if t.member],
+               "nonmember_keys": [t.key for t in world.targets if not t.member],
+               "threads": {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),
+                           "DPRAG_TORCH_THREADS": os.environ.get("DPRAG_TORCH_THREADS")},
+               "versions": package_versions(), "seconds_load_backend": load_s}
+        write_run(run, out)
         qs, raw, q_seconds = (None, {}, 0.0)
         if "interrogation" in attack_list:
             qs, raw, q_seconds = interrogation_questions(world.targets, gen, questions, use_llm=llm_questions,
@@ -485,20 +505,7 @@ def mia(attacks, methods, eps_text, members, nonmembers, questions, llm_question
     except DpragError as e:
         raise Fail(str(e)) from None
     plot_roc(cells, out / "mia_roc.png")
-    run = {"schema": "dprag.mia-run/1", "argv": sys.argv[1:], "attacks": attack_list, "methods": method_list,
-           "eps": eps_list, "members": members, "nonmembers": nonmembers, "questions": questions,
-           "llm_questions": llm_questions, "model": model, "generator": getattr(gen, "name", type(gen).__name__),
-           "m": m, "npr_k": npr_k, "max_tokens": max_tokens, "private_tokens": private_tokens,
-           "tau": settings.taus[0], "delta": delta, "prefix_fraction": prefix_fraction, "batch": batch,
-           "corpus": corpus.name,
-           "corpus_seed": corpus_seed, "n_conditions": n_conditions, "n_distractors": n_distractors,
-           "n_records_full": len(corpus.documents), "n_records_system": len(world.documents), "seed": str(seed),
-           "member_keys": [t.key for t in world.targets if t.member],
-           "nonmember_keys": [t.key for t in world.targets if not t.member],
-           "threads": {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),
-                       "DPRAG_TORCH_THREADS": os.environ.get("DPRAG_TORCH_THREADS")},
-           "versions": package_versions(), "seconds_load_backend": load_s, "seconds_questions": q_seconds,
-           "cell_seconds": {f"{c.row['attack']}/{c.row['method']}/{c.row['eps_total']}": c.row.get("seconds")
-                            for c in cells},
-           "total_seconds": time.perf_counter() - t_start}
-    (out / "run.json").write_text(json.dumps(run, indent=1, sort_keys=True, default=str))
+    run.update(status="finished", seconds_questions=q_seconds, total_seconds=time.perf_counter() - t_start,
+               cell_seconds={f"{c.row['attack']}/{c.row['method']}/{c.row['eps_total']}": c.row.get("seconds")
+                             for c in cells})
+    write_run(run, out)
