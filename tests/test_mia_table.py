@@ -69,3 +69,28 @@ def test_bad_run_dir_one_line_exit_2(tmp_path, capsys, setup):
     rc = main(["experiment", "mia-table", str(d)])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and ("run_dir" in err[0] or "RUN_DIRS" in err[0])
+
+
+def test_stopped_run_exposures_replay_the_runs_own_counter(tmp_path, capsys, monkeypatch):
+    """With run.json (written at the start) a stopped run's partial rows get the exposure figures by replaying the
+    canary counter over the stored answers and retrieved ids. Over a whole run's scores they must equal the
+    figures the run's own counter wrote; a generator that copies 6-digit numbers from its documents makes the
+    exposure non-zero, so the equality is not 0 = 0."""
+    from test_coalition_probe import SecretCopy
+
+    from dprag.rag_adapters.experiments import mia as mia_mod
+
+    real_backend = mia_mod.build_backend
+    monkeypatch.setattr(mia_mod, "build_backend",
+                        lambda model, corpus, world: (real_backend(model, corpus, world)[0], SecretCopy(vocab_size=1 << 16)))
+    out = tmp_path / "run"
+    assert main(["experiment", "mia", "--model", "toy", "--members", "8", "--n-conditions", "2",
+                 "--n-distractors", "30", "--methods", "non-private-rag,murag", "--eps", "30", "--out", str(out),
+                 "--no-progress", "--json"]) == 0
+    written = {r["method"]: r for r in map(json.loads, capsys.readouterr().out.splitlines())}
+    assert written["non-private-rag"]["exposed_members"] > 0
+    (out / "mia.jsonl").unlink()
+    part = {r["method"]: r for r in mia_table.load_run(out)}
+    for method, w in written.items():
+        for f in ("exposed_members", "exposed_nonmembers", "cited_members", "cited_nonmembers"):
+            assert part[method][f] == pytest.approx(w[f]), (method, f)

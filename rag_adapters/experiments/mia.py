@@ -109,6 +109,16 @@ class World:
     targets: list[Target]
 
 
+def world_of_run(run: dict) -> World:
+    """The world of a run from its ``run.json`` (corpus parameters, targets' seed and sizes), as the command built it."""
+    from ..datasets.clinic import generate_clinic_corpus
+
+    corpus = generate_clinic_corpus(run["corpus_seed"], n_conditions=run["n_conditions"],
+                                    n_distractors=run["n_distractors"])
+    mem, non = choose_targets(len(corpus.documents), run["members"], run["nonmembers"], str(run["seed"]).encode())
+    return build_world(corpus, mem, non)
+
+
 def build_world(corpus, member_ids: Sequence[int], nonmember_ids: Sequence[int]) -> World:
     out = set(int(i) for i in nonmember_ids)
     keep = np.array([i for i in range(len(corpus.documents)) if i not in out], dtype=np.int64)
@@ -259,18 +269,20 @@ def run_cell(attack: str, method: str, eps: float | None, *, retriever, generato
             answered = iter(session.answer_many(items))  # in order; a stateless pipeline batches them
             per_target = (time.perf_counter() - t0) / len(chunk)
             for t in chunk:
-                answers = []
+                answers, retrieved = [], []
                 for _ in plan[t.key]:
                     ans = next(answered)
                     answers.append(ans.text)
-                    counter.add(ans.text, [int(i) for i in np.asarray(ans.retrieved).ravel()])
+                    retrieved.append([int(i) for i in np.asarray(ans.retrieved).ravel()])
+                    counter.add(ans.text, retrieved[-1])
                 if attack == "s2mia":
                     score = s2mia_score(s2mia_probe(t.key, t.text, prefix_fraction), answers[0])
                 else:
                     score = ia_score(questions[t.key], answers)
                 (out.members if t.member else out.nonmembers).append(score)
                 rec = {"schema": SCORE_SCHEMA, "attack": attack, "method": method, "eps_total": eps, "key": t.key,
-                       "member": t.member, "score": score, "answers": answers, "queries": plan[t.key],
+                       "member": t.member, "score": score, "answers": answers, "retrieved": retrieved,
+                       "queries": plan[t.key],
                        "seconds": per_target}
                 out.scores.append(rec)
                 if on_score is not None:

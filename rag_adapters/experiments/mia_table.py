@@ -3,8 +3,11 @@
 Each DIR is one run's ``--out``. A finished run contributes its ``mia.jsonl`` rows (one per cell) as written.
 A run that is still going or was stopped has only ``scores.jsonl`` (one record per scored target); its cells
 are recomputed from those scores with the same statistics the command uses (``attacks.metrics.auc_ci``,
-``tpr_at_fpr``) and marked **partial** — no certified ε (the session's guarantee exists only at its end), no
-exposure figures (they need the canary counter). Every number is read from the files, never typed by hand.
+``tpr_at_fpr``) and marked **partial** — no certified ε (the session's guarantee exists only at its end). When
+the run wrote ``run.json`` at its start (session 7 on), the targets are rebuilt from it (``mia.world_of_run``)
+and the canary counter is replayed over the stored answers (and, where stored, retrieved ids): secrets exposed
+and records cited among the scored targets, over the answers given so far. Every number is read from the
+files, never typed by hand.
 """
 
 from __future__ import annotations
@@ -28,14 +31,16 @@ def _jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
-def partial_rows(scores: Sequence[dict]) -> list[dict]:
-    """Cells recomputed from per-target score records (a run still going or stopped)."""
+def partial_rows(scores: Sequence[dict], world=None) -> list[dict]:
+    """Cells recomputed from per-target score records (a run still going or stopped); with the run's ``world``
+    also the exposure figures over the stored answers."""
     cells: dict[tuple, dict] = {}
     for rec in scores:
         key = (rec["attack"], rec["method"], rec.get("eps_total"))
-        c = cells.setdefault(key, {"members": [], "nonmembers": [], "seconds": 0.0})
+        c = cells.setdefault(key, {"members": [], "nonmembers": [], "seconds": 0.0, "recs": []})
         c["members" if rec["member"] else "nonmembers"].append(float(rec["score"]))
         c["seconds"] += float(rec.get("seconds") or 0.0)
+        c["recs"].append(rec)
     out = []
     for (attack, method, eps), c in cells.items():
         row = {"attack": attack, "method": method, "eps_total": eps, "members": len(c["members"]),
@@ -45,8 +50,29 @@ def partial_rows(scores: Sequence[dict]) -> list[dict]:
             ci = auc_ci(c["members"], c["nonmembers"])
             row.update(auc=ci.auc, auc_ci_lo=ci.lo, auc_ci_hi=ci.hi, auc_halfwidth=ci.halfwidth,
                        tpr_at_1pct_fpr=tpr_at_fpr(c["members"], c["nonmembers"], 0.01))
+        if world is not None:
+            row.update(_exposure(c["recs"], world))
         out.append(row)
     return out
+
+
+def _exposure(recs: Sequence[dict], world) -> dict:
+    """The command's canary counter (every target's secret, as ``mia.run_cell`` sets it up) replayed over the
+    stored answers; summarised over the scored targets. Records without ``retrieved`` give no citation figure."""
+    from ..attacks.canary import ExposureCounter
+
+    counter = ExposureCounter({t.key: t.secret for t in world.targets},
+                              {t.key: world.sys_id.get(t.full_id) if t.member else None for t in world.targets})
+    with_ids = all("retrieved" in r for r in recs)
+    for r in recs:
+        for j, a in enumerate(r["answers"]):
+            counter.add(a, r["retrieved"][j] if with_ids else ())
+    mem = [r["key"] for r in recs if r["member"]]
+    non = [r["key"] for r in recs if not r["member"]]
+    sm, sn = counter.summary(mem), counter.summary(non)
+    return {"exposed_members": sm["exposed_records"], "exposed_nonmembers": sn["exposed_records"],
+            "cited_members": sm["cited_records"] if with_ids else None,
+            "cited_nonmembers": sn["cited_records"] if with_ids else None}
 
 
 def load_run(run_dir: str | Path) -> list[dict]:
@@ -57,7 +83,12 @@ def load_run(run_dir: str | Path) -> list[dict]:
     if (d / "mia.jsonl").is_file():
         rows = _jsonl(d / "mia.jsonl")
     elif (d / "scores.jsonl").is_file():
-        rows = partial_rows(_jsonl(d / "scores.jsonl"))
+        world = None
+        if (d / "run.json").is_file():
+            from .mia import world_of_run
+
+            world = world_of_run(json.loads((d / "run.json").read_text(encoding="utf-8")))
+        rows = partial_rows(_jsonl(d / "scores.jsonl"), world)
     else:
         rows = []
     if not rows:
