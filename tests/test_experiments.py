@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from dprag.accounting.errors import InvalidParameterError
 from dprag.accounting.rag.budget import certified_epsilon
 from dprag.accounting.rag.multi_query import SubsamplingMultiRAG
-from dprag.accounting.rag.single_query import PureDpRagParams, sparse_vote_cost
+from dprag.accounting.rag.single_query import PureDpRagParams
 from dprag.accounting.rag.toy import ToyGenerator, ToyRetriever
 from dprag.rag_adapters.datasets.base import QAItem, RagDataset
 from dprag.rag_adapters.experiments.cli import experiment
@@ -27,7 +27,6 @@ from dprag.rag_adapters.experiments.methods import (
     Settings,
     check_methods,
     pure_rag_params,
-    sparse_vote_token_budget,
     subsampling_rag_params,
 )
 from dprag.rag_adapters.experiments.runner import CachedRetriever, Plan, evaluate_answer, run_cell, run_plan, select_questions
@@ -84,15 +83,6 @@ def test_auto_private_tokens_keeps_the_em_margin():
         assert m * (4 * eps_q / (1 + 3 * (c + 1))) / 4 < 15.0
     assert auto_private_tokens(20, 100.0, 15.0, 16) == 16  # clipped to max_tokens
     assert auto_private_tokens(20, 0.1, 15.0, 16) == 1  # at least one
-
-
-def test_sparse_vote_token_budget_fits_and_is_not_wasteful():
-    e, d = sparse_vote_token_budget(3, 2.0, 1e-6)
-    assert d == pytest.approx(1e-6 / 6)
-    assert certified_epsilon(sparse_vote_cost(e, d, 3), 1e-6) <= 2.0
-    # basic composition alone certifies c·ε_token (each discovery costs ε/2 + ε/2): the chosen ε_token is at
-    # least the basic-composition value 2/3
-    assert e >= 2.0 / 3 * (1 - 1e-9)
 
 
 def test_subsampling_params_fit_the_total_and_are_maximal():
@@ -197,8 +187,8 @@ def test_murag_ada_and_composed_baselines_report_their_guarantees():
         ctx, Plan(("murag-ada", "dp-sparse-vote-rag", "dp-ksa", "subsampling-multi-rag", "non-private-rag"),
                   (30.0,), test))}
     assert cells["murag-ada"].eps_certified <= 30.0 + 1e-6 and cells["murag-ada"].accuracy == 1.0
-    # T = 6 questions: basic composition of (ε_total/T, δ/T) (sparse vote) and the RDP-calibrated session
-    # (dp-ksa, calibrate_dp_ksa(queries=T)) both give back (ε_total, δ) once all T are answered
+    # T = 6 questions: the session-calibrated sparse vote (calibrate_sparse_vote(queries=T)) and DP-KSA
+    # (calibrate_dp_ksa(queries=T)) both give back (ε_total, δ) once all T are answered
     for name in ("dp-sparse-vote-rag", "dp-ksa"):
         assert cells[name].eps_certified == pytest.approx(30.0)
         assert cells[name].delta == pytest.approx(1e-5)

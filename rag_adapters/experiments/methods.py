@@ -77,11 +77,11 @@ from dprag.accounting.rag.multi_query import MuRAG, MuRAGAda, NaiveMultiRAG, Ret
 from dprag.accounting.rag.single_query import (
     GaussianVoteRagParams,
     PureDpRagParams,
+    calibrate_sparse_vote,
     dp_sparse_vote_rag,
     non_private_rag,
     non_private_rag_many,
     non_rag,
-    sparse_vote_cost,
 )
 from dprag.accounting.rdp import epsilon_of
 from dprag.accounting.stores import MemoryBudgetStore
@@ -227,20 +227,6 @@ def pure_rag_params(m: int, c: int, epsilon_query: float, *, margin: float = 15.
     if e <= 0:
         raise InvalidParameterError("epsilon_total", f"per-query budget {epsilon_query:g} too small for c={c}")
     return PureDpRagParams(m, e, c)
-
-
-def sparse_vote_token_budget(c: int, epsilon_query: float, delta_query: float) -> tuple[float, float]:
-    """(ε_token, δ_token) of 003 Alg. 3 such that c discoveries cost ≤ (ε_query, δ_query); δ_token = δ_q/(2c).
-    """
-    d_tok = delta_query / (2 * c)
-
-    def fits(e: float) -> bool:
-        return certified_epsilon(sparse_vote_cost(e, d_tok, c), delta_query) <= epsilon_query
-
-    e = _largest_fitting(fits, 4.0 * epsilon_query)
-    if e <= 0:
-        raise InvalidParameterError("epsilon_total", f"per-query budget {epsilon_query:g} too small for c={c}")
-    return e, d_tok
 
 
 def subsampling_rag_params(m: int, c: int, probability: float, epsilon_total: float, delta: float,
@@ -421,19 +407,25 @@ def _subsampling_build(ctx: Context, eps: float, hp: dict) -> Session:
 
 
 def _sparse_vote_build(ctx: Context, eps: float, hp: dict) -> Session:
+    """003 Alg. 3 per question, calibrated so that the T = ``settings.queries`` answers of the session compose
+    (the accountant's best rule, RDP here) to (ε_total, δ) (``calibrate_sparse_vote(…, queries=T)``); the
+    guarantee after n answers is the n-fold composition of the per-answer cost at δ."""
     s = ctx.settings
-    eps_q, delta_q = eps / s.queries, s.delta / s.queries
-    e_tok, d_tok = sparse_vote_token_budget(hp["c"] or 1, eps_q, delta_q)
+    b = calibrate_sparse_vote(eps, s.delta, discoveries=hp["c"] or 1, queries=s.queries)
     src = ctx.source("dp-sparse-vote-rag", eps, hp)
 
     def fn(item):
         return dp_sparse_vote_rag(item.question, ctx.retriever, ctx.generator, m=s.voters(hp),
-                                  k=s.retrieval(hp).docs_per_voter, epsilon_token=e_tok,
-                                  delta_token=d_tok, epsilon_total=eps_q, delta_total=delta_q,
-                                  max_tokens=s.max_tokens, source=src)
+                                  k=s.retrieval(hp).docs_per_voter, epsilon_token=b.epsilon_token,
+                                  delta_token=b.delta_token, epsilon_total=b.epsilon_query,
+                                  delta_total=b.delta_query, max_tokens=s.max_tokens, source=src)
 
-    out = _Composed(fn, eps_q, delta_q)
-    out.derived = {"epsilon_token": e_tok, "delta_token": d_tok, "eps_q": eps_q, "delta_q": delta_q}
+    def composed(n: int) -> tuple[float, float]:
+        return certified_epsilon(b.session(n), s.delta), s.delta
+
+    out = _Composed(fn, b.epsilon_query, b.delta_query, composed)
+    out.derived = {"queries": s.queries, "epsilon_token": b.epsilon_token, "delta_token": b.delta_token,
+                   "c": b.discoveries, "eps_q": b.epsilon_query, "delta_q": b.delta_query}
     return out
 
 
