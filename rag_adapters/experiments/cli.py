@@ -19,7 +19,7 @@ import click
 
 from dprag.accounting.errors import DpragError
 
-from .options import Fail, auto_ints, positive_floats
+from .options import Fail, auto_ints, finite_floats, positive_floats
 from .report import progress_bar
 
 MODELS = ("smollm2", "tiny", "toy")
@@ -214,17 +214,17 @@ def privacy_utility(dataset, methods, eps_text, queries, dev_queries, test_split
             check_disjoint(ds, tuning_ds)
         dev = (select_questions(tuning_ds or ds, dev_split, dev_queries, seed_b) if dev_queries else [])
         retriever, gen, kind = build_backend(model, ds, threads)
-        bins_t = positive_floats("--bins", bins, positive=False) if bins else None
+        bins_t = finite_floats("--bins", bins) if bins else None
         if bins_t is not None and len(bins_t) != 3:
             raise click.BadParameter("must be LOW,HIGH,WIDTH", param_hint="--bins")
         scale = default_scale(kind, bins_t)
         settings = Settings(
             m=m, m_grid=m_grid, docs_per_voter=dpv_grid, queries=len(test), max_tokens=max_tokens, M=max_retrievals, delta=delta,
-            taus=positive_floats("--taus", taus, positive=False) if taus else scale["taus"], edges=scale["edges"],
+            taus=finite_floats("--taus", taus) if taus else scale["taus"], edges=scale["edges"],
             private_tokens=auto_ints("--private-tokens", private_tokens), em_margin=em_margin,
             public_completion=public_completion, em_prior=em_prior,
             probabilities=positive_floats("--probabilities", probabilities),
-            vote_thresholds=positive_floats("--vote-thresholds", vote_thresholds, positive=False),
+            vote_thresholds=finite_floats("--vote-thresholds", vote_thresholds),
             key_words=auto_ints("--key-words", key_words),
             answer_tokens=auto_ints("--answer-tokens", answer_tokens) if answer_tokens else (),
             abstain_empty=abstain_empty, answer_selection=answer_selection)

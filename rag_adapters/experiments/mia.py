@@ -225,6 +225,14 @@ def _fmt_eps(e: float | None) -> float | None:
     return None if e is None or (isinstance(e, float) and not math.isfinite(e)) else float(e)
 
 
+def exposure_counter(world: World):
+    """The canary counter of a world: every target's secret, and the system id of every member's record (a
+    held-out record has none, so it is never cited)."""
+    return canary_mod.ExposureCounter({t.key: t.secret for t in world.targets},
+                                      {t.key: world.sys_id.get(t.full_id) if t.member else None
+                                       for t in world.targets})
+
+
 def run_cell(attack: str, method: str, eps: float | None, *, retriever, generator, settings, world: World,
              questions: dict[str, list[IAQuestion]] | None, seed: bytes, prefix_fraction: float = 0.5,
              progress: Callable | None = None, meta: dict | None = None, batch: int = 1,
@@ -255,8 +263,7 @@ def run_cell(attack: str, method: str, eps: float | None, *, retriever, generato
         session = spec.build(ctx, eps if spec.uses_eps else None, hp)
     except DpragError as e:
         return CellOut({**base, "error": f"infeasible: {e}"})
-    counter = canary_mod.ExposureCounter({t.key: t.secret for t in targets},
-                                         {t.key: world.sys_id.get(t.full_id) if t.member else None for t in targets})
+    counter = exposure_counter(world)
     out = CellOut(base)
     t_cell = time.perf_counter()
     chunks = _chunks(targets, batch)

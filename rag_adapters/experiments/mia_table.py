@@ -57,12 +57,11 @@ def partial_rows(scores: Sequence[dict], world=None) -> list[dict]:
 
 
 def _exposure(recs: Sequence[dict], world) -> dict:
-    """The command's canary counter (every target's secret, as ``mia.run_cell`` sets it up) replayed over the
+    """The command's canary counter (``mia.exposure_counter``, as ``mia.run_cell`` uses it) replayed over the
     stored answers; summarised over the scored targets. Records without ``retrieved`` give no citation figure."""
-    from ..attacks.canary import ExposureCounter
+    from .mia import exposure_counter
 
-    counter = ExposureCounter({t.key: t.secret for t in world.targets},
-                              {t.key: world.sys_id.get(t.full_id) if t.member else None for t in world.targets})
+    counter = exposure_counter(world)
     with_ids = all("retrieved" in r for r in recs)
     for r in recs:
         for j, a in enumerate(r["answers"]):

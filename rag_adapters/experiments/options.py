@@ -28,11 +28,20 @@ def parse_list(flag: str, text: str, conv: Callable = float, kind: str = "number
     return vals
 
 
-def positive_floats(flag: str, text: str, positive: bool = True) -> tuple[float, ...]:
-    """Comma-separated finite numbers, each > 0 when ``positive``."""
+def finite_floats(flag: str, text: str) -> tuple[float, ...]:
+    """Comma-separated finite numbers."""
     vals = parse_list(flag, text, float)
     for v in vals:
-        if not math.isfinite(v) or (positive and v <= 0):
+        if not math.isfinite(v):
+            raise click.BadParameter(f"every value must be finite, got {v}", param_hint=flag)
+    return vals
+
+
+def positive_floats(flag: str, text: str) -> tuple[float, ...]:
+    """Comma-separated finite numbers, each > 0."""
+    vals = parse_list(flag, text, float)
+    for v in vals:
+        if not (math.isfinite(v) and v > 0):
             raise click.BadParameter(f"every value must be finite and > 0, got {v}", param_hint=flag)
     return vals
 
