@@ -408,7 +408,7 @@ def _subsampling_build(ctx: Context, eps: float, hp: dict) -> Session:
 
 def _sparse_vote_build(ctx: Context, eps: float, hp: dict) -> Session:
     """003 Alg. 3 per question, calibrated so that the T = ``settings.queries`` answers of the session compose
-    (the accountant's best rule, RDP here) to (ε_total, δ) (``calibrate_sparse_vote(…, queries=T)``); the
+    (the accountant's best rule: the exact optimal composition at the MIA's sizes) to (ε_total, δ) (``calibrate_sparse_vote(…, queries=T)``); the
     guarantee after n answers is the n-fold composition of the per-answer cost at δ."""
     s = ctx.settings
     b = calibrate_sparse_vote(eps, s.delta, discoveries=hp["c"] or 1, queries=s.queries)
