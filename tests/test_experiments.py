@@ -561,7 +561,7 @@ def test_coverage_check_counts_own_records_left_at_M1():
     question about a topic takes its 24 records (10 reach the K = m = 10 voters), a repeat finds none, and a
     τ above every score leaves every question without records; ⌈T⌉ = 4 votes at (10, 1e-5)."""
     from dprag.accounting.rag.toy import ToyRetriever
-    from dprag.rag_adapters.experiments.coverage_check import ada_coverage, coverage
+    from dprag.rag_adapters.experiments.coverage_check import coverage
 
     ds = toy_dataset(n_topics=3)
     qs = [QAItem(f"q{i}{j}", f"which drug protocol for topic{i}", (WORDS[i],),

@@ -94,3 +94,19 @@ def test_stopped_run_exposures_replay_the_runs_own_counter(tmp_path, capsys, mon
     for method, w in written.items():
         for f in ("exposed_members", "exposed_nonmembers", "cited_members", "cited_nonmembers"):
             assert part[method][f] == pytest.approx(w[f]), (method, f)
+
+
+def test_run_json_whose_targets_disagree_with_its_seed_is_refused(tmp_path, capsys):
+    """A run.json edited to name other targets (or copied beside another run's scores) would make the replayed
+    exposures count the wrong records: mia-table refuses it, one line on stderr, exit 2."""
+    out = tmp_path / "run"
+    assert main(["experiment", "mia", "--model", "toy", "--members", "4", "--n-conditions", "2",
+                 "--n-distractors", "30", "--methods", "non-private-rag", "--out", str(out), "--no-progress"]) == 0
+    (out / "mia.jsonl").unlink()
+    run = json.loads((out / "run.json").read_text())
+    run["member_keys"] = run["member_keys"][1:] + run["member_keys"][:1]
+    (out / "run.json").write_text(json.dumps(run))
+    capsys.readouterr()
+    rc = main(["experiment", "mia-table", str(out)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "member_keys" in err[0]

@@ -116,7 +116,11 @@ def world_of_run(run: dict) -> World:
     corpus = generate_clinic_corpus(run["corpus_seed"], n_conditions=run["n_conditions"],
                                     n_distractors=run["n_distractors"])
     mem, non = choose_targets(len(corpus.documents), run["members"], run["nonmembers"], str(run["seed"]).encode())
-    return build_world(corpus, mem, non)
+    world = build_world(corpus, mem, non)
+    for name, member in (("member_keys", True), ("nonmember_keys", False)):
+        if name in run and list(run[name]) != [t.key for t in world.targets if t.member == member]:
+            raise InvalidParameterError(f"run.json: {name}", "differ from the targets its corpus and seed select")
+    return world
 
 
 def build_world(corpus, member_ids: Sequence[int], nonmember_ids: Sequence[int]) -> World:
