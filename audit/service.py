@@ -40,6 +40,7 @@ from dprag.accounting.protocols import Generator
 from dprag.accounting.rag.multi_query import MuRAG, MuRAGAda, RetrievalParams, Selection
 from dprag.accounting.rag.mechanism import filter_charge
 from dprag.accounting.stores import SqliteBudgetStore
+from dprag.accounting.stores.sqlite import switch_to_wal
 
 from . import commitments as cm
 from .encoding import decode, digest, encode
@@ -201,7 +202,7 @@ class _AuditorStore:
 
     def __init__(self, path: Path):
         self.con = sqlite3.connect(str(path), timeout=60.0, isolation_level=None)
-        self.con.execute("PRAGMA journal_mode=WAL")
+        switch_to_wal(self.con, 60.0)
         self.con.execute("PRAGMA synchronous=FULL")
         self.con.execute("CREATE TABLE IF NOT EXISTS opening (pos INTEGER PRIMARY KEY, body BLOB NOT NULL)")
         self.con.execute("CREATE TABLE IF NOT EXISTS checkpoint (size INTEGER PRIMARY KEY, note BLOB NOT NULL)")

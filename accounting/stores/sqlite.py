@@ -36,6 +36,8 @@ import json
 import os
 import sqlite3
 import threading
+import time
+
 import numpy as np
 
 from ..errors import InvalidParameterError, check_positive_int, check_positive_real
@@ -49,6 +51,29 @@ _SELECT = "SELECT doc, spent FROM dprag_spend WHERE doc IN (SELECT value FROM js
 # Connections inherited through fork: never closed by the child (closing could checkpoint or delete the
 # parent's WAL). Kept referenced so the garbage collector does not close them either.
 _ABANDONED: list[sqlite3.Connection] = []
+
+
+def switch_to_wal(conn: sqlite3.Connection, timeout: float) -> str:
+    """``PRAGMA journal_mode = WAL`` on ``conn``, retried while another connection holds the lock.
+
+    Switching a new (rollback-journal) file to WAL needs an exclusive lock, and SQLite returns SQLITE_BUSY
+    at once, without calling the busy handler, when two connections that hold shared locks both ask for it
+    (its deadlock avoidance). Processes racing to create one database hit exactly that, so the busy timeout
+    does not cover it: retry with backoff (1 ms doubling to 50 ms) until ``timeout`` seconds have passed,
+    then re-raise SQLite's error. Returns the journal mode SQLite reports. Once the file is in WAL mode
+    (the mode is persistent) the pragma takes no exclusive lock and returns at once.
+    """
+    deadline = time.monotonic() + max(float(timeout), 0.0)
+    pause = 0.001
+    while True:
+        try:
+            return str(conn.execute("PRAGMA journal_mode=WAL").fetchone()[0])
+        except sqlite3.OperationalError as exc:
+            code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
+            if code not in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED) or time.monotonic() >= deadline:
+                raise
+        time.sleep(pause)
+        pause = min(2 * pause, 0.05)
 
 
 class SqliteBudgetStore(BudgetStore):
@@ -105,7 +130,7 @@ class SqliteBudgetStore(BudgetStore):
         except sqlite3.Error as exc:
             raise BudgetStoreError(f"cannot open budget store {self._path}: {exc}") from exc
         try:
-            mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            mode = switch_to_wal(conn, self._timeout)
             if str(mode).lower() != "wal":
                 raise BudgetStoreError(f"budget store {self._path}: cannot enable WAL (journal_mode={mode})")
             conn.execute(f"PRAGMA synchronous={self._sync}")

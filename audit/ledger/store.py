@@ -27,6 +27,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Sequence
 
 from dprag.accounting.errors import InvalidParameterError
+from dprag.accounting.stores.sqlite import switch_to_wal
 
 from .checkpoint import Checkpoint, NoteSigner, sign_checkpoint
 from .errors import LedgerCorruptError, LedgerError, LedgerRangeError
@@ -355,7 +356,7 @@ class SqliteLog(MerkleLog):
         self._leader = False
         self._frontier = CompactRange()
         try:
-            self._setup(sync)
+            self._setup(sync, timeout)
             self._load(verify)
         except sqlite3.DatabaseError as e:
             con.close()
@@ -366,10 +367,10 @@ class SqliteLog(MerkleLog):
 
     # -- opening ---------------------------------------------------------------------------------
 
-    def _setup(self, sync: str) -> None:
+    def _setup(self, sync: str, timeout: float) -> None:
         con = self._con
         if not self.readonly:
-            mode = con.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            mode = switch_to_wal(con, timeout)  # a new file: retried past SQLite's deadlock-avoiding BUSY
             if str(mode).lower() != "wal":
                 raise LedgerError(f"{self.path}: SQLite could not switch to WAL journaling (got {mode!r})")
             con.execute(f"PRAGMA synchronous = {sync}")
