@@ -453,3 +453,20 @@ def test_sigkill_mid_append_never_tears_the_tree(tmp_path):
             assert leaves == [b"rec-%08d" % i for i in range(n)]
             assert log.root() == root_from_leaves(leaves)
     assert n > 0
+
+
+def test_a_lock_held_past_the_timeout_is_a_ledger_error_not_a_bad_file(tmp_path):
+    """Another connection holding a new file exclusively past ``timeout``: the open says so (LedgerError naming
+    the timeout), not that the file is unusable, and leaves the file to its holder."""
+    path = tmp_path / "held.db"
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    t = time.monotonic()
+    with pytest.raises(LedgerError, match="locked for more than timeout = 0.2 s") as e:
+        SqliteLog(path, timeout=0.2)
+    assert not isinstance(e.value, InvalidParameterError)
+    assert 0.2 <= time.monotonic() - t < 30
+    holder.execute("COMMIT")
+    holder.close()
+    with SqliteLog(path, timeout=5) as log:  # released: the same path opens and creates the schema
+        assert log.append(b"x") == 0 and log.size == 1

@@ -358,6 +358,12 @@ class SqliteLog(MerkleLog):
         try:
             self._setup(sync, timeout)
             self._load(verify)
+        except sqlite3.OperationalError as e:
+            con.close()
+            if (getattr(e, "sqlite_errorcode", 0) & 0xFF) in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+                raise LedgerError(f"{self.path}: another connection held the database locked for more than "
+                                  f"timeout = {timeout:g} s ({e})") from None
+            raise InvalidParameterError("path", f"is not a usable ledger database ({e})", self.path) from None
         except sqlite3.DatabaseError as e:
             con.close()
             raise InvalidParameterError("path", f"is not a usable ledger database ({e})", self.path) from None
