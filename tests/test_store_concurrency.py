@@ -86,6 +86,8 @@ def test_processes_released_together_all_create_one_store(tmp_path):
     shared-lock holders ask for it at once, so the open retries it. Without the retry 15 of 100 such trials
     failed here with "database is locked" (so these 30 trials miss the defect with probability about 0.85^30
     = 0.8%); with it, 0 of 100.  Deterministic when the store is correct: no false-failure rate."""
+    with SqliteBudgetStore(str(tmp_path / "probe.db"), 1) as probe:
+        unit = IndividualRenyiFilter(probe, BUDGET).cost_units(EVENTS[0])
     ctx = multiprocessing.get_context("fork")
     for trial in range(30):
         path = str(tmp_path / f"new{trial}.db")
@@ -99,5 +101,4 @@ def test_processes_released_together_all_create_one_store(tmp_path):
         assert [p.exitcode for p in procs] == [0] * 6, f"trial {trial}"
         with SqliteBudgetStore(path) as s:
             spent = IndividualRenyiFilter(s, BUDGET).spent_units(range(N_DOCS))
-        unit = IndividualRenyiFilter(SqliteBudgetStore(str(tmp_path / "probe.db"), 1), BUDGET).cost_units(EVENTS[0])
         assert np.array_equal(spent[:6], np.tile(unit, (6, 1))) and not spent[6:].any()

@@ -53,6 +53,11 @@ _SELECT = "SELECT doc, spent FROM dprag_spend WHERE doc IN (SELECT value FROM js
 _ABANDONED: list[sqlite3.Connection] = []
 
 
+def is_busy(exc: sqlite3.Error) -> bool:
+    """Whether SQLite's error is a lock another connection holds (SQLITE_BUSY / SQLITE_LOCKED, any extended code)."""
+    return (getattr(exc, "sqlite_errorcode", 0) & 0xFF) in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+
+
 def switch_to_wal(conn: sqlite3.Connection, timeout: float) -> str:
     """``PRAGMA journal_mode = WAL`` on ``conn``, retried while another connection holds the lock.
 
@@ -69,8 +74,7 @@ def switch_to_wal(conn: sqlite3.Connection, timeout: float) -> str:
         try:
             return str(conn.execute("PRAGMA journal_mode=WAL").fetchone()[0])
         except sqlite3.OperationalError as exc:
-            code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
-            if code not in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED) or time.monotonic() >= deadline:
+            if not is_busy(exc) or time.monotonic() >= deadline:
                 raise
         time.sleep(pause)
         pause = min(2 * pause, 0.05)

@@ -27,7 +27,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Sequence
 
 from dprag.accounting.errors import InvalidParameterError
-from dprag.accounting.stores.sqlite import switch_to_wal
+from dprag.accounting.stores.sqlite import is_busy, switch_to_wal
 
 from .checkpoint import Checkpoint, NoteSigner, sign_checkpoint
 from .errors import LedgerCorruptError, LedgerError, LedgerRangeError
@@ -360,7 +360,7 @@ class SqliteLog(MerkleLog):
             self._load(verify)
         except sqlite3.OperationalError as e:
             con.close()
-            if (getattr(e, "sqlite_errorcode", 0) & 0xFF) in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+            if is_busy(e):
                 raise LedgerError(f"{self.path}: another connection held the database locked for more than "
                                   f"timeout = {timeout:g} s ({e})") from None
             raise InvalidParameterError("path", f"is not a usable ledger database ({e})", self.path) from None
