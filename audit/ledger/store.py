@@ -358,14 +358,11 @@ class SqliteLog(MerkleLog):
         try:
             self._setup(sync, timeout)
             self._load(verify)
-        except sqlite3.OperationalError as e:
-            con.close()
-            if is_busy(e):
-                raise LedgerError(f"{self.path}: another connection held the database locked for more than "
-                                  f"timeout = {timeout:g} s ({e})") from None
-            raise InvalidParameterError("path", f"is not a usable ledger database ({e})", self.path) from None
         except sqlite3.DatabaseError as e:
             con.close()
+            if is_busy(e):  # the file is not at fault: another connection kept it locked
+                raise LedgerError(f"{self.path}: another connection held the database locked for more than "
+                                  f"timeout = {timeout:g} s ({e})") from None
             raise InvalidParameterError("path", f"is not a usable ledger database ({e})", self.path) from None
         except BaseException:
             con.close()

@@ -39,10 +39,10 @@ def finite_floats(flag: str, text: str) -> tuple[float, ...]:
 
 def positive_floats(flag: str, text: str) -> tuple[float, ...]:
     """Comma-separated finite numbers, each > 0."""
-    vals = parse_list(flag, text, float)
+    vals = finite_floats(flag, text)
     for v in vals:
-        if not (math.isfinite(v) and v > 0):
-            raise click.BadParameter(f"every value must be finite and > 0, got {v}", param_hint=flag)
+        if v <= 0:
+            raise click.BadParameter(f"every value must be > 0, got {v}", param_hint=flag)
     return vals
 
 
