@@ -8,10 +8,11 @@ sums, subsampling, DP-KSA), ``filters`` and ``stores`` (the individual Rényi fi
 bounds), ``rag`` (the DP-RAG algorithms) and ``testing`` (hypothesis strategies and an empirical DP checker).
 """
 
-
 if __name__ != "dprag.accounting":  # one folder, one module: never loaded twice under two names
-    raise ImportError(f"the folder accounting/ is the package dprag.accounting: import dprag.accounting, not {__name__} "
-                      "(pip install -e . from the repository root)")
+    raise ImportError(
+        f"the folder accounting/ is the package dprag.accounting: import dprag.accounting, not {__name__} "
+        "(pip install -e . from the repository root)"
+    )
 from .errors import (
     BudgetExhaustedError,
     DpragError,
@@ -41,9 +42,30 @@ from .noise.source import RandomSource
 from .rdp import DEFAULT_ORDERS, epsilon_of, rdp_curve, rdp_to_epsilon
 
 __all__ = [
-    "ApproxDpEvent", "ApproxRdpEvent", "BudgetExhaustedError", "ComposedEvent", "DEFAULT_ORDERS",
-    "DiscreteGaussianEvent", "DiscreteLaplaceEvent", "DpragError", "ExponentialMechanismEvent", "GaussianEvent",
-    "InvalidParameterError", "LaplaceEvent", "NoOpEvent", "PoissonSampledEvent", "PrivacyEvent", "PureDpEvent",
-    "RandomSource", "RdpCurveEvent", "SelfComposedEvent", "UnknownDocumentError", "UnsupportedEventError",
-    "ZCDpEvent", "epsilon_of", "from_dp_event", "rdp_curve", "rdp_to_epsilon",
+    "ApproxDpEvent",
+    "ApproxRdpEvent",
+    "BudgetExhaustedError",
+    "ComposedEvent",
+    "DEFAULT_ORDERS",
+    "DiscreteGaussianEvent",
+    "DiscreteLaplaceEvent",
+    "DpragError",
+    "ExponentialMechanismEvent",
+    "GaussianEvent",
+    "InvalidParameterError",
+    "LaplaceEvent",
+    "NoOpEvent",
+    "PoissonSampledEvent",
+    "PrivacyEvent",
+    "PureDpEvent",
+    "RandomSource",
+    "RdpCurveEvent",
+    "SelfComposedEvent",
+    "UnknownDocumentError",
+    "UnsupportedEventError",
+    "ZCDpEvent",
+    "epsilon_of",
+    "from_dp_event",
+    "rdp_curve",
+    "rdp_to_epsilon",
 ]

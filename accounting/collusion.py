@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 from decimal import Decimal
+from typing import Any
 
 from scipy.special import ndtr
 
@@ -50,23 +51,23 @@ SENSITIVITY_NOTE = (
 # ----------------------------------------------------------------------------------------------------------
 
 
-def _k(k) -> int:
+def _k(k: int) -> int:
     return check_positive_int("k", k)
 
 
-def _n(n) -> int:
+def _n(n: int) -> int:
     return check_positive_int("n", n)
 
 
-def _eps_acc(e) -> float:
+def _eps_acc(e: float) -> float:
     return check_epsilon("eps_acc", e)
 
 
-def _delta_acc(d) -> float:
+def _delta_acc(d: float) -> float:
     return check_delta("delta_acc", d)
 
 
-def _sens(s) -> float:
+def _sens(s: float) -> float:
     return check_epsilon("sensitivity", s)
 
 
@@ -75,7 +76,7 @@ def _sens(s) -> float:
 # ----------------------------------------------------------------------------------------------------------
 
 
-def eq_3_1_per_query(eps_acc, delta_acc, n) -> tuple[float, float]:
+def eq_3_1_per_query(eps_acc: float, delta_acc: float, n: int) -> tuple[float, float]:
     """(3.1): ε_q = ε_acc / √(2n log(1/δ_acc)), δ_q = δ_acc / n.
 
     Caveat (002 footnote 2, and Lemma 3.2 itself): n such queries compose to (ε_acc + n ε_q(e^{ε_q} − 1),
@@ -85,7 +86,7 @@ def eq_3_1_per_query(eps_acc, delta_acc, n) -> tuple[float, float]:
     return eps_acc / math.sqrt(2.0 * n * math.log(1.0 / delta_acc)), delta_acc / n
 
 
-def eq_3_4_sigma(eps_acc, delta_acc, n, sensitivity=1.0) -> float:
+def eq_3_4_sigma(eps_acc: float, delta_acc: float, n: int, sensitivity: float = 1.0) -> float:
     """(3.4): σ = Δ √(2n log(1/δ_acc) · 2 log(1.25/δ_q)) / ε_acc with δ_q = δ_acc/n.
 
     This is the classical Gaussian mechanism (Dwork–Roth Thm A.1, σ = Δ√(2 log(1.25/δ_q))/ε_q, valid for
@@ -96,7 +97,7 @@ def eq_3_4_sigma(eps_acc, delta_acc, n, sensitivity=1.0) -> float:
     return d * math.sqrt(2.0 * n * math.log(1.0 / delta_acc) * 2.0 * math.log(1.25 / dq)) / eps_acc
 
 
-def thm_3_9_sigma(eps_acc, delta_acc, n, sensitivity=1.0) -> float:
+def thm_3_9_sigma(eps_acc: float, delta_acc: float, n: int, sensitivity: float = 1.0) -> float:
     """Theorem 3.9's calibration σ = Δ √(2n log(1/δ_acc)) / ε_acc ("per-account (ε_acc, δ_acc) via RDP (R3)").
 
     Disagreement with the paper: with this σ, (R3) at k = 1, δ = δ_acc gives ε_acc + ε_acc²/(4 log(1/δ_acc)),
@@ -107,7 +108,7 @@ def thm_3_9_sigma(eps_acc, delta_acc, n, sensitivity=1.0) -> float:
     return d * math.sqrt(2.0 * n * math.log(1.0 / delta_acc)) / eps_acc
 
 
-def exact_sigma(eps_acc, delta_acc, n, sensitivity=1.0) -> float:
+def exact_sigma(eps_acc: float, delta_acc: float, n: int, sensitivity: float = 1.0) -> float:
     """Beyond the paper: the smallest σ (rounded up) for which one account's n Gaussian queries are exactly
     (ε_acc, δ_acc)-DP (Gaussian DP / analytic Gaussian, ``accounting.gdp.gaussian_sigma_for``)."""
     return gdp.gaussian_sigma_for(_eps_acc(eps_acc), _delta_acc(delta_acc), _n(n), _sens(sensitivity))
@@ -118,7 +119,7 @@ def exact_sigma(eps_acc, delta_acc, n, sensitivity=1.0) -> float:
 # ----------------------------------------------------------------------------------------------------------
 
 
-def lemma_3_2_advanced_composition(eps0, delta0, m, delta_prime) -> tuple[float, float]:
+def lemma_3_2_advanced_composition(eps0: float, delta0: float, m: int, delta_prime: float) -> tuple[float, float]:
     """Lemma 3.2 (Dwork–Rothblum–Vadhan 2010; Dwork–Roth Thm 3.20): m adaptive (ε₀, δ₀)-DP mechanisms are
     (√(2m log(1/δ')) ε₀ + m ε₀ (e^{ε₀} − 1), m δ₀ + δ')-DP.  Holds for every ε₀ > 0 (002 restricts to ε₀ ≤ 1,
     which the proof does not need).  Same neighbouring relation as the composed mechanisms.
@@ -131,7 +132,7 @@ def lemma_3_2_advanced_composition(eps0, delta0, m, delta_prime) -> tuple[float,
     return eps, m * delta0 + dp
 
 
-def thm_3_4_leading(k, eps_acc, delta_acc, delta=None) -> float:
+def thm_3_4_leading(k: int, eps_acc: float, delta_acc: float, delta: float | None = None) -> float:
     """Leading term of Theorem 3.4, (3.2): √k · ε_acc · √(log(1/δ) / log(1/δ_acc)) (δ defaults to δ_acc).
 
     **Not an upper bound** (module docstring): the theorem's guarantee is this plus a positive residual, at
@@ -142,7 +143,9 @@ def thm_3_4_leading(k, eps_acc, delta_acc, delta=None) -> float:
     return math.sqrt(k) * eps_acc * math.sqrt(math.log(1.0 / delta) / math.log(1.0 / delta_acc))
 
 
-def thm_3_4_closed_form(k, eps_acc, delta_acc, n, delta=None, eps_q=None) -> tuple[float, float]:
+def thm_3_4_closed_form(
+    k: int, eps_acc: float, delta_acc: float, n: int, delta: float | None = None, eps_q: float | None = None
+) -> tuple[float, float]:
     """Theorem 3.4 with its residual and δ accounting: Lemma 3.2 with m = kn, ε₀ = ε_q, δ₀ = δ_q = δ_acc/n,
     δ' = δ, i.e. (√(2kn log(1/δ)) ε_q + kn ε_q (e^{ε_q} − 1),  δ + kδ_acc).
 
@@ -163,7 +166,7 @@ def thm_3_4_closed_form(k, eps_acc, delta_acc, n, delta=None, eps_q=None) -> tup
 # ----------------------------------------------------------------------------------------------------------
 
 
-def thm_3_9_rdp(k, n, sigma, delta, sensitivity=1.0) -> tuple[float, float]:
+def thm_3_9_rdp(k: int, n: int, sigma: float, delta: float, sensitivity: float = 1.0) -> tuple[float, float]:
     """Theorem 3.9, (3.6): ε = Δ√(2kn log(1/δ))/σ + knΔ²/(2σ²) at δ, attained at the optimal order
     α* = 1 + σ√(2 log(1/δ)/(knΔ²)); returns (ε, α*).
 
@@ -187,7 +190,7 @@ def thm_3_9_rdp(k, n, sigma, delta, sensitivity=1.0) -> tuple[float, float]:
 # ----------------------------------------------------------------------------------------------------------
 
 
-def thm_3_5_advantage(k, n, sigma, sensitivity=1.0) -> float:
+def thm_3_5_advantage(k: int, n: int, sigma: float, sensitivity: float = 1.0) -> float:
     """Theorem 3.5: exact advantage of the pooled-mean adversary A* on the scalar mechanism M* (3.3),
     Adv = 2Φ(Δ√(kn)/(2σ)) − 1 (= total variation between N(0, σ²/kn) and N(Δ, σ²/kn)).  Replace-one."""
     k, n = _k(k), _n(n)
@@ -196,7 +199,7 @@ def thm_3_5_advantage(k, n, sigma, sensitivity=1.0) -> float:
     return float(2.0 * ndtr(d * math.sqrt(k * n) / (2.0 * sigma)) - 1.0)
 
 
-def cor_3_13_advantage_lower(k, eps_acc, delta_acc, n) -> float:
+def cor_3_13_advantage_lower(k: int, eps_acc: float, delta_acc: float, n: int) -> float:
     """Corollary 3.13, (3.10): Adv(A*) ≥ (1/√(2π)) · √k ε_acc / (4√(log(1/δ_acc) log(1.25/δ_q))), δ_q = δ_acc/n.
 
     This is z/√(2π) with z = Δ√(kn)/(2σ) for σ from (3.4).  The paper's proof uses "Φ(z) − ½ ≥ z/√(2π) on
@@ -209,7 +212,7 @@ def cor_3_13_advantage_lower(k, eps_acc, delta_acc, n) -> float:
     return z / math.sqrt(2.0 * math.pi)
 
 
-def lemma_3_11_advantage_upper(epsilon, delta) -> float:
+def lemma_3_11_advantage_upper(epsilon: float, delta: float) -> float:
     """Lemma 3.11, (3.8): an (ε, δ)-DP mechanism allows MIA advantage ≤ (e^ε − 1 + 2δ)/(e^ε + 1) ≤ tanh(ε/2) + δ.
     (Correct: the minimum of FPR + FNR over the (ε, δ) region is 2(1 − δ)/(1 + e^ε).)"""
     eps = check_epsilon("epsilon", epsilon, allow_zero=True, allow_inf=True)
@@ -219,7 +222,7 @@ def lemma_3_11_advantage_upper(epsilon, delta) -> float:
     return min(1.0, 1.0 - 2.0 * (1.0 - delta) / (1.0 + math.exp(min(eps, 709.0))))
 
 
-def cor_3_12_auc_upper(epsilon, delta) -> float:
+def cor_3_12_auc_upper(epsilon: float, delta: float) -> float:
     """Corollaries 3.12/3.13 with AUC = ½(1 + Adv): AUC ≤ ½(1 + tanh(ε/2) + δ), as 002 states it.
 
     **Not valid for every (ε, δ)-DP mechanism**: ½(1 + Adv) is the balanced accuracy of one threshold, not the
@@ -231,7 +234,7 @@ def cor_3_12_auc_upper(epsilon, delta) -> float:
     return min(1.0, 0.5 * (1.0 + math.tanh(eps / 2.0) + delta))
 
 
-def auc_upper_bound(epsilon, delta) -> float:
+def auc_upper_bound(epsilon: float, delta: float) -> float:
     """Largest ROC AUC of any membership test against an (ε, δ)-DP mechanism: 1 − (1 − δ)²/(1 + e^ε).
 
     Area under the envelope TPR ≤ min(1, e^ε·FPR + δ, 1 − e^{−ε}(1 − δ − FPR)) of the (ε, δ) region (Kairouz,
@@ -244,7 +247,7 @@ def auc_upper_bound(epsilon, delta) -> float:
     return 1.0 - (1.0 - delta) ** 2 / (1.0 + math.exp(min(eps, 709.0)))
 
 
-def pooled_mean_auc(k, n, sigma, sensitivity=1.0) -> float:
+def pooled_mean_auc(k: int, n: int, sigma: float, sensitivity: float = 1.0) -> float:
     """Exact ROC AUC of the pooled-mean test on the scalar mechanism M*: Φ(Δ√(kn)/(√2 σ)).
 
     ȳ ~ N(m_b, σ²/(kn)) under either index, so AUC = P(ȳ₁ > ȳ₀) = Φ(Δ/√(2σ²/kn)).  It is also the largest
@@ -263,7 +266,7 @@ def pooled_mean_auc(k, n, sigma, sensitivity=1.0) -> float:
 # ----------------------------------------------------------------------------------------------------------
 
 
-def eq_5_2_delta_comp(k_max, delta_acc, delta_policy) -> float:
+def eq_5_2_delta_comp(k_max: int, delta_acc: float, delta_policy: float) -> float:
     """(5.2)'s reparametrisation δ_comp = δ_policy − k_max δ_acc; refuses δ_policy ≤ k_max δ_acc (C_policy's
     well-formedness constraint).  Note Theorem 3.4 is stated for δ ≥ δ_acc, i.e. δ_policy ≥ (k_max + 1)δ_acc."""
     k_max, delta_acc = check_positive_int("k_max", k_max), _delta_acc(delta_acc)
@@ -272,12 +275,16 @@ def eq_5_2_delta_comp(k_max, delta_acc, delta_policy) -> float:
     as_written = Decimal(repr(delta_policy)) > k_max * Decimal(repr(delta_acc))
     if not (as_written and delta_policy > k_max * delta_acc):
         raise InvalidParameterError(
-            "delta_policy", f"must exceed k_max*delta_acc = {k_max * delta_acc!r} (002 §5.3 well-formedness)", delta_policy
+            "delta_policy",
+            f"must exceed k_max*delta_acc = {k_max * delta_acc!r} (002 §5.3 well-formedness)",
+            delta_policy,
         )
     return delta_policy - k_max * delta_acc
 
 
-def eq_5_2_audit(k_max, eps_acc, delta_acc, delta_policy, n=None) -> dict:
+def eq_5_2_audit(
+    k_max: int, eps_acc: float, delta_acc: float, delta_policy: float, n: int | None = None
+) -> dict[str, float]:
     """(5.2): ε_audit = √k_max ε_acc √(log(1/δ_comp)/log(1/δ_acc)) + O(k_max ε_acc²/log(1/δ_acc)) at δ_policy.
 
     Returns {"delta_comp", "leading"} and, if ``n`` is given, "closed_form" (Theorem 3.4 with residual at
@@ -301,7 +308,9 @@ def _check_noise(noise: str) -> str:
     return noise
 
 
-def certified_joint_epsilon(k, n, sigma, delta, sensitivity=1.0, noise: str = "gaussian") -> float:
+def certified_joint_epsilon(
+    k: int, n: int, sigma: float, delta: float, sensitivity: float = 1.0, noise: str = "gaussian"
+) -> float:
     """Certified ε at ``delta`` of the coalition's kn adaptive releases (Lemma 3.3 + exact composition).
 
     Gaussian: exact GDP composition μ = Δ√(kn)/σ with outward rounding (``accounting.gdp``).  Discrete
@@ -318,7 +327,7 @@ def certified_joint_epsilon(k, n, sigma, delta, sensitivity=1.0, noise: str = "g
     return gdp.discrete_gaussian_epsilon(sigma, sensitivity, k * n, delta).epsilon
 
 
-def _joint(noise, sigma, sens, m, delta):
+def _joint(noise: str, sigma: float, sens: float, m: int, delta: float) -> tuple[float, float]:
     """(exact-or-lower, certified) ε of m releases at delta."""
     if noise == "gaussian":
         comp = gdp.GaussianComposition.of(sigma, sens, m)
@@ -328,17 +337,17 @@ def _joint(noise, sigma, sens, m, delta):
 
 
 def collusion_report(
-    k,
-    eps_acc,
-    delta_acc,
-    n,
-    delta=None,
-    sigma=None,
-    sensitivity=1.0,
+    k: int,
+    eps_acc: float,
+    delta_acc: float,
+    n: int,
+    delta: float | None = None,
+    sigma: float | None = None,
+    sensitivity: float = 1.0,
     noise: str = "gaussian",
     calibration: str = "3.4",
-    delta_policy=None,
-) -> dict:
+    delta_policy: float | None = None,
+) -> dict[str, Any]:
     """Every 002 bound for one configuration next to the certified joint ε (used by ``dprag accounting collusion``).
 
     k accounts × n queries each, per-account target (ε_acc, δ_acc); ``delta`` (default δ_acc) is the δ at which
@@ -392,9 +401,14 @@ def collusion_report(
             eps_q = gdp.discrete_gaussian_epsilon(sigma, sens, 1, delta_q).epsilon
         eps_q_source = "certified per-query epsilon of the actual sigma at delta_q"
         if noise == "discrete":
-            notes.append("discrete Gaussian: Theorem 3.4 is evaluated with the certified per-query epsilon of N_Z(0, sigma^2)")
+            notes.append(
+                "discrete Gaussian: Theorem 3.4 is evaluated with the certified per-query epsilon of N_Z(0, sigma^2)"
+            )
         else:
-            notes.append("Theorem 3.4's hypothesis (3.1) is not met by sigma: it is evaluated with the per-query epsilon sigma gives")
+            notes.append(
+                "Theorem 3.4's hypothesis (3.1) is not met by sigma: it is evaluated with the per-query epsilon "
+                "sigma gives"
+            )
 
     leading = thm_3_4_leading(k, eps_acc, delta_acc, delta)
     closed, _ = thm_3_4_closed_form(k, eps_acc, delta_acc, n, delta, eps_q=eps_q)
@@ -408,7 +422,7 @@ def collusion_report(
 
     rdp_acc = epsilon_of(SelfComposedEvent(GaussianEvent(float(sigma), float(sens)), m), delta)[0]
 
-    report = {
+    report: dict[str, Any] = {
         "k": k,
         "n": n,
         "eps_acc": eps_acc,
@@ -455,7 +469,9 @@ def collusion_report(
             report["mia"]["advantage_cor_3_13_lower"] = cor_3_13_advantage_lower(k, eps_acc, delta_acc, n)
     else:
         report["exact_is_lower_bound"] = True
-        notes.append("discrete Gaussian: 'exact' is a certified lower end of the exact epsilon, 'certified' the upper end")
+        notes.append(
+            "discrete Gaussian: 'exact' is a certified lower end of the exact epsilon, 'certified' the upper end"
+        )
     if delta_policy is not None:
         audit = eq_5_2_audit(k, eps_acc, delta_acc, delta_policy)
         audit["delta_policy"] = float(delta_policy)
@@ -465,7 +481,10 @@ def collusion_report(
     if sens < 2:
         notes.append(SENSITIVITY_NOTE)
     if not report["leading_is_upper_bound"]:
-        notes.append("the leading term sqrt(k)*eps_acc... of (3.2)/(5.2) is below the certified joint epsilon: it is not an upper bound here")
+        notes.append(
+            "the leading term sqrt(k)*eps_acc... of (3.2)/(5.2) is below the certified joint epsilon: "
+            "it is not an upper bound here"
+        )
     if not report["per_account_meets_eps_acc"]:
         notes.append("sigma does not meet the per-account (eps_acc, delta_acc) target under exact composition")
     return report

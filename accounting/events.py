@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Tuple
+from types import ModuleType
+from typing import TYPE_CHECKING, cast
 
 from .errors import (
     InvalidParameterError,
@@ -26,18 +27,21 @@ from .errors import (
     check_positive_int,
 )
 
+if TYPE_CHECKING:
+    import dp_accounting
 
-def _dpe():
+
+def _dpe() -> ModuleType:
     import dp_accounting  # imported lazily: the accounting hot path does not need it
 
-    return dp_accounting
+    return cast(ModuleType, dp_accounting)
 
 
 @dataclass(frozen=True)
 class PrivacyEvent:
     """Base class. Subclasses are frozen dataclasses and hashable."""
 
-    def to_dp_event(self):
+    def to_dp_event(self) -> dp_accounting.DpEvent:
         raise UnsupportedEventError(f"{type(self).__name__} has no dp_accounting equivalent")
 
 
@@ -45,7 +49,7 @@ class PrivacyEvent:
 class NoOpEvent(PrivacyEvent):
     """Nothing was spent (e.g. a non-private baseline step, or post-processing)."""
 
-    def to_dp_event(self):
+    def to_dp_event(self) -> dp_accounting.DpEvent:
         return _dpe().NoOpDpEvent()
 
 
@@ -55,10 +59,10 @@ class PureDpEvent(PrivacyEvent):
 
     epsilon: float
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         check_epsilon("epsilon", self.epsilon, allow_zero=True)
 
-    def to_dp_event(self):
+    def to_dp_event(self) -> dp_accounting.DpEvent:
         # dp_accounting has no generic pure-DP event; a Laplace event with the same epsilon
         # has a *smaller* RDP curve than a generic eps-DP mechanism, so it would be unsound.
         raise UnsupportedEventError("PureDpEvent: dp_accounting has no generic pure-DP event")
@@ -71,7 +75,7 @@ class LaplaceEvent(PrivacyEvent):
     scale: float
     sensitivity: float = 1.0
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         check_epsilon("scale", self.scale)
         check_epsilon("sensitivity", self.sensitivity)
 
@@ -79,7 +83,7 @@ class LaplaceEvent(PrivacyEvent):
     def epsilon(self) -> float:
         return self.sensitivity / self.scale
 
-    def to_dp_event(self):
+    def to_dp_event(self) -> dp_accounting.DpEvent:
         return _dpe().LaplaceDpEvent(noise_multiplier=self.scale / self.sensitivity)
 
 
@@ -90,7 +94,7 @@ class GaussianEvent(PrivacyEvent):
     sigma: float
     sensitivity: float = 1.0
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         check_epsilon("sigma", self.sigma)
         check_epsilon("sensitivity", self.sensitivity)
 
@@ -98,7 +102,7 @@ class GaussianEvent(PrivacyEvent):
     def noise_multiplier(self) -> float:
         return self.sigma / self.sensitivity
 
-    def to_dp_event(self):
+    def to_dp_event(self) -> dp_accounting.DpEvent:
         return _dpe().GaussianDpEvent(noise_multiplier=self.noise_multiplier)
 
 
@@ -115,7 +119,7 @@ class DiscreteGaussianEvent(PrivacyEvent):
     sensitivity: int = 1
     sampler_tv: float = 0.0
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         check_epsilon("sigma", self.sigma)
         check_positive_int("sensitivity", self.sensitivity)
         check_delta("sampler_tv", self.sampler_tv, allow_zero=True)
@@ -123,13 +127,13 @@ class DiscreteGaussianEvent(PrivacyEvent):
     @property
     def rho(self) -> float:
         """zCDP parameter Δ²/(2σ²) (CKS 2020 Thm 4)."""
-        return self.sensitivity ** 2 / (2.0 * self.sigma ** 2)
+        return self.sensitivity**2 / (2.0 * self.sigma**2)
 
-    def to_dp_event(self):
+    def to_dp_event(self) -> dp_accounting.DpEvent:
         """dp_accounting's ``ZCDpEvent(Δ²/(2σ²))`` (CKS 2020 Thm 4): its RDP accountant counts it (α·ρ, the
         same curve as ours); its PLD accountant refuses it. Not a ``GaussianDpEvent``: the continuous Gaussian's
-        PLD does not dominate the discrete one (issue 10 item 1), so a PLD accountant given that event would
-        under-state ε. ``PldAccountant`` composes the lattice PLD itself."""
+        PLD does not dominate the discrete one (spec/accounting/composition.md), so a PLD accountant given that event
+        would under-state ε. ``PldAccountant`` composes the lattice PLD itself."""
         if self.sampler_tv:
             raise UnsupportedEventError("DiscreteGaussianEvent with sampler_tv > 0 carries an additive delta")
         return _dpe().ZCDpEvent(rho=self.rho)
@@ -144,11 +148,11 @@ class ZCDpEvent(PrivacyEvent):
     rho: float
     xi: float = 0.0
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         check_epsilon("rho", self.rho, allow_zero=True)
         check_epsilon("xi", self.xi, allow_zero=True)
 
-    def to_dp_event(self):
+    def to_dp_event(self) -> dp_accounting.DpEvent:
         return _dpe().ZCDpEvent(rho=self.rho, xi=self.xi)
 
 
@@ -159,7 +163,7 @@ class DiscreteLaplaceEvent(PrivacyEvent):
     scale: float
     sensitivity: int = 1
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         check_epsilon("scale", self.scale)
         check_positive_int("sensitivity", self.sensitivity)
 
@@ -180,7 +184,7 @@ class ExponentialMechanismEvent(PrivacyEvent):
     epsilon: float
     bounded_range: bool = True
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         check_epsilon("epsilon", self.epsilon, allow_zero=True)
 
 
@@ -191,7 +195,7 @@ class ApproxDpEvent(PrivacyEvent):
     epsilon: float
     delta: float
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         check_epsilon("epsilon", self.epsilon, allow_zero=True)
         check_delta("delta", self.delta, allow_zero=True)
 
@@ -203,7 +207,7 @@ class ApproxRdpEvent(PrivacyEvent):
     event: PrivacyEvent
     delta: float
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if not isinstance(self.event, PrivacyEvent):
             raise InvalidParameterError("event", "must be a PrivacyEvent", self.event)
         check_delta("delta", self.delta, allow_zero=True)
@@ -216,10 +220,10 @@ class RdpCurveEvent(PrivacyEvent):
     Used where a mechanism's RDP is computed numerically (e.g. a subsampled mechanism).
     """
 
-    orders: Tuple[float, ...]
-    rdp: Tuple[float, ...]
+    orders: tuple[float, ...]
+    rdp: tuple[float, ...]
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if len(self.orders) != len(self.rdp) or not self.orders:
             raise InvalidParameterError("rdp", "must be a non-empty tuple as long as orders")
         for a in self.orders:
@@ -234,15 +238,15 @@ class RdpCurveEvent(PrivacyEvent):
 class ComposedEvent(PrivacyEvent):
     """Sequential (possibly adaptive) composition of ``events``."""
 
-    events: Tuple[PrivacyEvent, ...] = field(default_factory=tuple)
+    events: tuple[PrivacyEvent, ...] = field(default_factory=tuple)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         object.__setattr__(self, "events", tuple(self.events))
         for e in self.events:
             if not isinstance(e, PrivacyEvent):
                 raise InvalidParameterError("events", "every element must be a PrivacyEvent", e)
 
-    def to_dp_event(self):
+    def to_dp_event(self) -> dp_accounting.DpEvent:
         return _dpe().ComposedDpEvent([e.to_dp_event() for e in self.events])
 
 
@@ -253,12 +257,12 @@ class SelfComposedEvent(PrivacyEvent):
     event: PrivacyEvent
     count: int
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if not isinstance(self.event, PrivacyEvent):
             raise InvalidParameterError("event", "must be a PrivacyEvent", self.event)
         check_positive_int("count", self.count, minimum=0)
 
-    def to_dp_event(self):
+    def to_dp_event(self) -> dp_accounting.DpEvent:
         if self.count == 0:
             return _dpe().NoOpDpEvent()
         return _dpe().SelfComposedDpEvent(self.event.to_dp_event(), self.count)
@@ -274,18 +278,18 @@ class PoissonSampledEvent(PrivacyEvent):
     sampling_probability: float
     event: PrivacyEvent
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         p = float(self.sampling_probability)
         if not (0.0 <= p <= 1.0):
             raise InvalidParameterError("sampling_probability", "must lie in [0, 1]", self.sampling_probability)
         if not isinstance(self.event, PrivacyEvent):
             raise InvalidParameterError("event", "must be a PrivacyEvent", self.event)
 
-    def to_dp_event(self):
+    def to_dp_event(self) -> dp_accounting.DpEvent:
         return _dpe().PoissonSampledDpEvent(self.sampling_probability, self.event.to_dp_event())
 
 
-def from_dp_event(dp_event) -> PrivacyEvent:
+def from_dp_event(dp_event: object) -> PrivacyEvent:
     """A dp_accounting ``DpEvent`` as the dprag event with the same guarantee; ``UnsupportedEventError`` naming
     the event where dprag has no sound equivalent.
 
@@ -327,16 +331,20 @@ def from_dp_event(dp_event) -> PrivacyEvent:
         return ComposedEvent(tuple(from_dp_event(e) for e in dp_event.events))
     if isinstance(dp_event, de.PoissonSampledDpEvent):
         return PoissonSampledEvent(float(dp_event.sampling_probability), from_dp_event(dp_event.event))
-    raise UnsupportedEventError(f"{type(dp_event).__name__}: dprag has no sound equivalent of this dp_accounting "
-                                "event (supported: NoOp, Gaussian, Laplace, DiscreteLaplace, ZCDp, RandomizedResponse, "
-                                "Composed, SelfComposed, PoissonSampled)")
+    raise UnsupportedEventError(
+        f"{type(dp_event).__name__}: dprag has no sound equivalent of this dp_accounting "
+        "event (supported: NoOp, Gaussian, Laplace, DiscreteLaplace, ZCDp, RandomizedResponse, "
+        "Composed, SelfComposed, PoissonSampled)"
+    )
 
 
-def as_privacy_event(event) -> PrivacyEvent:
+def as_privacy_event(event: object) -> PrivacyEvent:
     """``event`` if it is a dprag event, its ``from_dp_event`` conversion if it is a dp_accounting DpEvent."""
     if isinstance(event, PrivacyEvent):
         return event
     mod = type(event).__module__ or ""
     if mod.startswith("dp_accounting"):
         return from_dp_event(event)
-    return event  # not an event at all: the accountant's own validation names it
+    # not an event at all: passed through unchanged (the cast is deliberately untrue) so that the accountant's own
+    # validation names it
+    return cast(PrivacyEvent, event)

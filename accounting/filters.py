@@ -41,10 +41,12 @@ from __future__ import annotations
 import functools
 import math
 import numbers
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, TypeAlias, TypeGuard, cast
 
 import numpy as np
+import numpy.typing as npt
 
 from .errors import InvalidParameterError, UnsupportedEventError, check_delta, check_epsilon, check_positive_int
 from .events import (
@@ -63,8 +65,8 @@ from .events import (
     RdpCurveEvent,
     SelfComposedEvent,
 )
-from .rounding import outward, sum_up
 from .rdp import additive_delta, as_orders, pure_dp_rdp, rdp_curve, rdp_to_epsilon, sampler_tv
+from .rounding import outward, sum_up
 from .stores.base import MAX_LIMIT_UNITS, BudgetStore, validate_doc_ids
 
 #: Spend unit: 2**-UNIT_BITS nats. Scaling a float by 2**32 is exact, so unit conversion adds no error.
@@ -78,11 +80,14 @@ PURE = "pure"
 RDP = "rdp"
 _FILTER_FORMAT = "individual-renyi-filter/1"
 
+#: What a filter charges: a PrivacyEvent, a real ε (pure mode) or an RDP curve (one value per order).
+Cost: TypeAlias = "PrivacyEvent | npt.ArrayLike"
+
 
 # ---------------------------------------------------------------------------------------------------
 # Units
 # ---------------------------------------------------------------------------------------------------
-def cost_to_units(values) -> np.ndarray:
+def cost_to_units(values: npt.ArrayLike) -> npt.NDArray[np.int64]:
     """Round costs (nats, >= 0, may be +inf) UP to int64 units: ceil(c·2^32).
 
     The float cost is scaled by 2^32 exactly (a power of two) and rounded up, so the charged amount is
@@ -99,7 +104,7 @@ def cost_to_units(values) -> np.ndarray:
     return np.where(big, np.int64(2**62), units).astype(np.int64)
 
 
-def budget_to_units(values) -> np.ndarray:
+def budget_to_units(values: npt.ArrayLike) -> npt.NDArray[np.int64]:
     """Round budgets (nats, finite, >= 0) DOWN to int64 units: floor(B·2^32)."""
     v = np.asarray(values, dtype=np.float64)
     if np.any(~np.isfinite(v)) or np.any(v < 0):
@@ -109,12 +114,12 @@ def budget_to_units(values) -> np.ndarray:
     return np.floor(np.ldexp(v, UNIT_BITS)).astype(np.int64)
 
 
-def units_to_nats(units) -> np.ndarray:
+def units_to_nats(units: npt.ArrayLike) -> npt.NDArray[np.float64]:
     """Units to float nats (exact below 2**53 units; nearest float above)."""
     return np.ldexp(np.asarray(units, dtype=np.int64).astype(np.float64), -UNIT_BITS)
 
 
-def _units_to_nats_up(units) -> np.ndarray:
+def _units_to_nats_up(units: npt.ArrayLike) -> npt.NDArray[np.float64]:
     """Units to float nats, rounded up where the conversion is inexact (for certified guarantees)."""
     out = []
     for u in np.asarray(units, dtype=np.int64).tolist():
@@ -153,7 +158,7 @@ def _(event: NoOpEvent) -> float:
 @pure_epsilon.register(LaplaceEvent)
 @pure_epsilon.register(DiscreteLaplaceEvent)
 @pure_epsilon.register(ExponentialMechanismEvent)
-def _(event) -> float:
+def _(event: PureDpEvent | LaplaceEvent | DiscreteLaplaceEvent | ExponentialMechanismEvent) -> float:
     return float(event.epsilon)
 
 
@@ -256,7 +261,7 @@ def refuse_delta_events(event: PrivacyEvent) -> None:
         )
 
 
-def _curve(event: PrivacyEvent, orders: np.ndarray) -> np.ndarray:
+def _curve(event: PrivacyEvent, orders: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
     if isinstance(event, ApproxDpEvent):  # δ = 0 here: pure ε-DP
         return pure_dp_rdp(event.epsilon, orders)
     if isinstance(event, ApproxRdpEvent):  # δ = 0 here
@@ -271,14 +276,14 @@ def _curve(event: PrivacyEvent, orders: np.ndarray) -> np.ndarray:
     return np.asarray(rdp_curve(event, orders), dtype=np.float64)
 
 
-def filter_rdp_curve(event: PrivacyEvent, orders: np.ndarray) -> np.ndarray:
+def filter_rdp_curve(event: PrivacyEvent, orders: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
     """RDP curve of ``event`` for the filter: ``accounting.rdp.rdp_curve`` (sum over compositions), after
     ``refuse_delta_events``; ``ApproxDpEvent(ε, 0)`` gets the ε-DP curve."""
     refuse_delta_events(event)
     return _curve(event, orders)
 
 
-def _check_values(field: str, vals: np.ndarray) -> np.ndarray:
+def _check_values(field: str, vals: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
     if np.any(np.isnan(vals)):
         raise InvalidParameterError(field, "must not be NaN")
     if np.any(vals < 0):
@@ -286,7 +291,8 @@ def _check_values(field: str, vals: np.ndarray) -> np.ndarray:
     return vals
 
 
-def _is_real(x) -> bool:
+def _is_real(x: object) -> TypeGuard[float]:
+    """A real number (``numbers.Real``: int, float, numpy scalars), bools excluded: usable as a float."""
     return isinstance(x, numbers.Real) and not isinstance(x, bool) and not isinstance(x, np.bool_)
 
 
@@ -305,7 +311,7 @@ class FilterBudget:
     orders: tuple[float, ...] | None
     units: tuple[int, ...]
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.mode not in (PURE, RDP):
             raise InvalidParameterError("mode", "must be 'pure' or 'rdp'", self.mode)
         units = tuple(int(u) for u in self.units)
@@ -325,13 +331,13 @@ class FilterBudget:
 
     # constructors ------------------------------------------------------------------------------------
     @classmethod
-    def pure(cls, epsilon: float) -> "FilterBudget":
+    def pure(cls, epsilon: float) -> FilterBudget:
         """Pure-ε budget: admits charges while the sum of pure-DP ε's stays <= ``epsilon``."""
         eps = check_epsilon("budget", epsilon)
         return cls(PURE, None, tuple(budget_to_units([eps]).tolist()))
 
     @classmethod
-    def rdp(cls, curve, orders=None) -> "FilterBudget":
+    def rdp(cls, curve: PrivacyEvent | npt.ArrayLike, orders: Iterable[float] | None = None) -> FilterBudget:
         """RDP budget B(α) over ``orders`` (default ``DEFAULT_ORDERS``): an array of values or a PrivacyEvent."""
         a = as_orders(orders)
         if isinstance(curve, PrivacyEvent):
@@ -347,7 +353,14 @@ class FilterBudget:
         return cls(RDP, tuple(a.tolist()), tuple(budget_to_units(vals).tolist()))
 
     @classmethod
-    def for_queries(cls, max_queries: int, per_query, *, orders=None, mode: str = RDP) -> "FilterBudget":
+    def for_queries(
+        cls,
+        max_queries: int,
+        per_query: PrivacyEvent | float | Sequence[PrivacyEvent | float],
+        *,
+        orders: Iterable[float] | None = None,
+        mode: str = RDP,
+    ) -> FilterBudget:
         """Budget for ``max_queries`` = M retrievals of a per-query mechanism: E(z) = M·ε_q (000/001 Alg. 1–2).
 
         ``per_query`` is a PrivacyEvent, or a float ε_q meaning ``PureDpEvent(ε_q)`` (a generic ε_q-DP
@@ -363,8 +376,9 @@ class FilterBudget:
         charges = list(per_query) if isinstance(per_query, (list, tuple)) else [per_query]
         if not charges:
             raise InvalidParameterError("per_query", "must name at least one charge")
-        unit_cost, ords = None, None
-        for i, ev in enumerate(charges):
+        unit_cost: npt.NDArray[np.int64] | None = None
+        ords: tuple[float, ...] | None = None
+        for _i, ev in enumerate(charges):
             if _is_real(ev):
                 ev = PureDpEvent(check_epsilon("per_query", ev))
             if not isinstance(ev, PrivacyEvent):
@@ -385,9 +399,10 @@ class FilterBudget:
                 raise InvalidParameterError("per_query", "cost must be finite at every order")
             u = cost_to_units(vals)
             unit_cost = u if unit_cost is None else unit_cost + u
-        if np.any(unit_cost > MAX_LIMIT_UNITS // m):
+        total = cast(npt.NDArray[np.int64], unit_cost)  # charges is non-empty: set by the loop
+        if np.any(total > MAX_LIMIT_UNITS // m):
             raise InvalidParameterError("max_queries", f"M × per-query cost exceeds {MAX_BUDGET:.6g} nats", m)
-        return cls(mode, ords, tuple((unit_cost * m).tolist()))
+        return cls(mode, ords, tuple((total * m).tolist()))
 
     # views -------------------------------------------------------------------------------------------
     @property
@@ -395,17 +410,21 @@ class FilterBudget:
         return len(self.units)
 
     @property
-    def limits(self) -> np.ndarray:
+    def limits(self) -> npt.NDArray[np.int64]:
         return np.asarray(self.units, dtype=np.int64)
 
     @property
-    def values(self) -> np.ndarray:
+    def values(self) -> npt.NDArray[np.float64]:
         """Budget in nats (float), per order (RDP) or a single ε (pure); the certified values, rounded up."""
         return _units_to_nats_up(self.units)
 
     @property
-    def orders_array(self) -> np.ndarray | None:
+    def orders_array(self) -> npt.NDArray[np.float64] | None:
         return None if self.orders is None else np.asarray(self.orders, dtype=np.float64)
+
+    def _rdp_orders(self) -> npt.NDArray[np.float64]:
+        """``orders_array`` in RDP mode, where ``__post_init__`` has set the orders."""
+        return cast(npt.NDArray[np.float64], self.orders_array)
 
     def guarantee(self, delta: float | None = None, method: str = "improved") -> tuple[float, float]:
         """Certified ex-ante (ε, δ) of every document under a filter with this budget.
@@ -418,13 +437,14 @@ class FilterBudget:
             if delta is not None:
                 check_delta("delta", delta, allow_zero=True)
             return float(self.values[0]), 0.0
-        d = check_delta("delta", delta)
-        eps, _ = rdp_to_epsilon(self.values, self.orders_array, d, method)
+        d = _conversion_delta(delta)
+        eps, _ = rdp_to_epsilon(self.values, self._rdp_orders(), d, method)
         return eps, d
 
-    def certified_epsilon(self, delta: float | None = None, *, replace_one: bool = False,
-                          method: str = "improved") -> float:
-        """The ε this budget certifies, read off its integer units and rounded outward (issue 10 item 7).
+    def certified_epsilon(
+        self, delta: float | None = None, *, replace_one: bool = False, method: str = "improved"
+    ) -> float:
+        """The ε this budget certifies, read off its integer units and rounded outward (spec/accounting/filters.md §5).
 
         The filter admits charges while the spent units (each charge rounded *up* to units) stay <= the limit,
         so every document's loss is at most limit·2^-32 — the value to report, not a float recomputation such
@@ -436,11 +456,12 @@ class FilterBudget:
         if self.mode == PURE:
             eps = float(self.values[0])
         else:
-            d = check_delta("delta", delta)
+            d = _conversion_delta(delta)
             vals = self.values
-            eps, order = rdp_to_epsilon(vals, self.orders_array, d, method)
+            orders = self._rdp_orders()
+            eps, order = rdp_to_epsilon(vals, orders, d, method)
             if math.isfinite(eps):
-                mag = float(np.max(vals)) + abs(math.log(d)) + math.log(float(np.max(self.orders_array))) + 1.0
+                mag = float(np.max(vals)) + abs(math.log(d)) + math.log(float(np.max(orders))) + 1.0
                 eps = outward(eps, mag)
         return 2.0 * eps if replace_one else eps
 
@@ -462,10 +483,10 @@ class ChargeResult:
     """Outcome of one conditional charge: ``admitted`` / ``refused`` ids (input order kept), the mask
     aligned with the input ids, and the cost actually charged to each admitted document, in units."""
 
-    admitted: np.ndarray
-    refused: np.ndarray
-    mask: np.ndarray
-    cost_units: np.ndarray
+    admitted: npt.NDArray[np.int64]
+    refused: npt.NDArray[np.int64]
+    mask: npt.NDArray[np.bool_]
+    cost_units: npt.NDArray[np.int64]
 
     @property
     def n_admitted(self) -> int:
@@ -488,7 +509,12 @@ class IndividualRenyiFilter:
 
     _CACHE_MAX = 4096
 
-    def __init__(self, store: BudgetStore, budget, orders=None):
+    def __init__(
+        self,
+        store: BudgetStore,
+        budget: FilterBudget | PrivacyEvent | npt.ArrayLike,
+        orders: Iterable[float] | None = None,
+    ) -> None:
         if not isinstance(store, BudgetStore):
             raise InvalidParameterError("store", "must be a BudgetStore (accounting.stores)", type(store).__name__)
         self._budget = _as_budget(budget, orders)
@@ -497,7 +523,7 @@ class IndividualRenyiFilter:
         self._limits = self._budget.limits
         self._cap = self._limits + 1
         self._orders = self._budget.orders_array
-        self._cache: dict[Any, np.ndarray] = {}
+        self._cache: dict[tuple[type, object], npt.NDArray[np.int64]] = {}
 
     # properties ----------------------------------------------------------------------------------
     @property
@@ -513,7 +539,7 @@ class IndividualRenyiFilter:
         return self._budget.mode
 
     @property
-    def orders(self) -> np.ndarray | None:
+    def orders(self) -> npt.NDArray[np.float64] | None:
         return None if self._orders is None else self._orders.copy()
 
     @property
@@ -521,12 +547,13 @@ class IndividualRenyiFilter:
         return self._store.n_docs
 
     # costs ---------------------------------------------------------------------------------------
-    def cost_units(self, cost) -> np.ndarray:
+    def cost_units(self, cost: Cost) -> npt.NDArray[np.int64]:
         """The int64 units a charge of ``cost`` takes from each admitted document (capped at limit + 1).
 
         Pure mode: ``cost`` is a real ε >= 0 or a PrivacyEvent with a pure-DP ε. RDP mode: a PrivacyEvent
         or an array of RDP values, one per order of the filter (a bare number is refused as ambiguous).
         """
+        key: tuple[type, object] | None
         try:
             key = (type(cost), cost)
             hit = self._cache.get(key)
@@ -542,7 +569,7 @@ class IndividualRenyiFilter:
             self._cache[key] = units
         return units
 
-    def _cost_values(self, cost) -> np.ndarray:
+    def _cost_values(self, cost: Cost) -> npt.NDArray[np.float64]:
         if self.mode == PURE:
             if isinstance(cost, PrivacyEvent):
                 refuse_delta_events(cost)
@@ -552,8 +579,9 @@ class IndividualRenyiFilter:
             else:
                 raise InvalidParameterError("cost", "must be a real ε >= 0 or a PrivacyEvent (pure-ε filter)", cost)
             return _check_values("cost", vals)
+        orders = cast(npt.NDArray[np.float64], self._orders)  # RDP mode: the budget has orders
         if isinstance(cost, PrivacyEvent):
-            vals = filter_rdp_curve(cost, self._orders)
+            vals = filter_rdp_curve(cost, orders)
         elif _is_real(cost):
             raise InvalidParameterError(
                 "cost", "a bare number is ambiguous for an RDP filter: pass a PrivacyEvent or an RDP curve", cost
@@ -563,14 +591,16 @@ class IndividualRenyiFilter:
                 vals = np.asarray(cost, dtype=np.float64)
             except (TypeError, ValueError):
                 raise InvalidParameterError("cost", "must be a PrivacyEvent or an RDP curve of numbers") from None
-            if vals.shape != self._orders.shape:
+            if vals.shape != orders.shape:
                 raise InvalidParameterError(
-                    "cost", f"an RDP curve must have one value per order of the filter ({self._orders.size})", vals.shape
+                    "cost",
+                    f"an RDP curve must have one value per order of the filter ({orders.size})",
+                    vals.shape,
                 )
         return _check_values("cost", vals)
 
     # charging ------------------------------------------------------------------------------------
-    def try_charge(self, doc_ids, cost) -> ChargeResult:
+    def try_charge(self, doc_ids: npt.ArrayLike, cost: Cost) -> ChargeResult:
         """Admit and charge exactly the documents that can afford ``cost`` at every order; refuse the rest.
 
         Atomic: every admitted document is charged or (on an error) none is; for a durable store the
@@ -579,7 +609,7 @@ class IndividualRenyiFilter:
         """
         return self.try_charge_many([(doc_ids, cost)])[0]
 
-    def try_charge_many(self, requests: Sequence) -> list[ChargeResult]:
+    def try_charge_many(self, requests: Sequence[tuple[npt.ArrayLike, Cost]]) -> list[ChargeResult]:
         """Group commit: apply ``[(doc_ids, cost), ...]`` in order, in one atomic (durable) step.
 
         Each document of each request is admitted or refused independently, seeing every earlier
@@ -589,7 +619,7 @@ class IndividualRenyiFilter:
             raise InvalidParameterError("requests", "must be a list of (doc_ids, cost) pairs")
         if len(requests) == 0:
             raise InvalidParameterError("requests", "must not be empty")
-        prepared = []
+        prepared: list[tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]] = []
         for i, req in enumerate(requests):
             try:
                 doc_ids, cost = req
@@ -600,29 +630,30 @@ class IndividualRenyiFilter:
         masks = self._store.charge_validated(prepared)  # ids and unit costs validated just above
         return [
             ChargeResult(admitted=ids[m], refused=ids[~m], mask=m, cost_units=units)
-            for (ids, units), m in zip(prepared, masks)
+            for (ids, units), m in zip(prepared, masks, strict=False)
         ]
 
-    def can_afford(self, doc_ids, cost) -> np.ndarray:
+    def can_afford(self, doc_ids: npt.ArrayLike, cost: Cost) -> npt.NDArray[np.bool_]:
         """Mask of documents that could pay ``cost`` now (charges nothing; advisory under concurrency —
         only ``try_charge`` decides)."""
         ids = validate_doc_ids(doc_ids, self.n_docs, allow_duplicates=True)
         units = self.cost_units(cost)
         rows = self._store.load(ids)
-        return np.all(rows + units <= self._limits, axis=1)
+        affordable: npt.NDArray[np.bool_] = np.all(rows + units <= self._limits, axis=1)
+        return affordable
 
     # reading -------------------------------------------------------------------------------------
-    def spent_units(self, doc_ids) -> np.ndarray:
+    def spent_units(self, doc_ids: npt.ArrayLike) -> npt.NDArray[np.int64]:
         """Exact recorded spend, int64 units, shape (m, width)."""
         ids = validate_doc_ids(doc_ids, self.n_docs, allow_duplicates=True)
         return self._store.load(ids)
 
-    def spent(self, doc_ids) -> np.ndarray:
+    def spent(self, doc_ids: npt.ArrayLike) -> npt.NDArray[np.float64]:
         """Recorded spend in nats: shape (m,) in pure mode, (m, |orders|) in RDP mode."""
         out = units_to_nats(self.spent_units(doc_ids))
         return out[:, 0] if self.mode == PURE else out
 
-    def remaining(self, doc_ids) -> np.ndarray:
+    def remaining(self, doc_ids: npt.ArrayLike) -> npt.NDArray[np.float64]:
         """Budget left in nats (B − spent): shape (m,) in pure mode, (m, |orders|) in RDP mode."""
         out = units_to_nats(self._limits - self.spent_units(doc_ids))
         return out[:, 0] if self.mode == PURE else out
@@ -632,7 +663,14 @@ class IndividualRenyiFilter:
         return self._budget.guarantee(delta, method)
 
 
-def _as_budget(budget, orders) -> FilterBudget:
+def _conversion_delta(delta: float | None) -> float:
+    """``check_delta("delta", delta)``, None refused as check_delta refuses any non-number (RDP mode needs a δ)."""
+    if delta is None:
+        raise InvalidParameterError("delta", "must be a real number", None)
+    return check_delta("delta", delta)
+
+
+def _as_budget(budget: FilterBudget | PrivacyEvent | npt.ArrayLike, orders: Iterable[float] | None) -> FilterBudget:
     if isinstance(budget, FilterBudget):
         if orders is not None:
             a = as_orders(orders)

@@ -48,8 +48,8 @@ This is the discrete Gaussian's own privacy-loss distribution, used *without any
 
 The result is an interval [δ_lo(ε), δ_hi(ε)] containing the exact δ(ε); the certified ε is a point where
 δ_hi ≤ δ, and the reported lower ε is a point where δ_lo > δ (so the exact ε lies between).  The interval is
-tight (relative width ~ (z/σ√m)⁴ plus e^ε·η terms) once σ ≥ 5 and σ√m is large; below that, ``method="pld"`` builds the PLD
-from the exact (truncated) pmf with dp_accounting's pessimistic connect-the-dots discretisation (Doroshenko
+tight (relative width ~ (z/σ√m)⁴ plus e^ε·η terms) once σ ≥ 5 and σ√m is large; below that, ``method="pld"`` builds the
+PLD from the exact (truncated) pmf with dp_accounting's pessimistic connect-the-dots discretisation (Doroshenko
 et al. 2022) and composes it by FFT, charging the truncated mass as total variation.  ``method="auto"`` uses
 the lattice bounds when they pin ε to 1e-5 relative and otherwise the smaller of the two certificates.
 
@@ -60,14 +60,20 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
+import numpy.typing as npt
 from scipy.optimize import brentq
 from scipy.special import log_ndtr, ndtr
 
 from .errors import InvalidParameterError, UnsupportedEventError, check_delta, check_epsilon, check_positive_int
+
+if TYPE_CHECKING:
+    from .events import PrivacyEvent
 
 _U = 2.0**-53  # unit roundoff of float64
 _TAU = 1e-12  # assumed relative accuracy of scipy's ndtr / log_ndtr (tests: observed < 3e-13)
@@ -79,7 +85,7 @@ _LOG_FLOOR = -1.0e4  # stands in for log(0) inside the root finders
 # ----------------------------------------------------------------------------------------------------------
 
 
-def _as_positive_array(field: str, value) -> np.ndarray:
+def _as_positive_array(field: str, value: npt.ArrayLike) -> npt.NDArray[np.float64]:
     arr = np.asarray(value, dtype=np.float64)
     if arr.size == 0:
         raise InvalidParameterError(field, "must not be empty")
@@ -91,21 +97,22 @@ def _as_positive_array(field: str, value) -> np.ndarray:
     return arr
 
 
-def _mu_and_upper(sigma, sensitivity, count) -> tuple[float, float]:
+def _mu_and_upper(sigma: npt.ArrayLike, sensitivity: npt.ArrayLike, count: npt.ArrayLike) -> tuple[float, float]:
     """(μ, μ rounded up by the worst-case floating-point error of computing it)."""
     if np.ndim(sigma) == 0 and np.ndim(sensitivity) == 0 and np.ndim(count) == 0:
-        s = check_epsilon("sigma", sigma)
-        d = check_epsilon("sensitivity", sensitivity)
-        c = check_positive_int("count", count, minimum=0)
-        if c == 0:
+        # 0-d: scalars (or 0-d arrays), which the checks convert with float() / int()
+        sig = check_epsilon("sigma", cast(float, sigma))
+        sens = check_epsilon("sensitivity", cast(float, sensitivity))
+        cnt = check_positive_int("count", cast(int, count), minimum=0)
+        if cnt == 0:
             return 0.0, 0.0
-        mu = math.sqrt(c) * (d / s)
+        mu = math.sqrt(cnt) * (sens / sig)
         return mu, mu * (1.0 + 8 * _U)
     s = _as_positive_array("sigma", sigma)
     d = _as_positive_array("sensitivity", sensitivity)
     c = np.asarray(count)
     if np.ndim(c) == 0:
-        c_val = check_positive_int("count", count.item() if hasattr(count, "item") else count, minimum=0)
+        c_val = check_positive_int("count", cast(int, count.item() if hasattr(count, "item") else count), minimum=0)
         c_arr = None
     else:
         c_arr = c.astype(np.float64)
@@ -129,7 +136,7 @@ def _mu_and_upper(sigma, sensitivity, count) -> tuple[float, float]:
     return math.sqrt(total), math.sqrt(total_hi) * (1.0 + 2 * _U)
 
 
-def gdp_mu(sigma=1.0, sensitivity=1.0, count=1) -> float:
+def gdp_mu(sigma: npt.ArrayLike = 1.0, sensitivity: npt.ArrayLike = 1.0, count: npt.ArrayLike = 1) -> float:
     """μ of the adaptive composition of Gaussian mechanisms: √(Σ count_i·(Δ_i/σ_i)²) (Dong–Roth–Su Cor. 3.3).
 
     ``sigma``, ``sensitivity`` and ``count`` are scalars or arrays that broadcast together (one entry per
@@ -138,7 +145,7 @@ def gdp_mu(sigma=1.0, sensitivity=1.0, count=1) -> float:
     return _mu_and_upper(sigma, sensitivity, count)[0]
 
 
-def gdp_mu_of_event(event) -> float:
+def gdp_mu_of_event(event: PrivacyEvent) -> float:
     """μ of a ``GaussianEvent`` or a (self-)composition of them; other events raise UnsupportedEventError."""
     from .events import ComposedEvent, GaussianEvent, NoOpEvent, SelfComposedEvent
 
@@ -158,7 +165,7 @@ def gdp_mu_of_event(event) -> float:
 # ----------------------------------------------------------------------------------------------------------
 
 
-def _check_mu(mu) -> float:
+def _check_mu(mu: float) -> float:
     try:
         m = float(mu)
     except (TypeError, ValueError):
@@ -168,7 +175,7 @@ def _check_mu(mu) -> float:
     return m
 
 
-def _log_delta(eps, mu: float):
+def _log_delta(eps: npt.ArrayLike, mu: float) -> npt.NDArray[np.float64]:
     """log δ(ε) of μ-GDP (μ > 0), vectorised over ε >= 0; -inf where δ underflows to 0."""
     eps = np.asarray(eps, dtype=np.float64)
     a = mu / 2.0 - eps / mu
@@ -199,7 +206,7 @@ def _log_delta_upper(eps: float, mu: float) -> float:
     return val + 4 * _U * (abs(val) + 1.0)
 
 
-def delta_for_epsilon(mu, epsilon):
+def delta_for_epsilon(mu: float, epsilon: npt.ArrayLike) -> float | npt.NDArray[np.float64]:
     """Exact δ(ε) of μ-GDP (Balle–Wang 2018 Thm 8; Dong–Roth–Su Cor. 2.13). Vectorised over ``epsilon``."""
     mu = _check_mu(mu)
     eps = np.asarray(epsilon, dtype=np.float64)
@@ -212,10 +219,12 @@ def delta_for_epsilon(mu, epsilon):
     return float(out) if out.ndim == 0 else out
 
 
-def _epsilon_root(mu: float, log_target: float, log_delta_fn) -> float:
+def _epsilon_root(
+    mu: float, log_target: float, log_delta_fn: Callable[[float, float], npt.NDArray[np.float64]]
+) -> float:
     """Smallest ε >= 0 with log_delta_fn(ε) <= log_target (the function is decreasing in ε)."""
 
-    def g(e):
+    def g(e: float) -> float:
         v = float(log_delta_fn(e, mu))
         return (v if v > _LOG_FLOOR else _LOG_FLOOR) - log_target
 
@@ -231,10 +240,10 @@ def _epsilon_root(mu: float, log_target: float, log_delta_fn) -> float:
         raise InvalidParameterError("mu", "no finite epsilon found", mu)
     if g(hi) == 0:
         return hi
-    return brentq(g, 0.0, hi, xtol=1e-300, rtol=8 * _U, maxiter=500)
+    return cast(float, brentq(g, 0.0, hi, xtol=1e-300, rtol=8 * _U, maxiter=500))
 
 
-def epsilon_for_delta(mu, delta) -> float:
+def epsilon_for_delta(mu: float, delta: float) -> float:
     """Exact ε of μ-GDP at ``delta`` (root of δ(ε) = δ; 0 if δ(0) <= δ)."""
     mu = _check_mu(mu)
     delta = check_delta("delta", delta)
@@ -243,7 +252,7 @@ def epsilon_for_delta(mu, delta) -> float:
     return _epsilon_root(mu, math.log(delta), lambda e, m: _log_delta(e, m))
 
 
-def certified_epsilon_for_delta(mu, delta, *, mu_upper=None) -> float:
+def certified_epsilon_for_delta(mu: float, delta: float, *, mu_upper: float | None = None) -> float:
     """An ε for which μ-GDP is (ε, δ)-DP *verified* with pessimistic rounding (see module docstring).
 
     ``mu_upper`` (default: μ rounded up by 8 ulps) is the outward-rounded μ the verification uses.
@@ -263,10 +272,12 @@ def certified_epsilon_for_delta(mu, delta, *, mu_upper=None) -> float:
             return float(eps)
         eps = eps + step
         step *= 2.0
-    raise InvalidParameterError("delta", "could not certify an epsilon (delta too close to the floating-point floor)", delta)  # pragma: no cover
+    raise InvalidParameterError(
+        "delta", "could not certify an epsilon (delta too close to the floating-point floor)", delta
+    )  # pragma: no cover
 
 
-def certified_delta_for_epsilon(mu, epsilon) -> float:
+def certified_delta_for_epsilon(mu: float, epsilon: float) -> float:
     """A pessimistic (never below the exact) δ(ε) of μ-GDP."""
     mu = _check_mu(mu)
     eps = check_epsilon("epsilon", epsilon, allow_zero=True)
@@ -275,7 +286,7 @@ def certified_delta_for_epsilon(mu, epsilon) -> float:
     return min(1.0, math.exp(_log_delta_upper(eps, mu * (1.0 + 8 * _U))))
 
 
-def mu_for_epsilon_delta(epsilon, delta, *, certified: bool = True) -> float:
+def mu_for_epsilon_delta(epsilon: float, delta: float, *, certified: bool = True) -> float:
     """Largest μ such that μ-GDP is (ε, δ)-DP (the analytic-Gaussian calibration, Balle–Wang 2018 Alg. 1).
 
     With ``certified=True`` the returned μ is rounded *down* until the pessimistic δ check passes.
@@ -284,7 +295,7 @@ def mu_for_epsilon_delta(epsilon, delta, *, certified: bool = True) -> float:
     delta = check_delta("delta", delta)
     log_target = math.log(delta)
 
-    def g(m):
+    def g(m: float) -> float:
         v = float(_log_delta(eps, m))
         return (v if v > _LOG_FLOOR else _LOG_FLOOR) - log_target
 
@@ -309,7 +320,7 @@ def mu_for_epsilon_delta(epsilon, delta, *, certified: bool = True) -> float:
     raise InvalidParameterError("delta", "could not certify a calibration", delta)  # pragma: no cover
 
 
-def gaussian_sigma_for(epsilon, delta, count=1, sensitivity=1.0) -> float:
+def gaussian_sigma_for(epsilon: float, delta: float, count: int = 1, sensitivity: float = 1.0) -> float:
     """Smallest σ (rounded up) such that ``count`` adaptive Gaussian releases of sensitivity Δ are (ε, δ)-DP.
 
     Exact calibration through GDP: σ = Δ√count / μ(ε, δ) (Balle–Wang 2018 analytic Gaussian, composed exactly).
@@ -329,21 +340,25 @@ class GaussianComposition:
     mu_upper: float
 
     @classmethod
-    def of(cls, sigma=1.0, sensitivity=1.0, count=1) -> "GaussianComposition":
+    def of(
+        cls, sigma: npt.ArrayLike = 1.0, sensitivity: npt.ArrayLike = 1.0, count: npt.ArrayLike = 1
+    ) -> GaussianComposition:
         mu, hi = _mu_and_upper(sigma, sensitivity, count)
         return cls(mu, hi)
 
-    def delta(self, epsilon):
+    def delta(self, epsilon: npt.ArrayLike) -> float | npt.NDArray[np.float64]:
         return delta_for_epsilon(self.mu, epsilon)
 
-    def epsilon(self, delta) -> float:
+    def epsilon(self, delta: float) -> float:
         return epsilon_for_delta(self.mu, delta)
 
-    def certified_epsilon(self, delta) -> float:
+    def certified_epsilon(self, delta: float) -> float:
         return certified_epsilon_for_delta(self.mu, delta, mu_upper=self.mu_upper)
 
 
-def certified_gaussian_epsilon(sigma, delta, sensitivity=1.0, count=1) -> float:
+def certified_gaussian_epsilon(
+    sigma: npt.ArrayLike, delta: float, sensitivity: npt.ArrayLike = 1.0, count: npt.ArrayLike = 1
+) -> float:
     """Certified ε at ``delta`` of ``count`` adaptive Gaussian releases N(0, σ²) of L2 sensitivity Δ.
 
     Arrays are accepted (one entry per release or group); 10^6 homogeneous releases cost O(1).
@@ -366,7 +381,7 @@ class DiscreteGaussianEpsilon:
     method: str
 
 
-def _check_dg(sigma, sensitivity, count):
+def _check_dg(sigma: float, sensitivity: float, count: int) -> tuple[float, int, int]:
     s = check_epsilon("sigma", sigma)
     if isinstance(sensitivity, bool) or int(sensitivity) != sensitivity or int(sensitivity) < 1:
         raise InvalidParameterError("sensitivity", "must be an integer >= 1 for the discrete Gaussian", sensitivity)
@@ -381,7 +396,7 @@ def _ceil_fraction(q: Fraction) -> int:
 class _LatticeSum:
     """Rigorous two-sided bounds on F(u) = P[S <= u], S = sum of m i.i.d. N_Z(0, σ²) (see module docstring)."""
 
-    def __init__(self, sigma: float, m: int):
+    def __init__(self, sigma: float, m: int) -> None:
         self.sigma = sigma
         self.m = m
         self.st = sigma * math.sqrt(m)  # std of the Gaussian the sum is compared to
@@ -407,8 +422,13 @@ class _LatticeSum:
         x = float(u)
         g_u, g1_u, g3_u = self._derivs(x)
         g_w, g1_w, g3_w = self._derivs(float(-W))
-        core = (float(ndtr(x / st)) - float(ndtr(-W / st)) + (g_w + g_u) / 2.0
-                + (g1_u - g1_w) / 12.0 - (g3_u - g3_w) / 720.0)
+        core = (
+            float(ndtr(x / st))
+            - float(ndtr(-W / st))
+            + (g_w + g_u) / 2.0
+            + (g1_u - g1_w) / 12.0
+            - (g3_u - g3_w) / 720.0
+        )
         # |R_4| <= (2ζ(4)/(2π)^4) ∫|g''''| = (1/720) ∫_{-W}^{u} |g''''|; g'''' > 0 left of -y0·st
         y0 = math.sqrt(3.0 + math.sqrt(6.0))
         if x <= -y0 * st:
@@ -431,7 +451,9 @@ class _LatticeSum:
         return max(0.0, 1.0 - hi - _U), min(1.0, 1.0 - lo + _U)
 
 
-def _lattice_delta_bounds(sigma: float, sens: int, m: int, eps: float, lat: _LatticeSum | None = None):
+def _lattice_delta_bounds(
+    sigma: float, sens: int, m: int, eps: float, lat: _LatticeSum | None = None
+) -> tuple[float, float]:
     lat = lat or _LatticeSum(sigma, m)
     t = (Fraction(m * sens * sens) - 2 * Fraction(sigma) ** 2 * Fraction(eps)) / (2 * sens)
     u_a = _ceil_fraction(t) - 1
@@ -439,7 +461,7 @@ def _lattice_delta_bounds(sigma: float, sens: int, m: int, eps: float, lat: _Lat
     a_lo, a_hi = lat.bounds(u_a)
     b_lo, b_hi = lat.bounds(u_b)
 
-    def scaled(p):
+    def scaled(p: float) -> float:
         return 0.0 if p <= 0 else math.exp(min(eps + math.log(p), 709.0))
 
     hi = a_hi - scaled(b_lo) * (1.0 - 4 * _U * (eps + 1.0))
@@ -449,7 +471,9 @@ def _lattice_delta_bounds(sigma: float, sens: int, m: int, eps: float, lat: _Lat
     return max(lo, 0.0), min(max(hi, 0.0), 1.0)
 
 
-def discrete_gaussian_delta_bounds(sigma, sensitivity=1, count=1, epsilon=0.0) -> tuple[float, float]:
+def discrete_gaussian_delta_bounds(
+    sigma: float, sensitivity: float = 1, count: int = 1, epsilon: float = 0.0
+) -> tuple[float, float]:
     """Rigorous [lower, upper] bounds on the exact δ(ε) of ``count`` N_Z(0, σ²) releases of sensitivity Δ.
 
     Lattice method (module docstring). The bounds are informative when σ >= ~5 and σ√count is large.
@@ -465,13 +489,15 @@ def _tv_term(eps: float, m: int, tv: float) -> float:
     return (1.0 + math.exp(min(eps, 709.0))) * m * tv
 
 
-def _lattice_epsilon(s: float, d: int, m: int, delta: float, sampler_tv: float, rel_tol: float = 1e-9):
+def _lattice_epsilon(
+    s: float, d: int, m: int, delta: float, sampler_tv: float, rel_tol: float = 1e-9
+) -> tuple[float, float]:
     lat = _LatticeSum(s, m)
 
-    def hi_ok(e):  # δ_hi(e) + TV term <= δ  (certifies e)
+    def hi_ok(e: float) -> bool:  # δ_hi(e) + TV term <= δ  (certifies e)
         return _lattice_delta_bounds(s, d, m, e, lat)[1] + _tv_term(e, m, sampler_tv) <= delta
 
-    def lo_bad(e):  # δ_lo(e) > δ  (proves the exact ε is > e)
+    def lo_bad(e: float) -> bool:  # δ_lo(e) > δ  (proves the exact ε is > e)
         return _lattice_delta_bounds(s, d, m, e, lat)[0] > delta
 
     guess = epsilon_for_delta(math.sqrt(m) * d / s, delta)
@@ -517,7 +543,9 @@ def _lattice_epsilon(s: float, d: int, m: int, delta: float, sampler_tv: float, 
     return cert, lower
 
 
-def _pld_epsilon(s: float, d: int, m: int, delta: float, sampler_tv: float, value_discretization_interval=None):
+def _pld_epsilon(
+    s: float, d: int, m: int, delta: float, sampler_tv: float, value_discretization_interval: float | None = None
+) -> tuple[float, float]:
     from dp_accounting.pld import privacy_loss_distribution as pldm
 
     mu = math.sqrt(m) * d / s
@@ -534,8 +562,12 @@ def _pld_epsilon(s: float, d: int, m: int, delta: float, sampler_tv: float, valu
     else:
         h = check_epsilon("value_discretization_interval", value_discretization_interval)
     pld = pldm.from_discrete_gaussian_mechanism(
-        s, sensitivity=d, truncation_bound=trunc, pessimistic_estimate=True,
-        value_discretization_interval=h, use_connect_dots=True,
+        s,
+        sensitivity=d,
+        truncation_bound=trunc,
+        pessimistic_estimate=True,
+        value_discretization_interval=h,
+        use_connect_dots=True,
     ).self_compose(m)
     tv = sampler_tv + trunc_tv
     try:
@@ -556,7 +588,11 @@ def _pld_epsilon(s: float, d: int, m: int, delta: float, sampler_tv: float, valu
         return math.inf, guess
     try:
         opt = pldm.from_discrete_gaussian_mechanism(
-            s, sensitivity=d, truncation_bound=trunc, pessimistic_estimate=False, value_discretization_interval=h,
+            s,
+            sensitivity=d,
+            truncation_bound=trunc,
+            pessimistic_estimate=False,
+            value_discretization_interval=h,
         ).self_compose(m)
         lower = float(opt.get_epsilon_for_delta(delta))
     except OverflowError:
@@ -565,8 +601,14 @@ def _pld_epsilon(s: float, d: int, m: int, delta: float, sampler_tv: float, valu
 
 
 def discrete_gaussian_epsilon(
-    sigma, sensitivity=1, count=1, delta=1e-6, *, sampler_tv=0.0, method: str = "auto",
-    value_discretization_interval=None,
+    sigma: float,
+    sensitivity: float = 1,
+    count: int = 1,
+    delta: float = 1e-6,
+    *,
+    sampler_tv: float = 0.0,
+    method: str = "auto",
+    value_discretization_interval: float | None = None,
 ) -> DiscreteGaussianEpsilon:
     """Certified ε at ``delta`` of ``count`` adaptive releases of N_Z(0, σ²) on an integer query of sensitivity Δ.
 
@@ -585,7 +627,7 @@ def discrete_gaussian_epsilon(
     if method == "lattice" or (method == "auto" and s >= 5.0):
         cert, lower = _lattice_epsilon(s, d, m, delta, tv)
         # outward by two ulps: the bisection's end point is verified with float δ bounds whose last-ulp
-        # rounding was reported to leave the certificate one ulp low (issue 10 item 7)
+        # rounding was reported to leave the certificate one ulp low (spec/accounting/filters.md §5)
         if math.isfinite(cert):
             cert = math.nextafter(math.nextafter(cert, math.inf), math.inf)
         lattice = DiscreteGaussianEpsilon(float(cert), float(lower), "lattice")

@@ -8,10 +8,12 @@ through ``Generator``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, Sequence, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
+import numpy.typing as npt
 
 
 @dataclass(frozen=True)
@@ -38,7 +40,7 @@ class Retriever(Protocol):
 
     def __len__(self) -> int: ...
 
-    def scores(self, query: str) -> np.ndarray:
+    def scores(self, query: str) -> npt.NDArray[np.float64]:
         """Relevance of every document, shape (len(self),), float64; higher is more relevant."""
         ...
 
@@ -49,7 +51,7 @@ class Retriever(Protocol):
 class DecodingSession(Protocol):
     """A batch of prompts decoded in lock-step: every sequence receives the same released token."""
 
-    def logits(self) -> np.ndarray:
+    def logits(self) -> npt.NDArray[np.floating[Any]]:
         """Next-token logits of every sequence in the batch, shape (batch, vocab)."""
         ...
 
@@ -62,8 +64,11 @@ class DecodingSession(Protocol):
 class Generator(Protocol):
     """A language model seen as batched next-token distributions."""
 
-    eos_token_id: int
-    vocab_size: int
+    @property
+    def eos_token_id(self) -> int: ...
+
+    @property
+    def vocab_size(self) -> int: ...
 
     def start(self, prompts: Sequence[Prompt], *, max_new_tokens: int = 1) -> DecodingSession:
         """A lock-step session; ``max_new_tokens`` lets the adapter check the context window up front."""

@@ -19,17 +19,18 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
+import numpy.typing as npt
 
+from .amplification import amplified_pure_epsilon, check_probability, pure_epsilon, zhu_wang_general_rdp
 from .errors import InvalidParameterError, UnsupportedEventError
 from .events import (
     ApproxDpEvent,
     ApproxRdpEvent,
     ComposedEvent,
     DiscreteGaussianEvent,
-    ZCDpEvent,
     DiscreteLaplaceEvent,
     ExponentialMechanismEvent,
     GaussianEvent,
@@ -40,6 +41,7 @@ from .events import (
     PureDpEvent,
     RdpCurveEvent,
     SelfComposedEvent,
+    ZCDpEvent,
 )
 
 #: dp_accounting's default grid of orders (RdpAccountant), so cross-checks compare like with like.
@@ -48,7 +50,7 @@ DEFAULT_ORDERS: tuple[float, ...] = tuple(
 )
 
 
-def as_orders(orders: Iterable[float] | None) -> np.ndarray:
+def as_orders(orders: Iterable[float] | None) -> npt.NDArray[np.float64]:
     """Validate and return orders as a float64 array (every order finite and > 1)."""
     arr = np.asarray(DEFAULT_ORDERS if orders is None else tuple(orders), dtype=np.float64)
     if arr.ndim != 1 or arr.size == 0:
@@ -58,7 +60,7 @@ def as_orders(orders: Iterable[float] | None) -> np.ndarray:
     return arr
 
 
-def _log_cosh(x: np.ndarray) -> np.ndarray:
+def _log_cosh(x: npt.ArrayLike) -> npt.NDArray[np.float64]:
     # log cosh x = log1p(2 sinh²(x/2)) is accurate for small |x| (the form |x| + log1p(e^{-2|x|}) - log 2
     # cancels to ~1e-16 absolute, i.e. relative error ~1e-16/x² — 2% at x = 1e-7); it is used for |x| ≥ 20.
     ax = np.abs(np.asarray(x, dtype=np.float64))
@@ -68,7 +70,7 @@ def _log_cosh(x: np.ndarray) -> np.ndarray:
     return np.where(small, np.log1p(2.0 * s * s), ax + np.log1p(np.exp(-2.0 * ax)) - math.log(2.0))
 
 
-def pure_dp_rdp(epsilon: float, orders: np.ndarray) -> np.ndarray:
+def pure_dp_rdp(epsilon: float, orders: npt.ArrayLike) -> npt.NDArray[np.float64]:
     """Tightest RDP curve implied by ε-DP alone: min(ε, αε²/2, sinh bound).
 
     The sinh bound is attained by randomized response, so no better bound holds for every ε-DP mechanism.
@@ -81,13 +83,13 @@ def pure_dp_rdp(epsilon: float, orders: np.ndarray) -> np.ndarray:
     return np.minimum(np.minimum(sinh_bound, orders * eps * eps / 2.0), eps)
 
 
-def bounded_range_rdp(epsilon: float, orders: np.ndarray) -> np.ndarray:
+def bounded_range_rdp(epsilon: float, orders: npt.ArrayLike) -> npt.NDArray[np.float64]:
     """RDP of an ε-bounded-range mechanism (Cesar & Rogers 2021): min(αε²/8, bound of ε-DP)."""
     orders = np.asarray(orders, dtype=np.float64)
     return np.minimum(orders * epsilon * epsilon / 8.0, pure_dp_rdp(epsilon, orders))
 
 
-def laplace_rdp(scale_over_sensitivity: float, orders: np.ndarray) -> np.ndarray:
+def laplace_rdp(scale_over_sensitivity: float, orders: npt.ArrayLike) -> npt.NDArray[np.float64]:
     """Exact RDP of the Laplace mechanism with b/Δ = λ (Mironov 2017, Prop. 6)."""
     lam = float(scale_over_sensitivity)
     a = np.asarray(orders, dtype=np.float64)
@@ -99,74 +101,74 @@ def laplace_rdp(scale_over_sensitivity: float, orders: np.ndarray) -> np.ndarray
     return np.minimum(exact, eps)  # never above the pure-DP value ε = 1/λ
 
 
-def gaussian_rdp(noise_multiplier: float, orders: np.ndarray) -> np.ndarray:
+def gaussian_rdp(noise_multiplier: float, orders: npt.ArrayLike) -> npt.NDArray[np.float64]:
     """α / (2 z²) with z = σ/Δ (Mironov 2017, Prop. 7)."""
     a = np.asarray(orders, dtype=np.float64)
     return a / (2.0 * noise_multiplier * noise_multiplier)
 
 
 @functools.singledispatch
-def rdp_curve(event: PrivacyEvent, orders: np.ndarray) -> np.ndarray:
+def rdp_curve(event: PrivacyEvent, orders: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
     """Upper bound on the RDP of ``event`` at each order (see module docstring)."""
     raise UnsupportedEventError(f"no RDP curve is known for {type(event).__name__}")
 
 
 @rdp_curve.register
-def _(event: NoOpEvent, orders):
+def _(event: NoOpEvent, orders: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
     return np.zeros(len(orders))
 
 
 @rdp_curve.register
-def _(event: PureDpEvent, orders):
+def _(event: PureDpEvent, orders: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
     return pure_dp_rdp(event.epsilon, orders)
 
 
 @rdp_curve.register
-def _(event: DiscreteLaplaceEvent, orders):
+def _(event: DiscreteLaplaceEvent, orders: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
     return pure_dp_rdp(event.epsilon, orders)
 
 
 @rdp_curve.register
-def _(event: ExponentialMechanismEvent, orders):
+def _(event: ExponentialMechanismEvent, orders: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
     if event.bounded_range:
         return bounded_range_rdp(event.epsilon, orders)
     return pure_dp_rdp(event.epsilon, orders)
 
 
 @rdp_curve.register
-def _(event: LaplaceEvent, orders):
+def _(event: LaplaceEvent, orders: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
     return laplace_rdp(event.scale / event.sensitivity, orders)
 
 
 @rdp_curve.register
-def _(event: GaussianEvent, orders):
+def _(event: GaussianEvent, orders: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
     return gaussian_rdp(event.noise_multiplier, orders)
 
 
 @rdp_curve.register
-def _(event: DiscreteGaussianEvent, orders):
+def _(event: DiscreteGaussianEvent, orders: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
     return gaussian_rdp(event.sigma / event.sensitivity, orders)
 
 
 @rdp_curve.register
-def _(event: ZCDpEvent, orders):
+def _(event: ZCDpEvent, orders: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
     return event.xi + event.rho * np.asarray(orders, dtype=np.float64)  # Bun–Steinke 2016 Def. 1.1
 
 
 @rdp_curve.register
-def _(event: ApproxRdpEvent, orders):
+def _(event: ApproxRdpEvent, orders: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
     return rdp_curve(event.event, orders)
 
 
 @rdp_curve.register
-def _(event: ApproxDpEvent, orders):
+def _(event: ApproxDpEvent, orders: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
     raise UnsupportedEventError(
         "ApproxDpEvent is only (ε,δ)-DP and has no RDP curve; compose it with basic/advanced composition"
     )
 
 
 @rdp_curve.register
-def _(event: RdpCurveEvent, orders):
+def _(event: RdpCurveEvent, orders: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
     src = np.asarray(event.orders, dtype=np.float64)
     val = np.asarray(event.rdp, dtype=np.float64)
     orders = np.asarray(orders, dtype=np.float64)
@@ -183,7 +185,7 @@ def _(event: RdpCurveEvent, orders):
 
 
 @rdp_curve.register
-def _(event: ComposedEvent, orders):
+def _(event: ComposedEvent, orders: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
     total = np.zeros(len(orders))
     for e in event.events:
         total = total + rdp_curve(e, orders)
@@ -191,33 +193,32 @@ def _(event: ComposedEvent, orders):
 
 
 @rdp_curve.register
-def _(event: SelfComposedEvent, orders):
+def _(event: SelfComposedEvent, orders: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
     if event.count == 0:
         return np.zeros(len(orders))
     return event.count * rdp_curve(event.event, orders)
 
 
 @rdp_curve.register
-def _(event: PoissonSampledEvent, orders):
+def _(event: PoissonSampledEvent, orders: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
     if event.sampling_probability == 0:
         return np.zeros(len(orders))
     if event.sampling_probability == 1:
         return rdp_curve(event.event, orders)
     # Inner events dp_accounting cannot amplify exactly (anything but nested compositions of Gaussians:
     # pure DP, Laplace, exponential mechanism, ...) get the general bound of Zhu & Wang 2019 Thm 6, min'd
-    # with pure-DP amplification and the unamplified curve (accounting.mechanisms.subsampling). It raises
+    # with pure-DP amplification and the unamplified curve (poisson_subsampled_rdp). It raises
     # UnsupportedEventError itself for inner events with no RDP curve or with an additive δ.
-    from .mechanisms.subsampling import subsampled_rdp_curve  # lazy: mechanisms import this module
 
     try:
         dpe = event.to_dp_event()
     except UnsupportedEventError:
-        return subsampled_rdp_curve(event, orders)
+        return poisson_subsampled_rdp(event.event, event.sampling_probability, orders)
     import dp_accounting
 
     acc = dp_accounting.rdp.RdpAccountant(orders=[float(a) for a in orders])
     if not acc.supports(dpe):
-        return subsampled_rdp_curve(event, orders)
+        return poisson_subsampled_rdp(event.event, event.sampling_probability, orders)
     acc.compose(dpe)
     curve = np.asarray(acc._rdp, dtype=np.float64)  # noqa: SLF001 (dp_accounting exposes no getter)
     # dp_accounting's series is +inf where it does not converge and can dip to -1e-190 at tiny q: there the
@@ -237,18 +238,43 @@ def additive_delta(event: PrivacyEvent) -> float:
 
 
 @additive_delta.register
-def _(event: ApproxRdpEvent):
+def _(event: ApproxRdpEvent) -> float:
     return event.delta + additive_delta(event.event)
 
 
 @additive_delta.register
-def _(event: ComposedEvent):
+def _(event: ComposedEvent) -> float:
     return math.fsum(additive_delta(e) for e in event.events)
 
 
 @additive_delta.register
-def _(event: SelfComposedEvent):
+def _(event: SelfComposedEvent) -> float:
     return event.count * additive_delta(event.event)
+
+
+def poisson_subsampled_rdp(
+    inner: PrivacyEvent, probability: float, orders: Iterable[float] | None
+) -> npt.NDArray[np.float64]:
+    """RDP of ``inner`` run on a Poisson subsample (add/remove): min of Zhu–Wang Thm 6, pure-DP amplification
+    and the unamplified curve (``accounting.amplification``)."""
+    if not isinstance(inner, PrivacyEvent):
+        raise InvalidParameterError("inner", "must be a PrivacyEvent", inner)
+    g = check_probability(probability)
+    a = as_orders(orders)
+    if g == 0:
+        return np.zeros(a.shape)
+    if additive_delta(inner) > 0:
+        raise UnsupportedEventError(
+            "Poisson subsampling of a δ-approximate RDP event: no amplification bound is registered"
+        )
+    unamplified = np.asarray(rdp_curve(inner, a), dtype=np.float64)
+    if g == 1:
+        return unamplified
+    best = np.minimum(unamplified, zhu_wang_general_rdp(lambda x: rdp_curve(inner, x), g, a))
+    eps = pure_epsilon(inner)
+    if eps is not None:
+        best = np.minimum(best, pure_dp_rdp(amplified_pure_epsilon(eps, g), a))
+    return best
 
 
 def sampler_tv(event: PrivacyEvent) -> float:
@@ -324,7 +350,9 @@ def rdp_to_delta(rdp: np.ndarray, orders: np.ndarray, epsilon: float, method: st
     return min(1.0, math.exp(min(float(log_delta[i]), 0.0))), float(a[i])
 
 
-def epsilon_of(event: PrivacyEvent, delta: float, orders: Sequence[float] | None = None, method: str = "improved"):
+def epsilon_of(
+    event: PrivacyEvent, delta: float, orders: Sequence[float] | None = None, method: str = "improved"
+) -> tuple[float, float]:
     """(ε, δ_total) of one event (or composition) through its RDP curve.
 
     ``delta`` is the conversion δ; δ_total adds the event's own additive δ and the sampler TV term

@@ -1,4 +1,4 @@
-"""Directed rounding for certified privacy parameters (issue 10 item 7).
+"""Directed rounding for certified privacy parameters (spec/accounting/filters.md §5).
 
 A certified ε or δ must never be below the exact value of the formula it reports. ``math.fsum`` and ``a + b``
 round to *nearest*, so a sum of floats can land one ulp below the exact sum; the products ``ε·count`` likewise.
@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from fractions import Fraction
+from typing import SupportsFloat
 
 __all__ = ["up", "sum_up", "sum_products_up", "outward"]
 
@@ -24,7 +25,7 @@ def up(exact: Fraction) -> float:
     return math.nextafter(f, math.inf) if math.isfinite(f) and Fraction(f) < exact else f
 
 
-def _exact(v) -> Fraction:
+def _exact(v: SupportsFloat) -> Fraction:
     f = float(v)
     if not math.isfinite(f):
         raise ValueError(f"not a finite number: {v!r}")

@@ -63,11 +63,11 @@ class AccountKey:
     seed: bytes
 
     @classmethod
-    def generate(cls) -> "AccountKey":
+    def generate(cls) -> AccountKey:
         return cls(secrets.token_bytes(32))
 
     @classmethod
-    def from_hex(cls, s: str) -> "AccountKey":
+    def from_hex(cls, s: str) -> AccountKey:
         return cls(hexbytes(s.strip(), "account key", 32))
 
     def _private(self) -> Ed25519PrivateKey:
@@ -84,8 +84,16 @@ class AccountKey:
         return self._private().private_bytes(Encoding.Raw, PrivateFormat.Raw, NoEncryption()).hex()
 
 
-def make_request(key: AccountKey, *, window: str, account: str, counter: int, question: str,
-                 qemb: bytes | None, nonce: bytes | None = None) -> dict:
+def make_request(
+    key: AccountKey,
+    *,
+    window: str,
+    account: str,
+    counter: int,
+    question: str,
+    qemb: bytes | None,
+    nonce: bytes | None = None,
+) -> dict:
     """A signed request (§5.1). ``qemb``: Q bytes the account computed itself, or None (then Q is on trust)."""
     if not isinstance(counter, int) or isinstance(counter, bool) or not 1 <= counter <= MAX_COUNTER:
         raise InvalidParameterError("counter", "must be an integer in [1, 2^53)", counter)
@@ -94,9 +102,15 @@ def make_request(key: AccountKey, *, window: str, account: str, counter: int, qu
     nonce = secrets.token_bytes(16) if nonce is None else bytes(nonce)
     if len(nonce) != 16:
         raise InvalidParameterError("nonce", "must be 16 bytes")
-    body = {"type": "request", "window": window, "account": account, "counter": counter,
-            "h_q": question_commitment(nonce, question),
-            "h_qemb": None if qemb is None else qemb_commitment(nonce, qemb), "nonce": nonce.hex()}
+    body = {
+        "type": "request",
+        "window": window,
+        "account": account,
+        "counter": counter,
+        "h_q": question_commitment(nonce, question),
+        "h_qemb": None if qemb is None else qemb_commitment(nonce, qemb),
+        "nonce": nonce.hex(),
+    }
     return {**body, "sig": key.sign(REQUEST_DOMAIN + encode(body)).hex()}
 
 
@@ -118,7 +132,8 @@ def verify_request(req: Any, account_vkey: str) -> dict:
     body = {k: v for k, v in req.items() if k != "sig"}
     try:
         Ed25519PublicKey.from_public_bytes(hexbytes(account_vkey, "account key", 32)).verify(
-            sig, REQUEST_DOMAIN + encode(body))
+            sig, REQUEST_DOMAIN + encode(body)
+        )
     except InvalidSignature:
         raise EncodingError("request: signature does not verify under the account's registered key") from None
     return req
@@ -133,10 +148,10 @@ class Request:
     qemb: bytes | None
 
     @classmethod
-    def from_json(cls, obj: Any) -> "Request":
+    def from_json(cls, obj: Any) -> Request:
         """The wire form ``{"request", "question", "qemb": hex | null}`` (what ``dprag account request`` prints)."""
         if not isinstance(obj, dict) or set(obj) != {"request", "question", "qemb"}:
-            raise EncodingError("request message: must be {\"request\", \"question\", \"qemb\"}")
+            raise EncodingError('request message: must be {"request", "question", "qemb"}')
         q = obj["qemb"]
         return cls(obj["request"], obj["question"], None if q is None else hexbytes(q, "qemb"))
 
@@ -156,9 +171,18 @@ class AccountClient:
     it the client computes Q itself and commits to it, so the provider cannot substitute another Q.
     """
 
-    def __init__(self, account: str, window: str, key: AccountKey, *, provider_vkey: str | None = None,
-                 embedder=None, embedding_scale: int | None = None, directory: str | os.PathLike | None = None,
-                 nonces=None):
+    def __init__(
+        self,
+        account: str,
+        window: str,
+        key: AccountKey,
+        *,
+        provider_vkey: str | None = None,
+        embedder=None,
+        embedding_scale: int | None = None,
+        directory: str | os.PathLike | None = None,
+        nonces=None,
+    ):
         """``nonces``: a RandomSource for the request nonces (tests only, for reproducible windows; default:
         the OS CSPRNG — a predictable nonce makes h_q guessable)."""
         self.account, self.window, self.key = account, window, key
@@ -189,9 +213,15 @@ class AccountClient:
             q = quantise_embeddings(np.asarray(self.embedder.embed([question]))[0:1], self.embedding_scale)[0]
             qemb = embedding_bytes(q)
         counter = self.counter + 1
-        signed = make_request(self.key, window=self.window, account=self.account, counter=counter,
-                              question=question, qemb=qemb,
-                              nonce=None if self.nonces is None else self.nonces.bytes(16))
+        signed = make_request(
+            self.key,
+            window=self.window,
+            account=self.account,
+            counter=counter,
+            question=question,
+            qemb=qemb,
+            nonce=None if self.nonces is None else self.nonces.bytes(16),
+        )
         self._set_counter(counter)
         return Request(signed, question, qemb)
 
@@ -212,8 +242,8 @@ class AccountClient:
     # -- receipts ----------------------------------------------------------------------------------------
     def accept(self, req: Request, receipt: dict, citations=None) -> dict:
         """Check that ``receipt`` answers ``req`` (and matches the citations shown), then keep it."""
-        from .receipts import verify_receipt
         from .ledger import NoteVerifier
+        from .receipts import verify_receipt
 
         if self.provider_vkey is None:
             raise ReceiptError("no provider key pinned: pass provider_vkey= to check receipts")
@@ -230,8 +260,12 @@ class AccountClient:
 
             if top_commitment(np.asarray(citations, dtype=np.int64), bytes.fromhex(body["nonce_top"])) != body["h_top"]:
                 raise ReceiptError("the citations shown do not match the receipt's h_top")
-        entry = {"receipt": receipt, "top": None if citations is None else [int(i) for i in citations],
-                 "request": req.signed, "question": req.question}
+        entry = {
+            "receipt": receipt,
+            "top": None if citations is None else [int(i) for i in citations],
+            "request": req.signed,
+            "question": req.question,
+        }
         self.receipts.append(entry)
         if self.dir is not None:
             with open(self.dir / "receipts.jsonl", "ab") as f:

@@ -48,12 +48,12 @@ def parse_leaves(data: bytes) -> list[bytes]:
     while i < len(data):
         if i + 4 > len(data):
             raise ValueError("truncated length prefix")
-        n = int.from_bytes(data[i:i + 4], "big")
+        n = int.from_bytes(data[i : i + 4], "big")
         if n == 0:  # a record is a JSON object; stopping here keeps a file of zeros from becoming 10^5+ records
             raise ValueError(f"leaf {len(out)} is empty")
         if n > MAX_LEAF_BYTES or i + 4 + n > len(data):
             raise ValueError(f"leaf {len(out)} runs past the end of the file")
-        out.append(data[i + 4:i + 4 + n])
+        out.append(data[i + 4 : i + 4 + n])
         i += 4 + n
     if not out:
         raise ValueError("empty ledger (no genesis leaf)")
@@ -128,8 +128,10 @@ def _load(d: BundleDir, p: Path) -> Bundle:
     if d.exists("auditor/proofs.jsonl"):
         pr = read("auditor/proofs.jsonl", CAPS["auditor/openings.jsonl"])
         b.proofs_lines = [ln for ln in pr.split(b"\n") if ln] if pr is not None else []
-    for sub, suffix, target, cap in (("auditor/index", ".i16", b.index_files, CAPS["index"]),
-                                     ("auditor/docs", ".json", b.docs_files, CAPS["docs"])):
+    for sub, suffix, target, cap in (
+        ("auditor/index", ".i16", b.index_files, CAPS["index"]),
+        ("auditor/docs", ".json", b.docs_files, CAPS["docs"]),
+    ):
         try:
             names = d.listdir(sub)
         except BundleFileError as e:

@@ -1,4 +1,4 @@
-"""Reading a bundle's files as a hostile provider may have laid them out (issue 9 item 8; spec/protocol.md §8).
+"""Reading a bundle's files as a hostile provider may have laid them out (spec/protocol.md §8).
 
 The bundle directory is the provider's. Everything in it may be a symlink (to another bundle file, to a
 secret of the auditor's, to ``/dev/zero``), a FIFO that never delivers a byte, a device, a socket, a directory
@@ -31,7 +31,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from typing import Iterator
+from collections.abc import Iterator
 
 from dprag.accounting.errors import DpragError
 
@@ -120,7 +120,7 @@ class BundleDir:
     # -- root -------------------------------------------------------------------------------------------
 
     @classmethod
-    def open(cls, path: str | os.PathLike, *, budget: int | None = None) -> "BundleDir":
+    def open(cls, path: str | os.PathLike, *, budget: int | None = None) -> BundleDir:
         """Open the bundle root (the auditor's path; followed like any command-line path). ``budget``: the
         most bytes all reads together may take (None: only the per-file caps)."""
         if not hasattr(os, "O_NOFOLLOW") or os.open not in os.supports_dir_fd:
@@ -135,7 +135,9 @@ class BundleDir:
         except NotADirectoryError:
             raise BundleRootError(str(p), "bundle path is not a directory") from None
         except OSError as e:
-            raise BundleRootError(str(p), f"cannot open the bundle directory ({errno.errorcode.get(e.errno, e.errno)})") from None
+            raise BundleRootError(
+                str(p), f"cannot open the bundle directory ({errno.errorcode.get(e.errno, e.errno)})"
+            ) from None
         return cls(fd, str(p), budget)
 
     def close(self) -> None:
@@ -143,7 +145,7 @@ class BundleDir:
             os.close(self._fd)
             self._fd = -1
 
-    def __enter__(self) -> "BundleDir":
+    def __enter__(self) -> BundleDir:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -215,7 +217,7 @@ class BundleDir:
         opened = []
         try:
             for i, name in enumerate(parts):
-                fd = self._open_at(fd, name, relpath, "/".join(parts[:i + 1]), directory=True)
+                fd = self._open_at(fd, name, relpath, "/".join(parts[: i + 1]), directory=True)
                 opened.append(fd)
             yield fd
         finally:
@@ -260,8 +262,9 @@ class BundleDir:
             if got > cap:
                 raise BundleFileError(relpath, f"holds more than the cap of {cap} bytes")
             if got > limit:
-                raise BundleFileError(relpath, f"exceeds the bundle's remaining read budget "
-                                               f"({self.budget} bytes in all)")
+                raise BundleFileError(
+                    relpath, f"exceeds the bundle's remaining read budget ({self.budget} bytes in all)"
+                )
             self.bytes_read += got
             return b"".join(chunks)
         except BlockingIOError:
@@ -291,8 +294,9 @@ class BundleDir:
                     if len(names) >= max_entries:
                         raise BundleFileError(shown, f"has more than {max_entries} entries (refused)")
                     if not name.isprintable() or any(0xD800 <= ord(c) <= 0xDFFF for c in name):
-                        raise BundleFileError(shown, f"holds an entry whose name is not printable UTF-8 "
-                                                     f"({show(name, 40)}; refused)")
+                        raise BundleFileError(
+                            shown, f"holds an entry whose name is not printable UTF-8 ({show(name, 40)}; refused)"
+                        )
                     names.append(name)
         except OSError as e:
             raise BundleFileError(shown, f"cannot list ({errno.errorcode.get(e.errno, e.errno)})") from None

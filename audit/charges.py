@@ -30,7 +30,7 @@ class ChargeRule:
     thr_units: int | None
 
     @classmethod
-    def of(cls, policy: Policy) -> "ChargeRule":
+    def of(cls, policy: Policy) -> ChargeRule:
         g = policy.generation
         budget = FilterBudget.for_queries(g.max_queries_per_doc, policy.query_cost(), mode="pure")
         probe = IndividualRenyiFilter(MemoryBudgetStore(1), budget)
@@ -41,8 +41,9 @@ class ChargeRule:
         return cls(limit=int(np.asarray(budget.limits)[0]), rag_units=rag, thr_units=thr)
 
 
-def expected_charges(policy: Policy, rule: ChargeRule, scores: np.ndarray, spent: np.ndarray,
-                     select_source: RandomSource) -> tuple[list[tuple[int, np.ndarray]], int | None]:
+def expected_charges(
+    policy: Policy, rule: ChargeRule, scores: np.ndarray, spent: np.ndarray, select_source: RandomSource
+) -> tuple[list[tuple[int, np.ndarray]], int | None]:
     """The charges one request must make: [(units, sorted ids), ...] and MuRAG-Ada's released bin count.
 
     ``spent``: per-document units before this request (not modified). MuRAG charges every document with

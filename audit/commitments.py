@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Iterable, Mapping
 
 import numpy as np
 
@@ -88,9 +88,13 @@ class EmbedderDescriptor:
 
     def to_dict(self) -> dict:
         return {
-            "model": self.model, "weights_sha256": self.weights_sha256, "dimension": self.dimension,
-            "embedding_scale": self.embedding_scale, "prompt_template": self.prompt_template,
-            "tokenizer_sha256": self.tokenizer_sha256, "schema": dict(sorted(self.schema.items())),
+            "model": self.model,
+            "weights_sha256": self.weights_sha256,
+            "dimension": self.dimension,
+            "embedding_scale": self.embedding_scale,
+            "prompt_template": self.prompt_template,
+            "tokenizer_sha256": self.tokenizer_sha256,
+            "schema": dict(sorted(self.schema.items())),
         }
 
     @property
@@ -142,21 +146,36 @@ def documents_commitment(salts: list[bytes], ids: list[str], text_hashes: list[b
     position <-> text)."""
     if not (len(salts) == len(ids) == len(text_hashes)) or not ids:
         raise InvalidParameterError("documents", "salts, ids and text hashes must be non-empty and of one length")
-    return root_from_leaves([document_leaf(s, i, t) for s, i, t in zip(salts, ids, text_hashes)]).hex()
+    return root_from_leaves([document_leaf(s, i, t) for s, i, t in zip(salts, ids, text_hashes, strict=False)]).hex()
 
 
-def genesis_record(window: str, provider_vkey: str, c_emb: str, c_policy: str, c_seed: str,
-                   tenants: Mapping[str, tuple[int, str, str]], accounts: Mapping[str, tuple[str, str]],
-                   zk: Mapping[str, str] | None = None) -> dict:
+def genesis_record(
+    window: str,
+    provider_vkey: str,
+    c_emb: str,
+    c_policy: str,
+    c_seed: str,
+    tenants: Mapping[str, tuple[int, str, str]],
+    accounts: Mapping[str, tuple[str, str]],
+    zk: Mapping[str, str] | None = None,
+) -> dict:
     """Ledger leaf 0 (§3). ``tenants``: tenant -> (n_docs, C_idx, C_docs); ``accounts``: the account registry,
-    account -> (tenant, account key hex); ``zk``: tenant -> Z_idx (decimal) for the policy's zk tenants. One provider key per window: rotating it opens a new window."""
+    account -> (tenant, account key hex); ``zk``: tenant -> Z_idx (decimal) for the policy's zk tenants. One provider
+    key per window: rotating it opens a new window."""
     for f, v in (("C_emb", c_emb), ("C_policy", c_policy), ("C_seed", c_seed)):
         hexbytes(v, f, 32)
     return {
-        "type": "genesis", "version": PROTOCOL_VERSION, "window": window, "provider_key": provider_vkey,
-        "C_emb": c_emb, "C_policy": c_policy, "C_seed": c_seed,
-        "tenants": [{"tenant": t, "n_docs": n, "C_idx": c, "C_docs": cd, **({"Z_idx": zk[t]} if zk and t in zk else {})}
-                    for t, (n, c, cd) in sorted(tenants.items())],
+        "type": "genesis",
+        "version": PROTOCOL_VERSION,
+        "window": window,
+        "provider_key": provider_vkey,
+        "C_emb": c_emb,
+        "C_policy": c_policy,
+        "C_seed": c_seed,
+        "tenants": [
+            {"tenant": t, "n_docs": n, "C_idx": c, "C_docs": cd, **({"Z_idx": zk[t]} if zk and t in zk else {})}
+            for t, (n, c, cd) in sorted(tenants.items())
+        ],
         "accounts": [{"account": a, "tenant": t, "key": k} for a, (t, k) in sorted(accounts.items())],
     }
 

@@ -48,7 +48,7 @@ def excerpt(s: Any, limit: int = _EXCERPT) -> str:
     """A short, ASCII-escaped excerpt of ``s`` for error messages (never more than ~``limit`` characters
     of the input, whatever its size; bytes and str alike)."""
     if isinstance(s, (bytes, bytearray, memoryview)):
-        b = bytes(s[:limit + 1])
+        b = bytes(s[: limit + 1])
         text = repr(b[:limit])
         return text + ("..." if len(b) > limit else "")
     if not isinstance(s, str):
@@ -84,6 +84,7 @@ def parse_real(s: Any, field: str = "real") -> float:
 # encoding
 # ---------------------------------------------------------------------------------------------------------
 
+
 def _where(trail: list) -> str:
     """``$.a.b[3]`` for the trail of keys / indices (keys that are not short identifiers are quoted)."""
     parts = ["$"]
@@ -101,8 +102,10 @@ def _check_str(s: str, trail: list, what: str | None) -> None:
     m = _SURROGATE.search(s)
     if m is not None:
         what = f"key {excerpt(s)}" if what is None else what
-        raise EncodingError(f"{_where(trail)}: {what} holds a lone surrogate U+{ord(m.group()):04X} at index "
-                            f"{m.start()} (not a Unicode scalar value; refused)")
+        raise EncodingError(
+            f"{_where(trail)}: {what} holds a lone surrogate U+{ord(m.group()):04X} at index "
+            f"{m.start()} (not a Unicode scalar value; refused)"
+        )
 
 
 def _utf16_order(k: str) -> bytes:
@@ -163,8 +166,9 @@ def _emit(value: Any, trail: list, out: list[str]) -> None:
 # Keys made only of code points below U+E000 sort the same by code point and by UTF-16 code units, so for
 # them the C encoder's sort_keys is JCS's order; anything else takes the checked path below.
 _ORDER_SAFE = re.compile("[\ud800-\U0010ffff]")
-_dumps = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False,
-                          check_circular=False).encode
+_dumps = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False, check_circular=False
+).encode
 
 
 def _plain(value: Any, depth: int) -> bool:
@@ -259,8 +263,9 @@ def _refuse_const(s: str):
     raise _Refused(f"JSON constant {s} is not allowed")
 
 
-_decoder = json.JSONDecoder(object_pairs_hook=_pairs, parse_int=_parse_int, parse_float=_refuse_float,
-                            parse_constant=_refuse_const, strict=True)
+_decoder = json.JSONDecoder(
+    object_pairs_hook=_pairs, parse_int=_parse_int, parse_float=_refuse_float, parse_constant=_refuse_const, strict=True
+)
 
 
 _fast_decoder = json.JSONDecoder(parse_float=_refuse_float, parse_constant=_refuse_const, strict=True)
@@ -279,8 +284,7 @@ def decode(data: bytes, *, what: str = "record") -> Any:
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise EncodingError(f"{what}: expected bytes, got {type(data).__name__}")
     data = bytes(data)
-    if len(data) < (1 << 20) and data.count(b"[") + data.count(b"{") <= MAX_DEPTH and \
-            _LONG_DIGITS.search(data) is None:
+    if len(data) < (1 << 20) and data.count(b"[") + data.count(b"{") <= MAX_DEPTH and _LONG_DIGITS.search(data) is None:
         try:
             text = data.decode("utf-8")
             value, end = _fast_decoder.raw_decode(text)
@@ -319,7 +323,7 @@ def _decode_checked(data: bytes, what: str) -> Any:
         except EncodingError as e:
             raise EncodingError(f"{what}: {e}") from None
     if again != data:
-        at = next((i for i, (a, b) in enumerate(zip(again, data)) if a != b), min(len(again), len(data)))
+        at = next((i for i, (a, b) in enumerate(zip(again, data, strict=False)) if a != b), min(len(again), len(data)))
         raise EncodingError(f"{what}: bytes are not in canonical form (first difference at byte {at})")
     return value
 
@@ -342,8 +346,7 @@ def hexbytes(s: Any, field: str, length: int | None = None) -> bytes:
         raise EncodingError(f"{field}: must be {length} bytes ({2 * length} hex digits), got {len(s)} characters")
     if _HEX.fullmatch(s) is None:
         bad = next(i for i, c in enumerate(s) if c not in "0123456789abcdef")
-        raise EncodingError(f"{field}: must be a lower-case hex string (character {bad} is "
-                            f"{excerpt(s[bad], 1)})")
+        raise EncodingError(f"{field}: must be a lower-case hex string (character {bad} is {excerpt(s[bad], 1)})")
     if len(s) % 2:
         raise EncodingError(f"{field}: odd number of hex digits ({len(s)})")
     return bytes.fromhex(s)

@@ -40,8 +40,9 @@ to call. The verifier uses the numpy default, which trusts nothing but numpy's f
 
 from __future__ import annotations
 
+from collections.abc import Callable, Hashable, Sequence
 from fractions import Fraction
-from typing import Callable, Hashable, Protocol, Sequence, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 from scipy.sparse import coo_matrix
@@ -52,7 +53,7 @@ from dprag.accounting.errors import InvalidParameterError, check_positive_int
 #: float64 slack: |computed cosine - exact cosine| <= ~(2d + 10)·2^-53 for unit-normalised float64 rows
 #: (normalisation + dot product, any summation order; < 2^-42 for d = 384, < 2^-36 for d <= MAX_DIM);
 #: 2^-32 leaves a wide safety factor and is still far below any θ step of interest.
-MARGIN = 2.0 ** -32
+MARGIN = 2.0**-32
 MAX_DIM = 1 << 16
 
 #: a tile of the exact search holds at most this many float64 similarities (16 MiB)
@@ -71,13 +72,15 @@ class NeighbourSearch(Protocol):
     exact inner product of pair k (then the estimator does not recompute clear-cut pairs).
     """
 
-    def __call__(self, unit: np.ndarray, theta: float, window: int,
-                 positions: np.ndarray) -> np.ndarray | tuple[np.ndarray, np.ndarray, float]: ...
+    def __call__(
+        self, unit: np.ndarray, theta: float, window: int, positions: np.ndarray
+    ) -> np.ndarray | tuple[np.ndarray, np.ndarray, float]: ...
 
 
 # ---------------------------------------------------------------------------------------------------------
 # validation
 # ---------------------------------------------------------------------------------------------------------
+
 
 def _check_embeddings(embeddings, n_expected: int | None = None) -> np.ndarray:
     e = np.asarray(embeddings)
@@ -90,8 +93,9 @@ def _check_embeddings(embeddings, n_expected: int | None = None) -> np.ndarray:
     if e.shape[1] > MAX_DIM:
         raise InvalidParameterError("embeddings", f"must have d <= {MAX_DIM} (the float64 margin's range)", e.shape)
     if n_expected is not None and e.shape[0] != n_expected:
-        raise InvalidParameterError("embeddings", "must be an (n, d) array with one row per account entry",
-                                    (e.shape, n_expected))
+        raise InvalidParameterError(
+            "embeddings", "must be an (n, d) array with one row per account entry", (e.shape, n_expected)
+        )
     if np.issubdtype(e.dtype, np.floating):
         if e.dtype.itemsize > 8:
             raise InvalidParameterError("embeddings", "must be at most float64", str(e.dtype))
@@ -148,6 +152,7 @@ def _account_codes(accounts: Sequence[Hashable], n: int) -> tuple[np.ndarray, li
 # geometry: unit rows, the exact predicate
 # ---------------------------------------------------------------------------------------------------------
 
+
 def unit_rows(embeddings: np.ndarray) -> np.ndarray:
     """Rows scaled to unit L2 norm in float64 (zero rows stay zero). Each row is first scaled by a power
     of two (exactly) so that its largest entry lies in [0.5, 1): no overflow or underflow of the squares."""
@@ -168,12 +173,12 @@ def _int_rows(raw: np.ndarray, rows: np.ndarray) -> dict[int, list[int]]:
         return out
     x = raw.astype(np.float64)
     for r in rows.tolist():
-        m, e = np.frexp(x[r])                      # x = m · 2^e, m in [0.5, 1) (or 0)
-        mi = (m * 2.0 ** 53).astype(np.int64)      # exact: 53-bit integer mantissas
+        m, e = np.frexp(x[r])  # x = m · 2^e, m in [0.5, 1) (or 0)
+        mi = (m * 2.0**53).astype(np.int64)  # exact: 53-bit integer mantissas
         ex = e.astype(np.int64) - 53
         nz = mi != 0
         emin = int(ex[nz].min()) if nz.any() else 0
-        out[r] = [int(a) << int(b - emin) if a else 0 for a, b in zip(mi.tolist(), ex.tolist())]
+        out[r] = [int(a) << int(b - emin) if a else 0 for a, b in zip(mi.tolist(), ex.tolist(), strict=False)]
     return out
 
 
@@ -182,7 +187,7 @@ def _same_rows(raw: np.ndarray, pairs: np.ndarray) -> np.ndarray:
     rows, where = np.unique(pairs, return_inverse=True)
     where = where.reshape(pairs.shape)
     sub = raw[rows]
-    _, row_class = np.unique(sub, axis=0, return_inverse=True)   # equal rows <-> equal class
+    _, row_class = np.unique(sub, axis=0, return_inverse=True)  # equal rows <-> equal class
     row_class = row_class.reshape(-1)
     nonzero = (sub != 0).any(axis=1)
     return (row_class[where[:, 0]] == row_class[where[:, 1]]) & nonzero[where[:, 0]]
@@ -204,15 +209,17 @@ def exact_links(raw: np.ndarray, pairs: np.ndarray, theta: float) -> np.ndarray:
         return out
     num, den = Fraction(theta).as_integer_ratio()
     num2, den2 = num * num, den * den
-    small_int = (np.issubdtype(raw.dtype, np.integer)
-                 and raw.shape[1] * float(np.abs(raw.astype(np.int64)).max(initial=0)) ** 2 < 2.0 ** 62)
+    small_int = (
+        np.issubdtype(raw.dtype, np.integer)
+        and raw.shape[1] * float(np.abs(raw.astype(np.int64)).max(initial=0)) ** 2 < 2.0**62
+    )
     if small_int:  # int16 protocol material: dot products are exact in int64
         a = raw[pairs[:, 0]].astype(np.int64)
         b = raw[pairs[:, 1]].astype(np.int64)
         dots = np.einsum("ij,ij->i", a, b).tolist()
         na = np.einsum("ij,ij->i", a, a).tolist()
         nb = np.einsum("ij,ij->i", b, b).tolist()
-        for k, (d, x, y) in enumerate(zip(dots, na, nb)):
+        for k, (d, x, y) in enumerate(zip(dots, na, nb, strict=False)):
             out[k] = x > 0 and y > 0 and d > 0 and d * d * den2 >= num2 * x * y
         return out
     vecs = _int_rows(raw, np.unique(pairs))
@@ -221,7 +228,7 @@ def exact_links(raw: np.ndarray, pairs: np.ndarray, theta: float) -> np.ndarray:
         x, y = norms[i], norms[j]
         if x == 0 or y == 0:
             continue
-        d = sum(p * q for p, q in zip(vecs[i], vecs[j]))
+        d = sum(p * q for p, q in zip(vecs[i], vecs[j], strict=False))
         out[k] = d > 0 and d * d * den2 >= num2 * x * y
     return out
 
@@ -230,15 +237,18 @@ def exact_links(raw: np.ndarray, pairs: np.ndarray, theta: float) -> np.ndarray:
 # the default neighbour search: exact, blocked numpy over the band |pos_j - pos_i| <= window
 # ---------------------------------------------------------------------------------------------------------
 
-def exact_window_search(unit: np.ndarray, theta: float, window: int, positions: np.ndarray,
-                        block: int = 1024) -> np.ndarray:
+
+def exact_window_search(
+    unit: np.ndarray, theta: float, window: int, positions: np.ndarray, block: int = 1024
+) -> np.ndarray:
     """Every pair i < j with ``positions[j] - positions[i] <= window`` and ``unit[i]·unit[j] >= theta``
     (float64 BLAS tiles; the caller's margin absorbs rounding). Implements ``NeighbourSearch``."""
     return _window_search(unit, theta, window, positions, block)[0]
 
 
-def _window_search(unit: np.ndarray, theta: float, window: int, positions: np.ndarray,
-                   block: int = 1024) -> tuple[np.ndarray, np.ndarray]:
+def _window_search(
+    unit: np.ndarray, theta: float, window: int, positions: np.ndarray, block: int = 1024
+) -> tuple[np.ndarray, np.ndarray]:
     """``exact_window_search`` plus the float64 inner products of the pairs it returns."""
     n = unit.shape[0]
     out, vals = [], []
@@ -268,12 +278,12 @@ def _window_search(unit: np.ndarray, theta: float, window: int, positions: np.nd
 # links, clusters, ĉ
 # ---------------------------------------------------------------------------------------------------------
 
+
 class _Candidates:
     """Candidate pairs (unique, i < j, inside the window) with cosine estimates ``cos`` and per-pair error
     bounds ``err`` (0 for float64 values computed here; a search's declared bound for its own values)."""
 
-    def __init__(self, raw: np.ndarray, unit: np.ndarray, pairs: np.ndarray, cos: np.ndarray | None,
-                 err: float = 0.0):
+    def __init__(self, raw: np.ndarray, unit: np.ndarray, pairs: np.ndarray, cos: np.ndarray | None, err: float = 0.0):
         self.raw, self.unit, self.pairs = raw, unit, pairs
         if cos is None:
             cos = _pair_dots(unit, pairs)
@@ -305,13 +315,20 @@ class _Candidates:
 def _pair_dots(unit: np.ndarray, pairs: np.ndarray, chunk: int = 1 << 16) -> np.ndarray:
     out = np.empty(pairs.shape[0])
     for s in range(0, pairs.shape[0], chunk):
-        p = pairs[s:s + chunk]
-        out[s:s + chunk] = np.einsum("ij,ij->i", unit[p[:, 0]], unit[p[:, 1]])
+        p = pairs[s : s + chunk]
+        out[s : s + chunk] = np.einsum("ij,ij->i", unit[p[:, 0]], unit[p[:, 1]])
     return out
 
 
-def _candidates(raw: np.ndarray, unit: np.ndarray, theta_lo: float, window: int, positions: np.ndarray,
-                search: Callable | None, block: int = 1024) -> _Candidates:
+def _candidates(
+    raw: np.ndarray,
+    unit: np.ndarray,
+    theta_lo: float,
+    window: int,
+    positions: np.ndarray,
+    search: Callable | None,
+    block: int = 1024,
+) -> _Candidates:
     """Run the neighbour search at ``theta_lo`` and normalise its answer (validated, deduplicated,
     restricted to i < j inside the window)."""
     if search is None:  # our own search: pairs already i < j, unique, inside the window, float64 values
@@ -349,8 +366,15 @@ def _candidates(raw: np.ndarray, unit: np.ndarray, theta_lo: float, window: int,
     return _Candidates(raw, unit, pairs, None if values is None else values[keep[first]], err)
 
 
-def link_pairs(embeddings: np.ndarray, theta: float, window: int, block: int = 1024, *,
-               positions: Sequence[int] | None = None, search: NeighbourSearch | None = None) -> np.ndarray:
+def link_pairs(
+    embeddings: np.ndarray,
+    theta: float,
+    window: int,
+    block: int = 1024,
+    *,
+    positions: Sequence[int] | None = None,
+    search: NeighbourSearch | None = None,
+) -> np.ndarray:
     """All linked pairs (i, j), i < j, ``pos_j - pos_i <= window`` and cos(e_i, e_j) >= θ exactly, as an
     (m, 2) int64 array sorted by (i, j). ``positions`` defaults to the row numbers."""
     raw = _check_embeddings(embeddings)
@@ -400,7 +424,7 @@ DEFAULT_THETA = 0.95
 DEFAULT_WINDOW: int | None = None
 #: pairs × dimension the default window may compare: every pair of 10^5 queries of 384-d (the time goal,
 #: ≤ 90 s on 2 cores, spec/estimator.md §8); beyond it the default window shrinks to fit.
-DEFAULT_PAIR_DIM_BUDGET = 5 * 10 ** 9 * 384
+DEFAULT_PAIR_DIM_BUDGET = 5 * 10**9 * 384
 #: float32 tiles of the streaming search hold at most this many similarities (16 MiB)
 _TILE32 = 1 << 22
 
@@ -408,7 +432,7 @@ _TILE32 = 1 << 22
 def float32_margin(dim: int) -> float:
     """Slack covering float32 conversion of unit float64 rows plus an any-order float32 dot product of
     dimension ``dim``: twice (dim + 2)·2^-24 (spec/estimator.md §3; the bound FAISS's search also uses)."""
-    return 2.0 * (check_positive_int("dim", dim) + 2) * 2.0 ** -24
+    return 2.0 * (check_positive_int("dim", dim) + 2) * 2.0**-24
 
 
 def band_pairs(positions: Sequence[int], window: int) -> int:
@@ -457,7 +481,7 @@ class _RowUnit:
 def _unit32(raw: np.ndarray, chunk: int = 8192) -> np.ndarray:
     out = np.empty(raw.shape, dtype=np.float32)
     for s in range(0, raw.shape[0], chunk):
-        out[s:s + chunk] = unit_rows(raw[s:s + chunk])
+        out[s : s + chunk] = unit_rows(raw[s : s + chunk])
     return out
 
 
@@ -467,7 +491,7 @@ def _merge(labels: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:
     la, lb = labels[a], labels[b]
     nodes, inv = np.unique(np.concatenate([la, lb]), return_inverse=True)
     k = nodes.size
-    g = coo_matrix((np.ones(la.size, dtype=np.int8), (inv[:la.size], inv[la.size:])), shape=(k, k))
+    g = coo_matrix((np.ones(la.size, dtype=np.int8), (inv[: la.size], inv[la.size :])), shape=(k, k))
     comp = connected_components(g, directed=False)[1]
     smallest = np.full(comp.max() + 1, np.iinfo(np.int64).max, dtype=np.int64)
     np.minimum.at(smallest, comp, nodes)
@@ -482,8 +506,18 @@ def _max_accounts(labels: np.ndarray, codes: np.ndarray, n_acc: int) -> int:
     return int(np.bincount(key // n_acc).max())
 
 
-def _stream(raw: np.ndarray, codes: np.ndarray, n_acc: int, thetas: np.ndarray, window: int, pos: np.ndarray,
-            *, saturate: bool = True, block: int = 1024, tile: int = _TILE32) -> tuple[list[np.ndarray], np.ndarray]:
+def _stream(
+    raw: np.ndarray,
+    codes: np.ndarray,
+    n_acc: int,
+    thetas: np.ndarray,
+    window: int,
+    pos: np.ndarray,
+    *,
+    saturate: bool = True,
+    block: int = 1024,
+    tile: int = _TILE32,
+) -> tuple[list[np.ndarray], np.ndarray]:
     """Component labels and ĉ for every θ, in bounded memory.
 
     The band ``0 < pos_j - pos_i <= window`` is scanned in float32 tiles (``block`` rows × at most
@@ -519,7 +553,7 @@ def _stream(raw: np.ndarray, codes: np.ndarray, n_acc: int, thetas: np.ndarray, 
             sims = u32[s:t] @ u32[c0:c1].T
             rows = np.flatnonzero(sims.max(axis=1) >= thr)  # a max-reduction is far cheaper than nonzero
             for r0 in range(0, rows.size, chunk_rows):  # dense tiles (tiny θ) in slices: bounded memory
-                sel = rows[r0:r0 + chunk_rows]
+                sel = rows[r0 : r0 + chunk_rows]
                 ri, jj = np.nonzero(sims[sel] >= thr)
                 v = sims[sel[ri], jj].astype(np.float64)
                 ii = sel[ri] + s
@@ -551,10 +585,15 @@ def _stream(raw: np.ndarray, codes: np.ndarray, n_acc: int, thetas: np.ndarray, 
     return labels, c_hat
 
 
-def coalition_clusters(embeddings: np.ndarray, accounts: Sequence[str], theta: float = DEFAULT_THETA,
-                       window: int | None = DEFAULT_WINDOW, *,
-                       positions: Sequence[int] | None = None,
-                       search: NeighbourSearch | None = None) -> list[set[str]]:
+def coalition_clusters(
+    embeddings: np.ndarray,
+    accounts: Sequence[str],
+    theta: float = DEFAULT_THETA,
+    window: int | None = DEFAULT_WINDOW,
+    *,
+    positions: Sequence[int] | None = None,
+    search: NeighbourSearch | None = None,
+) -> list[set[str]]:
     """The distinct-account sets of every cluster that spans >= 2 accounts, ordered by the cluster's
     earliest query."""
     raw, codes, names, window, pos = _prepare(embeddings, accounts, window, positions)
@@ -579,14 +618,20 @@ def coalition_clusters(embeddings: np.ndarray, accounts: Sequence[str], theta: f
     return out
 
 
-def component_labels(embeddings: np.ndarray, accounts: Sequence[str], thetas: Sequence[float],
-                     window: int | None = DEFAULT_WINDOW, *,
-                     positions: Sequence[int] | None = None) -> np.ndarray:
+def component_labels(
+    embeddings: np.ndarray,
+    accounts: Sequence[str],
+    thetas: Sequence[float],
+    window: int | None = DEFAULT_WINDOW,
+    *,
+    positions: Sequence[int] | None = None,
+) -> np.ndarray:
     """(G, n) int64: for every θ of ``thetas`` (same order), each query's cluster label (the smallest row
     index of its cluster), from one streamed pass (bounded memory; the default exact search)."""
     raw, codes, names, window, pos = _prepare(embeddings, accounts, window, positions)
-    th = np.asarray([_check_theta(t, "thetas") for t in np.atleast_1d(np.asarray(thetas, dtype=object))],
-                    dtype=np.float64)
+    th = np.asarray(
+        [_check_theta(t, "thetas") for t in np.atleast_1d(np.asarray(thetas, dtype=object))], dtype=np.float64
+    )
     if th.size == 0:
         raise InvalidParameterError("thetas", "must not be empty")
     if raw.shape[0] == 0:
@@ -595,19 +640,30 @@ def component_labels(embeddings: np.ndarray, accounts: Sequence[str], thetas: Se
     return np.stack(labels)
 
 
-def coalition_size(embeddings: np.ndarray, accounts: Sequence[str], theta: float = DEFAULT_THETA,
-                   window: int | None = DEFAULT_WINDOW, *,
-                   positions: Sequence[int] | None = None, search: NeighbourSearch | None = None) -> int:
+def coalition_size(
+    embeddings: np.ndarray,
+    accounts: Sequence[str],
+    theta: float = DEFAULT_THETA,
+    window: int | None = DEFAULT_WINDOW,
+    *,
+    positions: Sequence[int] | None = None,
+    search: NeighbourSearch | None = None,
+) -> int:
     """ĉ: the largest number of distinct accounts in one cluster (1 if no cluster spans two accounts,
     0 if there are no queries)."""
     theta = _check_theta(theta)
     return int(coalition_size_curve(embeddings, accounts, [theta], window, positions=positions, search=search)[0])
 
 
-def coalition_size_curve(embeddings: np.ndarray, accounts: Sequence[str], thetas: Sequence[float],
-                         window: int | None = DEFAULT_WINDOW, *,
-                         positions: Sequence[int] | None = None,
-                         search: NeighbourSearch | None = None) -> np.ndarray:
+def coalition_size_curve(
+    embeddings: np.ndarray,
+    accounts: Sequence[str],
+    thetas: Sequence[float],
+    window: int | None = DEFAULT_WINDOW,
+    *,
+    positions: Sequence[int] | None = None,
+    search: NeighbourSearch | None = None,
+) -> np.ndarray:
     """ĉ(θ) for every θ in ``thetas`` (same order), from at most four candidate searches.
 
     Equal, θ by θ, to ``coalition_size`` (tested). Clusters are nested in θ (a link at θ is a link at every
@@ -615,8 +671,9 @@ def coalition_size_curve(embeddings: np.ndarray, accounts: Sequence[str], thetas
     above with the links that appear at it.
     """
     raw, codes, names, window, pos = _prepare(embeddings, accounts, window, positions)
-    th = np.asarray([_check_theta(t, "thetas") for t in np.atleast_1d(np.asarray(thetas, dtype=object))],
-                    dtype=np.float64)
+    th = np.asarray(
+        [_check_theta(t, "thetas") for t in np.atleast_1d(np.asarray(thetas, dtype=object))], dtype=np.float64
+    )
     if th.size == 0:
         raise InvalidParameterError("thetas", "must not be empty")
     n = raw.shape[0]
@@ -632,7 +689,7 @@ def coalition_size_curve(embeddings: np.ndarray, accounts: Sequence[str], thetas
     # span every account, ĉ is n_acc at every lower θ too (monotonicity) and the (much larger) candidate
     # sets of the lower θ are never built.
     step = -(-order.size // 4)
-    stages = [order[i:i + step] for i in range(0, order.size, step)]
+    stages = [order[i : i + step] for i in range(0, order.size, step)]
     labels = np.arange(n)
     prev = None  # the lowest θ already applied; links are monotone in θ, so those at prev are applied
     for stage in stages:
@@ -651,7 +708,7 @@ def coalition_size_curve(embeddings: np.ndarray, accounts: Sequence[str], thetas
             out[g] = max(int(_distinct_accounts(labels, codes, n_acc).max()), 1)
         prev = float(th[stage[-1]])
         if out[stage[-1]] == n_acc:  # saturated: every lower θ gives n_acc as well
-            rest = order[np.flatnonzero(order == stage[-1])[0] + 1:]
+            rest = order[np.flatnonzero(order == stage[-1])[0] + 1 :]
             out[rest] = n_acc
             break
     return out

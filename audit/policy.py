@@ -2,18 +2,16 @@
 
 ``Policy.from_dict`` / ``to_dict`` map between the dataclasses and the canonical object (reals as
 ``float.hex`` strings); ``validate()`` enforces the well-formedness rules (a typed error naming the field and
-the rule); ``certified_epsilons()`` computes the ε each channel's verdict certifies — from the committed
+the rule); ``certified_epsilons(policy)`` computes the ε each channel's verdict certifies — from the committed
 parameters only, never a leading-order approximation.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from dprag.accounting import gdp
-from dprag.accounting.collusion import eq_5_2_audit
 from dprag.accounting.errors import InvalidParameterError, check_delta, check_epsilon, check_positive_int
 from dprag.accounting.events import ComposedEvent, DiscreteLaplaceEvent
 
@@ -74,9 +72,9 @@ class GenerationPolicy:
     max_tokens: int = 32
     mechanism: str = "pure-dp-rag"
     filter_mode: str = "pure"
-    #: answer-level voting (issue 13), when mechanism == "answer-vote": the selection's ε (the whole per-query
-    #: cost), its threshold t in nats, the voters' answer length, the key's words, and the public
-    #: normaliser's name ("basic", or one registered under the dprag.normalizers entry points)
+    #: answer-level voting (spec/accounting/rag.md §5), when mechanism == "answer-vote": the selection's ε (the whole
+    #: per-query cost), its threshold t in nats, the voters' answer length, the key's words, and the public normaliser's
+    #: name ("basic", or one registered under the dprag.normalizers entry points)
     vote_epsilon: float | None = None
     vote_threshold: float | None = None
     key_words: int | None = None
@@ -89,7 +87,7 @@ class GenerationPolicy:
     vote_selection: str = "universal"
     vote_delta: float | None = None
     abstain_empty: bool = False
-    #: DP-KSA over a text-only generator (004; audit/dpksa.py), when mechanism == "dp-ksa": FindBestK's ε and
+    #: DP-KSA over a text-only generator (004; accounting/rag/ksa.py), when mechanism == "dp-ksa": FindBestK's ε and
     #: the PTR test's ε (nats), the test's failure probability δ (per query and charged document), FindBestK's
     #: largest number of keywords, the voters' response length (words), and whether the provider's text
     #: generator can be replayed by the auditor (a hosted LLM cannot: the answer text is then on trust)
@@ -124,16 +122,23 @@ def _answer_vote_fields(v) -> dict:
         return {}
     if not isinstance(v, dict) or not _VOTE_KEYS <= set(v) or not set(v) <= _VOTE_KEYS | _VOTE_OPTIONAL:
         extra = sorted(set(v) - _VOTE_KEYS - _VOTE_OPTIONAL) if isinstance(v, dict) else []
-        raise EncodingError("generation.answer_vote: must be {epsilon, threshold, key_words, normalizer} with "
-                            "optional {selection, delta, abstain_empty}, or null"
-                            + (f" (unknown keys {extra})" if extra else ""))
-    out = {"vote_epsilon": parse_real(v["epsilon"], "generation.answer_vote.epsilon"),
-           "vote_threshold": parse_real(v["threshold"], "generation.answer_vote.threshold"),
-           "key_words": v["key_words"], "normalizer": v["normalizer"]}
+        raise EncodingError(
+            "generation.answer_vote: must be {epsilon, threshold, key_words, normalizer} with "
+            "optional {selection, delta, abstain_empty}, or null" + (f" (unknown keys {extra})" if extra else "")
+        )
+    out = {
+        "vote_epsilon": parse_real(v["epsilon"], "generation.answer_vote.epsilon"),
+        "vote_threshold": parse_real(v["threshold"], "generation.answer_vote.threshold"),
+        "key_words": v["key_words"],
+        "normalizer": v["normalizer"],
+    }
     if "selection" in v:
         if v["selection"] != "seen":  # "universal" is the default and must be absent (canonical)
-            raise InvalidParameterError("generation.answer_vote.selection",
-                                        "must be 'seen' when present (absent means 'universal')", v["selection"])
+            raise InvalidParameterError(
+                "generation.answer_vote.selection",
+                "must be 'seen' when present (absent means 'universal')",
+                v["selection"],
+            )
         out["vote_selection"] = "seen"
     if "delta" in v:
         if out.get("vote_selection") != "seen":
@@ -143,9 +148,11 @@ def _answer_vote_fields(v) -> dict:
         raise InvalidParameterError("generation.answer_vote.delta", "selection 'seen' needs its per-query delta")
     if "abstain_empty" in v:
         if v["abstain_empty"] is not True:  # false is the default and must be absent; 1 is not a JSON bool
-            raise InvalidParameterError("generation.answer_vote.abstain_empty",
-                                        "must be the JSON value true when present (absent means false)",
-                                        v["abstain_empty"])
+            raise InvalidParameterError(
+                "generation.answer_vote.abstain_empty",
+                "must be the JSON value true when present (absent means false)",
+                v["abstain_empty"],
+            )
         out["abstain_empty"] = True
     return out
 
@@ -155,18 +162,21 @@ def _check_answer_vote_selection(g) -> None:
     own rule for this ε (``seen_key_selection.check_parameters``); only with mechanism "answer-vote"."""
     if g.mechanism != "answer-vote":
         if g.vote_selection != "universal" or g.vote_delta is not None or g.abstain_empty is not False:
-            raise InvalidParameterError("generation.answer_vote", "selection, delta and abstain_empty need "
-                                                                  "mechanism 'answer-vote'")
+            raise InvalidParameterError(
+                "generation.answer_vote", "selection, delta and abstain_empty need mechanism 'answer-vote'"
+            )
         return
     if not isinstance(g.abstain_empty, bool):
         raise InvalidParameterError("generation.answer_vote.abstain_empty", "must be true or false", g.abstain_empty)
     if not isinstance(g.vote_selection, str) or g.vote_selection not in VOTE_SELECTIONS:
-        raise InvalidParameterError("generation.answer_vote.selection", "must be 'universal' or 'seen'",
-                                    g.vote_selection)
+        raise InvalidParameterError(
+            "generation.answer_vote.selection", "must be 'universal' or 'seen'", g.vote_selection
+        )
     if g.vote_selection == "universal":
         if g.vote_delta is not None:
-            raise InvalidParameterError("generation.answer_vote.delta",
-                                        "must be absent for selection 'universal' (pure ε)", g.vote_delta)
+            raise InvalidParameterError(
+                "generation.answer_vote.delta", "must be absent for selection 'universal' (pure ε)", g.vote_delta
+            )
         return
     d = g.vote_delta
     if d is None:
@@ -178,8 +188,9 @@ def _check_answer_vote_selection(g) -> None:
     try:
         check_parameters(g.vote_epsilon, d)
     except InvalidParameterError as e:
-        raise InvalidParameterError(f"generation.answer_vote.{'epsilon' if e.field == 'epsilon' else 'delta'}",
-                                    e.rule, e.value) from None
+        raise InvalidParameterError(
+            f"generation.answer_vote.{'epsilon' if e.field == 'epsilon' else 'delta'}", e.rule, e.value
+        ) from None
 
 
 _KSA_KEYS = {"epsilon_em", "epsilon_ptr", "delta", "max_keywords", "response_tokens", "replayable"}
@@ -190,11 +201,14 @@ def _dp_ksa_fields(v) -> dict:
         return {}
     if not isinstance(v, dict) or set(v) != _KSA_KEYS:
         raise EncodingError("generation.dp_ksa: must be {" + ", ".join(sorted(_KSA_KEYS)) + "}")
-    return {"ksa_epsilon_em": parse_real(v["epsilon_em"], "generation.dp_ksa.epsilon_em"),
-            "ksa_epsilon_ptr": parse_real(v["epsilon_ptr"], "generation.dp_ksa.epsilon_ptr"),
-            "ksa_delta": parse_real(v["delta"], "generation.dp_ksa.delta"),
-            "ksa_max_keywords": v["max_keywords"], "ksa_response_tokens": v["response_tokens"],
-            "ksa_replayable": v["replayable"]}
+    return {
+        "ksa_epsilon_em": parse_real(v["epsilon_em"], "generation.dp_ksa.epsilon_em"),
+        "ksa_epsilon_ptr": parse_real(v["epsilon_ptr"], "generation.dp_ksa.epsilon_ptr"),
+        "ksa_delta": parse_real(v["delta"], "generation.dp_ksa.delta"),
+        "ksa_max_keywords": v["max_keywords"],
+        "ksa_response_tokens": v["response_tokens"],
+        "ksa_replayable": v["replayable"],
+    }
 
 
 EM_PRIORS = ("uniform", "non-rag")
@@ -208,8 +222,9 @@ def _check_extensions(g) -> None:
         raise InvalidParameterError("generation.em_prior", "must be 'uniform' or 'non-rag'", g.em_prior)
     if g.mechanism != "pure-dp-rag":
         if g.public_completion:
-            raise InvalidParameterError("generation.public_completion", "needs mechanism 'pure-dp-rag'",
-                                        g.public_completion)
+            raise InvalidParameterError(
+                "generation.public_completion", "needs mechanism 'pure-dp-rag'", g.public_completion
+            )
         if g.em_prior != "uniform":
             raise InvalidParameterError("generation.em_prior", "needs mechanism 'pure-dp-rag'", g.em_prior)
 
@@ -221,14 +236,16 @@ def _extension_fields(g: dict) -> dict:
     if "public_completion" in g:
         v = g["public_completion"]
         if v is not True:  # false is the default and must be absent (canonical); 1 is not a JSON bool
-            raise InvalidParameterError("generation.public_completion",
-                                        "must be the JSON value true when present (absent means false)", v)
+            raise InvalidParameterError(
+                "generation.public_completion", "must be the JSON value true when present (absent means false)", v
+            )
         out["public_completion"] = True
     if "em_prior" in g:
         v = g["em_prior"]
         if not isinstance(v, str) or v not in EM_PRIORS or v == "uniform":
-            raise InvalidParameterError("generation.em_prior",
-                                        "must be 'non-rag' when present (absent means 'uniform')", v)
+            raise InvalidParameterError(
+                "generation.em_prior", "must be 'non-rag' when present (absent means 'uniform')", v
+            )
         out["em_prior"] = v
     return out
 
@@ -270,19 +287,44 @@ class Policy:
 
     # -- a sound starting point --------------------------------------------------------------------------
     @classmethod
-    def recommended(cls, window: str, *, citations_for: tuple[str, ...] = (), queries_per_account: int = 20,
-                    k_max: int = 5, epsilon_acc: float = 1.0, delta_acc: float = 1e-6, citations: int = 5,
-                    algorithm: str = "murag", voters: int = 20, epsilon_token: float = 1.0,
-                    private_tokens: int = 3, max_queries_per_doc: int = 1, tau_cosine: float = 0.5,
-                    edges_cosine: tuple[float, ...] = (1.0, 0.7, 0.6, 0.5, 0.4), epsilon_thr: float = 1.0,
-                    docs_per_voter: int = 1, max_tokens: int = 32, mechanism: str = "pure-dp-rag",
-                    vote_epsilon: float = 2.0, vote_threshold: float = 6.0, key_words: int = 3,
-                    normalizer: str = "basic", ksa_epsilon_em: float = 1.0, ksa_epsilon_ptr: float = 2.5,
-                    ksa_delta: float = 1e-8, ksa_max_keywords: int = 5, ksa_response_tokens: int = 32,
-                    generator_replayable: bool = False, embedding_scale: int = 1 << 10,
-                    public_completion: bool = False, em_prior: str = "uniform",
-                    vote_selection: str = "universal", vote_delta: float | None = None,
-                    abstain_empty: bool = False) -> "Policy":
+    def recommended(
+        cls,
+        window: str,
+        *,
+        citations_for: tuple[str, ...] = (),
+        queries_per_account: int = 20,
+        k_max: int = 5,
+        epsilon_acc: float = 1.0,
+        delta_acc: float = 1e-6,
+        citations: int = 5,
+        algorithm: str = "murag",
+        voters: int = 20,
+        epsilon_token: float = 1.0,
+        private_tokens: int = 3,
+        max_queries_per_doc: int = 1,
+        tau_cosine: float = 0.5,
+        edges_cosine: tuple[float, ...] = (1.0, 0.7, 0.6, 0.5, 0.4),
+        epsilon_thr: float = 1.0,
+        docs_per_voter: int = 1,
+        max_tokens: int = 32,
+        mechanism: str = "pure-dp-rag",
+        vote_epsilon: float = 2.0,
+        vote_threshold: float = 6.0,
+        key_words: int = 3,
+        normalizer: str = "basic",
+        ksa_epsilon_em: float = 1.0,
+        ksa_epsilon_ptr: float = 2.5,
+        ksa_delta: float = 1e-8,
+        ksa_max_keywords: int = 5,
+        ksa_response_tokens: int = 32,
+        generator_replayable: bool = False,
+        embedding_scale: int = 1 << 10,
+        public_completion: bool = False,
+        em_prior: str = "uniform",
+        vote_selection: str = "universal",
+        vote_delta: float | None = None,
+        abstain_empty: bool = False,
+    ) -> Policy:
         """A well-formed policy from the quantities a provider decides, with documented, sound defaults.
 
         Units: scores are integer dot products of embeddings quantised at ``embedding_scale`` (cosine × S², so
@@ -302,11 +344,11 @@ class Policy:
         - ``max_queries_per_doc`` (M): the filter budget is M·ε_q per document; the generation ε of the verdict
           is 2·M·ε_q (replace-one).
         - ``tau_cosine`` / ``edges_cosine``: relevance thresholds as cosines (converted to score units).
-        - ``mechanism="answer-vote"`` (issue 13): voters answer in full and one exponential mechanism over the
-          normalised answers releases one (``vote_epsilon`` is then ε_q; ``vote_threshold`` t in nats;
+        - ``mechanism="answer-vote"`` (spec/accounting/rag.md §5): voters answer in full and one exponential mechanism
+          over the normalised answers releases one (``vote_epsilon`` is then ε_q; ``vote_threshold`` t in nats;
           ``key_words``; ``normalizer`` names a public normaliser, "basic" or a dprag.normalizers entry point).
         - ``mechanism="dp-ksa"`` (004, for a generator that only returns text: a hosted or LangChain LLM;
-          audit/dpksa.py, spec/provider.md): each of the m voters answers from its documents, FindBestK
+          accounting/rag/ksa.py, spec/provider.md): each of the m voters answers from its documents, FindBestK
           (``ksa_epsilon_em``, nats) picks k <= ``ksa_max_keywords``, a propose-test-release test with discrete
           Laplace noise (``ksa_epsilon_ptr``, nats; failure probability ``ksa_delta`` per query and document)
           releases the k most frequent words or none, and the answer is generated from the question and those
@@ -347,30 +389,63 @@ class Policy:
         tv = math.nextafter(max(tv, 1e-300), 1.0)
         to_units = lambda c: int(round(c * embedding_scale))  # noqa: E731
         gen = GenerationPolicy(
-            algorithm=algorithm, m=voters, epsilon_token=epsilon_token, max_private_tokens=private_tokens,
-            max_queries_per_doc=max_queries_per_doc, docs_per_voter=docs_per_voter, max_tokens=max_tokens,
+            algorithm=algorithm,
+            m=voters,
+            epsilon_token=epsilon_token,
+            max_private_tokens=private_tokens,
+            max_queries_per_doc=max_queries_per_doc,
+            docs_per_voter=docs_per_voter,
+            max_tokens=max_tokens,
             tau=to_units(tau_cosine) if algorithm == "murag" else None,
             edges=tuple(to_units(e) for e in edges_cosine) if algorithm == "murag-ada" else None,
             epsilon_thr=epsilon_thr if algorithm == "murag-ada" else None,
-            public_completion=public_completion, em_prior=em_prior, vote_selection=vote_selection,
-            vote_delta=vote_delta, abstain_empty=abstain_empty,
-            **({} if mechanism == "pure-dp-rag" else
-               dict(mechanism=mechanism, ksa_epsilon_em=ksa_epsilon_em, ksa_epsilon_ptr=ksa_epsilon_ptr,
-                    ksa_delta=ksa_delta, ksa_max_keywords=ksa_max_keywords, ksa_response_tokens=ksa_response_tokens,
-                    ksa_replayable=generator_replayable) if mechanism == "dp-ksa" else
-               dict(mechanism=mechanism, vote_epsilon=vote_epsilon, vote_threshold=vote_threshold,
-                    key_words=key_words, normalizer=normalizer)))
-        return cls(window=window,
-                   retrieval=RetrievalPolicy(enabled_tenants=tuple(sorted(citations_for)), K=citations, n=n,
-                                             epsilon_acc=epsilon_acc, delta_acc=delta_acc, sigma=sigma,
-                                             sensitivity=sens, score_clip=(0, hi), score_shift=shift,
-                                             sampler=SamplerSpec(10.0, 64, tv)),
-                   coalition=CoalitionPolicy(k_max=check_positive_int("k_max", k_max),
-                                             delta_policy=2 * k_max * delta_acc),
-                   generation=gen).validate()
+            public_completion=public_completion,
+            em_prior=em_prior,
+            vote_selection=vote_selection,
+            vote_delta=vote_delta,
+            abstain_empty=abstain_empty,
+            **(
+                {}
+                if mechanism == "pure-dp-rag"
+                else dict(
+                    mechanism=mechanism,
+                    ksa_epsilon_em=ksa_epsilon_em,
+                    ksa_epsilon_ptr=ksa_epsilon_ptr,
+                    ksa_delta=ksa_delta,
+                    ksa_max_keywords=ksa_max_keywords,
+                    ksa_response_tokens=ksa_response_tokens,
+                    ksa_replayable=generator_replayable,
+                )
+                if mechanism == "dp-ksa"
+                else dict(
+                    mechanism=mechanism,
+                    vote_epsilon=vote_epsilon,
+                    vote_threshold=vote_threshold,
+                    key_words=key_words,
+                    normalizer=normalizer,
+                )
+            ),
+        )
+        return cls(
+            window=window,
+            retrieval=RetrievalPolicy(
+                enabled_tenants=tuple(sorted(citations_for)),
+                K=citations,
+                n=n,
+                epsilon_acc=epsilon_acc,
+                delta_acc=delta_acc,
+                sigma=sigma,
+                sensitivity=sens,
+                score_clip=(0, hi),
+                score_shift=shift,
+                sampler=SamplerSpec(10.0, 64, tv),
+            ),
+            coalition=CoalitionPolicy(k_max=check_positive_int("k_max", k_max), delta_policy=2 * k_max * delta_acc),
+            generation=gen,
+        ).validate()
 
     # -- validation ----------------------------------------------------------------------------------------
-    def validate(self) -> "Policy":
+    def validate(self) -> Policy:
         r, c, g = self.retrieval, self.coalition, self.generation
         if self.version != 2:
             raise InvalidParameterError("version", "must be 2 (protocol version 2)", self.version)
@@ -390,24 +465,33 @@ class Policy:
         check_positive_int("retrieval.score_shift", r.score_shift, minimum=0)
         if r.sensitivity < ((hi - lo) >> r.score_shift) + 1:
             raise InvalidParameterError(
-                "retrieval.sensitivity", "must be >= ((hi - lo) >> score_shift) + 1 (a clipped score's range)",
-                r.sensitivity)
+                "retrieval.sensitivity",
+                "must be >= ((hi - lo) >> score_shift) + 1 (a clipped score's range)",
+                r.sensitivity,
+            )
         check_delta("retrieval.sampler.tv", r.sampler.tv, allow_zero=True)
         if not set(r.zk_tenants) <= set(r.enabled_tenants):
             raise InvalidParameterError("retrieval.zk_tenants", "must be tenants with citations on", r.zk_tenants)
         if r.zk_tenants and (lo % (1 << r.score_shift) or hi % (1 << r.score_shift)):
-            raise InvalidParameterError("retrieval.score_clip", "must be multiples of 2^score_shift for zk tenants "
-                                                                "(the circuit shifts before it clips)", r.score_clip)
+            raise InvalidParameterError(
+                "retrieval.score_clip",
+                "must be multiples of 2^score_shift for zk tenants (the circuit shifts before it clips)",
+                r.score_clip,
+            )
         check_positive_int("coalition.k_max", c.k_max)
         check_delta("coalition.delta_policy", c.delta_policy)
         if not c.delta_policy > c.k_max * r.delta_acc:
-            raise InvalidParameterError("coalition.delta_policy", "must exceed k_max * delta_acc (002 §5.6)",
-                                        c.delta_policy)
+            raise InvalidParameterError(
+                "coalition.delta_policy", "must exceed k_max * delta_acc (002 §5.6)", c.delta_policy
+            )
         if g.algorithm not in ("murag", "murag-ada"):
             raise InvalidParameterError("generation.algorithm", "must be 'murag' or 'murag-ada'", g.algorithm)
         if g.mechanism not in ("pure-dp-rag", "answer-vote", "dp-ksa") or g.filter_mode != "pure":
-            raise InvalidParameterError("generation.mechanism", "must be 'pure-dp-rag', 'answer-vote' or 'dp-ksa', "
-                                                                "with a pure filter", g.mechanism)
+            raise InvalidParameterError(
+                "generation.mechanism",
+                "must be 'pure-dp-rag', 'answer-vote' or 'dp-ksa', with a pure filter",
+                g.mechanism,
+            )
         check_positive_int("generation.m", g.m)
         check_epsilon("generation.epsilon_token", g.epsilon_token)
         check_positive_int("generation.max_private_tokens", g.max_private_tokens)
@@ -422,22 +506,28 @@ class Policy:
             raise InvalidParameterError("generation.vote_epsilon", "answer-vote fields need mechanism 'answer-vote'")
         else:
             _check_answer_vote_selection(g)
-        ksa = (g.ksa_epsilon_em, g.ksa_epsilon_ptr, g.ksa_delta, g.ksa_max_keywords, g.ksa_response_tokens,
-               g.ksa_replayable)
+        ksa = (
+            g.ksa_epsilon_em,
+            g.ksa_epsilon_ptr,
+            g.ksa_delta,
+            g.ksa_max_keywords,
+            g.ksa_response_tokens,
+            g.ksa_replayable,
+        )
         if g.mechanism == "dp-ksa":
             _check_real_positive("generation.dp_ksa.epsilon_em", g.ksa_epsilon_em)
             _check_real_positive("generation.dp_ksa.epsilon_ptr", g.ksa_epsilon_ptr)
-            if not g.ksa_epsilon_ptr >= 2.0 ** -47:
-                raise InvalidParameterError("generation.dp_ksa.epsilon_ptr", "must be at least 2^-47 nats",
-                                            g.ksa_epsilon_ptr)
+            if not g.ksa_epsilon_ptr >= 2.0**-47:
+                raise InvalidParameterError(
+                    "generation.dp_ksa.epsilon_ptr", "must be at least 2^-47 nats", g.ksa_epsilon_ptr
+                )
             if isinstance(g.ksa_delta, bool) or not isinstance(g.ksa_delta, (int, float)):
                 raise InvalidParameterError("generation.dp_ksa.delta", "must be a real number in (0, 1)", g.ksa_delta)
             check_delta("generation.dp_ksa.delta", g.ksa_delta)
             _check_count("generation.dp_ksa.max_keywords", g.ksa_max_keywords)
             _check_count("generation.dp_ksa.response_tokens", g.ksa_response_tokens)
             if not isinstance(g.ksa_replayable, bool):
-                raise InvalidParameterError("generation.dp_ksa.replayable", "must be true or false",
-                                            g.ksa_replayable)
+                raise InvalidParameterError("generation.dp_ksa.replayable", "must be true or false", g.ksa_replayable)
         elif any(v is not None for v in ksa):
             raise InvalidParameterError("generation.dp_ksa", "DP-KSA fields need mechanism 'dp-ksa'")
         _check_extensions(g)
@@ -447,7 +537,7 @@ class Policy:
         if g.algorithm == "murag" and not isinstance(g.tau, int):
             raise InvalidParameterError("generation.tau", "MuRAG needs an integer threshold tau")
         if g.algorithm == "murag-ada":
-            if not g.edges or len(g.edges) < 2 or any(a <= b for a, b in zip(g.edges, g.edges[1:])):
+            if not g.edges or len(g.edges) < 2 or any(a <= b for a, b in zip(g.edges, g.edges[1:], strict=False)):
                 raise InvalidParameterError("generation.edges", "must be >= 2 strictly decreasing integers")
             check_epsilon("generation.epsilon_thr", g.epsilon_thr)
         return self
@@ -460,34 +550,61 @@ class Policy:
             "window": self.window,
             "relation": self.relation,
             "retrieval": {
-                "enabled_tenants": sorted(r.enabled_tenants), "K": r.K, "n": r.n,
-                "epsilon_acc": real(r.epsilon_acc), "delta_acc": real(r.delta_acc), "sigma": real(r.sigma),
-                "sensitivity": r.sensitivity, "score_clip": [r.score_clip[0], r.score_clip[1]],
-                "score_shift": r.score_shift, "sampler": r.sampler.to_dict(),
+                "enabled_tenants": sorted(r.enabled_tenants),
+                "K": r.K,
+                "n": r.n,
+                "epsilon_acc": real(r.epsilon_acc),
+                "delta_acc": real(r.delta_acc),
+                "sigma": real(r.sigma),
+                "sensitivity": r.sensitivity,
+                "score_clip": [r.score_clip[0], r.score_clip[1]],
+                "score_shift": r.score_shift,
+                "sampler": r.sampler.to_dict(),
                 "zk_tenants": sorted(r.zk_tenants),
             },
             "coalition": {"k_max": c.k_max, "delta_policy": real(c.delta_policy)},
             "generation": {
-                "mechanism": g.mechanism, "algorithm": g.algorithm, "m": g.m,
-                "epsilon_token": real(g.epsilon_token), "max_private_tokens": g.max_private_tokens,
+                "mechanism": g.mechanism,
+                "algorithm": g.algorithm,
+                "m": g.m,
+                "epsilon_token": real(g.epsilon_token),
+                "max_private_tokens": g.max_private_tokens,
                 "theta_svt": None if g.theta_svt is None else real(g.theta_svt),
-                "redraw_threshold": g.redraw_threshold, "tau": g.tau,
+                "redraw_threshold": g.redraw_threshold,
+                "tau": g.tau,
                 "edges": None if g.edges is None else list(g.edges),
                 "epsilon_thr": None if g.epsilon_thr is None else real(g.epsilon_thr),
-                "docs_per_voter": g.docs_per_voter, "max_queries_per_doc": g.max_queries_per_doc,
-                "max_tokens": g.max_tokens, "filter_mode": g.filter_mode,
-                "answer_vote": None if g.mechanism != "answer-vote" else {
-                    "epsilon": real(g.vote_epsilon), "threshold": real(g.vote_threshold),
-                    "key_words": g.key_words, "normalizer": g.normalizer,
+                "docs_per_voter": g.docs_per_voter,
+                "max_queries_per_doc": g.max_queries_per_doc,
+                "max_tokens": g.max_tokens,
+                "filter_mode": g.filter_mode,
+                "answer_vote": None
+                if g.mechanism != "answer-vote"
+                else {
+                    "epsilon": real(g.vote_epsilon),
+                    "threshold": real(g.vote_threshold),
+                    "key_words": g.key_words,
+                    "normalizer": g.normalizer,
                     # present only when not the default (universal, no δ, false): canonical bytes unchanged
                     **({} if g.vote_selection == "universal" else {"selection": g.vote_selection}),
                     **({} if g.vote_delta is None else {"delta": real(g.vote_delta)}),
-                    **({"abstain_empty": True} if g.abstain_empty is True else {})},
+                    **({"abstain_empty": True} if g.abstain_empty is True else {}),
+                },
                 # present only for dp-ksa, so every other policy keeps its canonical bytes (and C_policy)
-                **({} if g.mechanism != "dp-ksa" else {"dp_ksa": {
-                    "epsilon_em": real(g.ksa_epsilon_em), "epsilon_ptr": real(g.ksa_epsilon_ptr),
-                    "delta": real(g.ksa_delta), "max_keywords": g.ksa_max_keywords,
-                    "response_tokens": g.ksa_response_tokens, "replayable": g.ksa_replayable}}),
+                **(
+                    {}
+                    if g.mechanism != "dp-ksa"
+                    else {
+                        "dp_ksa": {
+                            "epsilon_em": real(g.ksa_epsilon_em),
+                            "epsilon_ptr": real(g.ksa_epsilon_ptr),
+                            "delta": real(g.ksa_delta),
+                            "max_keywords": g.ksa_max_keywords,
+                            "response_tokens": g.ksa_response_tokens,
+                            "replayable": g.ksa_replayable,
+                        }
+                    }
+                ),
                 # 000 Alg. 5's free extensions: present only when not the default (canonical bytes unchanged)
                 **({"public_completion": True} if g.public_completion is True else {}),
                 **({} if g.em_prior == "uniform" else {"em_prior": g.em_prior}),
@@ -505,17 +622,19 @@ class Policy:
         r = self.retrieval
         return float(noise_table(r.sigma, r.sampler.tail, r.sampler.precision_bits).tv_distance)
 
-    def check_claims(self) -> "Policy":
+    def check_claims(self) -> Policy:
         """Claims that can be recomputed are recomputed: the declared sampler TV must bound the real one."""
         real_tv = self.sampler_tv()
         if not real_tv <= self.retrieval.sampler.tv:
-            raise InvalidParameterError("retrieval.sampler.tv",
-                                        f"declares {self.retrieval.sampler.tv:.3g} but the committed table's TV "
-                                        f"distance is {real_tv:.3g}", self.retrieval.sampler.tv)
+            raise InvalidParameterError(
+                "retrieval.sampler.tv",
+                f"declares {self.retrieval.sampler.tv:.3g} but the committed table's TV distance is {real_tv:.3g}",
+                self.retrieval.sampler.tv,
+            )
         return self
 
     @classmethod
-    def from_dict(cls, d: Any) -> "Policy":
+    def from_dict(cls, d: Any) -> Policy:
         try:
             r, c, g = d["retrieval"], d["coalition"], d["generation"]
             s = r["sampler"]
@@ -523,30 +642,46 @@ class Policy:
                 raise EncodingError("retrieval.sampler.kind: must be 'table'")
             opt = lambda v, f: None if v is None else parse_real(v, f)  # noqa: E731
             pol = cls(
-                version=d["version"], window=d["window"], relation=d["relation"],
+                version=d["version"],
+                window=d["window"],
+                relation=d["relation"],
                 retrieval=RetrievalPolicy(
-                    enabled_tenants=tuple(r["enabled_tenants"]), K=r["K"], n=r["n"],
+                    enabled_tenants=tuple(r["enabled_tenants"]),
+                    K=r["K"],
+                    n=r["n"],
                     epsilon_acc=parse_real(r["epsilon_acc"], "retrieval.epsilon_acc"),
                     delta_acc=parse_real(r["delta_acc"], "retrieval.delta_acc"),
-                    sigma=parse_real(r["sigma"], "retrieval.sigma"), sensitivity=r["sensitivity"],
-                    score_clip=(r["score_clip"][0], r["score_clip"][1]), score_shift=r["score_shift"],
-                    sampler=SamplerSpec(parse_real(s["tail"], "retrieval.sampler.tail"), s["precision_bits"],
-                                        parse_real(s["tv"], "retrieval.sampler.tv")),
+                    sigma=parse_real(r["sigma"], "retrieval.sigma"),
+                    sensitivity=r["sensitivity"],
+                    score_clip=(r["score_clip"][0], r["score_clip"][1]),
+                    score_shift=r["score_shift"],
+                    sampler=SamplerSpec(
+                        parse_real(s["tail"], "retrieval.sampler.tail"),
+                        s["precision_bits"],
+                        parse_real(s["tv"], "retrieval.sampler.tv"),
+                    ),
                     zk_tenants=tuple(r["zk_tenants"]),
                 ),
-                coalition=CoalitionPolicy(k_max=c["k_max"],
-                                          delta_policy=parse_real(c["delta_policy"], "coalition.delta_policy")),
+                coalition=CoalitionPolicy(
+                    k_max=c["k_max"], delta_policy=parse_real(c["delta_policy"], "coalition.delta_policy")
+                ),
                 generation=GenerationPolicy(
-                    mechanism=g["mechanism"], algorithm=g["algorithm"], m=g["m"],
+                    mechanism=g["mechanism"],
+                    algorithm=g["algorithm"],
+                    m=g["m"],
                     epsilon_token=parse_real(g["epsilon_token"], "generation.epsilon_token"),
                     max_private_tokens=g["max_private_tokens"],
                     theta_svt=opt(g["theta_svt"], "generation.theta_svt"),
-                    redraw_threshold=g["redraw_threshold"], tau=g["tau"],
+                    redraw_threshold=g["redraw_threshold"],
+                    tau=g["tau"],
                     edges=None if g["edges"] is None else tuple(g["edges"]),
                     epsilon_thr=opt(g["epsilon_thr"], "generation.epsilon_thr"),
-                    docs_per_voter=g["docs_per_voter"], max_queries_per_doc=g["max_queries_per_doc"],
-                    max_tokens=g["max_tokens"], filter_mode=g["filter_mode"],
-                    **_answer_vote_fields(g["answer_vote"]), **_dp_ksa_fields(g.get("dp_ksa")),
+                    docs_per_voter=g["docs_per_voter"],
+                    max_queries_per_doc=g["max_queries_per_doc"],
+                    max_tokens=g["max_tokens"],
+                    filter_mode=g["filter_mode"],
+                    **_answer_vote_fields(g["answer_vote"]),
+                    **_dp_ksa_fields(g.get("dp_ksa")),
                     **_extension_fields(g),
                 ),
             )
@@ -562,21 +697,41 @@ class Policy:
 
         g = self.generation
         if g.mechanism == "dp-ksa":
-            from .dpksa import DpKsaParams
+            from dprag.accounting.rag.ksa import DpKsaPureParameters
 
-            return DpKsaParams(g.m, g.ksa_epsilon_em, g.ksa_epsilon_ptr, g.ksa_delta,
-                               max_keywords=g.ksa_max_keywords, response_tokens=g.ksa_response_tokens,
-                               max_tokens=g.max_tokens)
+            return DpKsaPureParameters(
+                g.m,
+                g.ksa_epsilon_em,
+                g.ksa_epsilon_ptr,
+                g.ksa_delta,
+                max_keywords=g.ksa_max_keywords,
+                response_tokens=g.ksa_response_tokens,
+                max_tokens=g.max_tokens,
+            )
         if g.mechanism == "answer-vote":
             from dprag.accounting.rag.answer_vote import AnswerVoteParams
 
-            return AnswerVoteParams(g.m, g.vote_epsilon, threshold=g.vote_threshold, max_tokens=g.max_tokens,
-                                    max_key_words=g.key_words, normalizer=normalizer(g.normalizer),
-                                    abstain_empty=g.abstain_empty, selection=g.vote_selection,
-                                    delta=0.0 if g.vote_delta is None else g.vote_delta)
-        return PureDpRagParams(g.m, g.epsilon_token, g.max_private_tokens, theta=g.theta_svt,
-                               max_tokens=g.max_tokens, redraw_threshold=g.redraw_threshold,
-                               public_completion=g.public_completion, em_prior=g.em_prior)
+            return AnswerVoteParams(
+                g.m,
+                g.vote_epsilon,
+                threshold=g.vote_threshold,
+                max_tokens=g.max_tokens,
+                max_key_words=g.key_words,
+                normalizer=normalizer(g.normalizer),
+                abstain_empty=g.abstain_empty,
+                selection=g.vote_selection,
+                delta=0.0 if g.vote_delta is None else g.vote_delta,
+            )
+        return PureDpRagParams(
+            g.m,
+            g.epsilon_token,
+            g.max_private_tokens,
+            theta=g.theta_svt,
+            max_tokens=g.max_tokens,
+            redraw_threshold=g.redraw_threshold,
+            public_completion=g.public_completion,
+            em_prior=g.em_prior,
+        )
 
     def rag_charge(self):
         """The event the per-document filter counts for one RAG charge: the mechanism's cost, or its ε part for
@@ -603,57 +758,3 @@ class Policy:
         if self.generation.algorithm == "murag-ada":
             cost = ComposedEvent((DiscreteLaplaceEvent(1.0 / self.generation.epsilon_thr, 1), cost))
         return cost
-
-    def certified_epsilons(self) -> dict[str, Any]:
-        """Per-channel and composed (ε, δ), each a certified upper bound from the committed parameters.
-
-        Generation: what the per-document filter certifies from its integer units (the budget the service
-        enforces, ``FilterBudget.for_queries(M, query_cost, mode="pure")``), rounded up — not 2·M·fsum(ε_q) in
-        floats (issue 10 item 7); the composed ε is the exact sum rounded up."""
-        from dprag.accounting.filters import FilterBudget, nats_up, sum_up
-
-        r, c, g = self.retrieval, self.coalition, self.generation
-        m = c.k_max * r.n
-        dg = gdp.discrete_gaussian_epsilon(r.sigma, r.sensitivity, m, c.delta_policy, sampler_tv=r.sampler.tv)
-        budget = FilterBudget.for_queries(g.max_queries_per_doc, self.query_cost(), mode="pure")
-        eps_q = nats_up(budget.units[0] // g.max_queries_per_doc)  # one query's charge, in units
-        eps_gen_ar = budget.certified_epsilon()
-        eps_gen = budget.certified_epsilon(replace_one=True)
-        delta_gen_ar = delta_gen = 0.0
-        uses = None
-        per_use = self.per_charge_delta()
-        if per_use is not None:
-            # each RAG charge of a document adds the mechanism's δ (dp-ksa: the PTR failure probability;
-            # answer-vote seen: the seen selection's δ) to its δ (basic composition inside the pure filter,
-            # spec/provider.md §3.3); the filter admits at most limit // rag_units such charges
-            from .charges import ChargeRule
-
-            rule = ChargeRule.of(self)
-            uses = rule.limit // rule.rag_units
-            up = lambda x: math.nextafter(x, math.inf)  # noqa: E731
-            delta_gen_ar = up(uses * per_use)
-            # replace-one = remove then add: (ε, δ) then (ε, δ) gives (2ε, δ + e^ε·δ)
-            delta_gen = up(delta_gen_ar + up(up(math.exp(eps_gen_ar)) * delta_gen_ar))
-        paper = eq_5_2_audit(c.k_max, r.epsilon_acc, r.delta_acc, c.delta_policy, n=r.n)
-        return {
-            "relation": self.relation,
-            "retrieval": {
-                "epsilon": dg.epsilon, "delta": c.delta_policy, "k_max": c.k_max, "releases": m,
-                "method": f"discrete Gaussian PLD ({dg.method}), pessimistic; sampler TV added to delta",
-                "covers": f"citations shown to any coalition of <= {c.k_max} accounts of one tenant "
-                          f"({r.n} queries each), replace-one document of that tenant's corpus",
-                "paper_eq_5_2_leading": paper.get("leading") if isinstance(paper, dict) else None,
-            },
-            "generation": {
-                "epsilon": eps_gen, "epsilon_add_remove": eps_gen_ar, "delta": delta_gen,
-                "per_query_epsilon": eps_q, "max_queries_per_doc": g.max_queries_per_doc,
-                "mechanism": g.mechanism,
-                **({} if g.mechanism != "answer-vote" else {"selection": g.vote_selection}),
-                "covers": "answers released to every account of every tenant; the per-document filter is global "
-                          "across accounts, so colluding accounts cannot raise it (k does not enter)",
-                **({} if uses is None else {
-                    "delta_add_remove": delta_gen_ar, "per_query_delta": per_use, "max_charges_per_doc": uses}),
-            },
-            "epsilon": sum_up(dg.epsilon, eps_gen),
-            "delta": c.delta_policy if uses is None else math.nextafter(c.delta_policy + delta_gen, math.inf),
-        }

@@ -20,16 +20,52 @@ from .encoding import EncodingError, encode, hexbytes
 from .ledger.checkpoint import NoteSigner, NoteVerifier
 
 DOMAIN = b"dprag/receipt/v2\n"
-FIELDS = ("window", "account", "tenant", "counter", "h_req", "h_top", "nonce_top", "h_answer", "pos",
-          "leaf_hash", "size", "root")
+FIELDS = (
+    "window",
+    "account",
+    "tenant",
+    "counter",
+    "h_req",
+    "h_top",
+    "nonce_top",
+    "h_answer",
+    "pos",
+    "leaf_hash",
+    "size",
+    "root",
+)
 
 
-def receipt_body(*, window: str, account: str, tenant: str, counter: int, h_req: str, h_top: str | None,
-                 nonce_top: str | None, h_answer: str, pos: int, leaf_hash: str, size: int,
-                 root: str) -> dict[str, Any]:
-    return {"type": "receipt", "window": window, "account": account, "tenant": tenant, "counter": int(counter),
-            "h_req": h_req, "h_top": h_top, "nonce_top": nonce_top, "h_answer": h_answer, "pos": int(pos),
-            "leaf_hash": leaf_hash, "size": int(size), "root": root}
+def receipt_body(
+    *,
+    window: str,
+    account: str,
+    tenant: str,
+    counter: int,
+    h_req: str,
+    h_top: str | None,
+    nonce_top: str | None,
+    h_answer: str,
+    pos: int,
+    leaf_hash: str,
+    size: int,
+    root: str,
+) -> dict[str, Any]:
+    return {
+        "type": "receipt",
+        "window": window,
+        "account": account,
+        "tenant": tenant,
+        "counter": int(counter),
+        "h_req": h_req,
+        "h_top": h_top,
+        "nonce_top": nonce_top,
+        "h_answer": h_answer,
+        "pos": int(pos),
+        "leaf_hash": leaf_hash,
+        "size": int(size),
+        "root": root,
+    }
 
 
 def sign_receipt(body: dict, signer: NoteSigner) -> dict:

@@ -41,18 +41,24 @@ class _Documents:
         return self.texts[int(doc_id)]
 
 
-def replay_answer(policy, seed: bytes, opening: dict, scores: np.ndarray, texts: list[str], question: str,
-                  generator) -> str:
+def replay_answer(
+    policy, seed: bytes, opening: dict, scores: np.ndarray, texts: list[str], question: str, generator
+) -> str:
     """The answer the committed mechanism gives for one opened request (see the module docstring)."""
     g = policy.generation
     if g.mechanism != "pure-dp-rag":  # text mechanisms: a callable or LangChain runnable is wrapped as the service does
-        from .dpksa import as_text_generator
+        from dprag.accounting.rag.ksa import as_text_generator
 
         generator = as_text_generator(generator)
     rag_ids = np.asarray(opening["charge"]["charges"][-1]["ids"], dtype=np.int64)
     top = top_k_padded(rag_ids, np.asarray(scores, dtype=np.float64)[rag_ids], g.m * g.docs_per_voter)
-    ans = policy.rag_params().respond(question, top, _Documents(texts), generator,
-                                      source=request_source(seed, "generate", request_hash(opening["request"])))
+    ans = policy.rag_params().respond(
+        question,
+        top,
+        _Documents(texts),
+        generator,
+        source=request_source(seed, "generate", request_hash(opening["request"])),
+    )
     return ans.text
 
 

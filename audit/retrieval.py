@@ -23,9 +23,11 @@ from dprag.accounting.noise.table import DiscreteGaussianTable
 
 from .encoding import hexbytes
 
-
-LABELS = {"retrieval": b"dprag/v2/retrieval\x00", "select": b"dprag/v2/select\x00",
-          "generate": b"dprag/v2/generate\x00"}
+LABELS = {
+    "retrieval": b"dprag/v2/retrieval\x00",
+    "select": b"dprag/v2/select\x00",
+    "generate": b"dprag/v2/generate\x00",
+}
 
 
 def request_label(purpose: str, h_req: bytes) -> bytes:
@@ -69,7 +71,7 @@ def noisy_top_k(scores: np.ndarray, noise: np.ndarray, k: int) -> np.ndarray:
 
 
 # ------------------------------------------------------------------------------------------------------------
-# The same selection, fast (bit-identical outputs; tests/test_retrieval_fast.py checks them against the above)
+# The same selection, fast (bit-identical outputs; tests/audit/test_retrieval_fast.py checks them against the above)
 # ------------------------------------------------------------------------------------------------------------
 def words_source(words: np.ndarray) -> RandomSource:
     """A RandomSource that yields exactly the given 64-bit words (little-endian), once: so that
@@ -79,7 +81,7 @@ def words_source(words: np.ndarray) -> RandomSource:
     state = {"pos": 0}
 
     def read(n: int) -> bytes:
-        out = data[state["pos"]:state["pos"] + n]
+        out = data[state["pos"] : state["pos"] + n]
         if len(out) != n:
             raise InvalidParameterError("words", "fewer words than the sampler reads")
         state["pos"] += n
@@ -119,8 +121,13 @@ def word_threshold(table: DiscreteGaussianTable, c: int) -> int | None:
     return cum[j - 1] << shift
 
 
-def noisy_top_k_words(scores: np.ndarray, words: np.ndarray, table: DiscreteGaussianTable, k: int,
-                      score_range: tuple[int, int] | None = None) -> np.ndarray:
+def noisy_top_k_words(
+    scores: np.ndarray,
+    words: np.ndarray,
+    table: DiscreteGaussianTable,
+    k: int,
+    score_range: tuple[int, int] | None = None,
+) -> np.ndarray:
     """``noisy_top_k(scores, sample_words(table, words), k)``, bit for bit, without mapping every word.
 
     All words are drawn (noise first); only the selection is lazy: since a sample grows with its word,

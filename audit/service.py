@@ -25,11 +25,10 @@ import json
 import os
 import re
 import secrets
-import sqlite3
+from collections.abc import Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Protocol, Sequence
 
 import numpy as np
 
@@ -37,20 +36,21 @@ from dprag.accounting.errors import BudgetExhaustedError, DpragError, InvalidPar
 from dprag.accounting.filters import FilterBudget, IndividualRenyiFilter
 from dprag.accounting.noise.source import RandomSource
 from dprag.accounting.protocols import Generator
-from dprag.accounting.rag.multi_query import MuRAG, MuRAGAda, RetrievalParams, Selection
 from dprag.accounting.rag.mechanism import filter_charge
+from dprag.accounting.rag.multi_query import MuRAG, MuRAGAda, RetrievalParams, Selection
 from dprag.accounting.stores import SqliteBudgetStore
-from dprag.accounting.stores.sqlite import switch_to_wal
 
 from . import commitments as cm
+from .account import Request, qemb_commitment, question_commitment, request_hash, verify_request
+from .auditor_store import AuditorStore
+from .charges import ChargeRule, expected_charges
 from .encoding import decode, digest, encode
 from .ledger import NoteSigner, SqliteLog
+from .ledger.rfc6962 import hash_leaf
 from .policy import Policy
 from .receipts import receipt_body, sign_receipt
-from .account import Request, question_commitment, qemb_commitment, request_hash, verify_request
-from .charges import ChargeRule, expected_charges
-from .ledger.rfc6962 import hash_leaf
 from .retrieval import float_exact_scores, noise_table, noisy_top_k, request_source, top_commitment
+from .serving_models import TextEmbedder, as_embedder, prompt_template_of, serving_generator
 
 _ID_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 MAX_QUESTION_CHARS = 4096
@@ -68,12 +68,6 @@ class ServiceStateError(DpragError):
     """The service directory is inconsistent (e.g. a budget store holds less spend than the ledger)."""
 
 
-class TextEmbedder(Protocol):
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
-        """Float embeddings, shape (len(texts), d)."""
-        ...
-
-
 @dataclass
 class ServedQuery:
     """What the account receives: the answer, the citations (None if the tenant has them off), the receipt."""
@@ -85,84 +79,6 @@ class ServedQuery:
 
     def to_dict(self) -> dict:
         return {"answer": self.answer, "citations": self.citations, "receipt": self.receipt, "pos": self.pos}
-
-
-class _CallableEmbedder:
-    """Wraps a plain callable ``texts -> (n, d) float vectors`` as a TextEmbedder."""
-
-    def __init__(self, fn):
-        self.fn = fn
-
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
-        return np.asarray(self.fn(list(texts)), dtype=np.float64)
-
-
-EMBEDDER_GROUP = "dprag.embedders"
-
-
-def embedder_loader(name: str):
-    """The loader registered under the ``dprag.embedders`` entry points for ``name`` (not called: nothing is
-    loaded). ``"sentence-transformers/all-MiniLM-L6-v2"`` and ``"all-MiniLM-L6-v2"`` name the same model.
-    Unknown names raise ``InvalidParameterError`` naming ``embedder`` and listing the installed names."""
-    from importlib.metadata import entry_points
-
-    if not isinstance(name, str) or not name:
-        raise InvalidParameterError("embedder", "must be a non-empty name", name)
-    eps = {ep.name: ep for ep in entry_points(group=EMBEDDER_GROUP)}
-    key = name if name in eps else name.split("/", 1)[-1]
-    if key not in eps:
-        known = ", ".join(sorted(eps)) or "none installed"
-        raise InvalidParameterError("embedder", f"names no installed embedder ({EMBEDDER_GROUP} entry points: "
-                                                f"{known})", name)
-    return eps[key].load()
-
-
-def load_embedder(name: str):
-    """An embedder by name (``embedder_loader(name)()``): e.g. ``"all-MiniLM-L6-v2"`` (sentence-transformers,
-    offline, from ``dprag.rag_adapters``). The object has ``embed(texts)``, ``dim`` and
-    ``descriptor(schema, prompt_template)`` (what C_emb commits to)."""
-    return embedder_loader(name)()
-
-
-def as_embedder(embedder) -> TextEmbedder:
-    """The provider's own embedder: a name (``load_embedder``), an object with ``embed(texts)``, or any callable
-    returning float vectors."""
-    if isinstance(embedder, str):
-        return load_embedder(embedder)
-    if hasattr(embedder, "embed"):
-        return embedder
-    if callable(embedder):
-        return _CallableEmbedder(embedder)
-    raise InvalidParameterError("embedder", "must have embed(texts) or be a callable texts -> float vectors",
-                                type(embedder).__name__)
-
-
-_LOGIT_METHODS = ("start", "encode", "decode")
-
-
-def serving_generator(policy: Policy, generator):
-    """The generator the policy's mechanism can run on. ``pure-dp-rag`` votes on next-token logits: it needs an
-    ``accounting.protocols.Generator`` (``start``/``encode``/``decode``). ``dp-ksa`` and ``answer-vote`` need only
-    text: an object with ``generate``/``generate_many``, a LangChain runnable (``invoke``) or a callable
-    ``prompt_text -> str`` (``audit.dpksa.as_text_generator``)."""
-    from .dpksa import as_text_generator
-
-    mech = policy.generation.mechanism
-    if mech == "pure-dp-rag":
-        missing = [m for m in _LOGIT_METHODS if not callable(getattr(generator, m, None))]
-        if missing:
-            raise InvalidParameterError("generator", f"mechanism 'pure-dp-rag' votes on next-token logits, but the "
-                                                     f"generator has no {', '.join(missing)}(); a generator that only "
-                                                     f"returns text needs mechanism 'dp-ksa'",
-                                        type(generator).__name__)
-        return generator
-    return as_text_generator(generator)
-
-
-def _prompt_template(generator) -> str:
-    """What C_emb binds for the generator's prompt when the descriptor is built here."""
-    t = getattr(generator, "prompt_template", None)
-    return t if isinstance(t, str) and t else f"{type(generator).__module__}.{type(generator).__qualname__}"
 
 
 def _check_id(field: str, value: str) -> str:
@@ -197,61 +113,6 @@ class _TenantRetriever:
         return self.docs[int(doc_id)]
 
 
-class _AuditorStore:
-    """state/auditor.sqlite: openings (by ledger position) and signed checkpoints (by size)."""
-
-    def __init__(self, path: Path):
-        self.con = sqlite3.connect(str(path), timeout=60.0, isolation_level=None)
-        switch_to_wal(self.con, 60.0)
-        self.con.execute("PRAGMA synchronous=FULL")
-        self.con.execute("CREATE TABLE IF NOT EXISTS opening (pos INTEGER PRIMARY KEY, body BLOB NOT NULL)")
-        self.con.execute("CREATE TABLE IF NOT EXISTS checkpoint (size INTEGER PRIMARY KEY, note BLOB NOT NULL)")
-        self.con.execute("CREATE TABLE IF NOT EXISTS served (account TEXT NOT NULL, counter INTEGER NOT NULL, "
-                         "body BLOB NOT NULL, PRIMARY KEY (account, counter))")
-        self.con.execute("CREATE TABLE IF NOT EXISTS pending (one INTEGER PRIMARY KEY CHECK (one = 1), body BLOB)")
-        self.con.execute("CREATE TABLE IF NOT EXISTS zk_proof (pos INTEGER PRIMARY KEY, body BLOB NOT NULL)")
-
-    def put_served(self, account: str, counter: int, body: bytes) -> None:
-        self.con.execute("INSERT OR REPLACE INTO served (account, counter, body) VALUES (?, ?, ?)",
-                         (account, counter, body))
-
-    def served(self, account: str, counter: int) -> bytes | None:
-        row = self.con.execute("SELECT body FROM served WHERE account = ? AND counter = ?",
-                               (account, counter)).fetchone()
-        return None if row is None else row[0]
-
-    def put_proof(self, pos: int, body: bytes) -> None:
-        self.con.execute("INSERT OR REPLACE INTO zk_proof (pos, body) VALUES (?, ?)", (pos, body))
-
-    def proofs(self):
-        return self.con.execute("SELECT pos, body FROM zk_proof ORDER BY pos")
-
-    def set_pending(self, body: bytes | None) -> None:
-        if body is None:
-            self.con.execute("DELETE FROM pending")
-        else:
-            self.con.execute("INSERT OR REPLACE INTO pending (one, body) VALUES (1, ?)", (body,))
-
-    def pending(self) -> bytes | None:
-        row = self.con.execute("SELECT body FROM pending").fetchone()
-        return None if row is None else row[0]
-
-    def put_opening(self, pos: int, body: bytes) -> None:
-        self.con.execute("INSERT OR REPLACE INTO opening (pos, body) VALUES (?, ?)", (pos, body))
-
-    def put_checkpoint(self, size: int, note: bytes) -> None:
-        self.con.execute("INSERT OR REPLACE INTO checkpoint (size, note) VALUES (?, ?)", (size, note))
-
-    def openings(self, below: int):
-        return self.con.execute("SELECT pos, body FROM opening WHERE pos < ? ORDER BY pos", (below,))
-
-    def checkpoints(self, upto: int):
-        return self.con.execute("SELECT size, note FROM checkpoint WHERE size <= ? ORDER BY size", (upto,))
-
-    def close(self):
-        self.con.close()
-
-
 class ProviderService:
     """See the module docstring."""
 
@@ -270,7 +131,7 @@ class ProviderService:
         origin: str | None = None,
         seed: bytes | None = None,
         signer: NoteSigner | None = None,
-    ) -> "ProviderService":
+    ) -> ProviderService:
         """Phase A: validate, embed and commit the tenants' indexes and documents, draw s_W and the salts,
         register the accounts, append the genesis leaf.
 
@@ -319,33 +180,43 @@ class ProviderService:
             try:
                 cm.hexbytes(key, f"accounts[{a}].key", 32)
             except Exception:
-                raise InvalidParameterError(f"accounts[{a}]", "key must be 64 hex characters (AccountKey.vkey)") from None
+                raise InvalidParameterError(
+                    f"accounts[{a}]", "key must be 64 hex characters (AccountKey.vkey)"
+                ) from None
             registry[a] = (t, key)
         for t in policy.retrieval.enabled_tenants:
             if t not in corpora:
                 raise InvalidParameterError("retrieval.enabled_tenants", "names an unknown tenant", t)
         if embedder_descriptor is None:
             if not callable(getattr(embedder, "descriptor", None)):
-                raise InvalidParameterError("embedder_descriptor", "is required for an embedder without "
-                                                                   "descriptor(schema, prompt_template)")
-            embedder_descriptor = embedder.descriptor({t: len(c[0]) for t, c in corpora.items()},
-                                                      prompt_template=_prompt_template(generator))
+                raise InvalidParameterError(
+                    "embedder_descriptor", "is required for an embedder without descriptor(schema, prompt_template)"
+                )
+            embedder_descriptor = embedder.descriptor(
+                {t: len(c[0]) for t, c in corpora.items()}, prompt_template=prompt_template_of(generator)
+            )
         if not isinstance(embedder_descriptor, cm.EmbedderDescriptor):
-            raise InvalidParameterError("embedder_descriptor", "must be an audit.commitments.EmbedderDescriptor",
-                                        type(embedder_descriptor).__name__)
+            raise InvalidParameterError(
+                "embedder_descriptor",
+                "must be an audit.commitments.EmbedderDescriptor",
+                type(embedder_descriptor).__name__,
+            )
         scale = embedder_descriptor.embedding_scale
         qidx = {}
-        for t, (ids, texts) in sorted(corpora.items()):
+        for t, (_ids, texts) in sorted(corpora.items()):
             e = np.asarray(embedder.embed(list(texts)))
             if e.shape != (len(texts), embedder_descriptor.dimension):
-                raise InvalidParameterError("embedder", f"returned shape {e.shape}, expected ({len(texts)}, "
-                                                        f"{embedder_descriptor.dimension})")
+                raise InvalidParameterError(
+                    "embedder", f"returned shape {e.shape}, expected ({len(texts)}, {embedder_descriptor.dimension})"
+                )
             qidx[t] = cm.quantise_embeddings(e, scale)
         seed = cm.new_seed() if seed is None else seed
         origin = origin or f"dprag/{policy.window}"
         signer = signer or NoteSigner.generate(re.sub(r"[^A-Za-z0-9_.-]", "-", origin)[:64] or "dprag")
-        salts = {"policy": cm.new_salt().hex(),
-                 "documents": {t: [cm.new_salt().hex() for _ in ids] for t, (ids, _) in corpora.items()}}
+        salts = {
+            "policy": cm.new_salt().hex(),
+            "documents": {t: [cm.new_salt().hex() for _ in ids] for t, (ids, _) in corpora.items()},
+        }
         for sub in ("secret", "config", "index", "docs", "state"):
             (d / sub).mkdir(parents=True, exist_ok=True)
         _write(d / "secret" / "seed.hex", seed.hex().encode(), private=True)
@@ -361,10 +232,15 @@ class ProviderService:
             _write(d / "index" / f"{t}.i16", cm.embedding_bytes(q))
             _write(d / "docs" / f"{t}.json", encode({"ids": ids, "texts": texts}))
             doc_salts = [bytes.fromhex(x) for x in salts["documents"][t]]
-            tenant_meta[t] = (len(texts), cm.index_commitment(q),
-                              cm.documents_commitment(doc_salts, ids, [cm.text_hash(x) for x in texts]))
-        _write(d / "config" / "tenants.json", encode({t: {"n_docs": n, "dimension": int(qidx[t].shape[1])}
-                                                       for t, (n, _, _) in tenant_meta.items()}))
+            tenant_meta[t] = (
+                len(texts),
+                cm.index_commitment(q),
+                cm.documents_commitment(doc_salts, ids, [cm.text_hash(x) for x in texts]),
+            )
+        _write(
+            d / "config" / "tenants.json",
+            encode({t: {"n_docs": n, "dimension": int(qidx[t].shape[1])} for t, (n, _, _) in tenant_meta.items()}),
+        )
         c_policy = cm.policy_commitment(bytes.fromhex(salts["policy"]), policy.to_bytes())
         zk = {}
         if policy.retrieval.zk_tenants:
@@ -372,11 +248,20 @@ class ProviderService:
 
             for t in policy.retrieval.zk_tenants:
                 if qidx[t].shape[0] > zk_attest.MAX_ZK_DOCS:
-                    raise InvalidParameterError("retrieval.zk_tenants", f"tenant {t} holds more than "
-                                                                        f"{zk_attest.MAX_ZK_DOCS} documents")
+                    raise InvalidParameterError(
+                        "retrieval.zk_tenants", f"tenant {t} holds more than {zk_attest.MAX_ZK_DOCS} documents"
+                    )
                 zk[t] = zk_attest.index_commitment(qidx[t])
-        genesis = cm.genesis_record(policy.window, signer.vkey(), embedder_descriptor.commitment, c_policy,
-                                    cm.seed_commitment(seed), tenant_meta, registry, zk)
+        genesis = cm.genesis_record(
+            policy.window,
+            signer.vkey(),
+            embedder_descriptor.commitment,
+            c_policy,
+            cm.seed_commitment(seed),
+            tenant_meta,
+            registry,
+            zk,
+        )
         svc = cls(d, embedder=embedder, generator=generator)
         with svc._locked():
             if svc.ledger.size != 0:
@@ -386,7 +271,7 @@ class ProviderService:
         return svc
 
     @classmethod
-    def open(cls, directory, *, embedder: TextEmbedder | str, generator: Generator) -> "ProviderService":
+    def open(cls, directory, *, embedder: TextEmbedder | str, generator: Generator) -> ProviderService:
         """Resume a window: account for a request that was charged but never recorded (recovery), then serve."""
         svc = cls(Path(directory), embedder=embedder, generator=generator)
         with svc._locked():
@@ -408,7 +293,7 @@ class ProviderService:
         tenants = decode((d / "config" / "tenants.json").read_bytes(), what="tenants")
         r, g = self.policy.retrieval, self.policy.generation
         self.ledger = SqliteLog(d / "state" / "ledger.sqlite")
-        self.aud = _AuditorStore(d / "state" / "auditor.sqlite")
+        self.aud = AuditorStore(d / "state" / "auditor.sqlite")
         self._lockfile = open(d / "state" / "lock", "a+b")
         self.policy.check_claims()  # the committed sampler TV must bound the table's real one
         self.table = noise_table(r.sigma, r.sampler.tail, r.sampler.precision_bits)
@@ -417,8 +302,9 @@ class ProviderService:
         self.rag_params = self.policy.rag_params()
         self.tenants: dict[str, dict] = {}
         for t, meta in tenants.items():
-            q = np.frombuffer((d / "index" / f"{t}.i16").read_bytes(), dtype="<i2").reshape(meta["n_docs"],
-                                                                                              meta["dimension"])
+            q = np.frombuffer((d / "index" / f"{t}.i16").read_bytes(), dtype="<i2").reshape(
+                meta["n_docs"], meta["dimension"]
+            )
             docs = decode((d / "docs" / f"{t}.json").read_bytes(), what="documents")["texts"]
             retr = _TenantRetriever(docs, q, r.score_clip, r.score_shift)
             flt = IndividualRenyiFilter(SqliteBudgetStore(d / "state" / f"budget-{t}.sqlite", len(docs)), self.budget)
@@ -430,10 +316,25 @@ class ProviderService:
         """MuRAG / MuRAG-Ada for one request, drawing from that request's committed-seed stream."""
         ten, g = self.tenants[tenant], self.policy.generation
         if g.algorithm == "murag":
-            return MuRAG(ten["retriever"], self.generator, ten["filter"], self.rag_params, tau=g.tau,
-                         retrieval=RetrievalParams(g.docs_per_voter), source=source)
-        return MuRAGAda(ten["retriever"], self.generator, ten["filter"], self.rag_params, edges=g.edges,
-                        epsilon_thr=g.epsilon_thr, retrieval=RetrievalParams(g.docs_per_voter), source=source)
+            return MuRAG(
+                ten["retriever"],
+                self.generator,
+                ten["filter"],
+                self.rag_params,
+                tau=g.tau,
+                retrieval=RetrievalParams(g.docs_per_voter),
+                source=source,
+            )
+        return MuRAGAda(
+            ten["retriever"],
+            self.generator,
+            ten["filter"],
+            self.rag_params,
+            edges=g.edges,
+            epsilon_thr=g.epsilon_thr,
+            retrieval=RetrievalParams(g.docs_per_voter),
+            source=source,
+        )
 
     def close(self) -> None:
         self.ledger.close()
@@ -476,8 +377,9 @@ class ProviderService:
         else:
             if signed["h_qemb"] is not None:
                 raise RequestError("qemb", "the request commits to a query embedding but none was sent")
-            q_query = cm.quantise_embeddings(np.asarray(self.embedder.embed([q]))[0:1],
-                                             self.embedder_descriptor["embedding_scale"])[0]
+            q_query = cm.quantise_embeddings(
+                np.asarray(self.embedder.embed([q]))[0:1], self.embedder_descriptor["embedding_scale"]
+            )[0]
             if q_query.shape[0] != dim:
                 raise ServiceStateError("query embedding dimension differs from the index")
         return tenant, q_query
@@ -501,8 +403,10 @@ class ProviderService:
             self._refresh_counters()
             last = self._counters.get(acct, 0)
             if counter <= last:
-                raise RequestError("request.counter", f"{counter} was already recorded (not released: send the "
-                                                      f"next counter, {last + 1})")
+                raise RequestError(
+                    "request.counter",
+                    f"{counter} was already recorded (not released: send the next counter, {last + 1})",
+                )
             if counter > r.n:
                 raise RateLimitError(f"account {acct!r} has used its {r.n} queries of window {self.policy.window}")
             if counter != last + 1:
@@ -520,12 +424,27 @@ class ProviderService:
             algo = self._algorithm(tenant, request_source(self.seed, "select", h_req))
             selection: Selection = algo.select(req.question)  # durable filter charges
             charge = self._charge_opening(ten["filter"], selection)
-            opening = {"pos": pos, "kind": "query", "request": req.signed, "qemb": cm.embedding_bytes(q_query).hex(),
-                       "top": None if top is None else [int(i) for i in top], "nonce_top": nonce_top,
-                       "charge": charge}
+            opening = {
+                "pos": pos,
+                "kind": "query",
+                "request": req.signed,
+                "qemb": cm.embedding_bytes(q_query).hex(),
+                "top": None if top is None else [int(i) for i in top],
+                "nonce_top": nonce_top,
+                "charge": charge,
+            }
             self.aud.put_opening(pos, encode(opening))
-            leaf = encode({"type": "query", "account": acct, "tenant": tenant, "counter": counter,
-                           "h_req": h_req.hex(), "h_top": h_top, "h_charge": digest(charge)})
+            leaf = encode(
+                {
+                    "type": "query",
+                    "account": acct,
+                    "tenant": tenant,
+                    "counter": counter,
+                    "h_req": h_req.hex(),
+                    "h_top": h_top,
+                    "h_charge": digest(charge),
+                }
+            )
             got = self.ledger.append(leaf)
             if got != pos:
                 raise ServiceStateError(f"ledger position moved under the lock ({got} != {pos})")
@@ -534,12 +453,26 @@ class ProviderService:
             self._seen = pos + 1
             size, root = self._checkpoint()
         ans = self._answer(algo, req.question, selection, h_req)
-        body = receipt_body(window=self.policy.window, account=acct, tenant=tenant, counter=counter,
-                            h_req=h_req.hex(), h_top=h_top, nonce_top=nonce_top,
-                            h_answer=hashlib.sha256(ans.text.encode("utf-8")).hexdigest(), pos=pos,
-                            leaf_hash=hash_leaf(leaf).hex(), size=size, root=root.hex())
-        served = ServedQuery(answer=ans.text, citations=None if top is None else [int(i) for i in top],
-                             receipt=sign_receipt(body, self.signer), pos=pos)
+        body = receipt_body(
+            window=self.policy.window,
+            account=acct,
+            tenant=tenant,
+            counter=counter,
+            h_req=h_req.hex(),
+            h_top=h_top,
+            nonce_top=nonce_top,
+            h_answer=hashlib.sha256(ans.text.encode("utf-8")).hexdigest(),
+            pos=pos,
+            leaf_hash=hash_leaf(leaf).hex(),
+            size=size,
+            root=root.hex(),
+        )
+        served = ServedQuery(
+            answer=ans.text,
+            citations=None if top is None else [int(i) for i in top],
+            receipt=sign_receipt(body, self.signer),
+            pos=pos,
+        )
         self.aud.put_served(acct, counter, encode({"h_req": h_req.hex(), "served": served.to_dict()}))
         return served
 
@@ -568,10 +501,15 @@ class ProviderService:
         for event, ids in selection.charges:
             # what the filter counted: the ε part of an (ε, δ) cost (its δ is per charge, outside the filter)
             units = int(flt.cost_units(filter_charge(event)[0])[0])
-            charges.append({"cost": {"kind": "pure", "epsilon_units": units},
-                            "ids": sorted(int(i) for i in np.asarray(ids))})
-        return {"nonce": secrets.token_hex(16), "algorithm": self.policy.generation.algorithm,
-                "bins_released": selection.info.get("bins_released"), "charges": charges}
+            charges.append(
+                {"cost": {"kind": "pure", "epsilon_units": units}, "ids": sorted(int(i) for i in np.asarray(ids))}
+            )
+        return {
+            "nonce": secrets.token_hex(16),
+            "algorithm": self.policy.generation.algorithm,
+            "bins_released": selection.info.get("bins_released"),
+            "charges": charges,
+        }
 
     def _refresh_counters(self) -> None:
         size = self.ledger.size
@@ -607,8 +545,10 @@ class ProviderService:
         is a ServiceStateError (the service refuses to serve rather than write a refund or an unexplained charge).
         """
         replayed = self._replayed_units()
-        stored = {t: ten["filter"].spent_units(np.arange(len(ten["retriever"])))[:, 0].astype(np.int64)
-                  for t, ten in self.tenants.items()}
+        stored = {
+            t: ten["filter"].spent_units(np.arange(len(ten["retriever"])))[:, 0].astype(np.int64)
+            for t, ten in self.tenants.items()
+        }
         for t in self.tenants:
             if np.any(stored[t] < replayed[t]):
                 bad = np.flatnonzero(stored[t] < replayed[t])[:5].tolist()
@@ -636,24 +576,52 @@ class ProviderService:
         r = self.policy.retrieval
         q_query = np.frombuffer(bytes.fromhex(pend["qemb"]), dtype="<i2")
         scores = cm.integer_scores(self.tenants[tenant]["q"], q_query, r.score_clip, r.score_shift)
-        charges, bins = expected_charges(self.policy, self.rule, scores, replayed[tenant],
-                                         request_source(self.seed, "select", h_req))
+        charges, bins = expected_charges(
+            self.policy, self.rule, scores, replayed[tenant], request_source(self.seed, "select", h_req)
+        )
         explained = replayed[tenant].copy()
         for units, ids in charges:
             explained[ids] += units
         if not np.array_equal(explained, stored[tenant]) or any(
-                np.any(stored[u] != replayed[u]) for u in self.tenants if u != tenant):
+            np.any(stored[u] != replayed[u]) for u in self.tenants if u != tenant
+        ):
             raise ServiceStateError("budget stores differ from the ledger by more than the pending request's charges")
-        charge = {"nonce": secrets.token_hex(16), "algorithm": self.policy.generation.algorithm,
-                  "bins_released": bins,
-                  "charges": [{"cost": {"kind": "pure", "epsilon_units": int(u)}, "ids": [int(i) for i in ids]}
-                              for u, ids in charges]}
+        charge = {
+            "nonce": secrets.token_hex(16),
+            "algorithm": self.policy.generation.algorithm,
+            "bins_released": bins,
+            "charges": [
+                {"cost": {"kind": "pure", "epsilon_units": int(u)}, "ids": [int(i) for i in ids]} for u, ids in charges
+            ],
+        }
         pos = self.ledger.size
-        self.aud.put_opening(pos, encode({"pos": pos, "kind": "recovery", "request": signed, "qemb": pend["qemb"],
-                                          "top": None, "nonce_top": None, "charge": charge}))
-        self.ledger.append(encode({"type": "recovery", "account": acct, "tenant": tenant,
-                                   "counter": signed["counter"], "h_req": h_req.hex(), "h_top": None,
-                                   "h_charge": digest(charge)}))
+        self.aud.put_opening(
+            pos,
+            encode(
+                {
+                    "pos": pos,
+                    "kind": "recovery",
+                    "request": signed,
+                    "qemb": pend["qemb"],
+                    "top": None,
+                    "nonce_top": None,
+                    "charge": charge,
+                }
+            ),
+        )
+        self.ledger.append(
+            encode(
+                {
+                    "type": "recovery",
+                    "account": acct,
+                    "tenant": tenant,
+                    "counter": signed["counter"],
+                    "h_req": h_req.hex(),
+                    "h_top": None,
+                    "h_charge": digest(charge),
+                }
+            )
+        )
         self.aud.set_pending(None)
         self._checkpoint()
 
@@ -717,15 +685,26 @@ class ProviderService:
             _write(out / "public" / "provider.vkey", self.signer.vkey().encode())
             salts = decode((self.dir / "secret" / "salts.json").read_bytes(), what="salts")
             _write(out / "auditor" / "seed.hex", self.seed.hex().encode(), private=True)
-            _write(out / "auditor" / "policy.json",
-                   encode({"policy": self.policy.to_dict(), "salt": salts["policy"]}), private=True)
+            _write(
+                out / "auditor" / "policy.json",
+                encode({"policy": self.policy.to_dict(), "salt": salts["policy"]}),
+                private=True,
+            )
             _write(out / "auditor" / "embedder.json", (self.dir / "config" / "embedder.json").read_bytes())
             for t in self.tenants:
                 _write(out / "auditor" / "index" / f"{t}.i16", (self.dir / "index" / f"{t}.i16").read_bytes())
                 docs = decode((self.dir / "docs" / f"{t}.json").read_bytes(), what="documents")
-                _write(out / "auditor" / "docs" / f"{t}.json",
-                       encode({"ids": docs["ids"], "salts": salts["documents"][t],
-                               "text_sha256": [cm.text_hash(x).hex() for x in docs["texts"]]}), private=True)
+                _write(
+                    out / "auditor" / "docs" / f"{t}.json",
+                    encode(
+                        {
+                            "ids": docs["ids"],
+                            "salts": salts["documents"][t],
+                            "text_sha256": [cm.text_hash(x).hex() for x in docs["texts"]],
+                        }
+                    ),
+                    private=True,
+                )
             lines = [body for _, body in self.aud.openings(size)]
             _write(out / "auditor" / "openings.jsonl", b"".join(b + b"\n" for b in lines), private=True)
             proofs = [body for pos, body in self.aud.proofs() if pos < size]

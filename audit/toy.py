@@ -1,19 +1,32 @@
-"""A deterministic bag-of-words embedder for tests and the offline quick demo (no model weights).
+"""Toy stand-ins that need no model: for tests, fuzzing, the README's examples and the offline quick demo.
 
-Each word maps to a fixed pseudo-random Gaussian vector derived from SHA-256 of the word; a text's embedding
-is the sum over its words (lower-cased, punctuation stripped). Texts sharing words have high cosine.
+- ``HashEmbedder``: a deterministic bag-of-words embedder. Each word maps to a fixed pseudo-random Gaussian
+  vector derived from SHA-256 of the word; a text's embedding is the sum over its words (lower-cased,
+  punctuation stripped). Texts sharing words have high cosine.
+- ``ToyRetriever`` and ``ToyGenerator``: implement ``accounting.protocols`` (Retriever, Generator). The toy
+  "LLM" is transparent: a document containing ``ANSWER: w1 w2 ...`` (or DP-KSA's ``Keywords: w1, w2``) makes a
+  voter that reads it say ``w1 w2 ... <eos>``; a voter with no such document (and the non-RAG lane) says its
+  ``default`` answer. Logits are one-hot-like (the planned token gets ``confidence``, others 0), so the vote
+  histogram is exactly the voters' plans.
+- ``ToyTextGenerator``: the toy generator seen only through text (what a hosted LLM offers), deterministic;
+  ``HostedToyLLM``: a callable ``prompt_text -> str`` that nobody can replay.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import re
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
+from dprag.accounting.errors import InvalidParameterError
+from dprag.accounting.protocols import Prompt
+
 from .commitments import EmbedderDescriptor
 
+_ANSWER = re.compile(r"(?:ANSWER|Keywords):\s*([^\n.]+)")
 _WORD = re.compile(r"[a-z0-9]+")
 
 
@@ -39,5 +52,126 @@ class HashEmbedder:
 
     def descriptor(self, schema: dict[str, int], prompt_template: str = "toy") -> EmbedderDescriptor:
         h = hashlib.sha256(f"dprag.HashEmbedder/{self.dimension}".encode()).hexdigest()
-        return EmbedderDescriptor(model=f"hash-bow-{self.dimension}", weights_sha256=h, dimension=self.dimension,
-                                  prompt_template=prompt_template, tokenizer_sha256=h, schema=schema)
+        return EmbedderDescriptor(
+            model=f"hash-bow-{self.dimension}",
+            weights_sha256=h,
+            dimension=self.dimension,
+            prompt_template=prompt_template,
+            tokenizer_sha256=h,
+            schema=schema,
+        )
+
+
+class ToyRetriever:
+    """Exact scores: the number of query words a document contains, plus a tiny id tie-breaker."""
+
+    def __init__(self, documents: Sequence[str]):
+        self.docs = list(documents)
+        self._words = [set(d.lower().split()) for d in self.docs]
+
+    def __len__(self) -> int:
+        return len(self.docs)
+
+    def scores(self, query: str) -> np.ndarray:
+        q = set(query.lower().split())
+        return np.array([len(q & w) for w in self._words], dtype=np.float64)
+
+    def document(self, doc_id: int) -> str:
+        if not 0 <= doc_id < len(self.docs):
+            raise InvalidParameterError("doc_id", f"must lie in [0, {len(self.docs)})", doc_id)
+        return self.docs[doc_id]
+
+
+class _ToySession:
+    def __init__(self, gen: ToyGenerator, plans: list[list[int]]):
+        self.gen, self.plans, self.t = gen, plans, 0
+
+    def logits(self) -> np.ndarray:
+        out = np.zeros((len(self.plans), self.gen.vocab_size), dtype=np.float32)
+        for i, plan in enumerate(self.plans):
+            tok = plan[self.t] if self.t < len(plan) else self.gen.eos_token_id
+            out[i, tok] = self.gen.confidence
+        return out
+
+    def advance(self, token_id: int) -> None:
+        self.t += 1
+
+
+class ToyGenerator:
+    """Vocabulary grows as words are seen; token 0 is <eos>."""
+
+    eos_token_id = 0
+
+    def __init__(self, default: str = "unknown", vocab_size: int = 512, confidence: float = 10.0):
+        self.vocab = ["<eos>"]
+        self.index = {"<eos>": 0}
+        self.vocab_size = vocab_size
+        self.default = default
+        self.confidence = confidence
+        self.calls = 0
+
+    def _tok(self, word: str) -> int:
+        if word not in self.index:
+            if len(self.vocab) >= self.vocab_size:
+                raise InvalidParameterError("vocab_size", "toy vocabulary is full")
+            self.index[word] = len(self.vocab)
+            self.vocab.append(word)
+        return self.index[word]
+
+    def plan(self, prompt: Prompt) -> list[int]:
+        for ctx in prompt.contexts:
+            m = _ANSWER.search(ctx)
+            if m:
+                return [self._tok(w) for w in m.group(1).replace(",", " ").split()] + [0]
+        # an earlier answer to a question sharing >= 2 words is reused (models answer-history reuse)
+        words = set(prompt.question.lower().split())
+        for q, a in prompt.history:
+            if len(words & set(q.lower().split())) >= 2 and a and a != self.default:
+                return [self._tok(w) for w in a.split()] + [0]
+        return [self._tok(w) for w in self.default.split()] + [0]
+
+    def start(self, prompts: Sequence[Prompt], *, max_new_tokens: int = 1) -> _ToySession:
+        self.calls += 1
+        return _ToySession(self, [self.plan(p) for p in prompts])
+
+    def encode(self, text: str) -> list[int]:
+        return [self._tok(w) for w in text.split()]
+
+    def generate_many(self, prompts: Sequence[Prompt], max_new_tokens: int) -> list[str]:
+        return [self.generate(p, max_new_tokens) for p in prompts]
+
+    def decode(self, token_ids: Sequence[int]) -> str:
+        return " ".join(self.vocab[t] if t < len(self.vocab) else f"<tok{t}>" for t in token_ids if t != 0)
+
+    def generate(self, prompt: Prompt, max_new_tokens: int) -> str:
+        return self.decode(self.plan(prompt)[:max_new_tokens])
+
+
+class ToyTextGenerator:
+    """The toy generator seen only through text (no logits, no tokenizer): what a hosted LLM offers. Deterministic,
+    so an auditor can replay it (``replayable=True`` policies)."""
+
+    prompt_template = "toy text-only generator (accounting.rag.toy.ToyGenerator plans)"
+
+    def __init__(self):
+        self._toy = ToyGenerator()
+
+    def generate(self, prompt, max_new_tokens: int) -> str:
+        return self._toy.generate(prompt, max_new_tokens)
+
+    def generate_many(self, prompts, max_new_tokens: int) -> list[str]:
+        return [self.generate(p, max_new_tokens) for p in prompts]
+
+
+class HostedToyLLM:
+    """A 'hosted LLM': a callable prompt_text -> str that nobody can replay (it appends a fresh random word, as a
+    sampling API would vary its wording). It answers the toy documents' ANSWER words found in its prompt."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def __call__(self, text: str) -> str:
+        self.calls += 1
+        found = re.findall(r"(?:ANSWER|Keywords):\s*([^\n.]+)", text)
+        word = found[0].replace(",", " ").strip() if found else "unknown"
+        return f"{word} {os.urandom(4).hex()}"

@@ -1,4 +1,4 @@
-"""Groth16 attestation of the retrieval channel for a small zk tenant (issue 11; spec/protocol.md §8.8, spec/zk.md).
+"""Groth16 attestation of the retrieval channel for a small zk tenant (spec/protocol.md §8.8, spec/zk.md).
 
 For a tenant the policy lists in ``retrieval.zk_tenants``, the provider proves, per query, the noise-then-select
 statement of ``dprag.zk.circuits.noise_then_select`` over the tenant's committed index: the released ids are the
@@ -38,12 +38,22 @@ MAX_ZK_DOCS = 64
 def circuit_params(policy, n_docs: int, dim: int, noise_bound: int) -> dict:
     r = policy.retrieval
     if n_docs > MAX_ZK_DOCS:
-        raise InvalidParameterError("retrieval.zk_tenants", f"a zk tenant may hold at most {MAX_ZK_DOCS} documents "
-                                                            "(every score is proven)", n_docs)
+        raise InvalidParameterError(
+            "retrieval.zk_tenants",
+            f"a zk tenant may hold at most {MAX_ZK_DOCS} documents (every score is proven)",
+            n_docs,
+        )
     lo, hi = r.score_clip
-    return {"n": int(n_docs), "k": int(r.K), "d": int(dim), "value_bits": VALUE_BITS, "frac_bits": int(r.score_shift),
-            "clip_lo": lo >> r.score_shift, "clip_hi": hi >> r.score_shift,
-            "noise_bits": int(noise_bound).bit_length() + 2}
+    return {
+        "n": int(n_docs),
+        "k": int(r.K),
+        "d": int(dim),
+        "value_bits": VALUE_BITS,
+        "frac_bits": int(r.score_shift),
+        "clip_lo": lo >> r.score_shift,
+        "clip_hi": hi >> r.score_shift,
+        "noise_bits": int(noise_bound).bit_length() + 2,
+    }
 
 
 @lru_cache(maxsize=8)
@@ -81,8 +91,12 @@ def prove(pk, policy, E: np.ndarray, Q: np.ndarray, z: np.ndarray, top: list[int
 
 def public_inputs(z_idx: int, record: dict, Q: np.ndarray, z: np.ndarray, top: list[int], noise_bits: int) -> list[int]:
     salt_q, salt_k = int(record["salt_q"]), int(record["salt_k"])
-    return [z_idx, nts.q_commitment(salt_q, [int(v) for v in Q], VALUE_BITS),
-            nts.noise_commitment([int(v) for v in z], noise_bits), nts.topk_commitment(salt_k, list(top))]
+    return [
+        z_idx,
+        nts.q_commitment(salt_q, [int(v) for v in Q], VALUE_BITS),
+        nts.noise_commitment([int(v) for v in z], noise_bits),
+        nts.topk_commitment(salt_k, list(top)),
+    ]
 
 
 def check(vk, policy, z_idx: int, record: dict, Q, z, top, n_docs: int, dim: int, noise_bound: int) -> bool:

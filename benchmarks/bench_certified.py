@@ -90,7 +90,10 @@ def main(repeats: int = 7) -> dict:
     exact = epsilon_for_delta(math.sqrt(RELEASES) / SIGMA, DELTA)
     rows = {name: _time(fn, repeats) for name, fn in CANDIDATES}
     base_t = rows[BASELINE][0]
-    print(f"certified epsilon of {RELEASES:,} Gaussian releases, sigma={SIGMA:.2f}, delta={DELTA:g}; exact eps = {exact:.12f}")
+    print(
+        f"certified epsilon of {RELEASES:,} Gaussian releases, sigma={SIGMA:.2f}, delta={DELTA:g}; "
+        f"exact eps = {exact:.12f}"
+    )
     print(f"{'method':<42}{'median time':>14}{'baseline/this':>15}{'epsilon':>20}{'eps - exact':>14}")
     for name, (t, eps) in rows.items():
         print(f"{name:<42}{t * 1e3:>11.3f} ms{base_t / t:>14.1f}x{eps:>20.12f}{eps - exact:>14.2e}")

@@ -5,9 +5,9 @@
 Each (n, θ) runs in a fresh subprocess and reports wall time of ``coalition_size`` (θ, window =
 ``DEFAULT_WINDOW``, i.e. every pair of the audit window when it fits the budget) and the subprocess's peak
 RSS (``ru_maxrss``, including the synthetic input's generation) and the CPU seconds of all its threads
-(``process_time``; on a loaded machine CPU-seconds / cores estimates the idle wall time). Input: int16-quantised 384-d embeddings as the verifier
-sees them (synthetic traffic of ``bench_estimator.synthetic``: n/20 intents, sibling cosine ≈ 0.84, one
-account per 100 queries), gapped ledger positions (every 10th entry a recovery leaf).
+(``process_time``; on a loaded machine CPU-seconds / cores estimates the idle wall time). Input: int16-quantised 384-d
+embeddings as the verifier sees them (synthetic traffic of ``bench_estimator.synthetic``: n/20 intents, sibling cosine ≈
+0.84, one account per 100 queries), gapped ledger positions (every 10th entry a recovery leaf).
 """
 
 from __future__ import annotations
@@ -39,9 +39,17 @@ def one(n: int, theta: float, dim: int) -> dict:
     c = coalition_size(q, accounts, theta, DEFAULT_WINDOW, positions=pos)
     dt, cpu = time.perf_counter() - t0, time.process_time() - c0
     rss1 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return {"n": n, "theta": theta, "window": w, "c_hat": c, "seconds": round(dt, 2), "cpu_seconds": round(cpu, 1),
-            "peak_rss_mib": round(rss1 / 1024),
-            "accounts": len(set(accounts)), "load": round(os.getloadavg()[0], 1)}
+    return {
+        "n": n,
+        "theta": theta,
+        "window": w,
+        "c_hat": c,
+        "seconds": round(dt, 2),
+        "cpu_seconds": round(cpu, 1),
+        "peak_rss_mib": round(rss1 / 1024),
+        "accounts": len(set(accounts)),
+        "load": round(os.getloadavg()[0], 1),
+    }
 
 
 def main(argv=None) -> None:
@@ -58,11 +66,18 @@ def main(argv=None) -> None:
     print("|---|---|---|---|---|---|---|---|")
     for n in a.sizes:
         for th in a.thetas:
-            out = subprocess.run([sys.executable, __file__, "--one", str(n), str(th), str(a.dim)],
-                                 capture_output=True, text=True, check=True).stdout
+            out = subprocess.run(
+                [sys.executable, __file__, "--one", str(n), str(th), str(a.dim)],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
             r = json.loads(out.strip().splitlines()[-1])
-            print(f"| {r['n']} | {r['theta']} | {r['window']} (all) | {r['c_hat']} | {r['seconds']} | "
-                  f"{r['cpu_seconds']} | {r['peak_rss_mib']} | {r['load']} |", flush=True)
+            print(
+                f"| {r['n']} | {r['theta']} | {r['window']} (all) | {r['c_hat']} | {r['seconds']} | "
+                f"{r['cpu_seconds']} | {r['peak_rss_mib']} | {r['load']} |",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

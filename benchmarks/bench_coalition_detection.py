@@ -33,7 +33,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 from dprag.audit.estimator import DEFAULT_THETA  # noqa: E402
-from dprag.audit.estimator_calibration import ProbeConfig, probe_detection, probe_table  # noqa: E402
+from dprag.lab.estimator_probe import ProbeConfig, probe_detection, probe_table  # noqa: E402
 
 PARAPHRASES = (
     "What is {name}'s {kind}?",
@@ -49,7 +49,7 @@ TOKENS = ("current", "exact", "registered", "latest", "actual", "official", "ful
 
 
 def texts(targets: int = 20):
-    from dprag.audit.estimator_calibration import clinic_honest_questions
+    from dprag.lab.estimator_calibration import clinic_honest_questions
     from dprag.rag_adapters.datasets.clinic import generate_clinic_corpus
     from dprag.rag_adapters.datasets.wiki_fanout import wiki_paths
 
@@ -72,8 +72,12 @@ def texts(targets: int = 20):
     attack = []
     for i in pick.tolist():
         name, kind = canaries[i].name, canaries[i].kind
-        attack.append({"paraphrase": [t.format(name=name, kind=kind) for t in PARAPHRASES],
-                       "token": [f"What is {name}'s {w} {kind}?" for w in TOKENS]})
+        attack.append(
+            {
+                "paraphrase": [t.format(name=name, kind=kind) for t in PARAPHRASES],
+                "token": [f"What is {name}'s {w} {kind}?" for w in TOKENS],
+            }
+        )
     return pool, attack
 
 
@@ -97,8 +101,7 @@ def main(argv=None) -> None:
     t0 = time.perf_counter()
     pool = cache.embed_corpus(emb, pool_texts).astype(np.float64)
     att = cache.embed_corpus(emb, flat).astype(np.float64).reshape(len(attack), 16, -1)
-    print(f"embedded {len(pool_texts)} pool + {len(flat)} attack texts in {time.perf_counter() - t0:.0f} s",
-          flush=True)
+    print(f"embedded {len(pool_texts)} pool + {len(flat)} attack texts in {time.perf_counter() - t0:.0f} s", flush=True)
     para, tok = att[:, :8], att[:, 8:]
     d = pool.shape[1]
     sigma = float(np.sqrt(0.108 / d))
@@ -111,10 +114,13 @@ def main(argv=None) -> None:
         v = p[None, :] + sigma * rng.standard_normal((8, d))
         return v / np.linalg.norm(v, axis=1, keepdims=True)
 
-    cells = {"verbatim": lambda rng: np.repeat(para[pick(rng), :1], 8, axis=0),
-             "token": lambda rng: tok[pick(rng)],
-             "noise": noisy,
-             "paraphrase": lambda rng: para[pick(rng)]}
+    cells = {
+        "verbatim": lambda rng: np.repeat(para[pick(rng), :1], 8, axis=0),
+        "token": lambda rng: tok[pick(rng)],
+        "noise": noisy,
+        "paraphrase": lambda rng: para[pick(rng)],
+    }
+
     # cosines within each pattern's probe set (what the links need)
     def pairwise(rows):
         u = rows / np.linalg.norm(rows, axis=1, keepdims=True)
@@ -128,25 +134,41 @@ def main(argv=None) -> None:
     up = pool / np.linalg.norm(pool, axis=1, keepdims=True)
     gp = up @ up.T
     off = gp[np.triu_indices(len(pool), 1)]
-    print("honest pool pairwise cosine: " + ", ".join(f"P(>= {t}) = {(off >= t).mean():.2e}"
-                                                      for t in (0.8, 0.85, 0.9, 0.95, 0.99)))
+    print(
+        "honest pool pairwise cosine: "
+        + ", ".join(f"P(>= {t}) = {(off >= t).mean():.2e}" for t in (0.8, 0.85, 0.9, 0.95, 0.99))
+    )
     if not a.float:  # the protocol's int16 material (commitments.quantise_embeddings)
         scale = lambda x: quantise_embeddings(x / np.linalg.norm(x, axis=-1, keepdims=True))  # noqa: E731
         pool = scale(pool)
-        cells = {k: (lambda f: (lambda rng: scale(f(rng))))(f) for k, f in cells.items()}
+        cells = {k: (lambda fn: lambda rng: scale(fn(rng)))(f) for k, f in cells.items()}
     cfg = ProbeConfig(honest_accounts=a.honest_accounts, queries_per_account=a.queries_per_account)
     t0 = time.perf_counter()
-    res = probe_detection(pool, cells, cfg, a.trials, a.seed,
-                          progress=lambda c: print(f"  {c} done ({time.perf_counter() - t0:.0f} s)", flush=True))
+    res = probe_detection(
+        pool,
+        cells,
+        cfg,
+        a.trials,
+        a.seed,
+        progress=lambda c: print(f"  {c} done ({time.perf_counter() - t0:.0f} s)", flush=True),
+    )
     print(f"honest traffic {cfg.n_honest} queries from {cfg.honest_accounts} accounts; pool {len(pool_texts)}")
     for th in cfg.thetas:
         print()
         print(probe_table(res, th))
-    print(f"\nDEFAULT_THETA = {DEFAULT_THETA}; run time {time.perf_counter() - t0:.0f} s, load "
-          f"{os.getloadavg()[0]:.1f}")
+    print(
+        f"\nDEFAULT_THETA = {DEFAULT_THETA}; run time {time.perf_counter() - t0:.0f} s, load {os.getloadavg()[0]:.1f}"
+    )
     if a.save:
-        np.savez_compressed(a.save, thetas=res["thetas"], **{f"{k.replace('/', '_')}_{m}": v[m]
-                            for k, v in res["cells"].items() for m in ("c_hat", "colluders_linked")})
+        np.savez_compressed(
+            a.save,
+            thetas=res["thetas"],
+            **{
+                f"{k.replace('/', '_')}_{m}": v[m]
+                for k, v in res["cells"].items()
+                for m in ("c_hat", "colluders_linked")
+            },
+        )
 
 
 if __name__ == "__main__":

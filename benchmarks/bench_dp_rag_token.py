@@ -98,17 +98,33 @@ def load(model: str):
 
     if model == "smollm2":
         return load_smollm2()
-    return tiny_llama(0, num_hidden_layers=4, hidden_size=256, num_attention_heads=8, num_key_value_heads=4,
-                      max_position_embeddings=4096)
+    return tiny_llama(
+        0,
+        num_hidden_layers=4,
+        hidden_size=256,
+        num_attention_heads=8,
+        num_key_value_heads=4,
+        max_position_embeddings=4096,
+    )
 
 
 def run_once(gen, corpus, question, chosen, m: int, tokens: int, seed: int) -> dict:
     retr = FixedRetriever(corpus.documents, chosen)
     tg = TimedGenerator(gen)
     t0 = time.perf_counter()
-    ans = dp_sparse_vote_rag(question, retr, tg, m=m, k=1, epsilon_token=8.0, delta_token=1e-6,
-                             epsilon_total=400.0, delta_total=1e-4, max_tokens=tokens,
-                             source=RandomSource.from_seed(b"bench-dp-rag-token", str(seed).encode()))
+    ans = dp_sparse_vote_rag(
+        question,
+        retr,
+        tg,
+        m=m,
+        k=1,
+        epsilon_token=8.0,
+        delta_token=1e-6,
+        epsilon_total=400.0,
+        delta_total=1e-4,
+        max_tokens=tokens,
+        source=RandomSource.from_seed(b"bench-dp-rag-token", str(seed).encode()),
+    )
     t_end = time.perf_counter()
     toks = list(tg.log["tokens"])
     steps = len(toks)
@@ -136,9 +152,16 @@ def run_once(gen, corpus, question, chosen, m: int, tokens: int, seed: int) -> d
     t_loop = time.perf_counter() - t
     for s in singles:
         s.close()
-    return {"steps": steps, "released": len(ans.token_ids), "prefill_s": tg.log["prefill"],
-            "dp_total_s": t_end - t0, "dp_per_token_s": dp_total / steps, "limit_per_token_s": t_lim / steps,
-            "loop_per_token_s": t_loop / steps, "private_tokens": ans.private_tokens}
+    return {
+        "steps": steps,
+        "released": len(ans.token_ids),
+        "prefill_s": tg.log["prefill"],
+        "dp_total_s": t_end - t0,
+        "dp_per_token_s": dp_total / steps,
+        "limit_per_token_s": t_lim / steps,
+        "loop_per_token_s": t_loop / steps,
+        "private_tokens": ans.private_tokens,
+    }
 
 
 def main(argv=None) -> int:
@@ -157,15 +180,19 @@ def main(argv=None) -> int:
     gen = load(args.model)
     import torch
 
-    from dprag.rag_adapters._common import torch_threads
+    from dprag.rag_adapters.common import torch_threads
 
     torch.set_num_threads(args.threads or torch_threads())
     corpus = generate_clinic_corpus(0)
     item = next(q for q in corpus.split("test") if q.qid.endswith("-drug-p0") or "drug" in q.qid)
-    print(f"model={getattr(gen, 'name', args.model)} dtype={gen.model.dtype} threads={torch.get_num_threads()} "
-          f"question={item.question!r} tokens<={args.tokens} repeats={args.repeats}")
-    print(f"{'m':>4} {'steps':>5} {'prefill s':>9} {'dp-sparse ms':>12} {'limit ms':>9} {'loop ms':>9} "
-          f"{'dp/limit':>8} {'loop/limit':>10} {'loop/dp':>8}")
+    print(
+        f"model={getattr(gen, 'name', args.model)} dtype={gen.model.dtype} threads={torch.get_num_threads()} "
+        f"question={item.question!r} tokens<={args.tokens} repeats={args.repeats}"
+    )
+    print(
+        f"{'m':>4} {'steps':>5} {'prefill s':>9} {'dp-sparse ms':>12} {'limit ms':>9} {'loop ms':>9} "
+        f"{'dp/limit':>8} {'loop/limit':>10} {'loop/dp':>8}"
+    )
     for m in args.m:
         if len(item.relevant_ids) < m:
             raise SystemExit(f"question has only {len(item.relevant_ids)} supporting records (< m = {m})")
@@ -173,18 +200,34 @@ def main(argv=None) -> int:
         run_once(gen, corpus, item.question, chosen, m, min(args.tokens, 3), 0)  # warm-up
         runs = [run_once(gen, corpus, item.question, chosen, m, args.tokens, r + 1) for r in range(args.repeats)]
         med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
-        ratio = {"dp_over_limit": med["dp_per_token_s"] / med["limit_per_token_s"],
-                 "loop_over_limit": med["loop_per_token_s"] / med["limit_per_token_s"],
-                 "loop_over_dp": med["loop_per_token_s"] / med["dp_per_token_s"]}
-        print(f"{m:>4} {med['steps']:>5.0f} {med['prefill_s']:>9.2f} {1e3 * med['dp_per_token_s']:>12.1f} "
-              f"{1e3 * med['limit_per_token_s']:>9.1f} {1e3 * med['loop_per_token_s']:>9.1f} "
-              f"{ratio['dp_over_limit']:>8.2f} {ratio['loop_over_limit']:>10.2f} {ratio['loop_over_dp']:>8.2f}")
+        ratio = {
+            "dp_over_limit": med["dp_per_token_s"] / med["limit_per_token_s"],
+            "loop_over_limit": med["loop_per_token_s"] / med["limit_per_token_s"],
+            "loop_over_dp": med["loop_per_token_s"] / med["dp_per_token_s"],
+        }
+        print(
+            f"{m:>4} {med['steps']:>5.0f} {med['prefill_s']:>9.2f} {1e3 * med['dp_per_token_s']:>12.1f} "
+            f"{1e3 * med['limit_per_token_s']:>9.1f} {1e3 * med['loop_per_token_s']:>9.1f} "
+            f"{ratio['dp_over_limit']:>8.2f} {ratio['loop_over_limit']:>10.2f} {ratio['loop_over_dp']:>8.2f}"
+        )
         if args.json:
-            print(json.dumps({"m": m, "model": args.model, "median": med, "ratios": ratio,
-                              "runs": runs, "threads": torch.get_num_threads()}))
+            print(
+                json.dumps(
+                    {
+                        "m": m,
+                        "model": args.model,
+                        "median": med,
+                        "ratios": ratio,
+                        "runs": runs,
+                        "threads": torch.get_num_threads(),
+                    }
+                )
+            )
         verdict = "meets" if ratio["dp_over_limit"] <= 1.5 else "MISSES"
-        print(f"     DPSparseVoteRAG per token = {ratio['dp_over_limit']:.2f}x the batched decode limit "
-              f"({verdict} the 1.5x goal); the per-voter loop is {ratio['loop_over_dp']:.2f}x slower than it")
+        print(
+            f"     DPSparseVoteRAG per token = {ratio['dp_over_limit']:.2f}x the batched decode limit "
+            f"({verdict} the 1.5x goal); the per-voter loop is {ratio['loop_over_dp']:.2f}x slower than it"
+        )
     return 0
 
 

@@ -17,7 +17,7 @@ same ĉ. Synthetic traffic: n/20 "intents" (random unit vectors), each query = n
 Both paths run with ``--threads`` threads (BLAS through threadpoolctl, FAISS through OpenMP).
 Above ``--faiss-only-above`` queries only faiss runs (10^6 x W = 10^4 would take the numpy path ~10 min).
 
-``honest`` runs the honest-traffic calibration (audit/estimator_calibration.py) on the clinic questions
+``honest`` runs the honest-traffic calibration (lab/estimator_calibration.py) on the clinic questions
 embedded with the real MiniLM embedder (cached on disk by ``EmbeddingCache``; HF_HUB_OFFLINE=1) and prints
 the FPR curve and the operating table per k_max, for each window (0 = every pair).
 """
@@ -73,32 +73,43 @@ def run_scale(args) -> None:
     from dprag.rag_adapters.ann_links import FaissWindowSearch
 
     faiss_search = FaissWindowSearch(threads=args.threads)
-    print(f"dim {args.dim}, θ = {args.theta}, {args.threads} threads (BLAS and FAISS); times are best of "
-          f"{args.repeat}; load average at start {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
-    print(f"{'n':>9} {'W':>7} {'pairs':>10} {'numpy s':>9} {'faiss s':>9} {'faiss/numpy':>11} "
-          f"{'faiss pairs/s':>13} {'ĉ':>4}")
+    print(
+        f"dim {args.dim}, θ = {args.theta}, {args.threads} threads (BLAS and FAISS); times are best of "
+        f"{args.repeat}; load average at start {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
+    )
+    print(
+        f"{'n':>9} {'W':>7} {'pairs':>10} {'numpy s':>9} {'faiss s':>9} {'faiss/numpy':>11} "
+        f"{'faiss pairs/s':>13} {'ĉ':>4}"
+    )
     for n in args.sizes:
         x, acc = synthetic(n, args.dim)
         for W in args.windows:
             W = min(W, n - 1)
             pairs = W * n - W * (W + 1) // 2
-            tf, cf = _timed(lambda: coalition_size(x, acc, args.theta, W, search=faiss_search), args.repeat)
+            tf, cf = _timed(
+                lambda x=x, acc=acc, W=W: coalition_size(x, acc, args.theta, W, search=faiss_search), args.repeat
+            )
             if n <= args.faiss_only_above:
-                tn, cn = _timed(lambda: coalition_size(x, acc, args.theta, W), args.repeat)
+                tn, cn = _timed(lambda x=x, acc=acc, W=W: coalition_size(x, acc, args.theta, W), args.repeat)
                 if cn != cf:
                     raise SystemExit(f"MISMATCH at n={n}, W={W}: numpy {cn} vs faiss {cf}")
                 num, ratio = f"{tn:9.2f}", f"{tn / tf:10.2f}x"
             else:
                 num, ratio = f"{'-':>9}", f"{'-':>11}"
-            print(f"{n:>9} {W:>7} {pairs:>10.2e} {num} {tf:9.2f} {ratio} {pairs / tf:13.2e} {cf:>4}"
-                  f"   (load {os.getloadavg()[0]:.1f})", flush=True)
+            print(
+                f"{n:>9} {W:>7} {pairs:>10.2e} {num} {tf:9.2f} {ratio} {pairs / tf:13.2e} {cf:>4}"
+                f"   (load {os.getloadavg()[0]:.1f})",
+                flush=True,
+            )
         del x, acc
 
 
 def run_scale_numpy(args) -> None:
     """The verifier's path alone (``--no-faiss``): wall and CPU seconds, with the load average."""
-    print(f"dim {args.dim}, θ = {args.theta}, {args.threads} BLAS threads; numpy streaming path only; best of "
-          f"{args.repeat}; {os.cpu_count()} cores")
+    print(
+        f"dim {args.dim}, θ = {args.theta}, {args.threads} BLAS threads; numpy streaming path only; best of "
+        f"{args.repeat}; {os.cpu_count()} cores"
+    )
     print(f"{'n':>9} {'W':>7} {'pairs':>10} {'wall s':>8} {'CPU s':>8} {'pairs/s':>10} {'ĉ':>4}  load before/after")
     for n in args.sizes:
         x, acc = synthetic(n, args.dim)
@@ -107,16 +118,24 @@ def run_scale_numpy(args) -> None:
             pairs = W * n - W * (W + 1) // 2
             load0 = os.getloadavg()[0]
             c0 = time.process_time()
-            tn, cn = _timed(lambda: coalition_size(x, acc, args.theta, W), args.repeat)
+            tn, cn = _timed(lambda x=x, acc=acc, W=W: coalition_size(x, acc, args.theta, W), args.repeat)
             cpu = (time.process_time() - c0) / args.repeat
-            print(f"{n:>9} {W:>7} {pairs:>10.2e} {tn:8.1f} {cpu:8.1f} {pairs / tn:10.2e} {cn:>4}  "
-                  f"{load0:.1f}/{os.getloadavg()[0]:.1f}", flush=True)
+            print(
+                f"{n:>9} {W:>7} {pairs:>10.2e} {tn:8.1f} {cpu:8.1f} {pairs / tn:10.2e} {cn:>4}  "
+                f"{load0:.1f}/{os.getloadavg()[0]:.1f}",
+                flush=True,
+            )
         del x, acc
 
 
 def run_honest(args) -> None:
-    from dprag.audit.estimator_calibration import (HonestConfig, clinic_attack_questions, clinic_honest_questions,
-                                             operating_table, run_honest_calibration)
+    from dprag.lab.estimator_calibration import (
+        HonestConfig,
+        clinic_attack_questions,
+        clinic_honest_questions,
+        operating_table,
+        run_honest_calibration,
+    )
     from dprag.rag_adapters.datasets import generate_clinic_corpus
     from dprag.rag_adapters.embedder import EmbeddingCache, MiniLMEmbedder
 
@@ -128,24 +147,33 @@ def run_honest(args) -> None:
     pool = cache.embed_corpus(emb, pool_texts).astype(np.float64)
     flat = cache.embed_corpus(emb, [s for g in attack for s in g]).astype(np.float64)
     para = flat.reshape(len(attack), len(attack[0]), -1)
-    print(f"clinic corpus seed {args.corpus_seed}: honest pool {len(pool_texts)} questions "
-          f"({len(set(pool_texts))} distinct texts), {len(attack)} attack targets x {para.shape[1]} paraphrases, "
-          f"{emb.fingerprint}; embedding {time.perf_counter() - t0:.0f} s (excluded below)")
+    print(
+        f"clinic corpus seed {args.corpus_seed}: honest pool {len(pool_texts)} questions "
+        f"({len(set(pool_texts))} distinct texts), {len(attack)} attack targets x {para.shape[1]} paraphrases, "
+        f"{emb.fingerprint}; embedding {time.perf_counter() - t0:.0f} s (excluded below)"
+    )
     iu = np.triu_indices(pool.shape[0], 1)
     gram = pool @ pool.T
     texts = np.asarray(pool_texts, dtype=object)
     distinct = texts[iu[0]] != texts[iu[1]]
-    print("pool pairwise cosine quantiles (50/90/99/99.9/max over pairs of distinct texts):",
-          np.round(np.quantile(gram[iu][distinct], [0.5, 0.9, 0.99, 0.999, 1.0]), 3).tolist(),
-          f"; pairs of identical texts: {int((~distinct).sum())}")
+    print(
+        "pool pairwise cosine quantiles (50/90/99/99.9/max over pairs of distinct texts):",
+        np.round(np.quantile(gram[iu][distinct], [0.5, 0.9, 0.99, 0.999, 1.0]), 3).tolist(),
+        f"; pairs of identical texts: {int((~distinct).sum())}",
+    )
     pc = np.einsum("mid,mjd->mij", para, para)[:, *np.triu_indices(para.shape[1], 1)]
-    print("attack paraphrase cosine min/median/max:", np.round([pc.min(), np.median(pc), pc.max()], 3).tolist(),
-          "; attack probe vs pool max:", round(float((para[:, 0] @ pool.T).max()), 3))
+    print(
+        "attack paraphrase cosine min/median/max:",
+        np.round([pc.min(), np.median(pc), pc.max()], 3).tolist(),
+        "; attack probe vs pool max:",
+        round(float((para[:, 0] @ pool.T).max()), 3),
+    )
     for W in args.windows:
         cfg = HonestConfig(window=W or None)
         t1 = time.perf_counter()
-        cal = run_honest_calibration(pool, para[:, 0], para, cfg, trials=args.trials, seed=args.seed,
-                                     attack_trials=args.attack_trials)
+        cal = run_honest_calibration(
+            pool, para[:, 0], para, cfg, trials=args.trials, seed=args.seed, attack_trials=args.attack_trials
+        )
         print()
         print(cal.to_markdown())
         print(f"ζ_eff (P-B) = {cal.info['zeta_effective']:.4f}")

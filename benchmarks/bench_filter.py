@@ -115,8 +115,10 @@ def main(argv=None):
         t_mem[1] += c
         m_mem += m
 
-    rows = [("dp_accounting RdpAccountant per doc (baseline)", t_base, m_base),
-            ("IndividualRenyiFilter + MemoryBudgetStore", t_mem, m_mem)]
+    rows = [
+        ("dp_accounting RdpAccountant per doc (baseline)", t_base, m_base),
+        ("IndividualRenyiFilter + MemoryBudgetStore", t_mem, m_mem),
+    ]
     with tempfile.TemporaryDirectory() as d:
         for sync in ("FULL", "NORMAL"):
             s = SqliteBudgetStore(os.path.join(d, f"b_{sync}.db"), args.docs, synchronous=sync)
@@ -126,11 +128,13 @@ def main(argv=None):
 
     admitted = sum(int(m.sum()) for m in m_base)
     for name, _, masks in rows[1:]:
-        same = all(np.array_equal(a, b) for a, b in zip(m_base, masks))
+        same = all(np.array_equal(a, b) for a, b in zip(m_base, masks, strict=False))
         assert same, f"{name}: admission decisions differ from the baseline"
-    print(f"N = {args.docs:,} documents, {args.queries} queries × ≤{args.per_query} docs = {n_charges:,} doc-charges; "
-          f"{admitted:,} admitted, {n_charges - admitted:,} refused; M = {M}, σ = {SIGMA}, "
-          f"{len(DEFAULT_ORDERS)} orders, ε_target = {eps_target:.6f} at δ = {DELTA:g}")
+    print(
+        f"N = {args.docs:,} documents, {args.queries} queries × ≤{args.per_query} docs = {n_charges:,} doc-charges; "
+        f"{admitted:,} admitted, {n_charges - admitted:,} refused; M = {M}, σ = {SIGMA}, "
+        f"{len(DEFAULT_ORDERS)} orders, ε_target = {eps_target:.6f} at δ = {DELTA:g}"
+    )
     print("all admission decisions identical to the baseline: yes")
     print("(wall = elapsed time; cpu = this process's CPU time, less sensitive to other load on the machine)")
     print(f"{'method':<52}{'wall µs/query':>15}{'cpu µs/query':>14}{'speed-up wall':>15}{'speed-up cpu':>14}")

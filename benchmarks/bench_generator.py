@@ -109,37 +109,52 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=8, help="decoding steps timed (median reported)")
     ap.add_argument("--full-steps", type=int, default=1, help="steps of the no-cache loop (slow)")
     ap.add_argument("--reps", type=int, default=3, help="repetitions of each prefill measurement")
-    ap.add_argument("--threads", type=int, default=None,
-                    help="torch threads (default: rag_adapters' choice, the cores not already busy)")
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch threads (default: rag_adapters' choice, the cores not already busy)",
+    )
     args = ap.parse_args(argv)
     if args.threads:
         os.environ["DPRAG_TORCH_THREADS"] = str(args.threads)
     t = time.perf_counter()
     gen = load_smollm2()
-    print(f"SmolLM2-135M-Instruct (float32, CPU) loaded in {time.perf_counter() - t:.1f} s; torch threads = "
-          f"{gen._torch.get_num_threads()}; load average = {os.getloadavg()[0]:.2f}")
+    print(
+        f"SmolLM2-135M-Instruct (float32, CPU) loaded in {time.perf_counter() - t:.1f} s; torch threads = "
+        f"{gen._torch.get_num_threads()}; load average = {os.getloadavg()[0]:.2f}"
+    )
     gen.start([Prompt("warm up?", ("x",))]).close()
     rows = [bench(gen, m, args.steps, args.full_steps, args.reps) for m in args.voters]
     print()
-    print(f"{'m':>3} {'len':>5} {'prefix':>6} | {'step batched':>12} {'loop kv':>9} {'loop full':>9} | "
-          f"{'kv/batched':>10} {'full/batched':>12} | {'prefill tok/s: batched':>22} {'no-share':>9} {'loop':>7}")
+    print(
+        f"{'m':>3} {'len':>5} {'prefix':>6} | {'step batched':>12} {'loop kv':>9} {'loop full':>9} | "
+        f"{'kv/batched':>10} {'full/batched':>12} | {'prefill tok/s: batched':>22} {'no-share':>9} {'loop':>7}"
+    )
     for r in rows:
-        tps = lambda sec: r["prompt_tokens"] / sec  # noqa: E731
-        print(f"{r['m']:>3} {r['mean_len']:>5.0f} {r['prefix']:>6} | {1e3 * r['step_batched']:>10.1f}ms "
-              f"{1e3 * r['step_loop_kv']:>7.1f}ms {1e3 * r['step_loop_full']:>7.0f}ms | "
-              f"{r['step_loop_kv'] / r['step_batched']:>9.1f}x {r['step_loop_full'] / r['step_batched']:>11.1f}x | "
-              f"{tps(r['prefill_batched']):>22.0f} {tps(r['prefill_batched_noshare']):>9.0f} "
-              f"{tps(r['prefill_loop']):>7.0f}")
+        tps = lambda sec, r=r: r["prompt_tokens"] / sec  # noqa: E731
+        print(
+            f"{r['m']:>3} {r['mean_len']:>5.0f} {r['prefix']:>6} | {1e3 * r['step_batched']:>10.1f}ms "
+            f"{1e3 * r['step_loop_kv']:>7.1f}ms {1e3 * r['step_loop_full']:>7.0f}ms | "
+            f"{r['step_loop_kv'] / r['step_batched']:>9.1f}x {r['step_loop_full'] / r['step_batched']:>11.1f}x | "
+            f"{tps(r['prefill_batched']):>22.0f} {tps(r['prefill_batched_noshare']):>9.0f} "
+            f"{tps(r['prefill_loop']):>7.0f}"
+        )
     for r in rows:
-        print(f"m={r['m']}: row-independent batched step {1e3 * r['step_batched']:.1f} ms vs padded (coupled) "
-              f"batched step {1e3 * r['step_padded']:.1f} ms = {r['step_batched'] / r['step_padded']:.2f}x the "
-              f"KV-cached decode limit (goal <= 1.5x); prefill {r['prefill_batched']:.2f} s vs padded "
-              f"{r['prefill_padded']:.2f} s")
+        print(
+            f"m={r['m']}: row-independent batched step {1e3 * r['step_batched']:.1f} ms vs padded (coupled) "
+            f"batched step {1e3 * r['step_padded']:.1f} ms = {r['step_batched'] / r['step_padded']:.2f}x the "
+            f"KV-cached decode limit (goal <= 1.5x); prefill {r['prefill_batched']:.2f} s vs padded "
+            f"{r['prefill_padded']:.2f} s"
+        )
     print(f"load average at end = {os.getloadavg()[0]:.2f}")
     print("baseline = batched (one BatchedSession); ratios > 1 mean the baseline is faster")
-    print("max |logit difference| vs batched -- per-voter KV sessions after all steps: "
-          + ", ".join(f"m={r['m']}: {r['maxdiff_kv']:.1e}" for r in rows)
-          + "; full forward at step 0: " + ", ".join(f"m={r['m']}: {r['maxdiff_full']:.1e}" for r in rows))
+    print(
+        "max |logit difference| vs batched -- per-voter KV sessions after all steps: "
+        + ", ".join(f"m={r['m']}: {r['maxdiff_kv']:.1e}" for r in rows)
+        + "; full forward at step 0: "
+        + ", ".join(f"m={r['m']}: {r['maxdiff_full']:.1e}" for r in rows)
+    )
     return 0
 
 

@@ -141,7 +141,7 @@ def bench_proofs(base: Path, max_leaves: int) -> list[tuple]:
         sizes = [s for s in (10**5, 10**6) if s <= max_leaves]
         chunk = 100_000
         t0 = time.perf_counter()
-        for lo in range(0, sizes[-1], chunk):
+        for _lo in range(0, sizes[-1], chunk):
             batch = records(chunk, rng)
             ours.append_many(batch)
             ref.append_entries(batch)
@@ -158,7 +158,7 @@ def bench_proofs(base: Path, max_leaves: int) -> list[tuple]:
             root = ours.root(size)
             lh = [ours.leaf_hash(i) for i in idx]
             ts = []
-            for p, h in zip(proofs, lh):
+            for p, h in zip(proofs, lh, strict=False):
                 t = time.perf_counter()
                 verify_inclusion(p.leaf_index, p.tree_size, h, p.hashes, root)
                 ts.append(time.perf_counter() - t)
@@ -209,9 +209,11 @@ def main(argv=None) -> int:
         for name, rate in rates.items():
             print(f"  {name:34s} {rate:12,.0f} {rate / baseline:23.1f}x")
         best = max(rates["ours.append_many(1000)"], rates["ours.append x 32 threads"])
-        print(f"  goal >= 20x pymerkle.append_entry: {'MET' if best >= 20 * baseline else 'NOT MET'} "
-              f"(best group-committed path {best / baseline:.1f}x; single-record path "
-              f"{rates['ours.append'] / baseline:.1f}x)")
+        print(
+            f"  goal >= 20x pymerkle.append_entry: {'MET' if best >= 20 * baseline else 'NOT MET'} "
+            f"(best group-committed path {best / baseline:.1f}x; single-record path "
+            f"{rates['ours.append'] / baseline:.1f}x)"
+        )
         print("\nPart 2: proof latency (microseconds: mean / median / p99)")
         for name, size, mean, med, p99 in bench_proofs(base, args.max_leaves):
             print(f"  {name:28s} n={size:>9,}  {mean:9.1f} {med:9.1f} {p99:9.1f}")

@@ -64,16 +64,16 @@ def run(sizes, repeat: int) -> list[tuple[int, str, float, float]]:
     for n in sizes:
         rng = np.random.default_rng(0)
         cases = [
-            ("numpy normal (baseline)", lambda: rng.standard_normal(n)),
-            ("stream only (SHAKE words)", lambda: RandomSource.from_seed(b"b").uint64(n)),
+            ("numpy normal (baseline)", lambda rng=rng, n=n: rng.standard_normal(n)),
+            ("stream only (SHAKE words)", lambda n=n: RandomSource.from_seed(b"b").uint64(n)),
         ]
         for s, t in tables.items():
-            cases.append((f"table σ={s:g}", lambda t=t: t.sample(n, RandomSource.from_seed(b"b"))))
-            cases.append((f"table σ={s:g} (buffered)", lambda t=t: t.sample(n, _buffered(8 * n))))
+            cases.append((f"table σ={s:g}", lambda t=t, n=n: t.sample(n, RandomSource.from_seed(b"b"))))
+            cases.append((f"table σ={s:g} (buffered)", lambda t=t, n=n: t.sample(n, _buffered(8 * n))))
         for s in (10.0, 1000.0):
-            cases.append((f"exact DG σ={s:g}", lambda s=s: discrete_gaussian(s, n, RandomSource.from_seed(b"b"))))
-        cases.append(("exact DLap b=10", lambda: discrete_laplace(10.0, n, RandomSource.from_seed(b"b"))))
-        cases.append(("secure gaussian σ=1", lambda: gaussian(1.0, n, RandomSource.from_seed(b"b"))))
+            cases.append((f"exact DG σ={s:g}", lambda s=s, n=n: discrete_gaussian(s, n, RandomSource.from_seed(b"b"))))
+        cases.append(("exact DLap b=10", lambda n=n: discrete_laplace(10.0, n, RandomSource.from_seed(b"b"))))
+        cases.append(("secure gaussian σ=1", lambda n=n: gaussian(1.0, n, RandomSource.from_seed(b"b"))))
         base = None
         for name, fn in cases:
             el = _best(fn, repeat)
@@ -92,8 +92,10 @@ def main(argv=None) -> int:
     for s in (10.0, 1000.0, 10000.0):
         t = time.perf_counter()
         tb = DiscreteGaussianTable(s)
-        print(f"table build σ={s:g}: {time.perf_counter() - t:.3f} s, {2 * tb.support_bound + 1} entries, "
-              f"tv_distance={tb.tv_distance:.2e}")
+        print(
+            f"table build σ={s:g}: {time.perf_counter() - t:.3f} s, {2 * tb.support_bound + 1} entries, "
+            f"tv_distance={tb.tv_distance:.2e}"
+        )
     rows = run(args.sizes, args.repeat)
     print(f"\n{'n':>9}  {'sampler':<28} {'samples/s':>12}  {'time / numpy':>12}")
     for n, name, rate, ratio in rows:

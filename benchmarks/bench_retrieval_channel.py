@@ -45,34 +45,39 @@ def main() -> None:
     rng = np.random.default_rng(0)
     print(f"sigma={args.sigma} table entries={2 * table.support_bound + 1} tv<={table.tv_distance:.2e}")
     print(f"load average {open('/proc/loadavg').read().split()[0]} on {os.cpu_count()} cores")
-    print(f"{'N':>9} {'ours ms':>9} {'plain ms':>9} {'shake ms':>9} {'float floor ms':>15} {'ours/floor':>10} "
-          f"{'plain/floor':>11}")
+    print(
+        f"{'N':>9} {'ours ms':>9} {'plain ms':>9} {'shake ms':>9} {'float floor ms':>15} {'ours/floor':>10} "
+        f"{'plain/floor':>11}"
+    )
     for n in (10**5, 10**6):
         scores = rng.integers(0, 1024, n)
         label = request_label("retrieval", bytes(32))
         check = noisy_top_k(scores, retrieval_noise(seed, label, n, table), 10)
-        if not np.array_equal(check, noisy_top_k_words(scores, RandomSource.from_seed(seed, label).uint64(n),
-                                                       table, 10, score_range=(0, 1023))):
+        if not np.array_equal(
+            check,
+            noisy_top_k_words(scores, RandomSource.from_seed(seed, label).uint64(n), table, 10, score_range=(0, 1023)),
+        ):
             raise SystemExit("MISMATCH: the fast selection differs from the plain one")
 
-        def ours():
-            noisy_top_k_words(scores, RandomSource.from_seed(seed, label).uint64(n), table, 10,
-                              score_range=(0, 1023))
+        def ours(scores=scores, label=label, n=n):
+            noisy_top_k_words(scores, RandomSource.from_seed(seed, label).uint64(n), table, 10, score_range=(0, 1023))
 
-        def plain():
+        def plain(scores=scores, label=label, n=n):
             noisy_top_k(scores, retrieval_noise(seed, label, n, table), 10)
 
-        def shake():
+        def shake(label=label, n=n):
             RandomSource.from_seed(seed, label).uint64(n)
 
-        def floor():
+        def floor(scores=scores, n=n):
             x = scores + rng.normal(0.0, args.sigma, n)
             np.argpartition(-x, 9)[:10]
 
         t = _times({"ours": ours, "plain": plain, "shake": shake, "floor": floor}, args.repeats)
-        print(f"{n:>9} {t['ours'] * 1e3:>9.1f} {t['plain'] * 1e3:>9.1f} {t['shake'] * 1e3:>9.1f} "
-              f"{t['floor'] * 1e3:>15.1f} {t['ours'] / t['floor']:>10.2f} {t['plain'] / t['floor']:>11.2f}"
-              f"   (load {open('/proc/loadavg').read().split()[0]})")
+        print(
+            f"{n:>9} {t['ours'] * 1e3:>9.1f} {t['plain'] * 1e3:>9.1f} {t['shake'] * 1e3:>9.1f} "
+            f"{t['floor'] * 1e3:>15.1f} {t['ours'] / t['floor']:>10.2f} {t['plain'] / t['floor']:>11.2f}"
+            f"   (load {open('/proc/loadavg').read().split()[0]})"
+        )
 
 
 if __name__ == "__main__":

@@ -79,8 +79,10 @@ def main(argv=None):
     assert all(np.array_equal(finals[0], x) for x in finals[1:]), "configurations disagree on the recorded spend"
 
     base_qps = len(stream) / results[0][2]
-    print(f"{len(stream)} queries × ≤{args.per_query} docs, N = {args.docs:,}, {BUDGET.width} orders; "
-          "identical final spend in every configuration: yes")
+    print(
+        f"{len(stream)} queries × ≤{args.per_query} docs, N = {args.docs:,}, {BUDGET.width} orders; "
+        "identical final spend in every configuration: yes"
+    )
     print(f"{'store / synchronous':<24}{'queries per commit':>20}{'durable queries/s':>20}{'× baseline':>12}")
     for sync, batch, t in results:
         qps = len(stream) / t

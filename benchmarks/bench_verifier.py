@@ -32,7 +32,7 @@ from pathlib import Path
 
 CHILD = """
 import json, os, resource, sys, time
-from dprag.audit.verifier import verify
+from dprag.audit.verify import verify
 load0 = os.getloadavg()
 t, c = time.perf_counter(), time.process_time()
 marks = [(time.monotonic(), "start")]
@@ -106,9 +106,16 @@ class PssSampler:
         if not self.samples:
             return {}
         t, n, root, others = max(self.samples, key=lambda x: x[2] + x[3])
-        return {"peak_mib": (root + others) / 1024, "at_s": t - self.t0, "at": t, "processes": n, "verifier_mib": root / 1024,
-                "others_mib": others / 1024, "verifier_peak_mib": max(x[2] for x in self.samples) / 1024,
-                "samples": len(self.samples)}
+        return {
+            "peak_mib": (root + others) / 1024,
+            "at_s": t - self.t0,
+            "at": t,
+            "processes": n,
+            "verifier_mib": root / 1024,
+            "others_mib": others / 1024,
+            "verifier_peak_mib": max(x[2] for x in self.samples) / 1024,
+            "samples": len(self.samples),
+        }
 
     def write(self, path: Path, marks: list) -> None:
         """``marks``: (monotonic s, step) when the verifier first reported progress of a step."""
@@ -116,8 +123,9 @@ class PssSampler:
             f.write("seconds,processes,verifier_mib,others_mib,sum_mib,after_step\n")
             for t, n, root, others in self.samples:
                 step = ([m[1] for m in marks if m[0] <= t] or ["-"])[-1]
-                f.write(f"{t - self.t0:.2f},{n},{root / 1024:.1f},{others / 1024:.1f},{(root + others) / 1024:.1f},"
-                        f"{step}\n")
+                f.write(
+                    f"{t - self.t0:.2f},{n},{root / 1024:.1f},{others / 1024:.1f},{(root + others) / 1024:.1f},{step}\n"
+                )
 
 
 def main() -> None:
@@ -129,8 +137,12 @@ def main() -> None:
     ap.add_argument("--reuse", action="store_true", help="verify the bundles already in --keep (same N, docs, dim)")
     ap.add_argument("--pss", action="store_true", help="sample the summed PSS of the verifier and its descendants")
     ap.add_argument("--pss-interval", type=float, default=0.2, help="seconds between PSS samples (default 0.2)")
-    ap.add_argument("--pss-trace", type=Path, default=None, help="CSV of every PSS sample (with --pss; N appended "
-                                                                 "to the name when several N are given)")
+    ap.add_argument(
+        "--pss-trace",
+        type=Path,
+        default=None,
+        help="CSV of every PSS sample (with --pss; N appended to the name when several N are given)",
+    )
     args = ap.parse_args()
     if args.pss_interval <= 0:
         print("bench_verifier.py: --pss-interval must be > 0", file=sys.stderr)
@@ -145,11 +157,16 @@ def main() -> None:
         t = time.perf_counter()
         bundle, receipts = root / f"n{n}" / "bundle", root / f"n{n}" / "receipts.jsonl"
         if not (args.reuse and bundle.is_dir() and receipts.is_file()):
-            bundle, receipts = bulk_window(root / f"n{n}", n_queries=n, n_docs=args.docs, dim=args.dim,
-                                           accounts=max(1, n // 100))
+            bundle, receipts = bulk_window(
+                root / f"n{n}", n_queries=n, n_docs=args.docs, dim=args.dim, accounts=max(1, n // 100)
+            )
         gen = time.perf_counter() - t
-        proc = subprocess.Popen([sys.executable, "-c", CHILD, str(bundle), str(receipts)], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", CHILD, str(bundle), str(receipts)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         sampler = PssSampler(proc.pid, args.pss_interval) if args.pss else None
         stdout, stderr = proc.communicate()
         pss = sampler.finish() if sampler else None
@@ -157,21 +174,30 @@ def main() -> None:
             sys.stderr.write(stderr)
             raise SystemExit(f"the verifier exited with {proc.returncode}")
         r = json.loads(stdout)
-        print(f"N = {n:>7} queries, {args.docs} documents, d = {args.dim}, {n} receipts "
-              f"(window written in {gen:.0f} s)")
+        print(
+            f"N = {n:>7} queries, {args.docs} documents, d = {args.dim}, {n} receipts (window written in {gen:.0f} s)"
+        )
         la, lb = r["load"]
-        print(f"  verdict {r['verdict']} {r['reasons']}; wall {r['wall']:.1f} s (goal ≤ 90 s at 10^5), CPU "
-              f"{r['cpu']:.1f} s; peak RSS {r['rss_mib']:.0f} MiB (goal ≤ 2048), largest child {r['worker_rss_mib']:.0f} "
-              f"MiB (shared pages included, see --pss); load average {la[0]:.1f} before, {lb[0]:.1f} after, on "
-              f"{os.cpu_count()} cores")
+        print(
+            f"  verdict {r['verdict']} {r['reasons']}; wall {r['wall']:.1f} s (goal ≤ 90 s at 10^5), CPU "
+            f"{r['cpu']:.1f} s; peak RSS {r['rss_mib']:.0f} MiB (goal ≤ 2048), largest child {r['worker_rss_mib']:.0f} "
+            f"MiB (shared pages included, see --pss); load average {la[0]:.1f} before, {lb[0]:.1f} after, on "
+            f"{os.cpu_count()} cores"
+        )
         if pss:
-            print(f"  peak PSS of the verifier and its descendants {pss['peak_mib']:.0f} MiB (goal ≤ 2048) at "
-                  f"{pss['at_s']:.1f} s, {pss['processes']} processes: verifier {pss['verifier_mib']:.0f} MiB + others "
-                  f"{pss['others_mib']:.0f} MiB, after step {_after(r['marks'], pss['at'])}; verifier's own peak PSS {pss['verifier_peak_mib']:.0f} MiB "
-                  f"({pss['samples']} samples every {args.pss_interval} s)")
+            print(
+                f"  peak PSS of the verifier and its descendants {pss['peak_mib']:.0f} MiB (goal ≤ 2048) at "
+                f"{pss['at_s']:.1f} s, {pss['processes']} processes: verifier {pss['verifier_mib']:.0f} MiB + others "
+                f"{pss['others_mib']:.0f} MiB, after step {_after(r['marks'], pss['at'])}; "
+                f"verifier's own peak PSS {pss['verifier_peak_mib']:.0f} MiB "
+                f"({pss['samples']} samples every {args.pss_interval} s)"
+            )
             if args.pss_trace:
-                path = args.pss_trace if "," not in args.queries else args.pss_trace.with_name(
-                    f"{args.pss_trace.stem}-{n}{args.pss_trace.suffix}")
+                path = (
+                    args.pss_trace
+                    if "," not in args.queries
+                    else args.pss_trace.with_name(f"{args.pss_trace.stem}-{n}{args.pss_trace.suffix}")
+                )
                 sampler.write(path, r["marks"])
         print(f"    {'step':<12} {'wall s':>8} {'µs/query':>9} {'CPU s':>8} {'µs/query':>9}")
         for k, v in sorted(r["seconds"].items(), key=lambda kv: -kv[1]):

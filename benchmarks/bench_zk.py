@@ -6,7 +6,7 @@ the reference backend beside the snarkjs command line on the same R1CS, in one r
     python benchmarks/bench_zk.py --json out.json
 
 snarkjs (GPL-3.0, run as a separate process, never imported) is taken from .cache/snarkjs (see
-tests/test_zk_interop.py) or PATH. snarkjs proves with the .zkey dprag writes for its own development key (same
+tests/zk/test_zk_interop.py) or PATH. snarkjs proves with the .zkey dprag writes for its own development key (same
 R1CS, same key layout), so the two provers do the same work; snarkjs's own setup needs a prepared powers-of-tau of
 power k + 1 (`prepare phase2` took 550 s at power 14 here), so its setup column is only filled when
 .cache/ptau/pot{k+1}_final.ptau exists. Proving is timed in --repeat rounds, each running our prover (1 and
@@ -69,9 +69,9 @@ def constraints_table(out: dict) -> None:
     rows = []
     print(f"{'N':>5} {'K':>3} {'d':>5} {'bits':>5} {'constraints':>12} {'per doc':>9}")
     for d in (8, 384):
-        for vb in ((4, 8, 16) if d == 8 else (8,)):
+        for vb in (4, 8, 16) if d == 8 else (8,):
             prev = None
-            for n in ((2, 4, 8, 16) if d == 8 else (2, 4)):
+            for n in (2, 4, 8, 16) if d == 8 else (2, 4):
                 for k in (1, 5):
                     if k > n:
                         continue
@@ -89,8 +89,10 @@ def constraints_table(out: dict) -> None:
     per_doc = (d384[4] - d384[2]) / 2
     base = d384[2] - 2 * per_doc
     p = nts.Params(n=1000, k=5, d=384)
-    print(f"\nper 384-d 8-bit document: {per_doc:.0f} constraints (E range checks, row hash, Merkle node, "
-          f"dot product, rescale, clip, noise, key compare); fixed part {base:.0f}")
+    print(
+        f"\nper 384-d 8-bit document: {per_doc:.0f} constraints (E range checks, row hash, Merkle node, "
+        f"dot product, rescale, clip, noise, key compare); fixed part {base:.0f}"
+    )
     print(f"{'N':>9} {'dprag (all N scores bound)':>28} {'002 optimized (est.)':>22} {'002 naive (est.)':>18}")
     model = []
     for n, (opt, naive) in TABLE1.items():
@@ -149,13 +151,22 @@ def prove_side_by_side(row: dict, pk, w, vk, pub, exe: str | None, workers: int,
             proof = proof or p
         if exe:
             c0, t0 = _cpu(), time.perf_counter()
-            res = subprocess.run([exe, "groth16", "prove", "c.zkey", "c.wtns", "sj_proof.json", "sj_public.json"],
-                                 cwd=d, capture_output=True, text=True)
+            res = subprocess.run(
+                [exe, "groth16", "prove", "c.zkey", "c.wtns", "sj_proof.json", "sj_public.json"],
+                cwd=d,
+                capture_output=True,
+                text=True,
+            )
             rd["snarkjs"] = (time.perf_counter() - t0, _cpu() - c0)
             assert res.returncode == 0, res.stderr
         rounds.append(rd)
-        print("    round: " + "  ".join(f"{k}={v}" if k == "loadavg" else f"{k}={v[0]:.2f}s wall/{v[1]:.2f}s cpu"
-                                         for k, v in rd.items()), flush=True)
+        print(
+            "    round: "
+            + "  ".join(
+                f"{k}={v}" if k == "loadavg" else f"{k}={v[0]:.2f}s wall/{v[1]:.2f}s cpu" for k, v in rd.items()
+            ),
+            flush=True,
+        )
     row["prove_rounds"] = rounds
     row["prove_s"] = min(r["dprag_1proc"][0] for r in rounds)
     row["prove_cpu_s"] = min(r["dprag_1proc"][1] for r in rounds)
@@ -196,23 +207,33 @@ def compare(name: str, r1cs, w, exe: str | None, workers: int, tmp: Path) -> dic
     F.write_json(d / "proof.json", F.proof_to_json(proof))
     F.write_json(d / "public.json", F.public_to_json(pub))
     # our verifier as a whole process (like the snarkjs command line)
-    res, row["verify_cli_s"] = _time(lambda: subprocess.run([sys.executable, "-m", "dprag", "zk", "verify", str(d)],
-                                                            capture_output=True, text=True))
+    res, row["verify_cli_s"] = _time(
+        lambda: subprocess.run([sys.executable, "-m", "dprag", "zk", "verify", str(d)], capture_output=True, text=True)
+    )
     if res.returncode != 0:
-        res, row["verify_cli_s"] = _time(lambda: subprocess.run(
-            ["dprag", "zk", "verify", str(d)], capture_output=True, text=True))
+        res, row["verify_cli_s"] = _time(
+            lambda: subprocess.run(["dprag", "zk", "verify", str(d)], capture_output=True, text=True)
+        )
     assert res.returncode == 0, res.stderr
     if exe:
         F.write_r1cs(d / "c.r1cs", r1cs)
         assert verify(vk, F.read_proof(d / "sj_proof.json"), F.read_public(d / "sj_public.json"))
-        res, row["snarkjs_verify_s"] = _time(lambda: subprocess.run(
-            [exe, "groth16", "verify", "verification_key.json", "public.json", "proof.json"], cwd=d,
-            capture_output=True, text=True))
+        res, row["snarkjs_verify_s"] = _time(
+            lambda: subprocess.run(
+                [exe, "groth16", "verify", "verification_key.json", "public.json", "proof.json"],
+                cwd=d,
+                capture_output=True,
+                text=True,
+            )
+        )
         assert res.returncode == 0 and "OK" in res.stdout, res.stdout
         ptau = REPO / ".cache" / "ptau" / f"pot{pk.domain_size.bit_length()}_final.ptau"
         if ptau.exists():
-            res, row["snarkjs_setup_s"] = _time(lambda: subprocess.run(
-                [exe, "groth16", "setup", "c.r1cs", str(ptau), "sj.zkey"], cwd=d, capture_output=True, text=True))
+            res, row["snarkjs_setup_s"] = _time(
+                lambda: subprocess.run(
+                    [exe, "groth16", "setup", "c.r1cs", str(ptau), "sj.zkey"], cwd=d, capture_output=True, text=True
+                )
+            )
     try:  # groth16py (arkworks, GPL-3.0, dev extra): a baseline run here, never imported by dprag
         import groth16py
     except ImportError:
@@ -228,16 +249,24 @@ def compare(name: str, r1cs, w, exe: str | None, workers: int, tmp: Path) -> dic
         assert ok
         # cross-check: groth16py proves with dprag's key (our .zkey) and dprag verifies the proof
         zpk, _ = groth16py.import_zkey(str(d / "c.zkey"))
-        v = [int.from_bytes(b[i:i + 32], "big") for b in [groth16py.prove_wtns(zpk, str(d / "c.wtns"))]
-             for i in range(0, 256, 32)]
+        v = [
+            int.from_bytes(b[i : i + 32], "big")
+            for b in [groth16py.prove_wtns(zpk, str(d / "c.wtns"))]
+            for i in range(0, 256, 32)
+        ]
         from dprag.zk.keys import Proof
 
         assert verify(vk, Proof(a=(v[0], v[1]), b=((v[3], v[2]), (v[5], v[4])), c=(v[6], v[7])), pub)
     if exe:
         row["verify_ratio"] = row["verify_s"] / row["snarkjs_verify_s"]
         row["verify_cli_ratio"] = row["verify_cli_s"] / row["snarkjs_verify_s"]
-    print("  " + "  ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()
-                           if k != "prove_rounds"), flush=True)
+    print(
+        "  "
+        + "  ".join(
+            f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items() if k != "prove_rounds"
+        ),
+        flush=True,
+    )
     return row
 
 
@@ -257,8 +286,13 @@ def main(argv=None) -> None:
     if exe:
         pkg = Path(exe).resolve().parents[1] / "package.json"
         version = json.loads(pkg.read_text()).get("version") if pkg.exists() else None
-    out: dict = {"cpus": os.cpu_count(), "load": os.getloadavg(), "repeat": REPEAT, "snarkjs": exe,
-                 "snarkjs_version": version}
+    out: dict = {
+        "cpus": os.cpu_count(),
+        "load": os.getloadavg(),
+        "repeat": REPEAT,
+        "snarkjs": exe,
+        "snarkjs_version": version,
+    }
     print(f"snarkjs: {exe or 'not found (ours only)'} (version {version}); load average {out['load']}")
     if not a.skip_constraints:
         constraints_table(out)

@@ -1,13 +1,16 @@
 """dprag — privacy accounting and audit engine for retrieval-augmented generation over private corpora.
 
-Four floors, each a subpackage, imports only downward:
+Five floors, each a subpackage, imports only downward (spec/architecture.md):
 
 - ``dprag.accounting``   privacy math: events, RDP curves, composition, noise, mechanisms, the per-document
   Rényi filter and its stores, collusion bounds, the DP-RAG algorithms, ``testing`` helpers;
 - ``dprag.zk``           field, R1CS, gadgets, circuits, Groth16, proof formats (knows nothing of RAG);
 - ``dprag.audit``        the audit protocol: ledger, receipts, commitments, committed-seed noise, provider
   service, coalition estimator, verifier, CLI;
-- ``dprag.rag_adapters`` embedders, indexes, generators, datasets (the only floor that imports torch).
+- ``dprag.rag_adapters`` embedders, indexes, generators, datasets (imports torch lazily);
+- ``dprag.lab``          the applications: demo, experiments, attacks, leakage harness, calibration.
+
+``dprag.errors`` holds the error hierarchy every floor raises.
 
 The names below are the ones a new user reaches for first; each is loaded on first access, so
 ``import dprag`` stays cheap and never imports a model library.
@@ -21,11 +24,11 @@ __version__ = "0.2.0"
 
 _EXPORTS = {
     # errors (one hierarchy: every library error is a DpragError)
-    "DpragError": "dprag.accounting.errors",
-    "InvalidParameterError": "dprag.accounting.errors",
-    "BudgetExhaustedError": "dprag.accounting.errors",
-    "UnsupportedEventError": "dprag.accounting.errors",
-    "UnknownDocumentError": "dprag.accounting.errors",
+    "DpragError": "dprag.errors",
+    "InvalidParameterError": "dprag.errors",
+    "BudgetExhaustedError": "dprag.errors",
+    "UnsupportedEventError": "dprag.errors",
+    "UnknownDocumentError": "dprag.errors",
     # privacy events and accountants
     "PrivacyEvent": "dprag.accounting.events",
     "GaussianEvent": "dprag.accounting.events",
@@ -39,8 +42,8 @@ _EXPORTS = {
     # the audit protocol
     "Policy": "dprag.audit.policy",
     "ProviderService": "dprag.audit.service",
-    "verify": "dprag.audit.verifier",
-    "Verdict": "dprag.audit.verifier",
+    "verify": "dprag.audit.verify",
+    "Verdict": "dprag.audit.verify.verdict",
 }
 
 __all__ = sorted([*_EXPORTS, "__version__"])

@@ -28,14 +28,14 @@ import numpy as np
 
 from dprag.accounting.errors import InvalidParameterError, check_positive_int
 
-from ._common import require, torch_threads
+from .common import require, torch_threads
 
 
 def float32_margin(dim: int) -> float:
     """Slack covering float32 conversion + any-order float32 dot products of unit vectors of dimension ``dim``
     (twice the bound of the module docstring)."""
     dim = check_positive_int("dim", dim)
-    return 2.0 * (dim + 2) * 2.0 ** -24
+    return 2.0 * (dim + 2) * 2.0**-24
 
 
 class FaissWindowSearch:
@@ -43,7 +43,7 @@ class FaissWindowSearch:
 
     ``block``: query rows per range search (``None``: ``min(4096, max(1024, window // 2))``, measured best
     on 2 cores for W = 10^3..10^4; the work outside the band is block / (W + block)). ``threads``: OpenMP
-    threads for FAISS (default ``rag_adapters._common.torch_threads()``).
+    threads for FAISS (default ``rag_adapters.common.torch_threads()``).
     """
 
     exact = True
@@ -53,8 +53,9 @@ class FaissWindowSearch:
         self.block = None if block is None else check_positive_int("block", block)
         self.threads = torch_threads() if threads is None else check_positive_int("threads", threads)
 
-    def __call__(self, unit: np.ndarray, theta: float, window: int,
-                 positions: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
+    def __call__(
+        self, unit: np.ndarray, theta: float, window: int, positions: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, float]:
         """(pairs, float32 inner products, their error bound ``float32_margin(d)``); see the protocol
         ``audit.estimator.NeighbourSearch``."""
         faiss = self._faiss

@@ -32,21 +32,27 @@ from dprag.accounting.mechanisms.string_selection import ALPHABET
 
 __all__ = ["answer_key", "answer_vote_mechanism", "STOP_WORDS", "ALPHABET"]
 
-STOP_WORDS = frozenset("""
+STOP_WORDS = frozenset(
+    """
 a an the this that these those it its is are was were be been will would should can could may might
 and or but of to in on at by for with from as into onto than then there their they them he she his her
 we our you your i me my mine
 answer correct clinic clinics protocol patient patients use used uses using given give gives
 start starts started starting prescribe prescribes prescribed called named known
-""".split())
+""".split()
+)
 
-_NUMBER_WORDS = {w: str(i) for i, w in enumerate(
-    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
-    "seventeen eighteen nineteen twenty".split())}
-_NUMBER_WORDS.update({w: str(10 * i) for i, w in enumerate("thirty forty fifty sixty seventy eighty ninety".split(),
-                                                            start=3)})
-_UNITS = {"milligram": "mg", "milligrams": "mg", "mgs": "mg", "gram": "g", "grams": "g", "day": "days",
-          "week": "weeks"}
+_NUMBER_WORDS = {
+    w: str(i)
+    for i, w in enumerate(
+        "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
+        "seventeen eighteen nineteen twenty".split()
+    )
+}
+_NUMBER_WORDS.update(
+    {w: str(10 * i) for i, w in enumerate("thirty forty fifty sixty seventy eighty ninety".split(), start=3)}
+)
+_UNITS = {"milligram": "mg", "milligrams": "mg", "mgs": "mg", "gram": "g", "grams": "g", "day": "days", "week": "weeks"}
 
 _SENTENCE_END = re.compile(r"\n|[!?]|\.(?!\d)(?=\s|$)")
 _CUES = (" is ", " are ", " was ", " will be ")
@@ -86,7 +92,7 @@ def answer_key(answer: str, question: str = "", *, max_words: int = 3) -> str:
         hits = [(low.find(c), c) for c in _CUES if c in low]
         if hits:
             i, c = min(hits)
-            text = text[i + len(c):]
+            text = text[i + len(c) :]
     text = _CLAUSE.split(text, maxsplit=1)[0]
     q = {_stem(w) for w in _words(question)}
     keep: list[str] = []
@@ -105,12 +111,12 @@ def answer_key(answer: str, question: str = "", *, max_words: int = 3) -> str:
     return key
 
 
-def answer_vote_mechanism(m: int, epsilon: float, *, threshold: float = 6.0, max_tokens: int = 16,
-                          key_words: int = 3):
+def answer_vote_mechanism(m: int, epsilon: float, *, threshold: float = 6.0, max_tokens: int = 16, key_words: int = 3):
     """Answer-level voting with this module's normalisation, from plain numbers (what a policy holds):
     ``AnswerVoteParams(m, epsilon, threshold, max_tokens, key_words, normalizer=answer_key)``, no diagnostics.
     Its cost is ``ExponentialMechanismEvent(epsilon)``, a pure charge a verifier can replay."""
     from dprag.accounting.rag.answer_vote import AnswerVoteParams
 
-    return AnswerVoteParams(m, epsilon, threshold=threshold, max_tokens=max_tokens, max_key_words=key_words,
-                            normalizer=answer_key)
+    return AnswerVoteParams(
+        m, epsilon, threshold=threshold, max_tokens=max_tokens, max_key_words=key_words, normalizer=answer_key
+    )

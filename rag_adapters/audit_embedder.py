@@ -21,35 +21,39 @@
   above; ``None`` for models built in memory). The descriptor has no generator field of its own (protocol
   version 1), so the generator is bound through the prompt template it is served with.
 
-``CorpusCachingEmbedder`` wraps an embedder for ``audit.service.ProviderService``: the tenant corpora are
-embedded through the on-disk ``EmbeddingCache`` (keyed by the model fingerprint and the corpus hash) with
-an optional progress bar; single questions are embedded directly.
+The model side (``MiniLMEmbedder``, its descriptor ``minilm_descriptor`` and the corpus-caching wrapper the
+provider service calls) lives in ``rag_adapters.embedder``, which builds on this module.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
-
-import numpy as np
 
 from dprag.accounting.errors import InvalidParameterError
 from dprag.audit.commitments import DEFAULT_EMBEDDING_SCALE, EmbedderDescriptor
 from dprag.audit.encoding import encode
 
-from ._common import check_texts
 from .prompting import PromptFormat
 
 #: files of a Hugging Face / sentence-transformers model directory that define its tokenizer
-TOKENIZER_FILES = ("special_tokens_map.json", "tokenizer.json", "tokenizer_config.json", "vocab.txt", "merges.txt",
-                   "chat_template.jinja")
+TOKENIZER_FILES = (
+    "special_tokens_map.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "vocab.txt",
+    "merges.txt",
+    "chat_template.jinja",
+)
 #: file names never hashed: documentation, and dprag's own conversion marker (it records a local path)
 EXCLUDED_FILES = ("README.md", "dprag-complete.json")
 
-CHATML_LAYOUT = ("{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}"
-                 "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+CHATML_LAYOUT = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}"
+    "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
 
 
 def model_files(model_dir: str | os.PathLike, only: Sequence[str] | None = None) -> list[tuple[str, Path]]:
@@ -104,95 +108,49 @@ def chat_template_text(generator) -> str:
     return f"{type(generator).__module__}.{type(generator).__qualname__} (no chat template)"
 
 
-def prompt_template_text(generator, *, generator_dir: str | os.PathLike | None = None,
-                         generator_sha256: str | None = None) -> str:
+def prompt_template_text(
+    generator, *, generator_dir: str | os.PathLike | None = None, generator_sha256: str | None = None
+) -> str:
     """The exact prompt the generator is served with, as canonical JSON text (module docstring)."""
     if generator_sha256 is None and generator_dir is not None:
         generator_sha256 = directory_sha256(generator_dir)
     pf = getattr(generator, "prompt_format", None) or PromptFormat()
     mct = getattr(generator, "max_context_tokens", None)
-    return encode({
-        "chat_template": chat_template_text(generator),
-        "system": pf.system, "user_with_context": pf.with_context, "user_no_context": pf.no_context,
-        "history_user": pf.history_user, "context_separator": "\n\n",
-        "max_context_tokens": None if mct is None else int(mct),
-        "generator": str(getattr(generator, "name", type(generator).__name__)),
-        "generator_sha256": generator_sha256,
-    }).decode("utf-8")
+    return encode(
+        {
+            "chat_template": chat_template_text(generator),
+            "system": pf.system,
+            "user_with_context": pf.with_context,
+            "user_no_context": pf.no_context,
+            "history_user": pf.history_user,
+            "context_separator": "\n\n",
+            "max_context_tokens": None if mct is None else int(mct),
+            "generator": str(getattr(generator, "name", type(generator).__name__)),
+            "generator_sha256": generator_sha256,
+        }
+    ).decode("utf-8")
 
 
-def embedder_descriptor(*, model: str, model_dir: str | os.PathLike, dimension: int, prompt_template: str,
-                        schema: Mapping[str, int], embedding_scale: int = DEFAULT_EMBEDDING_SCALE,
-                        weights_sha256: str | None = None) -> EmbedderDescriptor:
+def embedder_descriptor(
+    *,
+    model: str,
+    model_dir: str | os.PathLike,
+    dimension: int,
+    prompt_template: str,
+    schema: Mapping[str, int],
+    embedding_scale: int = DEFAULT_EMBEDDING_SCALE,
+    weights_sha256: str | None = None,
+) -> EmbedderDescriptor:
     """The descriptor C_emb binds, for an embedder whose files live in ``model_dir``."""
     present = [name for name in TOKENIZER_FILES if any(Path(model_dir).rglob(name))]
     if not present:
         raise InvalidParameterError("model_dir", "has no tokenizer files", str(model_dir))
     return EmbedderDescriptor(
-        model=model, weights_sha256=weights_sha256 or directory_sha256(model_dir), dimension=int(dimension),
-        prompt_template=prompt_template, tokenizer_sha256=directory_sha256(model_dir, only=present),
-        schema=dict(schema), embedding_scale=int(embedding_scale))
-
-
-def minilm_descriptor(embedder, generator, schema: Mapping[str, int], *,
-                      generator_dir: str | os.PathLike | None = None) -> EmbedderDescriptor:
-    """C_emb's descriptor of ``rag_adapters.embedder.MiniLMEmbedder`` served with ``generator``."""
-    from .embedder import MINILM_ID
-
-    return embedder_descriptor(model=MINILM_ID, model_dir=embedder.model_dir, dimension=embedder.dim,
-                               prompt_template=prompt_template_text(generator, generator_dir=generator_dir),
-                               schema=schema)
-
-
-class CorpusCachingEmbedder:
-    """``audit.service.TextEmbedder`` over an embedder: batches of >= 2 texts (tenant corpora) through the
-    on-disk ``EmbeddingCache`` when the embedder has a ``fingerprint``; single texts (questions) directly.
-
-    ``progress(total) -> callable(n_done_increment)`` is an optional progress-bar factory; corpora are then
-    embedded in chunks of ``chunk`` texts so the bar moves.
-    """
-
-    def __init__(self, embedder, *, cache=None, progress: Callable[[int, str], Callable[[int], None]] | None = None,
-                 chunk: int = 64):
-        self.inner = embedder
-        self.fingerprint = getattr(embedder, "fingerprint", None)
-        self.dim = int(getattr(embedder, "dim", getattr(embedder, "dimension", 0)))
-        if self.dim < 1:
-            raise InvalidParameterError("embedder", "has no dimension")
-        if cache is None and self.fingerprint is not None:
-            from .embedder import EmbeddingCache
-
-            cache = EmbeddingCache()
-        self.cache = cache if self.fingerprint is not None else None
-        self.progress = progress
-        self.chunk = int(chunk)
-        self.embedded_texts = 0
-
-    def _embed_chunks(self, texts: Sequence[str]) -> np.ndarray:
-        texts = check_texts("texts", texts)
-        tick = self.progress(len(texts), "embedding corpus") if self.progress and len(texts) > 1 else None
-        parts = []
-        for i in range(0, len(texts), self.chunk):
-            part = texts[i:i + self.chunk]
-            parts.append(np.asarray(self.inner.embed(list(part)), dtype=np.float32))
-            self.embedded_texts += len(part)
-            if tick is not None:
-                tick(len(part))
-        return np.concatenate(parts, axis=0)
-
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
-        texts = check_texts("texts", texts)
-        if len(texts) == 1:
-            return np.asarray(self.inner.embed(list(texts)), dtype=np.float32)
-        if self.cache is None:
-            return self._embed_chunks(texts)
-        outer = self
-
-        class _Chunked:  # what EmbeddingCache calls on a miss: same identity, chunked with progress
-            fingerprint, dim = outer.fingerprint, outer.dim
-
-            @staticmethod
-            def embed(t):
-                return outer._embed_chunks(t)
-
-        return self.cache.embed_corpus(_Chunked, texts)
+        model=model,
+        weights_sha256=weights_sha256 or directory_sha256(model_dir),
+        dimension=int(dimension),
+        prompt_template=prompt_template,
+        tokenizer_sha256=directory_sha256(model_dir, only=present),
+        schema=dict(schema),
+        embedding_scale=int(embedding_scale),
+    )

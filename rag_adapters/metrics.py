@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections import Counter
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _ROUGE_TOKEN = re.compile(r"[a-z0-9]+")
@@ -71,13 +71,14 @@ def match_accuracy(predictions: Sequence[str], gold_answers: Sequence[str | Iter
     if len(predictions) != len(gold_answers):
         from dprag.accounting.errors import InvalidParameterError
 
-        raise InvalidParameterError("predictions", "must have one entry per gold-answer list",
-                                    (len(predictions), len(gold_answers)))
+        raise InvalidParameterError(
+            "predictions", "must have one entry per gold-answer list", (len(predictions), len(gold_answers))
+        )
     if not predictions:
         from dprag.accounting.errors import InvalidParameterError
 
         raise InvalidParameterError("predictions", "must not be empty")
-    return sum(contains_answer(p, g) for p, g in zip(predictions, gold_answers)) / len(predictions)
+    return sum(contains_answer(p, g) for p, g in zip(predictions, gold_answers, strict=False)) / len(predictions)
 
 
 def _f1(pred: list[str], gold: list[str]) -> float:

@@ -24,8 +24,10 @@ from dataclasses import dataclass
 from dprag.accounting.errors import InvalidParameterError
 from dprag.accounting.protocols import Prompt
 
-SYSTEM_PROMPT = ("You are a helpful assistant. Answer the question with a short phrase. "
-                 "If a context is given, answer from the context.")
+SYSTEM_PROMPT = (
+    "You are a helpful assistant. Answer the question with a short phrase. "
+    "If a context is given, answer from the context."
+)
 USER_WITH_CONTEXT = "Context:\n{contexts}\n\nQuestion: {question}"
 USER_NO_CONTEXT = "Question: {question}"
 HISTORY_USER = "Question: {question}"

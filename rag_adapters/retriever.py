@@ -9,15 +9,15 @@ configuration (``rag_adapters.scoring``), fixed before any private data is seen 
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
 from dprag.accounting.errors import InvalidParameterError, UnknownDocumentError
 
-from ._common import check_texts
+from .common import check_texts
 from .embedder import Embedder, EmbeddingCache
-from .index import ExactIndex, Index, _check_k
+from .index import ExactIndex, Index, check_k
 
 
 class DenseRetriever:
@@ -28,8 +28,15 @@ class DenseRetriever:
     for the default one (~/.cache/dprag/embeddings), or False to embed without caching.
     """
 
-    def __init__(self, embedder: Embedder, index: Index | None, documents: Sequence[str], *,
-                 cache: EmbeddingCache | None | bool = None, score_scale: float = 100.0):
+    def __init__(
+        self,
+        embedder: Embedder,
+        index: Index | None,
+        documents: Sequence[str],
+        *,
+        cache: EmbeddingCache | None | bool = None,
+        score_scale: float = 100.0,
+    ):
         self.documents = check_texts("documents", documents)
         self.embedder = embedder
         if not (isinstance(score_scale, (int, float)) and np.isfinite(score_scale) and score_scale > 0):
@@ -43,11 +50,13 @@ class DenseRetriever:
                 emb = embedder.embed(self.documents)
             else:
                 emb = (cache if isinstance(cache, EmbeddingCache) else EmbeddingCache()).embed_corpus(
-                    embedder, self.documents)
+                    embedder, self.documents
+                )
             self.index.add(emb)
         elif len(self.index) != len(self.documents):
-            raise InvalidParameterError("index", f"holds {len(self.index)} vectors but there are "
-                                        f"{len(self.documents)} documents")
+            raise InvalidParameterError(
+                "index", f"holds {len(self.index)} vectors but there are {len(self.documents)} documents"
+            )
 
     def __len__(self) -> int:
         return len(self.documents)
@@ -65,13 +74,15 @@ class DenseRetriever:
         """``score_scale * cosine`` of every document, shape (len(self),), float64 (exact index only)."""
         if not self.index.private_ok:
             raise InvalidParameterError(
-                "index", f"{type(self.index).__name__} cannot give exact per-document scores; private paths use "
-                "ExactIndex (HNSW / FAISS serve non-private baselines and attacks only)")
+                "index",
+                f"{type(self.index).__name__} cannot give exact per-document scores; private paths use "
+                "ExactIndex (HNSW / FAISS serve non-private baselines and attacks only)",
+            )
         return self.score_scale * self.index.scores(self.embed_query(query))
 
     def top_k(self, query: str, k: int) -> tuple[np.ndarray, np.ndarray]:
         """(ids, scores) of the k best documents, best first, through the index (any index: baselines)."""
-        k = _check_k(k, len(self))
+        k = check_k(k, len(self))
         sc, ids = self.index.search(self.embed_query(query)[None, :], k)
         return ids[0], self.score_scale * sc[0]
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-FLOORS = ("accounting", "audit", "zk", "rag_adapters")
+FLOORS = ("accounting", "audit", "zk", "rag_adapters", "lab")
 
 
 def _tree_packages() -> set[str]:
@@ -46,19 +46,20 @@ def test_every_python_folder_is_a_package():
 @pytest.mark.parametrize("floor", FLOORS)
 def test_folder_refuses_its_old_top_level_name(floor):
     # run from the repository root, where the folder is importable by path
-    p = subprocess.run([sys.executable, "-c", f"import {floor}"], cwd=ROOT, capture_output=True, text=True,
-                       timeout=60)
+    p = subprocess.run([sys.executable, "-c", f"import {floor}"], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert p.returncode != 0
     assert f"import dprag.{floor}" in p.stderr
 
 
 def test_one_error_class_under_one_name():
-    code = ("import dprag, dprag.accounting, dprag.audit.verifier as v\n"
-            "assert dprag.DpragError is dprag.accounting.DpragError\n"
-            "assert issubclass(v.BundleError, dprag.DpragError)\n"
-            "import sys\n"
-            "assert not any(m.split('.')[0] in ('accounting', 'audit', 'zk', 'rag_adapters') for m in sys.modules)\n"
-            "print(dprag.__version__)")
+    code = (
+        "import dprag, dprag.accounting, dprag.audit.verify, dprag.audit.bundle as v\n"
+        "assert dprag.DpragError is dprag.accounting.DpragError\n"
+        "assert issubclass(v.BundleError, dprag.DpragError)\n"
+        "import sys\n"
+        "assert not any(m.split('.')[0] in ('accounting', 'audit', 'zk', 'rag_adapters', 'lab') for m in sys.modules)\n"
+        "print(dprag.__version__)"
+    )
     p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
 
@@ -88,8 +89,12 @@ def test_wheel_holds_only_the_dprag_namespace(tmp_path):
     src = tmp_path / "src"
     _tracked_copy(src)
     out = tmp_path / "wheel"
-    p = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-                        "-w", str(out), str(src)], capture_output=True, text=True, timeout=600)
+    p = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), str(src)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert p.returncode == 0, p.stderr[-2000:]
     (whl,) = out.glob("dprag-*.whl")
     names = zipfile.ZipFile(whl).namelist()
@@ -104,11 +109,12 @@ def test_wheel_holds_only_the_dprag_namespace(tmp_path):
     # the unpacked wheel imports as dprag.* and offers none of the old names
     site = tmp_path / "site"
     zipfile.ZipFile(whl).extractall(site)
-    code = ("import dprag.accounting, dprag.audit, dprag.zk, dprag.rag_adapters, importlib.util as u\n"
-            f"assert dprag.accounting.__file__.startswith({str(site)!r}), dprag.accounting.__file__\n"
-            "for old in ('accounting', 'audit', 'zk', 'rag_adapters'):\n"
-            "    assert u.find_spec(old) is None, old\n")
+    code = (
+        "import dprag.accounting, dprag.audit, dprag.zk, dprag.rag_adapters, importlib.util as u\n"
+        f"assert dprag.accounting.__file__.startswith({str(site)!r}), dprag.accounting.__file__\n"
+        "for old in ('accounting', 'audit', 'zk', 'rag_adapters', 'lab'):\n"
+        "    assert u.find_spec(old) is None, old\n"
+    )
     env = dict(os.environ, PYTHONPATH=str(site))
-    p = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
-                       timeout=120)
+    p = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr

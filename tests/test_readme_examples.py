@@ -16,20 +16,23 @@ def _block(name: str) -> str:
 
 
 def test_provider_then_auditor(tmp_path):
-    p = subprocess.run([sys.executable, "-c", _block("provider")], cwd=tmp_path, capture_output=True, text=True,
-                       timeout=300)
+    p = subprocess.run(
+        [sys.executable, "-c", _block("provider")], cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
     assert p.returncode == 0, p.stderr
     assert (tmp_path / "bundle" / "public" / "leaves.bin").is_file()
     cmd = _block("auditor").strip()
     assert cmd.startswith("dprag audit verify")
     args = cmd.split()[1:]
-    a = subprocess.run([sys.executable, "-m", "dprag", *args], cwd=tmp_path, capture_output=True, text=True,
-                       timeout=300)
+    a = subprocess.run(
+        [sys.executable, "-m", "dprag", *args], cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
     assert a.returncode == 0, a.stdout + a.stderr
     assert a.stdout.startswith("PASS ") and "pinned by the auditor" in a.stdout
 
 
 def test_test_writer(tmp_path):
-    p = subprocess.run([sys.executable, "-c", _block("test-writer")], cwd=tmp_path, capture_output=True, text=True,
-                       timeout=300)
+    p = subprocess.run(
+        [sys.executable, "-c", _block("test-writer")], cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
     assert p.returncode == 0, p.stderr

@@ -16,9 +16,9 @@ import subprocess
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
-from dprag.accounting.errors import DpragError
+from dprag.errors import DpragError
 from dprag.zk import formats as F
 from dprag.zk.keys import Proof, ProvingKey, VerifyingKey
 from dprag.zk.r1cs import R1CS
@@ -65,12 +65,14 @@ class SnarkjsBackend:
     def __init__(self, executable: str | None = None, timeout: float = 3600):
         exe = executable or shutil.which("snarkjs")
         if exe is None:
-            raise BackendError("snarkjs backend: no 'snarkjs' executable (install Node.js and "
-                               "'npm install snarkjs@0.7.6', or pass its path)")
+            raise BackendError(
+                "snarkjs backend: no 'snarkjs' executable (install Node.js and "
+                "'npm install snarkjs@0.7.6', or pass its path)"
+            )
         self.exe = exe
         self.timeout = timeout
 
-    def _run(self, args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    def _run(self, args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
         try:
             return subprocess.run([self.exe, *args], cwd=cwd, capture_output=True, text=True, timeout=self.timeout)
         except (OSError, subprocess.TimeoutExpired) as e:
@@ -100,11 +102,11 @@ class SnarkjsBackend:
             return res.returncode == 0 and "OK!" in res.stdout
 
 
-def get_backend(name: str = "reference", **kw) -> Backend:
+def get_backend(name: str = "reference", **kw: Any) -> Backend:  # kw: the chosen backend's constructor arguments
     if name == "reference":
         return ReferenceBackend(**kw)
     if name == "snarkjs":
         return SnarkjsBackend(**kw)
-    from dprag.accounting.errors import InvalidParameterError
+    from dprag.errors import InvalidParameterError
 
     raise InvalidParameterError("backend", "must be 'reference' or 'snarkjs'", name)

@@ -17,9 +17,13 @@ from __future__ import annotations
 import concurrent.futures as cf
 import multiprocessing as mp
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, cast
 
-from dprag.accounting.errors import InvalidParameterError
+from dprag.errors import InvalidParameterError
 from dprag.zk.keys import Proof, ProvingKey
+
+if TYPE_CHECKING:
+    from distributed import Client
 
 _PK: ProvingKey | None = None
 
@@ -49,8 +53,14 @@ def _check_witnesses(pk: ProvingKey, witnesses: Sequence[Sequence[int]]) -> None
             raise InvalidParameterError(f"witnesses[{i}]", f"needs {pk.n_vars} values", len(w))
 
 
-def prove_many(pk: ProvingKey, witnesses: Sequence[Sequence[int]], *, processes: int = 1, scheduler=None,
-               timeout: float = 10.0) -> list[Proof]:
+def prove_many(
+    pk: ProvingKey,
+    witnesses: Sequence[Sequence[int]],
+    *,
+    processes: int = 1,
+    scheduler: str | Client | None = None,
+    timeout: float = 10.0,
+) -> list[Proof]:
     """Proofs for ``witnesses``, in order.
 
     Without ``scheduler``: ``processes`` > 1 runs them in a local process pool (the key is sent once per process).
@@ -62,40 +72,46 @@ def prove_many(pk: ProvingKey, witnesses: Sequence[Sequence[int]], *, processes:
     _check_witnesses(pk, witnesses)
     if scheduler is not None:
         if processes != 1:
-            raise InvalidParameterError("processes", "is for local proving; with a Dask scheduler the cluster's "
-                                        "workers do the work (leave processes at 1)", processes)
+            raise InvalidParameterError(
+                "processes",
+                "is for local proving; with a Dask scheduler the cluster's workers do the work (leave processes at 1)",
+                processes,
+            )
         return _prove_dask(pk, witnesses, scheduler, timeout)
     if processes == 1 or len(witnesses) <= 1:
         from dprag.zk.prove import prove
 
         return [prove(pk, w) for w in witnesses]
-    with cf.ProcessPoolExecutor(max_workers=min(processes, len(witnesses)), mp_context=mp.get_context("fork"),
-                                initializer=_init, initargs=(pk,)) as ex:
+    with cf.ProcessPoolExecutor(
+        max_workers=min(processes, len(witnesses)), mp_context=mp.get_context("fork"), initializer=_init, initargs=(pk,)
+    ) as ex:
         return list(ex.map(_prove_one, witnesses))
 
 
 # ---------------------------------------------------------------- Dask
-def _import_distributed():
+def _import_distributed() -> type[Client]:
+    """``distributed.Client``; InvalidParameterError naming ``scheduler`` when dask.distributed is not installed."""
     try:
         import distributed
     except ImportError:  # pragma: no cover - dask is a dev / extra dependency
-        raise InvalidParameterError("scheduler", "needs dask.distributed installed (pip install 'dprag[dask]')",
-                                    None) from None
-    return distributed
+        raise InvalidParameterError(
+            "scheduler", "needs dask.distributed installed (pip install 'dprag[dask]')", None
+        ) from None
+    return distributed.Client
 
 
-def connect(address: str, timeout: float = 10.0):
+def connect(address: str, timeout: float = 10.0) -> Client:
     """A ``distributed.Client`` for the scheduler at ``address``; ``InvalidParameterError('scheduler', ...)`` if the
     address cannot be parsed or no Dask scheduler answers there within ``timeout`` seconds."""
-    distributed = _import_distributed()
+    client_cls = _import_distributed()
     if not isinstance(address, str) or not address.strip():
         raise InvalidParameterError("scheduler", "must be a Dask scheduler address such as tcp://host:8786", address)
     if not (isinstance(timeout, (int, float)) and timeout > 0):
         raise InvalidParameterError("timeout", "must be a number of seconds > 0", timeout)
     import asyncio
 
-    from distributed.comm import connect as comm_connect
     from distributed.comm.addressing import parse_address, parse_host_port
+    from distributed.comm.core import connect as comm_connect
     from distributed.comm.registry import get_backend
 
     try:
@@ -106,7 +122,7 @@ def connect(address: str, timeout: float = 10.0):
     except (ValueError, TypeError) as e:
         raise InvalidParameterError("scheduler", f"is not a Dask scheduler address ({e})", address) from None
 
-    async def probe():
+    async def probe() -> None:
         comm = await comm_connect(address, timeout=timeout)
         await comm.close()
 
@@ -116,21 +132,25 @@ def connect(address: str, timeout: float = 10.0):
         asyncio.run(probe())
     except Exception as e:  # noqa: BLE001 - anything the transport raises means: no scheduler there
         msg = str(e).splitlines()[0][:160] if str(e) else type(e).__name__
-        raise InvalidParameterError("scheduler", f"no Dask scheduler answered at this address within {timeout:g} s "
-                                    f"({msg})", address) from None
+        raise InvalidParameterError(
+            "scheduler", f"no Dask scheduler answered at this address within {timeout:g} s ({msg})", address
+        ) from None
     try:
-        return distributed.Client(address, timeout=timeout, set_as_default=False)
+        return client_cls(address, timeout=timeout, set_as_default=False)
     except Exception as e:  # noqa: BLE001
-        raise InvalidParameterError("scheduler", f"could not connect a Dask client ({type(e).__name__}: {e})",
-                                    address) from None
+        raise InvalidParameterError(
+            "scheduler", f"could not connect a Dask client ({type(e).__name__}: {e})", address
+        ) from None
 
 
-def _prove_dask(pk: ProvingKey, witnesses: Sequence[Sequence[int]], scheduler, timeout: float) -> list[Proof]:
-    distributed = _import_distributed()
-    if isinstance(scheduler, distributed.Client):
+def _prove_dask(
+    pk: ProvingKey, witnesses: Sequence[Sequence[int]], scheduler: str | Client, timeout: float
+) -> list[Proof]:
+    client_cls = _import_distributed()
+    if isinstance(scheduler, client_cls):
         client, own = scheduler, False
     else:
-        client, own = connect(scheduler, timeout), True
+        client, own = connect(cast(str, scheduler), timeout), True  # not a Client (client_cls is Client): an address
     try:
         if not witnesses:
             return []
@@ -138,7 +158,7 @@ def _prove_dask(pk: ProvingKey, witnesses: Sequence[Sequence[int]], scheduler, t
         ws = client.scatter([list(w) for w in witnesses], hash=False)
         futures = client.map(_prove_with_key, ws, pk=key, pure=False)
         try:
-            return client.gather(futures)
+            return cast("list[Proof]", client.gather(futures))  # one Proof per witness, in order
         finally:
             client.cancel([*futures, *ws, key])
     finally:

@@ -7,28 +7,60 @@ share one modular inversion (Montgomery's trick), so an addition costs ~6 multip
 scalars 1 are summed directly, and signed window digits halve the number of buckets.
 
 py-ecc's ``optimized_bn128`` is the reference these functions (and ``pairing`` / ``verify``) are tested against
-(tests/test_zk_curve.py).
+(tests/zk/test_zk_curve.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Literal, TypeAlias, cast, overload
 
 from dprag.zk.field import R
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
 
 Q = 21888242871839275222246405745257275088696311157297823662689037894645226208583
 """Base field modulus of BN254."""
 
 G1_GEN = (1, 2)
 G2_GEN = (
-    (10857046999023057135944570762232829481370756359578518086990519993285655852781,
-     11559732032986387107991004021392285783925812861821192530917403151452391805634),
-    (8495653923123431417604973247489272438418190587263600148770280649306958101930,
-     4082367875863433681332203403145435568316851327593401208105741076214120093531),
+    (
+        10857046999023057135944570762232829481370756359578518086990519993285655852781,
+        11559732032986387107991004021392285783925812861821192530917403151452391805634,
+    ),
+    (
+        8495653923123431417604973247489272438418190587263600148770280649306958101930,
+        4082367875863433681332203403145435568316851327593401208105741076214120093531,
+    ),
 )
 B1 = 3
-B2 = (19485874751759354771024239261021720505790618469301721065564631296452457478373,
-      266929791119991161246907387137283842545076965332900288569378510910307636690)  # 3 / (9 + u)
+B2 = (
+    19485874751759354771024239261021720505790618469301721065564631296452457478373,
+    266929791119991161246907387137283842545076965332900288569378510910307636690,
+)  # 3 / (9 + u)
+
+Fq2: TypeAlias = tuple[int, int]  # a + b u as (a, b)
+G1Affine: TypeAlias = tuple[int, int]
+G2Affine: TypeAlias = tuple[Fq2, Fq2]
+G1Point: TypeAlias = G1Affine | None  # None: the point at infinity
+G2Point: TypeAlias = G2Affine | None
+G1Jac: TypeAlias = tuple[int, int, int]
+G2Jac: TypeAlias = tuple[Fq2, Fq2, Fq2]
+# Either group, for the MSM code shared by G1 and G2: a ``g2`` flag names the group, and the points of one call
+# all belong to it (the group operations picked by the flag are cast to these signatures).
+AnyAffine: TypeAlias = G1Affine | G2Affine
+AnyPoint: TypeAlias = AnyAffine | None
+AnyJac: TypeAlias = G1Jac | G2Jac
+PointNeg: TypeAlias = Callable[[AnyAffine], AnyAffine]
+PointAdd: TypeAlias = Callable[[AnyPoint, AnyPoint], AnyPoint]
+AddPairs: TypeAlias = Callable[[Sequence[AnyPoint], Sequence[AnyPoint]], list[AnyPoint]]
+ReduceBuckets: TypeAlias = Callable[[list[list[AnyAffine]]], list[AnyPoint]]
+JacAdd: TypeAlias = Callable[[AnyJac, AnyJac], AnyJac]
+JacDouble: TypeAlias = Callable[[AnyJac], AnyJac]
+ToJac: TypeAlias = Callable[[AnyPoint], AnyJac]
+FromJac: TypeAlias = Callable[[AnyJac], AnyPoint]
 
 
 class no_gc:
@@ -37,14 +69,14 @@ class no_gc:
     time here). Nothing they build holds a reference cycle; memory is freed by reference counting as usual. The
     collector is re-enabled on exit only if it was enabled on entry."""
 
-    def __enter__(self):
+    def __enter__(self) -> no_gc:
         import gc
 
         self._was = gc.isenabled()
         gc.disable()
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> Literal[False]:
         import gc
 
         if self._was:
@@ -53,15 +85,15 @@ class no_gc:
 
 
 # ---------------------------------------------------------------- F_q2
-def f2_add(a, b):
+def f2_add(a: Fq2, b: Fq2) -> Fq2:
     return ((a[0] + b[0]) % Q, (a[1] + b[1]) % Q)
 
 
-def f2_sub(a, b):
+def f2_sub(a: Fq2, b: Fq2) -> Fq2:
     return ((a[0] - b[0]) % Q, (a[1] - b[1]) % Q)
 
 
-def f2_mul(a, b):
+def f2_mul(a: Fq2, b: Fq2) -> Fq2:
     a0, a1 = a
     b0, b1 = b
     t0 = a0 * b0
@@ -69,30 +101,30 @@ def f2_mul(a, b):
     return ((t0 - t1) % Q, ((a0 + a1) * (b0 + b1) - t0 - t1) % Q)
 
 
-def f2_sqr(a):
+def f2_sqr(a: Fq2) -> Fq2:
     a0, a1 = a
     return ((a0 + a1) * (a0 - a1) % Q, 2 * a0 * a1 % Q)
 
 
-def f2_inv(a):
+def f2_inv(a: Fq2) -> Fq2:
     a0, a1 = a
     t = pow(a0 * a0 + a1 * a1, -1, Q)
     return (a0 * t % Q, -a1 * t % Q)
 
 
-def f2_neg(a):
+def f2_neg(a: Fq2) -> Fq2:
     return (-a[0] % Q, -a[1] % Q)
 
 
 # ---------------------------------------------------------------- membership
-def g1_on_curve(p) -> bool:
+def g1_on_curve(p: G1Point) -> bool:
     if p is None:
         return True
     x, y = p
     return 0 <= x < Q and 0 <= y < Q and (y * y - x * x * x - B1) % Q == 0
 
 
-def g2_on_curve(p) -> bool:
+def g2_on_curve(p: G2Point) -> bool:
     if p is None:
         return True
     x, y = p
@@ -101,7 +133,7 @@ def g2_on_curve(p) -> bool:
     return f2_sub(f2_sqr(y), f2_add(f2_mul(f2_sqr(x), x), B2)) == (0, 0)
 
 
-def g2_in_subgroup(p) -> bool:
+def g2_in_subgroup(p: G2Point) -> bool:
     """r * P == O (G2 has a large cofactor, so on-curve points need this check; G1's cofactor is 1)."""
     return p is None or g2_mul(p, R) is None
 
@@ -110,11 +142,11 @@ def g2_in_subgroup(p) -> bool:
 G1_INF_J = (1, 1, 0)
 
 
-def g1_to_jac(p):
+def g1_to_jac(p: G1Point) -> G1Jac:
     return G1_INF_J if p is None else (p[0], p[1], 1)
 
 
-def g1_from_jac(p):
+def g1_from_jac(p: G1Jac) -> G1Point:
     X, Y, Z = p
     if Z % Q == 0:
         return None
@@ -123,7 +155,7 @@ def g1_from_jac(p):
     return (X * zi2 % Q, Y * zi2 * zi % Q)
 
 
-def g1_jdouble(p):
+def g1_jdouble(p: G1Jac) -> G1Jac:
     X, Y, Z = p
     if Z == 0 or Y == 0:
         return G1_INF_J
@@ -139,7 +171,7 @@ def g1_jdouble(p):
     return (X3, Y3, Z3)
 
 
-def g1_jadd(p, q):
+def g1_jadd(p: G1Jac, q: G1Jac) -> G1Jac:
     X1, Y1, Z1 = p
     X2, Y2, Z2 = q
     if Z1 == 0:
@@ -157,7 +189,7 @@ def g1_jadd(p, q):
             return g1_jdouble(p)
         return G1_INF_J
     H = (U2 - U1) % Q
-    I = 4 * H * H % Q
+    I = 4 * H * H % Q  # noqa: E741 - the name of the published addition formula (EFD add-2007-bl)
     J = H * I % Q
     r = 2 * (S2 - S1) % Q
     V = U1 * I % Q
@@ -167,15 +199,19 @@ def g1_jadd(p, q):
     return (X3, Y3, Z3)
 
 
-def g1_add(p, q):
+def g1_add(p: G1Point, q: G1Point) -> G1Point:
     return g1_from_jac(g1_jadd(g1_to_jac(p), g1_to_jac(q)))
 
 
-def g1_neg(p):
+@overload
+def g1_neg(p: None) -> None: ...
+@overload
+def g1_neg(p: G1Affine) -> G1Affine: ...
+def g1_neg(p: G1Point) -> G1Point:
     return None if p is None else (p[0], -p[1] % Q)
 
 
-def g1_mul(p, k: int):
+def g1_mul(p: G1Point, k: int) -> G1Point:
     k %= R
     acc = G1_INF_J
     base = g1_to_jac(p)
@@ -190,11 +226,11 @@ def g1_mul(p, k: int):
 G2_INF_J = ((1, 0), (1, 0), (0, 0))
 
 
-def g2_to_jac(p):
+def g2_to_jac(p: G2Point) -> G2Jac:
     return G2_INF_J if p is None else (p[0], p[1], (1, 0))
 
 
-def g2_from_jac(p):
+def g2_from_jac(p: G2Jac) -> G2Point:
     X, Y, Z = p
     if Z == (0, 0):
         return None
@@ -203,7 +239,7 @@ def g2_from_jac(p):
     return (f2_mul(X, zi2), f2_mul(Y, f2_mul(zi2, zi)))
 
 
-def g2_jdouble(p):
+def g2_jdouble(p: G2Jac) -> G2Jac:
     X, Y, Z = p
     if Z == (0, 0) or Y == (0, 0):
         return G2_INF_J
@@ -223,7 +259,7 @@ def g2_jdouble(p):
     return (X3, Y3, Z3)
 
 
-def g2_jadd(p, q):
+def g2_jadd(p: G2Jac, q: G2Jac) -> G2Jac:
     X1, Y1, Z1 = p
     X2, Y2, Z2 = q
     if Z1 == (0, 0):
@@ -242,7 +278,7 @@ def g2_jadd(p, q):
         return G2_INF_J
     H = f2_sub(U2, U1)
     H2 = f2_add(H, H)
-    I = f2_sqr(H2)
+    I = f2_sqr(H2)  # noqa: E741 - the name of the published addition formula (EFD add-2007-bl)
     J = f2_mul(H, I)
     rr = f2_sub(S2, S1)
     rr = f2_add(rr, rr)
@@ -254,15 +290,19 @@ def g2_jadd(p, q):
     return (X3, Y3, Z3)
 
 
-def g2_add(p, q):
+def g2_add(p: G2Point, q: G2Point) -> G2Point:
     return g2_from_jac(g2_jadd(g2_to_jac(p), g2_to_jac(q)))
 
 
-def g2_neg(p):
+@overload
+def g2_neg(p: None) -> None: ...
+@overload
+def g2_neg(p: G2Affine) -> G2Affine: ...
+def g2_neg(p: G2Point) -> G2Point:
     return None if p is None else (p[0], f2_neg(p[1]))
 
 
-def g2_mul(p, k: int):
+def g2_mul(p: G2Point, k: int) -> G2Point:
     """k * P for any non-negative k (not reduced mod r, so the subgroup check can use k = r)."""
     acc = G2_INF_J
     base = g2_to_jac(p)
@@ -274,13 +314,13 @@ def g2_mul(p, k: int):
 
 
 # ---------------------------------------------------------------- batched affine additions
-def _g1_add_pairs(ps: list, qs: list) -> list:
+def _g1_add_pairs(ps: Sequence[G1Point], qs: Sequence[G1Point]) -> list[G1Point]:
     """[p + q for p, q in zip(ps, qs)] in affine G1 with one shared inversion (None = infinity)."""
     q_ = Q
-    out = [None] * len(ps)
-    idx = []
-    dens = []
-    for i, (p, r) in enumerate(zip(ps, qs)):
+    out: list[G1Point] = [None] * len(ps)
+    idx: list[int] = []
+    dens: list[int] = []
+    for i, (p, r) in enumerate(zip(ps, qs, strict=False)):
         if p is None:
             out[i] = r
         elif r is None:
@@ -293,9 +333,9 @@ def _g1_add_pairs(ps: list, qs: list) -> list:
     if not idx:
         return out
     invs = _batch_inv_q(dens)
-    for i, dinv in zip(idx, invs):
-        x1, y1 = ps[i]
-        x2, y2 = qs[i]
+    for i, dinv in zip(idx, invs, strict=False):
+        x1, y1 = cast("G1Affine", ps[i])  # idx holds the pairs of two finite points
+        x2, y2 = cast("G1Affine", qs[i])
         lam = (y2 - y1) * dinv % q_
         x3 = (lam * lam - x1 - x2) % q_
         out[i] = (x3, (lam * (x1 - x3) - y1) % q_)
@@ -318,15 +358,15 @@ def _batch_inv_q(dens: list[int]) -> list[int]:
     return out
 
 
-def _g1_reduce_buckets(buckets: list[list]) -> list:
+def _g1_reduce_buckets(buckets: list[list[G1Affine]]) -> list[G1Point]:
     """Sum every list of affine G1 points; all additions of a round share one inversion (Montgomery's trick).
     Returns one point (or None) per bucket. The lists are consumed."""
     q_ = Q
     active = [i for i, lst in enumerate(buckets) if len(lst) > 1]
     while active:
-        pend = []
-        dens = []
-        nxt = []
+        pend: list[tuple[int, int, int, int, list[G1Affine]]] = []
+        dens: list[int] = []
+        nxt: list[int] = []
         pa = pend.append
         da = dens.append
         for bi in active:
@@ -337,7 +377,7 @@ def _g1_reduce_buckets(buckets: list[list]) -> list:
             if n > 2:
                 nxt.append(bi)
             it = iter(lst)
-            for (x1, y1), (x2, y2) in zip(it, it):
+            for (x1, y1), (x2, y2) in zip(it, it, strict=False):
                 if x1 != x2:
                     pa((x1, y1, x2, y2, keep))
                     da(x2 - x1)
@@ -364,14 +404,14 @@ def _g1_reduce_buckets(buckets: list[list]) -> list:
     return [lst[0] if lst else None for lst in buckets]
 
 
-def _g2_add_pairs(ps: list, qs: list) -> list:
+def _g2_add_pairs(ps: Sequence[G2Point], qs: Sequence[G2Point]) -> list[G2Point]:
     """[p + q for p, q in zip(ps, qs)] in affine G2 with one shared F_q inversion (of the norms of the x
     differences: 1 / (a + b u) = (a - b u) / (a^2 + b^2))."""
     q_ = Q
-    out = [None] * len(ps)
-    idx = []
-    norms = []
-    for i, (p, r) in enumerate(zip(ps, qs)):
+    out: list[G2Point] = [None] * len(ps)
+    idx: list[int] = []
+    norms: list[int] = []
+    for i, (p, r) in enumerate(zip(ps, qs, strict=False)):
         if p is None:
             out[i] = r
         elif r is None:
@@ -385,31 +425,31 @@ def _g2_add_pairs(ps: list, qs: list) -> list:
             out[i] = g2_add(p, r)
     if not idx:
         return out
-    for i, ninv in zip(idx, _batch_inv_q(norms)):
-        x1, y1 = ps[i]
-        x2, y2 = qs[i]
+    for i, ninv in zip(idx, _batch_inv_q(norms), strict=False):
+        x1, y1 = cast("G2Affine", ps[i])  # idx holds the pairs of two finite points
+        x2, y2 = cast("G2Affine", qs[i])
         d0 = x2[0] - x1[0]
         d1 = x2[1] - x1[1]
         out[i] = _g2_affine_finish(x1, y1, x2, y2, (d0 * ninv % q_, -d1 * ninv % q_))
     return out
 
 
-def _batch_inv_q2(dens: list) -> list:
+def _batch_inv_q2(dens: list[Fq2]) -> list[Fq2]:
     m = len(dens)
-    prefix = [None] * m
+    prefix: list[Fq2] = [(0, 0)] * m  # every entry is written before it is read
     acc = (1, 0)
     for i in range(m):
         prefix[i] = acc
         acc = f2_mul(acc, dens[i])
     acc = f2_inv(acc)
-    out = [None] * m
+    out: list[Fq2] = [(0, 0)] * m
     for i in range(m - 1, -1, -1):
         out[i] = f2_mul(acc, prefix[i])
         acc = f2_mul(acc, dens[i])
     return out
 
 
-def _g2_affine_finish(x1, y1, x2, y2, dinv):
+def _g2_affine_finish(x1: Fq2, y1: Fq2, x2: Fq2, y2: Fq2, dinv: Fq2) -> G2Affine:
     q_ = Q
     n0 = y2[0] - y1[0]
     n1 = y2[1] - y1[1]
@@ -427,15 +467,15 @@ def _g2_affine_finish(x1, y1, x2, y2, dinv):
     return ((x30, x31), ((t0 - t1 - y1[0]) % q_, ((l0 + l1) * (e0 + e1) - t0 - t1 - y1[1]) % q_))
 
 
-def _g2_reduce_buckets(buckets: list[list]) -> list:
+def _g2_reduce_buckets(buckets: list[list[G2Affine]]) -> list[G2Point]:
     """As ``_g1_reduce_buckets`` over F_q2: 1 / (a + b u) = (a - b u) / (a^2 + b^2), so the shared inversion is of
     the F_q norms."""
     q_ = Q
     active = [i for i, lst in enumerate(buckets) if len(lst) > 1]
     while active:
-        pend = []
-        norms = []
-        nxt = []
+        pend: list[tuple[G2Affine, G2Affine, int, int, list[G2Affine]]] = []
+        norms: list[int] = []
+        nxt: list[int] = []
         pa = pend.append
         na = norms.append
         for bi in active:
@@ -446,7 +486,7 @@ def _g2_reduce_buckets(buckets: list[list]) -> list:
             if n > 2:
                 nxt.append(bi)
             it = iter(lst)
-            for p, r in zip(it, it):
+            for p, r in zip(it, it, strict=False):
                 x1 = p[0]
                 x2 = r[0]
                 if x1 != x2:
@@ -496,29 +536,31 @@ def _window_bits(n: int) -> int:
     running sums, times ceil(255 / c) windows (2^(c-1) buckets: signed digits)."""
     import math
 
-    best = None
+    best: tuple[float, int] | None = None
     for c in range(2, 17):
         b = 1 << (c - 1)
         cost = -(-255 // c) * (n - b * (1 - math.exp(-n / b)) + 2 * b)
         if best is None or cost < best[0]:
             best = (cost, c)
-    return best[1]
+    return cast("tuple[float, int]", best)[1]  # set by the first iteration
 
 
 def _n_windows(c: int) -> int:
     return 254 // c + 2  # scalars < 2^254, plus the carry of the top signed digit
 
 
-def _msm_prep(points: Sequence, scalars: Sequence[int], g2: bool):
+def _msm_prep(
+    points: Sequence[AnyPoint], scalars: Sequence[int], g2: bool
+) -> tuple[list[AnyAffine], list[AnyAffine], list[int], int]:
     """Drop scalars 0 (and points at infinity); collect points with scalar 1 or -1 (summed without buckets).
     Returns (ones, pts, scs, c)."""
-    neg = g2_neg if g2 else g1_neg
-    ones = []
-    pts = []
-    scs = []
+    neg = cast(PointNeg, g2_neg if g2 else g1_neg)
+    ones: list[AnyAffine] = []
+    pts: list[AnyAffine] = []
+    scs: list[int] = []
     r_ = R
     rm1 = R - 1
-    for p, s in zip(points, scalars):
+    for p, s in zip(points, scalars, strict=False):
         if p is None:
             continue
         if not 0 <= s < r_:
@@ -534,7 +576,7 @@ def _msm_prep(points: Sequence, scalars: Sequence[int], g2: bool):
     return ones, pts, scs, _window_bits(len(pts))
 
 
-def _signed_digits(scs: Sequence[int], c: int, lo: int, hi: int):
+def _signed_digits(scs: Sequence[int], c: int, lo: int, hi: int) -> npt.NDArray[np.int64]:
     """Signed c-bit digits (in (-2^(c-1), 2^(c-1)]) of windows lo..hi-1 of every scalar, as an int64 array
     (len(scs), hi - lo). The digits of windows >= lo are recoded from s >> (c lo) plus the carry out of the lower
     windows, which is 1 exactly when s mod 2^(c lo) > sum_{j < lo} 2^(c-1) 2^(c j) (the largest value the lower
@@ -554,7 +596,7 @@ def _signed_digits(scs: Sequence[int], c: int, lo: int, hi: int):
     else:
         vals = [s & top for s in scs]  # windows >= hi belong to another range
     raw = np.frombuffer(b"".join(v.to_bytes(nbytes, "little") for v in vals), dtype=np.uint8)
-    bits = np.unpackbits(raw.reshape(len(scs), nbytes), axis=1, bitorder="little")[:, :nw * c]
+    bits = np.unpackbits(raw.reshape(len(scs), nbytes), axis=1, bitorder="little")[:, : nw * c]
     windows = bits.reshape(len(scs), nw, c).astype(np.int64) @ (1 << np.arange(c, dtype=np.int64))
     digits = np.empty_like(windows)
     carry = np.zeros(len(scs), dtype=np.int64)
@@ -565,7 +607,9 @@ def _signed_digits(scs: Sequence[int], c: int, lo: int, hi: int):
     return digits
 
 
-def _buckets(pts: Sequence, scs: Sequence[int], neg, c: int, lo: int, hi: int) -> list[list]:
+def _buckets(
+    pts: Sequence[AnyAffine], scs: Sequence[int], neg: PointNeg, c: int, lo: int, hi: int
+) -> list[list[AnyAffine]]:
     """Bucket lists of windows lo..hi-1: list (w - lo) * 2^(c-1) + |digit| - 1 holds the points whose digit in
     window w is +-|digit| (negated for negative digits). Bucketing by a stable sort of (bucket, point) pairs."""
     import numpy as np
@@ -579,14 +623,14 @@ def _buckets(pts: Sequence, scs: Sequence[int], neg, c: int, lo: int, hi: int) -
     bucket = nz_w * half + np.abs(d) - 1
     order = np.argsort(bucket, kind="stable")
     neg_pt = d < 0
-    sel = (nz_pt + n * neg_pt)[order].tolist()
+    sel: list[int] = (nz_pt + n * neg_pt)[order].tolist()
     has_neg = np.zeros(n, dtype=bool)
     has_neg[nz_pt[neg_pt]] = True
     negs = {i: neg(pts[i]) for i in np.nonzero(has_neg)[0].tolist()}
     both = list(pts) + [negs.get(i) for i in range(n)]
-    flat = [both[i] for i in sel]
-    ends = np.cumsum(np.bincount(bucket, minlength=nw * half)).tolist()
-    out = []
+    flat = cast("list[AnyAffine]", [both[i] for i in sel])  # sel picks only points and their negations
+    ends: list[int] = np.cumsum(np.bincount(bucket, minlength=nw * half)).tolist()
+    out: list[list[AnyAffine]] = []
     a = 0
     for e in ends:
         out.append(flat[a:e])
@@ -594,16 +638,18 @@ def _buckets(pts: Sequence, scs: Sequence[int], neg, c: int, lo: int, hi: int) -
     return out
 
 
-def _msm_windows(pts: Sequence, scs: Sequence[int], g2: bool, c: int, lo: int, hi: int):
+def _msm_windows(pts: Sequence[AnyAffine], scs: Sequence[int], g2: bool, c: int, lo: int, hi: int) -> AnyJac:
     """sum_{lo <= w < hi} 2^(c w) T_w (Jacobian), T_w = sum_i digit_w(s_i) P_i with signed c-bit digits in
     (-2^(c-1), 2^(c-1)]. The digits of windows >= lo are recoded from s >> (c lo) plus the carry out of the lower
     windows, which is 1 exactly when s mod 2^(c lo) > sum_{j < lo} 2^(c-1) 2^(c j) (the largest value the lower
     signed digits can represent), so a window range needs no pass over the lower windows."""
-    neg = g2_neg if g2 else g1_neg
-    reduce = _g2_reduce_buckets if g2 else _g1_reduce_buckets
-    add_pairs = _g2_add_pairs if g2 else _g1_add_pairs
-    jadd, jdouble, to_jac, inf = ((g2_jadd, g2_jdouble, g2_to_jac, G2_INF_J) if g2 else
-                                  (g1_jadd, g1_jdouble, g1_to_jac, G1_INF_J))
+    neg = cast(PointNeg, g2_neg if g2 else g1_neg)
+    reduce = cast(ReduceBuckets, _g2_reduce_buckets if g2 else _g1_reduce_buckets)
+    add_pairs = cast(AddPairs, _g2_add_pairs if g2 else _g1_add_pairs)
+    jadd, jdouble, to_jac, inf = cast(
+        "tuple[JacAdd, JacDouble, ToJac, AnyJac]",
+        (g2_jadd, g2_jdouble, g2_to_jac, G2_INF_J) if g2 else (g1_jadd, g1_jdouble, g1_to_jac, G1_INF_J),
+    )
     half = 1 << (c - 1)
     nw = hi - lo
     shift = c * lo
@@ -616,18 +662,18 @@ def _msm_windows(pts: Sequence, scs: Sequence[int], g2: bool, c: int, lo: int, h
     m = 1 << ((c - 1) // 2)
     seg = half // m
     width = nw * m
-    running = [None] * width
-    accs = [None] * width
+    running: list[AnyPoint] = [None] * width
+    accs: list[AnyPoint] = [None] * width
     base = [w * half + j * seg - 1 for w in range(nw) for j in range(m)]
     for t in range(seg, 0, -1):
         running = add_pairs(running, [sums[b + t] for b in base])
         accs = add_pairs(accs, running)
-    r2 = [None] * nw
-    a2 = [None] * nw
+    r2: list[AnyPoint] = [None] * nw
+    a2: list[AnyPoint] = [None] * nw
     for j in range(m - 1, 0, -1):
         r2 = add_pairs(r2, running[j::m])
         a2 = add_pairs(a2, r2)
-    inner = reduce([[p for p in accs[w * m:(w + 1) * m] if p is not None] for w in range(nw)])
+    inner = reduce([[p for p in accs[w * m : (w + 1) * m] if p is not None] for w in range(nw)])
     k = seg.bit_length() - 1  # seg = 2^k
     total = inf
     for w in range(nw - 1, -1, -1):
@@ -645,36 +691,40 @@ def _msm_windows(pts: Sequence, scs: Sequence[int], g2: bool, c: int, lo: int, h
     return total
 
 
-def _msm(points: Sequence, scalars: Sequence[int], g2: bool):
+def _msm(points: Sequence[AnyPoint], scalars: Sequence[int], g2: bool) -> AnyPoint:
     ones, pts, scs, c = _msm_prep(points, scalars, g2)
-    reduce = _g2_reduce_buckets if g2 else _g1_reduce_buckets
-    jadd, to_jac, from_jac, inf = ((g2_jadd, g2_to_jac, g2_from_jac, G2_INF_J) if g2 else
-                                   (g1_jadd, g1_to_jac, g1_from_jac, G1_INF_J))
+    reduce = cast(ReduceBuckets, _g2_reduce_buckets if g2 else _g1_reduce_buckets)
+    jadd, to_jac, from_jac, inf = cast(
+        "tuple[JacAdd, ToJac, FromJac, AnyJac]",
+        (g2_jadd, g2_to_jac, g2_from_jac, G2_INF_J) if g2 else (g1_jadd, g1_to_jac, g1_from_jac, G1_INF_J),
+    )
     result = to_jac(reduce([ones])[0]) if ones else inf
     if not pts:
         return from_jac(result)
     return from_jac(jadd(_msm_windows(pts, scs, g2, c, 0, _n_windows(c)), result))
 
 
-def g1_msm(points: Sequence, scalars: Sequence[int]):
+def g1_msm(points: Sequence[G1Point], scalars: Sequence[int]) -> G1Point:
     """sum_i scalars[i] * points[i] over G1 (affine in, affine out)."""
-    return _msm(points, scalars, g2=False)
+    return cast("G1Point", _msm(points, scalars, g2=False))
 
 
-def g2_msm(points: Sequence, scalars: Sequence[int]):
-    return _msm(points, scalars, g2=True)
+def g2_msm(points: Sequence[G2Point], scalars: Sequence[int]) -> G2Point:
+    return cast("G2Point", _msm(points, scalars, g2=True))
 
 
-_MSM_JOBS: list = []  # (g2, pts, scs, c) per MSM of the current msm_many call: inherited by forked workers
+_MSM_JOBS: list[
+    tuple[bool, list[AnyAffine], list[int], int]
+] = []  # (g2, pts, scs, c) per MSM of the current msm_many call: inherited by forked workers
 
 
-def _msm_unit(unit):
+def _msm_unit(unit: tuple[int, int, int]) -> AnyPoint:
     ti, lo, hi = unit
     g2, pts, scs, c = _MSM_JOBS[ti]
-    return (g2_from_jac if g2 else g1_from_jac)(_msm_windows(pts, scs, g2, c, lo, hi))
+    return cast(FromJac, g2_from_jac if g2 else g1_from_jac)(_msm_windows(pts, scs, g2, c, lo, hi))
 
 
-def msm_many(tasks: list[tuple[str, Sequence, Sequence[int]]], workers: int = 1) -> list:
+def msm_many(tasks: list[tuple[str, Sequence[AnyPoint], Sequence[int]]], workers: int = 1) -> list[AnyPoint]:
     """Run several MSMs (("g1"|"g2", points, scalars) each), split across ``workers`` processes.
 
     Each MSM is cut into ranges of windows (no work is repeated: every range has its own buckets and running
@@ -688,10 +738,10 @@ def msm_many(tasks: list[tuple[str, Sequence, Sequence[int]]], workers: int = 1)
     import multiprocessing as mp
 
     global _MSM_JOBS
-    jobs = []
-    ones = []
-    units = []
-    costs = []
+    jobs: list[tuple[bool, list[AnyAffine], list[int], int]] = []
+    ones: list[list[AnyAffine]] = []
+    units: list[tuple[int, int, int]] = []
+    costs: list[int] = []
     for ti, (kind, points, scalars) in enumerate(tasks):
         g2 = kind == "g2"
         o, pts, scs, c = _msm_prep(points, scalars, g2)
@@ -705,26 +755,34 @@ def msm_many(tasks: list[tuple[str, Sequence, Sequence[int]]], workers: int = 1)
             costs.append(wcost * (hi - lo))
     total = sum(costs)
     order = sorted(range(len(units)), key=lambda i: -costs[i])
-    out: list = [None] * len(tasks)
+    out: list[AnyPoint] = [None] * len(tasks)
     _MSM_JOBS = jobs
     try:
         if total:
             with cf.ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("fork")) as ex:
                 futs = [(units[i][0], ex.submit(_msm_unit, units[i])) for i in order if costs[i]]
                 # the 0 / 1 / -1 scalars' points are summed here meanwhile
-                sums = [(_g2_reduce_buckets if tasks[ti][0] == "g2" else _g1_reduce_buckets)([o])[0] if o else None
-                        for ti, o in enumerate(ones)]
+                sums = [
+                    cast(ReduceBuckets, _g2_reduce_buckets if tasks[ti][0] == "g2" else _g1_reduce_buckets)([o])[0]
+                    if o
+                    else None
+                    for ti, o in enumerate(ones)
+                ]
                 parts = [(ti, f.result()) for ti, f in futs]
         else:
-            sums = [(_g2_reduce_buckets if tasks[ti][0] == "g2" else _g1_reduce_buckets)([o])[0] if o else None
-                    for ti, o in enumerate(ones)]
+            sums = [
+                cast(ReduceBuckets, _g2_reduce_buckets if tasks[ti][0] == "g2" else _g1_reduce_buckets)([o])[0]
+                if o
+                else None
+                for ti, o in enumerate(ones)
+            ]
             parts = []
     finally:
         _MSM_JOBS = []
     for ti, s in enumerate(sums):
         out[ti] = s
     for ti, part in parts:
-        out[ti] = (g2_add if tasks[ti][0] == "g2" else g1_add)(out[ti], part)
+        out[ti] = cast(PointAdd, g2_add if tasks[ti][0] == "g2" else g1_add)(out[ti], part)
     return out
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from dprag.accounting.errors import InvalidParameterError
+from dprag.errors import InvalidParameterError
 
 R = 21888242871839275222246405745257275088548364400416034343698204186575808495617
 """Order of the BN254 groups G1, G2 (the scalar field modulus, snarkjs's ``r``)."""

@@ -40,15 +40,15 @@ def _reduce(prod: list[int]) -> list[int]:
     return [x % Q for x in prod[:12]]
 
 
-def add(a, b):
-    return [(x + y) % Q for x, y in zip(a, b)]
+def add(a: list[int], b: list[int]) -> list[int]:
+    return [(x + y) % Q for x, y in zip(a, b, strict=False)]
 
 
-def sub(a, b):
-    return [(x - y) % Q for x, y in zip(a, b)]
+def sub(a: list[int], b: list[int]) -> list[int]:
+    return [(x - y) % Q for x, y in zip(a, b, strict=False)]
 
 
-def neg(a):
+def neg(a: list[int]) -> list[int]:
     return [-x % Q for x in a]
 
 
@@ -79,7 +79,7 @@ def frob(f: list[int], k: int) -> list[int]:
                 tab = [frob(t, 1) for t in tab]
         _FROB[k] = tab
     out = [0] * 12
-    for ci, t in zip(f, tab):
+    for ci, t in zip(f, tab, strict=False):
         if ci:
             for j in range(12):
                 out[j] += ci * t[j]

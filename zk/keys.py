@@ -10,15 +10,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from dprag.zk.curve import G1Point, G2Point
+
 
 @dataclass
 class VerifyingKey:
-    alpha1: tuple
-    beta2: tuple
-    gamma2: tuple
-    delta2: tuple
-    ic: list  # n_public + 1 G1 points
-    _alphabeta: list | None = field(default=None, repr=False, compare=False)  # cached e(alpha, beta) (zk.fq12)
+    alpha1: G1Point
+    beta2: G2Point
+    gamma2: G2Point
+    delta2: G2Point
+    ic: list[G1Point]  # n_public + 1 G1 points
+    _alphabeta: list[int] | None = field(default=None, repr=False, compare=False)  # cached e(alpha, beta) (zk.fq12)
 
     @property
     def n_public(self) -> int:
@@ -30,29 +32,30 @@ class ProvingKey:
     n_vars: int
     n_public: int
     domain_size: int
-    alpha1: tuple
-    beta1: tuple
-    beta2: tuple
-    gamma2: tuple
-    delta1: tuple
-    delta2: tuple
-    ic: list
-    a_rows: list  # per QAP row (domain point): list of (signal, coeff) -- A matrix incl. public-input rows
-    b_rows: list
-    a_points: list
-    b1_points: list
-    b2_points: list
-    c_points: list  # n_vars - n_public - 1
-    h_points: list  # domain_size
+    alpha1: G1Point
+    beta1: G1Point
+    beta2: G2Point
+    gamma2: G2Point
+    delta1: G1Point
+    delta2: G2Point
+    ic: list[G1Point]
+    a_rows: list[list[tuple[int, int]]]  # per QAP row (domain point): list of (signal, coeff) -- A matrix incl.
+    b_rows: list[list[tuple[int, int]]]  # public-input rows
+    a_points: list[G1Point]
+    b1_points: list[G1Point]
+    b2_points: list[G2Point]
+    c_points: list[G1Point]  # n_vars - n_public - 1
+    h_points: list[G1Point]  # domain_size
     development: bool = False  # True when made by dprag's development setup (toxic waste was known)
 
     def verifying_key(self) -> VerifyingKey:
-        return VerifyingKey(alpha1=self.alpha1, beta2=self.beta2, gamma2=self.gamma2, delta2=self.delta2,
-                            ic=list(self.ic))
+        return VerifyingKey(
+            alpha1=self.alpha1, beta2=self.beta2, gamma2=self.gamma2, delta2=self.delta2, ic=list(self.ic)
+        )
 
 
 @dataclass(frozen=True)
 class Proof:
-    a: tuple  # G1
-    b: tuple  # G2
-    c: tuple  # G1
+    a: G1Point
+    b: G2Point
+    c: G1Point

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dprag.accounting.errors import InvalidParameterError
+from dprag.errors import InvalidParameterError
 from dprag.zk.field import R, root_of_unity
 
 _TWIDDLES: dict[int, list[int]] = {}
@@ -45,26 +45,29 @@ def ntt(coeffs: list[int], inverse: bool = False) -> list[int]:
     half = 1
     while half < n:
         step = n // (2 * half)
-        tws = tw[::step][:half] if not inverse else [tw[0]] + [p - tw[n // 2 - j * step] if j else 1
-                                                                for j in range(1, half)]
+        tws = (
+            tw[::step][:half]
+            if not inverse
+            else [tw[0]] + [p - tw[n // 2 - j * step] if j else 1 for j in range(1, half)]
+        )
         span = 2 * half
         if half <= step:
             # few twiddles, many blocks: one strided slice per twiddle (all butterflies that use it)
             for j in range(half):
                 t = tws[j]
                 lo = a[j::span]
-                hi = a[j + half::span]
+                hi = a[j + half :: span]
                 vs = hi if t == 1 else [x * t % p for x in hi]
-                a[j::span] = [(u + v) % p for u, v in zip(lo, vs)]
-                a[j + half::span] = [(u - v) % p for u, v in zip(lo, vs)]
+                a[j::span] = [(u + v) % p for u, v in zip(lo, vs, strict=False)]
+                a[j + half :: span] = [(u - v) % p for u, v in zip(lo, vs, strict=False)]
         else:
             # long blocks: one contiguous slice per block
             for start in range(0, n, span):
                 mid = start + half
                 lo = a[start:mid]
-                vs = [x * t % p for x, t in zip(a[mid:start + span], tws)]
-                a[start:mid] = [(u + v) % p for u, v in zip(lo, vs)]
-                a[mid:start + span] = [(u - v) % p for u, v in zip(lo, vs)]
+                vs = [x * t % p for x, t in zip(a[mid : start + span], tws, strict=False)]
+                a[start:mid] = [(u + v) % p for u, v in zip(lo, vs, strict=False)]
+                a[mid : start + span] = [(u - v) % p for u, v in zip(lo, vs, strict=False)]
         half *= 2
     if inverse:
         n_inv = pow(n, -1, p)

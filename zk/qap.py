@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from dprag.accounting.errors import InvalidParameterError
-from dprag.zk.field import R, TWO_ADICITY, batch_inv, root_of_unity
+from dprag.errors import InvalidParameterError
+from dprag.zk.field import TWO_ADICITY, R, batch_inv, root_of_unity
 from dprag.zk.ntt import coset_scale, intt, ntt
 from dprag.zk.r1cs import R1CS
 
@@ -25,10 +25,10 @@ def domain_size(n_constraints: int, n_public: int) -> int:
     return 1 << power
 
 
-def ab_rows(r1cs: R1CS, n: int) -> tuple[list, list]:
+def ab_rows(r1cs: R1CS, n: int) -> tuple[list[list[tuple[int, int]]], list[list[tuple[int, int]]]]:
     """The A and B matrices as per-row lists of (signal, coeff), with snarkjs's public-input rows appended."""
-    a_rows: list[list] = [[] for _ in range(n)]
-    b_rows: list[list] = [[] for _ in range(n)]
+    a_rows: list[list[tuple[int, int]]] = [[] for _ in range(n)]
+    b_rows: list[list[tuple[int, int]]] = [[] for _ in range(n)]
     for c, (a, b, _) in enumerate(r1cs.constraints):
         a_rows[c] = sorted(a.items())
         b_rows[c] = sorted(b.items())
@@ -49,7 +49,7 @@ def lagrange_at(tau: int, n: int) -> list[int]:
         pts[i] = pts[i - 1] * w % R
     invs = batch_inv([(tau - x) % R for x in pts])
     k = zt * pow(n, -1, R) % R
-    return [k * x % R * iv % R for x, iv in zip(pts, invs)]
+    return [k * x % R * iv % R for x, iv in zip(pts, invs, strict=False)]
 
 
 def odd_lagrange_at(tau: int, n: int) -> list[int]:
@@ -58,16 +58,18 @@ def odd_lagrange_at(tau: int, n: int) -> list[int]:
     return full[1::2]
 
 
-def quotient_evals(pk_rows: tuple[list, list], witness: Sequence[int], n: int) -> list[int]:
+def quotient_evals(
+    pk_rows: tuple[list[list[tuple[int, int]]], list[list[tuple[int, int]]]], witness: Sequence[int], n: int
+) -> list[int]:
     """(A*B - C)(w_2n^(2i+1)) for i < n, with C taken as A*B on the domain (snarkjs's joinABC)."""
     a_rows, b_rows = pk_rows
     w = witness
     a = [sum(k * w[s] for s, k in row) % R if row else 0 for row in a_rows]
     b = [sum(k * w[s] for s, k in row) % R if row else 0 for row in b_rows]
-    c = [x * y % R for x, y in zip(a, b)]
+    c = [x * y % R for x, y in zip(a, b, strict=False)]
     shift = root_of_unity(n.bit_length())  # w_2n
     out = []
     ea, eb, ec = (ntt(coset_scale(intt(v), shift)) for v in (a, b, c))
-    for x, y, z in zip(ea, eb, ec):
+    for x, y, z in zip(ea, eb, ec, strict=False):
         out.append((x * y - z) % R)
     return out

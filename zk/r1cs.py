@@ -13,8 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import cast, overload
 
-from dprag.accounting.errors import DpragError, InvalidParameterError
+from dprag.errors import DpragError, InvalidParameterError
 from dprag.zk.field import R
 
 
@@ -40,17 +41,19 @@ class LC:
         c %= R
         return LC({0: c} if c else {})
 
-    def _coerce(other) -> LC:  # type: ignore[misc]
+    @staticmethod
+    def _coerce(other: object) -> LC | None:
+        """``other`` as an LC (an int as a constant); None for any other type."""
         if isinstance(other, LC):
             return other
         if isinstance(other, int):
             return LC.const(other)
-        return NotImplemented
+        return None
 
-    def __add__(self, other):
+    def __add__(self, other: LC | int) -> LC:
         o = LC._coerce(other)
-        if o is NotImplemented:
-            return o
+        if o is None:
+            return NotImplemented
         t = dict(self.terms)
         for k, v in o.terms.items():
             nv = (t.get(k, 0) + v) % R
@@ -62,19 +65,19 @@ class LC:
 
     __radd__ = __add__
 
-    def __neg__(self):
+    def __neg__(self) -> LC:
         return LC({k: R - v for k, v in self.terms.items()})
 
-    def __sub__(self, other):
+    def __sub__(self, other: LC | int) -> LC:
         o = LC._coerce(other)
-        if o is NotImplemented:
-            return o
+        if o is None:
+            return NotImplemented
         return self + (-o)
 
-    def __rsub__(self, other):
+    def __rsub__(self, other: LC | int) -> LC:
         return (-self) + other
 
-    def __mul__(self, k):
+    def __mul__(self, k: int) -> LC:
         if not isinstance(k, int):
             return NotImplemented
         k %= R
@@ -90,7 +93,7 @@ class LC:
     def eval(self, w: Sequence[int]) -> int:
         return sum(c * w[v] for v, c in self.terms.items()) % R
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"LC({self.terms})"
 
 
@@ -106,6 +109,8 @@ def lc_sum(items: Iterable[LC | int]) -> LC:
 ONE = LC({0: 1})
 
 Hint = Callable[..., "int | Sequence[int]"]
+HintEntry = tuple[list[int], Hint, list[LC | int]]  # (output variables, hint, its inputs)
+Constraint = tuple[dict[int, int], dict[int, int], dict[int, int]]  # A, B, C as {variable: coefficient}
 
 
 @dataclass
@@ -118,7 +123,7 @@ class R1CS:
     labels: list[str]
     input_names: dict[str, list[int]]  # name -> final variable indices
     public_names: list[str]
-    _hints: list = field(default_factory=list, repr=False)
+    _hints: list[HintEntry] = field(default_factory=list, repr=False)
     _perm: list[int] = field(default_factory=list, repr=False)  # build index -> final index
     _inputs_build: dict[str, list[int]] = field(default_factory=dict, repr=False)
 
@@ -142,7 +147,7 @@ class R1CS:
             vals = [value] if isinstance(value, int) else list(value)
             if len(vals) != len(idx):
                 raise InvalidParameterError(name, f"needs {len(idx)} values", len(vals))
-            for i, v in zip(idx, vals):
+            for i, v in zip(idx, vals, strict=False):
                 if isinstance(v, bool) or not isinstance(v, int) or not -R < v < R:
                     raise InvalidParameterError(name, "values must be integers in (-r, r)", v)
                 wb[i] = v % R
@@ -152,10 +157,10 @@ class R1CS:
             if len(outs) == 1 and isinstance(res, int):
                 wb[outs[0]] = res % R
             else:
-                res = list(res)
+                res = list(cast("Sequence[int]", res))  # several outputs: the hint returns a sequence
                 if len(res) != len(outs):
                     raise DpragError(f"hint returned {len(res)} values for {len(outs)} variables")
-                for o, v in zip(outs, res):
+                for o, v in zip(outs, res, strict=False):
                     wb[o] = v % R
         w = [0] * n
         for b, f in enumerate(self._perm):
@@ -163,7 +168,7 @@ class R1CS:
         return w
 
     def public_values(self, w: Sequence[int]) -> list[int]:
-        return list(w[1:1 + self.n_public])
+        return list(w[1 : 1 + self.n_public])
 
     def check(self, w: Sequence[int]) -> None:
         """Raise UnsatisfiedError naming the first constraint ``w`` violates."""
@@ -188,11 +193,11 @@ class ConstraintSystem:
     """Builder. Variables are created by ``input`` (named circuit inputs) or ``alloc`` (computed by a hint); public
     signals by ``public`` (a copy of a value, constrained equal to it)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.n_vars = 1
-        self.constraints: list[tuple[dict, dict, dict]] = []
+        self.constraints: list[Constraint] = []
         self.labels: list[str] = []
-        self.hints: list = []
+        self.hints: list[HintEntry] = []
         self.publics: list[int] = []
         self.public_names: list[str] = []
         self.inputs: dict[str, list[int]] = {}
@@ -204,6 +209,10 @@ class ConstraintSystem:
         self.n_vars += 1
         return i
 
+    @overload
+    def input(self, name: str, n: None = None, public: bool = False) -> LC: ...
+    @overload
+    def input(self, name: str, n: int, public: bool = False) -> list[LC]: ...
     def input(self, name: str, n: int | None = None, public: bool = False) -> LC | list[LC]:
         """A named circuit input (a scalar, or a vector of ``n``). Public inputs become public signals."""
         if name in self.inputs:
@@ -262,7 +271,7 @@ class ConstraintSystem:
     def assert_bool(self, x: LC, label: str = "") -> None:
         self.enforce(x, x - 1, 0, label or "boolean")
 
-    def label(self, text: str) -> "_Label":
+    def label(self, text: str) -> _Label:
         return _Label(self, text)
 
     # ---------------------------------------------------------------- compile
@@ -278,14 +287,21 @@ class ConstraintSystem:
                 perm[i] = nxt
                 nxt += 1
 
-        def re(t):
+        def re(t: dict[int, int]) -> dict[int, int]:
             return {perm[k]: v for k, v in t.items()}
 
         cons = [(re(a), re(b), re(c)) for a, b, c in self.constraints]
-        return R1CS(n_vars=n, n_public=len(self.publics), constraints=cons, labels=list(self.labels),
-                    input_names={k: [perm[i] for i in v] for k, v in self.inputs.items()},
-                    public_names=list(self.public_names), _hints=list(self.hints), _perm=perm,
-                    _inputs_build={k: list(v) for k, v in self.inputs.items()})
+        return R1CS(
+            n_vars=n,
+            n_public=len(self.publics),
+            constraints=cons,
+            labels=list(self.labels),
+            input_names={k: [perm[i] for i in v] for k, v in self.inputs.items()},
+            public_names=list(self.public_names),
+            _hints=list(self.hints),
+            _perm=perm,
+            _inputs_build={k: list(v) for k, v in self.inputs.items()},
+        )
 
 
 class _Label:
@@ -293,9 +309,9 @@ class _Label:
         self.cs = cs
         self.text = text
 
-    def __enter__(self):
+    def __enter__(self) -> None:
         self.prev = self.cs._label
         self.cs._label = self.text
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.cs._label = self.prev

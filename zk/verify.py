@@ -11,14 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from dprag.accounting.errors import InvalidParameterError
+from dprag.errors import InvalidParameterError
 from dprag.zk import curve as C
 from dprag.zk import fq12 as F
 from dprag.zk.field import R
 from dprag.zk.keys import Proof, VerifyingKey
 
 _Q = C.Q
-_HARD = (_Q ** 4 - _Q ** 2 + 1) // R
+_HARD = (_Q**4 - _Q**2 + 1) // R
 _HARD_DIGITS: list[int] = []
 _h = _HARD
 while _h:
@@ -65,9 +65,15 @@ def check_public(public: Sequence[int], n_public: int) -> list[int]:
 
 
 def proof_well_formed(proof: Proof) -> bool:
-    return (proof.a is not None and proof.b is not None and proof.c is not None
-            and C.g1_on_curve(proof.a) and C.g1_on_curve(proof.c)
-            and C.g2_on_curve(proof.b) and C.g2_in_subgroup(proof.b))
+    return (
+        proof.a is not None
+        and proof.b is not None
+        and proof.c is not None
+        and C.g1_on_curve(proof.a)
+        and C.g1_on_curve(proof.c)
+        and C.g2_on_curve(proof.b)
+        and C.g2_in_subgroup(proof.b)
+    )
 
 
 def verify(vk: VerifyingKey, proof: Proof, public: Sequence[int]) -> bool:

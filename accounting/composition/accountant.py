@@ -27,14 +27,15 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import cast
 
 import numpy as np
+import numpy.typing as npt
 
 from ..errors import InvalidParameterError, UnsupportedEventError, check_delta, check_positive_int
 from ..events import (
-    as_privacy_event,
     ApproxDpEvent,
     ApproxRdpEvent,
     ComposedEvent,
@@ -46,6 +47,7 @@ from ..events import (
     PrivacyEvent,
     PureDpEvent,
     SelfComposedEvent,
+    as_privacy_event,
 )
 from ..rdp import (
     DEFAULT_ORDERS,
@@ -75,7 +77,7 @@ __all__ = ["RdpAccountant", "PureDpAccountant", "MixedAccountant", "dp_terms", "
 # ---------------------------------------------------------------------------------------------------------
 
 
-def _leaf_dp_term(event: PrivacyEvent) -> tuple[float, float] | None:
+def leaf_dp_term(event: PrivacyEvent) -> tuple[float, float] | None:
     """(ε, δ) of a single mechanism whose guarantee is a fixed (ε, δ)-DP pair, else None."""
     if isinstance(event, (PureDpEvent, ExponentialMechanismEvent)):
         return float(event.epsilon), 0.0
@@ -84,18 +86,18 @@ def _leaf_dp_term(event: PrivacyEvent) -> tuple[float, float] | None:
     if isinstance(event, ApproxDpEvent):
         return float(event.epsilon), float(event.delta)
     if isinstance(event, ApproxRdpEvent):
-        inner = _leaf_dp_term(event.event)
+        inner = leaf_dp_term(event.event)
         return None if inner is None else (inner[0], min(1.0, inner[1] + float(event.delta)))
     if isinstance(event, PoissonSampledEvent):
-        inner = _leaf_dp_term(event.event)
+        inner = leaf_dp_term(event.event)
         return None if inner is None else poisson_amplify(inner[0], inner[1], event.sampling_probability)
     return None
 
 
-def dp_terms(event: PrivacyEvent) -> Counter | None:
+def dp_terms(event: PrivacyEvent) -> Counter[tuple[float, float]] | None:
     """The composition as a multiset {(ε_i, δ_i): count} of fixed (ε, δ)-DP mechanisms, or None if some part
     of it (e.g. a Gaussian) has no such description without choosing a δ."""
-    out: Counter = Counter()
+    out: Counter[tuple[float, float]] = Counter()
 
     def walk(e: PrivacyEvent, mult: int) -> bool:
         if mult == 0 or isinstance(e, NoOpEvent):
@@ -104,7 +106,7 @@ def dp_terms(event: PrivacyEvent) -> Counter | None:
             return all(walk(x, mult) for x in e.events)
         if isinstance(e, SelfComposedEvent):
             return walk(e.event, mult * e.count)
-        term = _leaf_dp_term(e)
+        term = leaf_dp_term(e)
         if term is None:
             return False
         if term[0] > 0 or term[1] > 0:
@@ -118,12 +120,12 @@ def dp_terms(event: PrivacyEvent) -> Counter | None:
 class _Charge:
     """What one event adds to an RDP accountant."""
 
-    rdp: np.ndarray
-    deltas: list = field(default_factory=list)  # additive δ's (summed with fsum)
-    tvs: list = field(default_factory=list)  # sampler total-variation distances
+    rdp: npt.NDArray[np.float64]
+    deltas: list[float] = field(default_factory=list)  # additive δ's (summed with fsum)
+    tvs: list[float] = field(default_factory=list)  # sampler total-variation distances
 
 
-def _charge(event: PrivacyEvent, orders: np.ndarray) -> _Charge:
+def _charge(event: PrivacyEvent, orders: npt.NDArray[np.float64]) -> _Charge:
     """RDP curve, additive δ and sampler TV of ``event``; raises UnsupportedEventError, never mutates."""
     if not isinstance(event, PrivacyEvent):
         raise InvalidParameterError("event", "must be a PrivacyEvent", event)
@@ -154,7 +156,7 @@ def _charge(event: PrivacyEvent, orders: np.ndarray) -> _Charge:
         try:
             curve = np.asarray(rdp_curve(event, orders), dtype=np.float64)
         except UnsupportedEventError:
-            term = _leaf_dp_term(event)
+            term = leaf_dp_term(event)
             if term is None:
                 raise
             # Balle–Barthe–Gaboardi 2018 Thm 8, then δ-approximate ε'-DP as for ApproxDpEvent
@@ -172,8 +174,9 @@ def _charge(event: PrivacyEvent, orders: np.ndarray) -> _Charge:
 # ---------------------------------------------------------------------------------------------------------
 
 
-def epsilon_with_tv(rdp: np.ndarray, orders: np.ndarray, delta: float, tv: float,
-                    method: str = "improved") -> tuple[float, float]:
+def epsilon_with_tv(
+    rdp: np.ndarray, orders: np.ndarray, delta: float, tv: float, method: str = "improved"
+) -> tuple[float, float]:
     """Smallest ε (over the orders) with δ_conv(ε) + (1 + e^ε)·tv ≤ delta; returns (ε, order).
 
     A sampler within total variation η of the exact one turns an (ε, δ)-DP guarantee into
@@ -188,6 +191,7 @@ def epsilon_with_tv(rdp: np.ndarray, orders: np.ndarray, delta: float, tv: float
         return math.inf, math.nan
     if tv <= 0:
         return rdp_to_epsilon(rdp, a, min(delta, 1.0 - 1e-16), method)
+    log_c: npt.NDArray[np.float64]
     if method == "improved":
         log_c = (a - 1) * (rdp + np.log1p(-1.0 / a)) - np.log(a)  # δ_conv(ε) = exp(log_c − (α−1)ε)
     elif method == "standard":
@@ -196,7 +200,7 @@ def epsilon_with_tv(rdp: np.ndarray, orders: np.ndarray, delta: float, tv: float
         raise InvalidParameterError("method", "must be 'standard' or 'improved'", method)
     with np.errstate(over="ignore", invalid="ignore"):
 
-        def total(eps):
+        def total(eps: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
             return np.exp(log_c - (a - 1) * eps) + (1.0 + np.exp(np.minimum(eps, 700.0))) * tv
 
         # minimiser of total: (α−1)·δ_conv(ε) = e^ε·tv
@@ -229,11 +233,11 @@ def _check_method(method: str) -> str:
     return method
 
 
-def _check_count(count) -> int:
+def _check_count(count: int) -> int:
     return check_positive_int("count", count)
 
 
-def _check_target_epsilon(epsilon) -> float:
+def _check_target_epsilon(epsilon: float) -> float:
     try:
         e = float(epsilon)
     except (TypeError, ValueError):
@@ -257,7 +261,7 @@ class RdpAccountant:
     delta = δ_conv + Σδ_i + (1 + e^ε)·ΣTV_i. Returns ``math.inf`` if Σδ_i ≥ delta.
     """
 
-    def __init__(self, orders: Sequence[float] | None = None):
+    def __init__(self, orders: Sequence[float] | None = None) -> None:
         self._orders = as_orders(DEFAULT_ORDERS if orders is None else orders)
         self._rdp = np.zeros(self._orders.shape)
         self._deltas: list[float] = []
@@ -265,11 +269,11 @@ class RdpAccountant:
 
     # -- state --------------------------------------------------------------------------------------------
     @property
-    def orders(self) -> np.ndarray:
+    def orders(self) -> npt.NDArray[np.float64]:
         return self._orders.copy()
 
     @property
-    def rdp(self) -> np.ndarray:
+    def rdp(self) -> npt.NDArray[np.float64]:
         """Current RDP value at each order (a copy)."""
         return self._rdp.copy()
 
@@ -290,7 +294,7 @@ class RdpAccountant:
             return False
         return True
 
-    def compose(self, event: PrivacyEvent, count: int = 1) -> "RdpAccountant":
+    def compose(self, event: PrivacyEvent, count: int = 1) -> RdpAccountant:
         """Add ``count`` adaptive repetitions of ``event`` (a dprag event, or a dp_accounting DpEvent converted by
         ``events.from_dp_event``). Raises (without changing state) on bad input."""
         count = _check_count(count)
@@ -339,10 +343,10 @@ class PureDpAccountant:
     carries a δ raises ``UnsupportedEventError``.
     """
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._terms: list[tuple[float, int]] = []
 
-    def compose(self, event: PrivacyEvent, count: int = 1) -> "PureDpAccountant":
+    def compose(self, event: PrivacyEvent, count: int = 1) -> PureDpAccountant:
         count = _check_count(count)
         event = as_privacy_event(event)  # a dp_accounting DpEvent is converted (events.from_dp_event)
         if not isinstance(event, PrivacyEvent):
@@ -382,9 +386,9 @@ class MixedAccountant:
     the minimum of the rules' δ's likewise. ``candidates(delta)`` reports each rule's ε.
     """
 
-    def __init__(self, orders: Sequence[float] | None = None, max_states: int = DEFAULT_MAX_STATES):
+    def __init__(self, orders: Sequence[float] | None = None, max_states: int = DEFAULT_MAX_STATES) -> None:
         self._rdp = RdpAccountant(orders)
-        self._terms: Counter | None = Counter()
+        self._terms: Counter[tuple[float, float]] | None = Counter()
         self._mu_sq: list[float] | None = []  # Σ μ_i² of a pure continuous-Gaussian composition, else None
         self._max_states = check_positive_int("max_states", max_states)
 
@@ -393,11 +397,11 @@ class MixedAccountant:
         return self._rdp
 
     @property
-    def dp_terms(self) -> dict | None:
+    def dp_terms(self) -> dict[tuple[float, float], int] | None:
         """{(ε_i, δ_i): count} of the composition, or None once an event without one was composed."""
         return None if self._terms is None else dict(self._terms)
 
-    def compose(self, event: PrivacyEvent, count: int = 1) -> "MixedAccountant":
+    def compose(self, event: PrivacyEvent, count: int = 1) -> MixedAccountant:
         count = _check_count(count)
         event = as_privacy_event(event)  # a dp_accounting DpEvent is converted (events.from_dp_event)
         ch = _charge(event, self._rdp._orders)  # raises UnsupportedEventError before any state change
@@ -413,18 +417,20 @@ class MixedAccountant:
         self._rdp._apply(ch, count)
         if mu is None:
             self._mu_sq = None
-        else:
-            self._mu_sq.append(count * mu * mu)
+        else:  # mu was computed because self._mu_sq is not None
+            cast(list[float], self._mu_sq).append(count * mu * mu)
         if terms is None:
             self._terms = None
-        else:
+        else:  # terms were computed because self._terms is not None
+            acc_terms = cast("Counter[tuple[float, float]]", self._terms)
             for key, c in terms.items():
-                self._terms[key] += c * count
+                acc_terms[key] += c * count
         return self
 
-    def _term_arrays(self):
-        keys = list(self._terms)
-        return [k[0] for k in keys], [k[1] for k in keys], [self._terms[k] for k in keys]
+    def _term_arrays(self) -> tuple[list[float], list[float], list[int]]:
+        terms = cast("Counter[tuple[float, float]]", self._terms)  # callers check that self._terms is not None
+        keys = list(terms)
+        return [k[0] for k in keys], [k[1] for k in keys], [terms[k] for k in keys]
 
     def _optimal_epsilon(self, delta: float) -> tuple[float, str]:
         if not self._terms:
@@ -432,7 +438,7 @@ class MixedAccountant:
         eps, dels, cnt = self._term_arrays()
         if optimal_composition_states(eps, cnt) <= self._max_states:
             return optimal_composition_epsilon(delta, eps, dels, cnt, max_states=self._max_states), "optimal"
-        log_surv = math.fsum(c * math.log1p(-d) for d, c in zip(dels, cnt))
+        log_surv = math.fsum(c * math.log1p(-d) for d, c in zip(dels, cnt, strict=False))
         dt = -math.expm1(math.log1p(-delta) - log_surv)
         if dt <= 0:
             return math.inf, "kov"
@@ -464,7 +470,8 @@ class MixedAccountant:
         return None if self._mu_sq is None else math.sqrt(math.fsum(self._mu_sq))
 
     def _mu_upper(self, mu: float) -> float:
-        return mu * (1.0 + (len(self._mu_sq) + 16) * 2.0 ** -52)  # fsum + sqrt + per-term rounding, outward
+        mu_sq = cast(list[float], self._mu_sq)  # callers pass mu = self.gdp_mu, not None
+        return mu * (1.0 + (len(mu_sq) + 16) * 2.0**-52)  # fsum + sqrt + per-term rounding, outward
 
     def candidates(self, delta: float, method: str = "improved") -> dict[str, float]:
         """ε of each applicable rule at total δ = ``delta``: keys ``rdp``, ``gdp``, ``optimal`` or ``kov``."""
@@ -485,7 +492,7 @@ class MixedAccountant:
 
     def get_epsilon_and_rule(self, delta: float, method: str = "improved") -> tuple[float, str]:
         c = self.candidates(delta, method)
-        name = min(c, key=c.get)
+        name = min(c, key=c.__getitem__)
         return c[name], name
 
     def get_delta(self, epsilon: float, method: str = "improved") -> float:

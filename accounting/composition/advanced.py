@@ -34,13 +34,14 @@ stated for (the same one for all of them); the amplification bound needs add/rem
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
+import numpy.typing as npt
 from scipy.special import gammaln
 
-from ..rounding import outward, sum_products_up
 from ..errors import InvalidParameterError, check_delta, check_epsilon, check_positive_int
+from ..rounding import outward, sum_products_up
 
 #: Default cap on the number of loss states the exact optimal composition enumerates (memory ~ 40 B/state).
 DEFAULT_MAX_STATES = 2_000_000
@@ -64,7 +65,9 @@ __all__ = [
 # ---------------------------------------------------------------------------------------------------------
 
 
-def _terms(epsilons, deltas=None, counts=None):
+def _terms(
+    epsilons: Iterable[float], deltas: Iterable[float] | None = None, counts: Iterable[int] | None = None
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.int64]]:
     """Validate (ε_i, δ_i, c_i) triples; returns three numpy arrays (float, float, int64)."""
     try:
         eps_list = list(epsilons)
@@ -95,7 +98,7 @@ def _terms(epsilons, deltas=None, counts=None):
 
 def _log_survival(dels: np.ndarray, cnt: np.ndarray) -> float:
     """log Π(1 − δ_i)^{c_i}: the log-probability that no mechanism's δ-event fires."""
-    return math.fsum(float(c) * math.log1p(-float(d)) for d, c in zip(dels, cnt) if d > 0 and c > 0)
+    return math.fsum(float(c) * math.log1p(-float(d)) for d, c in zip(dels, cnt, strict=False) if d > 0 and c > 0)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -103,12 +106,15 @@ def _log_survival(dels: np.ndarray, cnt: np.ndarray) -> float:
 # ---------------------------------------------------------------------------------------------------------
 
 
-def basic_composition(epsilons: Sequence[float], deltas: Sequence[float] | None = None,
-                      counts: Sequence[int] | None = None) -> tuple[float, float]:
+def basic_composition(
+    epsilons: Sequence[float], deltas: Sequence[float] | None = None, counts: Sequence[int] | None = None
+) -> tuple[float, float]:
     """Basic composition (Dwork–Roth 2014, Thm 3.16): (Σ c_i ε_i, Σ c_i δ_i), δ capped at 1."""
     eps, dels, cnt = _terms(epsilons, deltas, counts)
-    return (sum_products_up(eps.tolist(), cnt.tolist()),  # exact sums, rounded up (issue 10 item 7)
-            min(1.0, sum_products_up(dels.tolist(), cnt.tolist())))
+    return (
+        sum_products_up(eps.tolist(), cnt.tolist()),  # exact sums, rounded up (spec/accounting/filters.md §5)
+        min(1.0, sum_products_up(dels.tolist(), cnt.tolist())),
+    )
 
 
 def drv_composition(epsilon: float, delta: float, k: int, delta_prime: float) -> tuple[float, float]:
@@ -123,12 +129,17 @@ def drv_composition(epsilon: float, delta: float, k: int, delta_prime: float) ->
     k = check_positive_int("k", k)
     dp = check_delta("delta_prime", delta_prime)
     eps_total = eps * math.sqrt(2.0 * k * math.log(1.0 / dp)) + k * eps * math.expm1(eps)
-    # rounded outward (issue 10 item 7): a handful of correctly rounded operations, relative error << 2^-48
+    # rounded outward (spec/accounting/filters.md §5): a handful of correctly rounded operations,
+    # relative error << 2^-48
     return outward(eps_total, eps_total), min(1.0, sum_products_up([dlt, dp], [k, 1]))
 
 
-def kov_composition(epsilons: Sequence[float], delta_tilde: float, deltas: Sequence[float] | None = None,
-                    counts: Sequence[int] | None = None) -> tuple[float, float]:
+def kov_composition(
+    epsilons: Sequence[float],
+    delta_tilde: float,
+    deltas: Sequence[float] | None = None,
+    counts: Sequence[int] | None = None,
+) -> tuple[float, float]:
     """Closed-form heterogeneous bound of Kairouz, Oh, Viswanath 2015, Thm 3.5 (Thm 3.4 when homogeneous).
 
     Returns (ε̃, 1 − (1 − δ̃)·Π(1 − δ_i)) with ε̃ the minimum of the three expressions in the module docstring.
@@ -141,8 +152,9 @@ def kov_composition(epsilons: Sequence[float], delta_tilde: float, deltas: Seque
     s1 = sum_products_up(eps.tolist(), cnt.tolist())  # basic composition, exact and rounded up
     s2 = math.fsum(c * eps * np.tanh(eps / 2.0))  # (e^ε − 1)/(e^ε + 1) = tanh(ε/2)
     s3 = math.fsum(c * eps * eps)
-    # a few float operations on terms <= s1 + s3 + log terms: moved up by their rounding bound (issue 10 item 7);
-    # the fsums' own errors are relative 2^-52 per term, far inside outward's 2^-48·(magnitude + 1)
+    # a few float operations on terms <= s1 + s3 + log terms: moved up by their rounding bound
+    # (spec/accounting/filters.md §5); the fsums' own errors are relative 2^-52 per term, far inside outward's
+    # 2^-48·(magnitude + 1)
     mag = s1 + s3 + abs(math.log(dt)) + 2.0
     e2 = outward(s2 + math.sqrt(2.0 * s3 * math.log(math.e + math.sqrt(s3) / dt)), mag)
     e3 = outward(s2 + math.sqrt(2.0 * s3 * math.log(1.0 / dt)), mag)
@@ -172,16 +184,18 @@ def optimal_composition_states(epsilons: Sequence[float], counts: Sequence[int] 
     return _state_count(*_group(eps, cnt))
 
 
-def _group(eps: np.ndarray, cnt: np.ndarray):
+def _group(
+    eps: npt.NDArray[np.float64], cnt: npt.NDArray[np.int64]
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.int64]]:
     values: dict[float, int] = {}
-    for e, c in zip(eps.tolist(), cnt.tolist()):
+    for e, c in zip(eps.tolist(), cnt.tolist(), strict=False):
         if e > 0 and c > 0:
             values[e] = values.get(e, 0) + int(c)
     keys = sorted(values)
     return np.array(keys, dtype=np.float64), np.array([values[k] for k in keys], dtype=np.int64)
 
 
-def _state_count(values, counts) -> int:
+def _state_count(values: npt.NDArray[np.float64], counts: npt.NDArray[np.int64]) -> int:
     n = 1
     for c in counts.tolist():
         n *= c + 1
@@ -210,13 +224,14 @@ class _RrProduct:
         # Rounding: each log-mass is a sum of terms of magnitude ≤ M = Σ_r [log k_r! + k_r(ε_r + log(1+e^{ε_r}))],
         # so its absolute error is ≤ ~8 ulp(M); δ is inflated by exp(16·2^-52·M) (≈ 1 + 3e-9 for k = 10^6) to
         # stay an upper bound, and inverses are certified against the inflated δ.
-        mag = sum(float(gammaln(k + 1.0)) + k * (e + float(np.logaddexp(0.0, e)))
-                  for e, k in zip(values.tolist(), counts.tolist()))
-        self.log_err = 16.0 * 2.0 ** -52 * mag + 1e-14
-        for e, k in zip(values.tolist(), counts.tolist()):
+        mag = sum(
+            float(gammaln(k + 1.0)) + k * (e + float(np.logaddexp(0.0, e)))
+            for e, k in zip(values.tolist(), counts.tolist(), strict=False)
+        )
+        self.log_err = 16.0 * 2.0**-52 * mag + 1e-14
+        for e, k in zip(values.tolist(), counts.tolist(), strict=False):
             j = np.arange(k + 1, dtype=np.float64)
-            lp = (gammaln(k + 1.0) - gammaln(j + 1.0) - gammaln(k - j + 1.0)
-                  + (k - j) * e - k * np.logaddexp(0.0, e))
+            lp = gammaln(k + 1.0) - gammaln(j + 1.0) - gammaln(k - j + 1.0) + (k - j) * e - k * np.logaddexp(0.0, e)
             loss = (loss[:, None] + ((k - 2.0 * j) * e)[None, :]).ravel()
             logp = (logp[:, None] + lp[None, :]).ravel()
         order = np.argsort(-loss, kind="stable")
@@ -287,8 +302,13 @@ class _RrProduct:
         return max(0.0, eps_g)
 
 
-def optimal_composition_delta(epsilon_g: float, epsilons: Sequence[float], deltas: Sequence[float] | None = None,
-                              counts: Sequence[int] | None = None, max_states: int = DEFAULT_MAX_STATES) -> float:
+def optimal_composition_delta(
+    epsilon_g: float,
+    epsilons: Sequence[float],
+    deltas: Sequence[float] | None = None,
+    counts: Sequence[int] | None = None,
+    max_states: int = DEFAULT_MAX_STATES,
+) -> float:
     """Exact optimal δ of the adaptive composition at ε_g (KOV 2015 Thm 3.3 / Murtagh–Vadhan 2016 Thm 1.5).
 
     δ = 1 − Π(1 − δ_i)·(1 − H_{e^{ε_g}}(Π RR(ε_i))). No smaller δ is valid for every such composition.
@@ -304,9 +324,13 @@ def optimal_composition_delta(epsilon_g: float, epsilons: Sequence[float], delta
     return min(1.0, -math.expm1(math.log1p(-d_rr) + log_surv)) if d_rr < 1 else 1.0
 
 
-def optimal_composition_epsilon(delta_g: float, epsilons: Sequence[float], deltas: Sequence[float] | None = None,
-                                counts: Sequence[int] | None = None,
-                                max_states: int = DEFAULT_MAX_STATES) -> float:
+def optimal_composition_epsilon(
+    delta_g: float,
+    epsilons: Sequence[float],
+    deltas: Sequence[float] | None = None,
+    counts: Sequence[int] | None = None,
+    max_states: int = DEFAULT_MAX_STATES,
+) -> float:
     """Exact optimal ε_g of the adaptive composition at total δ_g (inverse of :func:`optimal_composition_delta`).
 
     Returns ``math.inf`` when δ_g < 1 − Π(1 − δ_i) (no ε achieves it). On each interval between consecutive

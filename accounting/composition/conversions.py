@@ -15,8 +15,10 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 
 import numpy as np
+import numpy.typing as npt
 from scipy.optimize import minimize_scalar
 
 from ..errors import InvalidParameterError, check_delta, check_epsilon
@@ -25,7 +27,7 @@ from ..rdp import as_orders
 __all__ = ["zcdp_rdp", "zcdp_to_epsilon"]
 
 
-def zcdp_rdp(rho: float, orders, xi: float = 0.0) -> np.ndarray:
+def zcdp_rdp(rho: float, orders: Iterable[float] | None, xi: float = 0.0) -> npt.NDArray[np.float64]:
     """RDP curve ξ + ρα of (ξ, ρ)-zCDP at ``orders``."""
     r = check_epsilon("rho", rho, allow_zero=True)
     x = check_epsilon("xi", xi, allow_zero=True)
@@ -56,7 +58,8 @@ def zcdp_to_epsilon(rho: float, delta: float, xi: float = 0.0, method: str = "im
     vals = [_improved(1.0 + math.exp(u), r, x, log_d) for u in us]
     i = int(np.argmin(vals))
     lo, hi = us[max(i - 1, 0)], us[min(i + 1, len(us) - 1)]
-    res = minimize_scalar(lambda u: _improved(1.0 + math.exp(u), r, x, log_d), bounds=(lo, hi), method="bounded",
-                          options={"xatol": 1e-10})
+    res = minimize_scalar(
+        lambda u: _improved(1.0 + math.exp(u), r, x, log_d), bounds=(lo, hi), method="bounded", options={"xatol": 1e-10}
+    )
     best = min(vals[i], float(res.fun) if res.success else math.inf)
     return max(0.0, min(best, standard))

@@ -10,7 +10,7 @@ Poisson-sampled Gaussian / Laplace, compositions). In addition:
 - ``DiscreteGaussianEvent(σ, Δ)`` (and its Poisson-sampled version) is composed with dp_accounting's
   ``from_discrete_gaussian_mechanism`` (pessimistic estimate, connect-the-dots), the PLD of the lattice
   mechanism itself. It is *not* sent through ``to_dp_event()``: that gives a ``ZCDpEvent`` (same RDP curve),
-  and a continuous Gaussian PLD does not dominate the discrete one (issue 10 item 1: σ = 1, 10-fold,
+  and a continuous Gaussian PLD does not dominate the discrete one (spec/accounting/composition.md: σ = 1, 10-fold,
   δ = 1e-6: exact ε 19.4916, continuous-Gaussian PLD 19.4237). dp_accounting truncates the noise to [−T, T];
   T = ⌈15.3σ⌉ + Δ keeps the mass outside below τ = 2·e^{−T²/(2σ²)} < 1e-50, and the truncation and the
   event's ``sampler_tv`` enter as a total-variation term: (ε, δ_PLD(ε) + (1 + e^ε)·Σ count·(τ + sampler_tv))
@@ -31,10 +31,10 @@ emitted them); the (ε, δ) parts are symmetric and valid for any relation.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING, cast
 
 from ..errors import InvalidParameterError, UnsupportedEventError, check_delta, check_positive_int
 from ..events import (
-    as_privacy_event,
     ComposedEvent,
     DiscreteGaussianEvent,
     DiscreteLaplaceEvent,
@@ -42,13 +42,21 @@ from ..events import (
     PoissonSampledEvent,
     PrivacyEvent,
     SelfComposedEvent,
+    as_privacy_event,
 )
-from .accountant import _leaf_dp_term
+from .accountant import leaf_dp_term
+
+if TYPE_CHECKING:
+    from dp_accounting.pld.privacy_loss_distribution import PrivacyLossDistribution
 
 __all__ = ["PldAccountant", "discrete_gaussian_truncation"]
 
 #: dp_accounting's discrete-Gaussian pmf is truncated at T = ⌈_TRUNC_SIGMAS·σ⌉ + Δ (mass outside < 1e-50)
 _TRUNC_SIGMAS = 15.3
+
+#: one step of ``PldAccountant.compose``'s plan: (kind, what, count) with what a dp_accounting ``DpEvent``
+#: (kind "dp"), a (DiscreteGaussianEvent, sampling probability) pair ("dgauss") or an (ε, δ) pair ("eps_delta")
+_Op = tuple[str, object, int]
 
 
 def discrete_gaussian_truncation(sigma: float, sensitivity: int) -> tuple[int, float]:
@@ -69,24 +77,26 @@ class PldAccountant:
     tighter and slower.
     """
 
-    def __init__(self, value_discretization_interval: float = 1e-4):
+    def __init__(self, value_discretization_interval: float = 1e-4) -> None:
         v = float(value_discretization_interval)
         if not (v > 0 and math.isfinite(v)):
-            raise InvalidParameterError("value_discretization_interval", "must be finite and > 0",
-                                        value_discretization_interval)
+            raise InvalidParameterError(
+                "value_discretization_interval", "must be finite and > 0", value_discretization_interval
+            )
         import dp_accounting
 
         self._dpa = dp_accounting
         self._interval = v
         self._acc = dp_accounting.pld.PLDAccountant(value_discretization_interval=v)
-        self._extra = None  # composed PLD of the (ε, δ)-only and discrete-Gaussian parts
+        # composed PLD of the (ε, δ)-only and discrete-Gaussian parts
+        self._extra: PrivacyLossDistribution | None = None
         self._tvs: list[float] = []  # count·(truncation mass + sampler TV) of each discrete-Gaussian part
 
     @property
     def value_discretization_interval(self) -> float:
         return self._interval
 
-    def _plan(self, event: PrivacyEvent, mult: int, ops: list) -> None:
+    def _plan(self, event: PrivacyEvent, mult: int, ops: list[_Op]) -> None:
         dpa = self._dpa
         if not isinstance(event, PrivacyEvent):
             raise InvalidParameterError("event", "must be a PrivacyEvent", event)
@@ -116,36 +126,43 @@ class PldAccountant:
         if dpe is not None and self._acc.supports(dpe):
             ops.append(("dp", dpe, mult))
             return
-        term = _leaf_dp_term(event)
+        term = leaf_dp_term(event)
         if term is None:
-            raise UnsupportedEventError(f"PldAccountant cannot account for {type(event).__name__}: no dp_accounting "
-                                        "PLD equivalent and no fixed (ε, δ) guarantee")
+            raise UnsupportedEventError(
+                f"PldAccountant cannot account for {type(event).__name__}: no dp_accounting "
+                "PLD equivalent and no fixed (ε, δ) guarantee"
+            )
         if term[0] > 0 or term[1] > 0:
             ops.append(("eps_delta", term, mult))
 
-    def compose(self, event: PrivacyEvent, count: int = 1) -> "PldAccountant":
+    def compose(self, event: PrivacyEvent, count: int = 1) -> PldAccountant:
         """Add ``count`` repetitions of ``event``; raises (without changing state) if any part is unsupported."""
         count = check_positive_int("count", count)
         event = as_privacy_event(event)  # a dp_accounting DpEvent is converted (events.from_dp_event)
-        ops: list = []
+        ops: list[_Op] = []
         self._plan(event, count, ops)
         pld_mod = self._dpa.pld.privacy_loss_distribution
         for kind, what, mult in ops:
             if kind == "dp":
                 self._acc.compose(what, mult)
             elif kind == "dgauss":
-                ev, q = what
+                ev, q = cast(tuple[DiscreteGaussianEvent, float], what)
                 trunc, tau = discrete_gaussian_truncation(ev.sigma, ev.sensitivity)
                 pld = pld_mod.from_discrete_gaussian_mechanism(
-                    float(ev.sigma), sensitivity=int(ev.sensitivity), truncation_bound=trunc,
-                    pessimistic_estimate=True, value_discretization_interval=self._interval, sampling_prob=q,
-                    use_connect_dots=True)
+                    float(ev.sigma),
+                    sensitivity=int(ev.sensitivity),
+                    truncation_bound=trunc,
+                    pessimistic_estimate=True,
+                    value_discretization_interval=self._interval,
+                    sampling_prob=q,
+                    use_connect_dots=True,
+                )
                 if mult > 1:
                     pld = pld.self_compose(mult)
                 self._extra = pld if self._extra is None else self._extra.compose(pld)
                 self._tvs.append(mult * (tau + float(ev.sampler_tv)))
             else:
-                eps, dlt = what
+                eps, dlt = cast(tuple[float, float], what)
                 params = self._dpa.pld.common.DifferentialPrivacyParameters(epsilon=eps, delta=dlt)
                 pld = pld_mod.from_privacy_parameters(params, value_discretization_interval=self._interval)
                 if mult > 1:
@@ -153,7 +170,7 @@ class PldAccountant:
                 self._extra = pld if self._extra is None else self._extra.compose(pld)
         return self
 
-    def _pld(self):
+    def _pld(self) -> PrivacyLossDistribution:
         base = self._acc._pld  # noqa: SLF001 (dp_accounting exposes no getter for the composed PLD)
         return base if self._extra is None else base.compose(self._extra)
 

@@ -21,14 +21,7 @@ from .exponential import (
 from .limited_domain import BOTTOM, limited_domain, limited_domain_probabilities, limited_domain_threshold
 from .prefix_sums import PrefixSumRelease, assign_bins, bin_counts, noisy_prefix_sums, score_bins
 from .sparse_vector import SparseVector, sparse_vector
-from .subsampling import (
-    amplified_pure_epsilon,
-    bernoulli,
-    poisson_subsample,
-    poisson_subsampled_rdp,
-    zhu_wang_general_rdp,
-    zhu_wang_tight_log_moment,
-)
+from .subsampling import bernoulli, poisson_subsample
 
 __all__ = [
     "exponential_mechanism",
@@ -47,10 +40,6 @@ __all__ = [
     "score_bins",
     "SparseVector",
     "sparse_vector",
-    "amplified_pure_epsilon",
     "bernoulli",
     "poisson_subsample",
-    "poisson_subsampled_rdp",
-    "zhu_wang_general_rdp",
-    "zhu_wang_tight_log_moment",
 ]

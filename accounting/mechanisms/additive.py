@@ -30,21 +30,24 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
+from typing import overload
 
 import numpy as np
+import numpy.typing as npt
 
 from ..errors import InvalidParameterError, check_epsilon, check_positive_int
 from ..events import DiscreteGaussianEvent, DiscreteLaplaceEvent
-from ..noise.bernoulli import _fraction
+from ..noise.bernoulli import as_fraction
 from ..noise.discrete import (
     MAX_SCALE,
-    _check_source,
-    _dgauss,
-    _dlap,
+    check_source,
     gaussian_variance,
     laplace_parameter,
+    sample_dgauss,
+    sample_dlap,
 )
 from ..noise.secure import check_granularity, granularity_for, is_power_of_two, round_to_grid
+from ..noise.stream import RandomStream
 from ..noise.table import DiscreteGaussianTable
 
 _INT_LIMIT = 1 << 62
@@ -53,7 +56,7 @@ _INT_LIMIT = 1 << 62
 # ---------------------------------------------------------------------------------------------------
 # helpers
 # ---------------------------------------------------------------------------------------------------
-def _float_values(values) -> tuple[np.ndarray, bool]:
+def _float_values(values: npt.ArrayLike) -> tuple[npt.NDArray[np.float64], bool]:
     try:
         v = np.asarray(values, dtype=np.float64)
     except (TypeError, ValueError):
@@ -65,7 +68,7 @@ def _float_values(values) -> tuple[np.ndarray, bool]:
     return v, v.ndim == 0
 
 
-def _int_values(values) -> tuple[np.ndarray, bool]:
+def _int_values(values: npt.ArrayLike) -> tuple[npt.NDArray[np.int64], bool]:
     arr = np.asarray(values)
     if arr.size == 0:
         raise InvalidParameterError("values", "must be non-empty")
@@ -79,7 +82,7 @@ def _int_values(values) -> tuple[np.ndarray, bool]:
     return arr.astype(np.int64), arr.ndim == 0
 
 
-def _l0(l0_sensitivity, size: int) -> int:
+def _l0(l0_sensitivity: int | None, size: int) -> int:
     if l0_sensitivity is None:
         return size
     m = check_positive_int("l0_sensitivity", l0_sensitivity)
@@ -122,7 +125,7 @@ def granular_l2_sensitivity(sensitivity: float, granularity: float, l0_sensitivi
     return n
 
 
-def _grid_output(k: np.ndarray, z: np.ndarray, g: float) -> np.ndarray:
+def _grid_output(k: npt.NDArray[np.float64], z: npt.NDArray[np.int64], g: float) -> npt.NDArray[np.float64]:
     """γ·fl(k + z), a deterministic function of the exact integer k + z (post-processing, spec §7).
 
     k: float64 integers (``round_to_grid``), z: int64 noise. The sum is formed exactly (int64 where
@@ -139,14 +142,28 @@ def _grid_output(k: np.ndarray, z: np.ndarray, g: float) -> np.ndarray:
     return out * g
 
 
-def _shape(noisy: np.ndarray, scalar: bool):
+@overload
+def _shape(noisy: npt.NDArray[np.float64], scalar: bool) -> float | npt.NDArray[np.float64]: ...
+@overload
+def _shape(noisy: npt.NDArray[np.int64], scalar: bool) -> int | npt.NDArray[np.int64]: ...
+def _shape(
+    noisy: npt.NDArray[np.float64] | npt.NDArray[np.int64], scalar: bool
+) -> float | int | npt.NDArray[np.float64] | npt.NDArray[np.int64]:
     return noisy.item() if scalar else noisy
 
 
 # ---------------------------------------------------------------------------------------------------
 # granular (secure floating-point) mechanisms
 # ---------------------------------------------------------------------------------------------------
-def laplace_mechanism(values, sensitivity, epsilon, source, *, granularity=None, l0_sensitivity=None):
+def laplace_mechanism(
+    values: npt.ArrayLike,
+    sensitivity: float,
+    epsilon: float,
+    source: RandomStream,
+    *,
+    granularity: float | None = None,
+    l0_sensitivity: int | None = None,
+) -> tuple[float | npt.NDArray[np.float64], DiscreteLaplaceEvent]:
     """ε-DP secure Laplace mechanism on real values (scalar or array); returns (noisy, DiscreteLaplaceEvent).
 
     ``sensitivity``: L1 sensitivity Δ of the query (over all entries). γ = ``granularity`` (a power of two;
@@ -161,7 +178,7 @@ def laplace_mechanism(values, sensitivity, epsilon, source, *, granularity=None,
     eps = check_epsilon("epsilon", epsilon)
     g = granularity_for(delta / eps) if granularity is None else check_granularity(granularity)
     m = _l0(l0_sensitivity, v.size)
-    src = _check_source(source)
+    src = check_source(source)
     dz = granular_l1_sensitivity(delta, g, m)
     scale_z = _float_up(Fraction(dz) / Fraction(eps))
     if Fraction(scale_z) > MAX_SCALE:
@@ -171,13 +188,20 @@ def laplace_mechanism(values, sensitivity, epsilon, source, *, granularity=None,
     b = laplace_parameter(scale_z)
     k = round_to_grid(v, g)
     event = DiscreteLaplaceEvent(scale=scale_z, sensitivity=dz)
-    z = _dlap(src, b.numerator, b.denominator, v.size).reshape(v.shape)
+    z = sample_dlap(src, b.numerator, b.denominator, v.size).reshape(v.shape)
     return _shape(_grid_output(k, z, g), scalar), event
 
 
 def gaussian_mechanism(
-    values, sensitivity, sigma, source, *, granularity=None, l0_sensitivity=None, table=None
-):
+    values: npt.ArrayLike,
+    sensitivity: float,
+    sigma: float,
+    source: RandomStream,
+    *,
+    granularity: float | None = None,
+    l0_sensitivity: int | None = None,
+    table: DiscreteGaussianTable | None = None,
+) -> tuple[float | npt.NDArray[np.float64], DiscreteGaussianEvent]:
     """Secure Gaussian mechanism on real values; returns (noisy, DiscreteGaussianEvent).
 
     ``sensitivity``: L2 sensitivity Δ. The query is rounded to γℤ (γ = ``granularity``, a power of two;
@@ -205,7 +229,7 @@ def gaussian_mechanism(
     else:
         g = granularity_for(sig)
     m = _l0(l0_sensitivity, v.size)
-    src = _check_source(source)
+    src = check_source(source)
     sig_z_q = Fraction(sig) / Fraction(g)
     try:
         s2 = gaussian_variance(sig_z_q)
@@ -227,14 +251,16 @@ def gaussian_mechanism(
     if table is not None:
         z = table.sample(v.size, src)
     else:
-        z = _dgauss(src, s2, v.size)
+        z = sample_dgauss(src, s2, v.size)
     return _shape(_grid_output(k, z.reshape(v.shape), g), scalar), event
 
 
 # ---------------------------------------------------------------------------------------------------
 # integer mechanisms
 # ---------------------------------------------------------------------------------------------------
-def discrete_laplace_mechanism(values, sensitivity, scale, source):
+def discrete_laplace_mechanism(
+    values: npt.ArrayLike, sensitivity: int, scale: float | Fraction, source: RandomStream
+) -> tuple[int | npt.NDArray[np.int64], DiscreteLaplaceEvent]:
     """Discrete Laplace mechanism on integer values; returns (noisy int64, DiscreteLaplaceEvent).
 
     ``sensitivity``: integer L1 sensitivity Δ; noise P[z] ∝ exp(-|z|/scale) per entry (CKS Algorithm 2,
@@ -244,13 +270,20 @@ def discrete_laplace_mechanism(values, sensitivity, scale, source):
     v, scalar = _int_values(values)
     dz = check_positive_int("sensitivity", sensitivity)
     b = laplace_parameter(scale)
-    src = _check_source(source)
+    src = check_source(source)
     event = DiscreteLaplaceEvent(scale=_float_down(b), sensitivity=dz)
-    z = _dlap(src, b.numerator, b.denominator, v.size).reshape(v.shape)
+    z = sample_dlap(src, b.numerator, b.denominator, v.size).reshape(v.shape)
     return _shape(v + z, scalar), event
 
 
-def discrete_gaussian_mechanism(values, sensitivity, sigma, source, *, table=None):
+def discrete_gaussian_mechanism(
+    values: npt.ArrayLike,
+    sensitivity: int,
+    sigma: float | Fraction,
+    source: RandomStream,
+    *,
+    table: DiscreteGaussianTable | None = None,
+) -> tuple[int | npt.NDArray[np.int64], DiscreteGaussianEvent]:
     """Discrete Gaussian mechanism on integer values; returns (noisy int64, DiscreteGaussianEvent).
 
     ``sensitivity``: integer upper bound on the L2 sensitivity Δ. Noise N_ℤ(0, σ²) per entry: exact
@@ -261,19 +294,21 @@ def discrete_gaussian_mechanism(values, sensitivity, sigma, source, *, table=Non
     v, scalar = _int_values(values)
     dz = check_positive_int("sensitivity", sensitivity)
     s2 = gaussian_variance(sigma)
-    src = _check_source(source)
+    src = check_source(source)
     if table is not None and not isinstance(table, DiscreteGaussianTable):
         raise InvalidParameterError("table", "must be a DiscreteGaussianTable", type(table).__name__)
-    sig_event = _float_down(_fraction("sigma", sigma))  # event σ never above the true σ
+    sig_event = _float_down(as_fraction("sigma", sigma))  # event σ never above the true σ
     tv = 0.0
     if table is not None:
         if table.variance != s2:
-            raise InvalidParameterError("table", f"is for sigma={table.sigma}, not sigma={float(_fraction('sigma', sigma))}")
+            raise InvalidParameterError(
+                "table", f"is for sigma={table.sigma}, not sigma={float(as_fraction('sigma', sigma))}"
+            )
         tv = _float_up(Fraction(table.tv_distance) * v.size)
         if tv >= 1:
             raise InvalidParameterError("table", "n·tv_distance >= 1: the table is too coarse for this many entries")
     event = DiscreteGaussianEvent(sigma=sig_event, sensitivity=dz, sampler_tv=tv)
-    z = (table.sample(v.size, src) if table is not None else _dgauss(src, s2, v.size)).reshape(v.shape)
+    z = (table.sample(v.size, src) if table is not None else sample_dgauss(src, s2, v.size)).reshape(v.shape)
     return _shape(v + z, scalar), event
 
 

@@ -41,7 +41,7 @@ interval [t_{g−1}, t_g) of the exact cumulative distribution contains U:
 Both paths use the same (given) order of outcomes, so the output is, in every case, the outcome whose exact
 interval contains U: the sampler is exact. Cost: O(G) float work per draw (G outcomes or groups).
 
-``method="gumbel"`` (the float Gumbel-max form) was removed (issue 10 item 3): float Gumbels are bounded, so
+``method="gumbel"`` (the float Gumbel-max form) was removed (spec/accounting/noise.md §8): float Gumbels are bounded, so
 it gives probability 0 to outcomes ≈ 40/γ below the best, an infinite privacy loss on some neighbouring pair.
 ``method`` accepts only ``"direct"``; asking for ``"gumbel"`` raises InvalidParameterError saying why.
 """
@@ -50,9 +50,11 @@ from __future__ import annotations
 
 import decimal
 import math
+from collections.abc import Sequence
 from fractions import Fraction
 
 import numpy as np
+import numpy.typing as npt
 
 from ..errors import InvalidParameterError, check_epsilon
 from ..events import ExponentialMechanismEvent
@@ -74,7 +76,7 @@ _METHODS = ("direct",)
 # --------------------------------------------------------------------------------------------
 # validation helpers
 # --------------------------------------------------------------------------------------------
-def _as_utilities(utilities) -> np.ndarray:
+def _as_utilities(utilities: npt.ArrayLike) -> npt.NDArray[np.float64]:
     try:
         u = np.asarray(utilities, dtype=np.float64)
     except (TypeError, ValueError):
@@ -86,7 +88,7 @@ def _as_utilities(utilities) -> np.ndarray:
     return u
 
 
-def _as_histogram(histogram, field: str = "histogram") -> np.ndarray:
+def as_histogram(histogram: npt.ArrayLike, field: str = "histogram") -> npt.NDArray[np.int64]:
     h = np.asarray(histogram)
     if h.ndim != 1 or h.size == 0:
         raise InvalidParameterError(field, "must be a non-empty 1-d array of counts", getattr(h, "shape", None))
@@ -104,20 +106,15 @@ def _as_histogram(histogram, field: str = "histogram") -> np.ndarray:
 
 def _check_method(method: str) -> str:
     if method == "gumbel":
-        raise InvalidParameterError("method", "'gumbel' was removed: float Gumbel-max gives probability 0 to "
-                                    "outcomes ~40/γ below the best (not ε-DP); use 'direct', the exact sampler",
-                                    method)
+        raise InvalidParameterError(
+            "method",
+            "'gumbel' was removed: float Gumbel-max gives probability 0 to "
+            "outcomes ~40/γ below the best (not ε-DP); use 'direct', the exact sampler",
+            method,
+        )
     if method not in _METHODS:
         raise InvalidParameterError("method", "must be 'direct' (the exact sampler)", method)
     return method
-
-
-def _source(source: RandomSource | None) -> RandomSource:
-    if source is None:
-        return RandomSource.system()
-    if not isinstance(source, RandomSource):
-        raise InvalidParameterError("source", "must be an accounting.noise.RandomSource", type(source).__name__)
-    return source
 
 
 def _gamma(epsilon: float, sensitivity: float, monotone: bool) -> float:
@@ -130,8 +127,8 @@ def _gamma(epsilon: float, sensitivity: float, monotone: bool) -> float:
 # --------------------------------------------------------------------------------------------
 def sample_exponential(
     gamma: float,
-    utilities: np.ndarray,
-    multiplicities: np.ndarray | None,
+    utilities: npt.NDArray[np.float64],
+    multiplicities: npt.NDArray[np.int64] | Sequence[int] | None,
     source: RandomSource,
 ) -> int:
     """Index g drawn exactly with probability n_g·exp(γ u_g) / Σ_h n_h·exp(γ u_h).
@@ -144,7 +141,6 @@ def sample_exponential(
     G = u.size
     if multiplicities is None:
         n_exact = None
-        n = np.ones(G, dtype=np.float64)
     else:
         # exact Python integers (any size) for the rigorous path; their correctly rounded float images (scaled
         # by a common power of two, relative error <= 2^-53 each, or an absolute error below 2^-1000 of the
@@ -183,7 +179,7 @@ def sample_exponential(
     return _exact_refine(gamma, u, [1] * G if n_exact is None else n_exact, word, source)
 
 
-def _exact_refine(gamma: float, u: np.ndarray, n, word: int, source: RandomSource) -> int:
+def _exact_refine(gamma: float, u: npt.NDArray[np.float64], n: Sequence[int], word: int, source: RandomSource) -> int:
     """Rigorous interval refinement (see module docstring); same outcome order as the fast path."""
     G = u.size
     gam = Fraction(float(gamma))
@@ -207,7 +203,7 @@ def _exact_refine(gamma: float, u: np.ndarray, n, word: int, source: RandomSourc
         c_hi = decimal.Decimal(0)
         cum_lo: list[decimal.Decimal] = []
         cum_hi: list[decimal.Decimal] = []
-        for x, cnt in zip(xs, counts):
+        for x, cnt in zip(xs, counts, strict=False):
             num, den = decimal.Decimal(x.numerator), decimal.Decimal(x.denominator)
             x_lo = floor.divide(num, den)
             x_hi = ceil.divide(num, den)
@@ -255,7 +251,8 @@ _FLOOR_BITS = BASE_MEASURE_FLOOR_NATS * _INV_LN2
 class PublicBaseMeasure:
     """A public base measure, defined exactly from public log-weights: μ̃(v) = 2^{k_v}·f_v with
 
-        x_v = (log_base[v] − max log_base)·fl(1/ln 2)  (float64),   k_v = ⌊x_v⌋,   f_v = min(fl(2^{x_v − k_v}), 2 − 2^-52),
+        x_v = (log_base[v] − max log_base)·fl(1/ln 2)  (float64),   k_v = ⌊x_v⌋,
+        f_v = min(fl(2^{x_v − k_v}), 2 − 2^-52),
 
     so f_v ∈ [1, 2) has a 52-bit fraction (the integer mantissa m_v = f_v·2^52 ∈ [2^52, 2^53)) and μ̃(v) is
     within ~2^-40 relative of e^{log_base[v] − max}. μ̃(v) > 0 for every finite log-weight within
@@ -267,12 +264,12 @@ class PublicBaseMeasure:
 
     __slots__ = ("x", "k", "live", "size")
 
-    def __init__(self, x: np.ndarray, k: np.ndarray, live: np.ndarray):
+    def __init__(self, x: npt.NDArray[np.float64], k: npt.NDArray[np.int64], live: npt.NDArray[np.bool_]) -> None:
         self.x, self.k, self.live = x, k, live
         self.size = x.size
 
     @classmethod
-    def from_log(cls, log_base) -> "PublicBaseMeasure":
+    def from_log(cls, log_base: npt.ArrayLike) -> PublicBaseMeasure:
         b = np.asarray(log_base, dtype=np.float64)
         top = b.max()  # finite or -inf entries only (``_as_log_base``), at least one finite
         x = (b - top) * _INV_LN2  # ≤ 0 or -inf
@@ -287,7 +284,7 @@ class PublicBaseMeasure:
         f = float(np.exp2(self.x[v] - self.k[v]))
         return int(min(max(f, 1.0), 2.0 - 2.0**-52) * 2.0**52)
 
-    def log_weights(self) -> np.ndarray:
+    def log_weights(self) -> npt.NDArray[np.float64]:
         """ln μ̃ for every token (float; −inf where μ̃ = 0), for the float law and tests."""
         out = np.full(self.size, -np.inf)
         for v in np.flatnonzero(self.live).tolist():
@@ -312,7 +309,9 @@ def _uniform_int(bound: int, source: RandomSource) -> int:
             return v
 
 
-def sample_with_base_measure(gamma: float, utilities, measure: PublicBaseMeasure, source: RandomSource) -> int:
+def sample_with_base_measure(
+    gamma: float, utilities: npt.ArrayLike, measure: PublicBaseMeasure, source: RandomSource
+) -> int:
     """Index v drawn exactly with probability μ̃(v)·exp(γ·u_v) / Σ_w μ̃(w)·exp(γ·u_w).
 
     ``utilities``: vote counts (integers, 0 for most tokens); ``measure``: a ``PublicBaseMeasure``. Exact
@@ -327,7 +326,7 @@ def sample_with_base_measure(gamma: float, utilities, measure: PublicBaseMeasure
        start again from 2 with fresh bits.
     An accepted v has probability ∝ μ̃(v)·e^{γu_v}, exactly, for every v with μ̃(v) > 0, however far below the
     best; at most 2 rounds on average. Cost: a few O(V) numpy passes (no exp over the vocabulary), O(#cells)
-    Python integer work per round (tests/test_exponential_base_measure.py measures it at V = 49,152).
+    Python integer work per round (tests/accounting/test_exponential_base_measure.py measures it at V = 49,152).
     """
     u = np.asarray(utilities)
     if u.shape != (measure.size,):
@@ -336,7 +335,7 @@ def sample_with_base_measure(gamma: float, utilities, measure: PublicBaseMeasure
     zero = measure.live & (u == 0)
     cells: list[tuple[float, int]] = []
     sizes: list[int] = []
-    members: dict[int, np.ndarray] = {}
+    members: dict[int, npt.NDArray[np.intp]] = {}
     kz = k[zero]
     if kz.size:
         k0 = int(kz.min())
@@ -347,7 +346,7 @@ def sample_with_base_measure(gamma: float, utilities, measure: PublicBaseMeasure
     nz = np.flatnonzero(measure.live & (u != 0))
     if nz.size:
         groups: dict[tuple[float, int], list[int]] = {}
-        for v, c, kv in zip(nz.tolist(), u[nz].tolist(), k[nz].tolist()):
+        for v, c, kv in zip(nz.tolist(), u[nz].tolist(), k[nz].tolist(), strict=False):
             groups.setdefault((float(c), kv), []).append(v)
         for key, vs in groups.items():
             members[len(cells)] = np.array(vs, dtype=np.int64)
@@ -355,7 +354,7 @@ def sample_with_base_measure(gamma: float, utilities, measure: PublicBaseMeasure
             sizes.append(len(vs))
     kmin = min(kk for _, kk in cells)
     utils = np.array([c for c, _ in cells], dtype=np.float64)
-    mults = [n << (kk - kmin) for (_, kk), n in zip(cells, sizes)]
+    mults = [n << (kk - kmin) for (_, kk), n in zip(cells, sizes, strict=False)]
     while True:
         i = sample_exponential(gamma, utils, mults, source) if len(cells) > 1 else 0
         if i not in members:  # a zero-vote cell: its members on demand
@@ -371,19 +370,20 @@ def sample_with_base_measure(gamma: float, utilities, measure: PublicBaseMeasure
 # the exponential mechanism
 # --------------------------------------------------------------------------------------------
 def exponential_mechanism_probabilities(
-    utilities, sensitivity: float, epsilon: float, *, monotone: bool = False
-) -> np.ndarray:
+    utilities: npt.ArrayLike, sensitivity: float, epsilon: float, *, monotone: bool = False
+) -> npt.NDArray[np.float64]:
     """The exact output law of :func:`exponential_mechanism` (float64 softmax of γ·u, computed stably)."""
     u = _as_utilities(utilities)
     sensitivity = check_epsilon("sensitivity", sensitivity)
     epsilon = check_epsilon("epsilon", epsilon)
     z = _gamma(epsilon, sensitivity, monotone) * (u - u.max())
     w = np.exp(z)
-    return w / w.sum()
+    probs: npt.NDArray[np.float64] = w / w.sum()
+    return probs
 
 
 def exponential_mechanism(
-    utilities,
+    utilities: npt.ArrayLike,
     sensitivity: float,
     epsilon: float,
     source: RandomSource | None = None,
@@ -406,7 +406,7 @@ def exponential_mechanism(
     sensitivity = check_epsilon("sensitivity", sensitivity)
     epsilon = check_epsilon("epsilon", epsilon)
     method = _check_method(method)
-    source = _source(source)
+    source = RandomSource.resolve(source)
     gamma = _gamma(epsilon, sensitivity, bool(monotone))
     if not math.isfinite(gamma):
         raise InvalidParameterError("epsilon", "epsilon / sensitivity must be finite", epsilon)
@@ -417,7 +417,7 @@ def exponential_mechanism(
 # --------------------------------------------------------------------------------------------
 # 000 Alg. 5 line 12: the exponential mechanism on a vote histogram over the whole vocabulary
 # --------------------------------------------------------------------------------------------
-def _count_groups(h: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _count_groups(h: npt.NDArray[np.int64]) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.int64]]:
     """Distinct counts (as utilities) and how many tokens have each; zeros counted without a full sort."""
     nz = h[h != 0]
     vals, mult = np.unique(nz, return_counts=True)
@@ -428,35 +428,39 @@ def _count_groups(h: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return vals.astype(np.float64), mult.astype(np.int64)
 
 
-def _as_log_base(log_base, size: int) -> np.ndarray:
+def _as_log_base(log_base: npt.ArrayLike, size: int) -> npt.NDArray[np.float64]:
     b = np.asarray(log_base, dtype=np.float64)
     if b.shape != (size,):
-        raise InvalidParameterError("log_base", f"must be a 1-d array of the histogram's length {size}",
-                                    getattr(b, "shape", None))
+        raise InvalidParameterError(
+            "log_base", f"must be a 1-d array of the histogram's length {size}", getattr(b, "shape", None)
+        )
     if np.any(np.isnan(b)) or np.any(b == np.inf) or not np.any(np.isfinite(b)):
         raise InvalidParameterError("log_base", "must be log-weights: finite or -inf, not NaN or +inf, one finite")
     return b
 
 
-def vote_exponential_probabilities(histogram, epsilon: float, log_base=None) -> np.ndarray:
+def vote_exponential_probabilities(
+    histogram: npt.ArrayLike, epsilon: float, log_base: npt.ArrayLike | None = None
+) -> npt.NDArray[np.float64]:
     """Exact output law of :func:`vote_exponential_mechanism`: softmax of ε·count/2 (+ log base measure)."""
-    h = _as_histogram(histogram)
+    h = as_histogram(histogram)
     if log_base is None:
         return exponential_mechanism_probabilities(h.astype(np.float64), 1.0, epsilon)
     b = _as_log_base(log_base, h.size)
     z = b + check_epsilon("epsilon", epsilon) / 2.0 * h
     z = z - z[np.isfinite(z)].max()
     w = np.exp(z)
-    return w / w.sum()
+    probs: npt.NDArray[np.float64] = w / w.sum()
+    return probs
 
 
 def vote_exponential_mechanism(
-    histogram,
+    histogram: npt.ArrayLike,
     epsilon: float,
     source: RandomSource | None = None,
     *,
     method: str = "direct",
-    log_base=None,
+    log_base: npt.ArrayLike | None = None,
 ) -> tuple[int, ExponentialMechanismEvent]:
     """000 Algorithm 5 line 12 (001 Alg. 7): expoMech(Hist_t; ε_Expo) over the whole vocabulary.
 
@@ -476,13 +480,13 @@ def vote_exponential_mechanism(
     ``PublicBaseMeasure.from_log(log_base)`` (μ̃ ≈ e^{log_base − max}, a public function of the floats, > 0
     wherever log_base is finite and within 2^16 nats of its maximum), sampled *exactly* by
     ``sample_with_base_measure`` (module docstring): P(v) = μ̃(v)·e^{ε·Hist[v]/2} / Z for every v, however
-    far below the best (issue 10 item 3: float Gumbel-max gave probability 0 beyond ≈ 40 nats).
+    far below the best (spec/accounting/noise.md §8: float Gumbel-max gave probability 0 beyond ≈ 40 nats).
     """
-    h = _as_histogram(histogram)
+    h = as_histogram(histogram)
     epsilon = check_epsilon("epsilon", epsilon)
     method = _check_method(method)
     base = None if log_base is None else _as_log_base(log_base, h.size)
-    source = _source(source)
+    source = RandomSource.resolve(source)
     event = ExponentialMechanismEvent(epsilon, bounded_range=True)
     gamma = epsilon / 2.0
     if base is not None:

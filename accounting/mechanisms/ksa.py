@@ -1,7 +1,7 @@
 """DP-KSA keyword selection: FindBestK and TopKWithPTR.
 
 Source: Tang, Flemings, Wang & Annavaram, "Differentially Private Retrieval-Augmented Generation" (DP-KSA,
-arXiv 2602.14374; /work/shared/seeds/004_*.txt): Algorithm 1 (DP-KSA), Algorithm 2 (TopKWithPTR),
+arXiv 2602.14374; spec/papers.md): Algorithm 1 (DP-KSA), Algorithm 2 (TopKWithPTR),
 Algorithm 3 (FindBestK), Appendix A (Theorems A.9–A.12). Their top-k machinery is Zhu & Wang, "Adaptive
 Private-K-Selection with Adaptive K and Application to Multi-label PATE" (AISTATS 2022).
 
@@ -23,7 +23,7 @@ utility d_k + r(k) (Gumbel-max trick, Durfee & Rogers 2019), P[k] ∝ exp((d_k +
 sample that law exactly (``accounting.mechanisms.exponential``) rather than with float Gumbels. With sensitivity
 Δ = 2, Definition A.7 requires β = 2Δ/ε = **4/ε**. Algorithm 3 as printed uses Gumbel(2/ε), which is only
 2ε-DP (ε-bounded-range at 2ε) — we follow the proof, not the pseudo-code (spec/accounting/mechanisms.md,
-"DP-KSA"; tests/test_empirical_dp.py shows the printed version violating ε-DP). The event is
+"DP-KSA"; tests/accounting/test_empirical_dp.py shows the printed version violating ε-DP). The event is
 ``ExponentialMechanismEvent(ε, bounded_range=True)``: with β = 2Δ/ε the log-probability ratio of any two
 outputs moves by at most ε between neighbours, so the mechanism is ε-bounded-range, whose RDP αε²/8
 (Cesar & Rogers 2021) is tighter than the ε-DP bound 004 uses (Thm A.9, min(αε²/2, sinh bound)).
@@ -49,10 +49,12 @@ under neighbours and would leak.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import overload
 
 import numpy as np
+import numpy.typing as npt
 from scipy import special
 
 from ..errors import InvalidParameterError, check_delta, check_epsilon, check_positive_int
@@ -76,7 +78,7 @@ __all__ = [
     "ptr_release_top_k",
     "ptr_sigma_for",
     "top_k_with_ptr",
-    "DpKsaParameters",
+    "DpKsaRdpParameters",
     "calibrate_dp_ksa",
     "KeywordSelection",
     "dp_ksa_select",
@@ -89,7 +91,7 @@ GAP_SENSITIVITY = 2
 # ---------------------------------------------------------------------------------------------------
 # Inputs
 # ---------------------------------------------------------------------------------------------------
-def keyword_histogram(responses: Iterable[Sequence[int]], vocab_size: int) -> np.ndarray:
+def keyword_histogram(responses: Iterable[Sequence[int]], vocab_size: int) -> npt.NDArray[np.int64]:
     """004 Alg. 1 line 5: H[t] = number of responses that contain token t (each response counts t once).
 
     ``responses``: one sequence of token ids per ensemble member; ``vocab_size``: size of the public
@@ -105,7 +107,7 @@ def keyword_histogram(responses: Iterable[Sequence[int]], vocab_size: int) -> np
     return h
 
 
-def _histogram(histogram) -> np.ndarray:
+def _histogram(histogram: npt.ArrayLike) -> npt.NDArray[np.int64]:
     """Validate a count histogram over a public domain: 1-d, ≥ 2 bins, non-negative integers."""
     try:
         h = np.asarray(histogram)
@@ -123,7 +125,7 @@ def _histogram(histogram) -> np.ndarray:
     return h.astype(np.int64)
 
 
-def sorted_gaps(histogram) -> np.ndarray:
+def sorted_gaps(histogram: npt.ArrayLike) -> npt.NDArray[np.int64]:
     """d_k = H(k) − H(k+1) for k = 1 … V−1, with H(1) ≥ H(2) ≥ … the sorted counts (004 Alg. 2/3 line 1).
 
     Entry i of the result is d_{i+1}.
@@ -133,28 +135,22 @@ def sorted_gaps(histogram) -> np.ndarray:
     return s[:-1] - s[1:]
 
 
-def _top_k_set(h: np.ndarray, k: int) -> tuple[int, ...]:
+def _top_k_set(h: npt.NDArray[np.int64], k: int) -> tuple[int, ...]:
     """The k tokens with the largest counts (ties broken by lower token id), as a set in increasing id order."""
     order = np.argsort(-h, kind="stable")
     return tuple(sorted(int(t) for t in order[:k]))
 
 
-def _source(source) -> RandomSource:
-    if source is None:
-        return RandomSource.system()
-    if not isinstance(source, RandomSource):
-        raise InvalidParameterError("source", "must be a RandomSource", type(source).__name__)
-    return source
-
-
-def _size(size):
+def _size(size: int | None) -> int | None:
     return None if size is None else check_positive_int("size", size)
 
 
 # ---------------------------------------------------------------------------------------------------
 # FindBestK (004 Algorithm 3)
 # ---------------------------------------------------------------------------------------------------
-def _regularizer(n_gaps: int, k_min, k_max, regularizer) -> np.ndarray:
+def _regularizer(
+    n_gaps: int, k_min: int, k_max: int | None, regularizer: npt.ArrayLike | None
+) -> npt.NDArray[np.float64]:
     r = np.zeros(n_gaps, dtype=np.float64)
     if regularizer is not None:
         try:
@@ -179,17 +175,41 @@ def _regularizer(n_gaps: int, k_min, k_max, regularizer) -> np.ndarray:
     return r
 
 
+@overload
 def find_best_k(
-    histogram,
+    histogram: npt.ArrayLike,
     epsilon: float,
     source: RandomSource | None = None,
     *,
     k_min: int = 1,
     k_max: int | None = None,
-    regularizer=None,
+    regularizer: npt.ArrayLike | None = None,
+    method: str = "direct",
+    size: None = None,
+) -> tuple[int, ExponentialMechanismEvent]: ...
+@overload
+def find_best_k(
+    histogram: npt.ArrayLike,
+    epsilon: float,
+    source: RandomSource | None = None,
+    *,
+    k_min: int = 1,
+    k_max: int | None = None,
+    regularizer: npt.ArrayLike | None = None,
+    method: str = "direct",
+    size: int,
+) -> tuple[npt.NDArray[np.int64], SelfComposedEvent]: ...
+def find_best_k(
+    histogram: npt.ArrayLike,
+    epsilon: float,
+    source: RandomSource | None = None,
+    *,
+    k_min: int = 1,
+    k_max: int | None = None,
+    regularizer: npt.ArrayLike | None = None,
     method: str = "direct",
     size: int | None = None,
-):
+) -> tuple[int, ExponentialMechanismEvent] | tuple[npt.NDArray[np.int64], SelfComposedEvent]:
     """FindBestK (004 Algorithm 3, Theorem A.11): choose the number of keywords k̂ by the exponential mechanism.
 
     Returns ``(k̂, ExponentialMechanismEvent(epsilon, bounded_range=True))`` with k̂ ∈ [k_min, k_max] ⊂ [1, V−1]
@@ -199,8 +219,8 @@ def find_best_k(
 
     ``method="direct"`` (the only one) samples this law exactly with the exponential-mechanism sampler of
     ``accounting.mechanisms.exponential`` (utility d_k + r(k), sensitivity 2). Algorithm 3's float Gumbel-max
-    form (``"gumbel"``) was removed (issue 10 item 3): float Gumbels are bounded (≈ [−3.6, 36.7]), so a k whose
-    utility is more than ≈ 40β below the best got probability 0 — not ε-DP.
+    form (``"gumbel"``) was removed (spec/accounting/noise.md §8): float Gumbels are bounded (≈ [−3.6, 36.7]), so a k
+    whose utility is more than ≈ 40β below the best got probability 0 — not ε-DP.
     ``regularizer``: data-independent r(k) for k = 1..V−1 (finite or −inf); ``k_min``/``k_max`` restrict k.
     ``size``: draw that many independent k̂ (an int64 array; the event is then the ``size``-fold
     self-composition) — for simulations and tests.
@@ -209,12 +229,16 @@ def find_best_k(
     gaps = sorted_gaps(histogram)
     r = _regularizer(gaps.size, k_min, k_max, regularizer)
     if method == "gumbel":
-        raise InvalidParameterError("method", "'gumbel' was removed: float Gumbel-max gives probability 0 to "
-                                    "k's ~40β below the best (not ε-DP); use 'direct', the exact sampler", method)
+        raise InvalidParameterError(
+            "method",
+            "'gumbel' was removed: float Gumbel-max gives probability 0 to "
+            "k's ~40β below the best (not ε-DP); use 'direct', the exact sampler",
+            method,
+        )
     if method != "direct":
         raise InvalidParameterError("method", "must be 'direct' (the exact sampler)", method)
     n = _size(size)
-    src = _source(source)
+    src = RandomSource.resolve(source)
     allowed = np.flatnonzero(np.isfinite(r))
     utility = gaps[allowed].astype(np.float64) + r[allowed]
     draws = 1 if n is None else n
@@ -249,15 +273,35 @@ def ptr_threshold(sigma: float, failure_probability: float) -> int:
     return max(0, int(math.ceil(c * (1.0 + 1e-9) + 1e-9)))
 
 
+@overload
 def ptr_release_top_k(
-    histogram,
+    histogram: npt.ArrayLike,
+    k: int,
+    *,
+    sigma: float,
+    failure_probability: float,
+    source: RandomSource | None = None,
+    size: None = None,
+) -> tuple[tuple[int, ...] | None, ApproxRdpEvent]: ...
+@overload
+def ptr_release_top_k(
+    histogram: npt.ArrayLike,
+    k: int,
+    *,
+    sigma: float,
+    failure_probability: float,
+    source: RandomSource | None = None,
+    size: int,
+) -> tuple[list[tuple[int, ...] | None], SelfComposedEvent]: ...
+def ptr_release_top_k(
+    histogram: npt.ArrayLike,
     k: int,
     *,
     sigma: float,
     failure_probability: float,
     source: RandomSource | None = None,
     size: int | None = None,
-):
+) -> tuple[tuple[int, ...] | None, ApproxRdpEvent] | tuple[list[tuple[int, ...] | None], SelfComposedEvent]:
     """TopKWithPTR as printed (004 Algorithm 2, Theorem A.10), parametrised by σ and the failure probability δ.
 
     d_k = H(k) − H(k+1); the test draws X ~ N_Z(0, (2σ)²) and passes iff max(2, d_k) + X − c > 2 with
@@ -273,7 +317,7 @@ def ptr_release_top_k(
     sig = check_epsilon("sigma", sigma)
     dlt = check_delta("failure_probability", failure_probability)
     n = _size(size)
-    src = _source(source)
+    src = RandomSource.resolve(source)
     from ..noise import discrete_gaussian  # helper A's exact sampler
 
     c = ptr_threshold(sig, dlt)
@@ -289,14 +333,24 @@ def ptr_release_top_k(
     return [tokens if p else None for p in passed.tolist()], SelfComposedEvent(event, n)
 
 
-def _gaussian_eps(noise_multiplier: float, conversion_delta: float, orders: np.ndarray, extra_rdp=None) -> float:
+def _gaussian_eps(
+    noise_multiplier: float,
+    conversion_delta: float,
+    orders: npt.NDArray[np.float64],
+    extra_rdp: npt.NDArray[np.float64] | None = None,
+) -> float:
     rdp = gaussian_rdp(noise_multiplier, orders)
     if extra_rdp is not None:
         rdp = rdp + extra_rdp
     return rdp_to_epsilon(rdp, orders, conversion_delta)[0]
 
 
-def _smallest_sigma(epsilon: float, conversion_delta: float, orders: np.ndarray, extra_rdp=None) -> float:
+def _smallest_sigma(
+    epsilon: float,
+    conversion_delta: float,
+    orders: npt.NDArray[np.float64],
+    extra_rdp: npt.NDArray[np.float64] | None = None,
+) -> float:
     """Smallest noise multiplier σ (to relative 1e-10, rounded up) whose RDP (+ extra) converts to ≤ ε."""
     lo, hi = 1e-3, 1.0
     while _gaussian_eps(hi, conversion_delta, orders, extra_rdp) > epsilon:
@@ -323,8 +377,30 @@ def ptr_sigma_for(epsilon: float, delta: float, orders: Sequence[float] | None =
     return _smallest_sigma(eps, dlt / 2.0, as_orders(orders))
 
 
+@overload
 def top_k_with_ptr(
-    histogram,
+    histogram: npt.ArrayLike,
+    k: int,
+    epsilon: float,
+    delta: float,
+    source: RandomSource | None = None,
+    *,
+    orders: Sequence[float] | None = None,
+    size: None = None,
+) -> tuple[tuple[int, ...] | None, ApproxRdpEvent]: ...
+@overload
+def top_k_with_ptr(
+    histogram: npt.ArrayLike,
+    k: int,
+    epsilon: float,
+    delta: float,
+    source: RandomSource | None = None,
+    *,
+    orders: Sequence[float] | None = None,
+    size: int,
+) -> tuple[list[tuple[int, ...] | None], SelfComposedEvent]: ...
+def top_k_with_ptr(
+    histogram: npt.ArrayLike,
     k: int,
     epsilon: float,
     delta: float,
@@ -332,7 +408,7 @@ def top_k_with_ptr(
     *,
     orders: Sequence[float] | None = None,
     size: int | None = None,
-):
+) -> tuple[tuple[int, ...] | None, ApproxRdpEvent] | tuple[list[tuple[int, ...] | None], SelfComposedEvent]:
     """TopKWithPTR (004 Algorithm 2) calibrated to an (ε, δ) target for this step.
 
     Half of δ is the PTR failure probability, half the RDP → DP conversion δ; σ = ``ptr_sigma_for(ε, δ)``.
@@ -351,7 +427,7 @@ def top_k_with_ptr(
 # The DP part of DP-KSA (004 Algorithm 1 lines 6–7, Theorem A.12)
 # ---------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class DpKsaParameters:
+class DpKsaRdpParameters:
     """Calibrated parameters of FindBestK + TopKWithPTR for a total (ε, δ) target."""
 
     epsilon_em: float  # FindBestK's ε
@@ -369,9 +445,13 @@ class DpKsaParameters:
 
 
 def calibrate_dp_ksa(
-    epsilon: float, delta: float, *, em_fraction: float = 0.5, orders: Sequence[float] | None = None,
+    epsilon: float,
+    delta: float,
+    *,
+    em_fraction: float = 0.5,
+    orders: Sequence[float] | None = None,
     queries: int = 1,
-) -> DpKsaParameters:
+) -> DpKsaRdpParameters:
     """Split an (ε, δ) target between FindBestK and TopKWithPTR (004 Thm A.12: RDP composition, then Thm A.6).
 
     ``queries`` = 1: FindBestK gets ε_EM = ``em_fraction``·ε; σ is then the smallest noise multiplier such
@@ -405,11 +485,12 @@ def calibrate_dp_ksa(
     sigma = _smallest_sigma(eps, dlt / 2.0, a, extra_rdp=em_rdp) * math.sqrt(t)
     while _gaussian_eps(sigma / math.sqrt(t), dlt / 2.0, a, em_rdp) > eps:  # the √T product's rounding
         sigma = math.nextafter(sigma, math.inf)
-    return DpKsaParameters(epsilon_em=eps_em, sigma=sigma, ptr_delta=dlt / (2.0 * t), conversion_delta=dlt / 2.0)
+    return DpKsaRdpParameters(epsilon_em=eps_em, sigma=sigma, ptr_delta=dlt / (2.0 * t), conversion_delta=dlt / 2.0)
 
 
-def _largest_em_epsilon(target: float, conversion_delta: float, orders: np.ndarray, queries: int) -> float:
+def _largest_em_epsilon(target: float, conversion_delta: float, orders: npt.NDArray[np.float64], queries: int) -> float:
     """Largest ε_EM (to relative 1e-10, rounded down) whose ``queries``-fold bounded-range RDP converts to ≤ target."""
+
     def conv(e: float) -> float:
         return rdp_to_epsilon(queries * bounded_range_rdp(e, orders), orders, conversion_delta)[0]
 
@@ -436,7 +517,7 @@ class KeywordSelection:
 
 
 def dp_ksa_select(
-    histogram,
+    histogram: npt.ArrayLike,
     epsilon: float,
     delta: float,
     source: RandomSource | None = None,
@@ -444,10 +525,10 @@ def dp_ksa_select(
     em_fraction: float = 0.5,
     k_min: int = 1,
     k_max: int | None = None,
-    regularizer=None,
+    regularizer: npt.ArrayLike | None = None,
     orders: Sequence[float] | None = None,
     queries: int = 1,
-):
+) -> tuple[KeywordSelection, ComposedEvent]:
     """004 Algorithm 1 lines 6–7: k̂ = FindBestK(H), then TopKWithPTR(k̂, H), within a total (ε, δ).
 
     Returns ``(KeywordSelection(k̂, tokens | None), ComposedEvent([EM event, PTR event]))``; the composed
@@ -457,7 +538,7 @@ def dp_ksa_select(
     params = calibrate_dp_ksa(epsilon, delta, em_fraction=em_fraction, orders=orders, queries=queries)
     h = _histogram(histogram)
     _regularizer(h.size - 1, k_min, k_max, regularizer)  # validate before drawing anything
-    src = _source(source)
+    src = RandomSource.resolve(source)
     k_hat, em_event = find_best_k(h, params.epsilon_em, src, k_min=k_min, k_max=k_max, regularizer=regularizer)
     tokens, ptr_event = ptr_release_top_k(
         h, k_hat, sigma=params.sigma, failure_probability=params.ptr_delta, source=src

@@ -46,11 +46,12 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import numpy.typing as npt
 
 from ..errors import InvalidParameterError, check_delta, check_epsilon, check_positive_int
 from ..events import ApproxDpEvent, ExponentialMechanismEvent
 from ..noise.source import RandomSource
-from .exponential import _as_histogram, _source, sample_exponential
+from .exponential import as_histogram, sample_exponential
 
 __all__ = ["BOTTOM", "limited_domain", "limited_domain_probabilities", "limited_domain_threshold"]
 
@@ -88,7 +89,7 @@ def limited_domain_threshold(
     return math.nextafter(out, math.inf)
 
 
-def _candidates(h: np.ndarray, k_bar: int) -> tuple[np.ndarray, int]:
+def _candidates(h: npt.NDArray[np.int64], k_bar: int) -> tuple[npt.NDArray[np.int64], int]:
     """T (top-k̄ token ids, by count desc then id asc) and h_(k̄+1) (requires d > k̄)."""
     nz = np.flatnonzero(h)
     if nz.size > k_bar:
@@ -103,8 +104,10 @@ def _candidates(h: np.ndarray, k_bar: int) -> tuple[np.ndarray, int]:
     return ranked.astype(np.int64), 0  # at most k̄ non-zero counts, d > k̄: the (k̄+1)-th count is 0
 
 
-def _validate(histogram, epsilon, delta, k_bar, l0_sensitivity):
-    h = _as_histogram(histogram)
+def _validate(
+    histogram: npt.ArrayLike, epsilon: float, delta: float, k_bar: int, l0_sensitivity: int
+) -> tuple[npt.NDArray[np.int64], float, float, int, int]:
+    h = as_histogram(histogram)
     epsilon = check_epsilon("epsilon", epsilon)
     delta = check_delta("delta", delta)
     k_bar = check_positive_int("k_bar", k_bar)
@@ -113,14 +116,14 @@ def _validate(histogram, epsilon, delta, k_bar, l0_sensitivity):
 
 
 def limited_domain_probabilities(
-    histogram,
+    histogram: npt.ArrayLike,
     epsilon: float,
     delta: float,
     k_bar: int,
     *,
     l0_sensitivity: int = 2,
     monotone: bool = False,
-) -> tuple[np.ndarray, float]:
+) -> tuple[npt.NDArray[np.float64], float]:
     """Exact output law of :func:`limited_domain`: (probability of each token, probability of ⊥)."""
     h, epsilon, delta, k_bar, l0_sensitivity = _validate(histogram, epsilon, delta, k_bar, l0_sensitivity)
     s, _ = _scale_and_shift(epsilon, bool(monotone))
@@ -139,7 +142,7 @@ def limited_domain_probabilities(
 
 
 def limited_domain(
-    histogram,
+    histogram: npt.ArrayLike,
     epsilon: float,
     delta: float,
     k_bar: int,
@@ -147,7 +150,7 @@ def limited_domain(
     *,
     l0_sensitivity: int = 2,
     monotone: bool = False,
-):
+) -> tuple[int | None, ApproxDpEvent | ExponentialMechanismEvent]:
     """LimitedDomain with k = 1 on a count histogram: returns (token id or ``BOTTOM`` (None), event).
 
     ``histogram[v]``: count of token v (vote histogram over the whole vocabulary, zeros included; only the
@@ -158,7 +161,7 @@ def limited_domain(
     domain → ``ExponentialMechanismEvent(ε)`` (pure ε-DP, ε-bounded-range).
     """
     h, epsilon, delta, k_bar, l0_sensitivity = _validate(histogram, epsilon, delta, k_bar, l0_sensitivity)
-    source = _source(source)
+    source = RandomSource.resolve(source)
     s, _ = _scale_and_shift(epsilon, bool(monotone))
     if h.size <= k_bar:
         g = sample_exponential(1.0 / s, h.astype(np.float64), None, source)

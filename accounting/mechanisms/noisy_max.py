@@ -16,6 +16,7 @@ MuRAG / MuRAG-Ada next to 000 Algorithm 5 (``accounting.rag.mechanism``).
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 
 from ..errors import InvalidParameterError, check_epsilon
 from ..events import DiscreteGaussianEvent, SelfComposedEvent
@@ -28,7 +29,9 @@ def gaussian_vote_max_event(sigma: float) -> SelfComposedEvent:
     return SelfComposedEvent(DiscreteGaussianEvent(check_epsilon("sigma", sigma), 1), 2)
 
 
-def gaussian_vote_max(histogram, sigma: float, source: RandomSource | None = None) -> tuple[int, SelfComposedEvent]:
+def gaussian_vote_max(
+    histogram: npt.ArrayLike, sigma: float, source: RandomSource | None = None
+) -> tuple[int, SelfComposedEvent]:
     """argmax_v (Hist[v] + N_Z(0, σ²)) over the whole vocabulary; returns (token id, event)."""
     h = np.asarray(histogram)
     if h.ndim != 1 or h.size == 0 or not np.issubdtype(h.dtype, np.integer) or np.any(h < 0):

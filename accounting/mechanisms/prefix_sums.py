@@ -30,13 +30,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
+import numpy.typing as npt
 
 from ..errors import InvalidParameterError, check_epsilon, check_positive_int
 from ..events import DiscreteLaplaceEvent
 from ..noise.source import RandomSource
-from .exponential import _as_histogram, _source
+from .exponential import as_histogram
 
 __all__ = ["PrefixSumRelease", "noisy_prefix_sums", "score_bins", "assign_bins", "bin_counts"]
 
@@ -65,14 +67,14 @@ class PrefixSumRelease:
     def charged_bins(self) -> range:
         return range(self.bins_released)
 
-    def threshold(self, edges) -> float:
+    def threshold(self, edges: npt.ArrayLike) -> float:
         """τ_t: the lower edge of the last released bin (``edges`` as returned by :func:`score_bins`)."""
         e = np.asarray(edges, dtype=np.float64)
         if e.ndim != 1 or e.size != self.num_bins + 1:
             raise InvalidParameterError("edges", f"must hold num_bins + 1 = {self.num_bins + 1} edges")
         return float(e[self.bins_released])
 
-    def charged_documents(self, doc_bins, active=None) -> np.ndarray:
+    def charged_documents(self, doc_bins: npt.ArrayLike, active: npt.ArrayLike | None = None) -> npt.NDArray[np.intp]:
         """Indices of the documents to charge ε_thr: those counted in a released bin.
 
         ``doc_bins[i]``: bin of document i (−1 if in no bin, see :func:`assign_bins`); ``active``: optional
@@ -91,7 +93,7 @@ class PrefixSumRelease:
         return np.flatnonzero(mask)
 
 
-def score_bins(low: float, high: float, width: float) -> np.ndarray:
+def score_bins(low: float, high: float, width: float) -> npt.NDArray[np.float64]:
     """Bin edges from ``high`` down to ``low`` in steps of ``width`` (001 App. E: 100 → 70, width 0.2).
 
     Returns descending edges e_0 = high > e_1 > … > e_B = low; bin i is [e_{i+1}, e_i) except bin 0, which is
@@ -107,10 +109,10 @@ def score_bins(low: float, high: float, width: float) -> np.ndarray:
         raise InvalidParameterError("width", "must divide high − low into a whole number of bins", width)
     edges = high - np.arange(nb + 1) * width
     edges[-1] = low
-    return edges
+    return cast(npt.NDArray[np.float64], edges)  # float64 at run time (a float minus int64 · float)
 
 
-def assign_bins(scores, edges) -> np.ndarray:
+def assign_bins(scores: npt.ArrayLike, edges: npt.ArrayLike) -> npt.NDArray[np.int64]:
     """Bin index of each score (0 = most relevant), −1 if below the lowest edge or above the top edge."""
     s = np.asarray(scores, dtype=np.float64)
     e = np.asarray(edges, dtype=np.float64)
@@ -127,7 +129,7 @@ def assign_bins(scores, edges) -> np.ndarray:
     return out.astype(np.int64)
 
 
-def bin_counts(doc_bins, num_bins: int, active=None) -> np.ndarray:
+def bin_counts(doc_bins: npt.ArrayLike, num_bins: int, active: npt.ArrayLike | None = None) -> npt.NDArray[np.int64]:
     """|A^{(i)}| for every bin: documents in bin i that are active (filter budget ≥ ε_thr)."""
     num_bins = check_positive_int("num_bins", num_bins)
     b = np.asarray(doc_bins)
@@ -144,7 +146,9 @@ def bin_counts(doc_bins, num_bins: int, active=None) -> np.ndarray:
     return np.bincount(b[mask], minlength=num_bins).astype(np.int64)
 
 
-def noisy_prefix_sums(bin_counts, k: int, epsilon_thr: float, source: RandomSource | None = None) -> PrefixSumRelease:
+def noisy_prefix_sums(
+    bin_counts: npt.ArrayLike, k: int, epsilon_thr: float, source: RandomSource | None = None
+) -> PrefixSumRelease:
     """000 Algorithm 2 lines 2–10: release s̃_i = Σ_{j≤i} (|A^{(j)}| + Lap_Z(1/ε_thr)) until s̃ > K.
 
     ``bin_counts[i]`` = |A^{(i)}| (most relevant bin first; only active documents counted). Returns a
@@ -152,10 +156,10 @@ def noisy_prefix_sums(bin_counts, k: int, epsilon_thr: float, source: RandomSour
     (``release.charged_documents(doc_bins, active)``). Neighbouring relation: add/remove one document
     (each document in at most one bin).
     """
-    counts = _as_histogram(bin_counts, "bin_counts")
+    counts = as_histogram(bin_counts, "bin_counts")
     k = check_positive_int("k", k)
     epsilon_thr = check_epsilon("epsilon_thr", epsilon_thr)
-    source = _source(source)
+    source = RandomSource.resolve(source)
     from ..noise import discrete_laplace  # helper A's exact sampler, P(x) ∝ exp(-|x|/scale)
 
     noise = np.asarray(discrete_laplace(1.0 / epsilon_thr, counts.size, source), dtype=np.int64).reshape(-1)

@@ -49,19 +49,19 @@ Laplace is used.
 from __future__ import annotations
 
 import math
-from typing import Iterable
+from collections.abc import Iterable
+from typing import SupportsFloat, TypedDict, Unpack
 
 import numpy as np
 
 from ..errors import BudgetExhaustedError, InvalidParameterError, check_epsilon, check_positive_int
 from ..events import PureDpEvent
 from ..noise.source import RandomSource
-from .exponential import _source
 
 __all__ = ["SparseVector", "sparse_vector"]
 
 
-def _check_real(field: str, value) -> float:
+def _check_real(field: str, value: SupportsFloat) -> float:
     try:
         v = float(value)
     except (TypeError, ValueError):
@@ -71,7 +71,7 @@ def _check_real(field: str, value) -> float:
     return v
 
 
-def _check_integer_value(field: str, value) -> int:
+def _check_integer_value(field: str, value: SupportsFloat) -> int:
     if isinstance(value, (bool, str, bytes)) or value is None:
         raise InvalidParameterError(field, "must be an integer count", value)
     try:
@@ -121,12 +121,11 @@ class SparseVector:
         self.direction = direction
         self.redraw_threshold = bool(redraw_threshold)
         self.monotone = bool(monotone)
-        self._source = _source(source)
+        self._source = RandomSource.resolve(source)
         self.threshold_scale, self.query_scale = self.scales(self.epsilon, self.sensitivity, self.monotone)
         if not (math.isfinite(self.threshold_scale) and math.isfinite(self.query_scale)):
             raise InvalidParameterError("epsilon", "noise scale 2Δ/ε must be finite", epsilon)
-        self._threshold_cost, self._discovery_cost = self.certified_costs(self.epsilon, self.sensitivity,
-                                                                          self.monotone)
+        self._threshold_cost, self._discovery_cost = self.certified_costs(self.epsilon, self.sensitivity, self.monotone)
         self.discoveries = 0
         self.queries_answered = 0
         self._thresholds_used = 0  # threshold draws that have answered at least one query
@@ -142,15 +141,22 @@ class SparseVector:
     @staticmethod
     def certified_costs(epsilon: float, sensitivity: int = 1, monotone: bool = False) -> tuple[float, float]:
         """(threshold cost Δ/b₁, discovery cost κΔ/b₂) for the float scales actually sampled with, each rounded
-        up: nominally ε/2 each, but fl(2Δ/ε) can be below 2Δ/ε, making the true cost an ulp above ε/2 (issue 10
-        item 7). Ex-ante costs (``PureDpRagParams.cost``, ``sparse_vote_cost``) charge these, not ε/2."""
+        up: nominally ε/2 each, but fl(2Δ/ε) can be below 2Δ/ε, making the true cost an ulp above ε/2
+        (spec/accounting/filters.md §5 item 7). Ex-ante costs (``PureDpRagParams.cost``, ``sparse_vote_cost``) charge
+        these, not ε/2."""
         kappa = 1 if monotone else 2
         b1, b2 = SparseVector.scales(epsilon, sensitivity, monotone)
         return (math.nextafter(sensitivity / b1, math.inf), math.nextafter(kappa * sensitivity / b2, math.inf))
 
     @staticmethod
-    def certified_max_epsilon(epsilon: float, max_discoveries: int, sensitivity: int = 1, *,
-                              redraw_threshold: bool = True, monotone: bool = False) -> float:
+    def certified_max_epsilon(
+        epsilon: float,
+        max_discoveries: int,
+        sensitivity: int = 1,
+        *,
+        redraw_threshold: bool = True,
+        monotone: bool = False,
+    ) -> float:
         """Worst case of a whole session from the certified costs, summed exactly and rounded up."""
         from ..filters import sum_up
 
@@ -177,8 +183,13 @@ class SparseVector:
     @property
     def max_epsilon(self) -> float:
         """Worst case of the whole session: c·ε (redraw) or (c + 1)·ε/2 (one threshold)."""
-        return self.certified_max_epsilon(self.epsilon, self.max_discoveries, self.sensitivity,
-                                          redraw_threshold=self.redraw_threshold, monotone=self.monotone)
+        return self.certified_max_epsilon(
+            self.epsilon,
+            self.max_discoveries,
+            self.sensitivity,
+            redraw_threshold=self.redraw_threshold,
+            monotone=self.monotone,
+        )
 
     @property
     def event(self) -> PureDpEvent:
@@ -189,13 +200,15 @@ class SparseVector:
         return PureDpEvent(self.max_epsilon)
 
     # -- the test -------------------------------------------------------------------------------
-    def test(self, query_value) -> bool:
+    def test(self, query_value: SupportsFloat) -> bool:
         """Answer one query: True iff it is a discovery (q + ν ≥ τ̂, or ≤ τ̂ with direction='below')."""
         q = _check_integer_value("query_value", query_value)
         if self.halted:
             raise BudgetExhaustedError(
                 f"sparse vector: all {self.max_discoveries} discoveries spent; the session has halted",
-                budget="max_discoveries", limit=self.max_discoveries, used=self.discoveries,
+                budget="max_discoveries",
+                limit=self.max_discoveries,
+                used=self.discoveries,
             )
         nu = _discrete_laplace(self.query_scale, self._source)
         noisy_threshold = self.threshold + self._rho
@@ -220,14 +233,20 @@ class SparseVector:
         )
 
 
+class _SparseVectorOptions(TypedDict, total=False):
+    direction: str
+    redraw_threshold: bool
+    monotone: bool
+
+
 def sparse_vector(
-    queries: Iterable,
+    queries: Iterable[SupportsFloat],
     threshold: float,
     epsilon: float,
     max_discoveries: int,
     sensitivity: int = 1,
     source: RandomSource | None = None,
-    **options,
+    **options: Unpack[_SparseVectorOptions],
 ) -> tuple[tuple[bool, ...], PureDpEvent]:
     """Run :class:`SparseVector` over a fixed sequence until it is exhausted or halts.
 

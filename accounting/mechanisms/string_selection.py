@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from typing import Iterable
+from collections.abc import Iterable
 
 from ..errors import InvalidParameterError, check_epsilon
 from ..events import ExponentialMechanismEvent
@@ -50,15 +50,15 @@ from ..noise.source import RandomSource
 ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789 "
 BOTTOM = None  # ⊥: nothing selected (the caller falls back to a public answer)
 
-_MARGIN = 2.0 ** -20
-_MIN_EPSILON = 2.0 ** -10
+MARGIN = 2.0**-20
+MIN_EPSILON = 2.0**-10
 #: range guards keeping every weight a normal float64 with log in [-570, 600] (module doc, "Sampling")
 MAX_KEY_LENGTH = 128
 MAX_THRESHOLD = 100.0
 MAX_EXPONENT = 600.0
 
 
-def _check_key(s) -> str:
+def check_key(s: object) -> str:
     if not isinstance(s, str) or not s or any(c not in ALPHABET for c in s):
         raise InvalidParameterError("keys", f"every key must be a non-empty string over {ALPHABET!r}", s)
     if len(s) > MAX_KEY_LENGTH:
@@ -102,7 +102,7 @@ def _uniform_big(bound: int, source: RandomSource) -> int:
 def _random_string(source: RandomSource) -> str:
     """A string of the geometric-length uniform law: i.i.d. uniform over Σ ∪ {stop}, up to the first stop."""
     A = len(ALPHABET)
-    out = []
+    out: list[str] = []
     while True:  # symbols drawn 64 at a time; the ones after the first stop are discarded (i.i.d.)
         for c in source.uniform_below(A + 1, 64).tolist():
             if c == A:
@@ -110,23 +110,26 @@ def _random_string(source: RandomSource) -> str:
             out.append(ALPHABET[c])
 
 
-def select_string(keys: Iterable[str], epsilon: float, threshold: float, source: RandomSource,
-                  *, exact_probabilities: bool = False):
+def select_string(
+    keys: Iterable[str], epsilon: float, threshold: float, source: RandomSource, *, exact_probabilities: bool = False
+) -> tuple[str | None, ExponentialMechanismEvent]:
     """Draw ω ∈ {⊥} ∪ Σ* from P(ω) ∝ μ(ω)·exp(ε·h(ω)/2), h = the multiset ``keys`` (one per voter; an
     abstaining voter contributes no key). Returns (ω, event): ω is a string or ``BOTTOM``; the event is
     ``ExponentialMechanismEvent(ε)`` (ε-DP, ε-bounded range). ``threshold`` t ≥ 0 sets η = e^−t."""
     eps = check_epsilon("epsilon", epsilon)
-    if eps < _MIN_EPSILON:
-        raise InvalidParameterError("epsilon", f"must be at least 2^-10 (float margin, see module doc)", epsilon)
+    if eps < MIN_EPSILON:
+        raise InvalidParameterError("epsilon", "must be at least 2^-10 (float margin, see module doc)", epsilon)
     t = float(threshold)
     if not math.isfinite(t) or not 0 <= t <= MAX_THRESHOLD:
-        raise InvalidParameterError("threshold", f"must be a number in [0, {MAX_THRESHOLD:g}] (η = e^-threshold)",
-                                    threshold)
-    hist = Counter(_check_key(k) for k in keys)
+        raise InvalidParameterError(
+            "threshold", f"must be a number in [0, {MAX_THRESHOLD:g}] (η = e^-threshold)", threshold
+        )
+    hist = Counter(check_key(k) for k in keys)
     if hist and eps * max(hist.values()) / 2 > MAX_EXPONENT:
-        raise InvalidParameterError("epsilon", f"ε·votes/2 must be at most {MAX_EXPONENT:g} (float range)",
-                                    eps * max(hist.values()) / 2)
-    eps_run = eps * (1.0 - _MARGIN)
+        raise InvalidParameterError(
+            "epsilon", f"ε·votes/2 must be at most {MAX_EXPONENT:g} (float range)", eps * max(hist.values()) / 2
+        )
+    eps_run = eps * (1.0 - MARGIN)
     eta = math.exp(-t)
     seen = sorted(hist)  # a fixed order of the seen keys (the order does not change the law)
     weights = [1.0]
@@ -144,17 +147,17 @@ def select_string(keys: Iterable[str], epsilon: float, threshold: float, source:
     return _random_string(source), event  # may be "" (a string of the domain; callers may treat it like ⊥)
 
 
-def selection_probabilities(keys: Iterable[str], epsilon: float, threshold: float) -> dict:
+def selection_probabilities(keys: Iterable[str], epsilon: float, threshold: float) -> dict[str | None, float]:
     """The exact law of ``select_string`` on the seen keys and ⊥ (float64, for tests): {key: P, None: P(⊥),
     "other": P(an unseen string)}. Uses ε_run like the sampler."""
-    eps = check_epsilon("epsilon", epsilon) * (1.0 - _MARGIN)
-    hist = Counter(_check_key(k) for k in keys)
+    eps = check_epsilon("epsilon", epsilon) * (1.0 - MARGIN)
+    hist = Counter(check_key(k) for k in keys)
     t = float(threshold)
     eta = math.exp(-t)
     w = {s: math.exp(log_base_measure(s, t) + eps * c / 2) for s, c in hist.items()}
     seen_mu = sum(math.exp(log_base_measure(s, t)) for s in hist)
     z = (1 - eta) + sum(w.values()) + (eta - seen_mu)
-    out = {s: v / z for s, v in w.items()}
+    out: dict[str | None, float] = {s: v / z for s, v in w.items()}
     out[None] = (1 - eta) / z
     out["other"] = (eta - seen_mu) / z
     return out

@@ -1,27 +1,11 @@
-"""Poisson subsampling (001 Alg. 9, Subsampling-Multi-RAG) and RDP amplification for any inner mechanism.
+"""Poisson subsampling (001 Alg. 9, Subsampling-Multi-RAG): exact Bernoulli trials and the subsample.
 
 Sources:
 - 001 Algorithm 4 (Poisson subsampling: each record kept independently with probability p) and Algorithm 9
   (Subsampling-Multi-RAG: for each query, Poisson-subsample the corpus with rate p, then run the pure-DP
   DP-RAG of Algorithm 7 on the subsample with budget ε_q; Lemma 3, add/remove relation). The per-query event
-  is ``PoissonSampledEvent(p, PureDpEvent(ε_q))``.
-- Zhu & Wang, "Poisson Subsampled Rényi Differential Privacy", ICML 2019, Theorem 6 (general upper bound):
-  if M is (ℓ, ε(ℓ))-RDP for the integer orders ℓ = 2 … α, then M ∘ PoissonSample_γ satisfies, for integer
-  α ≥ 2, under add/remove,
-
-      ε'(α) ≤ 1/(α−1) · log{ (1−γ)^{α−1}(αγ − γ + 1) + C(α,2) γ² (1−γ)^{α−2} e^{ε(2)}
-                              + 3 Σ_{ℓ=3}^{α} C(α,ℓ) γ^ℓ (1−γ)^{α−ℓ} e^{(ℓ−1) ε(ℓ)} },
-
-  which is within log(3)/(α−1) of their exact formula for the Gaussian (Theorem 5, the same sum with factor 1
-  everywhere — ``zhu_wang_tight_log_moment``, what dp_accounting computes for the subsampled Gaussian).
-  Evaluated in log space (logsumexp of log-binomials). Non-integer orders use the next integer order above,
-  which is valid because D_α is non-decreasing in α; orders in (1, 2) use α = 2.
-- Pure ε-DP amplification (Balle, Barthe & Gaboardi 2018, Thm 8 for Poisson sampling under add/remove;
-  Li, Qardaji & Su 2012): ε' = log(1 + γ(e^ε − 1)); its RDP curve (``pure_dp_rdp``) is a second valid bound.
-- Subsampling never hurts: D_α of the subsampled pair ≤ D_α of the inner pair (joint convexity of
-  (P, Q) ↦ E_Q[(P/Q)^α]), so the inner curve is a third valid bound.
-The curve registered for ``PoissonSampledEvent`` (when dp_accounting has no exact formula) is the pointwise
-minimum of the three.
+  is ``PoissonSampledEvent(p, PureDpEvent(ε_q))``; its RDP curve (the amplification bounds of
+  ``accounting.amplification``) is ``accounting.rdp.poisson_subsampled_rdp``.
 
 Sampling is exact: the probability p (a binary float) is the dyadic rational it denotes, and record i is kept
 iff an exactly uniform real U_i < p, decided by comparing U_i's bits (drawn from the ``RandomSource``) with
@@ -30,67 +14,38 @@ p's — helper A's exact Bernoulli trial.
 
 from __future__ import annotations
 
-import math
 from fractions import Fraction
 
 import numpy as np
-from scipy import special
+import numpy.typing as npt
 
-from ..errors import InvalidParameterError, UnsupportedEventError, check_epsilon
-from ..events import (
-    ComposedEvent,
-    DiscreteLaplaceEvent,
-    ExponentialMechanismEvent,
-    LaplaceEvent,
-    NoOpEvent,
-    PoissonSampledEvent,
-    PrivacyEvent,
-    PureDpEvent,
-    SelfComposedEvent,
-)
+from ..amplification import check_probability
+from ..errors import InvalidParameterError
+from ..noise.bernoulli import bernoulli_shared
 from ..noise.source import RandomSource
-from .exponential import _source
 
-__all__ = [
-    "poisson_subsample",
-    "bernoulli",
-    "amplified_pure_epsilon",
-    "zhu_wang_general_rdp",
-    "zhu_wang_tight_log_moment",
-    "poisson_subsampled_rdp",
-    "subsampled_rdp_curve",
-]
-
-
-def _check_probability(p) -> float:
-    try:
-        v = float(p)
-    except (TypeError, ValueError):
-        raise InvalidParameterError("probability", "must be a real number in [0, 1]", p) from None
-    if not (0.0 <= v <= 1.0):  # also refuses NaN
-        raise InvalidParameterError("probability", "must lie in [0, 1]", p)
-    return v
+__all__ = ["poisson_subsample", "bernoulli"]
 
 
 # --------------------------------------------------------------------------------------------
 # exact Bernoulli(p) and Poisson subsampling
 # --------------------------------------------------------------------------------------------
-def bernoulli(probability: float, size: int, source: RandomSource | None = None) -> np.ndarray:
+def bernoulli(probability: float, size: int, source: RandomSource | None = None) -> npt.NDArray[np.bool_]:
     """``size`` independent exact Bernoulli(p) draws, p a binary float (= M/2^E exactly).
 
     One bulk step of helper A's exact trial (``accounting.noise.bernoulli.bernoulli_shared``, spec/accounting/
     noise.md §2): keep iff the uniform real U = 0.w w' … (base 2^64) is < p, compared lazily word by word.
     """
-    p = _check_probability(probability)
+    p = check_probability(probability)
     if isinstance(size, bool) or int(size) != size or size < 0:
         raise InvalidParameterError("size", "must be an integer >= 0", size)
-    source = _source(source)
-    from ..noise.bernoulli import bernoulli_shared
-
+    source = RandomSource.resolve(source)
     return np.asarray(bernoulli_shared(source, Fraction(p), int(size)), dtype=bool)
 
 
-def poisson_subsample(ids, probability: float, source: RandomSource | None = None) -> np.ndarray:
+def poisson_subsample(
+    ids: npt.ArrayLike, probability: float, source: RandomSource | None = None
+) -> npt.NDArray[np.generic]:
     """001 Algorithm 4: keep each id independently with probability p (exact); order preserved.
 
     ``ids``: 1-d array-like of record ids. Amplification holds under the add/remove relation only.
@@ -98,141 +53,7 @@ def poisson_subsample(ids, probability: float, source: RandomSource | None = Non
     arr = np.asarray(ids)
     if arr.ndim != 1:
         raise InvalidParameterError("ids", "must be a 1-d array of record ids", getattr(arr, "shape", None))
-    p = _check_probability(probability)
+    p = check_probability(probability)
     keep = bernoulli(p, arr.size, source)
-    return arr[keep]
-
-
-# --------------------------------------------------------------------------------------------
-# amplification bounds
-# --------------------------------------------------------------------------------------------
-def amplified_pure_epsilon(epsilon: float, probability: float) -> float:
-    """log(1 + γ(e^ε − 1)): Poisson-subsampled ε-DP under add/remove (Balle et al. 2018, Thm 8)."""
-    eps = check_epsilon("epsilon", epsilon, allow_zero=True)
-    p = _check_probability(probability)
-    if eps == 0 or p == 0:
-        return 0.0
-    if eps > 700:  # log(p·e^ε + 1 − p) without overflow
-        return eps + math.log(p) + math.log1p((1 - p) * math.exp(-eps) / p)
-    return math.log1p(p * math.expm1(eps))
-
-
-def _log_comb(n: np.ndarray, k: np.ndarray) -> np.ndarray:
-    return special.gammaln(n + 1) - special.gammaln(k + 1) - special.gammaln(n - k + 1)
-
-
-def _log_moments(gamma: float, inner_int_rdp: np.ndarray, alphas: np.ndarray, factor3: bool) -> np.ndarray:
-    """log of the bracket in Zhu–Wang Thm 6 (factor3) / Thm 5 (no factor) at each integer α in ``alphas``.
-
-    ``inner_int_rdp[ℓ]`` = ε(ℓ) for ℓ = 0 … max(alphas) (entries 0, 1 unused).
-    """
-    lg, l1g = math.log(gamma), math.log1p(-gamma)
-    out = np.empty(alphas.size)
-    for i, a in enumerate(alphas):
-        a = int(a)
-        ell = np.arange(2, a + 1, dtype=np.float64)
-        eps_l = inner_int_rdp[2 : a + 1]
-        with np.errstate(invalid="ignore"):
-            terms = _log_comb(np.float64(a), ell) + ell * lg + (a - ell) * l1g + (ell - 1.0) * eps_l
-        if factor3 and a >= 3:
-            terms[1:] += math.log(3.0)
-        terms = np.where(np.isnan(terms), np.inf, terms)  # (ℓ−1)·inf
-        head = (a - 1) * l1g + math.log1p((a - 1) * gamma)
-        out[i] = special.logsumexp(np.concatenate(([head], terms)))
-    return out
-
-
-def _integer_orders(orders: np.ndarray) -> np.ndarray:
-    return np.maximum(2, np.ceil(np.asarray(orders, dtype=np.float64) - 1e-12)).astype(np.int64)
-
-
-def zhu_wang_general_rdp(inner_rdp_at, probability: float, orders) -> np.ndarray:
-    """Zhu & Wang 2019 Thm 6 at ``orders`` (next integer order above each), for any inner mechanism.
-
-    ``inner_rdp_at(int_orders: np.ndarray) -> np.ndarray`` gives the inner mechanism's RDP at integer orders.
-    """
-    g = _check_probability(probability)
-    orders = np.asarray(orders, dtype=np.float64)
-    if g == 0:
-        return np.zeros(orders.shape)
-    ia = _integer_orders(orders)
-    amax = int(ia.max())
-    inner = np.full(amax + 1, np.inf)
-    inner[2:] = np.asarray(inner_rdp_at(np.arange(2, amax + 1, dtype=np.float64)), dtype=np.float64)
-    if g == 1:
-        return inner[ia]
-    uniq = np.unique(ia)
-    vals = _log_moments(g, inner, uniq, factor3=True) / (uniq - 1.0)
-    return np.maximum(vals[np.searchsorted(uniq, ia)], 0.0)
-
-
-def zhu_wang_tight_log_moment(inner_rdp_at, probability: float, orders) -> np.ndarray:
-    """Zhu & Wang 2019 Thm 5 (exact for the subsampled Gaussian and Laplace): same sum, factor 1, integer α.
-
-    Not a valid bound for every mechanism (Thm 5 needs their condition of Thm 8); exposed for cross-checks.
-    """
-    g = _check_probability(probability)
-    orders = np.asarray(orders, dtype=np.float64)
-    ia = _integer_orders(orders)
-    if np.any(np.abs(ia - orders) > 1e-9):
-        raise InvalidParameterError("orders", "the tight formula is for integer orders >= 2")
-    amax = int(ia.max())
-    inner = np.full(amax + 1, np.inf)
-    inner[2:] = np.asarray(inner_rdp_at(np.arange(2, amax + 1, dtype=np.float64)), dtype=np.float64)
-    if g == 0:
-        return np.zeros(orders.shape)
-    if g == 1:
-        return inner[ia]
-    uniq = np.unique(ia)
-    vals = _log_moments(g, inner, uniq, factor3=False) / (uniq - 1.0)
-    return vals[np.searchsorted(uniq, ia)]
-
-
-def _pure_epsilon(event: PrivacyEvent) -> float | None:
-    """The pure-DP ε an event is known to satisfy, or None."""
-    if isinstance(event, NoOpEvent):
-        return 0.0
-    if isinstance(event, (PureDpEvent, ExponentialMechanismEvent)):
-        return float(event.epsilon)
-    if isinstance(event, (LaplaceEvent, DiscreteLaplaceEvent)):
-        return float(event.epsilon)
-    if isinstance(event, ComposedEvent):
-        parts = [_pure_epsilon(e) for e in event.events]
-        return None if any(p is None for p in parts) else math.fsum(parts)
-    if isinstance(event, SelfComposedEvent):
-        inner = _pure_epsilon(event.event)
-        return None if inner is None else event.count * inner
-    if isinstance(event, PoissonSampledEvent):
-        inner = _pure_epsilon(event.event)
-        return None if inner is None else amplified_pure_epsilon(inner, event.sampling_probability)
-    return None
-
-
-def poisson_subsampled_rdp(inner: PrivacyEvent, probability: float, orders) -> np.ndarray:
-    """RDP of ``inner`` run on a Poisson subsample (add/remove): min of Zhu–Wang Thm 6, pure-DP amplification
-    and the unamplified curve (module docstring)."""
-    from ..rdp import additive_delta, as_orders, pure_dp_rdp, rdp_curve
-
-    if not isinstance(inner, PrivacyEvent):
-        raise InvalidParameterError("inner", "must be a PrivacyEvent", inner)
-    g = _check_probability(probability)
-    a = as_orders(orders)
-    if g == 0:
-        return np.zeros(a.shape)
-    if additive_delta(inner) > 0:
-        raise UnsupportedEventError(
-            "Poisson subsampling of a δ-approximate RDP event: no amplification bound is registered"
-        )
-    unamplified = np.asarray(rdp_curve(inner, a), dtype=np.float64)
-    if g == 1:
-        return unamplified
-    best = np.minimum(unamplified, zhu_wang_general_rdp(lambda x: rdp_curve(inner, x), g, a))
-    eps = _pure_epsilon(inner)
-    if eps is not None:
-        best = np.minimum(best, pure_dp_rdp(amplified_pure_epsilon(eps, g), a))
-    return best
-
-
-def subsampled_rdp_curve(event: PoissonSampledEvent, orders) -> np.ndarray:
-    """Hook for ``accounting.rdp.rdp_curve`` on PoissonSampledEvent without an exact dp_accounting formula."""
-    return poisson_subsampled_rdp(event.event, event.sampling_probability, orders)
+    kept: npt.NDArray[np.generic] = arr[keep]
+    return kept

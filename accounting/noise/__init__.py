@@ -9,8 +9,8 @@ Exact samplers (Canonne–Kamath–Steinke 2020, Algorithms 1–3; stream consum
 Fast table sampler with a rigorous TV bound: ``DiscreteGaussianTable(sigma, tail_bound, precision_bits)``.
 
 Secure real-valued noise on a power-of-two grid (Mironov 2012; Google DP library's granularity approach):
-``laplace``, ``gaussian``, ``round_to_grid``, ``granularity_for``; and ``gumbel`` (a float Gumbel(0, 1) sampler: bounded, so never used for an exponential mechanism, whose
-samplers are exact — issue 10 item 3).
+``laplace``, ``gaussian``, ``round_to_grid``, ``granularity_for``; and ``gumbel`` (a float Gumbel(0, 1) sampler:
+bounded, so never used for an exponential mechanism, whose samplers are exact — spec/accounting/noise.md §8).
 """
 
 from .bernoulli import bernoulli_exp

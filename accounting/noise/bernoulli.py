@@ -29,12 +29,14 @@ path is only a filter: the result, and the stream consumption, are those of the 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from fractions import Fraction
-from typing import Callable
+from typing import SupportsFloat
 
 import numpy as np
+import numpy.typing as npt
 
-from .source import RandomSource
+from .stream import RandomStream
 
 TWO64 = 1 << 64
 _F64 = float(TWO64)
@@ -43,7 +45,7 @@ _W_ERR = 4096.0  # ≥ |float64(w) - w| (< 2^11) plus slack
 _REL_ERR = 2.0**-50
 
 
-def _resolve_tie(source: RandomSource, frac_p: Fraction) -> bool:
+def _resolve_tie(source: RandomStream, frac_p: Fraction) -> bool:
     """Continue comparing U with p after a tie: ``frac_p`` = 2^64·p - ⌊2^64·p⌋ ∈ (0, 1)."""
     p = frac_p
     while True:
@@ -57,7 +59,7 @@ def _resolve_tie(source: RandomSource, frac_p: Fraction) -> bool:
         p = Fraction(num - fl * p.denominator, p.denominator)
 
 
-def bernoulli_word(w: int, p: Fraction, source: RandomSource) -> bool:
+def bernoulli_word(w: int, p: Fraction, source: RandomStream) -> bool:
     """Exact Bern(p) given its first word ``w`` (0 < p < 1); reads continuation words on a tie."""
     num = p.numerator << 64
     fl = num // p.denominator
@@ -68,7 +70,7 @@ def bernoulli_word(w: int, p: Fraction, source: RandomSource) -> bool:
     return _resolve_tie(source, Fraction(num - fl * p.denominator, p.denominator))
 
 
-def bernoulli_shared(source: RandomSource, p: Fraction, m: int) -> np.ndarray:
+def bernoulli_shared(source: RandomStream, p: Fraction, m: int) -> npt.NDArray[np.bool_]:
     """One bulk step of ``m`` trials sharing the rational p ∈ [0, 1] (exact integer comparison)."""
     if m == 0 or p == 0:
         return np.zeros(m, dtype=bool)
@@ -85,11 +87,11 @@ def bernoulli_shared(source: RandomSource, p: Fraction, m: int) -> np.ndarray:
 
 
 def bernoulli_filtered(
-    source: RandomSource,
-    p_f: np.ndarray,
-    p_err: np.ndarray | float,
+    source: RandomStream,
+    p_f: npt.NDArray[np.float64],
+    p_err: npt.NDArray[np.float64] | float,
     exact_p: Callable[[int], Fraction],
-) -> np.ndarray:
+) -> npt.NDArray[np.bool_]:
     """One bulk step of trials with per-sample p_j ∈ (0, 1) (the caller guarantees p_j ∉ {0, 1}).
 
     ``p_f[j]`` is a float64 approximation of p_j with |p_f[j] - p_j| ≤ ``p_err[j]``; ``exact_p(j)``
@@ -114,14 +116,14 @@ def bernoulli_filtered(
     return one
 
 
-def bernoulli_half(source: RandomSource, m: int) -> np.ndarray:
+def bernoulli_half(source: RandomStream, m: int) -> npt.NDArray[np.bool_]:
     """Bern(1/2) in bulk: one word each, result w < 2^63 (never a tie)."""
     if m == 0:
         return np.zeros(0, dtype=bool)
     return source.uint64(m) < np.uint64(1 << 63)
 
 
-def bernoulli_exp_minus_one(source: RandomSource, m: int) -> np.ndarray:
+def bernoulli_exp_minus_one(source: RandomStream, m: int) -> npt.NDArray[np.bool_]:
     """``m`` trials of Bernoulli(exp(-1)) by CKS Algorithm 1 with γ = 1, in bulk.
 
     K = 1 has p = 1 (no word read); then one bulk step with p = 1/K for K = 2, 3, … over the samples
@@ -139,12 +141,12 @@ def bernoulli_exp_minus_one(source: RandomSource, m: int) -> np.ndarray:
 
 
 def bernoulli_exp_fraction(
-    source: RandomSource,
-    g_f: np.ndarray,
-    g_err: np.ndarray,
+    source: RandomStream,
+    g_f: npt.NDArray[np.float64],
+    g_err: npt.NDArray[np.float64],
     exact_g: Callable[[int], Fraction],
-    is_zero: np.ndarray,
-) -> np.ndarray:
+    is_zero: npt.NDArray[np.bool_],
+) -> npt.NDArray[np.bool_]:
     """Bernoulli(exp(-γ_i)) for per-sample γ_i ∈ [0, 1) by CKS Algorithm 1, in bulk.
 
     ``g_f`` ≈ γ (|g_f - γ| ≤ ``g_err``), ``exact_g(i)`` the exact rational, ``is_zero[i]`` iff γ_i = 0
@@ -161,14 +163,18 @@ def bernoulli_exp_fraction(
         p_err = g_err[active] / k + p_f * 2.0**-52
         act = active
         kk = k
-        a = bernoulli_filtered(source, p_f, p_err, lambda j: exact_g(int(act[j])) / kk)
+
+        def exact_p(j: int, act: npt.NDArray[np.intp] = act, kk: int = kk) -> Fraction:
+            return exact_g(int(act[j])) / kk
+
+        a = bernoulli_filtered(source, p_f, p_err, exact_p)
         result[active[~a]] = k % 2 == 1
         active = active[a]
         k += 1
     return result
 
 
-def bernoulli_exp(gamma, size: int, source: RandomSource) -> np.ndarray:
+def bernoulli_exp(gamma: SupportsFloat, size: int, source: RandomStream) -> npt.NDArray[np.bool_]:
     """``size`` independent exact Bernoulli(exp(-γ)) trials for one rational γ ≥ 0 (CKS Algorithm 1).
 
     A public, shared-γ entry point (used by tests and by callers who need exact exp(-γ) coins).
@@ -176,11 +182,11 @@ def bernoulli_exp(gamma, size: int, source: RandomSource) -> np.ndarray:
     """
     from ..errors import InvalidParameterError, check_positive_int
 
-    g = _fraction("gamma", gamma)
+    g = as_fraction("gamma", gamma)
     if g < 0:
         raise InvalidParameterError("gamma", "must be >= 0", gamma)
     n = check_positive_int("size", size, minimum=0)
-    if not isinstance(source, RandomSource):
+    if not isinstance(source, RandomStream):
         raise InvalidParameterError("source", "must be an accounting.noise.RandomSource", type(source).__name__)
     whole = g.numerator // g.denominator
     frac = g - whole
@@ -200,7 +206,7 @@ def bernoulli_exp(gamma, size: int, source: RandomSource) -> np.ndarray:
     return ok
 
 
-def _fraction(field: str, value) -> Fraction:
+def as_fraction(field: str, value: SupportsFloat) -> Fraction:
     from ..errors import InvalidParameterError
 
     if isinstance(value, (bool, str, bytes)) or value is None:

@@ -23,39 +23,41 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
+from typing import SupportsFloat
 
 import numpy as np
+import numpy.typing as npt
 
 from ..errors import DpragError, InvalidParameterError, check_positive_int
 from .bernoulli import (
-    _fraction,
+    as_fraction,
     bernoulli_exp_fraction,
     bernoulli_exp_minus_one,
     bernoulli_half,
 )
-from .source import RandomSource
+from .stream import RandomStream
 
 #: largest accepted discrete-Laplace scale and discrete-Gaussian σ (outputs stay far inside int64, and
 #: the float filter's error analysis assumes |y| < 2^53)
 MAX_SCALE = Fraction(2) ** 48
 MAX_SIGMA = Fraction(2) ** 40
 MIN_SIGMA = Fraction(1, 2**16)
-_INT64_SAFE = (1 << 62)
+_INT64_SAFE = 1 << 62
 
 
-def _check_source(source) -> RandomSource:
-    if not isinstance(source, RandomSource):
+def check_source(source: object) -> RandomStream:
+    if not isinstance(source, RandomStream):
         raise InvalidParameterError("source", "must be an accounting.noise.RandomSource", type(source).__name__)
     return source
 
 
-def _check_size(size) -> int:
+def check_size(size: int) -> int:
     return check_positive_int("size", size, minimum=0)
 
 
-def laplace_parameter(scale) -> Fraction:
+def laplace_parameter(scale: SupportsFloat) -> Fraction:
     """Validate a discrete-Laplace scale and return it as an exact rational t/s."""
-    b = _fraction("scale", scale)
+    b = as_fraction("scale", scale)
     if b <= 0:
         raise InvalidParameterError("scale", "must be > 0", scale)
     if b > MAX_SCALE:
@@ -65,9 +67,9 @@ def laplace_parameter(scale) -> Fraction:
     return b
 
 
-def gaussian_variance(sigma) -> Fraction:
+def gaussian_variance(sigma: SupportsFloat) -> Fraction:
     """Validate σ and return σ² as an exact rational (σ² = Fraction(σ)²)."""
-    s = _fraction("sigma", sigma)
+    s = as_fraction("sigma", sigma)
     if s <= 0:
         raise InvalidParameterError("sigma", "must be > 0", sigma)
     if not (MIN_SIGMA <= s <= MAX_SIGMA):
@@ -89,7 +91,7 @@ def _floor_sqrt(q: Fraction) -> int:
 # ---------------------------------------------------------------------------------------------------
 # Uniform integers (spec §4, step U)
 # ---------------------------------------------------------------------------------------------------
-def _uniform(source: RandomSource, t: int, n: int) -> np.ndarray:
+def _uniform(source: RandomStream, t: int, n: int) -> npt.NDArray[np.int64]:
     """n exactly uniform integers in [0, t): bulk rejection, one word per pending sample per round.
 
     A word w is accepted iff w < 2^64 - (2^64 mod t), giving w mod t; rejected samples retry in the next
@@ -115,7 +117,7 @@ def _uniform(source: RandomSource, t: int, n: int) -> np.ndarray:
 # ---------------------------------------------------------------------------------------------------
 # CKS Algorithm 2: discrete Laplace with scale t/s
 # ---------------------------------------------------------------------------------------------------
-def _dlap(source: RandomSource, t: int, s: int, m: int) -> np.ndarray:
+def sample_dlap(source: RandomStream, t: int, s: int, m: int) -> npt.NDArray[np.int64]:
     """m exact samples with P[z] ∝ exp(-|z|·s/t) (CKS Algorithm 2), bulk rounds as in spec §4."""
     out = np.zeros(m, dtype=np.int64)
     pending = np.arange(m)
@@ -127,9 +129,11 @@ def _dlap(source: RandomSource, t: int, s: int, m: int) -> np.ndarray:
         # step D: D ~ Bernoulli(exp(-U/t)); U/t ∈ [0, 1), exact zero iff U = 0
         g_f = u.astype(np.float64) / tf
         uu = u
-        d = bernoulli_exp_fraction(
-            source, g_f, g_f * 2.0**-52, lambda i: Fraction(int(uu[i]), t), u == 0
-        )
+
+        def exact_u(i: int, uu: npt.NDArray[np.int64] = uu) -> Fraction:
+            return Fraction(int(uu[i]), t)
+
+        d = bernoulli_exp_fraction(source, g_f, g_f * 2.0**-52, exact_u, u == 0)
         sel = np.flatnonzero(d)
         # step V: V ~ Geometric: count Bernoulli(exp(-1)) successes before the first failure
         v = np.zeros(sel.size, dtype=np.int64)
@@ -152,7 +156,7 @@ def _dlap(source: RandomSource, t: int, s: int, m: int) -> np.ndarray:
     return out
 
 
-def _floor_div(u: np.ndarray, v: np.ndarray, t: int, s: int) -> np.ndarray:
+def _floor_div(u: npt.NDArray[np.int64], v: npt.NDArray[np.int64], t: int, s: int) -> npt.NDArray[np.int64]:
     """⌊(u + t·v)/s⌋ exactly (numpy where it cannot overflow, Python integers otherwise)."""
     safe_v = (_INT64_SAFE - t) // t
     y = np.zeros(u.size, dtype=np.int64)
@@ -169,7 +173,7 @@ def _floor_div(u: np.ndarray, v: np.ndarray, t: int, s: int) -> np.ndarray:
     return y
 
 
-def discrete_laplace(scale, size: int, source: RandomSource) -> np.ndarray:
+def discrete_laplace(scale: SupportsFloat, size: int, source: RandomStream) -> npt.NDArray[np.int64]:
     """``size`` exact samples of the discrete Laplace distribution, P[x] ∝ exp(-|x|/scale), as int64.
 
     CKS 2020, Algorithm 2, with scale = t/s in lowest terms (float scales are converted exactly). Stream
@@ -177,9 +181,9 @@ def discrete_laplace(scale, size: int, source: RandomSource) -> np.ndarray:
     numerator ≤ 2^53 (true for every float ≤ 2^48).
     """
     b = laplace_parameter(scale)
-    n = _check_size(size)
-    src = _check_source(source)
-    return _dlap(src, b.numerator, b.denominator, n)
+    n = check_size(size)
+    src = check_source(source)
+    return sample_dlap(src, b.numerator, b.denominator, n)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -190,7 +194,7 @@ def discrete_laplace(scale, size: int, source: RandomSource) -> np.ndarray:
 _GAMMA_REL = 2.0**-44
 
 
-def _dgauss(source: RandomSource, s2: Fraction, m: int) -> np.ndarray:
+def sample_dgauss(source: RandomStream, s2: Fraction, m: int) -> npt.NDArray[np.int64]:
     """m exact samples with P[y] ∝ exp(-y²/(2σ²)), σ² = ``s2`` (CKS Algorithm 3), bulk rounds (spec §5)."""
     t = _floor_sqrt(s2) + 1
     tau = s2 / t
@@ -207,7 +211,7 @@ def _dgauss(source: RandomSource, s2: Fraction, m: int) -> np.ndarray:
 
     while pending.size:
         n = pending.size
-        y = _dlap(source, t, 1, n)
+        y = sample_dlap(source, t, 1, n)
         a = np.abs(y).astype(np.float64)
         d = a - tau_f
         g = d * d / two_s2_f
@@ -238,13 +242,13 @@ def _dgauss(source: RandomSource, s2: Fraction, m: int) -> np.ndarray:
         # stage 2: Bernoulli(exp(-(γ - ⌊γ⌋)))
         st2 = np.flatnonzero(ok)
         zero_mask = np.zeros(n, dtype=bool)
-        for i, fi in exact_frac.items():
+        for idx, fi in exact_frac.items():
             if fi == 0:
-                zero_mask[i] = True
+                zero_mask[idx] = True
         is_zero = zero_mask[st2]
         yy = y
 
-        def exact_f(k: int, st2=st2, yy=yy) -> Fraction:
+        def exact_f(k: int, st2: npt.NDArray[np.intp] = st2, yy: npt.NDArray[np.int64] = yy) -> Fraction:
             gi = exact_gamma(int(yy[st2[k]]))
             return gi - gi.numerator // gi.denominator
 
@@ -257,7 +261,7 @@ def _dgauss(source: RandomSource, s2: Fraction, m: int) -> np.ndarray:
     return out
 
 
-def discrete_gaussian(sigma, size: int, source: RandomSource) -> np.ndarray:
+def discrete_gaussian(sigma: SupportsFloat, size: int, source: RandomStream) -> npt.NDArray[np.int64]:
     """``size`` exact samples of the discrete Gaussian N_ℤ(0, σ²), P[x] ∝ exp(-x²/(2σ²)), as int64.
 
     CKS 2020, Algorithm 3 (rejection from the discrete Laplace of scale t = ⌊σ⌋ + 1, itself Algorithm 2,
@@ -265,9 +269,9 @@ def discrete_gaussian(sigma, size: int, source: RandomSource) -> np.ndarray:
     rational it denotes). σ must lie in [2^-16, 2^40]. Stream consumption: spec/accounting/noise.md §5.
     """
     s2 = gaussian_variance(sigma)
-    n = _check_size(size)
-    src = _check_source(source)
-    return _dgauss(src, s2, n)
+    n = check_size(size)
+    src = check_source(source)
+    return sample_dgauss(src, s2, n)
 
 
 __all__ = ["discrete_laplace", "discrete_gaussian", "laplace_parameter", "gaussian_variance"]

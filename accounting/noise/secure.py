@@ -26,10 +26,11 @@ import math
 from fractions import Fraction
 
 import numpy as np
+import numpy.typing as npt
 
 from ..errors import InvalidParameterError, check_epsilon
-from .discrete import _check_size, _check_source, _dgauss, _dlap, gaussian_variance, laplace_parameter
-from .source import RandomSource
+from .discrete import check_size, check_source, gaussian_variance, laplace_parameter, sample_dgauss, sample_dlap
+from .stream import RandomStream
 
 #: grid steps per unit of noise scale in the default granularity (Google: GRANULARITY_PARAM = 2^40)
 GRANULARITY_PARAM = 2.0**40
@@ -62,13 +63,13 @@ def granularity_for(scale: float) -> float:
     return ceil_power_of_two(math.ldexp(s, -40)) if math.ldexp(s, -40) > 0 else math.ldexp(1.0, -1074)
 
 
-def check_granularity(granularity) -> float:
+def check_granularity(granularity: float) -> float:
     if isinstance(granularity, (bool, str, bytes)) or not is_power_of_two(granularity):
         raise InvalidParameterError("granularity", "must be a power of two (2^k, k an integer)", granularity)
     return float(granularity)
 
 
-def round_to_grid(values, granularity: float) -> np.ndarray:
+def round_to_grid(values: npt.ArrayLike, granularity: float) -> npt.NDArray[np.float64]:
     """k = ⌊v/γ + 1/2⌋ (round half up) as float64 integers, computed exactly.
 
     x = v/γ is exact (division by a power of two) unless it overflows (refused) or falls below 2^-1022
@@ -90,7 +91,7 @@ def round_to_grid(values, granularity: float) -> np.ndarray:
     return k
 
 
-def laplace(scale, size: int, source: RandomSource, granularity: float | None = None) -> np.ndarray:
+def laplace(scale: float, size: int, source: RandomStream, granularity: float | None = None) -> npt.NDArray[np.float64]:
     """``size`` samples of secure Laplace noise γ·Z, Z ~ discrete Laplace of scale b/γ, as float64 on γℤ.
 
     ``scale`` b > 0 (float); ``granularity`` γ a power of two (default ``granularity_for(b)``); b/γ must
@@ -104,12 +105,14 @@ def laplace(scale, size: int, source: RandomSource, granularity: float | None = 
         z_scale = laplace_parameter(Fraction(b) / Fraction(g))
     except InvalidParameterError:
         raise InvalidParameterError("granularity", "scale / granularity must be <= 2^48", granularity) from None
-    n = _check_size(size)
-    src = _check_source(source)
-    return _dlap(src, z_scale.numerator, z_scale.denominator, n).astype(np.float64) * g
+    n = check_size(size)
+    src = check_source(source)
+    return sample_dlap(src, z_scale.numerator, z_scale.denominator, n).astype(np.float64) * g
 
 
-def gaussian(sigma, size: int, source: RandomSource, granularity: float | None = None) -> np.ndarray:
+def gaussian(
+    sigma: float, size: int, source: RandomStream, granularity: float | None = None
+) -> npt.NDArray[np.float64]:
     """``size`` samples of secure Gaussian noise γ·Z, Z ~ N_ℤ(0, (σ/γ)²) exact, as float64 on γℤ.
 
     ``granularity`` γ a power of two (default ``granularity_for(σ)``); σ/γ must lie in [2^-16, 2^40].
@@ -123,12 +126,12 @@ def gaussian(sigma, size: int, source: RandomSource, granularity: float | None =
         raise InvalidParameterError(
             "granularity", "sigma / granularity must lie in [2^-16, 2^40]", granularity
         ) from None
-    n = _check_size(size)
-    src = _check_source(source)
-    return _dgauss(src, s2, n).astype(np.float64) * g
+    n = check_size(size)
+    src = check_source(source)
+    return sample_dgauss(src, s2, n).astype(np.float64) * g
 
 
-def gumbel(size: int, source: RandomSource) -> np.ndarray:
+def gumbel(size: int, source: RandomStream) -> npt.NDArray[np.float64]:
     """``size`` standard Gumbel samples -log(-log U), for Gumbel-max selection (report-noisy-max).
 
     U = ``source.uniform01`` (grid k·2^-53); draws with U = 0 are replaced by fresh draws, one word at a
@@ -140,8 +143,8 @@ def gumbel(size: int, source: RandomSource) -> np.ndarray:
     of log: use it for the index only (never release the noisy values), as the DP-KSA / exponential-mechanism
     callers do.
     """
-    n = _check_size(size)
-    src = _check_source(source)
+    n = check_size(size)
+    src = check_source(source)
     u = src.uniform01(n)
     zeros = np.flatnonzero(u == 0.0)
     for j in zeros:

@@ -33,10 +33,11 @@ import math
 from fractions import Fraction
 
 import numpy as np
+import numpy.typing as npt
 
 from ..errors import InvalidParameterError, check_positive_int
-from .discrete import _check_size, _check_source, gaussian_variance
-from .source import RandomSource
+from .discrete import check_size, check_source, gaussian_variance
+from .stream import RandomStream
 
 MAX_TABLE_ENTRIES = 1 << 21
 
@@ -89,7 +90,7 @@ class _NeedPrecision(Exception):
     pass
 
 
-def _build(s2: Fraction, T: int, B: int, P: int):
+def _build(s2: Fraction, T: int, B: int, P: int) -> tuple[list[int], Fraction, Fraction]:
     """Brackets of 2^P·w(x), x = 0..T, and the quantised table; raises _NeedPrecision if undecided."""
     one = 1 << P
     c_lo, c_hi = exp_neg_bounds(1 / (2 * s2), P)
@@ -149,7 +150,7 @@ class DiscreteGaussianTable:
     Building costs O(T) big-integer operations (≈ 30 ms at σ = 1000); reuse the instance.
     """
 
-    def __init__(self, sigma, tail_bound: float | None = None, precision_bits: int = 64):
+    def __init__(self, sigma: float | Fraction, tail_bound: float | None = None, precision_bits: int = 64) -> None:
         s2 = gaussian_variance(sigma)
         B = check_positive_int("precision_bits", precision_bits, minimum=16)
         if B > 64:
@@ -157,7 +158,7 @@ class DiscreteGaussianTable:
         if tail_bound is None:
             # ⌈16·√(2 ln2 (B+16))⌉/16, an exact rational (16·√… stays ≥ 0.025 away from an integer for every
             # B ∈ [16, 64], so the ceiling does not depend on the libm's last bit)
-            tail = Fraction(math.ceil(16.0 * math.sqrt(2.0 * math.log(2.0) * (B + 16))), 16)
+            tail: Fraction | float = Fraction(math.ceil(16.0 * math.sqrt(2.0 * math.log(2.0) * (B + 16))), 16)
         else:
             try:
                 tail = float(tail_bound)
@@ -228,15 +229,15 @@ class DiscreteGaussianTable:
             f"precision_bits={self.precision_bits}, tv_distance={self.tv_distance:.3e})"
         )
 
-    def pmf(self) -> tuple[np.ndarray, np.ndarray]:
+    def pmf(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
         """(support -T..T as int64, probabilities q(x)/2^B as float64) of the sampled distribution Q."""
         xs = np.arange(-self.support_bound, self.support_bound + 1, dtype=np.int64)
-        return xs, np.array([float(v) for v in self.weights]) * 2.0 ** -self.precision_bits
+        return xs, np.array([float(v) for v in self.weights]) * 2.0**-self.precision_bits
 
-    def sample(self, size: int, source: RandomSource) -> np.ndarray:
+    def sample(self, size: int, source: RandomStream) -> npt.NDArray[np.int64]:
         """``size`` samples of Q as int64; reads exactly ``size`` words (one per sample, in order)."""
-        n = _check_size(size)
-        src = _check_source(source)
+        n = check_size(size)
+        src = check_source(source)
         if n == 0:
             return np.zeros(0, dtype=np.int64)
         w = src.uint64(n)

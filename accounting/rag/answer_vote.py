@@ -1,5 +1,5 @@
 """Answer-level private aggregation: a single-query mechanism whose voters answer *in full* and whose release
-is one DP selection over their normalised answers (issue 13; spec/accounting/rag.md §6).
+is one DP selection over their normalised answers (spec/accounting/rag.md §6).
 
 Per query, on a ranked document list of length m·k (-1 = empty document; MuRAG / MuRAG-Ada pass Top-K of the
 admitted set):
@@ -8,7 +8,7 @@ admitted set):
    less changes one voter's documents);
 2. every voter answers greedily, up to ``max_tokens`` tokens, from the question and its own documents only
    (``Generator.generate_many``: one batch of the public size m whose rows are functions of their own prompts
-   only, issue 10 item 2);
+   only, spec/adapters.md §1);
 3. a public normalisation (``normalizer(answer, question)``; the experiments and the demo use
    ``dprag.rag_adapters.answer_keys.answer_key``) maps every answer to a key over the alphabet
    a-z0-9 and space, or to "" (the voter abstains);
@@ -27,9 +27,10 @@ individual basic-composition filter of spec/accounting/rag.md §5.3, ``mechanism
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Protocol
 
 import numpy as np
+import numpy.typing as npt
 
 from ..errors import InvalidParameterError, check_epsilon, check_positive_int
 from ..events import ApproxDpEvent, ExponentialMechanismEvent, PrivacyEvent
@@ -38,13 +39,16 @@ from ..mechanisms.string_selection import ALPHABET, MAX_EXPONENT, MAX_KEY_LENGTH
 from ..noise.source import RandomSource
 from ..protocols import Generator, Prompt, Retriever
 from .common import EMPTY_DOCUMENT, RagAnswer
-from .single_query import _given_list_voters, _source
+from .single_query import given_list_voters
 
 #: the DP selections over the voters' keys (``AnswerVoteParams.selection``)
 SELECTIONS = ("universal", "seen")
 
-#: normalizer(answer, question) -> key over ALPHABET ("" = abstain)
-Normalizer = Callable[[str, str], str]
+
+class Normalizer(Protocol):
+    """normalizer(answer, question, max_words=...) -> key over ALPHABET ("" = abstain)."""
+
+    def __call__(self, answer: str, question: str, *, max_words: int) -> str: ...
 
 
 def basic_key(answer: str, question: str = "", max_words: int = 3) -> str:
@@ -61,10 +65,10 @@ class AnswerVoteParams:
     ``m`` voters; ``epsilon`` the selection's ε (the whole per-query cost); ``threshold`` t in [0, 100] nats
     (the base measure gives ⊥ mass 1 − e^−t; a key s is released rather than the fallback once roughly
     ε·votes(s)/2 > t + (|s| + 1)·ln 38; when no key wins, a random string of the base measure is released
-    with probability about e^−t instead of the fallback — hence the default 6, ≈ 0.25 %); ``max_tokens`` the voters' answer length; ``max_key_words`` the
-    key length (passed to the normaliser as ``max_words``); ``normalizer`` (answer, question, max_words)
-    -> key, default ``basic_key``; ``abstain_empty``: a voter whose every document is the empty document
-    (the padding of 000 Alg. 3, or a document whose text is empty) abstains (key "") instead of voting its
+    with probability about e^−t instead of the fallback — hence the default 6, ≈ 0.25 %); ``max_tokens`` the voters'
+    answer length; ``max_key_words`` the key length (passed to the normaliser as ``max_words``); ``normalizer`` (answer,
+    question, max_words) -> key, default ``basic_key``; ``abstain_empty``: a voter whose every document is the empty
+    document (the padding of 000 Alg. 3, or a document whose text is empty) abstains (key "") instead of voting its
     no-context answer — still a public function of the voter's own documents, so the neighbouring relation and
     the proof are unchanged (one document more or less changes one voter's key, here possibly from "" to a key),
     while the no-context answers no longer outvote the voters that read documents; ``diagnostics``: also put the
@@ -81,24 +85,25 @@ class AnswerVoteParams:
     threshold: float = 6.0
     max_tokens: int = 16
     max_key_words: int = 3
-    normalizer: Callable | None = None
+    normalizer: Normalizer | None = None
     diagnostics: bool = False
     abstain_empty: bool = False
     selection: str = "universal"
     delta: float = 0.0
     history_in_voters: bool = True
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         check_positive_int("m", self.m)
         check_epsilon("epsilon", self.epsilon)
-        if self.epsilon < 2.0 ** -10:
+        if self.epsilon < 2.0**-10:
             raise InvalidParameterError("epsilon", "must be at least 2^-10", self.epsilon)
         t = float(self.threshold)
         if not np.isfinite(t) or not 0 <= t <= MAX_THRESHOLD:
             raise InvalidParameterError("threshold", f"must be a number in [0, {MAX_THRESHOLD:g}]", self.threshold)
         if self.epsilon * self.m / 2 > MAX_EXPONENT:
-            raise InvalidParameterError("epsilon", f"ε·m/2 must be at most {MAX_EXPONENT:g} (float range)",
-                                        self.epsilon * self.m / 2)
+            raise InvalidParameterError(
+                "epsilon", f"ε·m/2 must be at most {MAX_EXPONENT:g} (float range)", self.epsilon * self.m / 2
+            )
         check_positive_int("max_tokens", self.max_tokens)
         check_positive_int("max_key_words", self.max_key_words)
         if not isinstance(self.abstain_empty, bool):
@@ -132,42 +137,68 @@ class AnswerVoteParams:
             raise InvalidParameterError("normalizer", f"must return a string over {ALPHABET!r}", k)
         return k[:MAX_KEY_LENGTH].strip()  # a public cut: keys longer than 128 characters are truncated
 
-    def respond(self, question: str, doc_ids: np.ndarray, retriever: Retriever, generator: Generator, *,
-                source: RandomSource | None = None, history: tuple = ()) -> RagAnswer:
+    def respond(
+        self,
+        question: str,
+        doc_ids: npt.ArrayLike,
+        retriever: Retriever,
+        generator: Generator,
+        *,
+        source: RandomSource | None = None,
+        history: tuple[tuple[str, str], ...] = (),
+    ) -> RagAnswer:
         return answer_vote_rag(question, doc_ids, retriever, generator, self, source=source, history=history)
 
 
-def answer_vote_rag(question: str, doc_ids: np.ndarray, retriever: Retriever, generator: Generator,
-                    params: AnswerVoteParams, *, source: RandomSource | None = None,
-                    history: tuple = ()) -> RagAnswer:
+def answer_vote_rag(
+    question: str,
+    doc_ids: npt.ArrayLike,
+    retriever: Retriever,
+    generator: Generator,
+    params: AnswerVoteParams,
+    *,
+    source: RandomSource | None = None,
+    history: tuple[tuple[str, str], ...] = (),
+) -> RagAnswer:
     """Answer-level voting on a ranked document list (module doc). ε-DP with respect to the list
     (add / remove / replace one document): ``params.cost``."""
-    src = _source(source)
-    ids, ctx = _given_list_voters(doc_ids, params.m, retriever, src)
+    src = RandomSource.resolve(source)
+    ids, ctx = given_list_voters(doc_ids, params.m, retriever, src)
     # every voter answers (a public batch of m rows, each a function of its own prompt), abstainers included
     voter_history = tuple(history) if params.history_in_voters else ()
     answers = generator.generate_many([Prompt(question, tuple(c), voter_history) for c in ctx], params.max_tokens)
-    keys = ["" if params.abstain_empty and all(t == EMPTY_DOCUMENT for t in c) else params.key(a, question)
-            for a, c in zip(answers, ctx)]
+    keys = [
+        "" if params.abstain_empty and all(t == EMPTY_DOCUMENT for t in c) else params.key(a, question)
+        for a, c in zip(answers, ctx, strict=False)
+    ]
     voted = [k for k in keys if k]
+    chosen: str | None
+    event: PrivacyEvent
     if params.selection == "seen":
         chosen, event = seen_key_selection.select_seen_key(voted, params.epsilon, params.delta, src)
     else:
         chosen, event = select_string(voted, params.epsilon, params.threshold, src)
     fallback = not chosen
-    text = (generator.generate(Prompt(question, (), history), params.max_tokens).strip() if fallback
-            else chosen)
+    text = chosen if chosen else generator.generate(Prompt(question, (), history), params.max_tokens).strip()
     real = ids[ids >= 0]
-    info = {"method": "answer-vote", "private": True, "m": params.m, "epsilon": params.epsilon,
-            "threshold": None if params.selection == "seen" else params.threshold,
-            "vote_threshold": params.vote_threshold, "fallback": fallback, "abstain_empty": params.abstain_empty,
-            "selection": params.selection, "delta": params.delta}
+    info = {
+        "method": "answer-vote",
+        "private": True,
+        "m": params.m,
+        "epsilon": params.epsilon,
+        "threshold": None if params.selection == "seen" else params.threshold,
+        "vote_threshold": params.vote_threshold,
+        "fallback": fallback,
+        "abstain_empty": params.abstain_empty,
+        "selection": params.selection,
+        "delta": params.delta,
+    }
     if params.diagnostics:  # non-private: the experiments' plurality baseline and voter statistics
         counts: dict[str, int] = {}
         for k in voted:
             counts[k] = counts.get(k, 0) + 1
         top = max(sorted(counts), key=lambda k: counts[k]) if counts else ""
-        info.update(voter_answers=answers, voter_keys=keys, plurality=top,
-                    plurality_votes=counts.get(top, 0))
-    return RagAnswer(text=text, events=[event], cost=params.cost, retrieved=real, charged=real,
-                     private_tokens=0, info=info)
+        info.update(voter_answers=answers, voter_keys=keys, plurality=top, plurality_votes=counts.get(top, 0))
+    return RagAnswer(
+        text=text, events=[event], cost=params.cost, retrieved=real, charged=real, private_tokens=0, info=info
+    )

@@ -9,7 +9,7 @@ the event it was charged.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from ..composition import MixedAccountant, PureDpAccountant
 from ..errors import InvalidParameterError, check_delta, check_epsilon
@@ -24,7 +24,9 @@ def certified_epsilon(event: PrivacyEvent, delta: float) -> float:
     return MixedAccountant().compose(event).get_epsilon(delta)
 
 
-def max_steps(step_cost: Callable[[int], PrivacyEvent], epsilon_total: float, delta_total: float, *, limit: int = 4096) -> int:
+def max_steps(
+    step_cost: Callable[[int], PrivacyEvent], epsilon_total: float, delta_total: float, *, limit: int = 4096
+) -> int:
     """Largest c in [0, limit] with ε(step_cost(c), δ_total) <= ε_total (monotone in c: bisection)."""
     epsilon_total = check_epsilon("epsilon_total", epsilon_total)
     delta_total = check_delta("delta_total", delta_total, allow_zero=True)

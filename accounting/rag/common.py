@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Any, SupportsInt
 
 import numpy as np
+import numpy.typing as npt
 
 from ..errors import InvalidParameterError, check_positive_int
 from ..events import ComposedEvent, NoOpEvent, PrivacyEvent
@@ -29,17 +31,17 @@ class RagAnswer:
     token_ids: list[int] = field(default_factory=list)
     events: list[PrivacyEvent] = field(default_factory=list)
     cost: PrivacyEvent = field(default_factory=NoOpEvent)
-    retrieved: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
-    charged: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    retrieved: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    charged: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     private_tokens: int = 0
-    info: dict = field(default_factory=dict)
+    info: dict[str, Any] = field(default_factory=dict)
 
     @property
     def spent(self) -> PrivacyEvent:
         return ComposedEvent(tuple(self.events)) if self.events else NoOpEvent()
 
 
-def top_k_padded(ids: np.ndarray, scores: np.ndarray, k: int) -> np.ndarray:
+def top_k_padded(ids: npt.ArrayLike, scores: npt.ArrayLike, k: int) -> npt.NDArray[np.int64]:
     """000 Algorithm 3 (TOP-K): the k highest-scoring ids, padded with -1 (the empty document) to exactly k.
 
     Ties are broken by the smaller id, so the result is a deterministic function of (ids, scores).
@@ -64,7 +66,7 @@ def top_k_padded(ids: np.ndarray, scores: np.ndarray, k: int) -> np.ndarray:
     return out
 
 
-def exact_top_k(retriever: Retriever, query: str, k: int) -> tuple[np.ndarray, np.ndarray]:
+def exact_top_k(retriever: Retriever, query: str, k: int) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
     """Ids and scores of the k most relevant documents (exact search); raises if k > corpus size."""
     n = len(retriever)
     if n == 0:
@@ -77,7 +79,7 @@ def exact_top_k(retriever: Retriever, query: str, k: int) -> tuple[np.ndarray, n
     return ids, scores[ids]
 
 
-def random_partition(ids: np.ndarray, m: int, source: RandomSource) -> list[np.ndarray]:
+def random_partition(ids: npt.ArrayLike, m: int, source: RandomSource) -> list[npt.NDArray[np.int64]]:
     """Uniformly random partition of ``ids`` into m parts of equal size (003 Alg. 2 step 4).
 
     A uniform permutation by Fisher–Yates with exact uniform integers from ``source``; part i is the
@@ -96,7 +98,9 @@ def random_partition(ids: np.ndarray, m: int, source: RandomSource) -> list[np.n
     return [ids[i * k : (i + 1) * k] for i in range(m)]
 
 
-def vote_histogram(logits: np.ndarray, vocab_size: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+def vote_histogram(
+    logits: npt.ArrayLike, vocab_size: int | None = None
+) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]:
     """Each voter's greedy next token (argmax of its logits row) and the histogram of those votes.
 
     Returns (votes, counts) with counts of length vocab_size (default: logits.shape[1]).
@@ -109,6 +113,6 @@ def vote_histogram(logits: np.ndarray, vocab_size: int | None = None) -> tuple[n
     return votes, counts
 
 
-def documents_text(retriever: Retriever, ids: Sequence[int]) -> tuple[str, ...]:
+def documents_text(retriever: Retriever, ids: Iterable[SupportsInt]) -> tuple[str, ...]:
     """The texts of ``ids``; the padding id -1 is the empty document."""
     return tuple(EMPTY_DOCUMENT if int(i) < 0 else retriever.document(int(i)) for i in ids)

@@ -15,8 +15,10 @@ from collections import defaultdict
 from ..errors import InvalidParameterError, check_positive_int
 
 _WORD = re.compile(r"[a-z0-9]+")
-_STOP = frozenset("a an the of to in on for and or is are was were what which who whom how when where why "
-                  "does do did with by at from as be this that it its".split())
+_STOP = frozenset(
+    "a an the of to in on for and or is are was were what which who whom how when where why "
+    "does do did with by at from as be this that it its".split()
+)
 
 
 def _words(text: str) -> frozenset[str]:
@@ -58,7 +60,7 @@ class AnswerHistory:
                     df[x] += 1
             common = frozenset(x for x, c in df.items() if 2 * c > len(pairs))
         w = _words(question) - common
-        scored = [(len(w & (qw - common)), -i, p) for i, (p, qw) in enumerate(zip(pairs, qwords))]
+        scored = [(len(w & (qw - common)), -i, p) for i, (p, qw) in enumerate(zip(pairs, qwords, strict=False))]
         scored = [s for s in scored if s[0] >= self.min_overlap]
         scored.sort(reverse=True)
         return tuple(p for _, _, p in scored[: self.max_pairs])

@@ -7,29 +7,108 @@ KSA releases the top-k tokens by count (non-private baseline); DP-KSA releases k
 TopKWithPTR(k̂, H) (``accounting.mechanisms.ksa.dp_ksa_select``, within a total (ε, δ)); the final answer is
 generated zero-shot from x and the released keywords only — post-processing, no further privacy cost.
 Neighbouring relation: replace-one (or add/remove-one) document (004 Thm A.12).
+
+Two DP-KSA mechanisms live here; their parameters are two classes so that nobody mixes their calibrations:
+
+- ``dp_ksa`` — 004 as written: FindBestK then TopKWithPTR with a *discrete Gaussian* propose-test-release,
+  composed in RDP to (ε, δ) for a session of questions (``accounting.mechanisms.ksa.DpKsaRdpParameters``,
+  ``calibrate_dp_ksa``);
+- ``DpKsaPureParameters`` — the audit service's per-query mechanism for generators that only return text:
+  FindBestK and a *discrete Laplace* PTR, pure ε per query plus a per-charge δ (the PTR failure probability),
+  charged through the per-document filter. Below, its description as the service runs it.
+
+DP-KSA for a generator that only returns text (004 Alg. 1), as the audit service runs it per query.
+
+A hosted or LangChain-wrapped LLM exposes no next-token logits, so the voting mechanisms (000 Alg. 5, 003) cannot
+run on it. DP-KSA (Tang et al., 004) needs only text: every voter answers from the question and its own documents,
+a keyword histogram counts in how many responses each word occurs, FindBestK (exponential mechanism) picks how
+many keywords to release, TopKWithPTR (propose-test-release) releases that many most frequent words or nothing,
+and the final answer is generated from the question and the released keywords only (post-processing).
+
+In the service the mechanism is the *single-query mechanism* of MuRAG / MuRAG-Ada (000 Alg. 1–2), exactly like
+000 Alg. 5 and answer-level voting: the per-document filter charges every document the policy's rule selects
+(spec/protocol.md §5.3 step 5, ``audit.charges``), and DP-KSA runs on Top-K of the charged documents, padded
+(000 Alg. 3), split uniformly at random among the m voters. Its randomness (the partition, FindBestK, the PTR
+noise) comes only from the request's committed ``generate`` stream (§5.2). Full statement and proof:
+spec/provider.md §3.
+
+Two deliberate departures from the printed algorithm, each for a stated reason:
+
+1. **The PTR test uses discrete Laplace noise, not Gaussian.** The service's per-document filter is a pure-ε
+   filter (spec/accounting/filters.md); a Gaussian test has no pure-ε bound. With X ~ DLap(t), t = 2/ε_ptr, on
+   T = max(2, d_k) (sensitivity 2) and the integer offset c = ``ptr_threshold_dlap(t, δ)``, the test
+   ``T + X − c > 2`` is ε_ptr-DP and, when d_k ≤ 2 on both neighbours, passes with probability ≤ δ — the
+   propose-test-release argument of 004 Thm A.10 with the Laplace tail in place of the Gaussian one.
+   Per query: (ε_em + ε_ptr, δ)-DP with respect to one document of the voters' list.
+2. **Keywords are words of a universal public domain**, not a model's token ids (a hosted LLM has no tokenizer
+   we can see): lower-case runs of ``[a-z0-9]`` of at most 32 characters, minus a fixed stop-word list and the
+   question's own words (both public). The histogram over that countably infinite domain is all zeros except
+   the observed words; FindBestK and TopKWithPTR read only its top ``max_keywords`` + 1 sorted counts, so the
+   observed words followed by ``max_keywords`` + 1 zeros give exactly the universal histogram's gaps
+   (``accounting.mechanisms.ksa.keyword_histogram`` / ``find_best_k`` on that compact domain). A released set
+   (d_k > 2) holds only words with count ≥ 3.
+
+FindBestK is ``accounting.mechanisms.ksa.find_best_k`` unchanged (exact exponential mechanism, β = 4/ε_em: 004's
+printed Gumbel(2/ε) is the trap the seeds README names).
 """
 
 from __future__ import annotations
 
-from typing import Iterable
+import math
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Protocol, TypedDict, cast
 
 import numpy as np
+import numpy.typing as npt
 
-from ..errors import check_positive_int
-from ..mechanisms.ksa import dp_ksa_select, keyword_histogram
+from ..errors import InvalidParameterError, check_delta, check_epsilon, check_positive_int
+from ..events import ComposedEvent, DiscreteLaplaceEvent, ExponentialMechanismEvent, PrivacyEvent
+from ..mechanisms.ksa import GAP_SENSITIVITY, dp_ksa_select, find_best_k, keyword_histogram
 from ..noise.source import RandomSource
 from ..protocols import Generator, Prompt, Retriever, stop_tokens
 from .common import RagAnswer, documents_text, exact_top_k
+from .single_query import given_list_voters
+
+__all__ = [
+    "ksa",
+    "dp_ksa",
+    "DpKsaPureParameters",
+    "keyword_words",
+    "ptr_threshold_dlap",
+    "TextOnlyGenerator",
+    "as_text_generator",
+    "render_prompt",
+    "STOP_WORDS",
+    "MAX_WORD_CHARS",
+    "PROMPT_TEMPLATE",
+]
 
 
-def _responses(question, retriever, generator, n_docs, response_tokens):
+class TextGenerator(Protocol):
+    """The text half of ``accounting.protocols.Generator``: all DP-KSA's voters and final answer need."""
+
+    def generate(self, prompt: Prompt, max_new_tokens: int) -> str: ...
+
+    def generate_many(self, prompts: Sequence[Prompt], max_new_tokens: int) -> list[str]: ...
+
+
+class _KeywordRelease(TypedDict):
+    k: int
+    keywords: tuple[str, ...] | None
+
+
+def _responses(
+    question: str, retriever: Retriever, generator: Generator, n_docs: int, response_tokens: int
+) -> tuple[npt.NDArray[np.int64], list[str]]:
     ids, _ = exact_top_k(retriever, question, n_docs)
     prompts = [Prompt(question, (doc,)) for doc in documents_text(retriever, ids)]
     texts = generator.generate_many(prompts, response_tokens)
     return ids, texts
 
 
-def _histogram(generator: Generator, texts: list[str], exclude: Iterable[int]) -> np.ndarray:
+def _histogram(generator: Generator, texts: list[str], exclude: Iterable[int]) -> npt.NDArray[np.int64]:
     tokens = [set(generator.encode(t)) - set(exclude) for t in texts]
     return keyword_histogram([sorted(t) for t in tokens], generator.vocab_size)
 
@@ -41,21 +120,45 @@ def _answer(question: str, generator: Generator, keywords: tuple[int, ...] | Non
     return generator.generate(Prompt(question, (hint,)), max_tokens).strip()
 
 
-def ksa(question: str, retriever: Retriever, generator: Generator, *, n_docs: int, k: int, response_tokens: int = 16,
-        max_tokens: int = 32, exclude_tokens: Iterable[int] = ()) -> RagAnswer:
+def ksa(
+    question: str,
+    retriever: Retriever,
+    generator: Generator,
+    *,
+    n_docs: int,
+    k: int,
+    response_tokens: int = 16,
+    max_tokens: int = 32,
+    exclude_tokens: Iterable[int] = (),
+) -> RagAnswer:
     """Non-private KSA: the k most frequent keywords (ties by the smaller token id) feed a zero-shot answer."""
     k = check_positive_int("k", k)
     ids, texts = _responses(question, retriever, generator, check_positive_int("n_docs", n_docs), response_tokens)
     excl = set(exclude_tokens) | stop_tokens(generator)
     h = _histogram(generator, texts, excl)
     top = tuple(sorted(int(t) for t in np.lexsort((np.arange(h.size), -h))[:k] if h[t] > 0))
-    return RagAnswer(text=_answer(question, generator, top, max_tokens), retrieved=ids,
-                     info={"method": "ksa", "private": False, "keywords": top})
+    return RagAnswer(
+        text=_answer(question, generator, top, max_tokens),
+        retrieved=ids,
+        info={"method": "ksa", "private": False, "keywords": top},
+    )
 
 
-def dp_ksa(question: str, retriever: Retriever, generator: Generator, *, n_docs: int, epsilon: float, delta: float,
-           response_tokens: int = 16, max_tokens: int = 32, k_max: int | None = 30,
-           exclude_tokens: Iterable[int] = (), source: RandomSource | None = None, queries: int = 1) -> RagAnswer:
+def dp_ksa(
+    question: str,
+    retriever: Retriever,
+    generator: Generator,
+    *,
+    n_docs: int,
+    epsilon: float,
+    delta: float,
+    response_tokens: int = 16,
+    max_tokens: int = 32,
+    k_max: int | None = 30,
+    exclude_tokens: Iterable[int] = (),
+    source: RandomSource | None = None,
+    queries: int = 1,
+) -> RagAnswer:
     """DP-KSA (004 Alg. 1): FindBestK + TopKWithPTR on the keyword histogram, then a zero-shot answer.
 
     If PTR refuses (the gap at k̂ is too small), no keyword is released and the answer is the model's own.
@@ -67,10 +170,259 @@ def dp_ksa(question: str, retriever: Retriever, generator: Generator, *, n_docs:
     ids, texts = _responses(question, retriever, generator, check_positive_int("n_docs", n_docs), response_tokens)
     excl = set(exclude_tokens) | stop_tokens(generator)
     h = _histogram(generator, texts, excl)
-    sel, event = dp_ksa_select(h, epsilon, delta, RandomSource.system() if source is None else source,
-                               k_max=k_max, queries=queries)
-    return RagAnswer(text=_answer(question, generator, sel.tokens, max_tokens), events=[event], cost=event,
-                     retrieved=ids, charged=ids,
-                     info={"method": "dp-ksa", "private": True, "k_hat": sel.k, "released": sel.tokens is not None,
-                           "keywords": sel.tokens, "epsilon": epsilon, "delta": delta,
-                           "queries": queries})
+    sel, event = dp_ksa_select(
+        h, epsilon, delta, RandomSource.system() if source is None else source, k_max=k_max, queries=queries
+    )
+    return RagAnswer(
+        text=_answer(question, generator, sel.tokens, max_tokens),
+        events=[event],
+        cost=event,
+        retrieved=ids,
+        charged=ids,
+        info={
+            "method": "dp-ksa",
+            "private": True,
+            "k_hat": sel.k,
+            "released": sel.tokens is not None,
+            "keywords": sel.tokens,
+            "epsilon": epsilon,
+            "delta": delta,
+            "queries": queries,
+        },
+    )
+
+
+_WORD = re.compile(r"[a-z0-9]+")
+MAX_WORD_CHARS = 32
+#: a fixed, public stop-word list (function words that carry no answer)
+STOP_WORDS = frozenset(
+    "a an the of to in on for and or is are was were be been being what which who whom whose how when where why "
+    "does do did done with by at from as this that these those it its they them their there here not no yes "
+    "i you he she we my your his her our can could would should will shall may might must has have had than "
+    "then so if but about into over under also only just very more most some any each all answer question "
+    "context keywords unknown".split()
+)
+
+
+def keyword_words(text: str, question: str = "", max_words: int | None = None) -> frozenset[str]:
+    """The keyword set of one response: its first ``max_words`` words (lower-case runs of [a-z0-9]), minus
+    words longer than 32 characters, stop words and the question's own words. Public: a function of the
+    response and the question only."""
+    words = _WORD.findall(text.lower())
+    if max_words is not None:
+        words = words[:max_words]
+    q = set(_WORD.findall(question.lower()))
+    return frozenset(w for w in words if len(w) <= MAX_WORD_CHARS and w not in STOP_WORDS and w not in q)
+
+
+def ptr_threshold_dlap(scale: float, delta: float) -> int:
+    """The smallest integer c >= 0 with P[X > c] <= δ for X ~ DLap(scale), P[x] ∝ exp(−|x|/scale).
+
+    With p = e^{−1/scale}, P[X >= j] = p^j / (1 + p) for j >= 1, so c = ⌈scale·(ln(1/δ) − ln(1 + p))⌉ − 1
+    (at least 0). Floating point is kept on the safe side: c is raised until the inequality holds with a
+    relative margin of 1e-9 (a larger c only makes the test pass less often, on every input).
+    """
+    t = check_epsilon("scale", scale)
+    d = check_delta("delta", delta)
+    p = math.exp(-1.0 / t)
+    need = -math.log(d) - math.log1p(p)  # (c + 1) / t must be >= need
+    c = max(0, math.ceil(t * need) - 1)
+    while (c + 1) / t < need * (1.0 + 1e-9) + 1e-12:
+        c += 1
+    return c
+
+
+@dataclass(frozen=True)
+class DpKsaPureParameters:
+    """DP-KSA as a single-query mechanism (``accounting.rag.mechanism.SingleQueryMechanism``), module doc.
+
+    ``m`` voters (one response each, from the question and the voter's share of the ranked list);
+    ``epsilon_em`` FindBestK's ε (nats); ``epsilon_ptr`` the PTR test's ε (nats; discrete Laplace scale
+    2/ε_ptr on a gap of sensitivity 2); ``ptr_delta`` the test's failure probability δ (per query, per document
+    list); ``max_keywords`` FindBestK's largest k (004 suggests 15–30; the range [1, max_keywords] is public);
+    ``response_tokens`` the voters' response length in words (a public cut; the generator is asked for that
+    many tokens); ``max_tokens`` the final answer's length.
+
+    ``cost`` is the **pure** part, ε_em + ε_ptr, which the per-document filter charges; every use adds
+    ``ptr_delta`` to the δ of each document it charges, which the policy accounts per document outside the
+    filter (``audit.certify.certified_epsilons``; spec/provider.md §3). Do not run it in a filter or accountant that
+    reads only ``cost``.
+    """
+
+    m: int
+    epsilon_em: float
+    epsilon_ptr: float
+    ptr_delta: float
+    max_keywords: int = 10
+    response_tokens: int = 32
+    max_tokens: int = 32
+
+    def __post_init__(self) -> None:
+        check_positive_int("m", self.m)
+        check_epsilon("epsilon_em", self.epsilon_em)
+        check_epsilon("epsilon_ptr", self.epsilon_ptr)
+        check_delta("ptr_delta", self.ptr_delta)
+        check_positive_int("max_keywords", self.max_keywords)
+        check_positive_int("response_tokens", self.response_tokens)
+        check_positive_int("max_tokens", self.max_tokens)
+        if not 2.0 / self.epsilon_ptr <= 2.0**48:
+            raise InvalidParameterError(
+                "epsilon_ptr", "must be at least 2^-47 (discrete Laplace scale <= 2^48)", self.epsilon_ptr
+            )
+
+    @property
+    def ptr_scale(self) -> float:
+        """t = 2/ε_ptr: the discrete Laplace scale that makes the sensitivity-2 test ε_ptr-DP."""
+        return GAP_SENSITIVITY / self.epsilon_ptr
+
+    @property
+    def ptr_offset(self) -> int:
+        """c: P[DLap(t) > c] <= ptr_delta."""
+        return ptr_threshold_dlap(self.ptr_scale, self.ptr_delta)
+
+    @property
+    def cost(self) -> PrivacyEvent:
+        return ComposedEvent(
+            (
+                ExponentialMechanismEvent(self.epsilon_em, bounded_range=True),
+                DiscreteLaplaceEvent(self.ptr_scale, GAP_SENSITIVITY),
+            )
+        )
+
+    @property
+    def delta(self) -> float:
+        return self.ptr_delta
+
+    def select_keywords(self, responses: Sequence[str], question: str, source: RandomSource) -> _KeywordRelease:
+        """FindBestK then TopKWithPTR on the responses' keyword histogram. Returns ``{"k", "keywords"}``
+        (keywords: a sorted tuple of words, or None when the test refused)."""
+        sets = [keyword_words(r, question, self.response_tokens) for r in responses]
+        vocab = sorted(set().union(*sets)) if sets else []
+        index = {w: i for i, w in enumerate(vocab)}
+        size = len(vocab) + self.max_keywords + 1  # observed words, then zeros: the universal histogram's top
+        h = keyword_histogram([sorted(index[w] for w in s) for s in sets], size)
+        k_hat, _ = find_best_k(h, self.epsilon_em, source, k_max=self.max_keywords)
+        s = np.sort(h)[::-1]
+        d_k = int(s[k_hat - 1] - s[k_hat])
+        x = int(source.discrete_laplace(self.ptr_scale))
+        if max(2, d_k) + x - self.ptr_offset > 2:
+            order = np.argsort(-h, kind="stable")[:k_hat]  # ties by the smaller index (= word order)
+            words = tuple(sorted(vocab[i] for i in order if i < len(vocab)))
+            return {"k": int(k_hat), "keywords": words}
+        return {"k": int(k_hat), "keywords": None}
+
+    def respond(
+        self,
+        question: str,
+        doc_ids: npt.ArrayLike,
+        retriever: Retriever,
+        generator: TextGenerator,
+        *,
+        source: RandomSource | None = None,
+        history: tuple[tuple[str, str], ...] = (),
+    ) -> RagAnswer:
+        """004 Alg. 1 on a ranked document list (length a multiple of m; -1 = the empty document)."""
+        if source is None:
+            source = RandomSource.system()
+        ids, ctx = given_list_voters(doc_ids, self.m, retriever, source)
+        responses = list(
+            generator.generate_many([Prompt(question, tuple(c), history) for c in ctx], self.response_tokens)
+        )
+        if len(responses) != self.m or not all(isinstance(r, str) for r in responses):
+            raise InvalidParameterError("generator", f"generate_many must return {self.m} strings")
+        sel = self.select_keywords(responses, question, source)
+        kw = sel["keywords"]
+        prompt = Prompt(question, ("Keywords: " + ", ".join(kw),), history) if kw else Prompt(question, (), history)
+        text = generator.generate(prompt, self.max_tokens).strip()
+        real = ids[ids >= 0]
+        return RagAnswer(
+            text=text,
+            events=[self.cost],
+            cost=self.cost,
+            retrieved=real,
+            charged=real,
+            info={
+                "method": "dp-ksa",
+                "private": True,
+                "m": self.m,
+                "k_hat": sel["k"],
+                "released": kw is not None,
+                "keywords": kw,
+            },
+        )
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Generators that only return text
+# ---------------------------------------------------------------------------------------------------------------
+#: the public template a text-only generator's prompts are rendered with (bound into C_emb's prompt_template)
+PROMPT_TEMPLATE = (
+    "{history}Answer the question in a few words, using the context if it helps.\n\n"
+    "{context}Question: {question}\nAnswer:"
+)
+
+
+def render_prompt(prompt: Prompt) -> str:
+    """``PROMPT_TEMPLATE`` filled in: earlier (question, answer) turns, the context documents, the question."""
+    hist = "".join(f"Question: {q}\nAnswer: {a}\n\n" for q, a in prompt.history)
+    docs = [c for c in prompt.contexts if c]
+    ctx = ("Context:\n" + "\n\n".join(docs) + "\n\n") if docs else ""
+    return PROMPT_TEMPLATE.format(history=hist, context=ctx, question=prompt.question)
+
+
+def _truncate_words(text: str, n: int) -> str:
+    words = text.split()
+    return " ".join(words[:n])
+
+
+class TextOnlyGenerator:
+    """A generator that only returns text: ``complete(prompt_text) -> str`` (a hosted API, a LangChain LLM's
+    ``invoke``), behind the ``generate`` / ``generate_many`` half of ``accounting.protocols.Generator``.
+
+    Prompts are rendered with ``render`` (default ``render_prompt``); answers are cut to ``max_new_tokens``
+    whitespace-separated words (a public cut). ``prompt_template`` names what the provider commits to in C_emb.
+    Each call sees one prompt only (the voters' responses are functions of their own prompts).
+    """
+
+    def __init__(
+        self,
+        complete: Callable[[str], object],
+        *,
+        render: Callable[[Prompt], str] = render_prompt,
+        name: str | None = None,
+    ) -> None:
+        if not callable(complete):
+            raise InvalidParameterError("generator", "must be callable prompt_text -> str", type(complete).__name__)
+        self.complete, self.render = complete, render
+        self.name = name or getattr(complete, "__qualname__", type(complete).__name__)
+        self.prompt_template = (
+            f"text-only generator {self.name!s}; template: {PROMPT_TEMPLATE}"
+            if render is render_prompt
+            else f"text-only generator {self.name!s}; custom render {render!r}"
+        )
+
+    def generate(self, prompt: Prompt, max_new_tokens: int) -> str:
+        out = self.complete(self.render(prompt))
+        out = getattr(out, "content", out)  # a LangChain chat model returns a message
+        if not isinstance(out, str):
+            raise InvalidParameterError("generator", "returned a non-string answer", type(out).__name__)
+        return _truncate_words(out, int(max_new_tokens))
+
+    def generate_many(self, prompts: Sequence[Prompt], max_new_tokens: int) -> list[str]:
+        return [self.generate(p, max_new_tokens) for p in prompts]
+
+
+def as_text_generator(generator: object) -> TextGenerator:
+    """The provider's text generator: an object with ``generate(prompt, n)`` and ``generate_many(prompts, n)``
+    (used as is), a LangChain runnable (``invoke``), or any callable ``prompt_text -> str``."""
+    if hasattr(generator, "generate_many") and hasattr(generator, "generate"):
+        return cast(TextGenerator, generator)  # used as is (duck-typed, like the protocol)
+    if hasattr(generator, "invoke") and callable(generator.invoke):
+        return TextOnlyGenerator(generator.invoke, name=type(generator).__name__)
+    if callable(generator):
+        return TextOnlyGenerator(generator)
+    raise InvalidParameterError(
+        "generator",
+        "must expose generate/generate_many, invoke(text), or be a callable prompt_text -> str",
+        type(generator).__name__,
+    )

@@ -19,13 +19,14 @@ filter) and ``GaussianVoteRagParams`` (GNMax voting, RDP only: it needs an RDP f
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from typing import Protocol, cast, runtime_checkable
 
 import numpy as np
+import numpy.typing as npt
 
 from ..errors import InvalidParameterError, UnsupportedEventError, check_positive_int
 from ..events import ApproxDpEvent, PrivacyEvent, PureDpEvent
-from ..filters import PURE, filter_rdp_curve, pure_epsilon
+from ..filters import PURE, IndividualRenyiFilter, filter_rdp_curve, pure_epsilon
 from ..noise.source import RandomSource
 from ..protocols import Generator, Retriever
 from .common import RagAnswer
@@ -34,13 +35,22 @@ from .single_query import GaussianVoteRagParams, PureDpRagParams
 
 @runtime_checkable
 class SingleQueryMechanism(Protocol):
-    m: int
+    @property
+    def m(self) -> int: ...
 
     @property
     def cost(self) -> PrivacyEvent: ...
 
-    def respond(self, question: str, doc_ids: np.ndarray, retriever: Retriever, generator: Generator, *,
-                source: RandomSource | None = None, history: tuple = ()) -> RagAnswer: ...
+    def respond(
+        self,
+        question: str,
+        doc_ids: npt.NDArray[np.int64],
+        retriever: Retriever,
+        generator: Generator,
+        *,
+        source: RandomSource | None = None,
+        history: tuple[tuple[str, str], ...] = (),
+    ) -> RagAnswer: ...
 
 
 def filter_charge(cost: PrivacyEvent) -> tuple[PrivacyEvent, float]:
@@ -54,7 +64,7 @@ def filter_charge(cost: PrivacyEvent) -> tuple[PrivacyEvent, float]:
     return cost, 0.0
 
 
-def check_mechanism(rag, filter=None) -> SingleQueryMechanism:
+def check_mechanism(rag: object, filter: IndividualRenyiFilter | None = None) -> SingleQueryMechanism:
     """``rag`` if it is a ``SingleQueryMechanism`` whose cost ``filter`` (if given) can count; else a typed error
     before anything is charged (``InvalidParameterError`` naming ``rag``, or the filter's
     ``UnsupportedEventError`` for a pure-ε filter given an RDP-only cost, an RDP filter given a δ cost, or any
@@ -67,15 +77,16 @@ def check_mechanism(rag, filter=None) -> SingleQueryMechanism:
         if delta > 0 and filter.mode != PURE:
             raise UnsupportedEventError(
                 "an (ε, δ) cost runs only in a pure-ε filter (ε counted per document, δ added per charge: "
-                "spec/accounting/rag.md §5.3); an individual Rényi filter has no theorem for a δ per charge")
+                "spec/accounting/rag.md §5.3); an individual Rényi filter has no theorem for a δ per charge"
+            )
         if filter.mode == PURE:
             pure_epsilon(event)
         else:
-            filter_rdp_curve(event, filter.orders)
+            filter_rdp_curve(event, cast(npt.NDArray[np.float64], filter.orders))  # an RDP filter has orders
     return rag
 
 
-def max_charges(filter, event: PrivacyEvent) -> int:
+def max_charges(filter: IndividualRenyiFilter, event: PrivacyEvent) -> int:
     """The most times any one document can be charged ``event`` by ``filter`` (its limit over the event's
     units, per order; the smallest over orders). An upper bound on the charges of every document whatever
     else it is charged."""
@@ -84,5 +95,11 @@ def max_charges(filter, event: PrivacyEvent) -> int:
     return int(np.min(np.asarray(filter.budget.limits, dtype=np.int64)[positive] // units[positive]))
 
 
-__all__ = ["SingleQueryMechanism", "PureDpRagParams", "GaussianVoteRagParams", "check_mechanism", "filter_charge",
-           "max_charges"]
+__all__ = [
+    "SingleQueryMechanism",
+    "PureDpRagParams",
+    "GaussianVoteRagParams",
+    "check_mechanism",
+    "filter_charge",
+    "max_charges",
+]

@@ -17,11 +17,13 @@ voting (``GaussianVoteRagParams``, RDP) plugs in with an RDP filter.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Sequence
+from typing import Any, Protocol, TypedDict, Unpack
 
 import numpy as np
+import numpy.typing as npt
 
 from ..composition import MixedAccountant, PureDpAccountant
 from ..errors import InvalidParameterError, check_delta, check_epsilon, check_positive_int
@@ -30,11 +32,11 @@ from ..filters import FilterBudget, IndividualRenyiFilter
 from ..mechanisms.prefix_sums import assign_bins, bin_counts, noisy_prefix_sums
 from ..mechanisms.subsampling import poisson_subsample
 from ..noise.source import RandomSource
-from ..rounding import sum_products_up, up
 from ..protocols import Generator, Retriever
+from ..rounding import sum_products_up, up
 from .common import RagAnswer, top_k_padded
 from .mechanism import SingleQueryMechanism, check_mechanism, filter_charge, max_charges
-from .single_query import PureDpRagParams, _source
+from .single_query import PureDpRagOptions, PureDpRagParams
 
 
 @dataclass(frozen=True)
@@ -43,8 +45,31 @@ class RetrievalParams:
 
     docs_per_voter: int = 1
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         check_positive_int("docs_per_voter", self.docs_per_voter)
+
+
+class _RunOptions(TypedDict, total=False):
+    """Keyword options of the multi-query constructors that ``for_total`` passes on."""
+
+    retrieval: RetrievalParams
+    source: RandomSource | None
+
+
+class _NaiveOptions(_RunOptions, total=False):
+    rag_options: PureDpRagOptions
+
+
+class _FilteredRAG(Protocol):
+    """What ``MuRAG.respond`` / ``MuRAG.guarantee`` read (MuRAG-Ada shares both methods)."""
+
+    retriever: Retriever
+    generator: Generator
+    filter: IndividualRenyiFilter
+    rag: SingleQueryMechanism
+    source: RandomSource
+    delta_per_charge: float
+    _charge: PrivacyEvent
 
 
 @dataclass
@@ -55,13 +80,13 @@ class Selection:
     order they were charged; ``events``: events released by the selection itself (MuRAG-Ada's prefix sums).
     """
 
-    top: np.ndarray
-    charges: list
-    events: list = field(default_factory=list)
-    info: dict = field(default_factory=dict)
+    top: npt.NDArray[np.int64]
+    charges: list[tuple[PrivacyEvent, npt.NDArray[np.int64]]]
+    events: list[PrivacyEvent] = field(default_factory=list)
+    info: dict[str, Any] = field(default_factory=dict)
 
     @property
-    def charged(self) -> np.ndarray:
+    def charged(self) -> npt.NDArray[np.int64]:
         """Every document charged by this query (union over the charges)."""
         if not self.charges:
             return np.zeros(0, dtype=np.int64)
@@ -96,39 +121,45 @@ class MuRAG:
         self._charge, self.delta_per_charge = filter_charge(rag.cost)
         self.tau = float(tau)
         self.k = rag.m * retrieval.docs_per_voter
-        self.source = _source(source)
+        self.source = RandomSource.resolve(source)
 
     @property
     def per_query_cost(self) -> PrivacyEvent:
         return self.rag.cost
 
-    def select(self, question: str) -> "Selection":
+    def select(self, question: str) -> Selection:
         """Threshold retrieval and the (durable) filter charge; nothing is generated yet."""
         scores = np.asarray(self.retriever.scores(question), dtype=np.float64)
         above = np.flatnonzero(scores > self.tau)
         charged = self.filter.try_charge(above, self._charge).admitted if above.size else above
         top = top_k_padded(charged, scores[charged], self.k)
-        return Selection(top=top, charges=[(self.rag.cost, np.asarray(charged, dtype=np.int64))],
-                         info={"method": "murag", "above_threshold": int(above.size), "admitted": int(charged.size)})
+        return Selection(
+            top=top,
+            charges=[(self.rag.cost, np.asarray(charged, dtype=np.int64))],
+            info={"method": "murag", "above_threshold": int(above.size), "admitted": int(charged.size)},
+        )
 
-    def respond(self, question: str, selection: "Selection", history: tuple = ()) -> RagAnswer:
+    def respond(
+        self: _FilteredRAG, question: str, selection: Selection, history: tuple[tuple[str, str], ...] = ()
+    ) -> RagAnswer:
         """Generation on a selection whose charge has been made (post-processing of the charged documents)."""
-        ans = self.rag.respond(question, selection.top, self.retriever, self.generator, source=self.source,
-                          history=history)
+        ans = self.rag.respond(
+            question, selection.top, self.retriever, self.generator, source=self.source, history=history
+        )
         ans.charged = selection.charged
         ans.events = [*selection.events, *ans.events]
         ans.info.update(selection.info)
         return ans
 
-    def answer(self, question: str, history: tuple = ()) -> RagAnswer:
+    def answer(self, question: str, history: tuple[tuple[str, str], ...] = ()) -> RagAnswer:
         return self.respond(question, self.select(question), history)
 
-    def guarantee(self, delta: float | None = None, *, replace_one: bool = False) -> tuple[float, float]:
+    def guarantee(self: _FilteredRAG, delta: float | None = None, *, replace_one: bool = False) -> tuple[float, float]:
         """Certified ex-ante (ε, δ) of every document (``_guarantee``)."""
         return _guarantee(self, delta, replace_one)
 
 
-def _guarantee(algo, delta, replace_one: bool) -> tuple[float, float]:
+def _guarantee(algo: _FilteredRAG, delta: float | None, replace_one: bool) -> tuple[float, float]:
     """The filter's (ε_B, δ_B) (add / remove one document) plus, for an (ε, δ) single-query cost, n·δ_q with n
     the most RAG charges any document can take (the individual basic-composition filter, spec/accounting/rag.md
     §5.3). ``replace_one``: (2ε, δ + e^ε·δ) (remove, then add)."""
@@ -179,9 +210,9 @@ class MuRAGAda:
         self.edges = e
         self.epsilon_thr = check_epsilon("epsilon_thr", epsilon_thr)
         self.k = rag.m * retrieval.docs_per_voter
-        self.source = _source(source)
+        self.source = RandomSource.resolve(source)
 
-    def select(self, question: str) -> "Selection":
+    def select(self, question: str) -> Selection:
         """Prefix-sum threshold release and both (durable) filter charges; nothing is generated yet."""
         scores = np.asarray(self.retriever.scores(question), dtype=np.float64)
         in_range = np.flatnonzero(scores >= self.edges[-1])
@@ -192,19 +223,30 @@ class MuRAGAda:
         release = noisy_prefix_sums(bin_counts(bins, nb, active), self.k, self.epsilon_thr, self.source)
         touched = in_range[release.charged_documents(bins, active)]
         thr_admitted = self.filter.try_charge(touched, release.event).admitted if touched.size else touched
-        rag_admitted = self.filter.try_charge(thr_admitted, self._charge).admitted if thr_admitted.size else thr_admitted
+        rag_admitted = (
+            self.filter.try_charge(thr_admitted, self._charge).admitted if thr_admitted.size else thr_admitted
+        )
         top = top_k_padded(rag_admitted, scores[rag_admitted], self.k)
-        return Selection(top=top, charges=[(release.event, np.asarray(thr_admitted, dtype=np.int64)),
-                                           (self.rag.cost, np.asarray(rag_admitted, dtype=np.int64))],
-                         events=[release.event],
-                         info={"method": "murag-ada", "bins_released": release.bins_released,
-                               "threshold": release.threshold(self.edges), "touched": int(touched.size),
-                               "admitted": int(rag_admitted.size)})
+        return Selection(
+            top=top,
+            charges=[
+                (release.event, np.asarray(thr_admitted, dtype=np.int64)),
+                (self.rag.cost, np.asarray(rag_admitted, dtype=np.int64)),
+            ],
+            events=[release.event],
+            info={
+                "method": "murag-ada",
+                "bins_released": release.bins_released,
+                "threshold": release.threshold(self.edges),
+                "touched": int(touched.size),
+                "admitted": int(rag_admitted.size),
+            },
+        )
 
     respond = MuRAG.respond
     guarantee = MuRAG.guarantee
 
-    def answer(self, question: str, history: tuple = ()) -> RagAnswer:
+    def answer(self, question: str, history: tuple[tuple[str, str], ...] = ()) -> RagAnswer:
         return self.respond(question, self.select(question), history)
 
     @staticmethod
@@ -219,11 +261,12 @@ class MuRAGAda:
         """The pure budget of M MuRAG-Ada queries per document: both charges a touched document pays (the
         threshold release, then the RAG cost as the filter counts it, ``filter_charge``), each rounded to
         units on its own as the filter charges them (``FilterBudget.for_queries``)."""
-        return FilterBudget.for_queries(max_queries, (MuRAGAda.threshold_cost(epsilon_thr),
-                                                      filter_charge(rag_cost)[0]), mode="pure")
+        return FilterBudget.for_queries(
+            max_queries, (MuRAGAda.threshold_cost(epsilon_thr), filter_charge(rag_cost)[0]), mode="pure"
+        )
 
     @property
-    def _thr_cost(self):
+    def _thr_cost(self) -> PrivacyEvent:
         return self.threshold_cost(self.epsilon_thr)
 
     @property
@@ -239,30 +282,50 @@ class NaiveMultiRAG:
     gives the RDP/optimal-composition ε at a δ > 0).
     """
 
-    def __init__(self, retriever: Retriever, generator: Generator, rag: SingleQueryMechanism, *,
-                 retrieval: RetrievalParams = RetrievalParams(), source: RandomSource | None = None):
+    def __init__(
+        self,
+        retriever: Retriever,
+        generator: Generator,
+        rag: SingleQueryMechanism,
+        *,
+        retrieval: RetrievalParams = RetrievalParams(),
+        source: RandomSource | None = None,
+    ):
         self.retriever, self.generator, self.rag = retriever, generator, check_mechanism(rag)
         self.k = rag.m * retrieval.docs_per_voter
         if self.k > len(retriever):
-            raise InvalidParameterError("k", f"K = m·docs_per_voter = {self.k} exceeds the corpus size {len(retriever)}")
-        self.source = _source(source)
+            raise InvalidParameterError(
+                "k", f"K = m·docs_per_voter = {self.k} exceeds the corpus size {len(retriever)}"
+            )
+        self.source = RandomSource.resolve(source)
         self.queries = 0
 
     @classmethod
-    def for_total(cls, retriever, generator, *, m: int, epsilon_token: float, epsilon_total: float,
-                  queries: int, **kw) -> "NaiveMultiRAG":
+    def for_total(
+        cls,
+        retriever: Retriever,
+        generator: Generator,
+        *,
+        m: int,
+        epsilon_token: float,
+        epsilon_total: float,
+        queries: int,
+        **kw: Unpack[_NaiveOptions],
+    ) -> NaiveMultiRAG:
         """Per-query budget ε_total / T (basic composition)."""
         queries = check_positive_int("queries", queries)
-        rag = PureDpRagParams.for_budget(m, epsilon_token, check_epsilon("epsilon_total", epsilon_total) / queries,
-                                         **kw.pop("rag_options", {}))
-        return cls(retriever, generator, rag, **kw)
+        rag_options: PureDpRagOptions = kw.pop("rag_options", {})
+        rag = PureDpRagParams.for_budget(
+            m, epsilon_token, check_epsilon("epsilon_total", epsilon_total) / queries, **rag_options
+        )
+        options: _RunOptions = kw  # rag_options popped above
+        return cls(retriever, generator, rag, **options)
 
-    def answer(self, question: str, history: tuple = ()) -> RagAnswer:
+    def answer(self, question: str, history: tuple[tuple[str, str], ...] = ()) -> RagAnswer:
         scores = np.asarray(self.retriever.scores(question), dtype=np.float64)
         top = top_k_padded(np.arange(len(scores)), scores, self.k)
         self.queries += 1
-        ans = self.rag.respond(question, top, self.retriever, self.generator, source=self.source,
-                          history=history)
+        ans = self.rag.respond(question, top, self.retriever, self.generator, source=self.source, history=history)
         ans.info.update(method="naive-multi-rag")
         return ans
 
@@ -281,14 +344,22 @@ class SubsamplingMultiRAG:
     ``accounting.mechanisms.subsampling``), at the δ given.
     """
 
-    def __init__(self, retriever: Retriever, generator: Generator, rag: SingleQueryMechanism, *, probability: float,
-                 retrieval: RetrievalParams = RetrievalParams(), source: RandomSource | None = None):
+    def __init__(
+        self,
+        retriever: Retriever,
+        generator: Generator,
+        rag: SingleQueryMechanism,
+        *,
+        probability: float,
+        retrieval: RetrievalParams = RetrievalParams(),
+        source: RandomSource | None = None,
+    ):
         p = float(probability)
         if not (0 < p <= 1):
             raise InvalidParameterError("probability", "must lie in (0, 1]", probability)
         self.retriever, self.generator, self.rag, self.p = retriever, generator, check_mechanism(rag), p
         self.k = rag.m * retrieval.docs_per_voter
-        self.source = _source(source)
+        self.source = RandomSource.resolve(source)
         self.queries = 0
 
     @staticmethod
@@ -297,28 +368,39 @@ class SubsamplingMultiRAG:
         return MixedAccountant().compose(ev).get_epsilon(delta)
 
     @classmethod
-    def for_total(cls, retriever, generator, *, m: int, epsilon_token: float, epsilon_total: float, delta: float,
-                  queries: int, probability: float, **kw) -> "SubsamplingMultiRAG":
+    def for_total(
+        cls,
+        retriever: Retriever,
+        generator: Generator,
+        *,
+        m: int,
+        epsilon_token: float,
+        epsilon_total: float,
+        delta: float,
+        queries: int,
+        probability: float,
+        **kw: Unpack[_RunOptions],
+    ) -> SubsamplingMultiRAG:
         """The largest per-query c (private tokens) whose amplified T-fold composition fits ε_total at δ."""
         from .budget import max_steps, require_steps
 
         check_delta("delta", delta)
         queries = check_positive_int("queries", queries)
 
-        def cost(c):
-            return SelfComposedEvent(PoissonSampledEvent(probability, PureDpRagParams(m, epsilon_token, c).cost),
-                                     queries)
+        def cost(c: int) -> PrivacyEvent:
+            return SelfComposedEvent(
+                PoissonSampledEvent(probability, PureDpRagParams(m, epsilon_token, c).cost), queries
+            )
 
         c = require_steps(max_steps(cost, epsilon_total, delta, limit=256), "epsilon_total")
         return cls(retriever, generator, PureDpRagParams(m, epsilon_token, c), probability=probability, **kw)
 
-    def answer(self, question: str, history: tuple = ()) -> RagAnswer:
+    def answer(self, question: str, history: tuple[tuple[str, str], ...] = ()) -> RagAnswer:
         scores = np.asarray(self.retriever.scores(question), dtype=np.float64)
         kept = poisson_subsample(np.arange(len(scores)), self.p, self.source)
         top = top_k_padded(kept, scores[kept], self.k)
         self.queries += 1
-        ans = self.rag.respond(question, top, self.retriever, self.generator, source=self.source,
-                          history=history)
+        ans = self.rag.respond(question, top, self.retriever, self.generator, source=self.source, history=history)
         ans.info.update(method="subsampling-multi-rag", subsample=int(kept.size))
         return ans
 

@@ -16,10 +16,12 @@ one ``DecodingSession``: one batched forward pass per released token, with the K
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Any, TypedDict, Unpack, cast
 
 import numpy as np
+import numpy.typing as npt
 
 from ..errors import InvalidParameterError, check_delta, check_epsilon, check_positive_int
 from ..events import (
@@ -41,26 +43,24 @@ from .budget import certified_epsilon, max_steps, require_steps
 from .common import RagAnswer, documents_text, exact_top_k, random_partition, vote_histogram
 
 #: Step rule: (non-RAG token or None, vote histogram) -> token to release, or None to halt.
-StepRule = Callable[[int | None, np.ndarray], int | None]
+StepRule = Callable[[int | None, npt.NDArray[np.intp]], int | None]
+#: Step rule that also reads the non-RAG lane's logits row (``decode_by_vote(..., with_logits=True)``).
+LogitsStepRule = Callable[[int | None, npt.NDArray[np.intp], npt.NDArray[np.floating[Any]]], int | None]
 
 
 def _check_tokens(max_tokens: int) -> int:
     return check_positive_int("max_tokens", max_tokens)
 
 
-def _source(source: RandomSource | None) -> RandomSource:
-    return RandomSource.system() if source is None else source
-
-
 def decode_by_vote(
     generator: Generator,
     question: str,
     voter_contexts: Sequence[tuple[str, ...]],
-    rule: StepRule,
+    rule: StepRule | LogitsStepRule,
     max_tokens: int,
     *,
     with_non_rag: bool,
-    history: tuple = (),
+    history: tuple[tuple[str, str], ...] = (),
     with_logits: bool = False,
 ) -> list[int]:
     """Lock-step decoding of m voters (and optionally the non-RAG lane, batch row 0) under ``rule``.
@@ -83,7 +83,9 @@ def decode_by_vote(
         logits = session.logits()
         non_rag = int(np.argmax(logits[0])) if with_non_rag else None
         _, hist = vote_histogram(logits[1:] if with_non_rag else logits)
-        tok = rule(non_rag, hist, logits[0]) if with_logits else rule(non_rag, hist)
+        tok = (
+            cast(LogitsStepRule, rule)(non_rag, hist, logits[0]) if with_logits else cast(StepRule, rule)(non_rag, hist)
+        )
         if tok is None:
             break
         released.append(int(tok))
@@ -93,10 +95,11 @@ def decode_by_vote(
     return released
 
 
-def _log_softmax(logits) -> np.ndarray:
+def _log_softmax(logits: npt.ArrayLike) -> npt.NDArray[np.float64]:
     z = np.asarray(logits, dtype=np.float64)
     z = z - z.max()
-    return z - np.log(np.exp(z).sum())
+    out: npt.NDArray[np.float64] = z - np.log(np.exp(z).sum())
+    return out
 
 
 def _text(generator: Generator, tokens: list[int]) -> str:
@@ -104,12 +107,14 @@ def _text(generator: Generator, tokens: list[int]) -> str:
     return generator.decode([t for t in tokens if t not in stops]).strip()
 
 
-def voter_contexts(retriever: Retriever, ids: np.ndarray, m: int, source: RandomSource) -> list[tuple[str, ...]]:
+def voter_contexts(retriever: Retriever, ids: npt.ArrayLike, m: int, source: RandomSource) -> list[tuple[str, ...]]:
     """Uniformly random partition of the ranked ids into m voters, as document texts (padding -1 = "")."""
     return [documents_text(retriever, part) for part in random_partition(ids, m, source)]
 
 
-def _given_list_voters(doc_ids, m: int, retriever: Retriever, source: RandomSource):
+def given_list_voters(
+    doc_ids: npt.ArrayLike, m: int, retriever: Retriever, source: RandomSource
+) -> tuple[npt.NDArray[np.int64], list[tuple[str, ...]]]:
     """A given ranked list (length a positive multiple of m, -1 = empty document) and its voters' contexts."""
     ids = np.asarray(doc_ids, dtype=np.int64)
     if len(ids) == 0 or len(ids) % m:
@@ -120,22 +125,35 @@ def _given_list_voters(doc_ids, m: int, retriever: Retriever, source: RandomSour
 # ------------------------------------------------------------------------------------------------------
 # Non-private baselines
 # ------------------------------------------------------------------------------------------------------
-def non_rag(question: str, generator: Generator, *, max_tokens: int, history: tuple = ()) -> RagAnswer:
+def non_rag(
+    question: str, generator: Generator, *, max_tokens: int, history: tuple[tuple[str, str], ...] = ()
+) -> RagAnswer:
     """The LLM alone, no retrieval: touches no document, spends nothing."""
     text = generator.generate(Prompt(question, (), history), _check_tokens(max_tokens))
     return RagAnswer(text=text.strip(), cost=NoOpEvent(), info={"method": "non-rag", "private": True})
 
 
 def non_private_rag(
-    question: str, retriever: Retriever, generator: Generator, *, k: int, max_tokens: int, history: tuple = ()
+    question: str,
+    retriever: Retriever,
+    generator: Generator,
+    *,
+    k: int,
+    max_tokens: int,
+    history: tuple[tuple[str, str], ...] = (),
 ) -> RagAnswer:
     """Top-k retrieval pasted into one prompt: no privacy guarantee (``info['private'] = False``)."""
     return non_private_rag_many([question], retriever, generator, k=k, max_tokens=max_tokens, history=history)[0]
 
 
 def non_private_rag_many(
-    questions: Sequence[str], retriever: Retriever, generator: Generator, *, k: int, max_tokens: int,
-    history: tuple = ()
+    questions: Sequence[str],
+    retriever: Retriever,
+    generator: Generator,
+    *,
+    k: int,
+    max_tokens: int,
+    history: tuple[tuple[str, str], ...] = (),
 ) -> list[RagAnswer]:
     """``non_private_rag`` for several independent questions in one generation batch (an experiment's
     throughput path: each row is a function of its own prompt only, so the answers are those of one-by-one
@@ -144,10 +162,13 @@ def non_private_rag_many(
     if not questions:
         return []
     ids = [exact_top_k(retriever, q, k)[0] for q in questions]
-    texts = generator.generate_many([Prompt(q, documents_text(retriever, i), history)
-                                     for q, i in zip(questions, ids)], n)
-    return [RagAnswer(text=t.strip(), retrieved=i, info={"method": "non-private-rag", "private": False})
-            for t, i in zip(texts, ids)]
+    texts = generator.generate_many(
+        [Prompt(q, documents_text(retriever, i), history) for q, i in zip(questions, ids, strict=False)], n
+    )
+    return [
+        RagAnswer(text=t.strip(), retrieved=i, info={"method": "non-private-rag", "private": False})
+        for t, i in zip(texts, ids, strict=False)
+    ]
 
 
 def vote_rag(
@@ -159,19 +180,28 @@ def vote_rag(
     k: int,
     max_tokens: int,
     source: RandomSource | None = None,
-    history: tuple = (),
+    history: tuple[tuple[str, str], ...] = (),
 ) -> RagAnswer:
     """003's VoteRAG baseline: the same voting, the majority token released without noise (not private)."""
     m, k = check_positive_int("m", m), check_positive_int("k", k)
-    src = _source(source)
+    src = RandomSource.resolve(source)
     ids, _ = exact_top_k(retriever, question, m * k)
     ctx = voter_contexts(retriever, ids, m, src)
     tokens = decode_by_vote(
-        generator, question, ctx, lambda _nr, h: int(np.argmax(h)), _check_tokens(max_tokens),
-        with_non_rag=False, history=history,
+        generator,
+        question,
+        ctx,
+        lambda _nr, h: int(np.argmax(h)),
+        _check_tokens(max_tokens),
+        with_non_rag=False,
+        history=history,
     )
-    return RagAnswer(text=_text(generator, tokens), token_ids=tokens, retrieved=ids,
-                     info={"method": "vote-rag", "private": False, "m": m, "k": k})
+    return RagAnswer(
+        text=_text(generator, tokens),
+        token_ids=tokens,
+        retrieved=ids,
+        info={"method": "vote-rag", "private": False, "m": m, "k": k},
+    )
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -190,7 +220,7 @@ def dp_vote_rag(
     delta_total: float,
     max_tokens: int,
     source: RandomSource | None = None,
-    history: tuple = (),
+    history: tuple[tuple[str, str], ...] = (),
 ) -> RagAnswer:
     """003 Algorithm 2: every token by LimitedDomain(h_t, ε_token, δ_token) with k̄ = m; ⊥ halts.
 
@@ -203,24 +233,42 @@ def dp_vote_rag(
     check_epsilon("epsilon_total", epsilon_total)
     check_delta("delta_total", delta_total)
     per_token = ApproxDpEvent(eps_t, del_t)
-    t_max = min(require_steps(max_steps(lambda c: SelfComposedEvent(per_token, c), epsilon_total, delta_total),
-                              "epsilon_total"), _check_tokens(max_tokens))
-    src = _source(source)
+    t_max = min(
+        require_steps(
+            max_steps(lambda c: SelfComposedEvent(per_token, c), epsilon_total, delta_total), "epsilon_total"
+        ),
+        _check_tokens(max_tokens),
+    )
+    src = RandomSource.resolve(source)
     ids, _ = exact_top_k(retriever, question, m * k)
     ctx = voter_contexts(retriever, ids, m, src)
     events: list[PrivacyEvent] = []
 
-    def rule(_nr, hist):
+    def rule(_nr: int | None, hist: npt.NDArray[np.intp]) -> int | None:
         tok, ev = limited_domain(hist, eps_t, del_t, m, src)
         events.append(ev)
         return None if tok is BOTTOM else tok
 
     tokens = decode_by_vote(generator, question, ctx, rule, t_max, with_non_rag=False, history=history)
     cost = SelfComposedEvent(per_token, t_max)
-    return RagAnswer(text=_text(generator, tokens), token_ids=tokens, events=events, cost=cost, retrieved=ids,
-                     charged=ids, private_tokens=len(events),
-                     info={"method": "dp-vote-rag", "private": True, "m": m, "k": k, "t_max": t_max,
-                           "epsilon": certified_epsilon(cost, delta_total), "delta": delta_total})
+    return RagAnswer(
+        text=_text(generator, tokens),
+        token_ids=tokens,
+        events=events,
+        cost=cost,
+        retrieved=ids,
+        charged=ids,
+        private_tokens=len(events),
+        info={
+            "method": "dp-vote-rag",
+            "private": True,
+            "m": m,
+            "k": k,
+            "t_max": t_max,
+            "epsilon": certified_epsilon(cost, delta_total),
+            "delta": delta_total,
+        },
+    )
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -230,8 +278,8 @@ def sparse_vote_cost(epsilon_token: float, delta_token: float, c: int) -> Privac
     """Ex-ante cost of c discoveries: each is an AboveThreshold run (ε_token/2, threshold re-drawn) plus
     LimitedDomain(ε_token/2, δ_token) (003 Thm 3 proof).
 
-    The SVT part is charged at its certified cost for the float noise scales it samples with (issue 10 item 7),
-    which can exceed ε_token/2 by an ulp; LimitedDomain is charged at the same ε (an ε-DP release is ε'-DP for
+    The SVT part is charged at its certified cost for the float noise scales it samples with (spec/accounting/filters.md
+    §5), which can exceed ε_token/2 by an ulp; LimitedDomain is charged at the same ε (an ε-DP release is ε'-DP for
     every ε' ≥ ε). Every step then has one ε, so the accountant's exact optimal composition (KOV 2015 Thm 3.3,
     homogeneous) applies at every count; with two ε's an ulp apart it would need Π(k_r + 1) loss states and
     fall back to the closed form, and the certified ε would jump with the rounding of ε_token.
@@ -286,7 +334,7 @@ def calibrate_sparse_vote(epsilon: float, delta: float, *, discoveries: int, que
         return certified_epsilon(SelfComposedEvent(sparse_vote_cost(e, d_tok, c), t), dlt) <= eps
 
     hi = 4.0 * eps  # one discovery alone costs ≥ ε_token/2 + ε_token/2: never fits
-    lo = hi * 2.0 ** -40
+    lo = hi * 2.0**-40
     try:
         ok = fits(lo)
     except ArithmeticError:  # ε_token so small that the noise scales 2/ε_token overflow
@@ -323,7 +371,7 @@ def dp_sparse_vote_rag(
     max_tokens: int,
     tau: float | None = None,
     source: RandomSource | None = None,
-    history: tuple = (),
+    history: tuple[tuple[str, str], ...] = (),
     public_completion: bool = False,
 ) -> RagAnswer:
     """003 Algorithm 3: spend budget only when few voters agree with the no-retrieval token.
@@ -341,23 +389,25 @@ def dp_sparse_vote_rag(
     eps_t, del_t = check_epsilon("epsilon_token", epsilon_token), check_delta("delta_token", delta_token)
     check_epsilon("epsilon_total", epsilon_total)
     check_delta("delta_total", delta_total)
-    c_max = require_steps(max_steps(lambda c: sparse_vote_cost(eps_t, del_t, c), epsilon_total, delta_total),
-                          "epsilon_total")
-    src = _source(source)
+    c_max = require_steps(
+        max_steps(lambda c: sparse_vote_cost(eps_t, del_t, c), epsilon_total, delta_total), "epsilon_total"
+    )
+    src = RandomSource.resolve(source)
     ids, _ = exact_top_k(retriever, question, m * k)
     ctx = voter_contexts(retriever, ids, m, src)
-    svt = SparseVector(m / 2 if tau is None else tau, eps_t / 2, c_max, 1, src, direction="below",
-                       redraw_threshold=True)
+    svt = SparseVector(
+        m / 2 if tau is None else tau, eps_t / 2, c_max, 1, src, direction="below", redraw_threshold=True
+    )
     ld_events: list[PrivacyEvent] = []
     stop: list[str] = []
 
-    def rule(non_rag_token, hist):
+    def rule(non_rag_token: int | None, hist: npt.NDArray[np.intp]) -> int | None:
         if svt.halted:  # the c-th discovery was the last private token; only public completion may follow
             if public_completion:
                 return non_rag_token
             stop.append("c_max")
             return None
-        if svt.test(int(hist[non_rag_token])):
+        if svt.test(int(hist[cast(int, non_rag_token)])):  # with_non_rag=True: a token, never None
             tok, ev = limited_domain(hist, eps_t / 2, del_t, m, src)
             ld_events.append(ev)
             if tok is BOTTOM:
@@ -371,16 +421,38 @@ def dp_sparse_vote_rag(
     if not stop:
         stop.append("eos" if tokens and tokens[-1] in stop_tokens(generator) else "max_tokens")
     cost = sparse_vote_cost(eps_t, del_t, c_max)
-    return RagAnswer(text=_text(generator, tokens), token_ids=tokens, events=[svt.event, *ld_events], cost=cost,
-                     retrieved=ids, charged=ids, private_tokens=svt.discoveries,
-                     info={"method": "dp-sparse-vote-rag", "private": True, "m": m, "k": k, "c_max": c_max,
-                           "epsilon": certified_epsilon(cost, delta_total), "delta": delta_total,
-                           "stop": stop[0]})
+    return RagAnswer(
+        text=_text(generator, tokens),
+        token_ids=tokens,
+        events=[svt.event, *ld_events],
+        cost=cost,
+        retrieved=ids,
+        charged=ids,
+        private_tokens=svt.discoveries,
+        info={
+            "method": "dp-sparse-vote-rag",
+            "private": True,
+            "m": m,
+            "k": k,
+            "c_max": c_max,
+            "epsilon": certified_epsilon(cost, delta_total),
+            "delta": delta_total,
+            "stop": stop[0],
+        },
+    )
 
 
 # ------------------------------------------------------------------------------------------------------
 # Pure-DP DP-RAG (000 Algorithm 5 / 001 Algorithm 7)
 # ------------------------------------------------------------------------------------------------------
+class PureDpRagOptions(TypedDict, total=False):
+    theta: float | None
+    max_tokens: int
+    redraw_threshold: bool
+    public_completion: bool
+    em_prior: str
+
+
 @dataclass(frozen=True)
 class PureDpRagParams:
     """Parameters of 000 Algorithm 5.
@@ -411,7 +483,7 @@ class PureDpRagParams:
     public_completion: bool = False
     em_prior: str = "uniform"
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         check_positive_int("m", self.m)
         check_epsilon("epsilon_token", self.epsilon_token)
         check_positive_int("max_private_tokens", self.max_private_tokens)
@@ -420,14 +492,24 @@ class PureDpRagParams:
             raise InvalidParameterError("em_prior", "must be 'uniform' or 'non-rag'", self.em_prior)
 
     @classmethod
-    def for_budget(cls, m: int, epsilon_token: float, epsilon_rag: float, **kw) -> "PureDpRagParams":
+    def for_budget(
+        cls, m: int, epsilon_token: float, epsilon_rag: float, **kw: Unpack[PureDpRagOptions]
+    ) -> PureDpRagParams:
         """c = the largest count whose cost (``cost``) is ≤ ε_RAG in pure DP (000: c = ⌊ε/ε_RAG⌋ in spirit)."""
         check_epsilon("epsilon_rag", epsilon_rag)
         c = max_steps(lambda c: cls(m, epsilon_token, c, **kw).cost, epsilon_rag, 0.0)
         return cls(m, epsilon_token, require_steps(c, "epsilon_rag"), **kw)
 
-    def respond(self, question: str, doc_ids: np.ndarray, retriever: Retriever, generator: Generator, *,
-                source: RandomSource | None = None, history: tuple = ()) -> "RagAnswer":
+    def respond(
+        self,
+        question: str,
+        doc_ids: npt.ArrayLike,
+        retriever: Retriever,
+        generator: Generator,
+        *,
+        source: RandomSource | None = None,
+        history: tuple[tuple[str, str], ...] = (),
+    ) -> RagAnswer:
         """``pure_dp_rag`` with these parameters (the ``SingleQueryMechanism`` interface)."""
         return pure_dp_rag(question, doc_ids, retriever, generator, self, source=source, history=history)
 
@@ -437,21 +519,22 @@ class PureDpRagParams:
         eps_lap = self.epsilon_token / 2
         c = self.max_private_tokens
         # c·ε_Lap (re-drawn) or (c + 1)·ε_Lap/2, from the certified costs of the float noise scales the sparse
-        # vector samples with (each rounded up), summed exactly and rounded up (issue 10 item 7)
+        # vector samples with (each rounded up), summed exactly and rounded up (spec/accounting/filters.md §5)
         svt_eps = SparseVector.certified_max_epsilon(eps_lap, c, 1, redraw_threshold=self.redraw_threshold)
-        return ComposedEvent((PureDpEvent(svt_eps),
-                              SelfComposedEvent(ExponentialMechanismEvent(self.epsilon_token / 2), c)))
+        return ComposedEvent(
+            (PureDpEvent(svt_eps), SelfComposedEvent(ExponentialMechanismEvent(self.epsilon_token / 2), c))
+        )
 
 
 def pure_dp_rag(
     question: str,
-    doc_ids: np.ndarray,
+    doc_ids: npt.ArrayLike,
     retriever: Retriever,
     generator: Generator,
     params: PureDpRagParams,
     *,
     source: RandomSource | None = None,
-    history: tuple = (),
+    history: tuple[tuple[str, str], ...] = (),
 ) -> RagAnswer:
     """000 Algorithm 5 on a given ranked document list (MuRAG passes Top-K of its admitted set, padded).
 
@@ -462,33 +545,47 @@ def pure_dp_rag(
     with the non-RAG token only), or after ``max_tokens``.
     Pure ε-DP with respect to the document list (add/remove/replace one document): ``params.cost``.
     """
-    src = _source(source)
-    ids, ctx = _given_list_voters(doc_ids, params.m, retriever, src)
+    src = RandomSource.resolve(source)
+    ids, ctx = given_list_voters(doc_ids, params.m, retriever, src)
     m = params.m
     eps_lap = params.epsilon_token / 2
     theta = m / 2 if params.theta is None else params.theta
-    svt = SparseVector(theta, eps_lap, params.max_private_tokens, 1, src, direction="below",
-                       redraw_threshold=params.redraw_threshold)
+    svt = SparseVector(
+        theta, eps_lap, params.max_private_tokens, 1, src, direction="below", redraw_threshold=params.redraw_threshold
+    )
     em_events: list[PrivacyEvent] = []
 
     prior = params.em_prior == "non-rag"
 
-    def rule(non_rag_token, hist, non_rag_logits=None):
+    def rule(
+        non_rag_token: int | None,
+        hist: npt.NDArray[np.intp],
+        non_rag_logits: npt.NDArray[np.floating[Any]] | None = None,
+    ) -> int | None:
         if svt.halted:  # the c-th discovery was the last private token; only public completion may follow
             return non_rag_token if params.public_completion else None
-        if svt.test(int(hist[non_rag_token])):
-            base = _log_softmax(non_rag_logits)[: hist.size] if prior else None
+        if svt.test(int(hist[cast(int, non_rag_token)])):  # with_non_rag=True: a token, never None
+            # with_logits=prior: the logits row is given whenever prior is set
+            base = _log_softmax(cast(npt.NDArray[np.floating[Any]], non_rag_logits))[: hist.size] if prior else None
             tok, ev = vote_exponential_mechanism(hist, params.epsilon_token / 2, src, log_base=base)
             em_events.append(ev)
             return tok
         return non_rag_token
 
-    tokens = decode_by_vote(generator, question, ctx, rule, params.max_tokens, with_non_rag=True, history=history,
-                            with_logits=prior)
+    tokens = decode_by_vote(
+        generator, question, ctx, rule, params.max_tokens, with_non_rag=True, history=history, with_logits=prior
+    )
     real = ids[ids >= 0]
-    return RagAnswer(text=_text(generator, tokens), token_ids=tokens, events=[svt.event, *em_events],
-                     cost=params.cost, retrieved=real, charged=real, private_tokens=svt.discoveries,
-                     info={"method": "pure-dp-rag", "private": True, "m": m, "c": params.max_private_tokens})
+    return RagAnswer(
+        text=_text(generator, tokens),
+        token_ids=tokens,
+        events=[svt.event, *em_events],
+        cost=params.cost,
+        retrieved=real,
+        charged=real,
+        private_tokens=svt.discoveries,
+        info={"method": "pure-dp-rag", "private": True, "m": m, "c": params.max_private_tokens},
+    )
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -507,7 +604,7 @@ class GaussianVoteRagParams:
     sigma: float
     max_tokens: int = 32
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         check_positive_int("m", self.m)
         check_epsilon("sigma", self.sigma)
         check_positive_int("max_tokens", self.max_tokens)
@@ -516,36 +613,51 @@ class GaussianVoteRagParams:
     def cost(self) -> PrivacyEvent:
         return SelfComposedEvent(gaussian_vote_max_event(self.sigma), self.max_tokens)
 
-    def respond(self, question: str, doc_ids: np.ndarray, retriever: Retriever, generator: Generator, *,
-                source: RandomSource | None = None, history: tuple = ()) -> "RagAnswer":
+    def respond(
+        self,
+        question: str,
+        doc_ids: npt.ArrayLike,
+        retriever: Retriever,
+        generator: Generator,
+        *,
+        source: RandomSource | None = None,
+        history: tuple[tuple[str, str], ...] = (),
+    ) -> RagAnswer:
         return gaussian_vote_rag(question, doc_ids, retriever, generator, self, source=source, history=history)
 
 
 def gaussian_vote_rag(
     question: str,
-    doc_ids: np.ndarray,
+    doc_ids: npt.ArrayLike,
     retriever: Retriever,
     generator: Generator,
     params: GaussianVoteRagParams,
     *,
     source: RandomSource | None = None,
-    history: tuple = (),
+    history: tuple[tuple[str, str], ...] = (),
 ) -> RagAnswer:
     """GNMax voting on a ranked document list (length a multiple of m, -1 = empty document): per token the
     voters' greedy tokens form a histogram and ``gaussian_vote_max`` releases one; halts at <EOS> or after
     ``max_tokens``. RDP with respect to the document list: ``params.cost`` (ex ante, all ``max_tokens``)."""
-    src = _source(source)
-    ids, ctx = _given_list_voters(doc_ids, params.m, retriever, src)
+    src = RandomSource.resolve(source)
+    ids, ctx = given_list_voters(doc_ids, params.m, retriever, src)
     m = params.m
     events: list[PrivacyEvent] = []
 
-    def rule(_non_rag, hist):
+    def rule(_non_rag: int | None, hist: npt.NDArray[np.intp]) -> int | None:
         tok, ev = gaussian_vote_max(hist, params.sigma, src)
         events.append(ev)
         return tok
 
     tokens = decode_by_vote(generator, question, ctx, rule, params.max_tokens, with_non_rag=False, history=history)
     real = ids[ids >= 0]
-    return RagAnswer(text=_text(generator, tokens), token_ids=tokens, events=events, cost=params.cost,
-                     retrieved=real, charged=real, private_tokens=len(events),
-                     info={"method": "gaussian-vote-rag", "private": True, "m": m, "sigma": params.sigma})
+    return RagAnswer(
+        text=_text(generator, tokens),
+        token_ids=tokens,
+        events=events,
+        cost=params.cost,
+        retrieved=real,
+        charged=real,
+        private_tokens=len(events),
+        info={"method": "gaussian-vote-rag", "private": True, "m": m, "sigma": params.sigma},
+    )

@@ -6,7 +6,7 @@
 Both implement ``BudgetStore`` (``base.py``): load spend rows, apply a batch of conditional charges atomically.
 """
 
-from .base import BudgetStore, BudgetStoreError, MAX_LIMIT_UNITS
+from .base import MAX_LIMIT_UNITS, BudgetStore, BudgetStoreError
 from .memory import MemoryBudgetStore
 from .sqlite import SqliteBudgetStore
 

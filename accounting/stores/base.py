@@ -27,9 +27,11 @@ from __future__ import annotations
 
 import abc
 import json
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal, Self, cast
 
 import numpy as np
+import numpy.typing as npt
 
 from ..errors import DpragError, InvalidParameterError, UnknownDocumentError, check_positive_int
 
@@ -44,7 +46,9 @@ class BudgetStoreError(DpragError):
     """
 
 
-def validate_doc_ids(doc_ids, n_docs: int, *, field: str = "doc_ids", allow_duplicates: bool = False) -> np.ndarray:
+def validate_doc_ids(
+    doc_ids: npt.ArrayLike, n_docs: int, *, field: str = "doc_ids", allow_duplicates: bool = False
+) -> npt.NDArray[np.int64]:
     """Return ``doc_ids`` as a 1-d int64 array after checking every rule, else raise a typed error.
 
     Rules: a non-empty 1-d sequence of integers (bools and floats are refused, even integral floats);
@@ -66,15 +70,17 @@ def validate_doc_ids(doc_ids, n_docs: int, *, field: str = "doc_ids", allow_dupl
             raise UnknownDocumentError(bad[:20], n_docs)
         arr = np.asarray(items, dtype=np.int64)
     if arr.ndim != 1:  # scalars and strings arrive here as 0-d arrays
-        raise InvalidParameterError(field, "must be a 1-d sequence of integer document ids", doc_ids if arr.ndim == 0 else f"shape {arr.shape}")
+        raise InvalidParameterError(
+            field, "must be a 1-d sequence of integer document ids", doc_ids if arr.ndim == 0 else f"shape {arr.shape}"
+        )
     if arr.size == 0:
         raise InvalidParameterError(field, "must not be empty")
     if arr.dtype.kind not in "iu":
-        raise InvalidParameterError(field, "must contain integers only (got dtype %s)" % arr.dtype)
+        raise InvalidParameterError(field, f"must contain integers only (got dtype {arr.dtype})")
     lo, hi = arr.min(), arr.max()
     if lo < 0 or hi >= n_docs:
-        bad = arr[(arr < 0) | (arr >= n_docs)]
-        raise UnknownDocumentError([int(v) for v in bad[:20]], n_docs)
+        bad_ids = arr[(arr < 0) | (arr >= n_docs)]
+        raise UnknownDocumentError([int(v) for v in bad_ids[:20]], n_docs)
     ids = arr.astype(np.int64, copy=False)
     if not allow_duplicates and ids.size > 1:
         s = np.sort(ids)
@@ -89,7 +95,7 @@ def validate_doc_ids(doc_ids, n_docs: int, *, field: str = "doc_ids", allow_dupl
     return ids
 
 
-def validate_cost_units(cost, width: int, *, field: str = "cost") -> np.ndarray:
+def validate_cost_units(cost: npt.ArrayLike, width: int, *, field: str = "cost") -> npt.NDArray[np.int64]:
     """Return a cost row as int64 of shape (width,), every entry >= 0, else raise InvalidParameterError."""
     arr = np.asarray(cost)
     if arr.dtype.kind not in "iu":
@@ -103,7 +109,7 @@ def validate_cost_units(cost, width: int, *, field: str = "cost") -> np.ndarray:
     return arr.astype(np.int64, copy=False)
 
 
-def validate_limits(limits) -> np.ndarray:
+def validate_limits(limits: npt.ArrayLike) -> npt.NDArray[np.int64]:
     arr = np.asarray(limits)
     if arr.ndim != 1 or arr.size == 0 or arr.dtype.kind not in "iu":
         raise InvalidParameterError("limits", "must be a non-empty 1-d array of integer units")
@@ -125,16 +131,30 @@ class PreparedBatch:
     the positions of that request's ids in the union."""
 
     __slots__ = ("union", "positions", "costs")
+    union: npt.NDArray[np.int64]
+    positions: list[npt.NDArray[np.intp]]
+    costs: list[npt.NDArray[np.int64]]
 
-    def __init__(self, requests: Sequence, n_docs: int, width: int, *, validated: bool = False):
-        if validated:  # built by a caller that already validated every id list and cost row
-            self._build([ids for ids, _ in requests], [c for _, c in requests])
+    def __init__(
+        self,
+        requests: Sequence[tuple[npt.ArrayLike, npt.ArrayLike]],
+        n_docs: int,
+        width: int,
+        *,
+        validated: bool = False,
+    ) -> None:
+        if validated:  # built by a caller that already validated every id list and cost row (int64 arrays)
+            self._build(
+                [cast(npt.NDArray[np.int64], ids) for ids, _ in requests],
+                [cast(npt.NDArray[np.int64], c) for _, c in requests],
+            )
             return
         if not isinstance(requests, (list, tuple)):
             raise InvalidParameterError("requests", "must be a list of (doc_ids, cost) pairs")
         if len(requests) == 0:
             raise InvalidParameterError("requests", "must not be empty")
-        ids_list, costs = [], []
+        ids_list: list[npt.NDArray[np.int64]] = []
+        costs: list[npt.NDArray[np.int64]] = []
         for i, req in enumerate(requests):
             try:
                 ids, cost = req
@@ -144,7 +164,7 @@ class PreparedBatch:
             costs.append(validate_cost_units(cost, width, field=f"requests[{i}].cost"))
         self._build(ids_list, costs)
 
-    def _build(self, ids_list, costs):
+    def _build(self, ids_list: list[npt.NDArray[np.int64]], costs: list[npt.NDArray[np.int64]]) -> None:
         self.costs = costs
         if len(ids_list) == 1:  # fast path: the ids of one request are already distinct
             self.union = ids_list[0]
@@ -157,7 +177,9 @@ class PreparedBatch:
         self.positions = [inverse[bounds[k] : bounds[k + 1]] for k in range(len(ids_list))]
 
 
-def apply_batch(current: np.ndarray, batch: PreparedBatch, limits: np.ndarray):
+def apply_batch(
+    current: npt.NDArray[np.int64], batch: PreparedBatch, limits: npt.NDArray[np.int64]
+) -> tuple[npt.NDArray[np.int64], list[npt.NDArray[np.bool_]]]:
     """Apply a prepared batch, in order, to ``current`` rows (one per id of ``batch.union``).
 
     Returns ``(new_rows, masks)``: the rows after every admitted charge and, per request, a boolean
@@ -165,8 +187,8 @@ def apply_batch(current: np.ndarray, batch: PreparedBatch, limits: np.ndarray):
     store can compute everything first and write the result in one step.
     """
     rows = current.copy()
-    masks = []
-    for pos, cost in zip(batch.positions, batch.costs):
+    masks: list[npt.NDArray[np.bool_]] = []
+    for pos, cost in zip(batch.positions, batch.costs, strict=False):
         cand = rows[pos] + cost  # ids within a request are distinct, so this gather/scatter is exact
         ok = np.all(cand <= limits, axis=1)
         if ok.any():
@@ -180,7 +202,7 @@ class BudgetStore(abc.ABC):
 
     def __init__(self, n_docs: int):
         self._n_docs = check_positive_int("n_docs", n_docs)
-        self._limits: np.ndarray | None = None
+        self._limits: npt.NDArray[np.int64] | None = None
         self._descriptor: str | None = None
 
     # -- binding ---------------------------------------------------------------------------------
@@ -194,15 +216,14 @@ class BudgetStore(abc.ABC):
         return None if self._limits is None else int(self._limits.size)
 
     @property
-    def limits(self) -> np.ndarray:
-        self._require_bound()
-        return self._limits.copy()
+    def limits(self) -> npt.NDArray[np.int64]:
+        return self._require_bound().copy()
 
     @property
     def descriptor(self) -> str | None:
         return self._descriptor
 
-    def bind(self, limits, descriptor: Mapping[str, Any]) -> None:
+    def bind(self, limits: npt.ArrayLike, descriptor: Mapping[str, Any]) -> None:
         """Bind the store to ``limits`` (int units, one per counter) described by ``descriptor``.
 
         Binding is permanent for a durable store: reopening it with a different descriptor (another
@@ -219,58 +240,62 @@ class BudgetStore(abc.ABC):
         self._limits = lim
         self._descriptor = desc
 
-    def _require_bound(self):
+    def _require_bound(self) -> npt.NDArray[np.int64]:
+        """The limits, or ``BudgetStoreError`` if the store is not bound yet."""
         if self._limits is None:
             raise BudgetStoreError("store is not bound to a budget yet (construct a filter over it first)")
+        return self._limits
 
     # -- operations ------------------------------------------------------------------------------
-    def load(self, doc_ids) -> np.ndarray:
+    def load(self, doc_ids: npt.ArrayLike) -> npt.NDArray[np.int64]:
         """Spend rows (int64 units, shape (len(doc_ids), width)) of the given documents; duplicates allowed."""
         self._require_bound()
         ids = validate_doc_ids(doc_ids, self._n_docs, allow_duplicates=True)
         return self._load(ids)
 
-    def charge(self, doc_ids, cost_units) -> np.ndarray:
+    def charge(self, doc_ids: npt.ArrayLike, cost_units: npt.ArrayLike) -> npt.NDArray[np.bool_]:
         """Conditionally charge one request; returns the admission mask aligned with ``doc_ids``."""
         return self.charge_many([(doc_ids, cost_units)])[0]
 
-    def charge_validated(self, requests: Sequence) -> list[np.ndarray]:
+    def charge_validated(
+        self, requests: Sequence[tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]]
+    ) -> list[npt.NDArray[np.bool_]]:
         """``charge_many`` for callers that have already validated the batch (the filter does): ids as
         distinct in-range int64 arrays, costs as non-negative int64 rows of the store's width."""
-        self._require_bound()
-        return self._charge(PreparedBatch(requests, self._n_docs, int(self._limits.size), validated=True))
+        limits = self._require_bound()
+        return self._charge(PreparedBatch(requests, self._n_docs, int(limits.size), validated=True))
 
-    def charge_many(self, requests: Sequence) -> list[np.ndarray]:
+    def charge_many(self, requests: Sequence[tuple[npt.ArrayLike, npt.ArrayLike]]) -> list[npt.NDArray[np.bool_]]:
         """Apply ``[(doc_ids, cost_units), ...]`` in order, atomically (and durably, for durable stores).
 
         Each document of each request is admitted iff its spend plus the cost stays within the limits
         at every counter, given every earlier admitted charge (including earlier requests of the batch).
         """
-        self._require_bound()
-        batch = PreparedBatch(requests, self._n_docs, int(self._limits.size))
+        limits = self._require_bound()
+        batch = PreparedBatch(requests, self._n_docs, int(limits.size))
         return self._charge(batch)
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - a no-op default, not abstract
         """Release resources (no-op by default)."""
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> Literal[False]:
         self.close()
         return False
 
     # -- to implement ----------------------------------------------------------------------------
     @abc.abstractmethod
-    def _bind(self, limits: np.ndarray, descriptor: str) -> None:
+    def _bind(self, limits: npt.NDArray[np.int64], descriptor: str) -> None:
         """Record the binding (durably, for a durable store) or check it matches the recorded one."""
 
     @abc.abstractmethod
-    def _load(self, ids: np.ndarray) -> np.ndarray:
+    def _load(self, ids: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
         """Rows for validated ids."""
 
     @abc.abstractmethod
-    def _charge(self, batch: PreparedBatch) -> list[np.ndarray]:
+    def _charge(self, batch: PreparedBatch) -> list[npt.NDArray[np.bool_]]:
         """Atomically apply a validated batch (use ``apply_batch``)."""
 
 

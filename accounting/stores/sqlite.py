@@ -37,8 +37,11 @@ import os
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
+from typing import TypeVar, cast
 
 import numpy as np
+import numpy.typing as npt
 
 from ..errors import InvalidParameterError, check_positive_int, check_positive_real
 from .base import BudgetStore, BudgetStoreError, PreparedBatch, apply_batch, validate_limits
@@ -51,6 +54,8 @@ _SELECT = "SELECT doc, spent FROM dprag_spend WHERE doc IN (SELECT value FROM js
 # Connections inherited through fork: never closed by the child (closing could checkpoint or delete the
 # parent's WAL). Kept referenced so the garbage collector does not close them either.
 _ABANDONED: list[sqlite3.Connection] = []
+
+_T = TypeVar("_T")
 
 
 def is_busy(exc: sqlite3.Error) -> bool:
@@ -90,9 +95,16 @@ class SqliteBudgetStore(BudgetStore):
     """
 
     #: sqlite3.Connection subclass used to connect (tests substitute one that injects faults).
-    connection_factory = sqlite3.Connection
+    connection_factory: type[sqlite3.Connection] = sqlite3.Connection
 
-    def __init__(self, path, n_docs: int | None = None, *, synchronous: str = "FULL", timeout: float = 60.0):
+    def __init__(
+        self,
+        path: str | bytes | os.PathLike[str],
+        n_docs: int | None = None,
+        *,
+        synchronous: str = "FULL",
+        timeout: float = 60.0,
+    ) -> None:
         if isinstance(path, bytes):
             path = os.fsdecode(path)
         if not isinstance(path, (str, os.PathLike)):
@@ -161,7 +173,7 @@ class SqliteBudgetStore(BudgetStore):
             self._conn.close()
         self._conn = None
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Callable[[str, int, str, float], SqliteBudgetStore], tuple[str, int, str, float]]:
         return (_reopen, (self._path, self.n_docs, self._sync, self._timeout))
 
     @property
@@ -188,7 +200,7 @@ class SqliteBudgetStore(BudgetStore):
         except sqlite3.Error:
             pass  # the transaction is already gone (SQLite rolls back on some errors by itself)
 
-    def _transaction(self, body):
+    def _transaction(self, body: Callable[[sqlite3.Connection], _T]) -> _T:
         """Run ``body(conn)`` inside BEGIN IMMEDIATE … COMMIT; roll back and re-raise on any exception."""
         conn = self._connection()
         with self._lock:
@@ -207,11 +219,11 @@ class SqliteBudgetStore(BudgetStore):
         return result
 
     # -- schema and binding ------------------------------------------------------------------------
-    def _init_schema(self, n_docs: int | None):
-        def body(conn):
+    def _init_schema(self, n_docs: int | None) -> tuple[int, str | None]:
+        def body(conn: sqlite3.Connection) -> tuple[int, str | None]:
             conn.execute("CREATE TABLE IF NOT EXISTS dprag_store_meta(key TEXT PRIMARY KEY, value TEXT NOT NULL)")
             conn.execute("CREATE TABLE IF NOT EXISTS dprag_spend(doc INTEGER PRIMARY KEY, spent BLOB NOT NULL)")
-            meta = dict(conn.execute("SELECT key, value FROM dprag_store_meta").fetchall())
+            meta: dict[str, str] = dict(conn.execute("SELECT key, value FROM dprag_store_meta").fetchall())
             if "format" not in meta:
                 if n_docs is None:
                     raise InvalidParameterError("n_docs", "is required to create a new budget store", None)
@@ -222,7 +234,9 @@ class SqliteBudgetStore(BudgetStore):
                 raise BudgetStoreError(f"{self._path}: unknown store format {meta['format']!r}")
             stored = int(meta["n_docs"])
             if n_docs is not None and int(n_docs) != stored:
-                raise InvalidParameterError("n_docs", f"store at {self._path} was created for {stored} documents", n_docs)
+                raise InvalidParameterError(
+                    "n_docs", f"store at {self._path} was created for {stored} documents", n_docs
+                )
             return stored, meta.get("descriptor")
 
         return self._transaction(body)
@@ -235,8 +249,8 @@ class SqliteBudgetStore(BudgetStore):
         self._limits = limits
         self._descriptor = desc
 
-    def _bind(self, limits: np.ndarray, descriptor: str) -> None:
-        def body(conn):
+    def _bind(self, limits: npt.NDArray[np.int64], descriptor: str) -> None:
+        def body(conn: sqlite3.Connection) -> None:
             row = conn.execute("SELECT value FROM dprag_store_meta WHERE key = 'descriptor'").fetchone()
             if row is None:
                 conn.execute("INSERT INTO dprag_store_meta VALUES ('descriptor', ?)", (descriptor,))
@@ -248,9 +262,10 @@ class SqliteBudgetStore(BudgetStore):
         self._transaction(body)
 
     # -- reading -----------------------------------------------------------------------------------
-    def _select(self, conn: sqlite3.Connection, union: np.ndarray) -> np.ndarray:
+    def _select(self, conn: sqlite3.Connection, union: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
         """Rows for the distinct ids ``union`` (absent rows are zero), checked against the invariant."""
-        width = int(self._limits.size)
+        limits = cast(npt.NDArray[np.int64], self._limits)  # bound: only _load / _charge call this
+        width = int(limits.size)
         out = np.zeros((union.size, width), dtype=np.int64)
         fetched = conn.execute(_SELECT, (json.dumps(union.tolist()),)).fetchall()
         if fetched:
@@ -259,13 +274,13 @@ class SqliteBudgetStore(BudgetStore):
             if len(blob) != 8 * width * len(fetched):
                 raise BudgetStoreError(f"{self._path}: corrupt spend row (width mismatch)")
             vals = np.frombuffer(blob, dtype="<i8").reshape(len(fetched), width)
-            if np.any(vals < 0) or np.any(vals > self._limits):
+            if np.any(vals < 0) or np.any(vals > limits):
                 raise BudgetStoreError(f"{self._path}: corrupt spend row (outside [0, limit])")
             order = np.argsort(union, kind="stable")
             out[order[np.searchsorted(union[order], docs)]] = vals
         return out
 
-    def _load(self, ids: np.ndarray) -> np.ndarray:
+    def _load(self, ids: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
         union, inverse = np.unique(ids, return_inverse=True)
         conn = self._connection()
         with self._lock:
@@ -275,28 +290,29 @@ class SqliteBudgetStore(BudgetStore):
                 raise BudgetStoreError(f"budget store {self._path}: {exc}") from exc
         return rows[inverse]
 
-    def total_units(self) -> np.ndarray:
+    def total_units(self) -> npt.NDArray[np.int64]:
         """Sum of recorded spend over all documents, per counter (reads the whole table; for tests/reports)."""
-        self._require_bound()
+        limits = self._require_bound()
         conn = self._connection()
-        width = int(self._limits.size)
+        width = int(limits.size)
         with self._lock:
             blobs = [b for (b,) in conn.execute("SELECT spent FROM dprag_spend").fetchall()]
         if not blobs:
             return np.zeros(width, dtype=np.int64)
-        return np.frombuffer(b"".join(blobs), dtype="<i8").reshape(-1, width).sum(axis=0)
+        total: npt.NDArray[np.int64] = np.frombuffer(b"".join(blobs), dtype="<i8").reshape(-1, width).sum(axis=0)
+        return total
 
-    def recorded_docs(self) -> np.ndarray:
+    def recorded_docs(self) -> npt.NDArray[np.int64]:
         """Ids of documents with a spend row (charged at least once, or charged 0 units)."""
         conn = self._connection()
         with self._lock:
             return np.array([d for (d,) in conn.execute("SELECT doc FROM dprag_spend ORDER BY doc")], dtype=np.int64)
 
     # -- charging ----------------------------------------------------------------------------------
-    def _charge(self, batch: PreparedBatch) -> list[np.ndarray]:
-        def body(conn):
+    def _charge(self, batch: PreparedBatch) -> list[npt.NDArray[np.bool_]]:
+        def body(conn: sqlite3.Connection) -> list[npt.NDArray[np.bool_]]:
             current = self._select(conn, batch.union)
-            rows, masks = apply_batch(current, batch, self._limits)
+            rows, masks = apply_batch(current, batch, cast(npt.NDArray[np.int64], self._limits))
             changed = np.flatnonzero(np.any(rows != current, axis=1))
             if changed.size:
                 le = rows.astype("<i8", copy=False)

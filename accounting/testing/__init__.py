@@ -17,6 +17,8 @@
 
 from __future__ import annotations
 
+from types import ModuleType
+
 from ..noise.source import RandomSource
 from .empirical_dp import (
     DpCheckReport,
@@ -52,7 +54,7 @@ def seeded_source(seed: bytes | str = b"dprag-test", label: bytes | str = b"") -
     return RandomSource.from_seed(seed, label.encode() if isinstance(label, str) else label)
 
 
-def __getattr__(name):
+def __getattr__(name: str) -> ModuleType:
     if name == "strategies":
         import importlib
 

@@ -61,10 +61,12 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any, Protocol, Required, TypedDict, Unpack
 
 import numpy as np
+import numpy.typing as npt
 from scipy import stats
 
 from ..errors import InvalidParameterError, check_delta, check_epsilon, check_positive_int
@@ -86,7 +88,7 @@ __all__ = [
 # ---------------------------------------------------------------------------------------------------
 # Clopper–Pearson bounds
 # ---------------------------------------------------------------------------------------------------
-def clopper_pearson_lower(successes, trials, alpha):
+def clopper_pearson_lower(successes: npt.ArrayLike, trials: npt.ArrayLike, alpha: float) -> npt.NDArray[np.float64]:
     """One-sided (1 − α) Clopper–Pearson lower bound on a binomial p: P[bound > p] ≤ α (vectorised)."""
     x = np.asarray(successes, dtype=np.float64)
     n = np.asarray(trials, dtype=np.float64)
@@ -95,7 +97,7 @@ def clopper_pearson_lower(successes, trials, alpha):
     return np.where(x <= 0, 0.0, np.nan_to_num(lb, nan=0.0))
 
 
-def clopper_pearson_upper(successes, trials, alpha):
+def clopper_pearson_upper(successes: npt.ArrayLike, trials: npt.ArrayLike, alpha: float) -> npt.NDArray[np.float64]:
     """One-sided (1 − α) Clopper–Pearson upper bound on a binomial p: P[bound < p] ≤ α (vectorised)."""
     x = np.asarray(successes, dtype=np.float64)
     n = np.asarray(trials, dtype=np.float64)
@@ -104,7 +106,7 @@ def clopper_pearson_upper(successes, trials, alpha):
     return np.where(x >= n, 1.0, np.nan_to_num(ub, nan=1.0))
 
 
-def _eps_lower(lo_a, up_b, delta):
+def _eps_lower(lo_a: npt.ArrayLike, up_b: npt.ArrayLike, delta: float) -> npt.NDArray[np.float64]:
     """log((lo_a − δ) / up_b), −inf where lo_a ≤ δ (vectorised)."""
     lo_a = np.asarray(lo_a, dtype=np.float64)
     up_b = np.asarray(up_b, dtype=np.float64)
@@ -114,7 +116,9 @@ def _eps_lower(lo_a, up_b, delta):
     return np.where(num > 0, out, -np.inf)
 
 
-def detection_probability(p_a, p_b, epsilon, delta=0.0, *, trials, alpha, n_bounds=2):
+def detection_probability(
+    p_a: float, p_b: float, epsilon: float, delta: float = 0.0, *, trials: int, alpha: float, n_bounds: int = 2
+) -> float:
     """Exact probability that ``check_dp`` certifies a violation on ONE fixed event.
 
     The event has true probabilities ``p_a`` under the input that should be the smaller side's bound
@@ -150,26 +154,26 @@ class OutputEvent:
     predicate: Callable[[Any], Any]
 
     @classmethod
-    def elementwise(cls, name: str, predicate: Callable[[Any], bool]) -> "OutputEvent":
-        def batch(outputs):
+    def elementwise(cls, name: str, predicate: Callable[[Any], bool]) -> OutputEvent:
+        def batch(outputs: npt.NDArray[Any]) -> npt.NDArray[np.bool_]:
             return np.fromiter((bool(predicate(o)) for o in outputs), dtype=bool, count=len(outputs))
 
         return cls(name, batch)
 
     @classmethod
-    def equals(cls, value, name: str | None = None) -> "OutputEvent":
+    def equals(cls, value: object, name: str | None = None) -> OutputEvent:
         key = _canon(value)
         return cls.elementwise(name or f"output == {value!r}", lambda o: _canon(o) == key)
 
     @classmethod
-    def at_most(cls, threshold: float) -> "OutputEvent":
+    def at_most(cls, threshold: float) -> OutputEvent:
         return cls(f"output <= {threshold!r}", lambda outs: np.asarray(outs, dtype=np.float64) <= threshold)
 
     @classmethod
-    def greater_than(cls, threshold: float) -> "OutputEvent":
+    def greater_than(cls, threshold: float) -> OutputEvent:
         return cls(f"output > {threshold!r}", lambda outs: np.asarray(outs, dtype=np.float64) > threshold)
 
-    def count(self, batch: "_Batch") -> int:
+    def count(self, batch: _Batch) -> int:
         mask = np.asarray(self.predicate(batch.outputs))
         if mask.shape != (batch.n,):
             raise InvalidParameterError(
@@ -178,7 +182,7 @@ class OutputEvent:
         return int(np.count_nonzero(mask))
 
 
-def _canon(o):
+def _canon(o: object) -> object:
     """A hashable, type-normalised key for one output (arrays and lists become tuples)."""
     if o is None or isinstance(o, (str, bytes, bool)):
         return o
@@ -198,12 +202,12 @@ def _canon(o):
 class _Batch:
     """The outputs of one phase on one input, with what the candidate events need precomputed lazily."""
 
-    def __init__(self, outputs, n: int):
+    def __init__(self, outputs: npt.NDArray[Any], n: int) -> None:
         self.n = n
         self.outputs = outputs
-        self._keys = None
-        self._counter = None
-        self._sorted = None
+        self._keys: list[object] | None = None
+        self._counter: Counter[object] | None = None
+        self._sorted: npt.NDArray[np.float64] | None = None
 
     @property
     def scalar(self) -> bool:
@@ -211,7 +215,7 @@ class _Batch:
         return isinstance(o, np.ndarray) and o.ndim == 1 and o.dtype.kind in "iufb"
 
     @property
-    def keys(self):
+    def keys(self) -> list[object]:
         if self._keys is None:
             o = self.outputs
             if isinstance(o, np.ndarray) and o.dtype.kind in "iufb":
@@ -224,19 +228,28 @@ class _Batch:
         return self._keys
 
     @property
-    def counter(self) -> Counter:
+    def counter(self) -> Counter[object]:
         if self._counter is None:
             self._counter = Counter(self.keys)
         return self._counter
 
     @property
-    def sorted_values(self) -> np.ndarray:
+    def sorted_values(self) -> npt.NDArray[np.float64]:
         if self._sorted is None:
             self._sorted = np.sort(np.asarray(self.outputs, dtype=np.float64))
         return self._sorted
 
 
-def _collect(mechanism, data, source: RandomSource, n: int, vectorized: bool) -> _Batch:
+class _EventLike(Protocol):
+    """What the checker needs of an event: ``OutputEvent`` and the automatic candidates."""
+
+    @property
+    def name(self) -> str: ...
+
+    def count(self, batch: _Batch) -> int: ...
+
+
+def _collect(mechanism: Callable[..., Any], data: object, source: RandomSource, n: int, vectorized: bool) -> _Batch:
     if vectorized:
         out = mechanism(data, source, n)
         if not isinstance(out, np.ndarray):
@@ -247,7 +260,7 @@ def _collect(mechanism, data, source: RandomSource, n: int, vectorized: bool) ->
     return _Batch(_to_array([mechanism(data, source) for _ in range(n)]), n)
 
 
-def _to_array(items: list):
+def _to_array(items: list[Any]) -> npt.NDArray[Any]:
     if items and all(isinstance(x, (int, float, bool, np.number, np.bool_)) for x in items):
         return np.asarray(items)
     if items and all(isinstance(x, np.ndarray) and x.dtype.kind in "iufb" for x in items):
@@ -262,7 +275,7 @@ def _to_array(items: list):
 # Internal candidate events (automatic mode) -------------------------------------------------------------
 @dataclass(frozen=True)
 class _AtomSet:
-    keys: frozenset
+    keys: frozenset[object]
     label: str
 
     @property
@@ -377,19 +390,19 @@ def seeded(seed: bytes | str) -> Callable[[str], RandomSource]:
     """A ``source_factory`` giving independent deterministic streams: label ↦ RandomSource.from_seed(seed, label)."""
     if isinstance(seed, str):
         seed = seed.encode()
-    return lambda label: RandomSource.from_seed(seed, label)
+    return lambda label: RandomSource.from_seed(seed, label.encode())  # from_seed encodes a str label alike
 
 
 def check_dp(
-    mechanism: Callable,
-    d0,
-    d1,
+    mechanism: Callable[..., Any],
+    d0: object,
+    d1: object,
     epsilon: float,
     delta: float = 0.0,
     *,
     trials: int,
     source_factory: Callable[[str], RandomSource],
-    events: Iterable[OutputEvent | Callable] | None = None,
+    events: Iterable[OutputEvent | Callable[[Any], Any]] | None = None,
     alpha: float = 1e-3,
     vectorized: bool = False,
     selection_trials: int | None = None,
@@ -429,15 +442,16 @@ def check_dp(
     max_events = check_positive_int("max_events", max_events)
     quantiles = check_positive_int("quantiles", quantiles)
 
+    pairs: list[tuple[_EventLike, int]]
     if events is not None:
-        user = []
-        for i, ev in enumerate(events):
-            if isinstance(ev, OutputEvent):
-                user.append(ev)
-            elif callable(ev):
-                user.append(OutputEvent(getattr(ev, "__name__", f"event[{i}]"), ev))
+        user: list[_EventLike] = []
+        for i, given in enumerate(events):
+            if isinstance(given, OutputEvent):
+                user.append(given)
+            elif callable(given):
+                user.append(OutputEvent(getattr(given, "__name__", f"event[{i}]"), given))
             else:
-                raise InvalidParameterError("events", "every element must be an OutputEvent or a callable", ev)
+                raise InvalidParameterError("events", "every element must be an OutputEvent or a callable", given)
         if not user:
             raise InvalidParameterError("events", "must not be empty (pass None for automatic events)")
         pairs = [(ev, 0) for ev in user] + [(ev, 1) for ev in user]
@@ -455,8 +469,8 @@ def check_dp(
     t0 = _collect(mechanism, d0, source_factory("test/d0"), n, vectorized)
     t1 = _collect(mechanism, d1, source_factory("test/d1"), n, vectorized)
     level = a / (2 * len(pairs))  # two one-sided bounds per (event, direction) pair: Bonferroni
-    counts = {}
-    results = []
+    counts: dict[int, tuple[int, int]] = {}
+    results: list[EventResult] = []
     for ev, direction in pairs:
         if id(ev) not in counts:
             counts[id(ev)] = (ev.count(t0), ev.count(t1))
@@ -490,7 +504,27 @@ def check_dp(
     )
 
 
-def assert_dp(mechanism, d0, d1, epsilon, delta=0.0, **kwargs) -> DpCheckReport:
+class _CheckOptions(TypedDict, total=False):
+    """``check_dp``'s keyword-only parameters (``assert_dp`` passes them on)."""
+
+    trials: Required[int]
+    source_factory: Required[Callable[[str], RandomSource]]
+    events: Iterable[OutputEvent | Callable[[Any], Any]] | None
+    alpha: float
+    vectorized: bool
+    selection_trials: int | None
+    max_events: int
+    quantiles: int
+
+
+def assert_dp(
+    mechanism: Callable[..., Any],
+    d0: object,
+    d1: object,
+    epsilon: float,
+    delta: float = 0.0,
+    **kwargs: Unpack[_CheckOptions],
+) -> DpCheckReport:
     """``check_dp`` that raises ``AssertionError`` (message: the report) when a violation is certified."""
     report = check_dp(mechanism, d0, d1, epsilon, delta, **kwargs)
     if not report.passed:
@@ -502,9 +536,9 @@ _MAX_ATOMS = 5000  # more distinct outputs than this in the selection runs: trea
 _MAX_PREFIXES = 200
 
 
-def _candidates(s0: _Batch, s1: _Batch, quantiles: int) -> list:
+def _candidates(s0: _Batch, s1: _Batch, quantiles: int) -> list[_EventLike]:
     """Candidate events proposed from the selection runs (see module docstring)."""
-    cands: list = []
+    cands: list[_EventLike] = []
     c0, c1 = s0.counter, s1.counter
     atoms = list(set(c0) | set(c1))
     if len(atoms) <= _MAX_ATOMS:
@@ -536,13 +570,23 @@ def _candidates(s0: _Batch, s1: _Batch, quantiles: int) -> list:
     return cands
 
 
-def _select(cands, s0, s1, n_sel, n_test, eps, delta, alpha, max_events):
+def _select(
+    cands: list[_EventLike],
+    s0: _Batch,
+    s1: _Batch,
+    n_sel: int,
+    n_test: int,
+    eps: float,
+    delta: float,
+    alpha: float,
+    max_events: int,
+) -> list[tuple[_EventLike, int]]:
     """Rank (candidate, direction) pairs by the ε lower bound the test phase would give if the selection
     estimates were exact, and keep the best ``max_events``."""
     k0 = np.array([c.count(s0) for c in cands], dtype=np.float64)
     k1 = np.array([c.count(s1) for c in cands], dtype=np.float64)
     level = alpha / (2 * max_events)
-    scores = []
+    scores: list[tuple[float, float, int, int]] = []
     for direction, (ka, kb) in enumerate(((k0, k1), (k1, k0))):
         xa = ka / n_sel * n_test
         xb = kb / n_sel * n_test
@@ -553,8 +597,8 @@ def _select(cands, s0, s1, n_sel, n_test, eps, delta, alpha, max_events):
         s = _eps_lower(lo, up, delta)
         scores.extend((float(s[i]), float(plug[i]), i, direction) for i in range(len(cands)))
     scores.sort(key=lambda t: (t[0], t[1]), reverse=True)
-    seen = set()
-    chosen = []
+    seen: set[tuple[float, float, int]] = set()
+    chosen: list[tuple[_EventLike, int]] = []
     for _, _, i, direction in scores:
         # identical selection counts: almost surely the same set (e.g. {x == 0} and {x <= 0}); test one
         key = (k0[i], k1[i], direction)

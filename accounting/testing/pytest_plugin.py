@@ -18,23 +18,32 @@ What it does (the hypothesis settings dprag's strategies need):
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 import pytest
 
+from ..noise.source import RandomSource
 from . import seeded_source
+
+if TYPE_CHECKING:
+    from hypothesis import settings as Settings
 
 PROFILE = "dprag"
 
 
-def _register():
+def _register() -> type[Settings]:
     from hypothesis import HealthCheck, settings
 
-    settings.register_profile(PROFILE, deadline=None, derandomize=True,
-                              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    settings.register_profile(
+        PROFILE,
+        deadline=None,
+        derandomize=True,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
     return settings
 
 
-def pytest_configure(config):
+def pytest_configure(config: pytest.Config) -> None:
     settings = _register()
     wanted = os.environ.get("HYPOTHESIS_PROFILE")
     if not wanted:
@@ -42,6 +51,6 @@ def pytest_configure(config):
 
 
 @pytest.fixture
-def dp_source(request):
+def dp_source(request: pytest.FixtureRequest) -> RandomSource:
     """A deterministic RandomSource seeded by the test's node id."""
     return seeded_source(b"dprag-test", request.node.nodeid)

@@ -34,7 +34,10 @@ at most 1, while the L1 distance can be large.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
+import numpy.typing as npt
 from hypothesis import strategies as st
 
 from ..events import (
@@ -48,11 +51,16 @@ from ..events import (
     LaplaceEvent,
     NoOpEvent,
     PoissonSampledEvent,
+    PrivacyEvent,
     PureDpEvent,
     RdpCurveEvent,
     SelfComposedEvent,
 )
 from ..noise.source import RandomSource
+
+#: a pair of neighbouring inputs (either order)
+_HistogramPair = tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]
+_ScorePair = tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]
 
 __all__ = [
     "epsilons",
@@ -72,20 +80,22 @@ __all__ = [
 
 
 # -- parameters ----------------------------------------------------------------------------------------
-def epsilons(min_value: float = 1e-3, max_value: float = 10.0, *, allow_zero: bool = False):
+def epsilons(min_value: float = 1e-3, max_value: float = 10.0, *, allow_zero: bool = False) -> st.SearchStrategy[float]:
     """Finite ε in [min_value, max_value] (and 0 if ``allow_zero``)."""
     s = st.floats(min_value=min_value, max_value=max_value, allow_nan=False, allow_infinity=False)
     return st.one_of(st.just(0.0), s) if allow_zero else s
 
 
-def deltas(min_value: float = 1e-12, max_value: float = 0.1, *, allow_zero: bool = False):
+def deltas(min_value: float = 1e-12, max_value: float = 0.1, *, allow_zero: bool = False) -> st.SearchStrategy[float]:
     """δ in [min_value, max_value] ⊂ (0, 1), drawn log-uniformly-ish (hypothesis also tries the ends)."""
     lo, hi = np.log10(min_value), np.log10(max_value)
-    s = st.floats(min_value=lo, max_value=hi, allow_nan=False).map(lambda x: float(min(max(10.0**x, min_value), max_value)))
+    s = st.floats(min_value=lo, max_value=hi, allow_nan=False).map(
+        lambda x: float(min(max(10.0**x, min_value), max_value))
+    )
     return st.one_of(st.just(0.0), s) if allow_zero else s
 
 
-def orders(min_size: int = 1, max_size: int = 16, max_order: float = 1024.0):
+def orders(min_size: int = 1, max_size: int = 16, max_order: float = 1024.0) -> st.SearchStrategy[tuple[float, ...]]:
     """A sorted tuple of distinct Rényi orders α, each finite and > 1."""
     alpha = st.one_of(
         st.floats(min_value=1.0, max_value=max_order, exclude_min=True, allow_nan=False),
@@ -94,16 +104,16 @@ def orders(min_size: int = 1, max_size: int = 16, max_order: float = 1024.0):
     return st.lists(alpha, min_size=min_size, max_size=max_size, unique=True).map(lambda xs: tuple(sorted(xs)))
 
 
-def noise_multipliers(min_value: float = 0.1, max_value: float = 100.0):
+def noise_multipliers(min_value: float = 0.1, max_value: float = 100.0) -> st.SearchStrategy[float]:
     """σ/Δ of a Gaussian (or b/Δ of a Laplace) mechanism."""
     return st.floats(min_value=min_value, max_value=max_value, allow_nan=False, allow_infinity=False)
 
 
-def sampling_probabilities(min_value: float = 0.0, max_value: float = 1.0):
+def sampling_probabilities(min_value: float = 0.0, max_value: float = 1.0) -> st.SearchStrategy[float]:
     return st.floats(min_value=min_value, max_value=max_value, allow_nan=False)
 
 
-def sources():
+def sources() -> st.SearchStrategy[RandomSource]:
     """Seeded (deterministic, reproducible) RandomSources."""
     return st.binary(min_size=1, max_size=16).map(lambda seed: RandomSource.from_seed(seed, b"hypothesis"))
 
@@ -113,15 +123,15 @@ _sens = st.floats(min_value=0.1, max_value=10.0, allow_nan=False)
 _int_sens = st.integers(min_value=1, max_value=10)
 
 
-def _gaussian_leaves():
+def _gaussian_leaves() -> st.SearchStrategy[PrivacyEvent]:
     return st.one_of(
         st.builds(GaussianEvent, sigma=noise_multipliers(0.2, 50.0), sensitivity=_sens),
         st.builds(DiscreteGaussianEvent, sigma=noise_multipliers(0.2, 50.0), sensitivity=_int_sens),
     )
 
 
-def _rdp_curve_events():
-    def build(pairs):
+def _rdp_curve_events() -> st.SearchStrategy[RdpCurveEvent]:
+    def build(pairs: list[tuple[float, float]]) -> RdpCurveEvent:
         pairs = sorted(pairs)
         # an RDP curve must be non-decreasing in α: accumulate the drawn increments
         values = np.cumsum([v for _, v in pairs]).tolist()
@@ -131,9 +141,9 @@ def _rdp_curve_events():
     return st.lists(pair, min_size=1, max_size=8, unique_by=lambda p: p[0]).map(build)
 
 
-def leaf_events(*, rdp_only: bool = False, convertible: bool = False):
+def leaf_events(*, rdp_only: bool = False, convertible: bool = False) -> st.SearchStrategy[PrivacyEvent]:
     """A single mechanism's event, of every leaf type in accounting/events.py the restrictions allow."""
-    conv = [
+    conv: list[st.SearchStrategy[PrivacyEvent]] = [
         st.just(NoOpEvent()),
         st.builds(LaplaceEvent, scale=noise_multipliers(0.05, 50.0), sensitivity=_sens),
         st.builds(GaussianEvent, sigma=noise_multipliers(0.2, 50.0), sensitivity=_sens),
@@ -158,7 +168,7 @@ def leaf_events(*, rdp_only: bool = False, convertible: bool = False):
     return st.one_of(rdp + [st.builds(ApproxDpEvent, epsilon=epsilons(allow_zero=True), delta=deltas(allow_zero=True))])
 
 
-def _gaussian_structures(max_leaves: int):
+def _gaussian_structures(max_leaves: int) -> st.SearchStrategy[PrivacyEvent]:
     """Nested compositions bottoming out in Gaussians: what dp_accounting amplifies by Poisson sampling."""
     return st.recursive(
         st.builds(GaussianEvent, sigma=noise_multipliers(0.5, 50.0), sensitivity=_sens),
@@ -175,8 +185,8 @@ def events(
     max_leaves: int = 8,
     rdp_only: bool = False,
     convertible: bool = False,
-    extra_leaves=None,
-):
+    extra_leaves: st.SearchStrategy[PrivacyEvent] | None = None,
+) -> st.SearchStrategy[PrivacyEvent]:
     """Recursive privacy events: leaves of every type, composed, self-composed, Poisson-sampled, δ-approximate.
 
     ``extra_leaves``: a strategy for event types other modules define (e.g. a new mechanism's event), mixed
@@ -191,8 +201,8 @@ def events(
     if extra_leaves is not None:
         leaves = st.one_of(leaves, extra_leaves)
 
-    def extend(children):
-        options = [
+    def extend(children: st.SearchStrategy[PrivacyEvent]) -> st.SearchStrategy[PrivacyEvent]:
+        options: list[st.SearchStrategy[PrivacyEvent]] = [
             st.lists(children, min_size=0, max_size=4).map(lambda es: ComposedEvent(tuple(es))),
             # dp_accounting refuses count 0 (events.py converts SelfComposedEvent(e, 0) as is)
             st.builds(SelfComposedEvent, event=children, count=st.integers(1 if convertible else 0, 50)),
@@ -200,29 +210,39 @@ def events(
         if not convertible:
             options.append(st.builds(ApproxRdpEvent, event=children, delta=deltas(allow_zero=True)))
         if not (rdp_only or convertible):
-            options.append(st.builds(PoissonSampledEvent, sampling_probability=sampling_probabilities(), event=children))
+            options.append(
+                st.builds(PoissonSampledEvent, sampling_probability=sampling_probabilities(), event=children)
+            )
         return st.one_of(options)
 
     return st.recursive(leaves, extend, max_leaves=max_leaves)
 
 
-def compositions(*, min_size: int = 1, max_size: int = 10, rdp_only: bool = True, convertible: bool = False):
+def compositions(
+    *, min_size: int = 1, max_size: int = 10, rdp_only: bool = True, convertible: bool = False
+) -> st.SearchStrategy[ComposedEvent]:
     """A flat ``ComposedEvent`` of leaf events (heterogeneous mechanisms run one after another)."""
-    return st.lists(
-        leaf_events(rdp_only=rdp_only, convertible=convertible), min_size=min_size, max_size=max_size
-    ).map(lambda es: ComposedEvent(tuple(es)))
+    return st.lists(leaf_events(rdp_only=rdp_only, convertible=convertible), min_size=min_size, max_size=max_size).map(
+        lambda es: ComposedEvent(tuple(es))
+    )
 
 
-def gaussian_compositions(*, min_size: int = 1, max_size: int = 12, discrete: bool = True):
+def gaussian_compositions(
+    *, min_size: int = 1, max_size: int = 12, discrete: bool = True
+) -> st.SearchStrategy[ComposedEvent]:
     """A ``ComposedEvent`` of (self-composed) Gaussian mechanisms with heterogeneous σ and sensitivity.
 
     Its exact privacy is that of one Gaussian with noise multiplier (Σ count·(Δ/σ)²)^(-1/2) (μ-GDP with
     μ² = Σ count·(Δ/σ)², Dong–Roth–Su 2022), which tests can compute independently. ``discrete`` also
     draws exact discrete Gaussians (same RDP and GDP, Canonne–Kamath–Steinke 2020).
     """
-    leaf = st.builds(GaussianEvent, sigma=noise_multipliers(0.3, 30.0), sensitivity=_sens)
+    leaf: st.SearchStrategy[PrivacyEvent] = st.builds(
+        GaussianEvent, sigma=noise_multipliers(0.3, 30.0), sensitivity=_sens
+    )
     if discrete:
-        leaf = st.one_of(leaf, st.builds(DiscreteGaussianEvent, sigma=noise_multipliers(0.3, 30.0), sensitivity=_int_sens))
+        leaf = st.one_of(
+            leaf, st.builds(DiscreteGaussianEvent, sigma=noise_multipliers(0.3, 30.0), sensitivity=_int_sens)
+        )
     item = st.one_of(leaf, st.builds(SelfComposedEvent, event=leaf, count=st.integers(1, 100)))
     return st.lists(item, min_size=min_size, max_size=max_size).map(lambda es: ComposedEvent(tuple(es)))
 
@@ -230,14 +250,14 @@ def gaussian_compositions(*, min_size: int = 1, max_size: int = 12, discrete: bo
 # -- neighbouring inputs -------------------------------------------------------------------------------
 @st.composite
 def neighbouring_histograms(
-    draw,
+    draw: st.DrawFn,
     *,
     min_bins: int = 2,
     max_bins: int = 12,
     max_records: int = 40,
     contribution: str = "votes",
     relation: str = "replace",
-):
+) -> _HistogramPair:
     """A pair (h0, h1) of int64 count histograms over the same public bins, from neighbouring datasets.
 
     ``contribution="votes"``: each record casts one vote for one bin (DPVoteRAG / pure-DP DP-RAG vote
@@ -251,6 +271,7 @@ def neighbouring_histograms(
     if relation not in ("replace", "add_remove"):
         raise ValueError("relation must be 'replace' or 'add_remove'")
     n_bins = draw(st.integers(min_bins, max_bins))
+    record: st.SearchStrategy[tuple[int, ...]]
     if contribution == "votes":
         record = st.integers(0, n_bins - 1).map(lambda b: (b,))
     else:
@@ -261,12 +282,12 @@ def neighbouring_histograms(
     if relation == "replace":
         i = draw(st.integers(0, len(records) - 1))
         changed[i] = draw(record)
-    elif records and draw(st.booleans()):
+    elif records and bool(draw(st.booleans())):  # bool(): no list context for the draw's type
         del changed[draw(st.integers(0, len(records) - 1))]
     else:
         changed.append(draw(record))
 
-    def histogram(recs):
+    def histogram(recs: list[tuple[int, ...]]) -> npt.NDArray[np.int64]:
         h = np.zeros(n_bins, dtype=np.int64)
         for r in recs:
             h[list(r)] += 1
@@ -276,7 +297,9 @@ def neighbouring_histograms(
     return (h0, h1) if draw(st.booleans()) else (h1, h0)
 
 
-def mechanism_inputs(kind: str = "votes", **kwargs):
+def mechanism_inputs(
+    kind: str = "votes", **kwargs: Any
+) -> st.SearchStrategy[_HistogramPair] | st.SearchStrategy[_ScorePair]:
     """Neighbouring inputs for a mechanism: ``kind`` is "votes" or "token_sets" (histograms, see
     ``neighbouring_histograms``) or "scores" (see ``neighbouring_scores``)."""
     if kind == "scores":
@@ -285,7 +308,15 @@ def mechanism_inputs(kind: str = "votes", **kwargs):
 
 
 @st.composite
-def neighbouring_scores(draw, *, min_docs: int = 1, max_docs: int = 20, relation: str = "replace", low: float = -1.0, high: float = 1.0):
+def neighbouring_scores(
+    draw: st.DrawFn,
+    *,
+    min_docs: int = 1,
+    max_docs: int = 20,
+    relation: str = "replace",
+    low: float = -1.0,
+    high: float = 1.0,
+) -> _ScorePair:
     """Per-document relevance scores (s0, s1) of neighbouring corpora: each document's score depends on that
     document only, so "replace" changes one entry arbitrarily and "add_remove" removes one entry."""
     if relation not in ("replace", "add_remove"):

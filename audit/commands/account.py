@@ -29,14 +29,21 @@ def _client(d: Path) -> AccountClient:
         raise click.UsageError(f"ACCOUNT_DIR {d}: not an account directory ({e})") from None
     embedder = None
     if cfg.get("embedder"):  # the account computes Q itself with the committed embedder (protocol §5.1)
-        from .. import service
+        from .. import serving_models
 
         try:
-            embedder = service.load_embedder(cfg["embedder"])
+            embedder = serving_models.load_embedder(cfg["embedder"])
         except DpragError as e:
             raise click.UsageError(f"--embedder {cfg['embedder']}: {e}") from None
-    return AccountClient(cfg["account"], cfg["window"], key, provider_vkey=cfg.get("provider_key"), directory=d,
-                         embedder=embedder, embedding_scale=int(cfg.get("embedding_scale") or 1024))
+    return AccountClient(
+        cfg["account"],
+        cfg["window"],
+        key,
+        provider_vkey=cfg.get("provider_key"),
+        directory=d,
+        embedder=embedder,
+        embedding_scale=int(cfg.get("embedding_scale") or 1024),
+    )
 
 
 @click.group("account")
@@ -48,21 +55,35 @@ def account() -> None:
 @click.argument("account_dir", type=click.Path(path_type=Path))
 @click.option("--account", "name", required=True, help="the account id the provider registers")
 @click.option("--window", required=True, help="the audit window's id")
-@click.option("--provider-key", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
-              help="file with the provider's note verifier key (pins it: receipts are checked against it)")
-@click.option("--embedder", "embedder", default=None,
-              help="the committed embedder by name (a dprag.embedders entry point, e.g. all-MiniLM-L6-v2): the "
-                   "account then computes and commits to its query embedding itself")
-@click.option("--embedding-scale", type=int, default=1024, show_default=True,
-              help="the window's quantisation scale S (the embedder descriptor's embedding_scale)")
-def new_cmd(account_dir: Path, name: str, window: str, provider_key: Path | None, embedder: str | None,
-            embedding_scale: int) -> int:
+@click.option(
+    "--provider-key",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="file with the provider's note verifier key (pins it: receipts are checked against it)",
+)
+@click.option(
+    "--embedder",
+    "embedder",
+    default=None,
+    help="the committed embedder by name (a dprag.embedders entry point, e.g. all-MiniLM-L6-v2): the "
+    "account then computes and commits to its query embedding itself",
+)
+@click.option(
+    "--embedding-scale",
+    type=int,
+    default=1024,
+    show_default=True,
+    help="the window's quantisation scale S (the embedder descriptor's embedding_scale)",
+)
+def new_cmd(
+    account_dir: Path, name: str, window: str, provider_key: Path | None, embedder: str | None, embedding_scale: int
+) -> int:
     """Create an account directory with a fresh key; print the public key to register."""
     if embedder is not None:
-        from .. import service
+        from .. import serving_models
 
         try:
-            service.embedder_loader(embedder)  # the name must resolve; the model loads when a request is signed
+            serving_models.embedder_loader(embedder)  # the name must resolve; the model loads when a request is signed
         except DpragError as e:
             raise click.UsageError(f"--embedder {embedder}: {e}") from None
     if embedding_scale < 1 or embedding_scale & (embedding_scale - 1):

@@ -15,8 +15,9 @@ from pathlib import Path
 import click
 
 from ..bundle import AuditorInputError, load_bundle
+from ..estimator import DEFAULT_THETA, DEFAULT_WINDOW
 from ..ledger.rfc6962 import root_from_leaves
-from ..verifier import DEFAULT_THETA, DEFAULT_WINDOW, verify
+from ..verify import verify
 
 SCHEMA_ROOT = "dprag.ledger-root/1"
 SCHEMA_ERROR = "dprag.error/1"
@@ -61,7 +62,7 @@ def _generator(name: str | None, corpus: Path | None):
     if corpus is None:
         raise click.UsageError("--replay-answers needs --corpus")
     if name == "toy":
-        from dprag.accounting.rag.toy import ToyGenerator
+        from dprag.audit.toy import ToyGenerator
 
         return ToyGenerator()
     from importlib.metadata import entry_points
@@ -96,37 +97,91 @@ class _Progress:
 
 @audit.command("verify")
 @click.argument("bundle", type=click.Path(path_type=Path))
-@click.option("--receipts", type=click.Path(path_type=Path), default=None,
-              help="JSONL of receipts supplied by accounts (never taken from the provider's bundle).")
-@click.option("--key", type=click.Path(path_type=Path), default=None,
-              help="file with the provider's note verifier key, pinned by the auditor (else the bundle's own key "
-                   "is used and the verdict says so).")
-@click.option("--trusted-checkpoint", type=click.Path(path_type=Path), default=None,
-              help="a signed checkpoint seen earlier: the ledger must extend it (detects truncation and forks).")
-@click.option("--witness", "witnesses", type=click.Path(path_type=Path), multiple=True,
-              help="a witness's verifier key (c2sp.org/tlog-cosignature); repeatable.")
-@click.option("--min-witnesses", type=click.IntRange(min=0), default=None,
-              help="cosignatures of the given witnesses the last checkpoint must carry (default 1 if any).")
-@click.option("--replay-answers", "replay", default=None, metavar="GENERATOR",
-              help="replay every answer whose account handed over its question, with this generator (toy, or one "
-                   "registered under the dprag.generators entry points, e.g. smollm2), and compare h_answer; "
-                   "needs --corpus.")
-@click.option("--zk-vkey", type=click.Path(path_type=Path), default=None,
-              help="the auditor's own Groth16 verification_key.json for the zk tenants' noise-then-select proofs.")
-@click.option("--corpus", type=click.Path(path_type=Path), default=None,
-              help="directory of <tenant>.json (a list of texts in index order): check C_docs against it.")
+@click.option(
+    "--receipts",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="JSONL of receipts supplied by accounts (never taken from the provider's bundle).",
+)
+@click.option(
+    "--key",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="file with the provider's note verifier key, pinned by the auditor (else the bundle's own key "
+    "is used and the verdict says so).",
+)
+@click.option(
+    "--trusted-checkpoint",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="a signed checkpoint seen earlier: the ledger must extend it (detects truncation and forks).",
+)
+@click.option(
+    "--witness",
+    "witnesses",
+    type=click.Path(path_type=Path),
+    multiple=True,
+    help="a witness's verifier key (c2sp.org/tlog-cosignature); repeatable.",
+)
+@click.option(
+    "--min-witnesses",
+    type=click.IntRange(min=0),
+    default=None,
+    help="cosignatures of the given witnesses the last checkpoint must carry (default 1 if any).",
+)
+@click.option(
+    "--replay-answers",
+    "replay",
+    default=None,
+    metavar="GENERATOR",
+    help="replay every answer whose account handed over its question, with this generator (toy, or one "
+    "registered under the dprag.generators entry points, e.g. smollm2), and compare h_answer; "
+    "needs --corpus.",
+)
+@click.option(
+    "--zk-vkey",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="the auditor's own Groth16 verification_key.json for the zk tenants' noise-then-select proofs.",
+)
+@click.option(
+    "--corpus",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="directory of <tenant>.json (a list of texts in index order): check C_docs against it.",
+)
 @click.option("--mode", type=click.Choice(["full", "sampled"]), default="full", show_default=True)
 @click.option("--samples", type=click.IntRange(min=1), default=None, help="records to check in sampled mode")
-@click.option("--theta", type=click.FloatRange(min=0, max=1, min_open=True), default=DEFAULT_THETA,
-              show_default=True, help="coalition estimator: cosine similarity that links two queries.")
-@click.option("--coalition-window", type=click.IntRange(min=1), default=DEFAULT_WINDOW,
-              help="coalition estimator: link queries at most this many ledger entries apart "
-                   "(default: the whole audit window).")
+@click.option(
+    "--theta",
+    type=click.FloatRange(min=0, max=1, min_open=True),
+    default=DEFAULT_THETA,
+    show_default=True,
+    help="coalition estimator: cosine similarity that links two queries.",
+)
+@click.option(
+    "--coalition-window",
+    type=click.IntRange(min=1),
+    default=DEFAULT_WINDOW,
+    help="coalition estimator: link queries at most this many ledger entries apart (default: the whole audit window).",
+)
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object (schema dprag.verdict/2)")
-def verify_cmd(bundle: Path, receipts: Path | None, key: Path | None, trusted_checkpoint: Path | None,
-               witnesses: tuple[Path, ...], min_witnesses: int | None, replay: str | None, zk_vkey: Path | None,
-               corpus: Path | None, mode: str, samples: int | None, theta: float, coalition_window: int | None,
-               as_json: bool) -> int:
+def verify_cmd(
+    bundle: Path,
+    receipts: Path | None,
+    key: Path | None,
+    trusted_checkpoint: Path | None,
+    witnesses: tuple[Path, ...],
+    min_witnesses: int | None,
+    replay: str | None,
+    zk_vkey: Path | None,
+    corpus: Path | None,
+    mode: str,
+    samples: int | None,
+    theta: float,
+    coalition_window: int | None,
+    as_json: bool,
+) -> int:
     """Re-check everything in BUNDLE: PASS ε δ (exit 0), FAIL reasons (exit 1), unusable input (exit 2)."""
     if mode == "sampled" and samples is None:
         raise click.UsageError("--mode sampled needs --samples S")
@@ -136,11 +191,22 @@ def verify_cmd(bundle: Path, receipts: Path | None, key: Path | None, trusted_ch
         raise click.UsageError(f"BUNDLE {bundle}: no such directory")
     bar = _Progress(enabled=not as_json and sys.stderr.isatty())
     try:
-        v = verify(bundle, receipts=receipts, mode=mode, samples=samples, key=key,
-                   trusted_checkpoint=trusted_checkpoint, corpus=_load_corpus(corpus), witnesses=list(witnesses),
-                   min_witnesses=min_witnesses, replay_generator=_generator(replay, corpus), zk_vkey=zk_vkey,
-                   theta=theta,
-                   coalition_window=coalition_window, progress=bar)
+        v = verify(
+            bundle,
+            receipts=receipts,
+            mode=mode,
+            samples=samples,
+            key=key,
+            trusted_checkpoint=trusted_checkpoint,
+            corpus=_load_corpus(corpus),
+            witnesses=list(witnesses),
+            min_witnesses=min_witnesses,
+            replay_generator=_generator(replay, corpus),
+            zk_vkey=zk_vkey,
+            theta=theta,
+            coalition_window=coalition_window,
+            progress=bar,
+        )
     finally:
         bar.close()
     if as_json:
@@ -148,22 +214,33 @@ def verify_cmd(bundle: Path, receipts: Path | None, key: Path | None, trusted_ch
         return 0 if v.verdict == "PASS" else 1
     if v.verdict == "PASS":
         click.echo(f"PASS {v.epsilon:.6g} {v.delta:.6g}")
-        click.echo("  meaning: the provider followed the policy it committed to, and that policy guarantees this "
-                   "ε and δ for the channels and relation below.")
+        click.echo(
+            "  meaning: the provider followed the policy it committed to, and that policy guarantees this "
+            "ε and δ for the channels and relation below."
+        )
         if v.epsilon > LARGE_EPSILON:
-            click.echo(f"  warning: ε = {v.epsilon:.3g} > {LARGE_EPSILON:g}: an adversary's likelihood ratio may "
-                       f"reach e^ε, over 22,000 — a guarantee this weak rules out almost no inference.")
+            click.echo(
+                f"  warning: ε = {v.epsilon:.3g} > {LARGE_EPSILON:g}: an adversary's likelihood ratio may "
+                f"reach e^ε, over 22,000 — a guarantee this weak rules out almost no inference."
+            )
         ch = v.channels
         click.echo(f"  relation: {ch['relation']}")
-        click.echo(f"  retrieval channel: ε={ch['retrieval']['epsilon']:.6g} δ={ch['retrieval']['delta']:.3g} "
-                   f"— {ch['retrieval']['covers']}")
-        click.echo(f"  generation channel: ε={ch['generation']['epsilon']:.6g} "
-                   f"δ={ch['generation'].get('delta', 0.0):.3g} — {ch['generation']['covers']}")
+        click.echo(
+            f"  retrieval channel: ε={ch['retrieval']['epsilon']:.6g} δ={ch['retrieval']['delta']:.3g} "
+            f"— {ch['retrieval']['covers']}"
+        )
+        click.echo(
+            f"  generation channel: ε={ch['generation']['epsilon']:.6g} "
+            f"δ={ch['generation'].get('delta', 0.0):.3g} — {ch['generation']['covers']}"
+        )
     else:
         click.echo("FAIL")
         for r in v.reasons:
             click.echo(f"  {r}")
-    click.echo(f"  provider key: {v.provider_key} ({'pinned by the auditor' if v.key_pinned else 'NOT pinned: taken from the bundle'})")
+    click.echo(
+        f"  provider key: {v.provider_key} "
+        f"({'pinned by the auditor' if v.key_pinned else 'NOT pinned: taken from the bundle'})"
+    )
     if v.trusted_checkpoint is not None:
         click.echo(f"  extends the trusted checkpoint of size {v.trusted_checkpoint}")
     for ch, text in v.attestation.items():

@@ -30,13 +30,28 @@ def zk():
 @click.option("--k", "k", type=click.IntRange(1, 14), default=2, show_default=True, help="winners (K)")
 @click.option("--d", "d", type=click.IntRange(1, 4096), default=4, show_default=True, help="row dimension")
 @click.option("--out", "out", type=click.Path(file_okay=False), required=True, help="directory for the files")
-@click.option("--workers", type=click.IntRange(1, 64), default=1, show_default=True,
-              help="local prover processes (one proof: its MSMs split; --proofs > 1: proofs in parallel)")
-@click.option("--proofs", "n_proofs", type=click.IntRange(1, 10000), default=1, show_default=True,
-              help="prove this many random queries over the same index as one batch")
-@click.option("--scheduler", default=None, metavar="ADDR",
-              help="prove the batch on the Dask cluster of this scheduler (e.g. tcp://host:8786; needs dprag "
-                   "installed on its workers) instead of local processes")
+@click.option(
+    "--workers",
+    type=click.IntRange(1, 64),
+    default=1,
+    show_default=True,
+    help="local prover processes (one proof: its MSMs split; --proofs > 1: proofs in parallel)",
+)
+@click.option(
+    "--proofs",
+    "n_proofs",
+    type=click.IntRange(1, 10000),
+    default=1,
+    show_default=True,
+    help="prove this many random queries over the same index as one batch",
+)
+@click.option(
+    "--scheduler",
+    default=None,
+    metavar="ADDR",
+    help="prove the batch on the Dask cluster of this scheduler (e.g. tcp://host:8786; needs dprag "
+    "installed on its workers) instead of local processes",
+)
 @click.option("--json", "as_json", is_flag=True, help="one JSON object on stdout")
 def demo(n, k, d, out, workers, n_proofs, scheduler, as_json):
     """Build, set up (DEVELOPMENT ONLY), prove and verify noise-then-select on random data."""
@@ -92,7 +107,7 @@ def demo(n, k, d, out, workers, n_proofs, scheduler, as_json):
     proof = proofs[0]
     vk = pk.verifying_key()
     t = time.perf_counter()
-    oks = [nts.verify(vk, p, circ.public(x)) for p, x in zip(proofs, ws)]
+    oks = [nts.verify(vk, p, circ.public(x)) for p, x in zip(proofs, ws, strict=False)]
     ok = all(oks)
     times["verify_s"] = time.perf_counter() - t
     F.write_json(outdir / "verification_key.json", F.vk_to_json(vk))
@@ -110,8 +125,12 @@ def demo(n, k, d, out, workers, n_proofs, scheduler, as_json):
         "setup": "development (toxic waste known to this process: not an attestation against its runner)",
         "ids": ids,
         "valid": ok,
-        "batch": {"proofs": n_proofs, "valid": sum(oks), "engine": "dask" if scheduler else "local",
-                  "workers": None if scheduler else workers},
+        "batch": {
+            "proofs": n_proofs,
+            "valid": sum(oks),
+            "engine": "dask" if scheduler else "local",
+            "workers": None if scheduler else workers,
+        },
         **{key: round(v, 4) for key, v in times.items()},
     }
     F.write_json(outdir / "demo.json", info)
@@ -119,10 +138,15 @@ def demo(n, k, d, out, workers, n_proofs, scheduler, as_json):
         click.echo(json.dumps(info, sort_keys=True))
     else:
         click.echo(f"noise-then-select N={n} K={k} d={d}: {circ.r1cs.n_constraints} constraints, ids {ids}")
-        batch = f" ({n_proofs} proofs on {'Dask at ' + scheduler if scheduler else 'local processes'}, " \
-                f"{sum(oks)} valid)" if n_proofs > 1 or scheduler else ""
-        click.echo(f"setup {times['setup_s']:.2f} s (DEVELOPMENT ONLY), prove {times['prove_s']:.2f} s{batch}, "
-                   f"verify {times['verify_s']:.2f} s: {'valid' if ok else 'INVALID'}")
+        batch = (
+            f" ({n_proofs} proofs on {'Dask at ' + scheduler if scheduler else 'local processes'}, {sum(oks)} valid)"
+            if n_proofs > 1 or scheduler
+            else ""
+        )
+        click.echo(
+            f"setup {times['setup_s']:.2f} s (DEVELOPMENT ONLY), prove {times['prove_s']:.2f} s{batch}, "
+            f"verify {times['verify_s']:.2f} s: {'valid' if ok else 'INVALID'}"
+        )
         click.echo(f"files in {outdir}")
     click.get_current_context().exit(0 if ok else 1)
 
@@ -145,8 +169,12 @@ def verify_cmd(directory, as_json):
     ok = verify(vk, proof, public)
     dt = time.perf_counter() - t
     if as_json:
-        click.echo(json.dumps({"schema": "dprag.zk.verify/1", "valid": ok, "n_public": vk.n_public,
-                               "verify_s": round(dt, 4)}, sort_keys=True))
+        click.echo(
+            json.dumps(
+                {"schema": "dprag.zk.verify/1", "valid": ok, "n_public": vk.n_public, "verify_s": round(dt, 4)},
+                sort_keys=True,
+            )
+        )
     else:
         click.echo(f"{'valid' if ok else 'INVALID'} proof ({vk.n_public} public signals, {dt:.2f} s)")
     click.get_current_context().exit(0 if ok else 1)

@@ -49,6 +49,7 @@ from .store import MemoryLog, MerkleLog, SqliteLog
 
 __all__ = [
     "EMPTY_ROOT",
+    "root_from_leaves",
     "Checkpoint",
     "CheckpointError",
     "CompactRange",

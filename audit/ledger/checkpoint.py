@@ -59,7 +59,7 @@ def _b64(raw: bytes) -> str:
     return base64.b64encode(raw).decode("ascii")
 
 
-def _strict_b64(s: str) -> bytes | None:
+def strict_b64(s: str) -> bytes | None:
     """Decode standard padded base64, or None unless ``s`` is the canonical encoding of the result."""
     try:
         raw = base64.b64decode(s.encode("ascii"), validate=True)
@@ -113,7 +113,7 @@ class NoteVerifier:
             raise KeyFormatError("public_key", "must be a valid Ed25519 public key", public_key) from None
 
     @classmethod
-    def from_vkey(cls, vkey: str) -> "NoteVerifier":
+    def from_vkey(cls, vkey: str) -> NoteVerifier:
         """Parse ``<name>+<hex8 key hash>+<base64(0x01 || pubkey)>`` (Go ``note.NewVerifier``)."""
         if not isinstance(vkey, str):
             raise KeyFormatError("vkey", "must be a string", type(vkey).__name__)
@@ -122,7 +122,7 @@ class NoteVerifier:
         hash16, sep2, key64 = rest.partition("+")
         if not (sep1 and sep2):
             raise KeyFormatError("vkey", "must be <name>+<hash>+<key>", vkey)
-        key = _strict_b64(key64)
+        key = strict_b64(key64)
         if not is_valid_name(name) or not _HEX8_RE.fullmatch(hash16) or not key:
             raise KeyFormatError("vkey", "must be <name>+<8 hex digits>+<canonical base64 key>", vkey)
         if key_hash(name, key) != int(hash16, 16):
@@ -170,12 +170,12 @@ class NoteSigner:
         self._verifier = NoteVerifier(name, self._private.public_key().public_bytes_raw())
 
     @classmethod
-    def generate(cls, name: str) -> "NoteSigner":
+    def generate(cls, name: str) -> NoteSigner:
         """A fresh key from the OS CSPRNG."""
         return cls(name, Ed25519PrivateKey.generate().private_bytes_raw())
 
     @classmethod
-    def from_skey(cls, skey: str) -> "NoteSigner":
+    def from_skey(cls, skey: str) -> NoteSigner:
         """Parse ``PRIVATE+KEY+<name>+<hex8 hash>+<base64(0x01 || seed)>`` (Go ``note.NewSigner``)."""
         if not isinstance(skey, str):
             raise KeyFormatError("skey", "must be a string", type(skey).__name__)
@@ -183,7 +183,7 @@ class NoteSigner:
         if len(parts) != 5 or parts[0] != "PRIVATE" or parts[1] != "KEY":
             raise KeyFormatError("skey", "must be PRIVATE+KEY+<name>+<hash>+<key>")
         _, _, name, hash16, key64 = parts
-        key = _strict_b64(key64)
+        key = strict_b64(key64)
         if not is_valid_name(name) or not _HEX8_RE.fullmatch(hash16) or not key:
             raise KeyFormatError("skey", "must be PRIVATE+KEY+<name>+<8 hex digits>+<canonical base64 key>")
         if key[0] != ALG_ED25519:
@@ -284,7 +284,7 @@ def sign_note(text: str | bytes, *signers: NoteSigner, keep: Sequence[NoteSignat
     return msg + b"\n" + "".join(old + new).encode("utf-8")
 
 
-def _parse_note(msg: bytes) -> tuple[str, list[tuple[str, NoteSignature]]]:
+def parse_note(msg: bytes) -> tuple[str, list[tuple[str, NoteSignature]]]:
     """Split a signed note into text and signature lines (grammar only, no cryptography)."""
     if not isinstance(msg, (bytes, bytearray, memoryview)):
         raise MalformedNoteError("note", "must be bytes", type(msg).__name__)
@@ -308,7 +308,7 @@ def _parse_note(msg: bytes) -> tuple[str, list[tuple[str, NoteSignature]]]:
         if not line.startswith(SIG_PREFIX):
             raise MalformedNoteError("signature", "line must start with '\u2014 '", line[:40])
         name, sep, b64 = line[len(SIG_PREFIX) :].partition(" ")
-        raw = _strict_b64(b64) if sep else None
+        raw = strict_b64(b64) if sep else None
         if not is_valid_name(name) or not b64 or raw is None or len(raw) < 5:
             raise MalformedNoteError("signature", "must be '\u2014 <name> <canonical base64(hash || sig)>'", line[:80])
         parsed.append((line, NoteSignature(name, int.from_bytes(raw[:4], "big"), raw[4:])))
@@ -329,15 +329,15 @@ def open_note(msg: bytes, verifiers: Iterable[NoteVerifier]) -> Note:
         if k in known and known[k] != v:
             raise SignatureError(f"ambiguous key {v.name}+{v.key_hash:08x}")
         known[k] = v
-    text, parsed = _parse_note(msg)
+    text, parsed = parse_note(msg)
     text_bytes = text.encode("utf-8")
     verified: list[NoteSignature] = []
     unverified: list[NoteSignature] = []
     seen_verified: set[tuple[str, int]] = set()
     seen_lines: set[str] = set()
     for line, sig in parsed:
-        v = known.get((sig.name, sig.key_hash))
-        if v is None:
+        kv = known.get((sig.name, sig.key_hash))
+        if kv is None:
             if line not in seen_lines:
                 seen_lines.add(line)
                 unverified.append(sig)
@@ -345,7 +345,7 @@ def open_note(msg: bytes, verifiers: Iterable[NoteVerifier]) -> Note:
         if (sig.name, sig.key_hash) in seen_verified:
             continue
         seen_verified.add((sig.name, sig.key_hash))
-        if not v.verify(text_bytes, sig.signature):
+        if not kv.verify(text_bytes, sig.signature):
             raise SignatureError(f"invalid signature for key {sig.name}+{sig.key_hash:08x}")
         verified.append(sig)
     if not verified:
@@ -367,9 +367,11 @@ class Checkpoint:
     root: bytes
     extensions: tuple[str, ...] = ()
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if not isinstance(self.origin, str) or not self.origin or "\n" in self.origin or _has_control(self.origin):
-            raise MalformedNoteError("origin", "must be a non-empty single line without control characters", self.origin)
+            raise MalformedNoteError(
+                "origin", "must be a non-empty single line without control characters", self.origin
+            )
         if isinstance(self.size, bool) or not isinstance(self.size, int) or not 0 <= self.size <= MAX_SIZE:
             raise MalformedNoteError("size", "must be an integer in [0, 2**64)", self.size)
         if not isinstance(self.root, (bytes, bytearray)) or len(self.root) != HASH_SIZE:
@@ -387,7 +389,7 @@ class Checkpoint:
         return ("\n".join(lines) + "\n").encode("utf-8")
 
     @classmethod
-    def parse(cls, body: bytes | str) -> "Checkpoint":
+    def parse(cls, body: bytes | str) -> Checkpoint:
         """Strictly parse a checkpoint body (the inverse of :meth:`body`)."""
         if isinstance(body, (bytes, bytearray)):
             try:
@@ -403,7 +405,7 @@ class Checkpoint:
         if not _SIZE_RE.fullmatch(size_s):
             raise MalformedNoteError("size", "must be ASCII decimal without sign or leading zeros", size_s)
         size = int(size_s)
-        root = _strict_b64(root_s)
+        root = strict_b64(root_s)
         if root is None or len(root) != HASH_SIZE:
             raise MalformedNoteError("root", f"must be canonical base64 of a {HASH_SIZE}-byte hash", root_s)
         return cls(origin, size, root, tuple(ext))

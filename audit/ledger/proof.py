@@ -30,9 +30,9 @@ from dataclasses import dataclass
 from .errors import MalformedProofError, RootMismatchError
 from .rfc6962 import (
     HASH_SIZE,
-    NodeID,
-    _sha256,
     NODE_PREFIX,
+    TREE_HASH,
+    NodeID,
     check_hash,
     fold,
     largest_power_of_two_below,
@@ -163,7 +163,7 @@ def root_plan(size: int) -> tuple[NodeID, ...]:
 def materialize(plan: Plan, get: Callable[[list[NodeID]], Sequence[bytes]]) -> list[bytes]:
     """Hashes of a proof plan, fetching every needed node with a single ``get`` call."""
     wanted = sorted({node for element in plan for node in element})
-    found = dict(zip(wanted, get(wanted)))
+    found = dict(zip(wanted, get(wanted), strict=False))
     return [found[element[0]] if len(element) == 1 else fold([found[x] for x in element]) for element in plan]
 
 
@@ -190,7 +190,7 @@ def root_from_inclusion_proof(leaf_index: int, tree_size: int, leaf_hash: bytes,
             "proof", f"must have exactly {want} hashes for leaf_index={fn}, tree_size={size}", len(path)
         )
     sn = size - 1  # step 2; step 3: r = leaf hash
-    sha = _sha256
+    sha = TREE_HASH
     for p in path:  # step 4
         if sn == 0:  # 4a (unreachable after the length check; kept so the code reads as the RFC)
             raise MalformedProofError("proof", "is longer than the path to the root", len(path))
@@ -252,7 +252,7 @@ def root_from_consistency_proof(size1: int, size2: int, proof: Sequence[bytes], 
         fn >>= 1
         sn >>= 1
     fr = sr = path[0]  # step 5
-    sha = _sha256
+    sha = TREE_HASH
     for c in path[1:]:  # step 6
         if sn == 0:  # unreachable after the length check
             raise MalformedProofError("proof", "is longer than the path to the root", len(proof))
@@ -323,12 +323,12 @@ class InclusionProof:
     def verify(self, leaf_hash: bytes, root: bytes) -> None:
         verify_inclusion(self.leaf_index, self.tree_size, leaf_hash, self.hashes, root)
 
-    def to_json_dict(self) -> dict:
+    def to_json_dict(self) -> dict[str, object]:
         """``{"leaf_index": int, "tree_size": int, "hashes": [base64, ...]}`` (standard padded base64)."""
         return {"leaf_index": self.leaf_index, "tree_size": self.tree_size, "hashes": [_b64(h) for h in self.hashes]}
 
     @classmethod
-    def from_json_dict(cls, d: dict) -> "InclusionProof":
+    def from_json_dict(cls, d: dict[str, object]) -> InclusionProof:
         if not isinstance(d, dict) or set(d) != {"leaf_index", "tree_size", "hashes"}:
             raise MalformedProofError("inclusion_proof", "must have exactly the keys leaf_index, tree_size, hashes", d)
         hs = d["hashes"]
@@ -352,12 +352,12 @@ class ConsistencyProof:
     def verify(self, root1: bytes, root2: bytes) -> None:
         verify_consistency(self.size1, self.size2, self.hashes, root1, root2)
 
-    def to_json_dict(self) -> dict:
+    def to_json_dict(self) -> dict[str, object]:
         """``{"size1": int, "size2": int, "hashes": [base64, ...]}`` (standard padded base64)."""
         return {"size1": self.size1, "size2": self.size2, "hashes": [_b64(h) for h in self.hashes]}
 
     @classmethod
-    def from_json_dict(cls, d: dict) -> "ConsistencyProof":
+    def from_json_dict(cls, d: dict[str, object]) -> ConsistencyProof:
         if not isinstance(d, dict) or set(d) != {"size1", "size2", "hashes"}:
             raise MalformedProofError("consistency_proof", "must have exactly the keys size1, size2, hashes", d)
         hs = d["hashes"]

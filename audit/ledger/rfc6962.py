@@ -29,10 +29,10 @@ HASH_SIZE = 32
 LEAF_PREFIX = b"\x00"
 NODE_PREFIX = b"\x01"
 
-_sha256 = hashlib.sha256
+TREE_HASH = hashlib.sha256
 
 #: MTH({}) = SHA-256 of the empty string (RFC 9162 §2.1.1); also the paper's C_ledger,0 = H(⊥).
-EMPTY_ROOT = _sha256(b"").digest()
+EMPTY_ROOT = TREE_HASH(b"").digest()
 
 NodeID = tuple[int, int]  # (level, index)
 
@@ -44,12 +44,12 @@ def empty_root() -> bytes:
 
 def hash_leaf(leaf: bytes) -> bytes:
     """Leaf hash ``SHA-256(0x00 || leaf)`` (RFC 9162 §2.1.1)."""
-    return _sha256(LEAF_PREFIX + leaf).digest()
+    return TREE_HASH(LEAF_PREFIX + leaf).digest()
 
 
 def hash_children(left: bytes, right: bytes) -> bytes:
     """Interior node hash ``SHA-256(0x01 || left || right)`` (RFC 9162 §2.1.1)."""
-    return _sha256(NODE_PREFIX + left + right).digest()
+    return TREE_HASH(NODE_PREFIX + left + right).digest()
 
 
 def largest_power_of_two_below(n: int) -> int:
@@ -161,7 +161,7 @@ class CompactRange:
         """Hashes of :func:`peaks(size) <peaks>`, largest subtree first."""
         return list(self._hashes)
 
-    def copy(self) -> "CompactRange":
+    def copy(self) -> CompactRange:
         return CompactRange(self.size, self._hashes)
 
     def append_leaf_hash(self, leaf_hash: bytes, out: list[bytes] | None = None) -> None:
@@ -183,7 +183,7 @@ class CompactRange:
         """Append many leaves (raw leaf data, hashed here); see :meth:`append_leaf_hash`."""
         hashes = self._hashes
         size = self.size
-        sha = _sha256
+        sha = TREE_HASH
         if out is None:
             for leaf in leaves:
                 h = sha(LEAF_PREFIX + leaf).digest()

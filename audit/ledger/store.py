@@ -25,6 +25,7 @@ import sqlite3
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Sequence
+from typing import Self
 
 from dprag.accounting.errors import InvalidParameterError
 from dprag.accounting.stores.sqlite import is_busy, switch_to_wal
@@ -36,9 +37,9 @@ from .rfc6962 import (
     HASH_SIZE,
     LEAF_PREFIX,
     NODE_PREFIX,
+    TREE_HASH,
     CompactRange,
     NodeID,
-    _sha256,
     fold,
     hash_children,
     hash_leaf,
@@ -151,7 +152,7 @@ class MerkleLog(ABC):
         if not chunk:
             raise InvalidParameterError("chunk", "must be an integer >= 1")
 
-        def gen():
+        def gen() -> Iterator[bytes]:
             for lo in range(start, stop, chunk):
                 yield from self._get_leaves(lo, min(lo + chunk, stop))
 
@@ -206,13 +207,13 @@ class MerkleLog(ABC):
     def _check_stored_run(self, first_pos: int, expected: list[bytes]) -> None:
         raise NotImplementedError
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - a no-op default, not abstract
         """Release resources (no-op for in-memory logs)."""
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
@@ -234,7 +235,7 @@ class MemoryLog(MerkleLog):
         return len(self._leaves)
 
     def _append_leaves(self, leaves: list[bytes]) -> int:
-        sha = _sha256
+        sha = TREE_HASH
         with self._lock:
             levels = self._levels
             first = len(self._leaves)
@@ -267,9 +268,11 @@ class MemoryLog(MerkleLog):
             fresh = MemoryLog(self._leaves)
             if len(fresh._levels) != len(self._levels):
                 raise LedgerCorruptError("stored tree height does not match the leaves")
-            for lv, (want, got) in enumerate(zip(fresh._levels, self._levels)):
+            for lv, (want, got) in enumerate(zip(fresh._levels, self._levels, strict=False)):
                 if want != got:
-                    i = next((j for j, (x, y) in enumerate(zip(want, got)) if x != y), min(len(want), len(got)))
+                    i = next(
+                        (j for j, (x, y) in enumerate(zip(want, got, strict=False)) if x != y), min(len(want), len(got))
+                    )
                     raise LedgerCorruptError(f"stored hash of node {(lv, i)} does not match its leaves")
             return len(self._leaves)
 
@@ -324,7 +327,7 @@ class SqliteLog(MerkleLog):
 
     def __init__(
         self,
-        path: str | os.PathLike,
+        path: str | os.PathLike[str],
         *,
         synchronous: str = "FULL",
         readonly: bool = False,
@@ -361,8 +364,10 @@ class SqliteLog(MerkleLog):
         except sqlite3.DatabaseError as e:
             con.close()
             if is_busy(e):  # the file is not at fault: another connection kept it locked
-                raise LedgerError(f"{self.path}: another connection held the database locked for more than "
-                                  f"timeout = {timeout:g} s ({e})") from None
+                raise LedgerError(
+                    f"{self.path}: another connection held the database locked for more than "
+                    f"timeout = {timeout:g} s ({e})"
+                ) from None
             raise InvalidParameterError("path", f"is not a usable ledger database ({e})", self.path) from None
         except BaseException:
             con.close()
@@ -393,7 +398,9 @@ class SqliteLog(MerkleLog):
         if app_id == 0:
             n_objects = con.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
             if n_objects or not create:
-                raise InvalidParameterError("path", "is not a dprag ledger database (application_id mismatch)", self.path)
+                raise InvalidParameterError(
+                    "path", "is not a dprag ledger database (application_id mismatch)", self.path
+                )
             for stmt in _SCHEMA:
                 con.execute(stmt)
         elif app_id != APPLICATION_ID:
@@ -435,10 +442,11 @@ class SqliteLog(MerkleLog):
             ids.append((lv + 1, m >> (lv + 1)))
             ids.append((lv, (m >> lv) - 1))
             lv += 1
-        got = dict(zip(ids, self._get_nodes(ids)))
+        got = dict(zip(ids, self._get_nodes(ids), strict=False))
         if got[(0, m)] != hash_leaf(leaf):
             raise LedgerCorruptError(f"{self.path}: stored hash of the last leaf does not match its data")
-        for lv in range(1, lv + 1):
+        top = lv
+        for lv in range(1, top + 1):
             node = (lv, m >> lv)
             left, right = (lv - 1, 2 * node[1]), (lv - 1, 2 * node[1] + 1)
             if got[node] != hash_children(got[left], got[right]):
@@ -492,7 +500,7 @@ class SqliteLog(MerkleLog):
             ).fetchall()
         if len(rows) != len(expected):
             raise LedgerCorruptError(f"{self.path}: stored hashes missing after position {first_pos}")
-        for (pos, h), e in zip(rows, expected):
+        for (pos, h), e in zip(rows, expected, strict=False):
             if h != e:
                 raise LedgerCorruptError(f"{self.path}: stored hash at position {pos} does not match the leaves")
 
@@ -541,8 +549,14 @@ class SqliteLog(MerkleLog):
                 hashes: list[bytes] = []
                 frontier.extend(leaves, hashes)
                 first_pos = stored_hash_count(size)
-                con.executemany("INSERT INTO leaf (idx, data) VALUES (?, ?)", zip(range(size, size + len(leaves)), leaves))
-                con.executemany("INSERT INTO node (pos, hash) VALUES (?, ?)", zip(range(first_pos, first_pos + len(hashes)), hashes))
+                con.executemany(
+                    "INSERT INTO leaf (idx, data) VALUES (?, ?)",
+                    zip(range(size, size + len(leaves)), leaves, strict=False),
+                )
+                con.executemany(
+                    "INSERT INTO node (pos, hash) VALUES (?, ?)",
+                    zip(range(first_pos, first_pos + len(hashes)), hashes, strict=False),
+                )
                 con.execute("COMMIT")
             except BaseException:
                 if con.in_transaction:

@@ -23,7 +23,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from .checkpoint import SIG_PREFIX, _parse_note, _strict_b64, is_valid_name
+from .checkpoint import SIG_PREFIX, NoteVerifier, is_valid_name, parse_note, strict_b64
 from .errors import KeyFormatError, MalformedNoteError, SignatureError
 
 ALG_COSIGNATURE_V1 = 0x04
@@ -32,8 +32,9 @@ MAX_TIMESTAMP = (1 << 63) - 1
 
 
 def key_id(name: str, public_key: bytes) -> int:
-    return int.from_bytes(hashlib.sha256(name.encode() + b"\n" + bytes([ALG_COSIGNATURE_V1]) + public_key)
-                          .digest()[:4], "big")
+    return int.from_bytes(
+        hashlib.sha256(name.encode() + b"\n" + bytes([ALG_COSIGNATURE_V1]) + public_key).digest()[:4], "big"
+    )
 
 
 def signed_message(body: str, timestamp: int) -> bytes:
@@ -46,11 +47,11 @@ class WitnessVerifier:
     public_key: bytes
 
     @classmethod
-    def from_vkey(cls, vkey: str) -> "WitnessVerifier":
+    def from_vkey(cls, vkey: str) -> WitnessVerifier:
         parts = vkey.strip().split("+", 2)  # the base64 key may itself hold "+"
         if len(parts) != 3 or not is_valid_name(parts[0]):
             raise KeyFormatError("vkey", "must be <name>+<8 hex key id>+<base64(0x04 || key)>", vkey[:60])
-        raw = _strict_b64(parts[2])
+        raw = strict_b64(parts[2])
         if raw is None or len(raw) != 33 or raw[0] != ALG_COSIGNATURE_V1:
             raise KeyFormatError("vkey", "key must be base64(0x04 || 32-byte Ed25519 key)", vkey[:60])
         v = cls(parts[0], raw[1:])
@@ -64,7 +65,9 @@ class WitnessVerifier:
 
     @property
     def vkey(self) -> str:
-        return f"{self.name}+{self.key_id:08x}+{base64.b64encode(bytes([ALG_COSIGNATURE_V1]) + self.public_key).decode()}"
+        return (
+            f"{self.name}+{self.key_id:08x}+{base64.b64encode(bytes([ALG_COSIGNATURE_V1]) + self.public_key).decode()}"
+        )
 
 
 @dataclass(frozen=True)
@@ -73,7 +76,7 @@ class WitnessSigner:
     seed: bytes
 
     @classmethod
-    def generate(cls, name: str) -> "WitnessSigner":
+    def generate(cls, name: str) -> WitnessSigner:
         if not is_valid_name(name):
             raise KeyFormatError("name", "not a valid note key name", name)
         return cls(name, secrets.token_bytes(32))
@@ -87,7 +90,7 @@ class WitnessSigner:
         """``note`` with this witness's cosignature line appended (the witness has checked consistency)."""
         if not 0 <= timestamp <= MAX_TIMESTAMP:
             raise MalformedNoteError("timestamp", "must lie in [0, 2^63)", timestamp)
-        body, _ = _parse_note(note)
+        body, _ = parse_note(note)
         sig = Ed25519PrivateKey.from_private_bytes(self.seed).sign(signed_message(body, timestamp))
         raw = self.verifier.key_id.to_bytes(4, "big") + timestamp.to_bytes(8, "big") + sig
         return bytes(note) + f"{SIG_PREFIX}{self.name} {base64.b64encode(raw).decode()}\n".encode()
@@ -96,7 +99,7 @@ class WitnessSigner:
 def cosignatures(note: bytes, witnesses: list[WitnessVerifier]) -> dict[str, int]:
     """The witnesses (by name) whose valid cosignature ``note`` carries, with its timestamp. A line that names
     a known witness's key but does not verify raises SignatureError; lines of other keys are ignored."""
-    body, lines = _parse_note(note)
+    body, lines = parse_note(note)
     known = {(w.name, w.key_id): w for w in witnesses}
     out: dict[str, int] = {}
     for _, sig in lines:
@@ -120,11 +123,14 @@ class Witness:
     """A witness for one log: it cosigns a checkpoint only if it is consistent with the last one it cosigned
     (an RFC 9162 consistency proof), so two auditors holding its cosignatures hold one history."""
 
-    def __init__(self, signer: WitnessSigner, log_origin: str, log_verifier):
+    def __init__(self, signer: WitnessSigner, log_origin: str, log_verifier: NoteVerifier):
         self.signer, self.origin, self.log = signer, log_origin, log_verifier
-        self.size, self.root = 0, None
+        self.size = 0
+        self.root: bytes | None = None
 
-    def cosign(self, note: bytes, consistency: list[bytes] | tuple = (), *, timestamp: int | None = None) -> bytes:
+    def cosign(
+        self, note: bytes, consistency: list[bytes] | tuple[bytes, ...] = (), *, timestamp: int | None = None
+    ) -> bytes:
         """Check ``note`` (signed by the log) against the last cosigned checkpoint and cosign it.
         Raises SignatureError for a checkpoint that is not an append-only extension (a fork or a rollback)."""
         import time
@@ -139,7 +145,8 @@ class Witness:
             try:
                 verify_consistency(self.size, cp.size, list(consistency), self.root, cp.root)
             except Exception as e:  # the proof module's typed errors: not an extension
-                raise SignatureError(f"checkpoint of size {cp.size} is not consistent with the one cosigned at size "
-                                     f"{self.size}: {e}") from None
+                raise SignatureError(
+                    f"checkpoint of size {cp.size} is not consistent with the one cosigned at size {self.size}: {e}"
+                ) from None
         self.size, self.root = cp.size, cp.root
         return self.signer.cosign(note, int(time.time()) if timestamp is None else timestamp)

@@ -14,27 +14,27 @@ import hashlib
 import json
 import os
 import shutil
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
-from ..account import AccountKey, make_request, Request
+from ..account import AccountKey, Request, make_request
 from ..encoding import digest, encode
-from ..fixtures import ACCOUNTS, SCRIPT, account_key, client, open_service, registry, reopen_service
 from ..policy import Policy, SamplerSpec
-from ..receipts import receipt_body, sign_receipt
+from ..receipts import sign_receipt
 from ..service import ProviderService
+from .window import ACCOUNTS, SCRIPT, client, open_service, registry
 
 
 @dataclass
 class AttackResult:
     bundle: Path
     receipts: Path | None = None
-    expect: str = "FAIL"          # the verdict the verifier must reach
-    check: str | None = None      # the check that must name it (FAIL) / None
+    expect: str = "FAIL"  # the verdict the verifier must reach
+    check: str | None = None  # the check that must name it (FAIL) / None
     verify_kwargs: dict = field(default_factory=dict)
     note: str = ""
 
@@ -42,8 +42,8 @@ class AttackResult:
 @dataclass(frozen=True)
 class Attack:
     name: str
-    party: str                    # "provider" | "account" | "file"
-    item: int                     # the item of issue 9 / spec/threat-model.md §3
+    party: str  # "provider" | "account" | "file"
+    item: int  # the item of spec/threat-model.md §3
     run: Callable[[Path], AttackResult]
 
 
@@ -97,8 +97,9 @@ def _wipe_budgets(svc: ProviderService) -> ProviderService:
     for f in (d / "state").glob("budget-*"):
         f.unlink()
     # constructed directly: the provider skips its own recovery check, which would refuse this state
-    from ..fixtures import HashEmbedder
-    from dprag.accounting.rag.toy import ToyGenerator
+    from dprag.audit.toy import ToyGenerator
+
+    from ..toy import HashEmbedder
 
     return ProviderService(d, embedder=HashEmbedder(32), generator=ToyGenerator())
 
@@ -116,17 +117,32 @@ def _refund(units_of: Callable[[int], object]) -> Callable[[Path], AttackResult]
         ops = _openings(svc)
         pos, op = next((p, o) for p, o in ops.items() if o["charge"]["charges"][0]["ids"])
         ch = op["charge"]["charges"][0]
-        charge = {"nonce": "00" * 16, "algorithm": svc.policy.generation.algorithm, "bins_released": None,
-                  "charges": [{"cost": {"kind": "pure", "epsilon_units": units_of(ch["cost"]["epsilon_units"])},
-                               "ids": ch["ids"]}]}
+        charge = {
+            "nonce": "00" * 16,
+            "algorithm": svc.policy.generation.algorithm,
+            "bins_released": None,
+            "charges": [
+                {"cost": {"kind": "pure", "epsilon_units": units_of(ch["cost"]["epsilon_units"])}, "ids": ch["ids"]}
+            ],
+        }
         leaf = json.loads(svc.ledger.leaf(pos))
-        _append(svc, encode({**leaf, "type": "recovery", "h_top": None, "h_charge": _raw_digest(charge)}),
-                {"kind": "recovery", "request": op["request"], "qemb": op["qemb"], "top": None, "nonce_top": None,
-                 "charge": charge})
+        _append(
+            svc,
+            encode({**leaf, "type": "recovery", "h_top": None, "h_charge": _raw_digest(charge)}),
+            {
+                "kind": "recovery",
+                "request": op["request"],
+                "qemb": op["qemb"],
+                "top": None,
+                "nonce_top": None,
+                "charge": charge,
+            },
+        )
         svc = _wipe_budgets(svc)
         for acct, q in SCRIPT:
             clients[acct].ask(svc, f"{q} 0")  # the same questions, charged again from a wiped store
         return AttackResult(_export(svc, d), _receipts(d, clients), check="generation")
+
     return run
 
 
@@ -137,19 +153,31 @@ def grind_empty_records(d: Path) -> AttackResult:
     svc, clients = _honest(d, rounds=1)
     for _ in range(5):
         charge = {"nonce": "00" * 16, "algorithm": "recovery", "bins_released": None, "charges": []}
-        _append(svc, encode({"type": "recovery", "tenant": "clinic", "h_charge": digest(charge)}),
-                {"kind": "recovery", "charge": charge})
+        _append(
+            svc,
+            encode({"type": "recovery", "tenant": "clinic", "h_charge": digest(charge)}),
+            {"kind": "recovery", "charge": charge},
+        )
     svc._seen = svc.ledger.size  # its own counter refresh would choke on these records: skip them
     clients["alice"].ask(svc, "asthma protocol inhaler patient 9")
-    return AttackResult(_export(svc, d), _receipts(d, clients), check="canonical",
-                        note="position no longer enters the noise label; empty records are malformed")
+    return AttackResult(
+        _export(svc, d),
+        _receipts(d, clients),
+        check="canonical",
+        note="position no longer enters the noise label; empty records are malformed",
+    )
 
 
 def grind_invented_account(d: Path) -> AttackResult:
     svc, clients = _honest(d, rounds=1)
     mallory = AccountKey(hashlib.sha256(b"mallory").digest())  # a key the provider made for itself
-    req = Request(make_request(mallory, window=svc.policy.window, account="mallory", counter=1,
-                               question="asthma protocol", qemb=None), "asthma protocol", None)
+    req = Request(
+        make_request(
+            mallory, window=svc.policy.window, account="mallory", counter=1, question="asthma protocol", qemb=None
+        ),
+        "asthma protocol",
+        None,
+    )
     svc.accounts["mallory"] = {"tenant": "clinic", "key": mallory.vkey}  # only in its own memory, not genesis
     svc.serve(req)
     return AttackResult(_export(svc, d), _receipts(d, clients), check="requests")
@@ -168,8 +196,9 @@ def unbound_q(d: Path) -> AttackResult:
     shutil.rmtree(d, ignore_errors=True)
     honest = open_service(d / "svc")
     honest.close()
-    from ..fixtures import HashEmbedder
-    from dprag.accounting.rag.toy import ToyGenerator
+    from dprag.audit.toy import ToyGenerator
+
+    from ..toy import HashEmbedder
 
     svc = _ScaledQ(d / "svc", embedder=HashEmbedder(32), generator=ToyGenerator())
     clients = {a: client(svc, a) for a in svc.accounts}
@@ -207,8 +236,10 @@ class _Resampling(ProviderService):
 
 
 def resampled_answers(d: Path) -> AttackResult:
-    from ..fixtures import CLINIC, LEGAL, HashEmbedder
-    from dprag.accounting.rag.toy import ToyGenerator
+    from dprag.audit.toy import ToyGenerator
+
+    from ..toy import HashEmbedder
+    from .window import CLINIC, LEGAL
 
     shutil.rmtree(d, ignore_errors=True)
     open_service(d / "svc").close()
@@ -219,13 +250,17 @@ def resampled_answers(d: Path) -> AttackResult:
             clients[acct].ask(svc, f"{q} {i}")
     p = d / "receipts.jsonl"  # the accounts hand over their questions too, so answers can be replayed
     p.write_bytes(b"".join(encode(e) + b"\n" for c in clients.values() for e in c.receipts))
-    return AttackResult(_export(svc, d), p, check="generation",
-                        verify_kwargs={"corpus": {"clinic": CLINIC, "legal": LEGAL}, "replay_generator": ToyGenerator()},
-                        note="caught by answer replay; without it the answer text is bound only by receipts")
+    return AttackResult(
+        _export(svc, d),
+        p,
+        check="generation",
+        verify_kwargs={"corpus": {"clinic": CLINIC, "legal": LEGAL}, "replay_generator": ToyGenerator()},
+        note="caught by answer replay; without it the answer text is bound only by receipts",
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------
-# answer-level voting (issue 13) under the seen selection, served under other parameters than committed
+# answer-level voting (spec/accounting/rag.md §5) under the seen selection, served under other parameters than committed
 # ---------------------------------------------------------------------------------------------------------
 SEEN = dict(mechanism="answer-vote", vote_selection="seen", vote_delta=1e-6)
 
@@ -233,8 +268,9 @@ SEEN = dict(mechanism="answer-vote", vote_selection="seen", vote_delta=1e-6)
 def _served_as(d: Path, committed: dict, served: Callable, replay: bool) -> tuple[Path, Path, dict]:
     """A toy window committed under ``toy_policy(**committed)`` whose provider serves ``served(rag_params)``
     instead (its own service, its own state); the accounts hand over their questions."""
-    from ..fixtures import CLINIC, LEGAL
-    from dprag.accounting.rag.toy import ToyGenerator
+    from dprag.audit.toy import ToyGenerator
+
+    from .window import CLINIC, LEGAL
 
     shutil.rmtree(d, ignore_errors=True)
     svc = open_service(d / "svc", **committed)
@@ -263,10 +299,16 @@ def seen_selection_undeclared(d: Path) -> AttackResult:
     would not): the charges are identical (both charge ε_q = 4), so only the answer replay can see it."""
     import dataclasses
 
-    b, r, kw = _served_as(d, {"mechanism": "answer-vote"},
-                          lambda p: dataclasses.replace(p, selection="seen", delta=1e-6), replay=True)
-    return AttackResult(b, r, check="generation", verify_kwargs=kw,
-                        note="caught by answer replay; without it the answer text is bound only by receipts")
+    b, r, kw = _served_as(
+        d, {"mechanism": "answer-vote"}, lambda p: dataclasses.replace(p, selection="seen", delta=1e-6), replay=True
+    )
+    return AttackResult(
+        b,
+        r,
+        check="generation",
+        verify_kwargs=kw,
+        note="caught by answer replay; without it the answer text is bound only by receipts",
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -285,20 +327,27 @@ def _no_claim_check():
 def false_sampler_claim(d: Path) -> AttackResult:
     import dataclasses
 
-    from ..fixtures import toy_policy
+    from .window import toy_policy
 
     shutil.rmtree(d, ignore_errors=True)
     pol = toy_policy()
     bad = dataclasses.replace(pol, retrieval=dataclasses.replace(pol.retrieval, sampler=SamplerSpec(0.5, 64, 0.0)))
-    from ..fixtures import CLINIC, LEGAL, HashEmbedder
-    from dprag.accounting.rag.toy import ToyGenerator
+    from dprag.audit.toy import ToyGenerator
+
+    from ..toy import HashEmbedder
+    from .window import CLINIC, LEGAL
 
     emb = HashEmbedder(32)
     with _no_claim_check():
-        svc = ProviderService.create(d / "svc", policy=bad, embedder=emb,
-                                     embedder_descriptor=emb.descriptor({"clinic": len(CLINIC), "legal": len(LEGAL)}),
-                                     generator=ToyGenerator(), tenants={"clinic": CLINIC, "legal": LEGAL},
-                                     accounts=registry(ACCOUNTS))
+        svc = ProviderService.create(
+            d / "svc",
+            policy=bad,
+            embedder=emb,
+            embedder_descriptor=emb.descriptor({"clinic": len(CLINIC), "legal": len(LEGAL)}),
+            generator=ToyGenerator(),
+            tenants={"clinic": CLINIC, "legal": LEGAL},
+            accounts=registry(ACCOUNTS),
+        )
         clients = {a: client(svc, a) for a in svc.accounts}
         for acct, q in SCRIPT:
             clients[acct].ask(svc, q)
@@ -318,13 +367,14 @@ def _coalition(spacing: int) -> Callable[[Path], AttackResult]:
         clients = {a: client(svc, a) for a in svc.accounts}
         words = ["garden", "weather", "rain", "note", "soup", "lunch", "menu", "court", "memo", "case"]
         h = 0
-        for i, a in enumerate(colluders):
+        for _i, a in enumerate(colluders):
             clients[a].ask(svc, "asthma protocol inhaler patient zorvatin")
             for _ in range(spacing):
                 acct = honest[h // 20]
                 clients[acct].ask(svc, " ".join(words[(h * 7 + j * 3) % len(words)] for j in range(4)) + f" {h}")
                 h += 1
         return AttackResult(_export(svc, d), _receipts(d, clients), check="coalition")
+
     return run
 
 
@@ -336,6 +386,7 @@ def _raw_leaf(raw: bytes, check: str) -> Callable[[Path], AttackResult]:
         svc, clients = _honest(d, rounds=1)
         _append(svc, raw, None)
         return AttackResult(_export(svc, d), _receipts(d, clients), check=check)
+
     return run
 
 
@@ -349,6 +400,7 @@ def _opening_field(mutate: Callable[[dict], None], check: str) -> Callable[[Path
         lines[0] = json.dumps(op, separators=(",", ":"), sort_keys=True, ensure_ascii=False).encode()
         (b / "auditor" / "openings.jsonl").write_bytes(b"".join(x + b"\n" for x in lines))
         return AttackResult(b, _receipts(d, clients), check=check)
+
     return run
 
 
@@ -378,6 +430,7 @@ def _file_attack(kind: str) -> Callable[[Path], AttackResult]:
             shutil.move(str(b / "auditor" / "index"), str(d / "index-elsewhere"))
             os.symlink(d / "index-elsewhere", b / "auditor" / "index")
         return AttackResult(b, _receipts(d, clients), check="files", note="content must never be echoed")
+
     return run
 
 
@@ -394,19 +447,33 @@ def _framing(kind: str) -> Callable[[Path], AttackResult]:
             from ..ledger import NoteSigner
 
             body = {k: v for k, v in entry["receipt"].items() if k != "sig"}
-            extra = [encode({"receipt": sign_receipt(dict(body, h_answer="00" * 32), NoteSigner.generate("forger")),
-                             "top": entry["top"]})]
+            extra = [
+                encode(
+                    {
+                        "receipt": sign_receipt(dict(body, h_answer="00" * 32), NoteSigner.generate("forger")),
+                        "top": entry["top"],
+                    }
+                )
+            ]
         elif kind == "other_window":
             body = {k: v for k, v in entry["receipt"].items() if k != "sig"}
             extra = [encode({"receipt": sign_receipt(dict(body, window="another"), svc.signer), "top": entry["top"]})]
         elif kind == "false_citations":
             extra = [encode({"receipt": clients["bob"].receipts[0]["receipt"], "top": [0, 1, 2, 3, 4]})]
-            return AttackResult(_export(svc, d), _receipts(d, {"alice": clients["alice"], "carol": clients["carol"]},
-                                                             extra), expect="PASS")
+            return AttackResult(
+                _export(svc, d),
+                _receipts(d, {"alice": clients["alice"], "carol": clients["carol"]}, extra),
+                expect="PASS",
+            )
         else:
             extra = [b"{not json"]
-        return AttackResult(_export(svc, d), _receipts(d, clients, extra), expect="PASS",
-                            note="rejected evidence, never a FAIL of an honest provider")
+        return AttackResult(
+            _export(svc, d),
+            _receipts(d, clients, extra),
+            expect="PASS",
+            note="rejected evidence, never a FAIL of an honest provider",
+        )
+
     return run
 
 
@@ -419,8 +486,12 @@ def rewrite_with_new_key(d: Path) -> AttackResult:
     key_file.write_text(svc.signer.vkey())
     svc.close()
     fake, fake_clients = _honest(d / "fake", rounds=1)  # new key, new seed, a history of its choosing
-    return AttackResult(_export(fake, d / "fake"), _receipts(d / "fake", fake_clients), check="commitments",
-                        verify_kwargs={"key": key_file})
+    return AttackResult(
+        _export(fake, d / "fake"),
+        _receipts(d / "fake", fake_clients),
+        check="commitments",
+        verify_kwargs={"key": key_file},
+    )
 
 
 def truncate_history(d: Path) -> AttackResult:
@@ -433,49 +504,61 @@ def truncate_history(d: Path) -> AttackResult:
     (b / "public" / "leaves.bin").write_bytes(b"".join(len(x).to_bytes(4, "big") + x for x in leaves))
     notes = [n for s, n in svc.aud.checkpoints(len(leaves))]
     (b / "public" / "checkpoints.txt").write_bytes(b"~~~\n".join(notes))
-    lines = [ln for ln in (b / "auditor" / "openings.jsonl").read_bytes().splitlines()
-             if json.loads(ln)["pos"] < len(leaves)]
+    lines = [
+        ln for ln in (b / "auditor" / "openings.jsonl").read_bytes().splitlines() if json.loads(ln)["pos"] < len(leaves)
+    ]
     (b / "auditor" / "openings.jsonl").write_bytes(b"".join(x + b"\n" for x in lines))
     return AttackResult(b, None, check="ledger", verify_kwargs={"trusted_checkpoint": cp})
 
 
-ATTACKS: dict[str, Attack] = {a.name: a for a in [
-    Attack("refund_negative_units", "provider", 1, _refund(lambda u: -u)),
-    Attack("refund_wrapping_int64", "provider", 1, _refund(lambda u: (1 << 64) - u)),
-    Attack("refund_units_as_string", "provider", 1, _refund(lambda u: str(-u))),
-    Attack("grind_empty_records", "provider", 2, grind_empty_records),
-    Attack("grind_invented_account", "provider", 2, grind_invented_account),
-    Attack("unbound_query_embedding", "provider", 3, unbound_q),
-    Attack("one_leaf_many_releases", "provider", 4, many_releases),
-    Attack("resampled_answers", "provider", 4, resampled_answers),
-    Attack("seen_cheaper_charges", "provider", 1, seen_cheaper_charges),
-    Attack("seen_selection_undeclared", "provider", 4, seen_selection_undeclared),
-    Attack("false_sampler_claim", "provider", 5, false_sampler_claim),
-    Attack("coalition_adjacent", "provider", 6, _coalition(0)),
-    Attack("coalition_spaced_100", "provider", 6, _coalition(100)),
-    Attack("crash_lone_surrogate", "provider", 7, _raw_leaf(b'{"account":"\\ud800","type":"query"}', "canonical")),
-    Attack("crash_huge_integer", "provider", 7, _raw_leaf(b'{"type":"query","counter":' + b"9" * 5000 + b"}",
-                                                          "canonical")),
-    Attack("crash_odd_length_qemb", "provider", 7, _opening_field(lambda op: op.update(qemb=op["qemb"][:-1]),
-                                                                  "requests")),
-    Attack("crash_huge_charge", "provider", 7, _opening_field(lambda op: _set_units(op, 1 << 80), "canonical")),
-    Attack("file_symlink", "file", 8, _file_attack("symlink")),
-    Attack("file_dev_zero", "file", 8, _file_attack("dev_zero")),
-    Attack("file_fifo", "file", 8, _file_attack("fifo")),
-    Attack("file_dir_symlink", "file", 8, _file_attack("dir_symlink")),
-    Attack("framing_duplicate_receipt", "account", 11, _framing("duplicate")),
-    Attack("framing_other_key", "account", 11, _framing("other_key")),
-    Attack("framing_other_window", "account", 11, _framing("other_window")),
-    Attack("framing_false_citations", "account", 11, _framing("false_citations")),
-    Attack("framing_garbage_line", "account", 11, _framing("garbage")),
-    Attack("rewrite_with_new_key", "provider", 12, rewrite_with_new_key),
-    Attack("truncate_history", "provider", 12, truncate_history),
-]}
+ATTACKS: dict[str, Attack] = {
+    a.name: a
+    for a in [
+        Attack("refund_negative_units", "provider", 1, _refund(lambda u: -u)),
+        Attack("refund_wrapping_int64", "provider", 1, _refund(lambda u: (1 << 64) - u)),
+        Attack("refund_units_as_string", "provider", 1, _refund(lambda u: str(-u))),
+        Attack("grind_empty_records", "provider", 2, grind_empty_records),
+        Attack("grind_invented_account", "provider", 2, grind_invented_account),
+        Attack("unbound_query_embedding", "provider", 3, unbound_q),
+        Attack("one_leaf_many_releases", "provider", 4, many_releases),
+        Attack("resampled_answers", "provider", 4, resampled_answers),
+        Attack("seen_cheaper_charges", "provider", 1, seen_cheaper_charges),
+        Attack("seen_selection_undeclared", "provider", 4, seen_selection_undeclared),
+        Attack("false_sampler_claim", "provider", 5, false_sampler_claim),
+        Attack("coalition_adjacent", "provider", 6, _coalition(0)),
+        Attack("coalition_spaced_100", "provider", 6, _coalition(100)),
+        Attack("crash_lone_surrogate", "provider", 7, _raw_leaf(b'{"account":"\\ud800","type":"query"}', "canonical")),
+        Attack(
+            "crash_huge_integer",
+            "provider",
+            7,
+            _raw_leaf(b'{"type":"query","counter":' + b"9" * 5000 + b"}", "canonical"),
+        ),
+        Attack(
+            "crash_odd_length_qemb",
+            "provider",
+            7,
+            _opening_field(lambda op: op.update(qemb=op["qemb"][:-1]), "requests"),
+        ),
+        Attack("crash_huge_charge", "provider", 7, _opening_field(lambda op: _set_units(op, 1 << 80), "canonical")),
+        Attack("file_symlink", "file", 8, _file_attack("symlink")),
+        Attack("file_dev_zero", "file", 8, _file_attack("dev_zero")),
+        Attack("file_fifo", "file", 8, _file_attack("fifo")),
+        Attack("file_dir_symlink", "file", 8, _file_attack("dir_symlink")),
+        Attack("framing_duplicate_receipt", "account", 11, _framing("duplicate")),
+        Attack("framing_other_key", "account", 11, _framing("other_key")),
+        Attack("framing_other_window", "account", 11, _framing("other_window")),
+        Attack("framing_false_citations", "account", 11, _framing("false_citations")),
+        Attack("framing_garbage_line", "account", 11, _framing("garbage")),
+        Attack("rewrite_with_new_key", "provider", 12, rewrite_with_new_key),
+        Attack("truncate_history", "provider", 12, truncate_history),
+    ]
+}
 
 
 def run_attacks(workdir: str | os.PathLike, names=None) -> list[dict]:
     """Run the attacks (all, or ``names``) in ``workdir``; one row each: caught or not, and the reasons."""
-    from ..verifier import verify
+    from ..verify import verify
 
     rows = []
     for name in names or ATTACKS:
@@ -483,7 +566,16 @@ def run_attacks(workdir: str | os.PathLike, names=None) -> list[dict]:
         res = a.run(Path(workdir) / name)
         v = verify(res.bundle, receipts=res.receipts, **res.verify_kwargs)
         named = any(r.startswith(f"{res.check}:") for r in v.reasons) if res.check else True
-        rows.append({"attack": name, "party": a.party, "item": a.item, "verdict": v.verdict, "expect": res.expect,
-                     "caught": v.verdict == res.expect and (res.expect == "PASS" or named),
-                     "reasons": v.reasons[:3], "rejected_evidence": v.rejected_evidence[:3]})
+        rows.append(
+            {
+                "attack": name,
+                "party": a.party,
+                "item": a.item,
+                "verdict": v.verdict,
+                "expect": res.expect,
+                "caught": v.verdict == res.expect and (res.expect == "PASS" or named),
+                "reasons": v.reasons[:3],
+                "rejected_evidence": v.rejected_evidence[:3],
+            }
+        )
     return rows

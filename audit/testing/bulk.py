@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from dprag.accounting.collusion import exact_sigma
-from dprag.accounting.rag.toy import ToyGenerator
+from dprag.audit.toy import ToyGenerator
 
 from .. import commitments as cm
 from ..account import AccountKey, make_request, request_hash
@@ -44,25 +44,42 @@ class RandomEmbedder:
 
     def descriptor(self, schema):
         h = hashlib.sha256(f"random-{self.dimension}".encode()).hexdigest()
-        return cm.EmbedderDescriptor(model=f"random-{self.dimension}", weights_sha256=h, dimension=self.dimension,
-                                     prompt_template="bench", tokenizer_sha256=h, schema=schema)
+        return cm.EmbedderDescriptor(
+            model=f"random-{self.dimension}",
+            weights_sha256=h,
+            dimension=self.dimension,
+            prompt_template="bench",
+            tokenizer_sha256=h,
+            schema=schema,
+        )
 
 
 def bulk_policy(n_per_account: int, k_max: int = 5) -> Policy:
     sens = ((1 << 20) >> 10) + 1
     return Policy(
         window="bulk",
-        retrieval=RetrievalPolicy(enabled_tenants=("t",), K=5, n=n_per_account, epsilon_acc=1.0, delta_acc=1e-6,
-                                  sigma=exact_sigma(1.0, 1e-6, n_per_account, sens), sensitivity=sens,
-                                  score_clip=(0, 1 << 20), score_shift=10, sampler=SamplerSpec(9.5, 64, 1e-12)),
+        retrieval=RetrievalPolicy(
+            enabled_tenants=("t",),
+            K=5,
+            n=n_per_account,
+            epsilon_acc=1.0,
+            delta_acc=1e-6,
+            sigma=exact_sigma(1.0, 1e-6, n_per_account, sens),
+            sensitivity=sens,
+            score_clip=(0, 1 << 20),
+            score_shift=10,
+            sampler=SamplerSpec(9.5, 64, 1e-12),
+        ),
         coalition=CoalitionPolicy(k_max=k_max, delta_policy=1e-5),
-        generation=GenerationPolicy(algorithm="murag", m=10, epsilon_token=4.0, max_private_tokens=3,
-                                    max_queries_per_doc=4, tau=60),
+        generation=GenerationPolicy(
+            algorithm="murag", m=10, epsilon_token=4.0, max_private_tokens=3, max_queries_per_doc=4, tau=60
+        ),
     )
 
 
-def bulk_window(directory: str | Path, *, n_queries: int, n_docs: int = 1000, dim: int = 384,
-                accounts: int = 1000) -> tuple[Path, Path]:
+def bulk_window(
+    directory: str | Path, *, n_queries: int, n_docs: int = 1000, dim: int = 384, accounts: int = 1000
+) -> tuple[Path, Path]:
     """Write an honest window of ``n_queries`` over one tenant of ``n_docs``; return (bundle, receipts)."""
     d = Path(directory)
     shutil.rmtree(d, ignore_errors=True)
@@ -71,9 +88,15 @@ def bulk_window(directory: str | Path, *, n_queries: int, n_docs: int = 1000, di
     keys = {a: AccountKey(hashlib.sha256(a.encode()).digest()) for a in names}
     emb = RandomEmbedder(dim)
     docs = [f"document {i}" for i in range(n_docs)]
-    svc = ProviderService.create(d / "svc", policy=bulk_policy(per), embedder=emb,
-                                 embedder_descriptor=emb.descriptor({"t": n_docs}), generator=ToyGenerator(),
-                                 tenants={"t": docs}, accounts={a: ("t", keys[a].vkey) for a in names})
+    svc = ProviderService.create(
+        d / "svc",
+        policy=bulk_policy(per),
+        embedder=emb,
+        embedder_descriptor=emb.descriptor({"t": n_docs}),
+        generator=ToyGenerator(),
+        tenants={"t": docs},
+        accounts={a: ("t", keys[a].vkey) for a in names},
+    )
     pol, ten = svc.policy, svc.tenants["t"]
     rule = ChargeRule.of(pol)
     spent = np.zeros(n_docs, dtype=np.int64)
@@ -85,8 +108,15 @@ def bulk_window(directory: str | Path, *, n_queries: int, n_docs: int = 1000, di
         a = names[j % accounts]
         counters[a] += 1
         qb = cm.embedding_bytes(qemb_all[j])
-        signed = make_request(keys[a], window=pol.window, account=a, counter=counters[a],
-                              question=f"question {j}", qemb=qb, nonce=hashlib.sha256(b"n%d" % j).digest()[:16])
+        signed = make_request(
+            keys[a],
+            window=pol.window,
+            account=a,
+            counter=counters[a],
+            question=f"question {j}",
+            qemb=qb,
+            nonce=hashlib.sha256(b"n%d" % j).digest()[:16],
+        )
         h_req = request_hash(signed)
         scores = ten["retriever"].score_query(f"question {j}", qemb_all[j])
         z = svc.table.sample(n_docs, request_source(svc.seed, "retrieval", h_req))
@@ -96,14 +126,42 @@ def bulk_window(directory: str | Path, *, n_queries: int, n_docs: int = 1000, di
         charges, bins = expected_charges(pol, rule, scores, spent, request_source(svc.seed, "select", h_req))
         for units, ids in charges:
             spent[ids] += units
-        charge = {"nonce": nonce.hex(), "algorithm": pol.generation.algorithm, "bins_released": bins,
-                  "charges": [{"cost": {"kind": "pure", "epsilon_units": int(u)}, "ids": [int(i) for i in ids]}
-                              for u, ids in charges]}
+        charge = {
+            "nonce": nonce.hex(),
+            "algorithm": pol.generation.algorithm,
+            "bins_released": bins,
+            "charges": [
+                {"cost": {"kind": "pure", "epsilon_units": int(u)}, "ids": [int(i) for i in ids]} for u, ids in charges
+            ],
+        }
         pos = base + j
-        openings.append((pos, encode({"pos": pos, "kind": "query", "request": signed, "qemb": qb.hex(),
-                                      "top": [int(i) for i in top], "nonce_top": nonce.hex(), "charge": charge})))
-        leaf = encode({"type": "query", "account": a, "tenant": "t", "counter": counters[a], "h_req": h_req.hex(),
-                       "h_top": h_top, "h_charge": digest(charge)})
+        openings.append(
+            (
+                pos,
+                encode(
+                    {
+                        "pos": pos,
+                        "kind": "query",
+                        "request": signed,
+                        "qemb": qb.hex(),
+                        "top": [int(i) for i in top],
+                        "nonce_top": nonce.hex(),
+                        "charge": charge,
+                    }
+                ),
+            )
+        )
+        leaf = encode(
+            {
+                "type": "query",
+                "account": a,
+                "tenant": "t",
+                "counter": counters[a],
+                "h_req": h_req.hex(),
+                "h_top": h_top,
+                "h_charge": digest(charge),
+            }
+        )
         leaves.append(leaf)
         pending.append((a, counters[a], h_req.hex(), h_top, nonce.hex(), pos, hash_leaf(leaf).hex()))
     # (the provider's budget store is not charged: the service directory is scaffolding for the bundle only)
@@ -115,9 +173,20 @@ def bulk_window(directory: str | Path, *, n_queries: int, n_docs: int = 1000, di
     size, root = svc._checkpoint()
     lines = []
     for a, c, h_req, h_top, nonce_top, pos, lh in pending:
-        body = receipt_body(window=pol.window, account=a, tenant="t", counter=c, h_req=h_req, h_top=h_top,
-                            nonce_top=nonce_top, h_answer=hashlib.sha256(b"answer").hexdigest(), pos=pos,
-                            leaf_hash=lh, size=size, root=root.hex())
+        body = receipt_body(
+            window=pol.window,
+            account=a,
+            tenant="t",
+            counter=c,
+            h_req=h_req,
+            h_top=h_top,
+            nonce_top=nonce_top,
+            h_answer=hashlib.sha256(b"answer").hexdigest(),
+            pos=pos,
+            leaf_hash=lh,
+            size=size,
+            root=root.hex(),
+        )
         lines.append(encode({"receipt": sign_receipt(body, svc.signer)}))
     bundle = svc.export_bundle(d / "bundle")
     svc.close()

@@ -7,7 +7,7 @@ deeper checks); value swaps with boundary values (huge and negative integers, lo
 deep nesting); file-type attacks (symlinks, FIFOs, directories, empty and oversized files). The verifier must
 answer every case with a verdict (or ``AuditorInputError`` for a bundle it refuses to read as such), never an
 unexpected exception, within a time limit; ``unanticipated`` counts checks that met an exception they did not
-foresee (reported by ``_guarded`` as that check's FAIL) — a campaign's goal is 0 of each.
+foresee (reported by ``verify.run.guarded`` as that check's FAIL) — a campaign's goal is 0 of each.
 
 ``python -m dprag.audit.testing.fuzz --cases N --seed S`` runs a campaign and prints its statistics.
 """
@@ -21,18 +21,50 @@ import random
 import resource
 import shutil
 import signal
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..bundle import AuditorInputError
-from ..verifier import verify
+from ..verify import verify
 
-BOUNDARY = [-1, 0, 1, 2 ** 31, 2 ** 53 - 1, 2 ** 53, 2 ** 63, -(2 ** 63), 10 ** 30, "\ud800", "", "x" * 5000,
-            None, True, [], {}, [[[[[]]]]], "00", "zz", 1.5, "0x1.0p+0"]
-FILES = ["public/leaves.bin", "public/genesis.json", "public/checkpoints.txt", "public/provider.vkey",
-         "auditor/seed.hex", "auditor/policy.json", "auditor/embedder.json", "auditor/openings.jsonl",
-         "auditor/index/clinic.i16", "auditor/docs/clinic.json", "receipts.jsonl"]
+BOUNDARY = [
+    -1,
+    0,
+    1,
+    2**31,
+    2**53 - 1,
+    2**53,
+    2**63,
+    -(2**63),
+    10**30,
+    "\ud800",
+    "",
+    "x" * 5000,
+    None,
+    True,
+    [],
+    {},
+    [[[[[]]]]],
+    "00",
+    "zz",
+    1.5,
+    "0x1.0p+0",
+]
+FILES = [
+    "public/leaves.bin",
+    "public/genesis.json",
+    "public/checkpoints.txt",
+    "public/provider.vkey",
+    "auditor/seed.hex",
+    "auditor/policy.json",
+    "auditor/embedder.json",
+    "auditor/openings.jsonl",
+    "auditor/index/clinic.i16",
+    "auditor/docs/clinic.json",
+    "receipts.jsonl",
+]
 
 
 @dataclass
@@ -125,13 +157,13 @@ def _mutate(rng: random.Random, case: Path) -> str:
         elif op == "insert":
             data[i:i] = bytes(rng.randrange(256) for _ in range(rng.randint(1, 8)))
         elif op == "delete" and data:
-            del data[i:i + rng.randint(1, 16)]
+            del data[i : i + rng.randint(1, 16)]
         elif op == "truncate":
             del data[i:]
         elif op == "dup" and data:
-            data[i:i] = data[max(0, i - 64):i]
+            data[i:i] = data[max(0, i - 64) : i]
         old = p.read_bytes()
-        if bytes(data) == old or (op == "truncate" and old[len(data):] == b"\n"):
+        if bytes(data) == old or (op == "truncate" and old[len(data) :] == b"\n"):
             return f"{rel}: unchanged"  # (the final newline of a line file carries nothing)
         p.write_bytes(bytes(data))
         return f"{rel}: bytes {op} at {i}"
@@ -172,11 +204,12 @@ def _peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def run_campaign(cases: int, seed: int, workdir: str | os.PathLike, *, timeout: float = 10.0,
-                 base: Path | None = None) -> CampaignStats:
+def run_campaign(
+    cases: int, seed: int, workdir: str | os.PathLike, *, timeout: float = 10.0, base: Path | None = None
+) -> CampaignStats:
     """Run ``cases`` mutated bundles; ``base``: a directory with ``bundle/`` and ``receipts.jsonl`` (default: a
     fresh toy window, both algorithms alternating)."""
-    from ..fixtures import build_window
+    from .window import build_window
 
     work = Path(workdir)
     bases = [base] if base is not None else []
@@ -205,12 +238,16 @@ def run_campaign(cases: int, seed: int, workdir: str | os.PathLike, *, timeout: 
             try:
                 v = verify(case / "bundle", receipts=case / "receipts.jsonl")
                 st.verdicts[v.verdict] = st.verdicts.get(v.verdict, 0) + 1
-                changed = [w for w in what if not w.startswith(("receipts.jsonl", )) and
-                           not w.endswith(("absent", "unchanged", "empty", "unparsable, left", "not a file, left"))]
+                changed = [
+                    w
+                    for w in what
+                    if not w.startswith(("receipts.jsonl",))
+                    and not w.endswith(("absent", "unchanged", "empty", "unparsable, left", "not a file, left"))
+                ]
                 if v.verdict == "PASS" and changed:
                     st.passed_bundle_mutations.append((c, what))
                 guard = [r for r in v.reasons if r.endswith("while checking (the bundle is malformed)")]
-                if guard:  # what verifier._guarded reports: a check met an exception it did not foresee
+                if guard:  # what verify.run.guarded reports: a check met an exception it did not foresee
                     st.unanticipated.append((c, what, guard[:2]))
             except AuditorInputError:
                 st.auditor_input_errors += 1
@@ -235,17 +272,31 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--cases", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--workdir", type=Path, default=Path("/tmp/dprag-fuzz"))
+    ap.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "dprag-fuzz")
     ap.add_argument("--timeout", type=float, default=10.0, help="seconds after which a case counts as a hang")
     a = ap.parse_args(argv)
     st = run_campaign(a.cases, a.seed, a.workdir, timeout=a.timeout)
-    print(json.dumps({"cases": st.cases, "seed": a.seed, "verdicts": st.verdicts,
-                      "auditor_input_errors": st.auditor_input_errors, "tracebacks": len(st.tracebacks),
-                      "unanticipated": len(st.unanticipated),
-                      "passed_bundle_mutations": st.passed_bundle_mutations[:10], "slow_over_10s": len(st.slow),
-                      "max_seconds": round(st.max_seconds, 3), "peak_rss_mib": round(st.peak_rss_mib),
-                      "seconds": round(st.seconds, 1), "examples": (st.tracebacks + st.unanticipated)[:5], "slow": st.slow[:5]},
-                     indent=1, default=str))
+    print(
+        json.dumps(
+            {
+                "cases": st.cases,
+                "seed": a.seed,
+                "verdicts": st.verdicts,
+                "auditor_input_errors": st.auditor_input_errors,
+                "tracebacks": len(st.tracebacks),
+                "unanticipated": len(st.unanticipated),
+                "passed_bundle_mutations": st.passed_bundle_mutations[:10],
+                "slow_over_10s": len(st.slow),
+                "max_seconds": round(st.max_seconds, 3),
+                "peak_rss_mib": round(st.peak_rss_mib),
+                "seconds": round(st.seconds, 1),
+                "examples": (st.tracebacks + st.unanticipated)[:5],
+                "slow": st.slow[:5],
+            },
+            indent=1,
+            default=str,
+        )
+    )
     return 0 if not (st.tracebacks or st.slow or st.unanticipated) else 1
 
 

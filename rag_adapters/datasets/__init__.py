@@ -5,5 +5,13 @@ from .clinic import Canary, ClinicCorpus, ClinicFact, generate_clinic_corpus
 from .jsonl import load_jsonl
 from .wiki_fanout import load_wiki_fanout
 
-__all__ = ["QAItem", "RagDataset", "Canary", "ClinicCorpus", "ClinicFact", "generate_clinic_corpus", "load_jsonl",
-           "load_wiki_fanout"]
+__all__ = [
+    "QAItem",
+    "RagDataset",
+    "Canary",
+    "ClinicCorpus",
+    "ClinicFact",
+    "generate_clinic_corpus",
+    "load_jsonl",
+    "load_wiki_fanout",
+]

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 from dprag.accounting.errors import InvalidParameterError
 
-from .._common import corpus_hash
+from ..common import corpus_hash
 
 
 @dataclass(frozen=True)

@@ -42,80 +42,372 @@ from .base import QAItem, RagDataset
 GENERATOR_VERSION = "dprag/clinic-corpus/v1"
 
 CONDITIONS = (
-    "migraine", "gout", "plaque psoriasis", "type 2 diabetes", "hypertension", "asthma", "atrial fibrillation",
-    "rheumatoid arthritis", "chronic kidney disease", "hypothyroidism", "peptic ulcer disease",
-    "irritable bowel syndrome", "osteoporosis", "generalized anxiety disorder", "major depressive disorder",
-    "chronic obstructive pulmonary disease", "Crohn's disease", "ulcerative colitis", "psoriatic arthritis",
-    "multiple sclerosis", "Parkinson's disease", "epilepsy", "glaucoma", "heart failure", "hyperlipidemia",
-    "celiac disease", "endometriosis", "polycystic ovary syndrome", "sleep apnea", "restless legs syndrome",
-    "fibromyalgia", "lupus", "sarcoidosis", "hepatitis C", "chronic sinusitis", "rosacea", "atopic dermatitis",
-    "interstitial cystitis", "Meniere's disease", "trigeminal neuralgia", "Raynaud's phenomenon",
-    "ankylosing spondylitis", "narcolepsy", "cluster headache", "benign prostatic hyperplasia",
-    "overactive bladder", "anemia of chronic disease", "Hashimoto's thyroiditis", "Graves' disease",
-    "myasthenia gravis", "chronic pancreatitis", "diverticulitis", "tinnitus", "vitiligo", "alopecia areata",
-    "bronchiectasis", "pulmonary hypertension", "gastroparesis", "Addison's disease", "Lyme disease",
+    "migraine",
+    "gout",
+    "plaque psoriasis",
+    "type 2 diabetes",
+    "hypertension",
+    "asthma",
+    "atrial fibrillation",
+    "rheumatoid arthritis",
+    "chronic kidney disease",
+    "hypothyroidism",
+    "peptic ulcer disease",
+    "irritable bowel syndrome",
+    "osteoporosis",
+    "generalized anxiety disorder",
+    "major depressive disorder",
+    "chronic obstructive pulmonary disease",
+    "Crohn's disease",
+    "ulcerative colitis",
+    "psoriatic arthritis",
+    "multiple sclerosis",
+    "Parkinson's disease",
+    "epilepsy",
+    "glaucoma",
+    "heart failure",
+    "hyperlipidemia",
+    "celiac disease",
+    "endometriosis",
+    "polycystic ovary syndrome",
+    "sleep apnea",
+    "restless legs syndrome",
+    "fibromyalgia",
+    "lupus",
+    "sarcoidosis",
+    "hepatitis C",
+    "chronic sinusitis",
+    "rosacea",
+    "atopic dermatitis",
+    "interstitial cystitis",
+    "Meniere's disease",
+    "trigeminal neuralgia",
+    "Raynaud's phenomenon",
+    "ankylosing spondylitis",
+    "narcolepsy",
+    "cluster headache",
+    "benign prostatic hyperplasia",
+    "overactive bladder",
+    "anemia of chronic disease",
+    "Hashimoto's thyroiditis",
+    "Graves' disease",
+    "myasthenia gravis",
+    "chronic pancreatitis",
+    "diverticulitis",
+    "tinnitus",
+    "vitiligo",
+    "alopecia areata",
+    "bronchiectasis",
+    "pulmonary hypertension",
+    "gastroparesis",
+    "Addison's disease",
+    "Lyme disease",
 )
 
 VISIT_REASONS = (
-    "a sprained ankle", "a routine check-up", "seasonal influenza", "a minor burn", "a travel vaccination",
-    "a sports physical", "a cut on the hand", "a common cold", "lower back strain", "an ear infection",
-    "a dental referral", "a wrist fracture follow-up", "conjunctivitis", "a bee sting", "food poisoning",
-    "a flu shot", "sunburn", "a splinter removal", "a prescription renewal", "a work fitness certificate",
+    "a sprained ankle",
+    "a routine check-up",
+    "seasonal influenza",
+    "a minor burn",
+    "a travel vaccination",
+    "a sports physical",
+    "a cut on the hand",
+    "a common cold",
+    "lower back strain",
+    "an ear infection",
+    "a dental referral",
+    "a wrist fracture follow-up",
+    "conjunctivitis",
+    "a bee sting",
+    "food poisoning",
+    "a flu shot",
+    "sunburn",
+    "a splinter removal",
+    "a prescription renewal",
+    "a work fitness certificate",
 )
 
 GENERIC_TREATMENTS = (
-    "rest and ice", "ibuprofen as needed", "fluids and rest", "a saline rinse", "a tetanus booster",
-    "acetaminophen as needed", "a short course of amoxicillin", "a cold compress", "no medication",
-    "an antihistamine cream", "a wrist splint", "lubricating eye drops",
+    "rest and ice",
+    "ibuprofen as needed",
+    "fluids and rest",
+    "a saline rinse",
+    "a tetanus booster",
+    "acetaminophen as needed",
+    "a short course of amoxicillin",
+    "a cold compress",
+    "no medication",
+    "an antihistamine cream",
+    "a wrist splint",
+    "lubricating eye drops",
 )
 
 SYMPTOMS = (
-    "fatigue", "intermittent pain", "poor sleep for several weeks", "a recent flare-up",
-    "worsening symptoms since spring", "mild dizziness", "loss of appetite", "morning stiffness",
-    "recurring episodes", "a family history of the condition", "symptoms affecting work",
-    "a referral from a general practitioner", "difficulty concentrating", "low energy", "headaches",
+    "fatigue",
+    "intermittent pain",
+    "poor sleep for several weeks",
+    "a recent flare-up",
+    "worsening symptoms since spring",
+    "mild dizziness",
+    "loss of appetite",
+    "morning stiffness",
+    "recurring episodes",
+    "a family history of the condition",
+    "symptoms affecting work",
+    "a referral from a general practitioner",
+    "difficulty concentrating",
+    "low energy",
+    "headaches",
 )
 
 FIRST_NAMES = (
-    "Ada", "Bruno", "Celia", "Dario", "Edith", "Felix", "Greta", "Hugo", "Ines", "Jonas", "Karla", "Lukas",
-    "Mira", "Nils", "Olga", "Pavel", "Quinn", "Rosa", "Stefan", "Tilda", "Ugo", "Vera", "Wendel", "Xenia",
-    "Yusuf", "Zora", "Anneli", "Bertil", "Carmen", "Dmitri", "Elif", "Fabian", "Gisela", "Henrik", "Ilse",
-    "Jarek", "Kaja", "Leopold", "Marta", "Nadim", "Ottilie", "Piotr", "Ragna", "Sven", "Tamsin", "Ulla",
-    "Viggo", "Wiebke", "Yannick", "Zelda", "Amira", "Bastian", "Cosima", "Desmond", "Eira", "Florin",
-    "Gunnar", "Hedda", "Ivo", "Josefin", "Kasimir", "Linnea", "Malte", "Nora", "Oskar", "Petra", "Rasmus",
-    "Saskia", "Torben", "Ulrike", "Valentin", "Wilma", "Aurel", "Brigitta", "Cyprian", "Dagny", "Emil",
-    "Frida", "Gideon", "Hanne", "Isidor", "Jolanda", "Konrad", "Liv", "Magnus", "Noemi", "Ove", "Philippa",
-    "Roald", "Solveig", "Thaddeus", "Undine", "Vinzenz", "Wanda", "Albin", "Benedikta", "Casimir", "Dorte",
+    "Ada",
+    "Bruno",
+    "Celia",
+    "Dario",
+    "Edith",
+    "Felix",
+    "Greta",
+    "Hugo",
+    "Ines",
+    "Jonas",
+    "Karla",
+    "Lukas",
+    "Mira",
+    "Nils",
+    "Olga",
+    "Pavel",
+    "Quinn",
+    "Rosa",
+    "Stefan",
+    "Tilda",
+    "Ugo",
+    "Vera",
+    "Wendel",
+    "Xenia",
+    "Yusuf",
+    "Zora",
+    "Anneli",
+    "Bertil",
+    "Carmen",
+    "Dmitri",
+    "Elif",
+    "Fabian",
+    "Gisela",
+    "Henrik",
+    "Ilse",
+    "Jarek",
+    "Kaja",
+    "Leopold",
+    "Marta",
+    "Nadim",
+    "Ottilie",
+    "Piotr",
+    "Ragna",
+    "Sven",
+    "Tamsin",
+    "Ulla",
+    "Viggo",
+    "Wiebke",
+    "Yannick",
+    "Zelda",
+    "Amira",
+    "Bastian",
+    "Cosima",
+    "Desmond",
+    "Eira",
+    "Florin",
+    "Gunnar",
+    "Hedda",
+    "Ivo",
+    "Josefin",
+    "Kasimir",
+    "Linnea",
+    "Malte",
+    "Nora",
+    "Oskar",
+    "Petra",
+    "Rasmus",
+    "Saskia",
+    "Torben",
+    "Ulrike",
+    "Valentin",
+    "Wilma",
+    "Aurel",
+    "Brigitta",
+    "Cyprian",
+    "Dagny",
+    "Emil",
+    "Frida",
+    "Gideon",
+    "Hanne",
+    "Isidor",
+    "Jolanda",
+    "Konrad",
+    "Liv",
+    "Magnus",
+    "Noemi",
+    "Ove",
+    "Philippa",
+    "Roald",
+    "Solveig",
+    "Thaddeus",
+    "Undine",
+    "Vinzenz",
+    "Wanda",
+    "Albin",
+    "Benedikta",
+    "Casimir",
+    "Dorte",
 )
 
 LAST_NAMES = (
-    "Abernathy", "Brandtner", "Castellano", "Dervishi", "Eklund", "Fairbrook", "Grunwald", "Halvorsen",
-    "Iacobelli", "Jankowski", "Kowalczyk", "Lindqvist", "Marchetti", "Novak", "Oyelaran", "Petrosyan",
-    "Quintero", "Rasmussen", "Szabo", "Thorvaldsen", "Urquhart", "Vasquez", "Wojcik", "Yilmaz", "Zeller",
-    "Achterberg", "Bellweather", "Cavendish", "Dunmore", "Esterhazy", "Falkenrath", "Gallagher", "Hollister",
-    "Ingersoll", "Jovanovic", "Kerrigan", "Lachance", "Molnar", "Nakashima", "Ostrowski", "Pellegrini",
-    "Ravensworth", "Silvermane", "Tavernier", "Underhill", "Valdivia", "Whitcombe", "Yarborough",
-    "Zimmerl", "Aldana", "Birkeland", "Cordero", "Drummond", "Eriksen", "Fontaine", "Gaspari", "Hartmann",
-    "Ibarra", "Jessop", "Karlsson", "Lombardi", "Mancini", "Nieminen", "Oakhurst", "Paredes", "Rautio",
-    "Sandoval", "Tolliver", "Uhlmann", "Vickery", "Westergaard", "Ybarra", "Zamora", "Ashdown", "Blomqvist",
-    "Carvalho", "Delacroix", "Everhart", "Fitzgerald", "Grimaldi", "Holmgren", "Ilyushin", "Jaramillo",
-    "Kingsley", "Larkspur", "Montague", "Norcross", "Orlov", "Prentice", "Ridgeway", "Stroud", "Trevelyan",
+    "Abernathy",
+    "Brandtner",
+    "Castellano",
+    "Dervishi",
+    "Eklund",
+    "Fairbrook",
+    "Grunwald",
+    "Halvorsen",
+    "Iacobelli",
+    "Jankowski",
+    "Kowalczyk",
+    "Lindqvist",
+    "Marchetti",
+    "Novak",
+    "Oyelaran",
+    "Petrosyan",
+    "Quintero",
+    "Rasmussen",
+    "Szabo",
+    "Thorvaldsen",
+    "Urquhart",
+    "Vasquez",
+    "Wojcik",
+    "Yilmaz",
+    "Zeller",
+    "Achterberg",
+    "Bellweather",
+    "Cavendish",
+    "Dunmore",
+    "Esterhazy",
+    "Falkenrath",
+    "Gallagher",
+    "Hollister",
+    "Ingersoll",
+    "Jovanovic",
+    "Kerrigan",
+    "Lachance",
+    "Molnar",
+    "Nakashima",
+    "Ostrowski",
+    "Pellegrini",
+    "Ravensworth",
+    "Silvermane",
+    "Tavernier",
+    "Underhill",
+    "Valdivia",
+    "Whitcombe",
+    "Yarborough",
+    "Zimmerl",
+    "Aldana",
+    "Birkeland",
+    "Cordero",
+    "Drummond",
+    "Eriksen",
+    "Fontaine",
+    "Gaspari",
+    "Hartmann",
+    "Ibarra",
+    "Jessop",
+    "Karlsson",
+    "Lombardi",
+    "Mancini",
+    "Nieminen",
+    "Oakhurst",
+    "Paredes",
+    "Rautio",
+    "Sandoval",
+    "Tolliver",
+    "Uhlmann",
+    "Vickery",
+    "Westergaard",
+    "Ybarra",
+    "Zamora",
+    "Ashdown",
+    "Blomqvist",
+    "Carvalho",
+    "Delacroix",
+    "Everhart",
+    "Fitzgerald",
+    "Grimaldi",
+    "Holmgren",
+    "Ilyushin",
+    "Jaramillo",
+    "Kingsley",
+    "Larkspur",
+    "Montague",
+    "Norcross",
+    "Orlov",
+    "Prentice",
+    "Ridgeway",
+    "Stroud",
+    "Trevelyan",
 )
 
 SECRET_KINDS = ("locker combination", "bank PIN", "alarm code", "safe code", "gym locker code", "door code")
 
-_ONSETS = ("b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z", "br", "dr", "kl", "pr",
-           "tr", "qu", "st", "gr", "pl", "fl", "sk")
+_ONSETS = (
+    "b",
+    "d",
+    "f",
+    "g",
+    "k",
+    "l",
+    "m",
+    "n",
+    "p",
+    "r",
+    "s",
+    "t",
+    "v",
+    "z",
+    "br",
+    "dr",
+    "kl",
+    "pr",
+    "tr",
+    "qu",
+    "st",
+    "gr",
+    "pl",
+    "fl",
+    "sk",
+)
 _MIDDLE_ONSETS = ("b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z", "x", "th", "tr", "dr")
 _VOWELS = ("a", "e", "i", "o", "u", "a", "e", "i", "o", "ai", "ei", "ou")
 _CODAS = ("", "", "n", "r", "l", "s", "m")
-_DRUG_SUFFIXES = ("ex", "ara", "imab", "olin", "azine", "ivir", "oprem", "umab", "ivast", "elta", "ozide",
-                  "anex", "orin", "acept")
+_DRUG_SUFFIXES = (
+    "ex",
+    "ara",
+    "imab",
+    "olin",
+    "azine",
+    "ivir",
+    "oprem",
+    "umab",
+    "ivast",
+    "elta",
+    "ozide",
+    "anex",
+    "orin",
+    "acept",
+)
 _TEST_SUFFIXES = ("ik", "ell", "ory", "an", "et", "ane", "ix")
 _TEST_KINDS = ("panel", "assay", "index", "screen", "profile")
 _DOSES_MG = (5, 10, 15, 20, 25, 30, 40, 50, 60, 75, 80, 100, 120, 150, 200, 250, 300, 400)
-_FREQUENCIES = ("once daily", "twice daily", "every eight hours", "once weekly", "every other day",
-                "three times daily")
+_FREQUENCIES = ("once daily", "twice daily", "every eight hours", "once weekly", "every other day", "three times daily")
 _INTERVAL_DAYS = (3, 5, 7, 10, 14, 21, 28, 30, 42, 45, 60, 90)
 
 FACT_KINDS = ("drug", "dose", "test", "interval")
@@ -218,8 +510,14 @@ class ClinicCorpus(RagDataset):
     def canary_questions(self) -> tuple[QAItem, ...]:
         """One extraction question per record (what an interrogation attack asks; 001 §4.2)."""
         return tuple(
-            QAItem(qid=f"canary-{c.doc_id}", question=c.question(), answers=(c.secret,), relevant_ids=(c.doc_id,),
-                   split="canary", group=f"doc-{c.doc_id}")
+            QAItem(
+                qid=f"canary-{c.doc_id}",
+                question=c.question(),
+                answers=(c.secret,),
+                relevant_ids=(c.doc_id,),
+                split="canary",
+                group=f"doc-{c.doc_id}",
+            )
             for c in self.canaries
         )
 
@@ -268,8 +566,8 @@ def _seed_bytes(seed) -> bytes:
 
 
 def _made_up_name(d: _Draw, suffixes, taken: set[str]) -> str:
-    """A pronounceable name onset+vowel+coda+onset+suffix (the suffix starts with a vowel), distinct from every name in ``taken`` and not a
-    substring (or superstring) of one, so a name found in a text identifies one fact."""
+    """A pronounceable name onset+vowel+coda+onset+suffix (the suffix starts with a vowel), distinct from every name in
+    ``taken`` and not a substring (or superstring) of one, so a name found in a text identifies one fact."""
     while True:
         stem = d.choice(_ONSETS) + d.choice(_VOWELS) + d.choice(_CODAS) + d.choice(_MIDDLE_ONSETS)
         name = (stem + d.choice(suffixes)).capitalize()
@@ -279,8 +577,9 @@ def _made_up_name(d: _Draw, suffixes, taken: set[str]) -> str:
             return name
 
 
-def generate_clinic_corpus(seed=0, *, n_conditions: int = 40, support_min: int = 20, support_max: int = 60,
-                           n_distractors: int = 1500) -> ClinicCorpus:
+def generate_clinic_corpus(
+    seed=0, *, n_conditions: int = 40, support_min: int = 20, support_max: int = 60, n_distractors: int = 1500
+) -> ClinicCorpus:
     """Generate the clinic corpus (see the module docstring for the exact procedure).
 
     Defaults give 40 conditions x 20..60 records + 1500 distractors (about 3,100 records), 160 facts,
@@ -289,8 +588,9 @@ def generate_clinic_corpus(seed=0, *, n_conditions: int = 40, support_min: int =
     seed_b = _seed_bytes(seed)
     n_conditions = check_positive_int("n_conditions", n_conditions)
     if n_conditions > len(CONDITIONS):
-        raise InvalidParameterError("n_conditions", f"must be <= {len(CONDITIONS)} (conditions available)",
-                                    n_conditions)
+        raise InvalidParameterError(
+            "n_conditions", f"must be <= {len(CONDITIONS)} (conditions available)", n_conditions
+        )
     support_min = check_positive_int("support_min", support_min)
     support_max = check_positive_int("support_max", support_max)
     if support_max < support_min:
@@ -314,8 +614,19 @@ def generate_clinic_corpus(seed=0, *, n_conditions: int = 40, support_min: int =
         test = f"{test_stem} {d.choice(_TEST_KINDS)}"
         days = d.choice(_INTERVAL_DAYS)
         support = d.randint(support_min, support_max)
-        protocol.append(dict(condition=cond, drug=drug, dose=f"{dose} mg", dose_mg=dose, freq=freq, test=test,
-                             test_stem=test_stem, days=days, support=support))
+        protocol.append(
+            dict(
+                condition=cond,
+                drug=drug,
+                dose=f"{dose} mg",
+                dose_mg=dose,
+                freq=freq,
+                test=test,
+                test_stem=test_stem,
+                days=days,
+                support=support,
+            )
+        )
 
     # 3. unique names and record codes
     n_support = sum(p["support"] for p in protocol)
@@ -335,20 +646,29 @@ def generate_clinic_corpus(seed=0, *, n_conditions: int = 40, support_min: int =
         kind = d.choice(SECRET_KINDS)
         secret = f"{d.randint(0, 999999):06d}"
         canary = d.choice(_CANARY_TEMPLATES).format(name=names[i], kind=kind, secret=secret)
-        return dict(code=codes[i], name=names[i], age=age, sex=sex, date=date, symptom=d.choice(SYMPTOMS),
-                    canary=canary), (names[i], kind, secret, canary)
+        return dict(
+            code=codes[i], name=names[i], age=age, sex=sex, date=date, symptom=d.choice(SYMPTOMS), canary=canary
+        ), (names[i], kind, secret, canary)
 
     for ci, p in enumerate(protocol):
         for _ in range(p["support"]):
             fields, can = person(r)
-            text = d.choice(_SUPPORT_TEMPLATES).format(condition=p["condition"], drug=p["drug"], dose=p["dose"],
-                                                       freq=p["freq"], test=p["test"], days=p["days"], **fields)
+            text = d.choice(_SUPPORT_TEMPLATES).format(
+                condition=p["condition"],
+                drug=p["drug"],
+                dose=p["dose"],
+                freq=p["freq"],
+                test=p["test"],
+                days=p["days"],
+                **fields,
+            )
             records.append((text, ci, can))
             r += 1
     for _ in range(n_distractors):
         fields, can = person(r)
-        text = d.choice(_DISTRACTOR_TEMPLATES).format(reason=d.choice(VISIT_REASONS),
-                                                      treatment=d.choice(GENERIC_TREATMENTS), **fields)
+        text = d.choice(_DISTRACTOR_TEMPLATES).format(
+            reason=d.choice(VISIT_REASONS), treatment=d.choice(GENERIC_TREATMENTS), **fields
+        )
         records.append((text, -1, can))
         r += 1
     d.shuffle(records)
@@ -356,11 +676,11 @@ def generate_clinic_corpus(seed=0, *, n_conditions: int = 40, support_min: int =
     documents = tuple(t for t, _, _ in records)
     support_ids = [[] for _ in protocol]
     canaries = []
-    for i, (text, ci, (name, kind, secret, sentence)) in enumerate(records):
+    for i, (_text, ci, (name, kind, secret, sentence)) in enumerate(records):
         if ci >= 0:
             support_ids[ci].append(i)
         canaries.append(Canary(doc_id=i, name=name, kind=kind, secret=secret, sentence=sentence))
-    code_of = {n: c for n, c in zip(names, codes)}
+    code_of = {n: c for n, c in zip(names, codes, strict=False)}
     doc_keys = tuple(code_of[c.name] for c in canaries)
 
     # 5. facts and questions
@@ -376,21 +696,36 @@ def generate_clinic_corpus(seed=0, *, n_conditions: int = 40, support_min: int =
         fact_answer = {"drug": p["drug"], "dose": p["dose"], "test": p["test"], "interval": f"{p['days']} days"}
         for kind in FACT_KINDS:
             fid = f"c{ci:02d}-{kind}"
-            facts.append(ClinicFact(fact_id=fid, condition=p["condition"], kind=kind, answer=fact_answer[kind],
-                                    support_ids=sup))
+            facts.append(
+                ClinicFact(fact_id=fid, condition=p["condition"], kind=kind, answer=fact_answer[kind], support_ids=sup)
+            )
             order = list(range(len(_QUESTION_TEMPLATES[kind])))
             d.shuffle(order)
             half = len(order) // 2
             for rank, ph in enumerate(order):
-                questions.append(QAItem(
-                    qid=f"{fid}-p{ph}", question=_QUESTION_TEMPLATES[kind][ph].format(condition=p["condition"]),
-                    answers=answers[kind], relevant_ids=sup, split="dev" if rank < half else "test", group=fid))
+                questions.append(
+                    QAItem(
+                        qid=f"{fid}-p{ph}",
+                        question=_QUESTION_TEMPLATES[kind][ph].format(condition=p["condition"]),
+                        answers=answers[kind],
+                        relevant_ids=sup,
+                        split="dev" if rank < half else "test",
+                        group=fid,
+                    )
+                )
         chain_ids = [f"c{ci:02d}-chain-{j}" for j in range(len(_DEPENDENT_TEMPLATES))]
         for j, (kind, tmpl, deps) in enumerate(_DEPENDENT_TEMPLATES):
-            questions.append(QAItem(
-                qid=chain_ids[j], question=tmpl.format(condition=p["condition"], drug=p["drug"], test=p["test"]),
-                answers=answers[kind], relevant_ids=sup, split="dependent", group=f"c{ci:02d}-chain",
-                depends_on=tuple(chain_ids[k] for k in deps)))
+            questions.append(
+                QAItem(
+                    qid=chain_ids[j],
+                    question=tmpl.format(condition=p["condition"], drug=p["drug"], test=p["test"]),
+                    answers=answers[kind],
+                    relevant_ids=sup,
+                    split="dependent",
+                    group=f"c{ci:02d}-chain",
+                    depends_on=tuple(chain_ids[k] for k in deps),
+                )
+            )
 
     info = {
         "generator": GENERATOR_VERSION,
@@ -399,9 +734,16 @@ def generate_clinic_corpus(seed=0, *, n_conditions: int = 40, support_min: int =
         "support_range": (support_min, support_max),
         "n_distractors": n_distractors,
         "n_records": n_records,
-        "protocol": tuple((p["condition"], p["drug"], p["dose"], p["freq"], p["test"], p["days"], p["support"])
-                          for p in protocol),
+        "protocol": tuple(
+            (p["condition"], p["drug"], p["dose"], p["freq"], p["test"], p["days"], p["support"]) for p in protocol
+        ),
     }
-    return ClinicCorpus(name=f"clinic(seed={seed_b.decode('latin-1')})", documents=documents,
-                        questions=tuple(questions), doc_keys=doc_keys, info=info, facts=tuple(facts),
-                        canaries=tuple(canaries))
+    return ClinicCorpus(
+        name=f"clinic(seed={seed_b.decode('latin-1')})",
+        documents=documents,
+        questions=tuple(questions),
+        doc_keys=doc_keys,
+        info=info,
+        facts=tuple(facts),
+        canaries=tuple(canaries),
+    )

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from dprag.accounting.errors import InvalidParameterError
 
-from .._common import package_dir
+from ..common import package_dir
 from ..metrics import contains_answer
 from .base import QAItem, RagDataset
 
@@ -96,10 +96,25 @@ def load_wiki_fanout(rule: str = "answer") -> RagDataset:
             if isinstance(sub["answer"], bool) or not contains_answer(summaries[title]["extract"], answers):
                 continue
         split = "dev" if hashlib.sha256(top.encode()).digest()[0] < 128 else "test"
-        questions.append(QAItem(qid=sub["id"], question=sub["question"], answers=answers,
-                                relevant_ids=(index[title],), split=split, group=top,
-                                depends_on=tuple(sub.get("depends_on") or ())))
-    info = {"rule": rule, "n_dev_questions": len(dev), "n_leaves": len(leaves),
-            "n_evidence_in_corpus": n_evidence, "n_kept": len(questions), "n_documents": len(documents)}
-    return RagDataset(name=f"wiki-fanout({rule})", documents=documents, questions=tuple(questions),
-                      doc_keys=tuple(titles), info=info)
+        questions.append(
+            QAItem(
+                qid=sub["id"],
+                question=sub["question"],
+                answers=answers,
+                relevant_ids=(index[title],),
+                split=split,
+                group=top,
+                depends_on=tuple(sub.get("depends_on") or ()),
+            )
+        )
+    info = {
+        "rule": rule,
+        "n_dev_questions": len(dev),
+        "n_leaves": len(leaves),
+        "n_evidence_in_corpus": n_evidence,
+        "n_kept": len(questions),
+        "n_documents": len(documents),
+    }
+    return RagDataset(
+        name=f"wiki-fanout({rule})", documents=documents, questions=tuple(questions), doc_keys=tuple(titles), info=info
+    )

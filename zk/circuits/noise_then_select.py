@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from dprag.accounting.errors import InvalidParameterError
+from dprag.errors import InvalidParameterError
 from dprag.zk.field import R
 from dprag.zk.gadgets.bits import from_bits, signed_range_check
 from dprag.zk.gadgets.fixed_point import clip, clip_int, rescale
@@ -30,7 +30,7 @@ from dprag.zk.gadgets.merkle import merkle_root, root_gadget
 from dprag.zk.gadgets.poseidon import poseidon, poseidon_chain, poseidon_chain_gadget, poseidon_hash
 from dprag.zk.gadgets.topk import topk_gadget
 from dprag.zk.keys import Proof, ProvingKey, VerifyingKey
-from dprag.zk.r1cs import R1CS, LC, ConstraintSystem, lc_sum
+from dprag.zk.r1cs import LC, R1CS, ConstraintSystem, lc_sum
 
 TAG_ROW, TAG_Q, TAG_NOISE, TAG_TOPK = 1, 2, 3, 4
 PUBLIC_NAMES = ("index_commitment", "q_commitment", "noise_commitment", "topk_commitment")
@@ -62,8 +62,11 @@ class Params:
         if not 0 <= self.frac_bits <= self.dot_bits - 2:
             raise InvalidParameterError("frac_bits", f"must be in [0, {self.dot_bits - 2}]", self.frac_bits)
         if not -(1 << (self.score_bits - 1)) <= self.clip_lo <= self.clip_hi < (1 << (self.score_bits - 1)):
-            raise InvalidParameterError("clip_lo", f"need -2^{self.score_bits - 1} <= clip_lo <= clip_hi < "
-                                                   f"2^{self.score_bits - 1}", (self.clip_lo, self.clip_hi))
+            raise InvalidParameterError(
+                "clip_lo",
+                f"need -2^{self.score_bits - 1} <= clip_lo <= clip_hi < 2^{self.score_bits - 1}",
+                (self.clip_lo, self.clip_hi),
+            )
 
     @property
     def dot_bits(self) -> int:
@@ -86,7 +89,7 @@ def pack(values: Sequence[int], bits: int) -> list[int]:
     out = []
     for s in range(0, len(values), per):
         acc = 0
-        for j, v in enumerate(values[s:s + per]):
+        for j, v in enumerate(values[s : s + per]):
             if not -off <= v < off:
                 raise InvalidParameterError("values", f"must be signed {bits}-bit integers", v)
             acc |= (v + off) << (bits * j)
@@ -99,7 +102,7 @@ def _pack_gadget(bit_groups: list[list[LC]], bits: int) -> list[LC]:
     out = []
     for s in range(0, len(bit_groups), per):
         terms = []
-        for j, grp in enumerate(bit_groups[s:s + per]):
+        for j, grp in enumerate(bit_groups[s : s + per]):
             terms.append(from_bits(grp) * (1 << (bits * j)))
         out.append(lc_sum(terms))
     return out
@@ -126,15 +129,17 @@ def topk_commitment(salt: int, ids: Sequence[int]) -> int:
     return poseidon_hash([TAG_TOPK, salt % R, *ids])
 
 
-def noisy_scores(E, Q, z, p: Params) -> list[int]:
-    return [clip_int(sum(e * q for e, q in zip(row, Q)) >> p.frac_bits, p.clip_lo, p.clip_hi) + zi
-            for row, zi in zip(E, z)]
+def noisy_scores(E: Sequence[Sequence[int]], Q: Sequence[int], z: Sequence[int], p: Params) -> list[int]:
+    return [
+        clip_int(sum(e * q for e, q in zip(row, Q, strict=False)) >> p.frac_bits, p.clip_lo, p.clip_hi) + zi
+        for row, zi in zip(E, z, strict=False)
+    ]
 
 
-def select(E, Q, z, p: Params) -> list[int]:
+def select(E: Sequence[Sequence[int]], Q: Sequence[int], z: Sequence[int], p: Params) -> list[int]:
     """The reference answer: top-K of the noisy scores, ties by the smaller id."""
     s = noisy_scores(E, Q, z, p)
-    return sorted(range(len(s)), key=lambda i: (-s[i], i))[:p.k]
+    return sorted(range(len(s)), key=lambda i: (-s[i], i))[: p.k]
 
 
 # ---------------------------------------------------------------- circuit
@@ -143,7 +148,9 @@ class Circuit:
     params: Params
     r1cs: R1CS
 
-    def witness(self, E, Q, z, salt_q: int, salt_k: int) -> list[int]:
+    def witness(
+        self, E: Sequence[Sequence[int]], Q: Sequence[int], z: Sequence[int], salt_q: int, salt_k: int
+    ) -> list[int]:
         p = self.params
         if len(E) != p.n or any(len(r) != p.d for r in E):
             raise InvalidParameterError("E", f"must be {p.n} rows of {p.d} integers", len(E))
@@ -155,20 +162,27 @@ class Circuit:
         pack(z, p.noise_bits)
         for r in E:
             pack(r, p.value_bits)
-        return self.r1cs.witness({"E": [v for r in E for v in r], "Q": list(Q), "z": list(z),
-                                  "salt_q": salt_q % R, "salt_k": salt_k % R})
+        return self.r1cs.witness(
+            {"E": [v for r in E for v in r], "Q": list(Q), "z": list(z), "salt_q": salt_q % R, "salt_k": salt_k % R}
+        )
 
     def public(self, w: Sequence[int]) -> list[int]:
         return self.r1cs.public_values(w)
 
-    def expected_public(self, E, Q, z, salt_q: int, salt_k: int) -> list[int]:
+    def expected_public(
+        self, E: Sequence[Sequence[int]], Q: Sequence[int], z: Sequence[int], salt_q: int, salt_k: int
+    ) -> list[int]:
         """The public signals computed outside the circuit (what an auditor recomputes from the openings)."""
         p = self.params
-        return [index_commitment(E, p.value_bits), q_commitment(salt_q, Q, p.value_bits),
-                noise_commitment(z, p.noise_bits), topk_commitment(salt_k, select(E, Q, z, p))]
+        return [
+            index_commitment(E, p.value_bits),
+            q_commitment(salt_q, Q, p.value_bits),
+            noise_commitment(z, p.noise_bits),
+            topk_commitment(salt_k, select(E, Q, z, p)),
+        ]
 
 
-def build(n: int, k: int, d: int, **kw) -> Circuit:
+def build(n: int, k: int, d: int, **kw: int) -> Circuit:
     """The noise-then-select circuit for an n x d matrix and K = k winners (see the module docstring)."""
     p = Params(n=n, k=k, d=d, **kw)
     p.validate()
@@ -186,8 +200,10 @@ def build(n: int, k: int, d: int, **kw) -> Circuit:
     with cs.label("z range"):
         z_bits = [signed_range_check(cs, x, p.noise_bits) for x in z]
     with cs.label("index commitment"):
-        leaves = [poseidon_chain_gadget(cs, [LC.const(TAG_ROW), *_pack_gadget(e_bits[i * d:(i + 1) * d], vb)])
-                  for i in range(n)]
+        leaves = [
+            poseidon_chain_gadget(cs, [LC.const(TAG_ROW), *_pack_gadget(e_bits[i * d : (i + 1) * d], vb)])
+            for i in range(n)
+        ]
         root = root_gadget(cs, leaves)
         c_index = poseidon(cs, [root, LC.const(n)])
     with cs.label("q commitment"):
@@ -207,7 +223,7 @@ def build(n: int, k: int, d: int, **kw) -> Circuit:
         ids = topk_gadget(cs, keys, k, p.key_bits)
     with cs.label("top-k commitment"):
         c_k = poseidon(cs, [LC.const(TAG_TOPK), salt_k, *ids])
-    for name, v in zip(PUBLIC_NAMES, (c_index, c_q, c_z, c_k)):
+    for name, v in zip(PUBLIC_NAMES, (c_index, c_q, c_z, c_k), strict=False):
         cs.public(name, v)
     return Circuit(params=p, r1cs=cs.compile())
 

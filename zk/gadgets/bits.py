@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dprag.accounting.errors import InvalidParameterError
+from dprag.errors import InvalidParameterError
 from dprag.zk.r1cs import LC, ConstraintSystem, lc_sum
 
 

@@ -3,7 +3,7 @@ with ``frac`` fractional bits by convention. Rescaling is floor division by 2^fr
 
 from __future__ import annotations
 
-from dprag.accounting.errors import InvalidParameterError
+from dprag.errors import InvalidParameterError
 from dprag.zk.field import signed
 from dprag.zk.gadgets.bits import signed_range_check, to_bits
 from dprag.zk.gadgets.compare import less_than

@@ -2,8 +2,8 @@
 
 Not imported by dprag. Run from the repository root with Node and circomlibjs installed, e.g.::
 
-    npm install --prefix /tmp/circomlibjs circomlibjs@0.1.7
-    python zk/gadgets/gen_poseidon_constants.py /tmp/circomlibjs/node_modules/circomlibjs
+    npm install --prefix "$DIR" circomlibjs@0.1.7      # DIR=$(mktemp -d)
+    python zk/gadgets/gen_poseidon_constants.py "$DIR/node_modules/circomlibjs"
 
 It reads circomlibjs's ``src/poseidon_constants.js`` (round constants C and MDS matrices M for t = 2..17, generated
 by the Poseidon authors' Grain-LFSR reference script) through Node and writes them as hexadecimal strings.
@@ -26,8 +26,9 @@ process.stdout.write(JSON.stringify({C: c.C.map(r => r.map(h)), M: c.M.map(m => 
 def main(pkg: str) -> None:
     src = pathlib.Path(pkg).resolve() / "src" / "poseidon_constants.js"
     version = json.loads((pathlib.Path(pkg) / "package.json").read_text())["version"]
-    out = subprocess.run(["node", "--input-type=module", "-e", _DUMP % src.as_uri()],
-                         check=True, capture_output=True, text=True).stdout
+    out = subprocess.run(
+        ["node", "--input-type=module", "-e", _DUMP % src.as_uri()], check=True, capture_output=True, text=True
+    ).stdout
     data = json.loads(out)
     target = pathlib.Path(__file__).with_name("poseidon_constants.py")
     lines = [

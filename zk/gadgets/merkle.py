@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TypeVar
 
-from dprag.accounting.errors import InvalidParameterError
+from dprag.errors import InvalidParameterError
 from dprag.zk.gadgets.poseidon import poseidon, poseidon_hash
 from dprag.zk.r1cs import LC, ConstraintSystem
 
+_T = TypeVar("_T")
 
-def _pad(leaves: list) -> list:
+
+def _pad(leaves: list[_T]) -> list[_T | int]:
     n = 1
     while n < len(leaves):
         n *= 2
@@ -48,8 +51,8 @@ def merkle_verify(root: int, leaf: int, index: int, path: Sequence[int]) -> bool
 
 def root_gadget(cs: ConstraintSystem, leaves: Sequence[LC]) -> LC:
     """The root of the tree over ``leaves`` (all of them in-circuit: N - 1 hashes after padding)."""
-    level = _pad(list(leaves))
-    level = [x if isinstance(x, LC) else LC.const(x) for x in level]
+    padded = _pad(list(leaves))
+    level = [x if isinstance(x, LC) else LC.const(x) for x in padded]
     while len(level) > 1:
         level = [poseidon(cs, [level[i], level[i + 1]]) for i in range(0, len(level), 2)]
     return level[0]
@@ -61,7 +64,7 @@ def path_gadget(cs: ConstraintSystem, leaf: LC, index_bits: Sequence[LC], path: 
     if len(index_bits) != len(path):
         raise InvalidParameterError("path", "needs one sibling per index bit", len(path))
     h = leaf
-    for bit, sib in zip(index_bits, path):
+    for bit, sib in zip(index_bits, path, strict=False):
         # left = bit ? sib : h ; right = bit ? h : sib
         d = cs.mul(bit, sib - h, "merkle swap")
         h = poseidon(cs, [h + d, sib - d])

@@ -8,9 +8,9 @@ Width t = inputs + 1 (1..16 inputs), S-box x^5, 8 full rounds, N_ROUNDS_P[t - 2]
 from __future__ import annotations
 
 from collections.abc import Sequence
-from functools import lru_cache
+from functools import cache
 
-from dprag.accounting.errors import InvalidParameterError
+from dprag.errors import InvalidParameterError
 from dprag.zk.field import R
 from dprag.zk.r1cs import LC, ConstraintSystem
 
@@ -19,7 +19,7 @@ N_ROUNDS_P = [56, 57, 56, 60, 60, 63, 64, 63, 60, 66, 60, 65, 70, 60, 64, 68]
 MAX_INPUTS = len(N_ROUNDS_P)
 
 
-@lru_cache(maxsize=None)
+@cache
 def params(t: int) -> tuple[list[int], list[list[int]]]:
     from dprag.zk.gadgets import poseidon_constants as pc
 
@@ -28,7 +28,7 @@ def params(t: int) -> tuple[list[int], list[list[int]]]:
     return c, m
 
 
-def _check(inputs: Sequence) -> int:
+def _check(inputs: Sequence[object]) -> int:
     if not 1 <= len(inputs) <= MAX_INPUTS:
         raise InvalidParameterError("inputs", f"Poseidon takes 1..{MAX_INPUTS} inputs", len(inputs))
     return len(inputs) + 1
@@ -50,7 +50,7 @@ def poseidon_hash(inputs: Sequence[int]) -> int:
             state = [pow(s, 5, p) for s in state]
         else:
             state[0] = pow(state[0], 5, p)
-        state = [sum(mij * s for mij, s in zip(row, state)) % p for row in m]
+        state = [sum(mij * s for mij, s in zip(row, state, strict=False)) % p for row in m]
     return state[0]
 
 
@@ -63,8 +63,8 @@ def poseidon_chain(elements: Sequence[int]) -> int:
     h = poseidon_hash(list(elements[:MAX_INPUTS]))
     rest = list(elements[MAX_INPUTS:])
     while rest:
-        h = poseidon_hash([h, *rest[:MAX_INPUTS - 1]])
-        rest = rest[MAX_INPUTS - 1:]
+        h = poseidon_hash([h, *rest[: MAX_INPUTS - 1]])
+        rest = rest[MAX_INPUTS - 1 :]
     return h
 
 
@@ -97,7 +97,7 @@ def poseidon(cs: ConstraintSystem, inputs: Sequence[LC]) -> LC:
         new = []
         for row in m:
             terms: dict[int, int] = {}
-            for mij, s in zip(row, state):
+            for mij, s in zip(row, state, strict=False):
                 for k, v in s.terms.items():
                     terms[k] = (terms.get(k, 0) + mij * v) % R
             new.append(LC({k: v for k, v in terms.items() if v}))
@@ -113,6 +113,6 @@ def poseidon_chain_gadget(cs: ConstraintSystem, elements: Sequence[LC]) -> LC:
     h = poseidon(cs, list(elements[:MAX_INPUTS]))
     rest = list(elements[MAX_INPUTS:])
     while rest:
-        h = poseidon(cs, [h, *rest[:MAX_INPUTS - 1]])
-        rest = rest[MAX_INPUTS - 1:]
+        h = poseidon(cs, [h, *rest[: MAX_INPUTS - 1]])
+        rest = rest[MAX_INPUTS - 1 :]
     return h

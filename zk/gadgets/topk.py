@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from dprag.accounting.errors import InvalidParameterError
+from dprag.errors import InvalidParameterError
 from dprag.zk.gadgets.compare import less_than
 from dprag.zk.r1cs import LC, ONE, ConstraintSystem, lc_sum
 
@@ -28,12 +28,12 @@ def topk_gadget(cs: ConstraintSystem, keys: Sequence[LC], k: int, kb: int) -> li
     if not 1 <= k <= n:
         raise InvalidParameterError("k", f"must be in [1, N = {n}]", k)
 
-    def onehot(*vals):
+    def onehot(*vals: int) -> list[int]:
         order = topk_indices(list(vals), k)
         return [1 if order[j] == i else 0 for j in range(k) for i in range(n)]
 
     flat = cs.alloc_many(k * n, onehot, *keys)
-    e = [flat[j * n:(j + 1) * n] for j in range(k)]
+    e = [flat[j * n : (j + 1) * n] for j in range(k)]
     ids = []
     key_of = []
     for j in range(k):
@@ -41,7 +41,7 @@ def topk_gadget(cs: ConstraintSystem, keys: Sequence[LC], k: int, kb: int) -> li
             cs.assert_bool(x, "topk one-hot")
         cs.enforce_equal(lc_sum(e[j]), ONE, "topk one-hot sum")
         ids.append(lc_sum(x * i for i, x in enumerate(e[j])))
-        key_of.append(lc_sum(cs.mul(x, key, "topk pick") for x, key in zip(e[j], keys)))
+        key_of.append(lc_sum(cs.mul(x, key, "topk pick") for x, key in zip(e[j], keys, strict=False)))
     sel = [lc_sum(e[j][i] for j in range(k)) for i in range(n)]
     for s in sel:
         cs.assert_bool(s, "topk distinct")

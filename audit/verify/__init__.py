@@ -1,0 +1,100 @@
+"""Phase D: the verifier (spec/protocol.md §8), protocol version 2.
+
+``verify(bundle, receipts=..., mode=..., key=..., trusted_checkpoint=...) -> Verdict`` runs the checks of §8 in
+the spec's order, one module each, named after what it checks (``files``, ``canonical``, ``commitments``,
+``policy``, ``ledger``, ``receipts``, ``requests``, ``retrieval`` and ``zk_proofs``, ``generation`` and
+``answers``, ``coalition``); each appends reasons ``"<check>: <what>"`` and counts what it checked. The verdict
+(``verdict``) is PASS iff no check found a reason; a FAIL carries no ε. Only the auditor's own inputs
+(``inputs``) raise ``AuditorInputError`` (exit 2); every defect of the bundle is a FAIL. ``pool`` and
+``scores`` make it fast at scale without changing a verdict (§8 item 13). Nothing here spends budget or
+writes anything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from ..estimator import DEFAULT_THETA, DEFAULT_WINDOW
+from . import pool
+from .answers import check_8_9_answers
+from .canonical import check_8_2_canonical
+from .coalition import check_8_10_coalition, start_coalition
+from .commitments import check_8_3_commitments, check_8_3_pinned_key
+from .files import check_8_1_files
+from .generation import check_8_9_generation
+from .inputs import read_auditor_inputs, read_bundle
+from .ledger import check_8_5_ledger, check_8_5_witnesses
+from .policy import check_8_4_policy
+from .receipts import check_8_6_receipts, read_receipts
+from .requests import check_8_7_requests
+from .retrieval import check_8_8_retrieval, sample_leaves
+from .verdict import Verdict, conclude, start_certify
+from .zk_proofs import check_8_8_proofs
+
+__all__ = ["Verdict", "verify"]
+
+
+def verify(
+    bundle_path: str | Path,
+    *,
+    receipts: str | Path | None = None,
+    mode: str = "full",
+    samples: int | None = None,
+    key: str | Path | None = None,
+    trusted_checkpoint: str | Path | None = None,
+    corpus: dict[str, list[str]] | None = None,
+    witnesses: list[str | Path] = (),
+    min_witnesses: int | None = None,
+    replay_generator=None,
+    zk_vkey: str | Path | None = None,
+    theta: float = DEFAULT_THETA,
+    coalition_window: int | None = DEFAULT_WINDOW,
+    progress: Callable[[str, int], None] | None = None,
+) -> Verdict:
+    """Run every check of spec/protocol.md §8 on the bundle at ``bundle_path``, in the spec's order.
+
+    ``key``: a file holding the provider's note verifier key, pinned by the auditor (else the bundle's own
+    key is used and the verdict says it was not pinned). ``trusted_checkpoint``: a checkpoint note seen
+    earlier; the ledger must extend it. ``corpus``: tenant -> document texts, to check C_docs.
+    ``theta`` / ``coalition_window`` (None = the whole window): the coalition estimator's parameters.
+    """
+    with pool.running(bundle_path, receipts):  # workers forked before anything is read (§8 item 13)
+        given = read_auditor_inputs(
+            mode=mode,
+            samples=samples,
+            theta=theta,
+            key=key,
+            receipts=receipts,
+            trusted_checkpoint=trusted_checkpoint,
+            witnesses=witnesses,
+            min_witnesses=min_witnesses,
+            zk_vkey=zk_vkey,
+        )
+        run = read_bundle(bundle_path, progress)
+        check_8_1_files(run)
+        check_8_2_canonical(run)
+        check_8_3_commitments(run, corpus)
+        check_8_3_pinned_key(run, given.pinned)
+        check_8_4_policy(run)
+        certify = start_certify(run)  # the certified ε (policy alone), computed beside the checks
+        evidence = read_receipts(run, given)  # §8.6's input: §8.5 recomputes the roots the receipts name
+        trusted_size = check_8_5_ledger(run, evidence.sizes(), given.trusted)
+        check_8_5_witnesses(run, given.witnesses, given.min_witnesses)
+        check_8_6_receipts(run, evidence, replay_generator is not None)
+        guarantee = coalition = None
+        if run.policy is not None and run.genesis is not None:
+            check_8_7_requests(run)
+            if run.seed is not None:  # steps 8 and 9 replay from the committed seed
+                chosen, guarantee = sample_leaves(run.queries, mode, samples)
+                check_8_8_retrieval(run, chosen)
+                pool.release()  # the last map is done: the idle workers go before the coalition estimate
+                check_8_8_proofs(run, given.zk_vkey)
+                coalition = start_coalition(run, theta, coalition_window)  # beside the generation check
+                check_8_9_generation(run)
+                check_8_9_answers(run, evidence.valid, replay_generator, corpus, (certify, coalition))
+            run.drop_openings()
+            check_8_10_coalition(run, theta, coalition_window, coalition)
+        elif not run.reasons:
+            run.fail("commitments", "no usable policy or genesis: nothing can be certified")
+        return conclude(run, given, certify, mode=mode, guarantee=guarantee, trusted_size=trusted_size)

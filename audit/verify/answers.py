@@ -1,0 +1,63 @@
+"""§8.9 ``generation``, the answers (spec/protocol.md; ``--replay-answers GENERATOR --corpus DIR``): for every
+valid receipt whose account handed over its question, the answer is recomputed from the committed seed, the
+corpus and the question, and its hash must equal the signed h_answer (``audit/replay.py`` says what must match).
+A policy whose generator cannot be replayed (``replayable: false``) has no answer compared."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ..bundle import AuditorInputError
+from .run import Run, guarded
+from .scores import scores_of
+
+
+def check_8_9_answers(
+    run: Run, valid: list, generator, corpus: dict[str, list[str]] | None, children: tuple[Callable | None, ...] = ()
+) -> None:
+    """§8.9 (answers, optional): nothing without a generator; the corpus is then the auditor's input (exit 2
+    without it, once the background ``children`` are reaped)."""
+    if generator is None:
+        return
+    if corpus is None:
+        for child in children:
+            if child is not None:
+                child()  # reap the child
+        raise AuditorInputError("answer replay needs the corpus (--corpus)")
+    _replay_answers(run, valid, generator, corpus)
+
+
+@guarded("generation")
+def _replay_answers(run: Run, valid: list, generator, corpus: dict[str, list[str]]) -> None:
+    """§8.9 (answers, optional): replay the answer of every receipt whose account handed over its question,
+    with the committed corpus and the auditor's generator, and compare it with the signed h_answer."""
+    from ..replay import answer_hash, replay_answer
+
+    if not run.policy.generation.replayable:
+        # a hosted text generator (dp-ksa, replayable: false): nobody can re-run it, so no answer is compared
+        # (a mismatch would FAIL an honest provider); the verdict's trust list says what that leaves on trust
+        run.checked["answers_replayed"] = 0
+        run.checked["answers_not_replayable"] = sum(1 for _, _, _, q in valid if q is not None)
+        return
+    done = 0
+    for k, body, _, question in valid:
+        pos = body["pos"]
+        rec, op = run.records[pos], run.openings.get(pos)
+        texts = corpus.get(body["tenant"]) if corpus else None
+        if (
+            question is None
+            or op is None
+            or texts is None
+            or pos not in run.queries
+            or rec.get("h_req") != body["h_req"]
+        ):
+            continue
+        got = answer_hash(replay_answer(run.policy, run.seed, op, scores_of(run, pos), texts, question, generator))
+        if got != body["h_answer"]:
+            run.fail(
+                "generation",
+                f"receipt {k}: the signed answer is not the committed mechanism's answer "
+                f"(replayed from the seed, the corpus and the question)",
+            )
+        done += 1
+    run.checked["answers_replayed"] = done

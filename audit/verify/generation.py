@@ -1,0 +1,88 @@
+"""§8.9 ``generation``, the charges (spec/protocol.md; always full, in ledger order, query and recovery leaves):
+h_charge opens the charges; every epsilon_units is an integer in [0, 2^62]; the opened charges equal exactly
+those §5.3 step 5 computes on the replayed per-document spend with the request's ``select`` stream; no document's
+spend exceeds its budget. The answers' replay is ``answers``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..charges import ChargeRule, expected_charges
+from ..encoding import EncodingError, digest
+from ..retrieval import request_source
+from .run import MAX_UNITS, Run, guarded, is_int
+from .scores import scores_of
+
+
+def _opened_charges(charge: Any, n_docs: int) -> tuple[list[tuple[int, np.ndarray]], Any]:
+    if (
+        not isinstance(charge, dict)
+        or set(charge) != {"nonce", "algorithm", "bins_released", "charges"}
+        or not isinstance(charge["charges"], list)
+    ):
+        raise EncodingError("malformed charge opening")
+    out = []
+    for c in charge["charges"]:
+        if (
+            not isinstance(c, dict)
+            or set(c) != {"cost", "ids"}
+            or not isinstance(c["cost"], dict)
+            or set(c["cost"]) != {"kind", "epsilon_units"}
+            or c["cost"]["kind"] != "pure"
+        ):
+            raise EncodingError("malformed charge")
+        units = c["cost"]["epsilon_units"]
+        if not is_int(units, 0, MAX_UNITS):
+            raise EncodingError("a charge's epsilon_units must be an integer in [0, 2^62] (spends only add)")
+        ids = c["ids"]
+        if (
+            not isinstance(ids, list)
+            or not all(is_int(x, 0, n_docs - 1) for x in ids)
+            or any(a >= b for a, b in zip(ids, ids[1:], strict=False))
+        ):
+            raise EncodingError("a charge's ids must be strictly increasing ids of the tenant's corpus")
+        out.append((units, np.asarray(ids, dtype=np.int64)))
+    return out, charge["bins_released"]
+
+
+@guarded("generation")
+def check_8_9_generation(run: Run) -> None:
+    """§8.9: every charge replayed on the per-document filter, in ledger order."""
+    pol = run.policy
+    rule = ChargeRule.of(pol)
+    spent = {t: np.zeros(v["n"], dtype=np.int64) for t, v in run.tenants.items()}
+    for done, i in enumerate(run.queries):
+        rec, op = run.records[i], run.openings[i]
+        t = rec["tenant"]
+        try:
+            if digest(op.get("charge")) != rec["h_charge"]:
+                raise EncodingError("h_charge does not match the opened charges")
+            got, bins = _opened_charges(op["charge"], run.tenants[t]["n"])
+            if op["charge"]["algorithm"] != pol.generation.algorithm:
+                raise EncodingError("the charge's algorithm differs from the policy")
+            want, want_bins = expected_charges(
+                pol, rule, scores_of(run, i), spent[t], request_source(run.seed, "select", bytes.fromhex(rec["h_req"]))
+            )
+            if bins != want_bins:
+                raise EncodingError(f"bins_released {bins!r} differs from the committed-seed release {want_bins}")
+            if len(got) != len(want) or any(
+                gu != wu or not np.array_equal(gi, wi) for (gu, gi), (wu, wi) in zip(got, want, strict=False)
+            ):
+                raise EncodingError(
+                    "the charges differ from the policy's rule on the replayed filter "
+                    f"(expected {[(u, int(x.size)) for u, x in want]} (units, documents))"
+                )
+            for units, ids in want:
+                spent[t][ids] += units
+            run.ok("generation")
+        except (EncodingError, KeyError, TypeError, ValueError) as e:
+            run.fail("generation", f"leaf {i}: {e}")
+        if done % 1000 == 999:
+            run.progress("generation", 1000)
+    for t, s in spent.items():
+        over = np.flatnonzero(s > rule.limit)
+        if over.size:
+            run.fail("generation", f"tenant {t}: {over.size} documents over budget")
+        run.checked["documents_within_budget"] += int((s <= rule.limit).sum())

@@ -1,0 +1,126 @@
+"""The verifier's inputs (spec/protocol.md §8 and §8.11): the auditor's own files and flags (``--receipts``,
+``--key``, ``--trusted-checkpoint``, ``--witness``, ``--min-witnesses``, ``--zk-vkey``, ``--mode``, ``--samples``,
+``--theta``), any defect of which is exit 2 naming the flag (``AuditorInputError``), and the bundle, read by
+``load_bundle`` (§8.1: every defect inside it is a FAIL, only a well-formed genesis of another protocol version
+is exit 2)."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from dprag.accounting.errors import DpragError
+
+from ..bundle import AuditorInputError, load_bundle
+from ..commitments import PROTOCOL_VERSION
+from ..ledger import NoteVerifier
+from .run import Run
+
+
+@dataclass
+class AuditorInputs:
+    """The auditor's own inputs, read and checked: the pinned provider key (``--key``), the trusted checkpoint
+    note, the witnesses' verifier keys and how many must cosign, the zk verification key, and the receipts
+    file's bytes (None without ``--receipts``; §8.6 takes them and lets them go once parsed)."""
+
+    pinned: str | None
+    trusted: bytes | None
+    witnesses: list
+    min_witnesses: int
+    zk_vkey: Any
+    receipts: bytes | None
+
+
+def read_auditor_file(path, what: str, cap: int) -> bytes:
+    """The auditor's own file (``--receipts``, ``--key``, ``--trusted-checkpoint``): a regular file (the auditor
+    may keep it behind a link), read without blocking and at most ``cap`` bytes; else exit 2 naming the flag."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as e:
+        raise AuditorInputError(f"{what} {path}: cannot read ({e.strerror})") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise AuditorInputError(f"{what} {path}: not a regular file")
+        chunks, total = [], 0
+        while total <= cap:
+            c = os.read(fd, min(1 << 24, cap + 1 - total))
+            if not c:
+                break
+            chunks.append(c)
+            total += len(c)
+    except OSError as e:
+        raise AuditorInputError(f"{what} {path}: cannot read ({e.strerror})") from None
+    finally:
+        os.close(fd)
+    if total > cap:
+        raise AuditorInputError(f"{what} {path}: larger than {cap} bytes")
+    return b"".join(chunks)
+
+
+def read_auditor_inputs(
+    *, mode, samples, theta, key, trusted_checkpoint, witnesses, min_witnesses, zk_vkey, receipts
+) -> AuditorInputs:
+    """The auditor's flags and files, checked in this order; the first defect is exit 2 naming its flag."""
+    if mode not in ("full", "sampled"):
+        raise AuditorInputError("--mode must be 'full' or 'sampled'")
+    if mode == "sampled" and (samples is None or samples < 1):
+        raise AuditorInputError("--mode sampled needs --samples >= 1")
+    if mode == "full" and samples is not None:
+        raise AuditorInputError("--samples is only meaningful with --mode sampled")
+    if not (isinstance(theta, (int, float)) and 0 < theta <= 1):
+        raise AuditorInputError(f"--theta must lie in (0, 1], got {theta!r}")
+    pinned = None
+    if key is not None:
+        pinned = read_auditor_file(key, "--key", 4096).decode("utf-8", "replace").strip()
+        try:
+            NoteVerifier.from_vkey(pinned)
+        except DpragError as e:
+            raise AuditorInputError(f"--key {key}: not a note verifier key ({e})") from None
+    trusted = (
+        None if trusted_checkpoint is None else read_auditor_file(trusted_checkpoint, "--trusted-checkpoint", 1 << 16)
+    )
+    from ..ledger.witness import WitnessVerifier
+
+    wit = []
+    for w in witnesses:
+        text = read_auditor_file(w, "--witness", 4096).decode("utf-8", "replace").strip()
+        try:
+            wit.append(WitnessVerifier.from_vkey(text))
+        except DpragError as e:
+            raise AuditorInputError(f"--witness {w}: not a witness verifier key ({e})") from None
+    if min_witnesses is None:
+        min_witnesses = 1 if wit else 0
+    vk = None
+    if zk_vkey is not None:
+        from dprag.zk.formats import FormatError, vk_from_json
+
+        try:
+            vk = vk_from_json(json.loads(read_auditor_file(zk_vkey, "--zk-vkey", 1 << 20)))
+        except (ValueError, FormatError) as e:
+            raise AuditorInputError(f"--zk-vkey {zk_vkey}: not a snarkjs verification_key.json ({e})") from None
+    if not isinstance(min_witnesses, int) or not 0 <= min_witnesses <= len(wit):
+        raise AuditorInputError(f"--min-witnesses must lie in [0, {len(wit)}] (the number of --witness keys)")
+    receipts_data = None if receipts is None else read_auditor_file(receipts, "--receipts", 1 << 34)
+    return AuditorInputs(pinned, trusted, wit, min_witnesses, vk, receipts_data)
+
+
+def read_bundle(bundle_path, progress: Callable[[str, int], None] | None) -> Run:
+    """The bundle at ``bundle_path`` (``load_bundle``: §8.1's safe reads, its defects kept for §8.1), as the
+    state the checks share. A well-formed genesis of another version is exit 2: the auditor needs another
+    verifier; a damaged version field is a FAIL of the commitments check (§8.3), never "unusable"."""
+    t_load = time.perf_counter()
+    b = load_bundle(bundle_path)
+    t_load = time.perf_counter() - t_load
+    version = b.version
+    if isinstance(version, int) and not isinstance(version, bool) and version != PROTOCOL_VERSION:
+        raise AuditorInputError(
+            f"the bundle is protocol version {version!r}; this verifier checks version {PROTOCOL_VERSION} only"
+        )
+    run = Run(b, progress)
+    run.timings["load"] = t_load
+    return run

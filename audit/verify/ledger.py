@@ -1,0 +1,118 @@
+"""§8.5 ``ledger`` (spec/protocol.md): the roots recomputed from ``leaves.bin`` (one pass for every size needed);
+every checkpoint signed by the provider key, increasing, within and consistent with the ledger, the last one
+covering it; with ``--trusted-checkpoint``, the ledger extends it; with ``--witness`` keys, the checkpoint of
+the whole ledger carries at least ``--min-witnesses`` valid witness cosignatures (c2sp.org/tlog-cosignature)."""
+
+from __future__ import annotations
+
+from dprag.accounting.errors import DpragError
+
+from ..encoding import EncodingError
+from ..ledger import NoteVerifier, open_checkpoint
+from ..ledger.rfc6962 import CompactRange, hash_leaf
+from .run import Run, guarded
+
+
+def _prefix_roots(leaf_hashes: list[bytes], sizes: set[int]) -> dict[int, bytes]:
+    """RFC 6962 roots of the ledger prefixes of the given sizes, in one pass."""
+    out, cr = {}, CompactRange()
+    if 0 in sizes:
+        out[0] = cr.root()
+    top = max(sizes) if sizes else 0
+    for k, h in enumerate(leaf_hashes[:top], start=1):
+        cr.append_leaf_hash(h)
+        if k in sizes:
+            out[k] = cr.root()
+    return out
+
+
+def _open_checkpoints(run: Run, notes: list[bytes], origin: str, key: NoteVerifier, what: str):
+    opened = []
+    for k, note in enumerate(notes):
+        try:
+            cp, _ = open_checkpoint(note, origin, key)
+            opened.append(cp)
+        except (DpragError, EncodingError, ValueError, UnicodeError) as e:
+            run.fail("ledger", f"{what} {k}: {e}")
+    return opened
+
+
+@guarded("ledger")
+def check_8_5_witnesses(run: Run, witnesses: list, min_witnesses: int) -> None:
+    """§8.5: the checkpoint covering the whole ledger carries >= min_witnesses valid witness cosignatures."""
+    if not min_witnesses or run.genesis is None or run.key is None:
+        return
+    from ..ledger.witness import cosignatures
+
+    full = None
+    for note in run.b.checkpoints:
+        try:
+            cp, _ = open_checkpoint(note, f"dprag/{run.genesis['window']}", run.key)
+        except (DpragError, ValueError, UnicodeError):
+            continue
+        if cp.size == run.n:
+            full = note
+    if full is None:
+        run.fail("ledger", "no checkpoint of the whole ledger to check witness cosignatures on")
+        return
+    try:
+        got = cosignatures(full, witnesses)
+    except (DpragError, ValueError, UnicodeError) as e:
+        run.fail("ledger", f"witness cosignature: {e}")
+        return
+    run.checked["witness_cosignatures"] = len(got)
+    if len(got) < min_witnesses:
+        run.fail(
+            "ledger",
+            f"the last checkpoint carries {len(got)} valid cosignatures of the given witnesses, "
+            f"fewer than --min-witnesses {min_witnesses}",
+        )
+
+
+@guarded("ledger")
+def check_8_5_ledger(run: Run, receipt_sizes: set[int], trusted: bytes | None) -> int | None:
+    """§8.5: the ledger, its checkpoints and the trusted checkpoint (whose size it returns, if given); the
+    roots of every prefix a checkpoint or receipt names go to ``run.prefix_roots`` for §8.6."""
+    n = run.n
+    run.leaf_hashes = [hash_leaf(x) for x in run.b.leaves]
+    run.progress("ledger", n)
+    if run.key is None or run.genesis is None:
+        return None
+    origin = f"dprag/{run.genesis['window']}"
+    cps = _open_checkpoints(run, run.b.checkpoints, origin, run.key, "checkpoint")
+    trusted_cp = None
+    if trusted is not None:
+        got = _open_checkpoints(run, [trusted], origin, run.key, "trusted checkpoint")
+        trusted_cp = got[0] if got else None
+    sizes = {c.size for c in cps if c.size <= n} | {n} | {s for s in receipt_sizes if s <= n}
+    if trusted_cp is not None and trusted_cp.size <= n:
+        sizes.add(trusted_cp.size)
+    run.prefix_roots = _prefix_roots(run.leaf_hashes, sizes)
+    last = -1
+    for c in cps:
+        if c.size > n:
+            run.fail("ledger", f"checkpoint of size {c.size} exceeds the ledger size {n}")
+        elif c.size <= last:
+            run.fail("ledger", f"checkpoint of size {c.size} does not increase")
+        elif run.prefix_roots[c.size] != c.root:
+            run.fail("ledger", f"checkpoint of size {c.size} is not consistent with the ledger")
+        else:
+            run.ok("ledger")
+        last = max(last, c.size)
+    if n not in {c.size for c in cps}:
+        run.fail("ledger", f"no signed checkpoint covers the whole ledger (size {n})")
+    if trusted_cp is not None:
+        if trusted_cp.size > n:
+            run.fail(
+                "ledger",
+                f"the ledger (size {n}) is shorter than the trusted checkpoint (size "
+                f"{trusted_cp.size}): history was truncated",
+            )
+        elif run.prefix_roots[trusted_cp.size] != trusted_cp.root:
+            run.fail(
+                "ledger", f"the ledger is not consistent with the trusted checkpoint of size {trusted_cp.size} (a fork)"
+            )
+        else:
+            run.ok("trusted_checkpoint")
+        return trusted_cp.size
+    return None

@@ -1,0 +1,363 @@
+"""The verifier's process-pool engine (spec/protocol.md §8 item 13, "Scale"): none of it changes a verdict.
+
+Worker processes are forked when ``verify`` starts, before the bundle is read (``running``), and serve the maps
+of the canonical (§8.2), receipt (§8.6), request (§8.7) and retrieval (§8.8) checks (``fork_map``: each map
+pickles its task and context to them once, then one chunk of items at a time); the pool ends after the
+retrieval replay (``release``). The certified ε and the coalition estimate (§8.10) run in fresh Python
+processes beside the other checks (``background``). ``DPRAG_VERIFY_WORKERS=1`` runs everything in process.
+"""
+
+from __future__ import annotations
+
+import gc
+import multiprocessing as mp
+import os
+import resource
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+_TASK: Callable | None = None
+#: below this many items a map runs in this process (forking costs ~0.1 s)
+FORK_MIN_ITEMS = 4096
+_FORK_CHUNK = 512
+
+
+def _worker_init() -> None:
+    """One BLAS thread per worker: the workers already fill the cores (threadpoolctl when installed)."""
+    try:
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(1)
+    except Exception:  # noqa: BLE001 — an optimisation only
+        pass
+
+
+def _run_chunk(chunk: list) -> tuple[bool, list]:
+    try:
+        return True, [_TASK(x) for x in chunk]
+    except BaseException:  # noqa: BLE001 — the parent redoes the map in-process, which raises the same error
+        return False, []
+
+
+def workers() -> int:
+    env = os.environ.get("DPRAG_VERIFY_WORKERS")
+    if env is not None and env.strip().isdigit():
+        return max(1, int(env))
+    return max(1, min(8, os.cpu_count() or 1))
+
+
+#: a task (function and context, pickled) larger than this is not sent to the pool: workers forked at that
+#: moment share it with the verifier instead (e.g. the index of a 10^6-document tenant)
+POOL_TASK_MAX = 64 << 20
+#: per thread: ``pool``, the worker pool of the running ``verify`` (None: none started, or closed), and
+#: ``depth``, how many calls of ``verify`` are running (the outermost owns the pool)
+_LOCAL = threading.local()
+
+
+def _current() -> WorkerPool | None:
+    return getattr(_LOCAL, "pool", None)
+
+
+def _pool_worker(conn, inherited: list) -> None:
+    """A worker of ``WorkerPool``: receives a task (b"t" + pickled callable), then chunks (b"c" + pickled
+    items), answering each with the pickled ((ok, results), its CPU seconds so far); b"x" or EOF ends it."""
+    import pickle
+
+    for c in inherited:  # the verifier's ends of the workers started before this one
+        c.close()
+    _worker_init()
+    fn = None
+    while True:
+        try:
+            msg = conn.recv_bytes()
+        except (EOFError, OSError):
+            return
+        kind = msg[:1]
+        if kind == b"x":
+            return
+        if kind == b"t":
+            fn = None  # the previous task's context goes first
+            try:
+                fn = pickle.loads(memoryview(msg)[1:])  # (no copy of a message of tens of MB: the noise table)
+            except BaseException:  # noqa: BLE001 — every chunk then fails: the map reruns in the verifier
+                fn = None
+            del msg
+            continue
+        try:
+            items = pickle.loads(memoryview(msg)[1:])
+            del msg
+            out = pickle.dumps(((True, [fn(x) for x in items]), time.process_time()), protocol=pickle.HIGHEST_PROTOCOL)
+        except BaseException:  # noqa: BLE001 — the verifier redoes the map in-process, raising the same error
+            out = pickle.dumps(((False, None), time.process_time()), protocol=pickle.HIGHEST_PROTOCOL)
+        items = None
+        try:
+            conn.send_bytes(out)
+        except OSError:
+            return
+
+
+class WorkerPool:
+    """Worker processes forked when ``verify`` starts, before the bundle is read: they share with the
+    verifier only the pages of the interpreter and the imported modules, so nothing the verifier parses or
+    writes later is copied into them (a pool forked from the parsed bundle keeps the old copy of every page
+    the verifier writes while it runs: ~0.4 GiB more PSS at 10^5 queries). A map sends each worker the
+    function once (pickled, with the context it reads: a ``functools.partial`` of a module-level function),
+    then one chunk of items at a time (one in flight per worker, so neither side can block the other on a
+    full pipe); results come back pickled, in order."""
+
+    def __init__(self, workers: int):
+        ctx = mp.get_context("fork")
+        self.conns: list = []
+        self.procs: list = []
+        self.cpu: dict[int, float] = {}  # worker -> its CPU seconds at its last answer
+        gc.freeze()  # the workers' collector never walks (so never writes) the inherited heap
+        try:
+            for _ in range(workers):
+                a, b = ctx.Pipe(duplex=True)
+                proc = ctx.Process(target=_pool_worker, args=(b, list(self.conns)), daemon=True)
+                proc.start()
+                b.close()
+                self.conns.append(a)
+                self.procs.append(proc)
+        finally:
+            gc.unfreeze()
+
+    def map(self, fn, items: list, size: int) -> tuple[str, list | None]:
+        """("ok", results), ("unfit", None) if the task does not pickle or exceeds ``POOL_TASK_MAX``, or
+        ("failed", None) if a worker raised or died (a dead worker closes the pool)."""
+        import pickle
+        from multiprocessing.connection import wait
+
+        if not self.conns:
+            return "unfit", None
+        try:
+            task = b"t" + pickle.dumps(fn, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception:  # noqa: BLE001 — e.g. a closure: the caller forks workers now instead
+            return "unfit", None
+        if len(task) > POOL_TASK_MAX:
+            return "unfit", None
+        try:
+            for c in self.conns:
+                c.send_bytes(task)
+            del task
+            starts = iter(enumerate(range(0, len(items), size)))
+            out: list = [None] * (-(-len(items) // size))
+            busy: dict = {}  # connection -> (worker, chunk number)
+            failed = False
+
+            def feed(w: int, c) -> None:
+                nxt = None if failed else next(starts, None)
+                if nxt is not None:
+                    k, a = nxt
+                    c.send_bytes(b"c" + pickle.dumps(items[a : a + size], protocol=pickle.HIGHEST_PROTOCOL))
+                    busy[c] = (w, k)
+
+            for w, c in enumerate(self.conns):
+                feed(w, c)
+            while busy:
+                for c in wait(list(busy)):
+                    (ok, part), cpu = pickle.loads(c.recv_bytes())
+                    w, k = busy.pop(c)
+                    self.cpu[w] = cpu
+                    if ok:
+                        out[k] = part
+                    else:
+                        failed = True
+                    feed(w, c)
+            return ("failed", None) if failed else ("ok", [x for part in out for x in part])
+        except Exception:  # noqa: BLE001 — a worker died or a pipe broke: no pool from here on
+            self.close()
+            return "failed", None
+
+    def close(self) -> None:
+        for c in self.conns:
+            try:
+                c.send_bytes(b"x")
+            except OSError:
+                pass
+            c.close()
+        for proc in self.procs:
+            proc.join(timeout=10)
+            if proc.is_alive():
+                proc.terminate()
+                proc.join()
+        self.conns, self.procs, self.cpu = [], [], {}  # reaped: their CPU is now in RUSAGE_CHILDREN
+
+
+def start_pool(bundle_path, receipts) -> WorkerPool | None:
+    """The worker pool, if a map may fork: several workers, ``fork`` available, and a bundle or receipts file
+    of at least ``FORK_MIN_ITEMS`` short records (sizes from ``stat``, nothing read: a guess that decides
+    where the work runs, never what it finds)."""
+    if workers() < 2 or "fork" not in mp.get_all_start_methods():
+        return None
+    sizes = []
+    for path, follow in (
+        (Path(bundle_path) / "public" / "leaves.bin", False),
+        (Path(bundle_path) / "auditor" / "openings.jsonl", False),
+        (receipts, True),
+    ):  # (the auditor may keep its receipts behind a link)
+        try:
+            sizes.append(os.stat(path, follow_symlinks=follow).st_size if path is not None else 0)
+        except (OSError, TypeError, ValueError):
+            sizes.append(0)
+    if max(sizes) < FORK_MIN_ITEMS * 64:
+        return None
+    try:
+        return WorkerPool(workers())
+    except Exception:  # noqa: BLE001 — no processes: every map runs as without the pool
+        return None
+
+
+def close_pool() -> None:
+    pool = _current()
+    if pool is not None:
+        _LOCAL.pool = None
+        pool.close()
+
+
+@contextmanager
+def running(bundle_path, receipts) -> Iterator[None]:
+    """The worker pool of one call of ``verify``, forked now (``start_pool``), before anything is read, and
+    closed at the end; a nested ``verify`` (e.g. from a progress callback) uses the running pool."""
+    depth = getattr(_LOCAL, "depth", 0)
+    if depth == 0:
+        _LOCAL.pool = start_pool(bundle_path, receipts)
+    _LOCAL.depth = depth + 1
+    try:
+        yield
+    finally:
+        _LOCAL.depth = depth
+        if depth == 0:
+            close_pool()
+
+
+def release() -> None:
+    """The last map is done (after the retrieval replay): the outermost ``verify`` closes its pool, so the idle
+    workers' pages go before the coalition estimate starts."""
+    if _LOCAL.depth == 1:
+        close_pool()
+
+
+def cpu_seconds() -> float:
+    """CPU seconds of this process, of its finished children (workers forked by ``fork_map``, background
+    processes) and of the pool's workers so far (as each last reported it)."""
+    c = resource.getrusage(resource.RUSAGE_CHILDREN)
+    pool = _current()
+    return time.process_time() + c.ru_utime + c.ru_stime + (sum(pool.cpu.values()) if pool is not None else 0.0)
+
+
+def fork_map(fn, items: list, *, serial=..., chunk: int | None = None, min_items: int | None = None) -> list | None:
+    """``[fn(x) for x in items]`` on the machine's cores, in forked worker processes (Ed25519 verification,
+    canonical decoding and hashing hold the GIL, so threads do not help): those of the pool ``verify``
+    started before reading the bundle (``WorkerPool``: ``fn`` is pickled to them, with the context it
+    carries), else — no pool, or ``fn`` too large to pickle to each worker — workers forked now, which
+    inherit everything at fork, with the garbage collector's heap frozen. Items and results travel pickled
+    through pipes (small: bytes, tuples). ``DPRAG_VERIFY_WORKERS=1`` (or few items,
+    or no ``fork``) runs in this process: ``[serial(x) for x in items]`` (``serial`` defaults to ``fn``;
+    ``serial=None`` returns None then, for a caller with a cheaper in-process path). Any failure inside a
+    worker makes the whole map rerun in this process, so errors are exactly the in-process ones."""
+    if serial is ...:
+        serial = fn
+    n_workers = workers()
+    forked = None
+    if (
+        n_workers > 1
+        and len(items) >= (FORK_MIN_ITEMS if min_items is None else min_items)
+        and "fork" in mp.get_all_start_methods()
+    ):
+        status, pool = "unfit", _current()
+        if pool is not None:
+            status, forked = pool.map(fn, items, chunk or _FORK_CHUNK)
+        if status == "unfit":
+            forked = _forked(fn, items, n_workers, chunk or _FORK_CHUNK)
+    if forked is not None:
+        return forked
+    return None if serial is None else [serial(x) for x in items]
+
+
+def background(task: Callable, *args) -> Callable[[], Any]:
+    """Start ``task(*args)`` (a module-level function: it is pickled by name) in a fresh Python process (not a
+    fork: a long-lived fork would end up holding a copy of every page the verifier touches meanwhile); the
+    arguments go pickled through its stdin (fed by a thread, so this returns at once) and the result comes back
+    pickled through its stdout. Returns a function that waits for the result: ``(value,)``, or None if the
+    child failed in any way (the caller then computes it in-process, raising what it raises)."""
+    if workers() < 2:
+        return lambda: None
+    import pickle
+    import subprocess
+    import sys
+    import threading
+
+    try:
+        payload = [pickle.dumps((task, args), protocol=pickle.HIGHEST_PROTOCOL)]  # dropped once written
+        proc = subprocess.Popen(
+            [sys.executable, "-c", "from dprag.audit.verify.pool import task_main; task_main()"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )
+    except Exception:  # noqa: BLE001
+        return lambda: None
+
+    def feed():
+        try:
+            proc.stdin.write(payload.pop())
+            proc.stdin.close()
+        except OSError:
+            pass
+
+    writer = threading.Thread(target=feed, daemon=True)
+    writer.start()
+    done: list = []
+
+    def result():
+        if done:
+            return done[0]
+        out = None
+        try:
+            data = proc.stdout.read()
+            proc.stdout.close()
+            writer.join()
+            if proc.wait() == 0 and data:
+                out = pickle.loads(data)
+        except Exception:  # noqa: BLE001
+            out = None
+        done.append(out)
+        return out
+
+    return result
+
+
+def task_main() -> None:
+    """The child side of ``background``."""
+    import pickle
+    import sys
+
+    task, args = pickle.loads(sys.stdin.buffer.read())
+    out = (task(*args),)
+    sys.stdout.buffer.write(pickle.dumps(out, protocol=pickle.HIGHEST_PROTOCOL))
+    sys.stdout.buffer.flush()
+
+
+def _forked(fn, items: list, workers: int, size: int) -> list | None:
+    global _TASK
+    _TASK = fn
+    gc.freeze()
+    try:
+        with mp.get_context("fork").Pool(workers, initializer=_worker_init) as pool:
+            out: list = []
+            chunks = [items[a : a + size] for a in range(0, len(items), size)]
+            for ok, part in pool.imap(_run_chunk, chunks):
+                if not ok:
+                    return None
+                out.extend(part)
+            return out
+    except Exception:  # noqa: BLE001 — no fork, no pipe, an unpicklable result: do it in-process
+        return None
+    finally:
+        gc.unfreeze()
+        _TASK = None

@@ -1,0 +1,175 @@
+"""§8.6 ``receipts`` (spec/protocol.md): the receipts accounts hand over (``--receipts``, never the provider's
+bundle). A line that is malformed, not signed by the window's provider key, for another window, a duplicate, or
+whose citations / request / question do not open the signed hashes is rejected evidence, never a FAIL; a valid
+receipt FAILs the bundle if the ledger contradicts it (truncation, a fork, another leaf, two releases)."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import numpy as np
+
+from ..account import question_commitment, request_hash
+from ..encoding import EncodingError, decode, excerpt
+from ..ledger import NoteVerifier
+from ..receipts import verify_receipt
+from ..retrieval import top_commitment
+from .inputs import AuditorInputs
+from .pool import fork_map
+from .run import Run, guarded, is_hex, is_int
+
+
+class Evidence:
+    """The receipts file's valid receipts of this window, each (line, body, citations or None, question or
+    None); ``given``: a receipts file was given; ``empty``: it holds no receipt."""
+
+    def __init__(self, valid: list[tuple[int, dict, list | None, str | None]], given: bool, empty: bool):
+        self.valid, self.given, self.empty = valid, given, empty
+
+    def sizes(self) -> set[int]:
+        """The ledger sizes the valid receipts were signed at (§8.5 computes the roots of those prefixes)."""
+        return {r[1]["size"] for r in self.valid}
+
+
+def read_receipts(run: Run, given: AuditorInputs) -> Evidence:
+    """§8.6's input, parsed before §8.5 (which needs the sizes the receipts name): the receipts file's lines,
+    checked in the worker pool; its bytes are dropped from ``given`` once parsed (memory at scale)."""
+    data, given.receipts = given.receipts, None
+    if data is None:
+        return Evidence([], given=False, empty=False)
+    return Evidence(parse_receipts(run, data) or [], given=True, empty=not data.strip())
+
+
+class _ReceiptCtx:
+    """What ``_one_receipt`` reads of the run (the genesis and the provider's key), pickled to the workers:
+    the key travels as its vkey (its Ed25519 key object does not pickle) and is parsed again there."""
+
+    def __init__(self, run: Run):
+        self.genesis, self.key = run.genesis, run.key
+
+    def __getstate__(self) -> dict:
+        return {"genesis": self.genesis, "vkey": None if self.key is None else self.genesis["provider_key"]}
+
+    def __setstate__(self, state: dict) -> None:
+        self.genesis = state["genesis"]
+        self.key = None if state["vkey"] is None else NoteVerifier.from_vkey(state["vkey"])
+
+
+def _one_receipt(run: Run | _ReceiptCtx, line: bytes) -> tuple[dict, list | None, str | None] | str:
+    """One receipt line: (body, citations) if it is valid provider-signed evidence, else the rejection."""
+    try:
+        obj = decode(line, what="receipt line")
+        extra = {}
+        if isinstance(obj, dict) and "receipt" in obj:
+            if set(obj) - {"receipt", "top", "request", "question"}:
+                raise EncodingError("unknown fields beside receipt / top / request / question")
+            rc, top = obj["receipt"], obj.get("top")
+            extra = {k: obj[k] for k in ("request", "question") if k in obj}
+        else:
+            rc, top = obj, None
+        if run.key is None or run.genesis is None:
+            raise EncodingError("no provider key to check it against")
+        body = verify_receipt(rc, run.key)
+        if body["window"] != run.genesis["window"]:
+            raise EncodingError(f"names window {excerpt(body['window'])}, not this one")
+        if top is not None and (not isinstance(top, list) or not all(is_int(x, 0, (1 << 32) - 1) for x in top)):
+            raise EncodingError("the account's citations are malformed")
+        if "request" in extra and (
+            not isinstance(extra["request"], dict) or request_hash(extra["request"]).hex() != body["h_req"]
+        ):
+            raise EncodingError("the request the account supplied is not the one the receipt names")
+        if "question" in extra:
+            req = extra.get("request")
+            if (
+                not isinstance(extra["question"], str)
+                or not isinstance(req, dict)
+                or not is_hex(req.get("nonce"), 16)
+                or question_commitment(bytes.fromhex(req["nonce"]), extra["question"]) != req.get("h_q")
+            ):
+                raise EncodingError("the question the account supplied does not open the request's h_q")
+        return body, top, extra.get("question")
+    except EncodingError as e:
+        return str(e)
+
+
+@guarded("receipts")
+def parse_receipts(run: Run, data: bytes) -> list[tuple[int, dict, list | None, str | None]]:
+    """Valid provider-signed receipts of this window; everything else is rejected evidence, never a FAIL."""
+    lines = data.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    seen: dict[bytes, int] = {}
+    todo = []
+    for k, line in enumerate(lines):
+        if line in seen:
+            run.rejected.append(f"receipt {k}: duplicates receipt {seen[line]}")
+        else:
+            seen[line] = k
+            todo.append(k)
+    valid = []
+    for k, res in zip(todo, fork_map(partial(_one_receipt, _ReceiptCtx(run)), [lines[k] for k in todo]), strict=False):
+        if isinstance(res, str):
+            run.rejected.append(f"receipt {k}: {res}")
+        else:
+            valid.append((k, *res))
+    run.progress("receipts", len(lines))
+    return valid
+
+
+def check_8_6_receipts(run: Run, evidence: Evidence, keep: bool) -> None:
+    """§8.6: every valid receipt against the ledger (``keep``: the answer replay, §8.9, reads them again;
+    else they are dropped here, ~200 MB at 10^5)."""
+    if not evidence.given:
+        return
+    if evidence.empty:
+        run.rejected.append("the receipts file holds no receipt")
+    _against_the_ledger(run, evidence.valid)
+    if not keep:
+        evidence.valid = []
+
+
+@guarded("receipts")
+def _against_the_ledger(run: Run, valid: list[tuple[int, dict, list | None, str | None]]) -> None:
+    n = run.n
+    by_pos: dict[int, tuple[int, dict]] = {}
+    by_request: dict[tuple[str, int], tuple[int, int]] = {}
+    for k, body, top, _ in valid:
+        pos, size = body["pos"], body["size"]
+        if size > n:
+            run.fail("receipts", f"receipt {k}: signed for ledger size {size} > the bundle's {n} (truncated or forked)")
+            continue
+        if run.prefix_roots.get(size) != bytes.fromhex(body["root"]):
+            run.fail("receipts", f"receipt {k}: its signed root is not the ledger's root at size {size} (a fork)")
+            continue
+        if run.leaf_hashes[pos] != bytes.fromhex(body["leaf_hash"]):
+            run.fail("receipts", f"receipt {k}: the leaf at {pos} is not the one it was signed for")
+            continue
+        rec = run.records[pos]
+        if (
+            rec is None
+            or rec.get("type") != "query"
+            or any(rec.get(f) != body[f] for f in ("account", "tenant", "counter", "h_req", "h_top"))
+        ):
+            run.fail("receipts", f"receipt {k}: contradicts the ledger record at {pos}")
+            continue
+        prev = by_pos.get(pos)
+        if prev is not None and prev[1] != body:
+            run.fail("receipts", f"receipts {prev[0]} and {k}: two different releases signed for one leaf ({pos})")
+            continue
+        by_pos[pos] = (k, body)
+        key = (body["account"], body["counter"])
+        if key in by_request and by_request[key][1] != pos:
+            run.fail("receipts", f"receipt {k}: one request counter released at two positions")
+            continue
+        by_request[key] = (k, pos)
+        if top is not None:
+            if (
+                body["nonce_top"] is None
+                or top_commitment(np.asarray(top, dtype=np.int64), bytes.fromhex(body["nonce_top"])) != body["h_top"]
+            ):
+                run.rejected.append(
+                    f"receipt {k}: the citations the account supplied do not match h_top "
+                    "(the account's claim, not the provider's signature)"
+                )
+        run.ok("receipts")
+    run.checked["receipts_accepted"] = len(by_pos)

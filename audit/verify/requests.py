@@ -1,0 +1,136 @@
+"""§8.7 ``requests`` and ``rate`` (spec/protocol.md): every non-genesis leaf is a well-formed query or recovery leaf
+of a registered account under its registered tenant; its opening's request verifies under that account's key,
+names the leaf's window, account and counter and hashes to h_req; the opened Q opens h_qemb when the account
+committed to one; per account, counters are 1, 2, 3, … in ledger order and at most n."""
+
+from __future__ import annotations
+
+import json
+from functools import partial
+
+from ..account import qemb_commitment, request_hash, verify_request
+from ..encoding import EncodingError, hexbytes
+from .pool import fork_map
+from .run import Run, guarded, is_hex, is_int
+
+LEAF_KEYS = {"type", "account", "tenant", "counter", "h_req", "h_top", "h_charge"}
+OPENING_KEYS = {"pos", "kind", "request", "qemb", "top", "nonce_top", "charge"}
+
+
+def _request_leaf(run: Run, i: int) -> tuple[str, str] | tuple[bool, bytes] | None:
+    """§8.7 for one leaf, without shared state (run in the forked workers). Returns None (no record),
+    (check, reason) on a defect, else (whether the account committed to Q, Q's bytes)."""
+    rec = run.records[i]
+    if rec is None:
+        return None
+    if (
+        rec.get("type") not in ("query", "recovery")
+        or set(rec) != LEAF_KEYS
+        or not all(is_hex(rec[k], 32) for k in ("h_req", "h_charge"))
+        or not (rec["h_top"] is None or is_hex(rec["h_top"], 32))
+        or not is_int(rec["counter"], 1)
+        or not isinstance(rec["account"], str)
+    ):
+        return "canonical", f"leaf {i}: not a well-formed query or recovery record"
+    acct = run.accounts.get(rec["account"])
+    if acct is None:
+        return "requests", f"leaf {i}: account {rec['account']!r} is not in the genesis registry"
+    if rec["tenant"] != acct["tenant"] or rec["tenant"] not in run.tenants:
+        return "requests", f"leaf {i}: tenant differs from the account's registered tenant"
+    op = run.openings.get(i)
+    if op is None:
+        return "requests", f"leaf {i}: no opening in auditor/openings.jsonl"
+    if set(op) != OPENING_KEYS:
+        return "canonical", f"leaf {i}: the opening's fields are not {sorted(OPENING_KEYS)}"
+    released = rec["type"] == "query" and rec["tenant"] in run.policy.retrieval.enabled_tenants
+    if not released and (rec["h_top"] is not None or op["top"] is not None or op["nonce_top"] is not None):
+        return "retrieval", f"leaf {i}: citations recorded where the retrieval channel is off"
+    try:
+        req = verify_request(op.get("request"), acct["key"])
+        if (
+            req["window"] != run.genesis["window"]
+            or req["account"] != rec["account"]
+            or req["counter"] != rec["counter"]
+        ):
+            raise EncodingError("the request names another window, account or counter than its leaf")
+        if request_hash(req).hex() != rec["h_req"]:
+            raise EncodingError("h_req does not match the opened request")
+        if op.get("kind") != rec["type"]:
+            raise EncodingError("the opening's kind differs from the leaf's type")
+        qb = hexbytes(op.get("qemb"), "qemb", 2 * run.tenants[rec["tenant"]]["dim"])
+        if req["h_qemb"] is None:
+            return False, qb
+        if qemb_commitment(bytes.fromhex(req["nonce"]), qb) != req["h_qemb"]:
+            raise EncodingError("the opened Q is not the one the account committed to (h_qemb)")
+        return True, qb
+    except EncodingError as e:
+        return "requests", f"leaf {i}: {e}"
+
+
+class _RequestCtx:
+    """What ``_request_leaf`` reads of the run besides the leaf (pickled to the workers): the registry, each
+    tenant's dimension, the policy, the genesis."""
+
+    def __init__(self, run: Run):
+        self.accounts, self.policy, self.genesis = run.accounts, run.policy, run.genesis
+        self.tenants = {t: {"dim": v["dim"]} for t, v in run.tenants.items()}
+
+
+class _LeafView:
+    """What ``_request_leaf`` reads of the run, for one leaf parsed in a worker from its canonical bytes (the
+    parent accepted them, so ``json.loads`` gives the values the parent holds)."""
+
+    def __init__(self, ctx: _RequestCtx, i: int, rec: dict | None, op: dict | None):
+        self.records = {i: rec}
+        self.openings = {} if op is None else {i: op}
+        self.accounts, self.tenants, self.policy, self.genesis = ctx.accounts, ctx.tenants, ctx.policy, ctx.genesis
+
+
+def _request_in_worker(ctx: _RequestCtx, item: tuple[int, bytes | None, bytes | None]):
+    """§8.7 for one leaf from its raw leaf and opening line (in a worker)."""
+    i, leaf, line = item
+    view = _LeafView(ctx, i, None if leaf is None else json.loads(leaf), None if line is None else json.loads(line))
+    return _request_leaf(view, i)
+
+
+@guarded("requests")
+def check_8_7_requests(run: Run) -> None:
+    """§8.7, every leaf checked in the worker pool: the accepted leaves go to ``run.queries`` (ledger order) and
+    their Q to ``run.qembs``."""
+    last_counter: dict[str, int] = {}
+    n_limit = run.policy.retrieval.n if run.policy else None
+    confirmed = 0
+    positions = list(range(1, run.n))
+
+    def raw(i: int) -> tuple[int, bytes | None, bytes | None]:
+        return i, None if run.records[i] is None else run.b.leaves[i], run.openings.line(i)
+
+    results = fork_map(
+        partial(_request_in_worker, _RequestCtx(run)),
+        [raw(i) for i in positions],
+        serial=lambda item: _request_leaf(run, item[0]),
+    )
+    for i, res in zip(positions, results, strict=False):
+        if res is None:
+            continue
+        if isinstance(res[0], str):
+            run.fail(*res)
+            continue
+        confirmed += res[0]
+        run.qembs[i] = res[1]
+        rec = run.records[i]
+        expected = last_counter.get(rec["account"], 0) + 1
+        if rec["counter"] != expected:
+            run.fail(
+                "requests",
+                f"leaf {i}: account {rec['account']!r} counter {rec['counter']} where {expected} "
+                "was next (counters are gapless and increasing)",
+            )
+        last_counter[rec["account"]] = rec["counter"]
+        if n_limit is not None and rec["counter"] > n_limit:
+            run.fail("rate", f"account {rec['account']!r} made more than n = {n_limit} queries")
+        run.queries.append(i)
+        run.ok("requests")
+    run.progress("requests", len(positions))
+    run.checked["queries_with_account_confirmed_q"] = confirmed
+    run.checked["queries"] = sum(1 for i in run.queries if run.records[i]["type"] == "query")

@@ -1,0 +1,201 @@
+"""§8.8 ``retrieval`` (spec/protocol.md), the replay: per checked query leaf, z re-derived from s_W and h_req
+(§5.2), the scores recomputed from the opened Q and the tenant index, and the citations must be the top-K of
+s + z and open h_top. ``sample_leaves`` picks the leaves (``--mode full`` or ``sampled``); the Groth16 proofs of
+the zk tenants are ``zk_proofs``."""
+
+from __future__ import annotations
+
+import json
+import secrets
+from functools import partial
+
+import numpy as np
+
+from ..encoding import EncodingError, hexbytes
+from ..retrieval import (
+    noise_table,
+    noisy_top_k,
+    noisy_top_k_rows,
+    noisy_top_k_words,
+    request_source,
+    sample_words,
+    top_commitment,
+)
+from .pool import fork_map
+from .run import Run, guarded, is_int
+from .scores import ScoreCache, Scorer, scores_of
+
+#: retrieval jobs (up to 256 leaves each) below which the replay runs in this process
+FORK_MIN_JOBS = 8
+#: tenants of at least this many documents: the replay maps only the noise words that can reach the top K
+LARGE_TENANT = 1 << 14
+
+
+@guarded("retrieval")
+def check_8_8_retrieval(run: Run, chosen: list[int]) -> None:
+    """Per chosen leaf: the citations are the top-K of the exact scores plus the committed-seed noise and open
+    h_top. Vectorised over jobs of up to 256 leaves of one tenant (one matrix product for the scores, one
+    pass of the table's sampler over the concatenated streams, a row-wise top-K), run in the forked workers;
+    the reasons come out in ledger order, exactly as the leaf-by-leaf replay words them. The workers hand
+    back the scores (compact) while the cache has room, so the generation check does not score again."""
+    r = run.policy.retrieval
+    table = noise_table(r.sigma, r.sampler.tail, r.sampler.precision_bits) if chosen else None
+    if chosen and run.scores is None:
+        run.scores = ScoreCache(run)
+    cache = run.scores
+    plans, jobs, room = [], [], cache.budget if cache is not None else 0
+    for a in range(0, len(chosen), ScoreCache.BLOCK):
+        block = chosen[a : a + ScoreCache.BLOCK]
+        found: list[tuple[int, str | None]] = []
+        groups: dict[str, list[int]] = {}
+        for i in block:
+            rec = run.records[i]
+            if rec["tenant"] not in r.enabled_tenants or rec["type"] != "query":
+                found.append((i, None))  # no citations released (§8.7 already refused any recorded here)
+            else:  # missing citations are found in the job (the opening is parsed there)
+                groups.setdefault(rec["tenant"], []).append(i)
+        ids = []
+        for t, group in groups.items():
+            n = run.tenants[t]["n"]
+            step = cache.rows_for(n)
+            for c in range(0, len(group), step):
+                ps = group[c : c + step]
+                size = len(ps) * n * (cache.dtype(0).itemsize if cache.dtype else 8)
+                keep = size <= room
+                room -= size if keep else 0
+                ids.append(len(jobs))
+                jobs.append(
+                    (t, keep, [(i, run.records[i]["h_req"], run.records[i]["h_top"], run.openings.line(i)) for i in ps])
+                )
+        plans.append((block, found, ids))
+    ctx = _RetrievalCtx(run, table, {job[0] for job in jobs})
+    results = fork_map(partial(_retrieval_job, ctx), jobs, chunk=1, min_items=FORK_MIN_JOBS)
+    del ctx
+    for block, found, ids in plans:
+        if any(results[j] is None for j in ids):
+            _retrieval_one_by_one(run, block, table)  # anything unexpected: the plain replay, its reasons or error
+        else:
+            for j in ids:
+                got, compact = results[j]
+                found.extend(got)
+                if compact is not None:
+                    cache.keep_compact([x[0] for x in jobs[j][2]], compact)
+                results[j] = None
+            for i, what in sorted(found, key=lambda x: x[0]):
+                if what is None:
+                    run.ok("retrieval")
+                else:
+                    run.fail("retrieval", f"leaf {i}: {what}")
+        run.progress("retrieval", len(block))
+
+
+class _RetrievalCtx:
+    """What ``_retrieval_job`` reads of the run (pickled to the workers): the policy, the seed, the noise
+    table, each tenant's size, and a ``Scorer`` holding the index of the tenants the jobs score."""
+
+    def __init__(self, run: Run, table, tenants: set[str]):
+        self.policy, self.seed, self.table = run.policy, run.seed, table
+        self.tenants = {t: {"n": run.tenants[t]["n"]} for t in tenants}
+        self.scores = Scorer(run.policy, {t: run.tenants[t]["qf"] for t in tenants})
+
+
+def _retrieval_job(run: _RetrievalCtx, job) -> tuple[list[tuple[int, str | None]], np.ndarray | None] | None:
+    """§8.8 for up to 256 leaves of one tenant (in a worker), each (pos, h_req, h_top, its opening line):
+    [(pos, reason or None)] and, if asked, their compact scores; None on anything unexpected (the parent then
+    replays those leaves one by one)."""
+    try:
+        t, keep, leaves = job
+        r, cache, table = run.policy.retrieval, run.scores, run.table
+        n = run.tenants[t]["n"]
+        ops = [json.loads(x[3]) for x in leaves]  # canonical lines (§8.2), whose Q §8.7 checked
+        scores = cache.score_rows(t, [bytes.fromhex(op["qemb"]) for op in ops])
+        words = np.empty((len(leaves), n), dtype=np.uint64)
+        for k, x in enumerate(leaves):
+            words[k] = request_source(run.seed, "retrieval", bytes.fromhex(x[1])).uint64(n)
+        if n >= LARGE_TENANT:  # map only the words that can reach the top K (bit-identical, retrieval.py)
+            span = (r.score_clip[0] >> r.score_shift, r.score_clip[1] >> r.score_shift)
+            expected = np.stack(
+                [noisy_top_k_words(scores[k], words[k], table, r.K, score_range=span) for k in range(len(leaves))]
+            )
+        else:
+            expected = noisy_top_k_rows(scores, sample_words(table, words), r.K)
+        out = [
+            (
+                x[0],
+                "citations missing for a tenant with the retrieval channel on"
+                if op.get("top") is None or x[2] is None
+                else _retrieval_leaf({"h_top": x[2]}, op, expected[k]),
+            )
+            for k, (x, op) in enumerate(zip(leaves, ops, strict=False))
+        ]
+        return out, (cache.compact(scores) if keep else None)
+    except Exception:  # noqa: BLE001 — see the docstring
+        return None
+
+
+def _retrieval_one_by_one(run: Run, block: list[int], table) -> None:
+    """§8.8 leaf by leaf (the plain replay; the vectorised path falls back to it on anything unexpected)."""
+    r = run.policy.retrieval
+    for i in block:
+        rec, op = run.records[i], run.openings[i]
+        try:
+            if rec["tenant"] not in r.enabled_tenants or rec["type"] != "query":
+                run.ok("retrieval")
+                continue
+            if op.get("top") is None or rec["h_top"] is None:
+                raise EncodingError("citations missing for a tenant with the retrieval channel on")
+            z = table.sample(
+                run.tenants[rec["tenant"]]["n"], request_source(run.seed, "retrieval", bytes.fromhex(rec["h_req"]))
+            )
+            what = _retrieval_leaf(rec, op, noisy_top_k(scores_of(run, i), z, r.K))
+            if what is not None:
+                raise EncodingError(what)
+            run.ok("retrieval")
+        except EncodingError as e:
+            run.fail("retrieval", f"leaf {i}: {e}")
+
+
+def _retrieval_leaf(rec: dict, op: dict, expected: np.ndarray) -> str | None:
+    """§8.8 for one leaf, given the replayed top-K: None if it conforms, else what is wrong."""
+    top = op["top"]
+    if (
+        not isinstance(top, list)
+        or len(top) != expected.size
+        or not all(is_int(x, 0, (1 << 32) - 1) for x in top)
+        or top != expected.tolist()
+    ):
+        return "citations are not the top-K of the committed-seed noisy scores"
+    try:
+        if top_commitment(top, hexbytes(op.get("nonce_top"), "nonce_top", 16)) != rec["h_top"]:  # top == expected
+            return "h_top does not match the opened citations"
+    except EncodingError as e:
+        return str(e)
+    return None
+
+
+def _sample(items: list[int], k: int) -> list[int]:
+    """k items uniformly without replacement, by the verifier's own CSPRNG."""
+    pool = list(items)
+    for i in range(k):
+        j = i + secrets.randbelow(len(pool) - i)
+        pool[i], pool[j] = pool[j], pool[i]
+    return pool[:k]
+
+
+def sample_leaves(queries: list[int], mode: str, samples: int | None) -> tuple[list[int], str | None]:
+    """The query leaves §8.8 replays, and the sampled mode's guarantee (None in full mode): ``full`` checks
+    every leaf; ``sampled`` checks ``samples`` leaves drawn uniformly without replacement by the verifier's own
+    CSPRNG, and "a β-fraction of non-conforming records is detected with probability >= 1 - (1 - β)^s"."""
+    positions = list(queries)
+    if mode != "sampled":
+        return positions, None
+    k = min(samples, len(positions))
+    chosen = sorted(_sample(positions, k))
+    guarantee = (
+        f"sampled {k} of {len(positions)} query records: a β-fraction of non-conforming records "
+        f"is detected with probability >= {1 - (1 - 0.01) ** k:.4f} (β=0.01), "
+        f"{1 - (1 - 0.05) ** k:.4f} (β=0.05)"
+    )
+    if k == len(positions):
+        guarantee += "; the sample covers every record (as full mode)"
+    return chosen, guarantee

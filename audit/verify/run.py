@@ -1,0 +1,127 @@
+"""What the checks of spec/protocol.md §8 share: the parsed bundle, the reasons, the counts (``Run``), the
+openings parsed on demand (``Openings``), and the guard that makes an exception a check did not anticipate a
+FAIL of that check (§8.11: never a traceback)."""
+
+from __future__ import annotations
+
+import functools
+import json
+import time
+from collections import Counter
+from collections.abc import Callable
+
+from ..bundle import Bundle
+from ..encoding import EncodingError, hexbytes
+from ..ledger import NoteVerifier
+from ..policy import Policy
+from .pool import cpu_seconds
+
+MAX_REASONS = 1000
+MAX_UNITS = 1 << 62
+
+
+class Run:
+    """What the checks share: the parsed bundle, the reasons, the counts."""
+
+    def __init__(self, b: Bundle, progress: Callable[[str, int], None] | None):
+        self.b = b
+        self.reasons: list[str] = []
+        self.rejected: list[str] = []
+        self.checked: Counter = Counter()
+        self.progress = progress or (lambda step, n: None)
+        self.records: list[dict | None] = []
+        self.genesis: dict | None = None
+        self.policy: Policy | None = None
+        self.seed: bytes | None = None
+        self.key: NoteVerifier | None = None
+        self.tenants: dict[str, dict] = {}
+        self.accounts: dict[str, dict] = {}
+        self.openings = Openings(b.openings_lines)  # pos -> the opening, parsed on demand from its line
+        self.qembs: dict[int, bytes] = {}  # pos -> Q (int16 little-endian) of the leaves §8.7 accepted
+        self.queries: list[int] = []  # positions of well-formed query / recovery leaves with a valid request
+        self.scores = None  # the scores of §4 (a scores.ScoreCache), made by their first reader
+        self.leaf_hashes: list[bytes] = []
+        self.prefix_roots: dict[int, bytes] = {}
+        self.timings: dict[str, float] = {}
+        self.cpu: dict[str, float] = {}
+
+    def fail(self, check: str, what: str) -> None:
+        if len(self.reasons) < MAX_REASONS:
+            self.reasons.append(f"{check}: {what}")
+
+    def ok(self, check: str, n: int = 1) -> None:
+        self.checked[check] += n
+
+    @property
+    def n(self) -> int:
+        return len(self.b.leaves)
+
+    def drop_openings(self) -> None:
+        """The last reader of the scores and of the openings is behind us (memory at scale; the coalition
+        estimate reads the checked Q, ``qembs``)."""
+        self.scores = None
+        self.openings.drop()
+
+
+def is_hex(v, length: int) -> bool:
+    try:
+        hexbytes(v, "h", length)
+        return True
+    except EncodingError:
+        return False
+
+
+def is_int(v, lo: int = 0, hi: int = MAX_UNITS) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and lo <= v <= hi
+
+
+class Openings:
+    """pos -> the opening at ledger position pos, parsed on demand from its line of auditor/openings.jsonl
+    (``json.loads`` of bytes the canonical check accepted: the values ``decode`` gives). The parsed openings
+    of a 10^5-query window would take ~540 MB, their lines take ~210 MB; the hot paths (requests, retrieval)
+    parse the lines in the workers, the generation check parses each one once, in ledger order."""
+
+    def __init__(self, lines: list[bytes]):
+        self.lines = lines
+        self.line_of: dict[int, int] = {}  # pos -> its line in auditor/openings.jsonl
+
+    def line(self, pos: int) -> bytes | None:
+        k = self.line_of.get(pos)
+        return None if k is None else self.lines[k]
+
+    def get(self, pos: int, default=None):
+        line = self.line(pos)
+        return default if line is None else json.loads(line)
+
+    def __getitem__(self, pos: int) -> dict:
+        return json.loads(self.lines[self.line_of[pos]])
+
+    def __contains__(self, pos: int) -> bool:
+        return pos in self.line_of
+
+    def drop(self) -> None:
+        """No reader is left: let the lines go (memory at scale)."""
+        self.lines, self.line_of = [], {}
+
+
+def guarded(check: str):
+    """Decorator of a check reporting as ``check``: an exception it did not anticipate is a FAIL of that check,
+    never a crash (the input is the provider's, so a crash would let it turn FAIL into 'unusable'); its wall
+    and CPU seconds add to ``run.timings[check]`` and ``run.cpu[check]``. The wrapped check returns None then."""
+
+    def wrap(fn):
+        @functools.wraps(fn)
+        def guarded_check(run: Run, *args):
+            t0, c0 = time.perf_counter(), cpu_seconds()
+            try:
+                return fn(run, *args)
+            except Exception as e:  # noqa: BLE001 — deliberately total: see the docstring
+                run.fail(check, f"unexpected {type(e).__name__} while checking (the bundle is malformed)")
+                return None
+            finally:
+                run.timings[check] = run.timings.get(check, 0.0) + time.perf_counter() - t0
+                run.cpu[check] = run.cpu.get(check, 0.0) + cpu_seconds() - c0
+
+        return guarded_check
+
+    return wrap

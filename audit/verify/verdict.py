@@ -1,0 +1,216 @@
+"""The verdict of spec/protocol.md §8 (``--json``: schema ``dprag.verdict/2``): ``Verdict`` and its JSON, the
+attestation and trust statements in words, and ``conclude``, which turns the checks' reasons into PASS with the
+certified ε and δ (§4, computed beside the checks: ``start_certify``) or FAIL without them."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import commitments as cm
+from ..certify import certified_epsilons
+from ..charges import ChargeRule
+from . import pool
+from .inputs import AuditorInputs
+from .run import Run
+
+SCHEMA = "dprag.verdict/2"
+PROTOCOL_VERSION = cm.PROTOCOL_VERSION
+
+
+ATTESTATION_RETRIEVAL = (
+    "replay: the auditor re-executed noise-then-select for every checked query from the committed index, the "
+    "committed seed and the account-signed request; no zero-knowledge proof attached. On trust: that the committed "
+    "embeddings are the embedder's outputs on the documents (checkable with the corpus), and Q for queries whose "
+    "account did not commit to it."
+)
+ATTESTATION_GENERATION = (
+    "replay of charges: every charge was recomputed from the exact scores, the replayed per-document filter and the "
+    "committed seed; the answer's randomness is drawn from the committed seed, so it cannot be re-sampled, but the "
+    "answer text is bound only by the receipts the accounts hand over (an auditor holding the corpus and the model "
+    "can replay it)."
+)
+TRUST = (
+    "k_max: the retrieval ε assumes at most k_max colluding accounts; sybil accounts the provider registers itself "
+    "are indistinguishable from real ones, and the coalition estimator only flags coalitions whose probes are "
+    "similar within the auditor's θ and window.",
+    "answers released off the ledger to accounts that keep their receipts back are invisible to any verifier.",
+    "a fork shown to auditors who never compare checkpoints (pin --trusted-checkpoint, or use witnesses).",
+)
+
+
+@dataclass
+class Verdict:
+    verdict: str
+    epsilon: float | None
+    delta: float | None
+    k_max: int | None
+    channels: dict
+    attestation: dict
+    reasons: list[str]
+    checked: dict
+    mode: str
+    guarantee: str | None = None
+    rejected_evidence: list[str] = field(default_factory=list)
+    provider_key: str | None = None
+    key_pinned: bool = False
+    trusted_checkpoint: int | None = None
+    trust: tuple = TRUST
+    timings: dict = field(default_factory=dict)
+    #: CPU seconds per check (this process and its workers): for benchmarks on a shared machine, not in the JSON
+    cpu_seconds: dict = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return {
+            "schema": SCHEMA,
+            "protocol_version": PROTOCOL_VERSION,
+            "verdict": self.verdict,
+            "epsilon": self.epsilon,
+            "delta": self.delta,
+            "k_max": self.k_max,
+            "channels": self.channels,
+            "attestation": self.attestation,
+            "reasons": self.reasons,
+            "checked": self.checked,
+            "mode": self.mode,
+            "guarantee": self.guarantee,
+            "rejected_evidence": self.rejected_evidence,
+            "provider_key": self.provider_key,
+            "key_pinned": self.key_pinned,
+            "trusted_checkpoint": self.trusted_checkpoint,
+            "trust": list(self.trust),
+            "seconds": {k: round(v, 3) for k, v in sorted(self.timings.items())},
+        }
+
+
+TRUST_TEXT_ONLY = (
+    "answer text: the policy's generator only returns text and cannot be replayed (a hosted LLM; dp-ksa with "
+    "replayable: false). The charges and the ε are verified from the committed parameters, but that each released "
+    "answer is the committed mechanism's output — every voter answering from the question and its own documents "
+    "only, the keyword release drawn from the committed seed, the final answer generated from the question and "
+    "the released keywords only — is on trust, and no answer of this window is replayed (--replay-answers)."
+)
+ATTESTATION_GENERATION_TEXT_ONLY = (
+    "replay of charges: every charge was recomputed from the exact scores, the replayed per-document filter and the "
+    "committed seed; the answers come from a text-only generator nobody can re-run, so their text is bound only by "
+    "the receipts and is not attested (see trust)."
+)
+
+
+def answer_vote_statement(policy) -> str:
+    """Which answer-vote selection the committed policy runs, and where its δ is (the verdict's wording)."""
+    g = policy.generation
+    empty = " Voters whose documents are all the empty padding abstain (abstain_empty)." if g.abstain_empty else ""
+    if g.vote_selection != "seen":
+        return (
+            "Mechanism: answer-level voting, universal selection (the exponential mechanism over {⊥} ∪ Σ* with "
+            f"threshold t = {g.vote_threshold:g} nats): pure ε_q = {g.vote_epsilon:g} per query, no δ." + empty
+        )
+    rule = ChargeRule.of(policy)
+    return (
+        "Mechanism: answer-level voting, seen selection (the exponential mechanism over the keys the voters "
+        "wrote and ⊥ at T = 1 + 2·ln(1/δ)/ε votes): (ε_q, δ_q) = "
+        f"({g.vote_epsilon:g}, {g.vote_delta:g}) per query; the filter counts ε_q and every RAG charge of a "
+        f"document adds δ_q outside it (n_z = {rule.limit // rule.rag_units}: the most RAG charges a document "
+        "can take), so the generation δ is n_z·δ_q add/remove and n_z·δ_q·(1 + e^ε_B) replace-one, included in "
+        "the composed δ." + empty
+    )
+
+
+def generation_trust(policy) -> tuple[tuple, str | None]:
+    """(extra trust statements, generation attestation or None) for the committed generation mechanism."""
+    if policy is not None and not policy.generation.replayable:
+        return (TRUST_TEXT_ONLY,), ATTESTATION_GENERATION_TEXT_ONLY
+    if policy is not None and policy.generation.mechanism == "answer-vote":
+        return (), ATTESTATION_GENERATION + " " + answer_vote_statement(policy)
+    return (), None
+
+
+def key_fingerprint(vkey: str) -> str:
+    """The provider key's fingerprint in the verdict: the first 16 hex of H(vkey)."""
+    return hashlib.sha256(vkey.encode()).hexdigest()[:16]
+
+
+def start_certify(run: Run) -> Callable | None:
+    """The certified ε depends on the policy alone: computed in a fresh process beside the checks (a fixed ~3 s
+    CPU cost); None where ``conclude`` computes it in line."""
+    if run.policy is None or run.n < pool.FORK_MIN_ITEMS:
+        return None
+    return pool.background(certified_epsilons, run.policy)
+
+
+def _retrieval_attestation(run: Run, vk) -> str:
+    """The retrieval channel's attestation: replay, or Groth16 proofs and replay for the zk tenants (§8.8)."""
+    if run.policy is None or not run.policy.retrieval.zk_tenants:
+        return ATTESTATION_RETRIEVAL
+    zk = ", ".join(sorted(run.policy.retrieval.zk_tenants))
+    sizes = ", ".join(
+        f"{t}: N = {run.tenants[t]['n']}" for t in sorted(run.policy.retrieval.zk_tenants) if t in run.tenants
+    )
+    if vk is not None and "zk_proofs" in run.checked:
+        return (
+            f"groth16 + replay: for zk tenant(s) {zk} (every score of the committed index proven; "
+            f"{sizes or 'sizes unknown'} documents), {run.checked['zk_proofs']} Groth16 proofs of "
+            "noise-then-select verified under the auditor's own verification key, which proves the citations "
+            "without the index; every other query by replay. " + ATTESTATION_RETRIEVAL
+        )
+    return (
+        f"replay only: the bundle's zk tenant(s) {zk} carry Groth16 proofs, not "
+        "checked (no auditor verification key given: --zk-vkey). " + ATTESTATION_RETRIEVAL
+    )
+
+
+def conclude(
+    run: Run,
+    given: AuditorInputs,
+    certify: Callable | None,
+    *,
+    mode: str,
+    guarantee: str | None,
+    trusted_size: int | None,
+) -> Verdict:
+    """The verdict: PASS iff no check gave a reason, with the certified ε and δ of the committed policy
+    (``certify``: its background computation, if started); a FAIL carries ``epsilon: null, delta: null``."""
+    channels: dict[str, Any] = {}
+    eps = delta = k_max = None
+    if run.policy is not None:
+        t0 = time.perf_counter()
+        cert = certify() if certify is not None else None
+        cert = cert[0] if cert is not None else certified_epsilons(run.policy)
+        run.timings["certify"] = time.perf_counter() - t0
+        channels = {"relation": cert["relation"], "retrieval": cert["retrieval"], "generation": cert["generation"]}
+        k_max = run.policy.coalition.k_max
+        if not math.isfinite(cert["epsilon"]):
+            run.fail("policy", "the committed parameters certify no finite ε")
+        eps, delta = cert["epsilon"], cert["delta"]
+    verdict = "PASS" if not run.reasons else "FAIL"
+    if verdict == "FAIL":
+        eps = delta = None
+    attestation = {"retrieval": _retrieval_attestation(run, given.zk_vkey), "generation": ATTESTATION_GENERATION}
+    extra_trust, gen_attestation = generation_trust(run.policy)
+    if gen_attestation:
+        attestation["generation"] = gen_attestation
+    vk = run.genesis["provider_key"] if run.genesis else None
+    return Verdict(
+        verdict=verdict,
+        epsilon=eps,
+        delta=delta,
+        k_max=k_max,
+        channels=channels,
+        trust=TRUST + extra_trust,
+        attestation=attestation,
+        reasons=run.reasons,
+        checked=dict(run.checked),
+        mode=mode,
+        guarantee=guarantee,
+        rejected_evidence=run.rejected,
+        provider_key=None if vk is None else key_fingerprint(vk),
+        key_pinned=given.pinned is not None,
+        trusted_checkpoint=trusted_size,
+        timings=dict(run.timings),
+        cpu_seconds=dict(run.cpu),
+    )

@@ -1,0 +1,69 @@
+"""§8.8 ``retrieval`` with ``--zk-vkey`` (spec/protocol.md; spec/zk.md): every query of a zk tenant carries a
+Groth16 proof of noise-then-select that verifies under the auditor's own key, with the public inputs
+[Z_idx, q_commitment(salt_q, Q), noise_commitment(z), topk_commitment(salt_k, top)] recomputed here."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dprag.accounting.errors import DpragError
+
+from ..encoding import EncodingError, decode
+from ..retrieval import noise_table, request_source
+from .run import Run, guarded, is_int
+
+
+@guarded("retrieval")
+def check_8_8_proofs(run: Run, vk) -> None:
+    """§8.8 (zk): every query of a zk tenant carries a Groth16 proof of noise-then-select that verifies under the
+    auditor's key with public inputs recomputed here (Z_idx of genesis, Q and the citations from the opening,
+    the noise from the seed)."""
+    if vk is None or not run.policy.retrieval.zk_tenants:  # no auditor key: the proofs are not relied on
+        return
+    from .. import zk_attest
+
+    r = run.policy.retrieval
+    table = noise_table(r.sigma, r.sampler.tail, r.sampler.precision_bits)
+    records = {}
+    for k, line in enumerate(run.b.proofs_lines or []):
+        try:
+            rec = decode(line, what=f"proof line {k}")
+            pos = rec.get("pos") if isinstance(rec, dict) else None
+            if not is_int(pos, 1, run.n - 1) or pos in records:
+                raise EncodingError(f"proof line {k}: pos must be a distinct ledger position")
+            records[pos] = rec
+        except EncodingError as e:
+            run.fail("retrieval", str(e))
+    done = 0
+    for i in run.queries:
+        rec = run.records[i]
+        if rec["type"] != "query" or rec["tenant"] not in r.zk_tenants:
+            continue
+        ten, op = run.tenants[rec["tenant"]], run.openings[i]
+        if i not in records:
+            run.fail("retrieval", f"leaf {i}: no Groth16 proof for a query of zk tenant {rec['tenant']!r}")
+            continue
+        Q = np.frombuffer(bytes.fromhex(op["qemb"]), dtype="<i2")
+        z = table.sample(ten["n"], request_source(run.seed, "retrieval", bytes.fromhex(rec["h_req"])))
+        try:
+            ok = zk_attest.check(
+                vk,
+                run.policy,
+                ten["Z_idx"],
+                records[i],
+                Q,
+                z,
+                op["top"],
+                ten["n"],
+                ten["q"].shape[1],
+                table.support_bound,
+            )
+        except (DpragError, ValueError, TypeError, KeyError):
+            ok = False
+        if not ok:
+            run.fail(
+                "retrieval", f"leaf {i}: the Groth16 proof of noise-then-select does not verify under the auditor's key"
+            )
+        else:
+            done += 1
+    run.checked["zk_proofs"] = done

@@ -1,0 +1,237 @@
+"""The shape of the house (spec/architecture.md): floors, cycles, module size and private names.
+
+The repository keeps each floor in a top-level folder that installs as ``dprag.<floor>``, so the checks run
+on a copy of the tree laid out as it installs (``dprag/<floor>/...``, from pyproject's package-dir mapping).
+
+- the floors contract of ``[tool.importlinter]`` (import-linter's layers and acyclic-siblings contracts),
+  function-level imports included and no import ignored, passes; the same check fails, naming the import,
+  on a copy where one module of a lower floor imports a higher one inside a function;
+- no import cycle among dprag's modules (Tarjan's strongly connected components over grimp's graph of every
+  import statement, function-level ones included, parent packages and their children too);
+- no library module over 800 lines (the generated Poseidon constants aside);
+- no module imports another module's ``_private`` name or a ``_private`` module;
+- mypy with the strict flags of ``[tool.mypy]`` finds no error in accounting/, zk/ and audit/ledger/, and the
+  override really is strict (an unannotated function there is an error).
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG = tomllib.loads((ROOT / "pyproject.toml").read_text())
+PACKAGE_DIRS = CONFIG["tool"]["setuptools"]["package-dir"]
+MAX_LINES = 800
+GENERATED = {"zk/gadgets/poseidon_constants.py"}
+
+
+def _install_layout(dest: Path) -> Path:
+    for pkg, folder in sorted(PACKAGE_DIRS.items(), key=lambda kv: kv[0].count(".")):
+        shutil.copytree(
+            ROOT / folder,
+            dest.joinpath(*pkg.split(".")),
+            dirs_exist_ok=True,
+            ignore=shutil.ignore_patterns("__pycache__"),
+        )
+    shutil.copy(ROOT / "pyproject.toml", dest / "pyproject.toml")
+    return dest
+
+
+def _lint_imports(tree: Path) -> subprocess.CompletedProcess:
+    exe = shutil.which("lint-imports")
+    assert exe, "import-linter is not installed (pip install -e '.[dev]')"
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    return subprocess.run(
+        [exe, "--config", "pyproject.toml", "--no-cache"],
+        cwd=tree,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory) -> Path:
+    return _install_layout(tmp_path_factory.mktemp("installed"))
+
+
+def test_the_floors_contract_holds(tree):
+    p = _lint_imports(tree)
+    assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-2000:]
+    assert "Contracts: 2 kept, 0 broken." in p.stdout
+
+
+def test_an_upward_function_level_import_breaks_the_contract(tmp_path):
+    tree = _install_layout(tmp_path)
+    rdp = tree / "dprag" / "accounting" / "rdp.py"
+    rdp.write_text(rdp.read_text() + "\n\ndef _upward():\n    from dprag.audit import policy  # noqa: F401\n")
+    p = _lint_imports(tree)
+    assert p.returncode != 0
+    assert "BROKEN" in p.stdout
+    assert "dprag.accounting.rdp -> dprag.audit.policy" in p.stdout
+
+
+def _module_graph(tree: Path):
+    grimp = pytest.importorskip("grimp")  # installed with import-linter
+    sys.path.insert(0, str(tree))
+    try:
+        return grimp.build_graph("dprag", cache_dir=None)
+    finally:
+        sys.path.remove(str(tree))
+
+
+def _cycles(graph) -> list[list[str]]:
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    counter = 0
+    for start in sorted(graph.modules):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph.find_modules_directly_imported_by(start))))]
+        index[start] = low[start] = counter
+        counter += 1
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            v, children = work[-1]
+            for w in children:
+                if w not in graph.modules:
+                    continue
+                if w not in index:
+                    index[w] = low[w] = counter
+                    counter += 1
+                    stack.append(w)
+                    on_stack.add(w)
+                    work.append((w, iter(sorted(graph.find_modules_directly_imported_by(w)))))
+                    break
+                if w in on_stack:
+                    low[v] = min(low[v], index[w])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[v])
+                if low[v] == index[v]:
+                    comp = []
+                    while True:
+                        w = stack.pop()
+                        on_stack.discard(w)
+                        comp.append(w)
+                        if w == v:
+                            break
+                    if len(comp) > 1:
+                        found.append(sorted(comp))
+    return found
+
+
+def test_no_import_cycle_among_dprags_modules(tree):
+    graph = _module_graph(tree)
+    assert len(graph.modules) > 100
+    assert _cycles(graph) == []
+
+
+def test_the_cycle_finder_finds_a_cycle_hidden_in_a_function(tmp_path):
+    tree = _install_layout(tmp_path)
+    errors = tree / "dprag" / "accounting" / "rounding.py"
+    errors.write_text(errors.read_text() + "\n\ndef _back():\n    from dprag.accounting import filters  # noqa: F401\n")
+    cycles = _cycles(_module_graph(tree))
+    assert any("dprag.accounting.rounding" in c and "dprag.accounting.filters" in c for c in cycles), cycles
+
+
+def _library_files():
+    for folder in sorted(set(PACKAGE_DIRS.values())):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            if "__pycache__" not in path.parts:
+                yield path
+
+
+def test_no_library_module_over_800_lines():
+    long = {
+        str(p.relative_to(ROOT)): n
+        for p in _library_files()
+        if (n := len(p.read_text().splitlines())) > MAX_LINES and str(p.relative_to(ROOT)) not in GENERATED
+    }
+    assert long == {}
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def test_no_module_imports_another_modules_private_names():
+    offenders = []
+    for path in _library_files():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            module = node.module or ""
+            if node.level == 0 and not module.startswith("dprag"):
+                continue
+            where = f"{path.relative_to(ROOT)}:{node.lineno}"
+            offenders += [f"{where} {a.name}" for a in node.names if _private(a.name)]
+            offenders += [f"{where} {module}" for part in module.split(".") if _private(part)]
+    assert offenders == []
+
+
+STRICT = ["dprag/errors.py", "dprag/accounting", "dprag/zk", "dprag/audit/ledger"]
+
+
+def test_the_strict_floors_type_check(tree, tmp_path):
+    """mypy --strict (the flags of [tool.mypy]'s strict override) finds no error in accounting/, zk/, audit/ledger/."""
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--config-file",
+            "pyproject.toml",
+            "--cache-dir",
+            str(tmp_path / "mypy-cache"),
+            *STRICT,
+        ],
+        cwd=tree,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert p.returncode == 0, p.stdout[-6000:] + p.stderr[-2000:]
+    assert "Success: no issues found" in p.stdout
+
+
+def test_the_type_check_is_strict(tree, tmp_path):
+    # an unannotated function in a strict floor must be an error, so the override really applies
+    gdp = tree / "dprag" / "accounting" / "rounding.py"
+    original = gdp.read_text()
+    gdp.write_text(original + "\n\ndef _untyped(x):\n    return x\n")
+    try:
+        p = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "mypy",
+                "--config-file",
+                "pyproject.toml",
+                "--cache-dir",
+                str(tmp_path / "mypy-cache"),
+                "dprag/accounting/rounding.py",
+            ],
+            cwd=tree,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+    finally:
+        gdp.write_text(original)
+    assert p.returncode != 0
+    assert "no-untyped-def" in p.stdout
