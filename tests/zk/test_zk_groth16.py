@@ -120,7 +120,7 @@ def test_json_roundtrip_and_checks(keyed, tmp_path):
     obj["pi_a"] = [obj["pi_a"][0], str((int(obj["pi_a"][1]) + 1) % C.Q), "1"]
     with pytest.raises(F.FormatError, match="not on the curve"):
         F.proof_from_json(obj)
-    from tests.test_zk_curve import twist_point_outside_subgroup
+    from tests.zk.test_zk_curve import twist_point_outside_subgroup
 
     q = twist_point_outside_subgroup()
     obj = F.proof_to_json(Proof(a=proof.a, b=q, c=proof.c))
@@ -195,7 +195,7 @@ def test_key_with_a_g2_point_outside_the_subgroup_is_refused(keyed):
     combinations, smallest cofactor prime 10069), and the prover never releases a pi_B outside the subgroup."""
     import dataclasses
 
-    from tests.test_zk_curve import twist_point_outside_subgroup
+    from tests.zk.test_zk_curve import twist_point_outside_subgroup
 
     r, pk, w = keyed
     bad_pt = twist_point_outside_subgroup()
