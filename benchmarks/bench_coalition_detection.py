@@ -1,4 +1,4 @@
-"""What the coalition estimator catches at the auditor's defaults (issue 9 item 6; spec/estimator.md §8).
+"""What the coalition estimator catches at the auditor's defaults (spec/estimator.md §8).
 
     HF_HUB_OFFLINE=1 python benchmarks/bench_coalition_detection.py [--trials 20] [--honest-accounts 100]
         [--queries-per-account 100] [--seed 0] [--float]

@@ -1,7 +1,7 @@
 """Time per generated token of DPSparseVoteRAG (003 Alg. 3) against the batched decode-step limit and a
 per-voter loop — measured side by side in one run, same model, dtype, threads and sequences.
 
-Issue 3, performance: "time per generated token of DPSparseVoteRAG with m voters against the limit (one
+Performance (spec/experiments.md): "time per generated token of DPSparseVoteRAG with m voters against the limit (one
 KV-cached decode step of the same m+1 sequences with the same model, dtype and threads) — goal at most
 1.5x the limit — and against a loop that calls the model once per voter."
 
@@ -10,9 +10,9 @@ KV-cached decode step of the same m+1 sequences with the same model, dtype and t
               LimitedDomain on a discovery), then advances the batched session. Time from the end of the
               prefill to the end of the run, divided by the number of decode steps (advance calls).
   limit       the same m+1 prompts in one ``PaddedBatchedSession`` (one plain masked batched forward per step,
-              rows coupled through padding: the pre-issue-10 design); only ``advance(token)`` is timed,
+              rows coupled through padding: the earlier design); only ``advance(token)`` is timed,
               replaying exactly the tokens dp-sparse released. The floor a batched decode pays on this model;
-              dp-sparse runs the row-independent ``BatchedSession`` (issue 10 item 2: goal <= 1.5x the limit).
+              dp-sparse runs the row-independent ``BatchedSession`` (spec/adapters.md §1: goal <= 1.5x the limit).
   loop        m+1 single-sequence sessions (each with its own KV cache), replaying the same tokens; per
               token one (1, 1) forward pass per voter — "a loop that calls the model once per voter".
 

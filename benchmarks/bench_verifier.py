@@ -1,4 +1,5 @@
-"""Verifier scale (issue 9): a window of N queries over a 10^3-document tenant, with N receipts, verified
+"""Verifier scale (spec/protocol.md §8 item 13): a window of N queries over a 10^3-document tenant, with N
+receipts, verified
 in full mode; per check the wall seconds (the verdict's ``seconds``) and the CPU seconds (this process and
 its workers), total wall and CPU time, peak memory: the verifier's own peak RSS (VmHWM) and its largest
 child's (not additive: a forked child's RSS counts the pages it shares with the verifier, and Linux carries
