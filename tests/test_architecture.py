@@ -244,3 +244,16 @@ def test_the_type_check_is_strict(tree, tmp_path):
         gdp.write_text(original)
     assert p.returncode != 0
     assert "no-untyped-def" in p.stdout
+
+
+def test_the_verifier_reads_as_the_ordered_list_of_its_checks():
+    # spec/protocol.md §8: verify() calls every check by name, in the spec's order, and stays short
+    tree = ast.parse((ROOT / "audit" / "verify" / "__init__.py").read_text())
+    (fn,) = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "verify"]
+    assert fn.end_lineno - fn.lineno + 1 < 60
+    found = [n for n in ast.walk(fn) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)]
+    calls = [n.func.id for n in sorted(found, key=lambda n: (n.lineno, n.col_offset))]
+    checks = [c for c in calls if c.startswith("check_8_")]
+    sections = [tuple(int(x) for x in c.split("_")[1:3]) for c in checks]
+    assert sections == sorted(sections)
+    assert {s[1] for s in sections} == set(range(1, 11))  # §8.1 ... §8.10, each called

@@ -8,6 +8,11 @@ the spec's order, one module each, named after what it checks (``files``, ``cano
 (``inputs``) raise ``AuditorInputError`` (exit 2); every defect of the bundle is a FAIL. ``pool`` and
 ``scores`` make it fast at scale without changing a verdict (§8 item 13). Nothing here spends budget or
 writes anything.
+
+``verify``'s inputs: ``key``, a file holding the provider's note verifier key, pinned by the auditor (else the
+bundle's own key is used and the verdict says it was not pinned); ``trusted_checkpoint``, a checkpoint note seen
+earlier, which the ledger must extend; ``corpus``, tenant -> document texts, to check C_docs; ``theta`` and
+``coalition_window`` (None = the whole window), the coalition estimator's parameters.
 """
 
 from __future__ import annotations
@@ -52,13 +57,7 @@ def verify(
     coalition_window: int | None = DEFAULT_WINDOW,
     progress: Callable[[str, int], None] | None = None,
 ) -> Verdict:
-    """Run every check of spec/protocol.md §8 on the bundle at ``bundle_path``, in the spec's order.
-
-    ``key``: a file holding the provider's note verifier key, pinned by the auditor (else the bundle's own
-    key is used and the verdict says it was not pinned). ``trusted_checkpoint``: a checkpoint note seen
-    earlier; the ledger must extend it. ``corpus``: tenant -> document texts, to check C_docs.
-    ``theta`` / ``coalition_window`` (None = the whole window): the coalition estimator's parameters.
-    """
+    """Run every check of spec/protocol.md §8 on the bundle at ``bundle_path``, in the spec's order."""
     with pool.running(bundle_path, receipts):  # workers forked before anything is read (§8 item 13)
         given = read_auditor_inputs(
             mode=mode,
