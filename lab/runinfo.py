@@ -60,7 +60,9 @@ def source_commit() -> str | None:
         )
     except (OSError, subprocess.TimeoutExpired):
         return None
-    return p.stdout.strip() or None if p.returncode == 0 else None
+    if p.returncode != 0:
+        return None
+    return p.stdout.strip() or None
 
 
 def write_run_json(out: Path, run: dict[str, Any], *, seed: object) -> dict[str, Any]:
