@@ -192,6 +192,9 @@ class AccountClient:
         self.nonces = nonces
         self.counter = 0
         self.receipts: list[dict] = []
+        self.kept: dict[str, list[dict]] = {}  # incidents, forks, refusals (also on disk with a directory)
+        self._sent: dict[int, Request] = {}  # signed requests by counter: a retry resends the same bytes
+        self._head: tuple[int, str, dict] | None = None  # the largest checkpoint seen: (size, root, its receipt)
         if self.dir is not None:
             self.dir.mkdir(parents=True, exist_ok=True)
             rpath = self.dir / "receipts.jsonl"
@@ -202,6 +205,13 @@ class AccountClient:
             cpath = self.dir / "counter"
             if cpath.exists():
                 self.counter = int(cpath.read_text())
+            for p in sorted((self.dir / "sent").glob("*.json")) if (self.dir / "sent").is_dir() else []:
+                req = Request.from_json(json.loads(p.read_bytes()))
+                self._sent[int(req.signed["counter"])] = req
+            for e in self.receipts:
+                r = e["receipt"]
+                if self._head is None or r["size"] > self._head[0]:
+                    self._head = (r["size"], r["root"], r)
 
     # -- requests ----------------------------------------------------------------------------------------
     def request(self, question: str) -> Request:
@@ -222,8 +232,16 @@ class AccountClient:
             qemb=qemb,
             nonce=None if self.nonces is None else self.nonces.bytes(16),
         )
+        req = Request(signed, question, qemb)
+        if self.dir is not None:  # durable before it is sent: after a crash the client resends it, never re-signs
+            p = self.dir / "sent" / f"{counter}.json"
+            p.parent.mkdir(exist_ok=True)
+            p.write_bytes(
+                encode({"request": signed, "question": question, "qemb": None if qemb is None else qemb.hex()})
+            )
         self._set_counter(counter)
-        return Request(signed, question, qemb)
+        self._sent[counter] = req
+        return req
 
     def _set_counter(self, c: int) -> None:
         self.counter = c
@@ -233,16 +251,76 @@ class AccountClient:
             os.replace(tmp, self.dir / "counter")
 
     def ask(self, service, question: str):
-        """Send one request to ``service`` (a ProviderService), check and keep the receipt; return the answer."""
-        req = self.request(question)
-        served = service.serve(req)
-        self.accept(req, served.receipt, served.citations)
+        """Send one request to ``service`` (a ProviderService), check the answer, the citations and the receipt
+        against each other and the ledger's history the client has seen (``accept``); return what was served."""
+        return self.send(service, self.request(question))
+
+    def send(self, service, req: Request):
+        """Send ``req`` (a new request, or a retry of the same signed bytes) and check what comes back. A signed
+        refusal (counter not consumed) frees the counter for the next request and is kept as evidence."""
+        from dprag.errors import BudgetExhaustedError
+
+        from .receipts import verify_refusal
+
+        try:
+            served = service.serve(req)
+        except (InvalidParameterError, BudgetExhaustedError) as e:  # RequestError / RateLimitError: a refusal
+            refusal = getattr(e, "refusal", None)
+            if refusal is not None and self.provider_vkey is not None:
+                from .ledger import NoteVerifier
+
+                try:
+                    body = verify_refusal(refusal, NoteVerifier.from_vkey(self.provider_vkey))
+                except (EncodingError, DpragError):
+                    body = None
+                if body is not None and body["h_req"] == req.h_req.hex() and req.signed["counter"] == self.counter:
+                    self._keep("refusals.jsonl", {"refusal": refusal, "request": req.signed})
+                    self._set_counter(self.counter - 1)  # not consumed: the next request reuses it
+            raise
+        proof = None
+        if self._head is not None and self._head[0] != served.receipt.get("size"):
+            lo, hi = sorted((self._head[0], served.receipt.get("size")))
+            try:
+                proof = service.ledger.consistency_proof(lo, hi)
+            except Exception:  # noqa: BLE001 - no proof is a refusal below
+                proof = None
+        self.accept(req, served.receipt, served.citations, answer=served.answer, consistency=proof)
         return served
 
+    def retry(self, service, counter: int | None = None):
+        """Resend the signed request of ``counter`` (default: the last one) byte for byte: the provider returns the
+        stored answer, or finishes a request charged before a failure from its recorded selection."""
+        counter = self.counter if counter is None else int(counter)
+        req = self._sent.get(counter)
+        if req is None:
+            raise InvalidParameterError("counter", "no request of this client was signed for it", counter)
+        return self.send(service, req)
+
+    def next_window(self, window: str, provider_vkey: str) -> None:
+        """Follow the history to its next window (spec/protocol.md §3.1): its id and (after a rotation) its key. The
+        counter carries over; consistency is checked within each window's log, so the head seen is reset."""
+        self.window, self.provider_vkey = window, provider_vkey
+        self._head = None
+
     # -- receipts ----------------------------------------------------------------------------------------
-    def accept(self, req: Request, receipt: dict, citations=None) -> dict:
-        """Check that ``receipt`` answers ``req`` (and matches the citations shown), then keep it."""
+    def accept(
+        self,
+        req: Request,
+        receipt: dict,
+        citations=None,
+        *,
+        answer: str,
+        consistency=None,
+    ) -> dict:
+        """Check everything the account is shown against the signed receipt before it is shown, then keep it:
+        the signature under the pinned key, that it answers ``req``, that ``answer`` hashes to ``h_answer``, that the
+        ``citations`` shown open ``h_top`` (where the tenant's citation channel is off only the empty list does: no
+        citation may be shown), and that its checkpoint is consistent with every earlier one this client saw
+        (``consistency``: the RFC 6962 proof between the two sizes). Anything else raises ReceiptError and is logged
+        as an incident (``incidents.jsonl``); two receipts that cannot both be honest are kept as a fork proof
+        (``forks.jsonl``): hand them to the auditor."""
         from .ledger import NoteVerifier
+        from .ledger.proof import verify_consistency
         from .receipts import verify_receipt
 
         if self.provider_vkey is None:
@@ -250,16 +328,46 @@ class AccountClient:
         try:
             body = verify_receipt(receipt, NoteVerifier.from_vkey(self.provider_vkey))
         except (EncodingError, DpragError) as e:
-            raise ReceiptError(f"receipt rejected: {e}") from None
+            raise self._incident(req, receipt, f"receipt rejected: {e}") from None
         if body["window"] != self.window or body["account"] != self.account:
-            raise ReceiptError("receipt names another window or account")
+            raise self._incident(req, receipt, "receipt names another window or account")
         if body["h_req"] != req.h_req.hex() or body["counter"] != req.signed["counter"]:
-            raise ReceiptError("receipt answers another request")
-        if citations is not None and body["nonce_top"] is not None:
+            raise self._incident(req, receipt, "receipt answers another request")
+        if not isinstance(answer, str) or hashlib.sha256(answer.encode("utf-8")).hexdigest() != body["h_answer"]:
+            raise self._incident(req, receipt, "the answer received is not the one the receipt signs (h_answer)")
+        if citations is not None:
             from .retrieval import top_commitment
 
-            if top_commitment(np.asarray(citations, dtype=np.int64), bytes.fromhex(body["nonce_top"])) != body["h_top"]:
-                raise ReceiptError("the citations shown do not match the receipt's h_top")
+            try:
+                ids = [int(i) for i in citations]
+                ok = top_commitment(ids, bytes.fromhex(body["nonce_top"])) == body["h_top"]
+            except (TypeError, ValueError, DpragError):
+                ok = False
+            if not ok:
+                raise self._incident(req, receipt, "the citations shown do not open the receipt's h_top")
+        prior = next((e for e in self.receipts if e["receipt"]["counter"] == body["counter"]), None)
+        if prior is not None:
+            if prior["receipt"] == receipt:
+                return body  # the same receipt again (a retry): nothing new to keep
+            self._keep("forks.jsonl", {"kind": "two receipts for one request", "receipts": [prior["receipt"], receipt]})
+            raise self._incident(req, receipt, "a second, different receipt for a request already answered (kept)")
+        if self._head is not None and self._head[0] != body["size"]:
+            (s1, r1, rc1), (s2, r2, rc2) = sorted(
+                [self._head, (body["size"], body["root"], receipt)], key=lambda x: x[0]
+            )
+            try:
+                if consistency is None:
+                    raise ValueError("no consistency proof")
+                verify_consistency(s1, s2, list(consistency.hashes), bytes.fromhex(r1), bytes.fromhex(r2))
+            except Exception as e:  # noqa: BLE001 - any defect: the two checkpoints are not shown consistent
+                if consistency is not None:
+                    self._keep("forks.jsonl", {"kind": "inconsistent checkpoints", "receipts": [rc1, rc2]})
+                raise self._incident(
+                    req, receipt, f"its checkpoint is not shown consistent with size {s1} ({e})"
+                ) from None
+        elif self._head is not None and self._head[1] != body["root"]:
+            self._keep("forks.jsonl", {"kind": "two roots for one size", "receipts": [self._head[2], receipt]})
+            raise self._incident(req, receipt, "its root differs from an earlier receipt's at the same size (a fork)")
         entry = {
             "receipt": receipt,
             "top": None if citations is None else [int(i) for i in citations],
@@ -267,12 +375,23 @@ class AccountClient:
             "question": req.question,
         }
         self.receipts.append(entry)
+        self._keep("receipts.jsonl", entry)
+        if self._head is None or body["size"] > self._head[0]:
+            self._head = (body["size"], body["root"], receipt)
+        return body
+
+    def _incident(self, req: Request, receipt, why: str) -> ReceiptError:
+        self._keep("incidents.jsonl", {"why": why, "request": req.signed, "receipt": receipt})
+        return ReceiptError(why)
+
+    def _keep(self, name: str, entry: dict) -> None:
+        """Append one JSON line durably (memory-only clients keep nothing on disk)."""
+        self.kept.setdefault(name, []).append(entry)
         if self.dir is not None:
-            with open(self.dir / "receipts.jsonl", "ab") as f:
-                f.write(encode(entry) + b"\n")
+            with open(self.dir / name, "ab") as f:
+                f.write(json.dumps(entry, sort_keys=True, ensure_ascii=False).encode("utf-8") + b"\n")
                 f.flush()
                 os.fsync(f.fileno())
-        return body
 
     def export_receipts(self, path: str | os.PathLike, *, include_questions: bool = False) -> Path:
         """Write every kept receipt, with the citations shown and the signed request, as JSONL: what the account

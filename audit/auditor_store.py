@@ -28,6 +28,8 @@ class AuditorStore:
         self.con.execute("CREATE TABLE IF NOT EXISTS zk_proof (pos INTEGER PRIMARY KEY, body BLOB NOT NULL)")
 
     def put_served(self, account: str, counter: int, body: bytes) -> None:
+        """The served-table row of one request: its ledger position and receipt body, then (once generated) the
+        stored answer, which every retry returns byte for byte."""
         self.con.execute(
             "INSERT OR REPLACE INTO served (account, counter, body) VALUES (?, ?, ?)", (account, counter, body)
         )
@@ -62,6 +64,9 @@ class AuditorStore:
 
     def openings(self, below: int):
         return self.con.execute("SELECT pos, body FROM opening WHERE pos < ? ORDER BY pos", (below,))
+
+    def openings_between(self, lo: int, hi: int):
+        return self.con.execute("SELECT pos, body FROM opening WHERE pos >= ? AND pos < ? ORDER BY pos", (lo, hi))
 
     def checkpoints(self, upto: int):
         return self.con.execute("SELECT size, note FROM checkpoint WHERE size <= ? ORDER BY size", (upto,))

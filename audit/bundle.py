@@ -30,7 +30,10 @@ CAPS = {  # bytes; generous for a 10^6-query window, bounded for any input
     "auditor/openings.jsonl": 1 << 36,
     "index": 1 << 34,
     "docs": 1 << 30,
+    "auditor/carry.json": 1 << 34,
 }
+#: the most windows a history bundle may nest (previous/previous/...): each is one audit window
+MAX_WINDOWS = 256
 MAX_TENANTS = 10_000
 
 
@@ -74,7 +77,11 @@ class Bundle:
     proofs_lines: list[bytes] | None = None  # auditor/proofs.jsonl (zk tenants only), None if absent
     index_files: dict[str, bytes] = field(default_factory=dict)
     docs_files: dict[str, bytes] = field(default_factory=dict)
+    carry_bytes: bytes | None = None  # auditor/carry.json (a window that continues a history), None if absent
     defects: list[str] = field(default_factory=list)  # "files: ..." reasons
+    #: the window before this one in the history (``previous/``, §3.1), read the same way; None for the first
+    previous: Bundle | None = None
+    prefix: str = ""  # this window's directory inside the bundle ("" or "previous/…")
 
     @property
     def version(self) -> object:
@@ -93,17 +100,33 @@ def load_bundle(path: str | Path) -> Bundle:
     except BundleFileError as e:
         raise AuditorInputError(f"{p}: not a readable bundle directory ({e})") from None
     try:
-        return _load(d, p)
+        head = _load(d, p, "")
+        b, depth = head, 1
+        while _exists(d, b, b.prefix + "previous"):  # a history: the predecessor's bundle, links not followed
+            if depth >= MAX_WINDOWS:
+                head.defects.append(f"files: a history of more than {MAX_WINDOWS} windows")
+                break
+            b.previous = _load(d, p, b.prefix + "previous/")
+            b, depth = b.previous, depth + 1
+        return head
     finally:
         d.close()
 
 
-def _load(d: BundleDir, p: Path) -> Bundle:
-    b = Bundle(root=p)
+def _exists(d: BundleDir, b: Bundle, rel: str) -> bool:
+    try:
+        return d.exists(rel)
+    except BundleFileError as e:
+        b.defects.append(f"files: {e}")
+        return False
+
+
+def _load(d: BundleDir, p: Path, prefix: str) -> Bundle:
+    b = Bundle(root=p, prefix=prefix)
 
     def read(rel: str, cap: int) -> bytes | None:
         try:
-            return d.read(rel, cap)
+            return d.read(prefix + rel, cap)
         except BundleFileError as e:
             b.defects.append(f"files: {e}")
             return None
@@ -125,7 +148,9 @@ def _load(d: BundleDir, p: Path) -> Bundle:
     b.embedder_bytes = read("auditor/embedder.json", CAPS["auditor/embedder.json"])
     ops = read("auditor/openings.jsonl", CAPS["auditor/openings.jsonl"])
     b.openings_lines = [ln for ln in ops.split(b"\n") if ln] if ops is not None else []
-    if d.exists("auditor/proofs.jsonl"):
+    if _exists(d, b, prefix + "auditor/carry.json"):
+        b.carry_bytes = read("auditor/carry.json", CAPS["auditor/carry.json"])
+    if _exists(d, b, prefix + "auditor/proofs.jsonl"):
         pr = read("auditor/proofs.jsonl", CAPS["auditor/openings.jsonl"])
         b.proofs_lines = [ln for ln in pr.split(b"\n") if ln] if pr is not None else []
     for sub, suffix, target, cap in (
@@ -133,7 +158,7 @@ def _load(d: BundleDir, p: Path) -> Bundle:
         ("auditor/docs", ".json", b.docs_files, CAPS["docs"]),
     ):
         try:
-            names = d.listdir(sub)
+            names = d.listdir(prefix + sub)
         except BundleFileError as e:
             b.defects.append(f"files: {e}")
             continue

@@ -55,12 +55,25 @@ def embedding_bytes(q: np.ndarray) -> bytes:
     return np.ascontiguousarray(np.asarray(q, dtype="<i2")).tobytes()
 
 
-def index_commitment(q_docs: np.ndarray) -> str:
-    """C_idx of one tenant: RFC 6962 root over the per-document int16 embedding bytes, hex."""
+def index_root(q_docs: np.ndarray) -> bytes:
+    """RFC 6962 root over the per-document int16 embedding bytes of one tenant's index."""
     q = np.asarray(q_docs, dtype="<i2")
     if q.ndim != 2:
         raise InvalidParameterError("index", "must be a (n_docs, d) int16 array")
-    return root_from_leaves([q[i].tobytes() for i in range(q.shape[0])]).hex()
+    return root_from_leaves([q[i].tobytes() for i in range(q.shape[0])])
+
+
+INDEX_DOMAIN = b"dprag/v3/index\x00"
+
+
+def index_commitment(q_docs: np.ndarray, salt: bytes) -> str:
+    """C_idx of one tenant (hiding, §3): H("dprag/v3/index\\0" || salt || u32be(n_docs) || root), hex. The salt is
+    the auditor's (auditor/docs/<tenant>.json): an observer cannot test a guessed index against it."""
+    if len(salt) != SALT_BYTES:
+        raise InvalidParameterError("index salt", f"must be {SALT_BYTES} bytes")
+    q = np.asarray(q_docs, dtype="<i2")
+    root = index_root(q)
+    return hashlib.sha256(INDEX_DOMAIN + bytes(salt) + int(q.shape[0]).to_bytes(4, "big") + root).hexdigest()
 
 
 def index_leaf_hash(q_doc_row: np.ndarray) -> bytes:
@@ -112,7 +125,7 @@ def files_sha256(paths: Iterable[tuple[str, bytes]]) -> str:
     return h.hexdigest()
 
 
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3
 POLICY_DOMAIN = b"dprag/v2/policy\x00"
 DOC_DOMAIN = b"dprag/v2/doc\x00"
 SALT_BYTES = 16
@@ -158,6 +171,7 @@ def genesis_record(
     tenants: Mapping[str, tuple[int, str, str]],
     accounts: Mapping[str, tuple[str, str]],
     zk: Mapping[str, str] | None = None,
+    history: Mapping | None = None,
 ) -> dict:
     """Ledger leaf 0 (§3). ``tenants``: tenant -> (n_docs, C_idx, C_docs); ``accounts``: the account registry,
     account -> (tenant, account key hex); ``zk``: tenant -> Z_idx (decimal) for the policy's zk tenants. One provider
@@ -177,6 +191,11 @@ def genesis_record(
             for t, (n, c, cd) in sorted(tenants.items())
         ],
         "accounts": [{"account": a, "tenant": t, "key": k} for a, (t, k) in sorted(accounts.items())],
+        # one history per corpus (§3.1): null in the first window
+        "chain": None if history is None else history["chain"],
+        "epoch": 0 if history is None else int(history["epoch"]),
+        "prev": None if history is None else dict(history["prev"]),
+        "C_carry": None if history is None else history["C_carry"],
     }
 
 

@@ -274,6 +274,46 @@ _fast_decoder = json.JSONDecoder(parse_float=_refuse_float, parse_constant=_refu
 _LONG_DIGITS = re.compile(rb"(?:^|[:,\[])\s*-?[0-9]{%d,}" % (_MAX_INT_LITERAL + 1))
 
 
+def decode_content(data: bytes, *, what: str = "record") -> Any:
+    """Parse JSON that need not be in canonical form (whitespace, key order, escapes as any JSON tool writes them),
+    under every other rule of the encoding: duplicate keys, floats, NaN / Infinity, out-of-range integers, deep
+    nesting, invalid UTF-8 and lone surrogates are refused (EncodingError naming ``what`` and the rule). For
+    evidence an account hands over (receipts): its value, not its bytes, carries the signature."""
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise EncodingError(f"{what}: expected bytes, got {type(data).__name__}")
+    data = bytes(data).strip(b" \t\r\n")
+    if _LONG_DIGITS.search(data) is not None:
+        raise EncodingError(f"{what}: an integer literal out of range")
+    value, _text = _parse(data, what)
+    try:
+        encode(value)  # refuses what the parser lets through: lone surrogates, integers out of range
+    except EncodingError as e:
+        raise EncodingError(f"{what}: {e}") from None
+    return value
+
+
+def _parse(data: bytes, what: str) -> tuple[Any, str]:
+    """The checked parse both decoders share: UTF-8, nesting depth, the refusing JSON decoder, nothing after the
+    value. Returns (value, text)."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise EncodingError(f"{what}: invalid UTF-8 at byte {e.start} ({e.reason})") from None
+    if data.count(b"[") + data.count(b"{") > MAX_DEPTH and _depth(data) > MAX_DEPTH:
+        raise EncodingError(f"{what}: nesting deeper than {MAX_DEPTH} levels")
+    try:
+        value, end = _decoder.raw_decode(text)
+    except _Refused as e:
+        raise EncodingError(f"{what}: {e}") from None
+    except json.JSONDecodeError as e:
+        raise EncodingError(f"{what}: not valid JSON ({e.msg}, character {e.pos})") from None
+    except (RecursionError, ValueError, MemoryError) as e:  # defence in depth; the checks above come first
+        raise EncodingError(f"{what}: not valid canonical JSON ({type(e).__name__})") from None
+    if end != len(text):
+        raise EncodingError(f"{what}: bytes after the JSON value at character {end}")
+    return value, text
+
+
 def decode(data: bytes, *, what: str = "record") -> Any:
     """Parse canonical bytes; raises EncodingError (naming ``what`` and the rule) unless
     ``encode(decode(data)) == data``.
@@ -296,22 +336,7 @@ def decode(data: bytes, *, what: str = "record") -> Any:
 
 
 def _decode_checked(data: bytes, what: str) -> Any:
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise EncodingError(f"{what}: invalid UTF-8 at byte {e.start} ({e.reason})") from None
-    if data.count(b"[") + data.count(b"{") > MAX_DEPTH and _depth(data) > MAX_DEPTH:
-        raise EncodingError(f"{what}: nesting deeper than {MAX_DEPTH} levels")
-    try:
-        value, end = _decoder.raw_decode(text)
-    except _Refused as e:
-        raise EncodingError(f"{what}: {e}") from None
-    except json.JSONDecodeError as e:
-        raise EncodingError(f"{what}: not valid JSON ({e.msg}, character {e.pos})") from None
-    except (RecursionError, ValueError, MemoryError) as e:  # defence in depth; the checks above come first
-        raise EncodingError(f"{what}: not valid canonical JSON ({type(e).__name__})") from None
-    if end != len(text):
-        raise EncodingError(f"{what}: bytes after the JSON value at character {end}")
+    value, _text = _parse(data, what)
     if b"\\u" not in data and max(data) < 0xEE:
         # Fast path, same bytes: no \u escape means no surrogate can have been smuggled in (UTF-8 cannot
         # carry one), parsing already refused floats, NaN, out-of-range integers and deep nesting, and

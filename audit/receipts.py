@@ -1,9 +1,14 @@
-"""Signed query-time receipts ρ_q (R2; spec/protocol.md §5.4), protocol version 2.
+"""Signed query-time receipts ρ_q (R2; spec/protocol.md §5.4) and signed refusals (§5.1), protocol version 3.
 
 ρ_q names the window and binds one signed request (``h_req``, the account's counter) to exactly one ledger
 leaf (``pos`` and the leaf's RFC 6962 hash), to a checkpoint (size, root) that includes it, to the
 citations shown (``h_top``) and to the answer (``h_answer``). Signature: Ed25519 by the provider's note key
-over ``b"dprag/receipt/v2\\n" || canonical(ρ_q without "sig")``.
+over ``b"dprag/receipt/v3\\n" || canonical(ρ_q without "sig")``. ``h_top`` and ``nonce_top`` are always present
+(where the tenant's citation channel is off, ``h_top`` commits to the empty list: no citation may be shown).
+
+A refusal is the provider's signed statement that it refused a request before anything was embedded, charged or
+recorded, and that the request's counter was not consumed (``"consumed": false``): the account may sign another
+request for that counter. A refusal for a request the ledger holds contradicts the ledger (FAIL, §8.6).
 
 A receipt is evidence against the provider that signed it: two valid receipts for one position that
 differ, or one that contradicts the bundle, prove misbehaviour (spec/protocol.md §8.6).
@@ -19,7 +24,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from .encoding import EncodingError, encode, hexbytes
 from .ledger.checkpoint import NoteSigner, NoteVerifier
 
-DOMAIN = b"dprag/receipt/v2\n"
+DOMAIN = b"dprag/receipt/v3\n"
+REFUSAL_DOMAIN = b"dprag/refusal/v3\n"
 FIELDS = (
     "window",
     "account",
@@ -43,8 +49,8 @@ def receipt_body(
     tenant: str,
     counter: int,
     h_req: str,
-    h_top: str | None,
-    nonce_top: str | None,
+    h_top: str,
+    nonce_top: str,
     h_answer: str,
     pos: int,
     leaf_hash: str,
@@ -79,25 +85,58 @@ def verify_receipt(receipt: Any, verifier: NoteVerifier) -> dict:
     if not isinstance(receipt, dict):
         raise EncodingError("receipt: must be a JSON object")
     if set(receipt) != {"type", "sig", *FIELDS} or receipt.get("type") != "receipt":
-        raise EncodingError("receipt: wrong set of fields or type (a version-1 receipt?)")
+        raise EncodingError("receipt: wrong set of fields or type (an older protocol version's receipt?)")
     body = {k: v for k, v in receipt.items() if k != "sig"}
     for f in ("window", "account", "tenant"):
         if not isinstance(body[f], str):
             raise EncodingError(f"receipt.{f}: must be a string")
-    for f in ("h_req", "h_answer", "leaf_hash", "root"):
+    for f in ("h_req", "h_answer", "leaf_hash", "root", "h_top"):
         hexbytes(body[f], f"receipt.{f}", 32)
-    if body["h_top"] is not None:
-        hexbytes(body["h_top"], "receipt.h_top", 32)
-    if body["nonce_top"] is not None:
-        hexbytes(body["nonce_top"], "receipt.nonce_top", 16)
+    hexbytes(body["nonce_top"], "receipt.nonce_top", 16)
     for f in ("pos", "size", "counter"):
         if isinstance(body[f], bool) or not isinstance(body[f], int) or body[f] < 0:
             raise EncodingError(f"receipt.{f}: must be a non-negative integer")
     if not body["pos"] < body["size"]:
         raise EncodingError("receipt: pos must be < size")
-    sig = hexbytes(receipt["sig"], "receipt.sig", 64)
+    _check_signature(receipt["sig"], DOMAIN, body, verifier, "receipt")
+    return body
+
+
+def _check_signature(sig_hex: Any, domain: bytes, body: dict, verifier: NoteVerifier, what: str) -> None:
+    """The provider's Ed25519 signature over ``domain || canonical(body)``; EncodingError naming ``what`` if not."""
+    sig = hexbytes(sig_hex, f"{what}.sig", 64)
     try:
-        Ed25519PublicKey.from_public_bytes(verifier.public_key).verify(sig, DOMAIN + encode(body))
+        Ed25519PublicKey.from_public_bytes(verifier.public_key).verify(sig, domain + encode(body))
     except InvalidSignature:
-        raise EncodingError("receipt: signature does not verify under the provider key") from None
+        raise EncodingError(f"{what}: signature does not verify under the provider key") from None
+
+
+REFUSAL_FIELDS = ("window", "h_req", "field", "rule", "consumed")
+
+
+def refusal_body(*, window: str, h_req: str, field: str, rule: str) -> dict[str, Any]:
+    """A refusal decided before anything was embedded, charged or recorded: the counter is not consumed."""
+    return {"type": "refusal", "window": window, "h_req": h_req, "field": field, "rule": rule, "consumed": False}
+
+
+def sign_refusal(body: dict, signer: NoteSigner) -> dict:
+    return {**body, "sig": signer.sign(REFUSAL_DOMAIN + encode(body)).hex()}
+
+
+def verify_refusal(refusal: Any, verifier: NoteVerifier) -> dict:
+    """Shape and signature of a signed refusal; returns the body. Raises EncodingError on any defect."""
+    if (
+        not isinstance(refusal, dict)
+        or set(refusal) != {"type", "sig", *REFUSAL_FIELDS}
+        or refusal.get("type") != "refusal"
+    ):
+        raise EncodingError("refusal: wrong set of fields or type")
+    body = {k: v for k, v in refusal.items() if k != "sig"}
+    for f in ("window", "field", "rule"):
+        if not isinstance(body[f], str):
+            raise EncodingError(f"refusal.{f}: must be a string")
+    hexbytes(body["h_req"], "refusal.h_req", 32)
+    if body["consumed"] is not False:
+        raise EncodingError("refusal.consumed: must be false (a refusal never consumes the counter)")
+    _check_signature(refusal["sig"], REFUSAL_DOMAIN, body, verifier, "refusal")
     return body

@@ -1,10 +1,14 @@
 """The retrieval channel: committed-seed noise (G4) and noise-then-select over the tenant index (R3).
 
-z = DGS_table(RandomSource.from_seed(s_W, label = "dprag/v2/retrieval\\0" || h_req); σ), one sample per
-document in index order, where h_req names the account-signed request (spec/protocol.md §5.2): nothing in
-the label is drawn or chosen by the provider (no ledger position, no provider nonce), so it has nothing to
-grind. Then top-K of s + z (ties to the smaller id). Noise first, select second: never the other way round.
-The selection step of MuRAG-Ada and the answer's mechanism draw from the same seed under their own labels.
+z = DGS_table(RandomSource.from_seed(s_W, label); σ), one sample per document in index order, with
+``label = "dprag/v3/retrieval\\0" || H(u32be(len(tenant)) || UTF-8(tenant) || Q bytes)`` (spec/protocol.md §5.2):
+the noise is keyed by the tenant and the query embedding Q only, under the epoch's seed s_W (one seed per committed
+index). Identical questions against the same committed index get identical citations, so a repeat is
+post-processing of the first release (FAQ traffic costs nothing and the coalition estimator may skip exact
+repeats); nothing in the label is drawn or chosen by the provider (no ledger position, no provider nonce, no
+request nonce), so re-signing a request does not redraw the noise. Then top-K of s + z (ties to the smaller id).
+Noise first, select second: never the other way round. The selection step of MuRAG-Ada and the answer's
+mechanism draw from the same seed under their own labels, keyed by the signed request h_req.
 
 The seed and the noise are auditor-only material (spec/protocol.md §7).
 """
@@ -24,14 +28,16 @@ from dprag.accounting.noise.table import DiscreteGaussianTable
 from .encoding import hexbytes
 
 LABELS = {
-    "retrieval": b"dprag/v2/retrieval\x00",
-    "select": b"dprag/v2/select\x00",
-    "generate": b"dprag/v2/generate\x00",
+    "select": b"dprag/v3/select\x00",
+    "generate": b"dprag/v3/generate\x00",
 }
+RETRIEVAL_LABEL = b"dprag/v3/retrieval\x00"
 
 
 def request_label(purpose: str, h_req: bytes) -> bytes:
-    """The label of one request's stream for ``purpose`` (retrieval noise, selection noise, generation)."""
+    """The label of one request's stream for ``purpose`` ("select": MuRAG-Ada's noise, "generate": the answer)."""
+    if purpose not in LABELS:
+        raise InvalidParameterError("purpose", f"must be one of {sorted(LABELS)} (retrieval noise: retrieval_label)")
     if len(h_req) != 32:
         raise InvalidParameterError("h_req", "must be 32 bytes")
     return LABELS[purpose] + bytes(h_req)
@@ -39,6 +45,16 @@ def request_label(purpose: str, h_req: bytes) -> bytes:
 
 def request_source(seed: bytes, purpose: str, h_req: bytes) -> RandomSource:
     return RandomSource.from_seed(bytes(seed), request_label(purpose, h_req))
+
+
+def retrieval_label(tenant: str, qemb: bytes) -> bytes:
+    """The retrieval noise's label: keyed by the tenant and Q's int16 bytes only (see the module docstring)."""
+    t = tenant.encode("utf-8")
+    return RETRIEVAL_LABEL + hashlib.sha256(len(t).to_bytes(4, "big") + t + bytes(qemb)).digest()
+
+
+def retrieval_source(seed: bytes, tenant: str, qemb: bytes) -> RandomSource:
+    return RandomSource.from_seed(bytes(seed), retrieval_label(tenant, qemb))
 
 
 @lru_cache(maxsize=16)

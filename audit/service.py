@@ -32,40 +32,39 @@ from pathlib import Path
 
 import numpy as np
 
-from dprag.accounting.errors import BudgetExhaustedError, DpragError, InvalidParameterError
+from dprag.accounting.errors import DpragError, InvalidParameterError
 from dprag.accounting.filters import FilterBudget, IndividualRenyiFilter
 from dprag.accounting.noise.source import RandomSource
 from dprag.accounting.protocols import Generator
+from dprag.accounting.rag.common import top_k_padded
 from dprag.accounting.rag.mechanism import filter_charge
 from dprag.accounting.rag.multi_query import MuRAG, MuRAGAda, RetrievalParams, Selection
 from dprag.accounting.stores import SqliteBudgetStore
+from dprag.zk.field import R as BN254_R
 
 from . import commitments as cm
 from .account import Request, qemb_commitment, question_commitment, request_hash, verify_request
 from .auditor_store import AuditorStore
-from .charges import ChargeRule, expected_charges
+from .bundle_export import write_atomically
+from .charges import ChargeRule
 from .encoding import decode, digest, encode
 from .ledger import NoteSigner, SqliteLog
 from .ledger.rfc6962 import hash_leaf
 from .policy import Policy
-from .receipts import receipt_body, sign_receipt
-from .retrieval import float_exact_scores, noise_table, noisy_top_k, request_source, top_commitment
+from .receipts import receipt_body, refusal_body, sign_receipt, sign_refusal
+from .retrieval import (
+    float_exact_scores,
+    noise_table,
+    noisy_top_k,
+    request_source,
+    retrieval_source,
+    top_commitment,
+)
+from .serving_errors import AnswerPendingError, RateLimitError, RequestError, ServiceStateError
 from .serving_models import TextEmbedder, as_embedder, prompt_template_of, serving_generator
 
 _ID_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 MAX_QUESTION_CHARS = 4096
-
-
-class RateLimitError(BudgetExhaustedError):
-    """The account has used all n queries of the window (nothing was recorded or spent)."""
-
-
-class RequestError(InvalidParameterError):
-    """A request was refused before anything was recorded or spent (signature, window, counter, question)."""
-
-
-class ServiceStateError(DpragError):
-    """The service directory is inconsistent (e.g. a budget store holds less spend than the ledger)."""
 
 
 @dataclass
@@ -131,6 +130,7 @@ class ProviderService:
         origin: str | None = None,
         seed: bytes | None = None,
         signer: NoteSigner | None = None,
+        _history: dict | None = None,
     ) -> ProviderService:
         """Phase A: validate, embed and commit the tenants' indexes and documents, draw s_W and the salts,
         register the accounts, append the genesis leaf.
@@ -169,21 +169,7 @@ class ProviderService:
             if policy.retrieval.K > len(texts) and t in policy.retrieval.enabled_tenants:
                 raise InvalidParameterError("retrieval.K", f"exceeds tenant {t}'s corpus size {len(texts)}")
             corpora[t] = (ids, texts)
-        registry: dict[str, tuple[str, str]] = {}
-        for a, spec in accounts.items():
-            _check_id("account", a)
-            if not (isinstance(spec, tuple) and len(spec) == 2):
-                raise InvalidParameterError(f"accounts[{a}]", "must be (tenant, account key hex)", spec)
-            t, key = spec
-            if t not in corpora:
-                raise InvalidParameterError(f"accounts[{a}]", "names an unknown tenant", t)
-            try:
-                cm.hexbytes(key, f"accounts[{a}].key", 32)
-            except Exception:
-                raise InvalidParameterError(
-                    f"accounts[{a}]", "key must be 64 hex characters (AccountKey.vkey)"
-                ) from None
-            registry[a] = (t, key)
+        registry = cls._registry(accounts, corpora)
         for t in policy.retrieval.enabled_tenants:
             if t not in corpora:
                 raise InvalidParameterError("retrieval.enabled_tenants", "names an unknown tenant", t)
@@ -216,28 +202,34 @@ class ProviderService:
         salts = {
             "policy": cm.new_salt().hex(),
             "documents": {t: [cm.new_salt().hex() for _ in ids] for t, (ids, _) in corpora.items()},
+            "index": {t: cm.new_salt().hex() for t in corpora},
+            # Z_idx's blinding scalar per zk tenant (uniform in the BN254 scalar field; decimal)
+            "zk": {t: str(secrets.randbelow(BN254_R)) for t in policy.retrieval.zk_tenants},
+            "carry": cm.new_salt().hex(),
         }
         for sub in ("secret", "config", "index", "docs", "state"):
             (d / sub).mkdir(parents=True, exist_ok=True)
-        _write(d / "secret" / "seed.hex", seed.hex().encode(), private=True)
-        _write(d / "secret" / "provider.skey", signer.skey().encode(), private=True)
-        _write(d / "secret" / "salts.json", encode(salts), private=True)
-        _write(d / "config" / "policy.json", policy.to_bytes())
-        _write(d / "config" / "embedder.json", encode(embedder_descriptor.to_dict()))
-        _write(d / "config" / "accounts.json", encode({a: {"tenant": t, "key": k} for a, (t, k) in registry.items()}))
-        _write(d / "config" / "meta.json", encode({"origin": origin}))
+        write_atomically(d / "secret" / "seed.hex", seed.hex().encode(), private=True)
+        write_atomically(d / "secret" / "provider.skey", signer.skey().encode(), private=True)
+        write_atomically(d / "secret" / "salts.json", encode(salts), private=True)
+        write_atomically(d / "config" / "policy.json", policy.to_bytes())
+        write_atomically(d / "config" / "embedder.json", encode(embedder_descriptor.to_dict()))
+        write_atomically(
+            d / "config" / "accounts.json", encode({a: {"tenant": t, "key": k} for a, (t, k) in registry.items()})
+        )
+        write_atomically(d / "config" / "meta.json", encode({"origin": origin}))
         tenant_meta = {}
         for t, q in qidx.items():
             ids, texts = corpora[t]
-            _write(d / "index" / f"{t}.i16", cm.embedding_bytes(q))
-            _write(d / "docs" / f"{t}.json", encode({"ids": ids, "texts": texts}))
+            write_atomically(d / "index" / f"{t}.i16", cm.embedding_bytes(q))
+            write_atomically(d / "docs" / f"{t}.json", encode({"ids": ids, "texts": texts}))
             doc_salts = [bytes.fromhex(x) for x in salts["documents"][t]]
             tenant_meta[t] = (
                 len(texts),
-                cm.index_commitment(q),
+                cm.index_commitment(q, bytes.fromhex(salts["index"][t])),
                 cm.documents_commitment(doc_salts, ids, [cm.text_hash(x) for x in texts]),
             )
-        _write(
+        write_atomically(
             d / "config" / "tenants.json",
             encode({t: {"n_docs": n, "dimension": int(qidx[t].shape[1])} for t, (n, _, _) in tenant_meta.items()}),
         )
@@ -251,7 +243,18 @@ class ProviderService:
                     raise InvalidParameterError(
                         "retrieval.zk_tenants", f"tenant {t} holds more than {zk_attest.MAX_ZK_DOCS} documents"
                     )
-                zk[t] = zk_attest.index_commitment(qidx[t])
+                zk[t] = zk_attest.index_commitment(qidx[t], int(salts["zk"][t]))
+        chain = None
+        if _history is not None:  # a successor window (next_window): what carries over, committed hidingly
+            from .history import carry_commitment
+
+            chain = {
+                "chain": _history["chain"],
+                "epoch": _history["epoch"],
+                "prev": _history["prev"],
+                "C_carry": carry_commitment(bytes.fromhex(salts["carry"]), _history["carry"]),
+            }
+            write_atomically(d / "config" / "history.json", encode({**_history, "C_carry": chain["C_carry"]}))
         genesis = cm.genesis_record(
             policy.window,
             signer.vkey(),
@@ -261,14 +264,45 @@ class ProviderService:
             tenant_meta,
             registry,
             zk,
+            chain,
         )
         svc = cls(d, embedder=embedder, generator=generator)
         with svc._locked():
             if svc.ledger.size != 0:
                 raise ServiceStateError("a fresh ledger is not empty")
+            if _history is not None:
+                for t, units in _history["carry"]["spend"].items():  # every document's spend carries over
+                    units = np.asarray(units, dtype=np.int64)
+                    for v in np.unique(units[units > 0]):
+                        svc.tenants[t]["filter"].store.charge(np.flatnonzero(units == v), np.array([int(v)]))
             svc.ledger.append(encode(genesis))
             svc._checkpoint()
         return svc
+
+    @staticmethod
+    def _registry(accounts: Mapping[str, tuple[str, str]], corpora: Mapping) -> dict[str, tuple[str, str]]:
+        """The account registry genesis commits to: ids well formed, tenants known, keys 32 bytes of hex, and one
+        key per account (a key registered twice would let one party hold several accounts' counters)."""
+        registry: dict[str, tuple[str, str]] = {}
+        for a, spec in accounts.items():
+            _check_id("account", a)
+            if not (isinstance(spec, tuple) and len(spec) == 2):
+                raise InvalidParameterError(f"accounts[{a}]", "must be (tenant, account key hex)", spec)
+            t, key = spec
+            if t not in corpora:
+                raise InvalidParameterError(f"accounts[{a}]", "names an unknown tenant", t)
+            try:
+                cm.hexbytes(key, f"accounts[{a}].key", 32)
+            except Exception:
+                raise InvalidParameterError(
+                    f"accounts[{a}]", "key must be 64 hex characters (AccountKey.vkey)"
+                ) from None
+            if any(k == key for _, k in registry.values()):
+                raise InvalidParameterError(
+                    f"accounts[{a}]", "key is already registered to another account (one key, one account)"
+                )
+            registry[a] = (t, key)
+        return registry
 
     @classmethod
     def open(cls, directory, *, embedder: TextEmbedder | str, generator: Generator) -> ProviderService:
@@ -285,6 +319,7 @@ class ProviderService:
         self.dir = d
         self.policy = Policy.from_dict(decode((d / "config" / "policy.json").read_bytes(), what="policy")).validate()
         self.embedder, self.generator = as_embedder(embedder), serving_generator(self.policy, generator)
+        self._raw_generator = generator  # the committed model itself: its context window bounds the question
         self.embedder_descriptor = decode((d / "config" / "embedder.json").read_bytes(), what="embedder")
         self.accounts: dict[str, dict] = decode((d / "config" / "accounts.json").read_bytes(), what="accounts")
         self.origin = decode((d / "config" / "meta.json").read_bytes())["origin"]
@@ -309,7 +344,11 @@ class ProviderService:
             retr = _TenantRetriever(docs, q, r.score_clip, r.score_shift)
             flt = IndividualRenyiFilter(SqliteBudgetStore(d / "state" / f"budget-{t}.sqlite", len(docs)), self.budget)
             self.tenants[t] = {"q": q, "retriever": retr, "filter": flt}
-        self._counters: dict[str, int] = {}
+        hist = d / "config" / "history.json"
+        self.history: dict | None = decode(hist.read_bytes(), what="history") if hist.exists() else None
+        #: each account's last counter of the earlier windows (counters carry over, §3.1)
+        self._carried: dict[str, int] = dict(self.history["carry"]["counters"]) if self.history else {}
+        self._counters: dict[str, int] = dict(self._carried)
         self._seen = 0
 
     def _algorithm(self, tenant: str, source: RandomSource):
@@ -344,17 +383,30 @@ class ProviderService:
         self._lockfile.close()
 
     # -- Phase B ---------------------------------------------------------------------------------------------
-    def _check_request(self, req: Request) -> tuple[str, np.ndarray]:
-        """§5.1: everything about a request that is checked before anything is recorded or spent."""
+    def _refuse(self, exc: RequestError | RateLimitError, signed) -> RequestError | RateLimitError:
+        """Attach the signed refusal (§5.1: decided before anything was embedded, charged or recorded; the
+        counter is not consumed) to ``exc``; a request too malformed to name (no h_req) gets none."""
+        try:
+            h = request_hash(signed).hex() if isinstance(signed, dict) else None
+        except Exception:  # noqa: BLE001 - an unencodable request has no name to refuse
+            h = None
+        if h is not None:
+            body = refusal_body(window=self.policy.window, h_req=h, field=exc.field, rule=exc.rule)
+            exc.refusal = sign_refusal(body, self.signer)
+        return exc
+
+    def _check_request(self, req: Request) -> str:
+        """§5.1, the checks of the request itself (signature, window, question and Q against their commitments,
+        the question's size in tokens for the committed generator): before anything is embedded or recorded."""
         if not isinstance(req, Request):
             raise RequestError("request", "must be an audit.account.Request")
         signed = req.signed
         acct = signed.get("account") if isinstance(signed, dict) else None
-        if acct not in self.accounts:
+        if not isinstance(acct, str) or acct not in self.accounts:
             raise RequestError("request.account", "is not registered in this window's genesis", acct)
         try:
             verify_request(signed, self.accounts[acct]["key"])
-        except Exception as e:  # EncodingError: a malformed or forged request
+        except Exception as e:  # noqa: BLE001 - EncodingError: a malformed or forged request
             raise RequestError("request", str(e)) from None
         if signed["window"] != self.policy.window:
             raise RequestError("request.window", f"must be {self.policy.window!r}", signed["window"])
@@ -363,6 +415,8 @@ class ProviderService:
             raise RequestError("question", "must be a non-empty string")
         if len(q) > MAX_QUESTION_CHARS:
             raise RequestError("question", f"must be at most {MAX_QUESTION_CHARS} characters", len(q))
+        if any(0xD800 <= ord(c) <= 0xDFFF for c in q):
+            raise RequestError("question", "must not contain a lone surrogate (it is not valid UTF-8)")
         nonce = bytes.fromhex(signed["nonce"])
         if question_commitment(nonce, q) != signed["h_q"]:
             raise RequestError("question", "does not match the request's h_q")
@@ -373,115 +427,228 @@ class ProviderService:
                 raise RequestError("qemb", "does not match the request's h_qemb")
             if len(req.qemb) != 2 * dim:
                 raise RequestError("qemb", f"must be {dim} int16 values", len(req.qemb))
-            q_query = np.frombuffer(req.qemb, dtype="<i2").copy()
-        else:
-            if signed["h_qemb"] is not None:
-                raise RequestError("qemb", "the request commits to a query embedding but none was sent")
-            q_query = cm.quantise_embeddings(
-                np.asarray(self.embedder.embed([q]))[0:1], self.embedder_descriptor["embedding_scale"]
-            )[0]
-            if q_query.shape[0] != dim:
-                raise ServiceStateError("query embedding dimension differs from the index")
-        return tenant, q_query
+        elif signed["h_qemb"] is not None:
+            raise RequestError("qemb", "the request commits to a query embedding but none was sent")
+        self._check_tokens(q)
+        return tenant
+
+    def _check_tokens(self, question: str) -> None:
+        """§5.1: the question's size in tokens, from public quantities only (the question, the committed template,
+        docs_per_voter, the documents' token cap, max_tokens), so that no voter prompt can overflow the committed
+        generator's context window after the charge. Generators without a window (toy, hosted) are not checked."""
+        bound_of = getattr(self._raw_generator, "prompt_token_bound", None)
+        window = getattr(self._raw_generator, "max_positions", None)
+        if bound_of is None or window is None:
+            return
+        g = self.policy.generation
+        need = bound_of(question, g.docs_per_voter, g.max_tokens)
+        if need is not None and need > int(window):
+            raise RequestError(
+                "question",
+                f"is too long for the committed generator: a voter prompt with {g.docs_per_voter} document(s) of at "
+                f"most {getattr(self._raw_generator, 'max_context_tokens', '?')} tokens and {g.max_tokens} answer "
+                f"tokens needs up to {need} tokens, over the context window of {window}",
+            )
+
+    def _embed(self, req: Request) -> np.ndarray:
+        if req.qemb is not None:
+            return np.frombuffer(req.qemb, dtype="<i2").copy()
+        q_query = cm.quantise_embeddings(
+            np.asarray(self.embedder.embed([req.question]))[0:1], self.embedder_descriptor["embedding_scale"]
+        )[0]
+        if q_query.shape[0] != self.tenants[self.accounts[req.account]["tenant"]]["q"].shape[1]:
+            raise ServiceStateError("query embedding dimension differs from the index")
+        return q_query
+
+    def _admit(self, req: Request) -> tuple[str, dict | None]:
+        """Under the lock: ("served", stored) for a request already answered, ("recorded", record) for one
+        charged and recorded whose answer is not stored yet, ("new", None) for one that may be served now;
+        raises the refusal (counter, rate) otherwise. Nothing is embedded, charged or recorded here."""
+        acct, counter, h_req = req.account, req.signed["counter"], req.h_req.hex()
+        if self._closed():
+            raise RequestError("request.window", f"window {self.policy.window} is closed: send it to its successor")
+        prior = self.aud.served(acct, counter)
+        if prior is not None:
+            old = decode(prior, what="served")
+            if old["h_req"] != h_req:
+                raise RequestError(
+                    "request.counter", f"{counter} was already used by another request (a client signs one per counter)"
+                )
+            return ("served" if old.get("served") else "recorded"), old
+        self._refresh_counters()
+        last = self._counters.get(acct, 0)
+        if counter <= self._carried.get(acct, 0):
+            raise RequestError("request.counter", f"{counter} was used in an earlier window (counters carry over)")
+        if counter <= last:
+            raise ServiceStateError(f"counter {counter} of {acct!r} is in the ledger but not in the served table")
+        if counter > self.policy.retrieval.n:
+            raise RateLimitError(
+                f"account {acct!r} has used its {self.policy.retrieval.n} queries of window {self.policy.window}"
+            )
+        if counter != last + 1:
+            raise RequestError("request.counter", f"must be the next counter {last + 1} (gapless)", counter)
+        return "new", None
 
     def serve(self, req: Request) -> ServedQuery:
-        """Serve one account-signed request (spec/protocol.md §5). Raises before recording or spending on bad
-        input. A retry of a request already served returns the same outputs and receipt (nothing new is
-        drawn, recorded or spent)."""
-        tenant, q_query = self._check_request(req)
-        acct, counter = req.account, req.signed["counter"]
-        r = self.policy.retrieval
-        ten = self.tenants[tenant]
-        h_req = req.h_req
+        """Serve one account-signed request (spec/protocol.md §5).
+
+        Every refusal (request, question size in tokens, counter, rate) is decided before anything is embedded,
+        charged or recorded, and carries a signed refusal (``exc.refusal``; the counter is not consumed). A retry of
+        the same signed request returns the stored answer's bytes; if the request was charged and recorded but its
+        answer was never stored (the generator failed, the process died), the retry generates it from the recorded
+        selection — never re-selecting against the current filter — and stores it before returning it. A failure
+        after the charge is ``AnswerPendingError`` (nothing released; retry the same request)."""
+        signed = getattr(req, "signed", None)
+        try:
+            tenant = self._check_request(req)
+            with self._locked():
+                state, stored = self._admit(req)
+        except (RequestError, RateLimitError) as e:
+            raise self._refuse(e, signed) from None
+        if state == "served":
+            return ServedQuery(**stored["served"])
+        if state == "recorded":
+            return self._finish(stored)
+        q_query = self._embed(req)  # after every refusal: retries and over-limit requests are never embedded
         with self._locked():
-            prior = self.aud.served(acct, counter)
-            if prior is not None:
-                old = decode(prior, what="served")
-                if old["h_req"] != h_req.hex():
-                    raise RequestError("request.counter", f"{counter} was already used by another request")
-                return ServedQuery(**old["served"])
-            self._refresh_counters()
-            last = self._counters.get(acct, 0)
-            if counter <= last:
-                raise RequestError(
-                    "request.counter",
-                    f"{counter} was already recorded (not released: send the next counter, {last + 1})",
-                )
-            if counter > r.n:
-                raise RateLimitError(f"account {acct!r} has used its {r.n} queries of window {self.policy.window}")
-            if counter != last + 1:
-                raise RequestError("request.counter", f"must be the next counter {last + 1} (gapless)", counter)
-            pos = self.ledger.size
-            pending = encode({"request": req.signed, "qemb": cm.embedding_bytes(q_query).hex()})
-            self.aud.set_pending(pending)  # durable before any charge: recovery knows what was being served
-            scores = ten["retriever"].score_query(req.question, q_query)
-            top = nonce_top = h_top = None
-            if tenant in r.enabled_tenants:
-                z = self.table.sample(len(scores), request_source(self.seed, "retrieval", h_req))
-                top = noisy_top_k(scores, z, r.K)  # noise first, then select
-                nonce = secrets.token_bytes(16)
-                nonce_top, h_top = nonce.hex(), top_commitment(top, nonce)
-            algo = self._algorithm(tenant, request_source(self.seed, "select", h_req))
-            selection: Selection = algo.select(req.question)  # durable filter charges
-            charge = self._charge_opening(ten["filter"], selection)
-            opening = {
-                "pos": pos,
-                "kind": "query",
-                "request": req.signed,
-                "qemb": cm.embedding_bytes(q_query).hex(),
-                "top": None if top is None else [int(i) for i in top],
-                "nonce_top": nonce_top,
-                "charge": charge,
-            }
-            self.aud.put_opening(pos, encode(opening))
-            leaf = encode(
-                {
-                    "type": "query",
-                    "account": acct,
-                    "tenant": tenant,
-                    "counter": counter,
-                    "h_req": h_req.hex(),
-                    "h_top": h_top,
-                    "h_charge": digest(charge),
-                }
-            )
-            got = self.ledger.append(leaf)
-            if got != pos:
-                raise ServiceStateError(f"ledger position moved under the lock ({got} != {pos})")
-            self.aud.set_pending(None)
-            self._counters[acct] = counter
-            self._seen = pos + 1
-            size, root = self._checkpoint()
-        ans = self._answer(algo, req.question, selection, h_req)
+            try:
+                state, stored = self._admit(req)  # another process may have served it meanwhile
+            except (RequestError, RateLimitError) as e:
+                raise self._refuse(e, signed) from None
+            if state == "new":
+                stored = self._record(req, tenant, q_query)
+        if state == "served":
+            return ServedQuery(**stored["served"])
+        return self._finish(stored)
+
+    def _closed(self) -> bool:
+        size = self.ledger.size
+        return size > 1 and json.loads(self.ledger.leaf(size - 1)).get("type") == "close"
+
+    # -- one history per corpus (§3.1) ------------------------------------------------------------------------
+    @property
+    def chain_id(self) -> str:
+        """The history's name (hex H(the first window's genesis)): what auditors and clients pin."""
+        from .history import chain_id
+
+        return self.history["chain"] if self.history else chain_id(self.ledger.leaf(0))
+
+    @property
+    def epoch(self) -> int:
+        return int(self.history["epoch"]) if self.history else 0
+
+    def next_window(self, directory: str | os.PathLike, **kw) -> ProviderService:
+        """Close this window and open its successor (``succession.next_window``, spec/protocol.md §3.1)."""
+        from .succession import next_window
+
+        return next_window(self, directory, **kw)
+
+    def _spent(self, tenant: str) -> np.ndarray:
+        ten = self.tenants[tenant]
+        return ten["filter"].spent_units(np.arange(len(ten["retriever"])))[:, 0].astype(np.int64)
+
+    def _record(self, req: Request, tenant: str, q_query: np.ndarray) -> dict:
+        """§5.3 steps 2-6 under the lock: pending, scores, noise-then-select, the durable charge, the opening, the
+        query leaf, the served-table row (answer not yet stored) and a checkpoint."""
+        acct, counter, h_req = req.account, req.signed["counter"], req.h_req
+        pos = self.ledger.size
+        qb = cm.embedding_bytes(q_query)
+        # durable before any charge: what a restart needs to finish the request (§5.5)
+        self.aud.set_pending(encode({"request": req.signed, "qemb": qb.hex(), "question": req.question}))
+        ten = self.tenants[tenant]
+        scores = ten["retriever"].score_query(req.question, q_query)
+        algo = self._algorithm(tenant, request_source(self.seed, "select", h_req))
+        selection: Selection = algo.select(req.question)  # durable filter charges
+        record = self._append_query(pos, req.signed, tenant, qb, scores, self._charge_opening(ten["filter"], selection))
+        record["question"] = req.question  # provider-private: a retry finishes the answer from it
+        self.aud.put_served(acct, counter, encode(record))
+        self.aud.set_pending(None)
+        self._counters[acct] = counter
+        self._seen = pos + 1
+        return record
+
+    def _append_query(self, pos: int, signed: dict, tenant: str, qb: bytes, scores, charge: dict) -> dict:
+        """The retrieval channel, the opening and the query leaf (§5.3 steps 4 and 6); returns the served-table
+        record of the request (what a retry needs to finish it)."""
+        r = self.policy.retrieval
+        top = None
+        if tenant in r.enabled_tenants:
+            z = self.table.sample(len(scores), retrieval_source(self.seed, tenant, qb))
+            top = [int(i) for i in noisy_top_k(scores, z, r.K)]  # noise first, then select
+        nonce = secrets.token_bytes(16)
+        h_top = top_commitment(top or [], nonce)  # always present: the empty list where citations are off
+        opening = {
+            "pos": pos,
+            "kind": "query",
+            "request": signed,
+            "qemb": qb.hex(),
+            "top": top,
+            "nonce_top": nonce.hex(),
+            "charge": charge,
+        }
+        self.aud.put_opening(pos, encode(opening))
+        h_req = request_hash(signed).hex()
+        leaf = encode({"type": "query", "h_req": h_req, "h_top": h_top, "h_charge": digest(charge)})
+        got = self.ledger.append(leaf)
+        if got != pos:
+            raise ServiceStateError(f"ledger position moved under the lock ({got} != {pos})")
+        size, root = self._checkpoint()
+        acct = signed["account"]
         body = receipt_body(
             window=self.policy.window,
             account=acct,
             tenant=tenant,
-            counter=counter,
-            h_req=h_req.hex(),
+            counter=signed["counter"],
+            h_req=h_req,
             h_top=h_top,
-            nonce_top=nonce_top,
-            h_answer=hashlib.sha256(ans.text.encode("utf-8")).hexdigest(),
+            nonce_top=nonce.hex(),
+            h_answer="0" * 64,  # filled in when the answer is stored
             pos=pos,
             leaf_hash=hash_leaf(leaf).hex(),
             size=size,
             root=root.hex(),
         )
-        served = ServedQuery(
-            answer=ans.text,
-            citations=None if top is None else [int(i) for i in top],
-            receipt=sign_receipt(body, self.signer),
-            pos=pos,
+        return {"h_req": h_req, "pos": pos, "receipt_body": body, "top": top, "served": None}
+
+    def _finish(self, record: dict) -> ServedQuery:
+        """Generate the answer of a recorded request from its recorded selection, store it (the first stored
+        answer wins: concurrent retries all return the same bytes), and return it."""
+        pos = record["pos"]
+        op = decode(dict(self.aud.openings(pos + 1)).get(pos) or b"null", what="opening")
+        if not isinstance(op, dict) or op.get("pos") != pos:
+            raise ServiceStateError(f"no opening stored for ledger position {pos}")
+        signed = op["request"]
+        acct, counter = signed["account"], signed["counter"]
+        tenant = self.accounts[acct]["tenant"]
+        ten, g = self.tenants[tenant], self.policy.generation
+        h_req = request_hash(signed)
+        question = record.get("question")
+        if question is None:
+            raise ServiceStateError(f"the question of ledger position {pos} was not kept")
+        q_query = np.frombuffer(bytes.fromhex(op["qemb"]), dtype="<i2")
+        scores = cm.integer_scores(
+            ten["q"], q_query, self.policy.retrieval.score_clip, self.policy.retrieval.score_shift
         )
-        self.aud.put_served(acct, counter, encode({"h_req": h_req.hex(), "served": served.to_dict()}))
+        rag_ids = np.asarray(op["charge"]["charges"][-1]["ids"] if op["charge"]["charges"] else [], dtype=np.int64)
+        top = top_k_padded(rag_ids, scores.astype(np.float64)[rag_ids], g.m * g.docs_per_voter)
+        try:
+            ans = self._generate(question, top, ten["retriever"], h_req)
+        except DpragError as e:
+            if isinstance(e, InvalidParameterError) and e.field == "question":
+                raise  # public: the question alone overflows the committed generator (refused up front)
+            raise AnswerPendingError(pos, f"{type(e).__name__}") from None
+        except Exception as e:  # noqa: BLE001 - a generator failure after the charge: nothing released
+            raise AnswerPendingError(pos, type(e).__name__) from None
+        body = dict(record["receipt_body"], h_answer=hashlib.sha256(ans.text.encode("utf-8")).hexdigest())
+        served = ServedQuery(answer=ans.text, citations=record["top"], receipt=sign_receipt(body, self.signer), pos=pos)
+        with self._locked():
+            prior = decode(self.aud.served(acct, counter), what="served")
+            if prior.get("served"):
+                return ServedQuery(**prior["served"])  # a concurrent retry stored first
+            self.aud.put_served(acct, counter, encode({**record, "served": served.to_dict()}))
         return served
 
     # -- internals -------------------------------------------------------------------------------------------
-    def _answer(self, algo, question: str, selection: Selection, h_req: bytes):
-        """§5.3 step 7: the answer, drawn from the request's committed ``generate`` stream only."""
-        algo.source = request_source(self.seed, "generate", h_req)
-        return algo.respond(question, selection)
-
     @contextmanager
     def _locked(self):
         fcntl.flock(self._lockfile.fileno(), fcntl.LOCK_EX)
@@ -512,118 +679,31 @@ class ProviderService:
         }
 
     def _refresh_counters(self) -> None:
+        """Each account's last recorded counter, from the openings of the leaves appended since the last call (the
+        public v3 leaves do not name the account)."""
         size = self.ledger.size
-        if self._seen == 0 and size:
-            self._seen = 1  # leaf 0 is the genesis record
-        for raw in self.ledger.leaves(self._seen, size):
-            rec = json.loads(raw)
-            if rec.get("type") in ("query", "recovery"):
-                self._counters[rec["account"]] = max(self._counters.get(rec["account"], 0), rec["counter"])
+        for _pos, body in self.aud.openings_between(max(self._seen, 1), size):
+            signed = json.loads(body)["request"]
+            self._counters[signed["account"]] = max(self._counters.get(signed["account"], 0), signed["counter"])
         self._seen = size
 
-    def _replayed_units(self) -> dict[str, np.ndarray]:
-        size = self.ledger.size
-        tenant_of: dict[int, str] = {}
-        for i, raw in enumerate(self.ledger.leaves(0, size)):
-            rec = json.loads(raw)
-            if rec.get("type") in ("query", "recovery"):
-                tenant_of[i] = rec["tenant"]
-        spent = {t: np.zeros(len(v["retriever"]), dtype=np.int64) for t, v in self.tenants.items()}
-        for pos, body in self.aud.openings(size):
-            if pos not in tenant_of:
-                continue
-            op = json.loads(body)
-            for ch in op["charge"]["charges"]:
-                if ch["ids"]:
-                    spent[tenant_of[pos]][np.asarray(ch["ids"], dtype=np.int64)] += ch["cost"]["epsilon_units"]
-        return spent
-
     def _recover(self) -> None:
-        """§5.5: a request charged but never recorded gets a recovery leaf naming it and its exact charges.
+        from .recovery import recover
 
-        Spend never goes down: a store holding less than the ledger, or more than the pending request explains,
-        is a ServiceStateError (the service refuses to serve rather than write a refund or an unexplained charge).
-        """
-        replayed = self._replayed_units()
-        stored = {
-            t: ten["filter"].spent_units(np.arange(len(ten["retriever"])))[:, 0].astype(np.int64)
-            for t, ten in self.tenants.items()
-        }
-        for t in self.tenants:
-            if np.any(stored[t] < replayed[t]):
-                bad = np.flatnonzero(stored[t] < replayed[t])[:5].tolist()
-                raise ServiceStateError(f"tenant {t}: budget store holds less spend than the ledger for docs {bad}")
-        raw = self.aud.pending()
-        diff_any = any(np.any(stored[t] > replayed[t]) for t in self.tenants)
-        if raw is None:
-            if diff_any:
-                raise ServiceStateError("budget stores hold spend that no ledger record or pending request explains")
-            return
-        pend = decode(raw, what="pending request")
-        signed = pend["request"]
-        acct = signed["account"]
-        tenant = self.accounts[acct]["tenant"]
-        h_req = request_hash(signed)
-        self._refresh_counters()
-        if self._counters.get(acct, 0) >= signed["counter"]:
-            self.aud.set_pending(None)  # it reached the ledger before the crash
-            if diff_any:
-                raise ServiceStateError("budget stores hold spend that no ledger record explains")
-            return
-        if not diff_any:
-            self.aud.set_pending(None)  # nothing was charged: a retry of the same request is served afresh
-            return
-        r = self.policy.retrieval
-        q_query = np.frombuffer(bytes.fromhex(pend["qemb"]), dtype="<i2")
-        scores = cm.integer_scores(self.tenants[tenant]["q"], q_query, r.score_clip, r.score_shift)
-        charges, bins = expected_charges(
-            self.policy, self.rule, scores, replayed[tenant], request_source(self.seed, "select", h_req)
+        recover(self)
+
+    def _generate(self, question: str, top: np.ndarray, retriever, h_req: bytes):
+        """§5.3 step 7: the answer from the recorded selection's documents ``top``, drawn from the request's
+        committed ``generate`` stream only."""
+        return self.rag_params.respond(
+            question, top, retriever, self.generator, source=request_source(self.seed, "generate", h_req)
         )
-        explained = replayed[tenant].copy()
-        for units, ids in charges:
-            explained[ids] += units
-        if not np.array_equal(explained, stored[tenant]) or any(
-            np.any(stored[u] != replayed[u]) for u in self.tenants if u != tenant
-        ):
-            raise ServiceStateError("budget stores differ from the ledger by more than the pending request's charges")
-        charge = {
-            "nonce": secrets.token_hex(16),
-            "algorithm": self.policy.generation.algorithm,
-            "bins_released": bins,
-            "charges": [
-                {"cost": {"kind": "pure", "epsilon_units": int(u)}, "ids": [int(i) for i in ids]} for u, ids in charges
-            ],
-        }
-        pos = self.ledger.size
-        self.aud.put_opening(
-            pos,
-            encode(
-                {
-                    "pos": pos,
-                    "kind": "recovery",
-                    "request": signed,
-                    "qemb": pend["qemb"],
-                    "top": None,
-                    "nonce_top": None,
-                    "charge": charge,
-                }
-            ),
-        )
-        self.ledger.append(
-            encode(
-                {
-                    "type": "recovery",
-                    "account": acct,
-                    "tenant": tenant,
-                    "counter": signed["counter"],
-                    "h_req": h_req.hex(),
-                    "h_top": None,
-                    "h_charge": digest(charge),
-                }
-            )
-        )
-        self.aud.set_pending(None)
-        self._checkpoint()
+
+    def export_bundle(self, out: str | os.PathLike) -> Path:
+        """Write the bundle (``bundle_export.export_bundle``, spec/protocol.md §7)."""
+        from .bundle_export import export_bundle
+
+        return export_bundle(self, out)
 
     def attest(self, proving_key, *, tenant: str | None = None) -> int:
         """Prove noise-then-select (Groth16) for every query of the policy's zk tenants that has no proof yet, with
@@ -641,15 +721,25 @@ class ProviderService:
                 continue
             op = json.loads(body)
             rec = json.loads(self.ledger.leaf(pos))
-            if rec.get("type") != "query" or rec["tenant"] not in zk_tenants or op.get("top") is None:
+            tenant = self.accounts[op["request"]["account"]]["tenant"]
+            if rec.get("type") != "query" or tenant not in zk_tenants or op.get("top") is None:
                 continue
-            E = self.tenants[rec["tenant"]]["q"]
+            E = self.tenants[tenant]["q"]
             Q = np.frombuffer(bytes.fromhex(op["qemb"]), dtype="<i2")
-            z = self.table.sample(E.shape[0], request_source(self.seed, "retrieval", bytes.fromhex(rec["h_req"])))
-            record = zk_attest.prove(proving_key, self.policy, E, Q, z, op["top"], self.table.support_bound)
+            z = self.table.sample(E.shape[0], retrieval_source(self.seed, tenant, bytes.fromhex(op["qemb"])))
+            blinding = int(decode((self.dir / "secret" / "salts.json").read_bytes(), what="salts")["zk"][tenant])
+            record = zk_attest.prove(
+                proving_key, self.policy, E, Q, z, op["top"], self.table.support_bound, blinding=blinding
+            )
             self.aud.put_proof(pos, encode({"pos": pos, **record}))
             done += 1
         return done
+
+    def consistency(self, size1: int, size2: int | None = None) -> dict:
+        """The RFC 6962 consistency proof between two signed sizes of the ledger (JSON form), for an account's client
+        to check that its receipts lie on one history (``AccountClient.accept``)."""
+        lo, hi = sorted((int(size1), self.ledger.size if size2 is None else int(size2)))
+        return self.ledger.consistency_proof(lo, hi).to_json_dict()
 
     def checkpoint_note(self, size: int | None = None) -> bytes:
         """The signed checkpoint note of ``size`` (default: the latest): what a witness is sent to cosign."""
@@ -667,58 +757,3 @@ class ProviderService:
         if self.ledger.root(cp.size) != cp.root:
             raise InvalidParameterError("cosigned", "is not a checkpoint of this ledger")
         self.aud.put_checkpoint(cp.size, bytes(cosigned))
-
-    # -- the bundle ------------------------------------------------------------------------------------------
-    def export_bundle(self, out: str | os.PathLike) -> Path:
-        """Write the bundle (spec/protocol.md §7): ``public/`` and the confidential ``auditor/``."""
-        out = Path(out)
-        with self._locked():
-            size = self.ledger.size
-            (out / "public").mkdir(parents=True, exist_ok=True)
-            (out / "auditor" / "index").mkdir(parents=True, exist_ok=True)
-            (out / "auditor" / "docs").mkdir(parents=True, exist_ok=True)
-            leaves = list(self.ledger.leaves(0, size))
-            _write(out / "public" / "genesis.json", leaves[0])
-            _write(out / "public" / "leaves.bin", b"".join(len(x).to_bytes(4, "big") + x for x in leaves))
-            notes = [note for _, note in self.aud.checkpoints(size)]
-            _write(out / "public" / "checkpoints.txt", b"~~~\n".join(notes))
-            _write(out / "public" / "provider.vkey", self.signer.vkey().encode())
-            salts = decode((self.dir / "secret" / "salts.json").read_bytes(), what="salts")
-            _write(out / "auditor" / "seed.hex", self.seed.hex().encode(), private=True)
-            _write(
-                out / "auditor" / "policy.json",
-                encode({"policy": self.policy.to_dict(), "salt": salts["policy"]}),
-                private=True,
-            )
-            _write(out / "auditor" / "embedder.json", (self.dir / "config" / "embedder.json").read_bytes())
-            for t in self.tenants:
-                _write(out / "auditor" / "index" / f"{t}.i16", (self.dir / "index" / f"{t}.i16").read_bytes())
-                docs = decode((self.dir / "docs" / f"{t}.json").read_bytes(), what="documents")
-                _write(
-                    out / "auditor" / "docs" / f"{t}.json",
-                    encode(
-                        {
-                            "ids": docs["ids"],
-                            "salts": salts["documents"][t],
-                            "text_sha256": [cm.text_hash(x).hex() for x in docs["texts"]],
-                        }
-                    ),
-                    private=True,
-                )
-            lines = [body for _, body in self.aud.openings(size)]
-            _write(out / "auditor" / "openings.jsonl", b"".join(b + b"\n" for b in lines), private=True)
-            proofs = [body for pos, body in self.aud.proofs() if pos < size]
-            if self.policy.retrieval.zk_tenants:
-                _write(out / "auditor" / "proofs.jsonl", b"".join(b + b"\n" for b in proofs), private=True)
-        return out
-
-
-def _write(path: Path, data: bytes, private: bool = False) -> None:
-    """Write atomically (temp file, fsync, rename); private files are created 0600."""
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600 if private else 0o644)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)

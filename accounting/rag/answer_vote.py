@@ -38,7 +38,7 @@ from ..mechanisms import seen_key_selection
 from ..mechanisms.string_selection import ALPHABET, MAX_EXPONENT, MAX_KEY_LENGTH, MAX_THRESHOLD, select_string
 from ..noise.source import RandomSource
 from ..protocols import Generator, Prompt, Retriever
-from .common import EMPTY_DOCUMENT, RagAnswer
+from .common import EMPTY_DOCUMENT, RagAnswer, final_answer, voter_responses
 from .single_query import given_list_voters
 
 #: the DP selections over the voters' keys (``AnswerVoteParams.selection``)
@@ -166,9 +166,10 @@ def answer_vote_rag(
     ids, ctx = given_list_voters(doc_ids, params.m, retriever, src)
     # every voter answers (a public batch of m rows, each a function of its own prompt), abstainers included
     voter_history = tuple(history) if params.history_in_voters else ()
-    answers = generator.generate_many([Prompt(question, tuple(c), voter_history) for c in ctx], params.max_tokens)
+    # a voter whose call fails abstains (common.voter_responses): no error after the charge depends on documents
+    answers = voter_responses(generator, [Prompt(question, tuple(c), voter_history) for c in ctx], params.max_tokens)
     keys = [
-        "" if params.abstain_empty and all(t == EMPTY_DOCUMENT for t in c) else params.key(a, question)
+        "" if a is None or (params.abstain_empty and all(t == EMPTY_DOCUMENT for t in c)) else params.key(a, question)
         for a, c in zip(answers, ctx, strict=False)
     ]
     voted = [k for k in keys if k]
@@ -179,7 +180,7 @@ def answer_vote_rag(
     else:
         chosen, event = select_string(voted, params.epsilon, params.threshold, src)
     fallback = not chosen
-    text = chosen if chosen else generator.generate(Prompt(question, (), history), params.max_tokens).strip()
+    text = chosen if chosen else final_answer(generator, Prompt(question, (), history), params.max_tokens)
     real = ids[ids >= 0]
     info = {
         "method": "answer-vote",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, SupportsInt
 
@@ -116,3 +116,39 @@ def vote_histogram(
 def documents_text(retriever: Retriever, ids: Iterable[SupportsInt]) -> tuple[str, ...]:
     """The texts of ``ids``; the padding id -1 is the empty document."""
     return tuple(EMPTY_DOCUMENT if int(i) < 0 else retriever.document(int(i)) for i in ids)
+
+
+def voter_responses(generator: Any, prompts: Sequence[Any], max_new_tokens: int) -> list[str | None]:
+    """Every voter's response, ``None`` for a voter whose call failed: it abstains (spec/protocol.md §5.3).
+
+    One batch (``generate_many``) first; if the batch raises, each prompt is asked alone and a failure, a timeout
+    or a resource limit of that call makes that voter abstain. After the charge no exception may depend on the
+    documents except through the mechanism: a voter's response (or its absence) is a function of its own prompt,
+    so an abstention stays within the single-voter sensitivity the mechanism is calibrated for. A batch of the
+    wrong length or type is the adapter's bug and raises.
+    """
+    try:
+        out: list[str | None] = list(generator.generate_many(list(prompts), max_new_tokens))
+    except Exception:  # noqa: BLE001 - any failure of the batch: fall back to one call per voter
+        out = []
+        for p in prompts:
+            try:
+                out.append(generator.generate(p, max_new_tokens))
+            except Exception:  # noqa: BLE001 - this voter abstains
+                out.append(None)
+    if len(out) != len(prompts) or not all(r is None or isinstance(r, str) for r in out):
+        raise InvalidParameterError("generator", f"generate_many must return {len(prompts)} strings")
+    return out
+
+
+def final_answer(generator: Any, prompt: Any, max_new_tokens: int, attempts: int = 3) -> str:
+    """The released answer's text from a public prompt (the question and what the mechanism released), retried up to
+    ``attempts`` times: post-processing of the release, so a repeated call costs no privacy. The last failure
+    propagates (the service then keeps the request pending; nothing was released)."""
+    for k in range(attempts):
+        try:
+            return str(generator.generate(prompt, max_new_tokens)).strip()
+        except Exception:
+            if k == attempts - 1:
+                raise
+    raise AssertionError("unreachable")

@@ -68,7 +68,7 @@ from ..events import ComposedEvent, DiscreteLaplaceEvent, ExponentialMechanismEv
 from ..mechanisms.ksa import GAP_SENSITIVITY, dp_ksa_select, find_best_k, keyword_histogram
 from ..noise.source import RandomSource
 from ..protocols import Generator, Prompt, Retriever, stop_tokens
-from .common import RagAnswer, documents_text, exact_top_k
+from .common import RagAnswer, documents_text, exact_top_k, final_answer, voter_responses
 from .single_query import given_list_voters
 
 __all__ = [
@@ -325,15 +325,17 @@ class DpKsaPureParameters:
         if source is None:
             source = RandomSource.system()
         ids, ctx = given_list_voters(doc_ids, self.m, retriever, source)
-        responses = list(
-            generator.generate_many([Prompt(question, tuple(c), history) for c in ctx], self.response_tokens)
-        )
-        if len(responses) != self.m or not all(isinstance(r, str) for r in responses):
-            raise InvalidParameterError("generator", f"generate_many must return {self.m} strings")
+        # a voter whose call fails abstains (an empty response: no keyword), common.voter_responses
+        responses = [
+            r or ""
+            for r in voter_responses(
+                generator, [Prompt(question, tuple(c), history) for c in ctx], self.response_tokens
+            )
+        ]
         sel = self.select_keywords(responses, question, source)
         kw = sel["keywords"]
         prompt = Prompt(question, ("Keywords: " + ", ".join(kw),), history) if kw else Prompt(question, (), history)
-        text = generator.generate(prompt, self.max_tokens).strip()
+        text = final_answer(generator, prompt, self.max_tokens)
         real = ids[ids >= 0]
         return RagAnswer(
             text=text,

@@ -64,9 +64,15 @@ def account() -> None:
 @click.option(
     "--embedder",
     "embedder",
-    default=None,
-    help="the committed embedder by name (a dprag.embedders entry point, e.g. all-MiniLM-L6-v2): the "
-    "account then computes and commits to its query embedding itself",
+    default="all-MiniLM-L6-v2",
+    show_default=True,
+    help="the committed embedder by name (a dprag.embedders entry point): the account computes and commits to its "
+    "query embedding Q itself, so the provider cannot substitute another",
+)
+@click.option(
+    "--q-on-trust",
+    is_flag=True,
+    help="do not compute Q: the provider computes it and the verdict counts every such query as Q on trust",
 )
 @click.option(
     "--embedding-scale",
@@ -76,9 +82,19 @@ def account() -> None:
     help="the window's quantisation scale S (the embedder descriptor's embedding_scale)",
 )
 def new_cmd(
-    account_dir: Path, name: str, window: str, provider_key: Path | None, embedder: str | None, embedding_scale: int
+    account_dir: Path,
+    name: str,
+    window: str,
+    provider_key: Path | None,
+    embedder: str | None,
+    q_on_trust: bool,
+    embedding_scale: int,
 ) -> int:
-    """Create an account directory with a fresh key; print the public key to register."""
+    """Create an account directory with a fresh key; print the public key to register. By default the account
+    commits to Q with the committed embedder (--q-on-trust: leave Q to the provider, counted on trust)."""
+    if q_on_trust:
+        embedder = None
+        click.echo("warning: --q-on-trust: the provider computes Q for every request of this account", err=True)
     if embedder is not None:
         from .. import serving_models
 
@@ -123,8 +139,9 @@ def request_cmd(account_dir: Path, question: str) -> int:
 @click.argument("account_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.argument("response", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 def check_receipt_cmd(account_dir: Path, response: Path) -> int:
-    """Check the provider's RESPONSE (JSON) against the pending request it answers; keep the receipt.
-    Exit 0 accepted, 1 rejected (the reason on stdout), 2 unusable input."""
+    """Check the provider's RESPONSE (JSON: answer, citations, receipt, and the consistency proof from this account's
+    last receipt, ProviderService.consistency) against the pending request it answers and the receipts kept before;
+    keep the receipt. Exit 0 accepted, 1 rejected (the reason on stdout; kept in incidents.jsonl), 2 unusable input."""
     c = _client(account_dir)
     try:
         resp = json.loads(response.read_text())
@@ -134,12 +151,33 @@ def check_receipt_cmd(account_dir: Path, response: Path) -> int:
         raise click.UsageError(f"RESPONSE {response}: not a response to a pending request ({e})") from None
     req = Request(pend["request"], pend["question"], None if pend["qemb"] is None else bytes.fromhex(pend["qemb"]))
     try:
-        c.accept(req, resp["receipt"], resp.get("citations"))
-    except ReceiptError as e:
+        proof = None
+        if resp.get("consistency") is not None:
+            from ..ledger.proof import ConsistencyProof
+
+            proof = ConsistencyProof.from_json_dict(resp["consistency"])
+        c.accept(req, resp["receipt"], resp.get("citations"), answer=resp.get("answer"), consistency=proof)
+    except (ReceiptError, DpragError) as e:
         click.echo(f"REJECTED {e}")
         return 1
     (account_dir / "pending" / f"{int(counter)}.json").unlink()
     click.echo(f"ACCEPTED counter {counter} at ledger position {resp['receipt']['pos']}")
+    return 0
+
+
+@account.command("resend")
+@click.argument("account_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument("counter", type=int)
+def resend_cmd(account_dir: Path, counter: int) -> int:
+    """Print the signed request of COUNTER again, byte for byte, for the provider: a retry returns the stored answer
+    (or finishes a request charged before a failure) and spends nothing new. A client never signs two requests for one
+    counter, except after the provider's signed refusal (which says the counter was not consumed)."""
+    p = account_dir / "pending" / f"{counter}.json"
+    try:
+        data = p.read_bytes()
+    except OSError:
+        raise click.UsageError(f"COUNTER {counter}: no pending request of this account has it") from None
+    click.echo(data.decode())
     return 0
 
 

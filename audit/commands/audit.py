@@ -14,6 +14,8 @@ from pathlib import Path
 
 import click
 
+from dprag.errors import DpragError
+
 from ..bundle import AuditorInputError, load_bundle
 from ..estimator import DEFAULT_THETA, DEFAULT_WINDOW
 from ..ledger.rfc6962 import root_from_leaves
@@ -38,21 +40,58 @@ def audit() -> None:
     """Audit bundles: verification and ledger inspection."""
 
 
-def _load_corpus(path: Path | None) -> dict[str, list[str]] | None:
+class Corpus(dict):
+    """{tenant: texts in index order}, plus ``ids`` {tenant: the provider's document ids} for the tenants given in
+    the provider's own ``{"ids", "texts"}`` format (checked against the committed ids, C_docs)."""
+
+    def __init__(self):
+        super().__init__()
+        self.ids: dict[str, list[str]] = {}
+
+
+def _load_corpus(path: Path | None) -> Corpus | None:
+    """``--corpus DIR``: one ``<tenant>.json`` per tenant, a JSON list of texts in index order or the provider's own
+    ``{"ids": [...], "texts": [...]}`` (its service directory's ``docs/<tenant>.json``)."""
     if path is None:
         return None
     if not path.is_dir():
         raise AuditorInputError(f"--corpus {path}: not a directory of <tenant>.json files")
-    out = {}
+    out = Corpus()
     for f in sorted(path.glob("*.json")):
         try:
-            texts = json.loads(f.read_text())
+            data = json.loads(f.read_text())
         except (OSError, ValueError) as e:
-            raise AuditorInputError(f"--corpus {f}: not a JSON list of texts ({e})") from None
-        if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
-            raise AuditorInputError(f"--corpus {f}: must be a JSON list of document texts in index order")
-        out[f.stem] = texts
+            raise AuditorInputError(f"--corpus {f}: not JSON ({e})") from None
+        ids = None
+        if isinstance(data, dict) and set(data) == {"ids", "texts"}:
+            ids, data = data["ids"], data["texts"]
+            if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+                raise AuditorInputError(f"--corpus {f}: ids must be a JSON list of strings")
+        if not isinstance(data, list) or not all(isinstance(t, str) for t in data):
+            raise AuditorInputError(
+                f'--corpus {f}: must be a JSON list of document texts in index order, or {{"ids", "texts"}}'
+            )
+        if ids is not None:
+            if len(ids) != len(data):
+                raise AuditorInputError(f"--corpus {f}: ids and texts differ in length")
+            out.ids[f.stem] = ids
+        out[f.stem] = data
     return out
+
+
+def _committed_embedder(bundle: Path):
+    """With --corpus: the committed embedder, if it is installed (a ``dprag.embedders`` entry point named by the
+    descriptor's model), to re-embed the corpus and compare the index (§8.3); None otherwise (fidelity on trust,
+    the verdict's trust list says so). Read through the bundle's own safe reader."""
+    from .. import serving_models
+    from ..bundlefs import BundleDir, BundleFileError
+
+    try:
+        with BundleDir.open(bundle) as d:
+            model = json.loads(d.read("auditor/embedder.json", 1 << 20)).get("model")
+        return serving_models.load_embedder(model)
+    except (BundleFileError, ValueError, AttributeError, DpragError, OSError):
+        return None
 
 
 def _generator(name: str | None, corpus: Path | None):
@@ -160,12 +199,19 @@ class _Progress:
     help="coalition estimator: cosine similarity that links two queries.",
 )
 @click.option(
+    "--chain",
+    "chain",
+    default=None,
+    help="the history's chain id (hex SHA-256 of its first genesis) the auditor pinned: a fresh history under the "
+    "same key then FAILs",
+)
+@click.option(
     "--coalition-window",
     type=click.IntRange(min=1),
     default=DEFAULT_WINDOW,
     help="coalition estimator: link queries at most this many ledger entries apart (default: the whole audit window).",
 )
-@click.option("--json", "as_json", is_flag=True, help="print one JSON object (schema dprag.verdict/2)")
+@click.option("--json", "as_json", is_flag=True, help="print one JSON object (schema dprag.verdict/3)")
 def verify_cmd(
     bundle: Path,
     receipts: Path | None,
@@ -179,6 +225,7 @@ def verify_cmd(
     mode: str,
     samples: int | None,
     theta: float,
+    chain: str | None,
     coalition_window: int | None,
     as_json: bool,
 ) -> int:
@@ -189,6 +236,8 @@ def verify_cmd(
         raise click.UsageError("--samples needs --mode sampled")
     if not bundle.is_dir():
         raise click.UsageError(f"BUNDLE {bundle}: no such directory")
+    if chain is not None and (len(chain) != 64 or any(c not in "0123456789abcdef" for c in chain)):
+        raise click.UsageError(f"--chain {chain[:80]}: must be 64 lower-case hex characters (the chain id)")
     bar = _Progress(enabled=not as_json and sys.stderr.isatty())
     try:
         v = verify(
@@ -197,8 +246,10 @@ def verify_cmd(
             mode=mode,
             samples=samples,
             key=key,
+            chain=chain,
             trusted_checkpoint=trusted_checkpoint,
             corpus=_load_corpus(corpus),
+            embedder=_committed_embedder(bundle) if corpus is not None else None,
             witnesses=list(witnesses),
             min_witnesses=min_witnesses,
             replay_generator=_generator(replay, corpus),
@@ -212,8 +263,10 @@ def verify_cmd(
     if as_json:
         click.echo(json.dumps(v.to_json(), sort_keys=True))
         return 0 if v.verdict == "PASS" else 1
+    click.echo(v.headline())
+    for w in v.warnings():
+        click.echo(f"  warning: {w}")
     if v.verdict == "PASS":
-        click.echo(f"PASS {v.epsilon:.6g} {v.delta:.6g}")
         click.echo(
             "  meaning: the provider followed the policy it committed to, and that policy guarantees this "
             "ε and δ for the channels and relation below."
@@ -234,8 +287,7 @@ def verify_cmd(
             f"δ={ch['generation'].get('delta', 0.0):.3g} — {ch['generation']['covers']}"
         )
     else:
-        click.echo("FAIL")
-        for r in v.reasons:
+        for r in v.reasons[1:]:
             click.echo(f"  {r}")
     click.echo(
         f"  provider key: {v.provider_key} "

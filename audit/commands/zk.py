@@ -79,18 +79,19 @@ def demo(n, k, d, out, workers, n_proofs, scheduler, as_json):
     zb = 1 << (p.noise_bits - 1)
     z = [rnd.randrange(-zb, zb) for _ in range(n)]
     salt_q, salt_k = secrets.randbelow(1 << 128), secrets.randbelow(1 << 128)
+    blind = secrets.randbelow(nts.R)  # the index commitment's blinding (one per index, shared by the batch)
     t = time.perf_counter()
-    w = circ.witness(E, Q, z, salt_q, salt_k)
+    w = circ.witness(E, Q, z, salt_q, salt_k, blinding=blind)
     times["witness_s"] = time.perf_counter() - t
     public = circ.public(w)
-    if public != circ.expected_public(E, Q, z, salt_q, salt_k):
+    if public != circ.expected_public(E, Q, z, salt_q, salt_k, blinding=blind):
         raise DpragError("internal error: circuit commitments differ from the plain-Python ones")
     # further queries of the batch: fresh Q, z and salts over the same index E
     ws = [w]
     for _ in range(n_proofs - 1):
         Qi = [rnd.randrange(-vb, vb) for _ in range(d)]
         zi = [rnd.randrange(-zb, zb) for _ in range(n)]
-        ws.append(circ.witness(E, Qi, zi, secrets.randbelow(1 << 128), secrets.randbelow(1 << 128)))
+        ws.append(circ.witness(E, Qi, zi, secrets.randbelow(1 << 128), secrets.randbelow(1 << 128), blinding=blind))
     t = time.perf_counter()
     pk = setup(circ.r1cs)
     times["setup_s"] = time.perf_counter() - t

@@ -16,8 +16,11 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
+import os
 import secrets
 from dataclasses import dataclass
+from pathlib import Path
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
@@ -121,12 +124,39 @@ def cosignatures(note: bytes, witnesses: list[WitnessVerifier]) -> dict[str, int
 
 class Witness:
     """A witness for one log: it cosigns a checkpoint only if it is consistent with the last one it cosigned
-    (an RFC 9162 consistency proof), so two auditors holding its cosignatures hold one history."""
+    (an RFC 9162 consistency proof), so two auditors holding its cosignatures hold one history.
 
-    def __init__(self, signer: WitnessSigner, log_origin: str, log_verifier: NoteVerifier):
+    ``state``: a file holding the last cosigned (size, root), read at start and replaced durably (written, fsynced,
+    renamed) *before* a cosignature is returned — a witness restarted from it never cosigns a fork of what it
+    cosigned before. Without it the state lives in memory only (tests)."""
+
+    def __init__(
+        self,
+        signer: WitnessSigner,
+        log_origin: str,
+        log_verifier: NoteVerifier,
+        *,
+        state: str | os.PathLike[str] | None = None,
+    ):
         self.signer, self.origin, self.log = signer, log_origin, log_verifier
         self.size = 0
         self.root: bytes | None = None
+        self.state = None if state is None else Path(state)
+        if self.state is not None and self.state.exists():
+            data = json.loads(self.state.read_text())
+            if data.get("origin") != log_origin:
+                raise KeyFormatError("witness state", f"belongs to log {data.get('origin')!r}, not {log_origin!r}")
+            self.size, self.root = int(data["size"]), bytes.fromhex(data["root"])
+
+    def _persist(self, size: int, root: bytes) -> None:
+        if self.state is None:
+            return
+        tmp = self.state.with_name(self.state.name + ".tmp")
+        with open(tmp, "w") as f:
+            f.write(json.dumps({"origin": self.origin, "size": size, "root": root.hex()}))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.state)
 
     def cosign(
         self, note: bytes, consistency: list[bytes] | tuple[bytes, ...] = (), *, timestamp: int | None = None
@@ -148,5 +178,6 @@ class Witness:
                 raise SignatureError(
                     f"checkpoint of size {cp.size} is not consistent with the one cosigned at size {self.size}: {e}"
                 ) from None
+        self._persist(cp.size, cp.root)  # durable before the cosignature leaves
         self.size, self.root = cp.size, cp.root
         return self.signer.cosign(note, int(time.time()) if timestamp is None else timestamp)

@@ -109,7 +109,8 @@ def _export(svc: ProviderService, d: Path) -> Path:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# 1. refunds: a recovery record that gives budget back, then the documents are served again
+# 1. refunds: a record that gives budget back (v2: a recovery record; v3 has no such type, so the provider reuses
+#    an answered request for a query leaf of its own), then the documents are served again
 # ---------------------------------------------------------------------------------------------------------
 def _refund(units_of: Callable[[int], object]) -> Callable[[Path], AttackResult]:
     def run(d: Path) -> AttackResult:
@@ -128,13 +129,13 @@ def _refund(units_of: Callable[[int], object]) -> Callable[[Path], AttackResult]
         leaf = json.loads(svc.ledger.leaf(pos))
         _append(
             svc,
-            encode({**leaf, "type": "recovery", "h_top": None, "h_charge": _raw_digest(charge)}),
+            encode({**leaf, "h_charge": _raw_digest(charge)}),
             {
-                "kind": "recovery",
+                "kind": "query",
                 "request": op["request"],
                 "qemb": op["qemb"],
-                "top": None,
-                "nonce_top": None,
+                "top": op["top"],
+                "nonce_top": op["nonce_top"],
                 "charge": charge,
             },
         )
@@ -187,9 +188,8 @@ def grind_invented_account(d: Path) -> AttackResult:
 # 3. unbound query embeddings: the provider scores Q/4, so nothing clears τ
 # ---------------------------------------------------------------------------------------------------------
 class _ScaledQ(ProviderService):
-    def _check_request(self, req):
-        tenant, q = super()._check_request(req)
-        return tenant, (q // 4).astype(np.int16)
+    def _embed(self, req):
+        return (super()._embed(req) // 4).astype(np.int16)
 
 
 def unbound_q(d: Path) -> AttackResult:
@@ -222,14 +222,13 @@ def many_releases(d: Path) -> AttackResult:
 
 
 class _Resampling(ProviderService):
-    def _answer(self, algo, question, selection, h_req):
+    def _generate(self, question, top, retriever, h_req):
         """Re-sample with fresh randomness until the answer differs from the committed one (up to 400 draws)."""
         from dprag.accounting.noise.source import RandomSource
 
-        committed = super()._answer(algo, question, selection, h_req)
+        committed = super()._generate(question, top, retriever, h_req)
         for _ in range(400):
-            algo.source = RandomSource.system()
-            other = algo.respond(question, selection)
+            other = self.rag_params.respond(question, top, retriever, self.generator, source=RandomSource.system())
             if other.text != committed.text:
                 return other
         return committed
@@ -367,8 +366,9 @@ def _coalition(spacing: int) -> Callable[[Path], AttackResult]:
         clients = {a: client(svc, a) for a in svc.accounts}
         words = ["garden", "weather", "rain", "note", "soup", "lunch", "menu", "court", "memo", "case"]
         h = 0
-        for _i, a in enumerate(colluders):
-            clients[a].ask(svc, "asthma protocol inhaler patient zorvatin")
+        for i, a in enumerate(colluders):
+            # jittered probes: an exact repeat would get the first release's citations again (noise keyed by Q)
+            clients[a].ask(svc, "asthma protocol inhaler patient zorvatin " * 5 + "x" * (i + 1))
             for _ in range(spacing):
                 acct = honest[h // 20]
                 clients[acct].ask(svc, " ".join(words[(h * 7 + j * 3) % len(words)] for j in range(4)) + f" {h}")

@@ -25,7 +25,7 @@ from ..encoding import digest, encode
 from ..ledger.rfc6962 import hash_leaf
 from ..policy import CoalitionPolicy, GenerationPolicy, Policy, RetrievalPolicy, SamplerSpec
 from ..receipts import receipt_body, sign_receipt
-from ..retrieval import noisy_top_k, request_source, top_commitment
+from ..retrieval import noisy_top_k, request_source, retrieval_source, top_commitment
 from ..service import ProviderService
 
 
@@ -119,7 +119,7 @@ def bulk_window(
         )
         h_req = request_hash(signed)
         scores = ten["retriever"].score_query(f"question {j}", qemb_all[j])
-        z = svc.table.sample(n_docs, request_source(svc.seed, "retrieval", h_req))
+        z = svc.table.sample(n_docs, retrieval_source(svc.seed, "t", qb))
         top = noisy_top_k(scores, z, pol.retrieval.K)
         nonce = hashlib.sha256(b"t%d" % j).digest()[:16]
         h_top = top_commitment(top, nonce)
@@ -154,9 +154,6 @@ def bulk_window(
         leaf = encode(
             {
                 "type": "query",
-                "account": a,
-                "tenant": "t",
-                "counter": counters[a],
                 "h_req": h_req.hex(),
                 "h_top": h_top,
                 "h_charge": digest(charge),

@@ -28,7 +28,8 @@ from .coalition import check_8_10_coalition, start_coalition
 from .commitments import check_8_3_commitments, check_8_3_pinned_key
 from .files import check_8_1_files
 from .generation import check_8_9_generation
-from .inputs import read_auditor_inputs, read_bundle
+from .history import check_8_10_history, read_history
+from .inputs import read_auditor_inputs
 from .ledger import check_8_5_ledger, check_8_5_witnesses
 from .policy import check_8_4_policy
 from .receipts import check_8_6_receipts, read_receipts
@@ -47,8 +48,10 @@ def verify(
     mode: str = "full",
     samples: int | None = None,
     key: str | Path | None = None,
+    chain: str | None = None,
     trusted_checkpoint: str | Path | None = None,
     corpus: dict[str, list[str]] | None = None,
+    embedder=None,
     witnesses: list[str | Path] = (),
     min_witnesses: int | None = None,
     replay_generator=None,
@@ -57,43 +60,54 @@ def verify(
     coalition_window: int | None = DEFAULT_WINDOW,
     progress: Callable[[str, int], None] | None = None,
 ) -> Verdict:
-    """Run every check of spec/protocol.md §8 on the bundle at ``bundle_path``, in the spec's order."""
+    """Run every check of spec/protocol.md §8 on each window of the bundle's history, oldest first, in the spec's
+    order; then the history check (§8.10)."""
+    opts = {k: v for k, v in locals().items() if k in INPUT_OPTIONS}
     with pool.running(bundle_path, receipts):  # workers forked before anything is read (§8 item 13)
-        given = read_auditor_inputs(
-            mode=mode,
-            samples=samples,
-            theta=theta,
-            key=key,
-            receipts=receipts,
-            trusted_checkpoint=trusted_checkpoint,
-            witnesses=witnesses,
-            min_witnesses=min_witnesses,
-            zk_vkey=zk_vkey,
-        )
-        run = read_bundle(bundle_path, progress)
-        check_8_1_files(run)
-        check_8_2_canonical(run)
-        check_8_3_commitments(run, corpus)
-        check_8_3_pinned_key(run, given.pinned)
-        check_8_4_policy(run)
-        certify = start_certify(run)  # the certified ε (policy alone), computed beside the checks
-        evidence = read_receipts(run, given)  # §8.6's input: §8.5 recomputes the roots the receipts name
-        trusted_size = check_8_5_ledger(run, evidence.sizes(), given.trusted)
-        check_8_5_witnesses(run, given.witnesses, given.min_witnesses)
-        check_8_6_receipts(run, evidence, replay_generator is not None)
-        guarantee = coalition = None
-        if run.policy is not None and run.genesis is not None:
-            check_8_7_requests(run)
-            if run.seed is not None:  # steps 8 and 9 replay from the committed seed
-                chosen, guarantee = sample_leaves(run.queries, mode, samples)
-                check_8_8_retrieval(run, chosen)
-                pool.release()  # the last map is done: the idle workers go before the coalition estimate
-                check_8_8_proofs(run, given.zk_vkey)
-                coalition = start_coalition(run, theta, coalition_window)  # beside the generation check
-                check_8_9_generation(run)
-                check_8_9_answers(run, evidence.valid, replay_generator, corpus, (certify, coalition))
-            run.drop_openings()
-            check_8_10_coalition(run, theta, coalition_window, coalition)
-        elif not run.reasons:
-            run.fail("commitments", "no usable policy or genesis: nothing can be certified")
+        given = read_auditor_inputs(**opts)
+        history = read_history(bundle_path, progress)
+        for run in history.windows(given):
+            last = history.is_last(run)
+            check_8_1_files(run)
+            check_8_2_canonical(run)
+            check_8_3_commitments(run, corpus, embedder)
+            check_8_3_pinned_key(run, given.pinned if history.single else None)
+            check_8_4_policy(run)
+            certify = start_certify(run) if last else None  # the certified ε (policy alone), beside the checks
+            evidence = read_receipts(run, given)  # §8.6's input: §8.5 recomputes the roots the receipts name
+            trusted_size = check_8_5_ledger(run, evidence.sizes() | {run.n - 1}, *given.trusted_for(last))
+            check_8_5_witnesses(run, given.witnesses, given.min_witnesses if last else 0)
+            check_8_6_receipts(run, evidence, replay_generator is not None)
+            guarantee = coalition = None
+            if run.policy is not None and run.genesis is not None:
+                check_8_7_requests(run)
+                if run.seed is not None:  # steps 8 and 9 replay from the committed seed
+                    chosen, guarantee = sample_leaves(run.queries, mode, samples)
+                    check_8_8_retrieval(run, chosen)
+                    if last:
+                        pool.release()  # the last map is done: the idle workers go before the coalition estimate
+                    check_8_8_proofs(run, given.zk_vkey)
+                    coalition = start_coalition(run, theta, coalition_window) if last else None
+                    check_8_9_generation(run)
+                    check_8_9_answers(run, evidence.valid, replay_generator, corpus, (certify, coalition))
+                run.drop_openings()
+                if last:
+                    check_8_10_coalition(run, theta, coalition_window, coalition)
+            elif not run.reasons:
+                run.fail("commitments", "no usable policy or genesis: nothing can be certified")
+        check_8_10_history(history, run, given, chain)
         return conclude(run, given, certify, mode=mode, guarantee=guarantee, trusted_size=trusted_size)
+
+
+#: verify()'s keyword arguments that are the auditor's inputs (read_auditor_inputs)
+INPUT_OPTIONS = (
+    "mode",
+    "samples",
+    "theta",
+    "key",
+    "receipts",
+    "trusted_checkpoint",
+    "witnesses",
+    "min_witnesses",
+    "zk_vkey",
+)

@@ -1,5 +1,12 @@
 """§8.10 ``coalition`` (spec/protocol.md; spec/estimator.md): the estimator re-run from the checked Q of every
-query leaf with the auditor's θ and window gives ĉ <= k_max (ε is computed from k_max, never from ĉ)."""
+query leaf with the auditor's θ and window gives ĉ <= k_max (ε is computed from k_max, never from ĉ).
+
+Exact repeats are skipped: the retrieval noise is keyed by (s_W, tenant, Q) (§5.2), so a query whose Q equals an
+earlier query's of the same tenant gets the same citations — post-processing of the first release, which tells a
+coalition nothing new (FAQ traffic). The window used is always named in the verdict; when the whole history holds
+more pairs than the estimator compares by default, the auditor must choose one (``--coalition-window``: exit 2).
+A finding stays non-PASS and is worded "coalition or a common question"; the ε for k = ĉ is reported as holding
+only if exactly those accounts colluded, never as certified."""
 
 from __future__ import annotations
 
@@ -7,37 +14,63 @@ from collections.abc import Callable
 
 import numpy as np
 
+from ..bundle import AuditorInputError
 from ..estimator import coalition_size, resolve_window
 from . import pool
 from .run import Run, guarded
 
 
-def _coalition_task(embs, accts, poss, theta, window) -> tuple[int, int]:
+class CoalitionWindowRequired(AuditorInputError):
+    """The whole history is larger than the estimator compares by default: the auditor must choose a window
+    (exit 2; it is the auditor's input, not a defect of the bundle)."""
+
+    auditor_input = True
+
+
+def _coalition_task(embs, accts, poss, theta, window) -> tuple[int, int, int]:
+    span = max(1, int(poss[-1] - poss[0]))
     w = resolve_window(window, poss, embs.shape[1])
-    return coalition_size(embs, accts, theta, w, positions=poss), w
+    if window is None and w < span:
+        return -1, w, span  # the auditor must choose (check_8_10_coalition raises)
+    return coalition_size(embs, accts, theta, w, positions=poss), w, span
 
 
-def _coalition_inputs(run: Run) -> tuple[np.ndarray, list, list] | None:
+def coalition_inputs(run: Run, with_prefix: bool = True) -> tuple[np.ndarray, list, list] | None:
     """(Q of every query leaf as an int16 matrix, their accounts, their positions), or None if there is nothing
-    to estimate (no query, or Q of several dimensions)."""
+    to estimate (no query, or Q of several dimensions). In a history (§3.1) the positions are global (the earlier
+    windows' sizes added) and ``with_prefix`` puts the earlier windows' queries first: the estimate covers the
+    whole history."""
     accts, poss, dims = [], [], set()
+    seen: set[tuple[str, bytes]] = set()
     for i in run.queries:
-        if run.records[i]["type"] != "query":
+        rec = run.records[i]
+        if rec["type"] != "query":
             continue
+        key = (rec["tenant"], run.qembs[i])
+        if key in seen:
+            continue  # an exact repeat: the same citations as the first, no new release (module docstring)
+        seen.add(key)
         dims.add(len(run.qembs[i]) // 2)  # int16 entries (§8.7 checked them)
         accts.append(run.records[i]["account"])
         poss.append(i)
+    if not poss and with_prefix and run.coalition_prefix is not None:
+        return run.coalition_prefix  # no query in this window: the earlier windows' estimate
     if not poss or len(dims) != 1:
         return None
     embs = np.empty((len(poss), dims.pop()), dtype="<i2")  # filled in place: no per-query arrays (memory at scale)
     for k, i in enumerate(poss):
         embs[k] = np.frombuffer(run.qembs[i], dtype="<i2")
+    prefix = run.coalition_prefix if with_prefix else None
+    if run.history is not None and with_prefix:
+        poss = [run.history.offset + p for p in poss]
+    if prefix is not None and prefix[0].shape[1] == embs.shape[1]:
+        embs, accts, poss = np.concatenate([prefix[0], embs]), [*prefix[1], *accts], [*prefix[2], *poss]
     return embs, accts, poss
 
 
-def _coalition_estimate(run: Run, theta: float, window: int | None) -> tuple[int, int] | None:
+def _coalition_estimate(run: Run, theta: float, window: int | None) -> tuple[int, int, int] | None:
     """(ĉ, the window used) from the opened Q of every query leaf, or None if there is nothing to estimate."""
-    got = _coalition_inputs(run)
+    got = coalition_inputs(run)
     return None if got is None else _coalition_task(*got, theta, window)
 
 
@@ -48,7 +81,7 @@ def start_coalition(run: Run, theta: float, window: int | None) -> Callable | No
     if run.n < pool.FORK_MIN_ITEMS or pool.workers() < 2:
         return None
     try:
-        inputs = _coalition_inputs(run)
+        inputs = coalition_inputs(run)
     except Exception:  # noqa: BLE001 — the check itself (in line) reports it
         return None
     return None if inputs is None else pool.background(_coalition_task, *inputs, theta, window)
@@ -64,10 +97,32 @@ def check_8_10_coalition(run: Run, theta: float, window: int | None, background=
         est = got[0] if got is not None else _coalition_estimate(run, theta, window)
         if est is None:
             return None
-        c_hat, w = est
+        c_hat, w, span = est
+        if c_hat < 0:
+            raise CoalitionWindowRequired(
+                f"--coalition-window is required: the history's queries span {span} ledger positions, more than the "
+                f"estimator compares by default (at most {w}); choose a window, which the verdict names"
+            )
         k_max = run.policy.coalition.k_max
+        run.checked["coalition_window"] = w
+        run.checked["coalition_window_covers_history"] = w >= span
         if c_hat > k_max:
-            run.fail("coalition", f"estimated coalition size {c_hat} > k_max = {k_max} (θ = {theta}, window = {w})")
+            r = run.policy.retrieval
+            try:
+                from dprag.accounting import gdp
+
+                e_k = gdp.discrete_gaussian_epsilon(
+                    r.sigma, r.sensitivity, c_hat * r.n, run.policy.coalition.delta_policy, sampler_tv=r.sampler.tv
+                ).epsilon
+                if_colluded = f"; the retrieval ε for k = {c_hat} would be {e_k:.4g}"
+            except Exception:  # noqa: BLE001 - the finding stands without the figure
+                if_colluded = ""
+            run.fail(
+                "coalition",
+                f"coalition or a common question: {c_hat} accounts asked similar questions (θ = {theta}, window = "
+                f"{w} ledger positions), more than k_max = {k_max}{if_colluded}, which holds only if exactly those "
+                "accounts colluded (not certified)",
+            )
         else:
             run.ok("coalition")
         run.checked["coalition_estimate"] = c_hat

@@ -10,7 +10,7 @@ import numpy as np
 from dprag.accounting.errors import DpragError
 
 from .. import commitments as cm
-from ..encoding import EncodingError, decode, digest, hexbytes
+from ..encoding import EncodingError, decode, decode_content, digest, excerpt, hexbytes
 from ..ledger import NoteVerifier
 from ..policy import Policy
 from .run import Run, guarded, is_hex, is_int
@@ -18,9 +18,10 @@ from .verdict import key_fingerprint
 
 
 @guarded("commitments")
-def check_8_3_commitments(run: Run, corpus: dict[str, list[str]] | None) -> None:
+def check_8_3_commitments(run: Run, corpus: dict[str, list[str]] | None, reembedder=None) -> None:
     """§8.3: sets ``run.genesis``, ``run.key``, ``run.seed``, ``run.policy`` (not yet checked: §8.4),
-    ``run.tenants`` and ``run.accounts`` from what opens its commitment."""
+    ``run.tenants`` and ``run.accounts`` from what opens its commitment. With ``corpus`` and the committed
+    embedder ``reembedder`` (``embedder_fidelity``), the index is re-embedded from the texts."""
     if not run.records:  # no ledger leaf at all: §8.1 / §8.2 say why
         return
     b = run.b
@@ -28,6 +29,7 @@ def check_8_3_commitments(run: Run, corpus: dict[str, list[str]] | None) -> None
     if b.genesis_file is not None and run.b.leaves and b.genesis_file != b.leaves[0]:
         run.fail("commitments", "public/genesis.json differs from ledger leaf 0")
     gkeys = {"type", "version", "window", "provider_key", "C_emb", "C_policy", "C_seed", "tenants", "accounts"}
+    gkeys |= {"chain", "epoch", "prev", "C_carry"}
     if (
         not isinstance(g, dict)
         or g.get("type") != "genesis"
@@ -38,7 +40,14 @@ def check_8_3_commitments(run: Run, corpus: dict[str, list[str]] | None) -> None
         or not isinstance(g["window"], str)
         or not isinstance(g["provider_key"], str)
     ):
-        run.fail("commitments", "ledger leaf 0 is not a well-formed version-2 genesis record")
+        run.fail("commitments", "ledger leaf 0 is not a well-formed version-3 genesis record")
+        return
+    if g.get("version") != cm.PROTOCOL_VERSION:
+        run.fail(
+            "commitments",
+            f"the bundle is protocol version {_version_text(g.get('version'))}: older versions are refused "
+            f"(this verifier checks version {cm.PROTOCOL_VERSION})",
+        )
         return
     run.genesis = g
     try:
@@ -102,13 +111,29 @@ def check_8_3_commitments(run: Run, corpus: dict[str, list[str]] | None) -> None
             if not is_int(dim, 1, 1 << 16) or len(data) != 2 * n_docs * dim:
                 raise EncodingError(f"auditor/index/{name}.i16 has the wrong size")
             q = np.frombuffer(data, dtype="<i2").reshape(n_docs, dim)
-            if cm.index_commitment(q) != t["C_idx"]:
-                raise EncodingError(f"auditor/index/{name}.i16 does not open C_idx")
             docs = decode(b.docs_files.get(name, b"null"), what=f"auditor/docs/{name}.json")
+            if not isinstance(docs, dict) or set(docs) - {"zk_blinding"} != {
+                "ids",
+                "salts",
+                "text_sha256",
+                "index_salt",
+            }:
+                raise EncodingError(
+                    f"auditor/docs/{name}.json: must be {{ids, salts, text_sha256, index_salt}} (+ zk_blinding)"
+                )
+            zk_blinding = docs.get("zk_blinding")
+            if ("Z_idx" in t) != (zk_blinding is not None) or (
+                zk_blinding is not None
+                and not (isinstance(zk_blinding, str) and zk_blinding.isdigit() and len(zk_blinding) <= 80)
+            ):
+                raise EncodingError(f"auditor/docs/{name}.json: zk_blinding (decimal) exactly for a tenant with Z_idx")
+            if not is_hex(docs["index_salt"], cm.SALT_BYTES):
+                raise EncodingError(f"auditor/docs/{name}.json: index_salt must be {cm.SALT_BYTES} bytes of hex")
+            if cm.index_commitment(q, bytes.fromhex(docs["index_salt"])) != t["C_idx"]:
+                raise EncodingError(f"auditor/index/{name}.i16 does not open C_idx")
+            docs = {k: v for k, v in docs.items() if k not in ("index_salt", "zk_blinding")}
             if (
-                not isinstance(docs, dict)
-                or set(docs) != {"ids", "salts", "text_sha256"}
-                or any(not isinstance(docs[k], list) or len(docs[k]) != n_docs for k in docs)
+                any(not isinstance(docs[k], list) or len(docs[k]) != n_docs for k in docs)
                 or not all(isinstance(x, str) for x in docs["ids"])
                 or not all(is_hex(s, cm.SALT_BYTES) for s in docs["salts"])
                 or not all(is_hex(h, 32) for h in docs["text_sha256"])
@@ -121,6 +146,9 @@ def check_8_3_commitments(run: Run, corpus: dict[str, list[str]] | None) -> None
                 texts = corpus[name]
                 if len(texts) != n_docs or any(cm.text_hash(x) != h for x, h in zip(texts, hashes, strict=False)):
                     raise EncodingError(f"the corpus given for tenant {name!r} is not the committed one (C_docs)")
+                given_ids = getattr(corpus, "ids", {}).get(name)
+                if given_ids is not None and list(given_ids) != list(docs["ids"]):
+                    raise EncodingError(f"the corpus given for tenant {name!r} has other document ids (C_docs)")
                 run.ok("corpus")
             run.tenants[name] = {
                 "q": q,
@@ -129,6 +157,7 @@ def check_8_3_commitments(run: Run, corpus: dict[str, list[str]] | None) -> None
                 "dim": dim,
                 "ids": docs["ids"],
                 "Z_idx": int(t["Z_idx"]) if "Z_idx" in t else None,
+                "zk_blinding": None if zk_blinding is None else int(zk_blinding),
             }
             run.ok("commitments")
         except EncodingError as e:
@@ -146,7 +175,111 @@ def check_8_3_commitments(run: Run, corpus: dict[str, list[str]] | None) -> None
         ):
             run.fail("commitments", "malformed or duplicate account in the genesis registry")
             continue
+        if any(other["key"] == a["key"] for other in run.accounts.values()):
+            run.fail(
+                "commitments", f"account {a['account']!r} shares its key with another account (one key, one account)"
+            )
+            continue
         run.accounts[a["account"]] = a
+    _check_history_fields(run, g)
+    if corpus is not None and reembedder is not None:
+        embedder_fidelity(run, corpus, reembedder)
+
+
+def embedder_fidelity(run: Run, corpus: dict[str, list[str]], embedder) -> None:
+    """§8.3 with ``--corpus`` and the committed embedder installed: the embedder must be the committed one (its own
+    descriptor equals the opened one, schema aside), and every committed index row must be its quantised output on
+    the document's text, each coordinate within ±1 (float rounding across machines can move a value that sits on a
+    rounding boundary by one step; a different text or model moves hundreds). Checked documents are counted
+    (``checked.documents_reembedded``); without the embedder, fidelity stays on trust (threat model)."""
+    committed = decode_content(run.b.embedder_bytes) if run.b.embedder_bytes is not None else None
+    if not isinstance(committed, dict):
+        return
+    try:
+        own = embedder.descriptor(committed.get("schema") or {}, prompt_template=committed.get("prompt_template"))
+        own = own.to_dict() if hasattr(own, "to_dict") else dict(own)
+    except Exception as e:  # noqa: BLE001 - the auditor embedder: report, do not guess
+        run.fail("commitments", f"embedder fidelity: the given embedder has no usable descriptor ({type(e).__name__})")
+        return
+    differs = sorted(k for k in set(own) | set(committed) if k != "schema" and own.get(k) != committed.get(k))
+    if differs:
+        run.fail("commitments", f"embedder fidelity: the installed embedder is not the committed one ({differs})")
+        return
+    scale = int(committed["embedding_scale"])
+    for t, ten in run.tenants.items():
+        texts = corpus.get(t)
+        if texts is None or len(texts) != ten["n"]:
+            continue
+        q = cm.quantise_embeddings(np.asarray(embedder.embed(list(texts)), dtype=np.float64), scale)
+        if q.shape != ten["q"].shape:
+            run.fail("commitments", f"embedder fidelity: tenant {t!r}: the embedder's output has another shape")
+            continue
+        off = np.flatnonzero(np.abs(q.astype(np.int32) - ten["q"].astype(np.int32)).max(axis=1) > 1)
+        if off.size:
+            run.fail(
+                "commitments",
+                f"embedder fidelity: tenant {t!r}: {off.size} committed index rows are not the committed embedder's "
+                f"output on their documents (first: row {int(off[0])})",
+            )
+        run.checked["documents_reembedded"] += int(ten["n"])
+
+
+def _check_history_fields(run: Run, g: dict) -> None:
+    """§3.1: the genesis's place in its history, and what carried over (auditor/carry.json opens C_carry)."""
+    from ..history import carry_commitment
+
+    first = g["epoch"] == 0
+    prev = g["prev"]
+    if not (
+        is_int(g["epoch"], 0, 1 << 31)
+        and (g["chain"] is None if first else is_hex(g["chain"], 32))
+        and (g["C_carry"] is None if first else is_hex(g["C_carry"], 32))
+        and (
+            prev is None
+            if first
+            else isinstance(prev, dict)
+            and set(prev) == {"window", "size", "root"}
+            and isinstance(prev["window"], str)
+            and is_int(prev["size"], 1)
+            and is_hex(prev["root"], 32)
+        )
+    ):
+        run.fail("commitments", "the genesis's history fields (chain, epoch, prev, C_carry) are malformed")
+        return
+    data = run.b.carry_bytes
+    if first:
+        if data is not None:
+            run.fail("commitments", "auditor/carry.json given for the first window of a history")
+        return
+    try:
+        wrapped = decode(data if data is not None else b"null", what="auditor/carry.json")
+        if not isinstance(wrapped, dict) or set(wrapped) != {"carry", "salt"}:
+            raise EncodingError('must be {"carry", "salt"}')
+        carry = wrapped["carry"]
+        if carry_commitment(hexbytes(wrapped["salt"], "carry salt", cm.SALT_BYTES), carry) != g["C_carry"]:
+            raise EncodingError("does not open C_carry")
+        if (
+            not isinstance(carry, dict)
+            or set(carry) != {"counters", "spend"}
+            or not isinstance(carry["counters"], dict)
+            or not all(a in run.accounts and is_int(c, 0) for a, c in carry["counters"].items())
+            or not isinstance(carry["spend"], dict)
+            or not all(
+                t in run.tenants
+                and isinstance(v, list)
+                and len(v) <= run.tenants[t]["n"]
+                and all(is_int(x, 0, 1 << 62) for x in v)
+                for t, v in carry["spend"].items()
+            )
+        ):
+            raise EncodingError("the carried counters and spend are malformed or name unknown accounts or tenants")
+        run.carry = carry
+    except (EncodingError, DpragError) as e:
+        run.fail("commitments", f"auditor/carry.json: {e}")
+
+
+def _version_text(v) -> str:
+    return str(v) if is_int(v, -(1 << 53), 1 << 53) else excerpt(v)
 
 
 @guarded("commitments")

@@ -53,6 +53,8 @@ def check_8_9_generation(run: Run) -> None:
     pol = run.policy
     rule = ChargeRule.of(pol)
     spent = {t: np.zeros(v["n"], dtype=np.int64) for t, v in run.tenants.items()}
+    for t, units in ((run.carry or {}).get("spend") or {}).items():  # spend carried over from earlier windows
+        spent[t][: len(units)] = np.asarray(units, dtype=np.int64)
     for done, i in enumerate(run.queries):
         rec, op = run.records[i], run.openings[i]
         t = rec["tenant"]
@@ -81,6 +83,7 @@ def check_8_9_generation(run: Run) -> None:
             run.fail("generation", f"leaf {i}: {e}")
         if done % 1000 == 999:
             run.progress("generation", 1000)
+    run.final_spend = {t: [int(x) for x in s] for t, s in sorted(spent.items())}  # what the successor carries
     for t, s in spent.items():
         over = np.flatnonzero(s > rule.limit)
         if over.size:

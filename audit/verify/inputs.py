@@ -35,6 +35,11 @@ class AuditorInputs:
     zk_vkey: Any
     receipts: bytes | None
 
+    def trusted_for(self, last: bool) -> tuple[bytes | None, str | None]:
+        """(the trusted checkpoint, the pinned key) for §8.5 of one window: a history's last window only (the
+        checkpoint names the head's log)."""
+        return (self.trusted, self.pinned) if last else (None, None)
+
 
 def read_auditor_file(path, what: str, cap: int) -> bytes:
     """The auditor's own file (``--receipts``, ``--key``, ``--trusted-checkpoint``): a regular file (the auditor
@@ -109,18 +114,25 @@ def read_auditor_inputs(
     return AuditorInputs(pinned, trusted, wit, min_witnesses, vk, receipts_data)
 
 
+def check_version(b) -> None:
+    """A well-formed genesis of a version newer than this verifier's is the auditor's problem (exit 2)."""
+    version = b.version
+    if isinstance(version, int) and not isinstance(version, bool) and version > PROTOCOL_VERSION:
+        raise AuditorInputError(
+            f"the bundle is protocol version {version!r}, newer than this verifier's {PROTOCOL_VERSION}: "
+            "use a verifier that knows it"
+        )
+
+
 def read_bundle(bundle_path, progress: Callable[[str, int], None] | None) -> Run:
     """The bundle at ``bundle_path`` (``load_bundle``: §8.1's safe reads, its defects kept for §8.1), as the
-    state the checks share. A well-formed genesis of another version is exit 2: the auditor needs another
-    verifier; a damaged version field is a FAIL of the commitments check (§8.3), never "unusable"."""
+    state the checks share. A well-formed genesis of a NEWER version is exit 2: the auditor needs another
+    verifier; an older version (a downgrade) or a damaged version field is a FAIL of the commitments check
+    (§8.3), never "unusable"."""
     t_load = time.perf_counter()
     b = load_bundle(bundle_path)
     t_load = time.perf_counter() - t_load
-    version = b.version
-    if isinstance(version, int) and not isinstance(version, bool) and version != PROTOCOL_VERSION:
-        raise AuditorInputError(
-            f"the bundle is protocol version {version!r}; this verifier checks version {PROTOCOL_VERSION} only"
-        )
+    check_version(b)
     run = Run(b, progress)
     run.timings["load"] = t_load
     return run

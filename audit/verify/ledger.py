@@ -37,6 +37,14 @@ def _open_checkpoints(run: Run, notes: list[bytes], origin: str, key: NoteVerifi
     return opened
 
 
+def _opens(note: bytes, origin: str, vkey: str) -> bool:
+    try:
+        open_checkpoint(note, origin, NoteVerifier.from_vkey(vkey))
+        return True
+    except Exception:  # noqa: BLE001 - any defect: it does not open under that key
+        return False
+
+
 @guarded("ledger")
 def check_8_5_witnesses(run: Run, witnesses: list, min_witnesses: int) -> None:
     """§8.5: the checkpoint covering the whole ledger carries >= min_witnesses valid witness cosignatures."""
@@ -70,9 +78,10 @@ def check_8_5_witnesses(run: Run, witnesses: list, min_witnesses: int) -> None:
 
 
 @guarded("ledger")
-def check_8_5_ledger(run: Run, receipt_sizes: set[int], trusted: bytes | None) -> int | None:
+def check_8_5_ledger(run: Run, receipt_sizes: set[int], trusted: bytes | None, pinned: str | None = None) -> int | None:
     """§8.5: the ledger, its checkpoints and the trusted checkpoint (whose size it returns, if given); the
-    roots of every prefix a checkpoint or receipt names go to ``run.prefix_roots`` for §8.6."""
+    roots of every prefix a checkpoint or receipt names go to ``run.prefix_roots`` for §8.6. A trusted checkpoint
+    that does not open under the bundle's key but does under the auditor's ``pinned`` key is a rewrite."""
     n = run.n
     run.leaf_hashes = [hash_leaf(x) for x in run.b.leaves]
     run.progress("ledger", n)
@@ -82,6 +91,13 @@ def check_8_5_ledger(run: Run, receipt_sizes: set[int], trusted: bytes | None) -
     cps = _open_checkpoints(run, run.b.checkpoints, origin, run.key, "checkpoint")
     trusted_cp = None
     if trusted is not None:
+        if pinned is not None and pinned != run.genesis["provider_key"] and _opens(trusted, origin, pinned):
+            run.fail(
+                "ledger",
+                "the trusted checkpoint verifies under the pinned key but not under the bundle's: the history was "
+                "rewritten under another key",
+            )
+            return None
         got = _open_checkpoints(run, [trusted], origin, run.key, "trusted checkpoint")
         trusted_cp = got[0] if got else None
     sizes = {c.size for c in cps if c.size <= n} | {n} | {s for s in receipt_sizes if s <= n}

@@ -10,7 +10,7 @@ from functools import partial
 import numpy as np
 
 from ..account import question_commitment, request_hash
-from ..encoding import EncodingError, decode, excerpt
+from ..encoding import EncodingError, decode_content, encode, excerpt
 from ..ledger import NoteVerifier
 from ..receipts import verify_receipt
 from ..retrieval import top_commitment
@@ -37,7 +37,10 @@ def read_receipts(run: Run, given: AuditorInputs) -> Evidence:
     data, given.receipts = given.receipts, None
     if data is None:
         return Evidence([], given=False, empty=False)
-    return Evidence(parse_receipts(run, data) or [], given=True, empty=not data.strip())
+    empty = not data if isinstance(data, list) else not data.strip()
+    if isinstance(data, list) and run.history is not None and not run.history.is_last(run):
+        empty = False  # a history's earlier window: the file's emptiness is reported once, by the last window
+    return Evidence(parse_receipts(run, data) or [], given=True, empty=empty)
 
 
 class _ReceiptCtx:
@@ -56,9 +59,10 @@ class _ReceiptCtx:
 
 
 def _one_receipt(run: Run | _ReceiptCtx, line: bytes) -> tuple[dict, list | None, str | None] | str:
-    """One receipt line: (body, citations) if it is valid provider-signed evidence, else the rejection."""
+    """One receipt line: (body, citations) if it is valid provider-signed evidence, else the rejection. The line is
+    read by content (``decode_content``: any JSON formatting, but no duplicate key, float or lone surrogate)."""
     try:
-        obj = decode(line, what="receipt line")
+        obj = decode_content(line, what="receipt line")
         extra = {}
         if isinstance(obj, dict) and "receipt" in obj:
             if set(obj) - {"receipt", "top", "request", "question"}:
@@ -93,25 +97,38 @@ def _one_receipt(run: Run | _ReceiptCtx, line: bytes) -> tuple[dict, list | None
 
 
 @guarded("receipts")
-def parse_receipts(run: Run, data: bytes) -> list[tuple[int, dict, list | None, str | None]]:
-    """Valid provider-signed receipts of this window; everything else is rejected evidence, never a FAIL."""
-    lines = data.split(b"\n")
-    if lines and lines[-1] == b"":
-        lines.pop()
+def parse_receipts(run: Run, data: bytes | list) -> list[tuple[int, dict, list | None, str | None]]:
+    """Valid provider-signed receipts of this window; everything else is rejected evidence, never a FAIL.
+    ``data``: the receipts file, or (a history's window) the (line number, line) pairs naming this window."""
+    if isinstance(data, list):
+        numbered = data
+    else:
+        lines = data.split(b"\n")
+        while lines and not lines[-1].strip():
+            lines.pop()
+        numbered = list(enumerate(lines))
+    lines = dict(numbered)
     seen: dict[bytes, int] = {}
     todo = []
-    for k, line in enumerate(lines):
+    for k, line in numbered:
         if line in seen:
             run.rejected.append(f"receipt {k}: duplicates receipt {seen[line]}")
         else:
             seen[line] = k
             todo.append(k)
+    run.checked["receipts_handed_in"] = len(numbered)
     valid = []
+    signed_bodies: dict[bytes, int] = {}  # one receipt is one piece of evidence, however often it is handed in
     for k, res in zip(todo, fork_map(partial(_one_receipt, _ReceiptCtx(run)), [lines[k] for k in todo]), strict=False):
         if isinstance(res, str):
             run.rejected.append(f"receipt {k}: {res}")
-        else:
-            valid.append((k, *res))
+            continue
+        content = encode(res[0])
+        if content in signed_bodies:
+            run.rejected.append(f"receipt {k}: the same signed receipt as receipt {signed_bodies[content]}")
+            continue
+        signed_bodies[content] = k
+        valid.append((k, *res))
     run.progress("receipts", len(lines))
     return valid
 
@@ -136,7 +153,9 @@ def _against_the_ledger(run: Run, valid: list[tuple[int, dict, list | None, str 
     for k, body, top, _ in valid:
         pos, size = body["pos"], body["size"]
         if size > n:
-            run.fail("receipts", f"receipt {k}: signed for ledger size {size} > the bundle's {n} (truncated or forked)")
+            # newer than the audited head: an honest provider keeps serving after it exports (the verdict says how
+            # many; an auditor who needs them checked asks for a later bundle, which must extend this one)
+            run.checked["receipts_newer_than_bundle"] = run.checked.get("receipts_newer_than_bundle", 0) + 1
             continue
         if run.prefix_roots.get(size) != bytes.fromhex(body["root"]):
             run.fail("receipts", f"receipt {k}: its signed root is not the ledger's root at size {size} (a fork)")
@@ -145,12 +164,20 @@ def _against_the_ledger(run: Run, valid: list[tuple[int, dict, list | None, str 
             run.fail("receipts", f"receipt {k}: the leaf at {pos} is not the one it was signed for")
             continue
         rec = run.records[pos]
-        if (
-            rec is None
-            or rec.get("type") != "query"
-            or any(rec.get(f) != body[f] for f in ("account", "tenant", "counter", "h_req", "h_top"))
-        ):
+        if rec is None or rec.get("type") != "query" or any(rec.get(f) != body[f] for f in ("h_req", "h_top")):
             run.fail("receipts", f"receipt {k}: contradicts the ledger record at {pos}")
+            continue
+        op = run.openings.get(pos)
+        req = op.get("request") if isinstance(op, dict) else None
+        acct = run.accounts.get(body["account"])
+        if (
+            not isinstance(req, dict)
+            or req.get("account") != body["account"]
+            or req.get("counter") != body["counter"]
+            or acct is None
+            or acct["tenant"] != body["tenant"]
+        ):
+            run.fail("receipts", f"receipt {k}: its account, tenant or counter contradicts the request opened at {pos}")
             continue
         prev = by_pos.get(pos)
         if prev is not None and prev[1] != body:
@@ -163,10 +190,7 @@ def _against_the_ledger(run: Run, valid: list[tuple[int, dict, list | None, str 
             continue
         by_request[key] = (k, pos)
         if top is not None:
-            if (
-                body["nonce_top"] is None
-                or top_commitment(np.asarray(top, dtype=np.int64), bytes.fromhex(body["nonce_top"])) != body["h_top"]
-            ):
+            if top_commitment(np.asarray(top, dtype=np.int64), bytes.fromhex(body["nonce_top"])) != body["h_top"]:
                 run.rejected.append(
                     f"receipt {k}: the citations the account supplied do not match h_top "
                     "(the account's claim, not the provider's signature)"

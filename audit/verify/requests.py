@@ -1,7 +1,9 @@
-"""§8.7 ``requests`` and ``rate`` (spec/protocol.md): every non-genesis leaf is a well-formed query or recovery leaf
-of a registered account under its registered tenant; its opening's request verifies under that account's key,
-names the leaf's window, account and counter and hashes to h_req; the opened Q opens h_qemb when the account
-committed to one; per account, counters are 1, 2, 3, … in ledger order and at most n."""
+"""§8.7 ``requests`` and ``rate`` (spec/protocol.md): every non-genesis leaf is a well-formed query leaf
+``{"type": "query", "h_req", "h_top", "h_charge"}`` (v3: the public leaf names no account, tenant or counter); its
+opening's request verifies under its account's registered key, names the window and hashes to h_req; the account's
+tenant comes from the registry; h_top opens to the opened citations (the empty list where the tenant's citation
+channel is off); the opened Q opens h_qemb when the account committed to one; per account, counters are 1, 2, 3, …
+in ledger order and at most n."""
 
 from __future__ import annotations
 
@@ -10,59 +12,62 @@ from functools import partial
 
 from ..account import qemb_commitment, request_hash, verify_request
 from ..encoding import EncodingError, hexbytes
+from ..retrieval import top_commitment
 from .pool import fork_map
-from .run import Run, guarded, is_hex, is_int
+from .run import Run, guarded, is_hex
 
-LEAF_KEYS = {"type", "account", "tenant", "counter", "h_req", "h_top", "h_charge"}
+LEAF_KEYS = {"type", "h_req", "h_top", "h_charge"}
 OPENING_KEYS = {"pos", "kind", "request", "qemb", "top", "nonce_top", "charge"}
 
 
-def _request_leaf(run: Run, i: int) -> tuple[str, str] | tuple[bool, bytes] | None:
+def _request_leaf(run: Run, i: int) -> tuple[str, str] | tuple[bool, bytes, str, int] | None:
     """§8.7 for one leaf, without shared state (run in the forked workers). Returns None (no record),
-    (check, reason) on a defect, else (whether the account committed to Q, Q's bytes)."""
+    (check, reason) on a defect, else (whether the account committed to Q, Q's bytes, the account, its counter)."""
     rec = run.records[i]
     if rec is None:
         return None
+    if rec.get("type") == "close" and set(rec) == {"type", "next"} and is_hex(rec["next"], 32):
+        if i != run.n - 1:
+            return "requests", f"leaf {i}: leaves follow the close record (a closed window takes no request)"
+        return None  # §3.1: checked against the successor's genesis by the history check
     if (
-        rec.get("type") not in ("query", "recovery")
+        rec.get("type") != "query"
         or set(rec) != LEAF_KEYS
-        or not all(is_hex(rec[k], 32) for k in ("h_req", "h_charge"))
-        or not (rec["h_top"] is None or is_hex(rec["h_top"], 32))
-        or not is_int(rec["counter"], 1)
-        or not isinstance(rec["account"], str)
+        or not all(is_hex(rec[k], 32) for k in ("h_req", "h_charge", "h_top"))
     ):
-        return "canonical", f"leaf {i}: not a well-formed query or recovery record"
-    acct = run.accounts.get(rec["account"])
-    if acct is None:
-        return "requests", f"leaf {i}: account {rec['account']!r} is not in the genesis registry"
-    if rec["tenant"] != acct["tenant"] or rec["tenant"] not in run.tenants:
-        return "requests", f"leaf {i}: tenant differs from the account's registered tenant"
+        return "canonical", f"leaf {i}: not a well-formed version-3 query record"
     op = run.openings.get(i)
     if op is None:
         return "requests", f"leaf {i}: no opening in auditor/openings.jsonl"
-    if set(op) != OPENING_KEYS:
-        return "canonical", f"leaf {i}: the opening's fields are not {sorted(OPENING_KEYS)}"
-    released = rec["type"] == "query" and rec["tenant"] in run.policy.retrieval.enabled_tenants
-    if not released and (rec["h_top"] is not None or op["top"] is not None or op["nonce_top"] is not None):
-        return "retrieval", f"leaf {i}: citations recorded where the retrieval channel is off"
+    if set(op) != OPENING_KEYS or op.get("kind") != "query" or op.get("pos") != i:
+        return "canonical", f"leaf {i}: the opening's fields are not {sorted(OPENING_KEYS)} with kind query and its pos"
+    signed = op.get("request")
+    name = signed.get("account") if isinstance(signed, dict) else None
+    acct = run.accounts.get(name) if isinstance(name, str) else None
+    if acct is None:
+        return "requests", f"leaf {i}: the opened request's account is not in the genesis registry"
+    if acct["tenant"] not in run.tenants:
+        return "requests", f"leaf {i}: the account's registered tenant is not committed"
+    if not is_hex(op["nonce_top"], 16):
+        return "canonical", f"leaf {i}: the opening's nonce_top must be 16 bytes of hex"
+    released = acct["tenant"] in run.policy.retrieval.enabled_tenants
+    if not released:
+        if op["top"] is not None:
+            return "retrieval", f"leaf {i}: citations recorded where the retrieval channel is off"
+        if top_commitment([], bytes.fromhex(op["nonce_top"])) != rec["h_top"]:
+            return "retrieval", f"leaf {i}: h_top does not commit to the empty list where the retrieval channel is off"
     try:
-        req = verify_request(op.get("request"), acct["key"])
-        if (
-            req["window"] != run.genesis["window"]
-            or req["account"] != rec["account"]
-            or req["counter"] != rec["counter"]
-        ):
-            raise EncodingError("the request names another window, account or counter than its leaf")
+        req = verify_request(signed, acct["key"])
+        if req["window"] != run.genesis["window"]:
+            raise EncodingError("the request names another window")
         if request_hash(req).hex() != rec["h_req"]:
             raise EncodingError("h_req does not match the opened request")
-        if op.get("kind") != rec["type"]:
-            raise EncodingError("the opening's kind differs from the leaf's type")
-        qb = hexbytes(op.get("qemb"), "qemb", 2 * run.tenants[rec["tenant"]]["dim"])
+        qb = hexbytes(op.get("qemb"), "qemb", 2 * run.tenants[acct["tenant"]]["dim"])
         if req["h_qemb"] is None:
-            return False, qb
+            return False, qb, name, req["counter"]
         if qemb_commitment(bytes.fromhex(req["nonce"]), qb) != req["h_qemb"]:
             raise EncodingError("the opened Q is not the one the account committed to (h_qemb)")
-        return True, qb
+        return True, qb, name, req["counter"]
     except EncodingError as e:
         return "requests", f"leaf {i}: {e}"
 
@@ -72,7 +77,7 @@ class _RequestCtx:
     tenant's dimension, the policy, the genesis."""
 
     def __init__(self, run: Run):
-        self.accounts, self.policy, self.genesis = run.accounts, run.policy, run.genesis
+        self.accounts, self.policy, self.genesis, self.n = run.accounts, run.policy, run.genesis, run.n
         self.tenants = {t: {"dim": v["dim"]} for t, v in run.tenants.items()}
 
 
@@ -84,6 +89,7 @@ class _LeafView:
         self.records = {i: rec}
         self.openings = {} if op is None else {i: op}
         self.accounts, self.tenants, self.policy, self.genesis = ctx.accounts, ctx.tenants, ctx.policy, ctx.genesis
+        self.n = ctx.n
 
 
 def _request_in_worker(ctx: _RequestCtx, item: tuple[int, bytes | None, bytes | None]):
@@ -97,7 +103,7 @@ def _request_in_worker(ctx: _RequestCtx, item: tuple[int, bytes | None, bytes | 
 def check_8_7_requests(run: Run) -> None:
     """§8.7, every leaf checked in the worker pool: the accepted leaves go to ``run.queries`` (ledger order) and
     their Q to ``run.qembs``."""
-    last_counter: dict[str, int] = {}
+    last_counter: dict[str, int] = dict((run.carry or {}).get("counters") or {})  # counters carry over (§3.1)
     n_limit = run.policy.retrieval.n if run.policy else None
     confirmed = 0
     positions = list(range(1, run.n))
@@ -118,7 +124,13 @@ def check_8_7_requests(run: Run) -> None:
             continue
         confirmed += res[0]
         run.qembs[i] = res[1]
-        rec = run.records[i]
+        # the checks after this one read the account, tenant and counter the opening binds (not the public leaf)
+        rec = run.records[i] = {
+            **run.records[i],
+            "account": res[2],
+            "tenant": run.accounts[res[2]]["tenant"],
+            "counter": res[3],
+        }
         expected = last_counter.get(rec["account"], 0) + 1
         if rec["counter"] != expected:
             run.fail(
@@ -132,5 +144,6 @@ def check_8_7_requests(run: Run) -> None:
         run.queries.append(i)
         run.ok("requests")
     run.progress("requests", len(positions))
+    run.final_counters = dict(sorted(last_counter.items()))
     run.checked["queries_with_account_confirmed_q"] = confirmed
-    run.checked["queries"] = sum(1 for i in run.queries if run.records[i]["type"] == "query")
+    run.checked["queries"] = len(run.queries)

@@ -17,7 +17,7 @@ from ..retrieval import (
     noisy_top_k,
     noisy_top_k_rows,
     noisy_top_k_words,
-    request_source,
+    retrieval_source,
     sample_words,
     top_commitment,
 )
@@ -110,8 +110,8 @@ def _retrieval_job(run: _RetrievalCtx, job) -> tuple[list[tuple[int, str | None]
         ops = [json.loads(x[3]) for x in leaves]  # canonical lines (§8.2), whose Q §8.7 checked
         scores = cache.score_rows(t, [bytes.fromhex(op["qemb"]) for op in ops])
         words = np.empty((len(leaves), n), dtype=np.uint64)
-        for k, x in enumerate(leaves):
-            words[k] = request_source(run.seed, "retrieval", bytes.fromhex(x[1])).uint64(n)
+        for k, op in enumerate(ops):
+            words[k] = retrieval_source(run.seed, t, bytes.fromhex(op["qemb"])).uint64(n)
         if n >= LARGE_TENANT:  # map only the words that can reach the top K (bit-identical, retrieval.py)
             span = (r.score_clip[0] >> r.score_shift, r.score_clip[1] >> r.score_shift)
             expected = np.stack(
@@ -123,7 +123,7 @@ def _retrieval_job(run: _RetrievalCtx, job) -> tuple[list[tuple[int, str | None]
             (
                 x[0],
                 "citations missing for a tenant with the retrieval channel on"
-                if op.get("top") is None or x[2] is None
+                if op.get("top") is None
                 else _retrieval_leaf({"h_top": x[2]}, op, expected[k]),
             )
             for k, (x, op) in enumerate(zip(leaves, ops, strict=False))
@@ -142,10 +142,10 @@ def _retrieval_one_by_one(run: Run, block: list[int], table) -> None:
             if rec["tenant"] not in r.enabled_tenants or rec["type"] != "query":
                 run.ok("retrieval")
                 continue
-            if op.get("top") is None or rec["h_top"] is None:
+            if op.get("top") is None:
                 raise EncodingError("citations missing for a tenant with the retrieval channel on")
             z = table.sample(
-                run.tenants[rec["tenant"]]["n"], request_source(run.seed, "retrieval", bytes.fromhex(rec["h_req"]))
+                run.tenants[rec["tenant"]]["n"], retrieval_source(run.seed, rec["tenant"], bytes.fromhex(op["qemb"]))
             )
             what = _retrieval_leaf(rec, op, noisy_top_k(scores_of(run, i), z, r.K))
             if what is not None:

@@ -42,6 +42,13 @@ class Run:
         self.scores = None  # the scores of §4 (a scores.ScoreCache), made by their first reader
         self.leaf_hashes: list[bytes] = []
         self.prefix_roots: dict[int, bytes] = {}
+        # one history per corpus (§3.1): what this window starts from (auditor/carry.json, opened against C_carry),
+        # what it ends with (the replayed counters and spend), and the earlier windows' coalition inputs
+        self.carry: dict | None = None
+        self.final_counters: dict[str, int] = {}
+        self.final_spend: dict[str, list[int]] = {}
+        self.coalition_prefix: tuple | None = None
+        self.history = None  # the verify.history.History this window belongs to (None: a single window)
         self.timings: dict[str, float] = {}
         self.cpu: dict[str, float] = {}
 
@@ -116,6 +123,8 @@ def guarded(check: str):
             try:
                 return fn(run, *args)
             except Exception as e:  # noqa: BLE001 — deliberately total: see the docstring
+                if getattr(e, "auditor_input", False):
+                    raise  # the auditor must supply an input (exit 2), not a defect of the bundle
                 run.fail(check, f"unexpected {type(e).__name__} while checking (the bundle is malformed)")
                 return None
             finally:

@@ -1,4 +1,4 @@
-"""The verdict of spec/protocol.md §8 (``--json``: schema ``dprag.verdict/2``): ``Verdict`` and its JSON, the
+"""The verdict of spec/protocol.md §8 (``--json``: schema ``dprag.verdict/3``): ``Verdict`` and its JSON, the
 attestation and trust statements in words, and ``conclude``, which turns the checks' reasons into PASS with the
 certified ε and δ (§4, computed beside the checks: ``start_certify``) or FAIL without them."""
 
@@ -18,7 +18,7 @@ from . import pool
 from .inputs import AuditorInputs
 from .run import Run
 
-SCHEMA = "dprag.verdict/2"
+SCHEMA = "dprag.verdict/3"
 PROTOCOL_VERSION = cm.PROTOCOL_VERSION
 
 
@@ -40,6 +40,8 @@ TRUST = (
     "similar within the auditor's θ and window.",
     "answers released off the ledger to accounts that keep their receipts back are invisible to any verifier.",
     "a fork shown to auditors who never compare checkpoints (pin --trusted-checkpoint, or use witnesses).",
+    "a fresh history started by the same key over the same corpus (spend and counters from zero) unless the auditor "
+    "pins the chain id (--chain); a document removed and re-added under another id (--corpus catches exact copies).",
 )
 
 
@@ -63,6 +65,54 @@ class Verdict:
     timings: dict = field(default_factory=dict)
     #: CPU seconds per check (this process and its workers): for benchmarks on a shared machine, not in the JSON
     cpu_seconds: dict = field(default_factory=dict)
+    #: the history audited: {"window", "size", "root"} (None where leaf 0 or the ledger is unusable)
+    history: dict | None = None
+
+    def headline(self) -> str:
+        """The verdict's first line: PASS ε δ with what the auditor pinned and how much account evidence there is,
+        or FAIL with its root cause (the first reason in the spec's check order)."""
+        if self.verdict != "PASS":
+            first = self.reasons[0] if self.reasons else "no reason recorded"
+            more = len(self.reasons) - 1
+            return f"FAIL — {first}" + (f" (+{more} further reason{'s' if more != 1 else ''} below)" if more else "")
+        c = self.checked
+        parts = ["key pinned" if self.key_pinned else "key NOT pinned"]
+        if self.trusted_checkpoint is not None:
+            parts.append(f"checkpoint {self.trusted_checkpoint} pinned")
+        handed = c.get("receipts_handed_in")
+        if handed is None:
+            parts.append("no receipts given")
+        else:
+            parts.append(f"{c.get('receipts_accepted', 0)}/{handed} receipts")
+        q = c.get("queries", 0)
+        parts.append(f"{c.get('queries_with_account_confirmed_q', 0)}/{q} Q confirmed")
+        h = self.history or {}
+        where = f"; window {h.get('window')}, size {h.get('size')}, root {str(h.get('root'))[:16]}" if h else ""
+        if h.get("chain"):
+            pinned = "chain pinned" if h.get("chain_pinned") else "chain NOT pinned"
+            where += f"; history {h['chain'][:16]} ({len(h.get('windows') or [])} windows, {pinned})"
+        return f"PASS {self.epsilon:.6g} {self.delta:.6g} — " + ", ".join(parts) + where
+
+    def warnings(self) -> list[str]:
+        """What the headline's PASS leans on that the auditor did not pin or confirm."""
+        out = []
+        if self.verdict != "PASS":
+            return out
+        c = self.checked
+        if not self.key_pinned:
+            out.append("the provider key was not pinned (--key): a wholesale rewrite under a new key would PASS too")
+        if (self.history or {}).get("chain") and not self.history.get("chain_pinned"):
+            out.append("the chain id was not pinned (--chain): a fresh history under the same key would PASS too")
+        if c.get("receipts_handed_in") is None:
+            out.append("no account receipts were given (--receipts): nothing ties this ledger to what accounts saw")
+        elif c.get("receipts_accepted", 0) == 0:
+            out.append("no receipt was accepted: every receipt handed in was rejected evidence")
+        q, conf = c.get("queries", 0), c.get("queries_with_account_confirmed_q", 0)
+        if q and conf < q:
+            out.append(f"Q on trust for {q - conf} of {q} queries (their accounts did not commit to Q)")
+        if c.get("coalition_window_covers_history") is False:
+            out.append(f"the coalition estimate covers a window of {c.get('coalition_window')} ledger positions only")
+        return out
 
     def to_json(self) -> dict:
         return {
@@ -83,6 +133,9 @@ class Verdict:
             "key_pinned": self.key_pinned,
             "trusted_checkpoint": self.trusted_checkpoint,
             "trust": list(self.trust),
+            "history": self.history,
+            "headline": self.headline(),
+            "warnings": self.warnings(),
             "seconds": {k: round(v, 3) for k, v in sorted(self.timings.items())},
         }
 
@@ -179,8 +232,9 @@ def conclude(
     eps = delta = k_max = None
     if run.policy is not None:
         t0 = time.perf_counter()
-        cert = certify() if certify is not None else None
-        cert = cert[0] if cert is not None else certified_epsilons(run.policy)
+        policy = _history_policy(run)
+        cert = certify() if certify is not None and policy is run.policy else None
+        cert = cert[0] if cert is not None else certified_epsilons(policy)
         run.timings["certify"] = time.perf_counter() - t0
         channels = {"relation": cert["relation"], "retrieval": cert["retrieval"], "generation": cert["generation"]}
         k_max = run.policy.coalition.k_max
@@ -188,6 +242,7 @@ def conclude(
             run.fail("policy", "the committed parameters certify no finite ε")
         eps, delta = cert["epsilon"], cert["delta"]
     verdict = "PASS" if not run.reasons else "FAIL"
+    run.reasons.sort(key=_check_rank)  # stable: the root cause (earliest check) first, cascades after
     if verdict == "FAIL":
         eps = delta = None
     attestation = {"retrieval": _retrieval_attestation(run, given.zk_vkey), "generation": ATTESTATION_GENERATION}
@@ -213,4 +268,53 @@ def conclude(
         trusted_checkpoint=trusted_size,
         timings=dict(run.timings),
         cpu_seconds=dict(run.cpu),
+        history=_history(run),
     )
+
+
+#: the checks in the order of spec/protocol.md §8: a reason of an earlier check is a cause, later ones cascade
+CHECK_ORDER = (
+    "files",
+    "canonical",
+    "commitments",
+    "policy",
+    "ledger",
+    "witnesses",
+    "receipts",
+    "requests",
+    "rate",
+    "retrieval",
+    "generation",
+    "answers",
+    "coalition",
+)
+
+
+def _check_rank(reason: str) -> int:
+    name = reason.split(":", 1)[0]
+    return CHECK_ORDER.index(name) if name in CHECK_ORDER else len(CHECK_ORDER)
+
+
+def _history(run: Run) -> dict | None:
+    """The history the verdict covers: its window id, ledger size and root (what two auditors compare), and for a
+    history of several windows its chain id and windows, oldest first."""
+    if run.genesis is None or not run.n:
+        return None
+    root = run.prefix_roots.get(run.n) if isinstance(getattr(run, "prefix_roots", None), dict) else None
+    out = {"window": run.genesis.get("window"), "size": run.n, "root": None if root is None else root.hex()}
+    out.update(getattr(run, "history_info", None) or {})
+    return out
+
+
+def _history_policy(run: Run):
+    """The policy the history's ε is certified from (§3.1): the last window's, with the largest k_max of the history
+    (k_max may not rise, so the first window's). n is the last window's: a per-account cap over the history."""
+    h = run.history
+    if h is None or h.single or not h.summaries or h.summaries[0]["policy"] is None:
+        return run.policy
+    k_max = max(s["policy"].coalition.k_max for s in h.summaries if s["policy"] is not None)
+    if k_max == run.policy.coalition.k_max:
+        return run.policy
+    import dataclasses
+
+    return dataclasses.replace(run.policy, coalition=dataclasses.replace(run.policy.coalition, k_max=k_max))

@@ -9,7 +9,7 @@ import numpy as np
 from dprag.accounting.errors import DpragError
 
 from ..encoding import EncodingError, decode
-from ..retrieval import noise_table, request_source
+from ..retrieval import noise_table, retrieval_source
 from .run import Run, guarded, is_int
 
 
@@ -44,7 +44,7 @@ def check_8_8_proofs(run: Run, vk) -> None:
             run.fail("retrieval", f"leaf {i}: no Groth16 proof for a query of zk tenant {rec['tenant']!r}")
             continue
         Q = np.frombuffer(bytes.fromhex(op["qemb"]), dtype="<i2")
-        z = table.sample(ten["n"], request_source(run.seed, "retrieval", bytes.fromhex(rec["h_req"])))
+        z = table.sample(ten["n"], retrieval_source(run.seed, rec["tenant"], bytes.fromhex(op["qemb"])))
         try:
             ok = zk_attest.check(
                 vk,

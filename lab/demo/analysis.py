@@ -159,8 +159,9 @@ def analyse(
     spend = {t.name: np.zeros(len(corpora[t.name].documents), dtype=np.int64) for t in cfg.tenants}
     charged_per_query = {}
     cost_units = None
+    tenant_of = {a["account"]: a["tenant"] for a in leaves[0]["accounts"]}  # v3 leaves name no account
     for pos, op in openings.items():
-        ten = leaves[pos]["tenant"]
+        ten = tenant_of[op["request"]["account"]]
         for ch in op["charge"]["charges"]:
             cost_units = ch["cost"]["epsilon_units"]
             if ch["ids"]:
@@ -195,7 +196,7 @@ def analyse(
     # coalition estimator, as the verifier runs it, at several θ
     q_pos = [i for i, leaf in enumerate(leaves) if leaf.get("type") == "query"]
     embs = np.stack([np.frombuffer(bytes.fromhex(openings[i]["qemb"]), dtype="<i2") for i in q_pos])
-    accts = [leaves[i]["account"] for i in q_pos]
+    accts = [openings[i]["request"]["account"] for i in q_pos]  # v3 leaves name no account: the opened request
     thetas = sorted({0.6, 0.7, 0.8, 0.85, p.theta, 0.95})
     curve = coalition_size_curve(embs, accts, thetas, p.window)
     clusters = coalition_clusters(embs, accts, p.theta, p.window)

@@ -44,6 +44,7 @@ def auditor_zk_setup(cfg: DemoConfig, policy: Policy, schema: dict, dim: int, ou
     from dprag.audit import zk_attest
     from dprag.audit.retrieval import noise_table
     from dprag.rag_adapters.common import cache_dir
+    from dprag.zk.circuits.noise_then_select import PUBLIC_NAMES
     from dprag.zk.formats import vk_to_json, write_json
 
     t0 = time.perf_counter()
@@ -58,7 +59,9 @@ def auditor_zk_setup(cfg: DemoConfig, policy: Policy, schema: dict, dim: int, ou
     bound = noise_table(r.sigma, r.sampler.tail, r.sampler.precision_bits).support_bound
     params = zk_attest.circuit_params(policy, n, dim, bound)
     circ = zk_attest.circuit(policy, n, dim, bound)
-    name = hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()[:24]
+    # the circuit's shape is part of the key's name: a changed circuit (v3 blinds Z_idx) needs a new setup
+    shape = {"n_vars": circ.r1cs.n_vars, "n_constraints": circ.r1cs.n_constraints, "public": list(PUBLIC_NAMES)}
+    name = hashlib.sha256(json.dumps({**params, **shape}, sort_keys=True).encode()).hexdigest()[:24]
     cache = Path(cfg.zk_key_cache) if cfg.zk_key_cache else cache_dir() / "demo-auditor-zk"
     # the auditor's own private cache (0600 files in its cache directory; a pickle, since parsing and re-checking
     # every point of a .zkey takes longer than the setup): the auditor reuses its key across windows, as it

@@ -19,6 +19,8 @@ PROBE_TEMPLATES = (
     "{name} {kind}?",
     "Please give the {kind} of {name}.",
 )
+#: the weight-free modes' single probe: long, so that a one-token edit keeps its hash bag-of-words cosine >= 0.98
+TOY_PROBE_TEMPLATE = "What is {name}'s {kind}? I need {name}'s {kind}: tell me {name}'s {kind}, the {kind} of {name}."
 #: tokens of the non-private reference's answer to the probe (SmolLM2 tends to recite the record first)
 PROBE_ANSWER_TOKENS = 64
 SCORE_CLIP = (0, 1 << 20)
@@ -202,10 +204,12 @@ def mechanism_line(p: DemoPrivacy) -> str:
 def _model_profile(model: str) -> dict:
     """The real embedder links the coalition's paraphrases (cosine >= 0.9); the hash bag-of-words embedder of
     the weight-free modes does not separate paraphrases from honest questions that share a template, so
-    there the coalition repeats one probe verbatim (002's pattern P-A) and θ = 0.95."""
+    there the coalition repeats one long probe with a one-token edit per repeat (002's pattern P-B; a verbatim repeat
+    gets the first release's citations again, the noise being keyed by Q, so it tells a coalition nothing and the
+    estimator skips it) and θ = 0.95."""
     if model == "real":
         return {"model": model}
-    return {"model": model, "privacy": replace(DemoPrivacy(), theta=0.95), "probe_templates": PROBE_TEMPLATES[:1]}
+    return {"model": model, "privacy": replace(DemoPrivacy(), theta=0.95), "probe_templates": (TOY_PROBE_TEMPLATE,)}
 
 
 def default_config(model: str = "real") -> DemoConfig:

@@ -103,6 +103,17 @@ def citation_explanation(p: DemoPrivacy, sigma: float) -> str:
     )
 
 
+def rerun_command(out: Path, p: DemoPrivacy, vk_flag: str = "") -> str:
+    """The exact ``dprag audit verify`` invocation of the demo's verification (same key, θ, window and mode)."""
+    window = "" if p.window is None else f" --coalition-window {p.window}"
+    chain = (out / "chain.id").read_text().strip() if (out / "chain.id").is_file() else None
+    return (
+        f"dprag audit verify {out / 'bundle'} --receipts {out / 'receipts.jsonl'} --key {out / 'provider.vkey'} "
+        + (f"--chain {chain} " if chain else "")
+        + f"--mode full --theta {p.theta!r}{window}{vk_flag}"
+    )
+
+
 def _fmt(x, nd=3) -> str:
     if x is None:
         return "–"
@@ -129,14 +140,13 @@ def render_report(
             else ""
         )
     )
+    if v.get("headline"):
+        L.append(f"\nThe verifier's first line: `{v['headline']}`")
     if v["reasons"]:
         L.append("\nReasons:\n" + "\n".join(f"- `{r}`" for r in v["reasons"]))
     zkx = a.get("zk")
     vk_flag = f" --zk-vkey {zkx['setup'].vk_path}" if zkx else ""
-    L.append(
-        f"\nRe-run the auditor: `dprag audit verify {res.out / 'bundle'} --receipts {res.out / 'receipts.jsonl'}"
-        f"{vk_flag}`\n"
-    )
+    L.append(f"\nRe-run the auditor (the same verdict): `{rerun_command(res.out, p, vk_flag)}`\n")
     L.append("## What the ε covers\n")
     L.append("| channel | ε | δ | covers |\n|---|---|---|---|")
     if retr:

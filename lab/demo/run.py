@@ -16,6 +16,7 @@ import click
 from dprag.accounting.errors import InvalidParameterError
 from dprag.audit.account import AccountClient, AccountKey
 from dprag.audit.encoding import encode
+from dprag.audit.history import chain_id
 from dprag.audit.service import ProviderService
 from dprag.audit.verify import verify
 from dprag.lab.demo.analysis import DemoResult, Served, analyse
@@ -186,10 +187,17 @@ def run_demo(
 
     # Phase D: verify --------------------------------------------------------------------------------------
     t = time.perf_counter()
+    # the auditor pins the provider key it received out of band (the demo writes it beside the bundle), so the
+    # report's re-run command reproduces this verdict with the same flags
+    (out / "provider.vkey").write_bytes((bundle / "public" / "provider.vkey").read_bytes())
+    # ... and the history's chain id (spec/protocol.md §3.1), so a fresh history under the same key would FAIL
+    (out / "chain.id").write_text(chain_id((bundle / "public" / "genesis.json").read_bytes()) + "\n")
     verdict = verify(
         bundle,
         receipts=out / "receipts.jsonl",
         mode="full",
+        key=out / "provider.vkey",
+        chain=(out / "chain.id").read_text().strip(),
         theta=p.theta,
         coalition_window=p.window,
         zk_vkey=None if zk is None else zk.vk_path,
@@ -255,9 +263,24 @@ def _clients(svc: ProviderService, models: Models, keys: dict, directory: Path) 
 
 
 def _run_lowk(d: Path, cfg: DemoConfig, models: Models, corpora, script, prog) -> dict:
-    """A second window: the coalition's first probe of every colluder, under a policy with k_max = lowk."""
-    ten = cfg.coalition_tenant
-    policy = build_policy(cfg, k_max=cfg.privacy.lowk_k_max, window=f"{cfg.window}-lowk", tenants=(ten,))
+    """A second window: the coalition's first probe of every colluder, under a policy with k_max = lowk, on a corpus
+    of its own (generated with another seed, the coalition tenant's shape): serving the main corpus again in a
+    window of its own would start its documents' spend at zero — a second history over the same corpus, which
+    voids the main one's ε (spec/protocol.md §3.1). What the estimator flags is the probes' similarity, not the
+    documents they retrieve."""
+    main = next(ts for ts in cfg.tenants if ts.name == cfg.coalition_tenant)
+    ten = f"{main.name}-lowk"
+    corpora = {
+        ten: generate_clinic_corpus(
+            f"{main.seed}/lowk",
+            n_conditions=main.n_conditions,
+            support_min=main.support[0],
+            support_max=main.support[1],
+            n_distractors=main.n_distractors,
+        )
+    }
+    policy = build_policy(cfg, k_max=cfg.privacy.lowk_k_max, window=f"{cfg.window}-lowk", tenants=(main.name,))
+    policy = _for_tenant(policy, main.name, ten)
     probes, seen = [], set()
     for r in script:
         if r.kind == "probe" and r.account not in seen:
@@ -288,6 +311,17 @@ def _run_lowk(d: Path, cfg: DemoConfig, models: Models, corpora, script, prog) -
     ).to_json()
     (d / "verdict.json").write_text(json.dumps(v, indent=1, sort_keys=True) + "\n")
     return v
+
+
+def _for_tenant(policy, old: str, new: str):
+    """``policy`` with tenant ``old`` renamed ``new`` in its tenant lists."""
+    from dataclasses import replace
+
+    r = policy.retrieval
+    rename = lambda ts: tuple(new if t == old else t for t in ts)  # noqa: E731
+    return replace(
+        policy, retrieval=replace(r, enabled_tenants=rename(r.enabled_tenants), zk_tenants=rename(r.zk_tenants))
+    )
 
 
 def _jsonable(x):

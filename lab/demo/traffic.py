@@ -46,7 +46,13 @@ def probe_target(corpus: ClinicCorpus):
 
 
 def probe_questions(canary, count: int, templates: Sequence[str] = PROBE_TEMPLATES) -> list[str]:
-    return [templates[i % len(templates)].format(name=canary.name, kind=canary.kind) for i in range(count)]
+    """``count`` probes cycling through ``templates``; a template's repeats carry a one-token edit ("(1)", "(2)", …):
+    a verbatim repeat would get the first release's citations again (the retrieval noise is keyed by Q)."""
+    out = []
+    for i in range(count):
+        q = templates[i % len(templates)].format(name=canary.name, kind=canary.kind)
+        out.append(q if i < len(templates) else f"{q} ({i // len(templates)})")
+    return out
 
 
 def _interleave(streams: Sequence[Sequence[Request]]) -> list[Request]:

@@ -15,7 +15,12 @@ def test_account_round_trip(tmp_path, capsys):
     vk = tmp_path / "provider.vkey"
     vk.write_text(svc.signer.vkey())
     a = tmp_path / "dave"
-    assert main(["account", "new", str(a), "--account", "dave", "--window", "w1", "--provider-key", str(vk)]) == 0
+    assert (
+        main(
+            ["account", "new", str(a), "--account", "dave", "--window", "w1", "--provider-key", str(vk), "--q-on-trust"]
+        )
+        == 0
+    )
     dave_vkey = capsys.readouterr().out.strip()
     assert (a / "account.key").stat().st_mode & 0o077 == 0
     # the provider registered dave at genesis: a fresh window with him in the registry
@@ -38,12 +43,17 @@ def test_account_round_trip(tmp_path, capsys):
     cfg = json.loads((a / "config.json").read_text())
     cfg["provider_key"] = svc.signer.vkey()
     (a / "config.json").write_text(json.dumps(cfg))
+    last_size = None
     for q in ("asthma protocol inhaler patient", "garden weather rain"):
         assert main(["account", "request", str(a), q]) == 0
         msg = json.loads(capsys.readouterr().out)
         served = svc.serve(Request.from_json(msg))
         resp = tmp_path / "resp.json"
-        resp.write_text(json.dumps(served.to_dict()))
+        out = served.to_dict()
+        if q != "asthma protocol inhaler patient":  # the provider proves the new checkpoint extends the last one
+            out["consistency"] = svc.consistency(last_size, served.receipt["size"])
+        last_size = served.receipt["size"]
+        resp.write_text(json.dumps(out))
         assert main(["account", "check-receipt", str(a), str(resp)]) == 0
         assert "ACCEPTED" in capsys.readouterr().out
     # a response whose receipt was altered (or signed by another key) is rejected and not kept

@@ -258,7 +258,7 @@ def test_cli_verify_json_and_exit_codes(window, tmp_path, capsys):
         "trust",
     ):
         assert key in out
-    assert out["schema"] == "dprag.verdict/2" and out["key_pinned"] is False
+    assert out["schema"] == "dprag.verdict/3" and out["key_pinned"] is False
     bad = tmp_path / "bad"
     shutil.copytree(window.bundle, bad)
     (bad / "auditor" / "seed.hex").write_text("11" * 32)
@@ -307,17 +307,32 @@ def test_empty_receipts_file_is_reported(window, tmp_path):
     assert v.verdict == "PASS" and "the receipts file holds no receipt" in v.rejected_evidence
 
 
-def test_version_1_bundles_are_refused_naming_the_version(window, tmp_path, capsys):
-    bad = tmp_path / "v1"
+def _with_genesis_version(window, tmp_path, version, name):
+    bad = tmp_path / name
     shutil.copytree(window.bundle, bad)
     leaves = (bad / "public" / "leaves.bin").read_bytes()
     g = json.loads(leaves[4 : 4 + int.from_bytes(leaves[:4], "big")])
-    g["version"] = 1
+    g["version"] = version
     raw = encode(g)
     rest = leaves[4 + int.from_bytes(leaves[:4], "big") :]
     (bad / "public" / "leaves.bin").write_bytes(len(raw).to_bytes(4, "big") + raw + rest)
+    (bad / "public" / "genesis.json").write_bytes(raw)
+    return bad
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_rule_an_older_protocol_version_is_a_fail_not_unusable(window, tmp_path, capsys, version):
+    # a provider downgrading its bundle to an older version must not turn FAIL into "unusable" (exit 2)
+    bad = _with_genesis_version(window, tmp_path, version, f"v{version}")
+    assert cli_main(["audit", "verify", str(bad)]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith("FAIL") and f"protocol version {version}: older versions are refused" in out
+
+
+def test_rule_a_newer_protocol_version_is_exit_2_naming_the_version(window, tmp_path, capsys):
+    bad = _with_genesis_version(window, tmp_path, 4, "v4")
     assert cli_main(["audit", "verify", str(bad)]) == 2
-    assert "protocol version 1" in capsys.readouterr().err
+    assert "protocol version 4, newer than this verifier's 3" in capsys.readouterr().err
 
 
 def test_cli_ledger_root_and_leaves(window, capsys):

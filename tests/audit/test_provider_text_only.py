@@ -166,14 +166,14 @@ def test_provider_charging_only_the_documents_its_voters_read_fails(tmp_path, re
 
 def test_answer_other_than_the_committed_mechanism_fails_on_replay(tmp_path):
     svc = fx.open_text_service(tmp_path / "svc")
-    honest = svc._answer
+    honest = svc._generate
 
-    def leak(algo, question, selection, h_req):  # answers with the best document's text instead of DP-KSA's
-        ans = honest(algo, question, selection, h_req)
-        top = int(selection.top[0])
-        return dataclasses.replace(ans, text=fx.CLINIC[top] if top >= 0 else ans.text)
+    def leak(question, top, retriever, h_req):  # answers with the best document's text instead of DP-KSA's
+        ans = honest(question, top, retriever, h_req)
+        best = int(top[0])
+        return dataclasses.replace(ans, text=fx.CLINIC[best] if best >= 0 else ans.text)
 
-    svc._answer = leak
+    svc._generate = leak
     clients, answers = _serve(svc)
     assert answers[0].startswith("patient ")
     bundle, receipts = _export(svc, clients, tmp_path)

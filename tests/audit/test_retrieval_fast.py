@@ -13,7 +13,7 @@ from dprag.audit.retrieval import (
     noisy_top_k,
     noisy_top_k_rows,
     noisy_top_k_words,
-    request_source,
+    retrieval_source,
     sample_words,
     word_threshold,
     words_source,
@@ -54,9 +54,9 @@ def test_sample_words_equals_the_streams_samples():
     """Concatenated words of several requests, mapped at once, are each request's own samples."""
     table = noise_table(300.0, 9.5, 64)
     seed = bytes(range(32))
-    srcs = [request_source(seed, "retrieval", bytes([i]) * 32) for i in range(5)]
+    srcs = [retrieval_source(seed, "t", bytes([i]) * 32) for i in range(5)]
     words = np.stack([s.uint64(777) for s in srcs])
-    want = np.stack([table.sample(777, request_source(seed, "retrieval", bytes([i]) * 32)) for i in range(5)])
+    want = np.stack([table.sample(777, retrieval_source(seed, "t", bytes([i]) * 32)) for i in range(5)])
     assert np.array_equal(sample_words(table, words), want)
 
 
@@ -75,7 +75,7 @@ def test_noisy_top_k_words_matches_plain(n, k, sigma, spread):
     rng = np.random.default_rng(n + k)
     for trial in range(6):
         scores = rng.integers(0, spread, n)
-        words = request_source(bytes(32), "retrieval", bytes([trial]) * 32).uint64(n)
+        words = retrieval_source(bytes(32), "t", bytes([trial]) * 32).uint64(n)
         want = _plain(scores, words, table, k)
         assert np.array_equal(noisy_top_k_words(scores, words, table, k), want)
         assert np.array_equal(noisy_top_k_words(scores, words, table, k, score_range=(0, spread - 1)), want)

@@ -9,7 +9,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from dprag.audit.cli import main as cli_main
-from dprag.audit.ledger.errors import SignatureError
+from dprag.audit.ledger.errors import KeyFormatError, SignatureError
 from dprag.audit.ledger.witness import Witness, WitnessSigner, WitnessVerifier
 from dprag.audit.testing.window import client, open_service
 from dprag.audit.verify import verify
@@ -58,6 +58,34 @@ def test_witness_refuses_a_fork_and_a_rollback(tmp_path):
         wit.cosign(forged, log.consistency_proof(n1, log.size).hashes)
     with pytest.raises(SignatureError, match="rolls back"):
         wit.cosign(a.ledger.checkpoint(a.signer, a.origin, size=n1))
+    a.close()
+
+
+def test_rule_a_restarted_witness_does_not_cosign_a_fork(tmp_path):
+    """v2: the stateful witness kept its last cosigned checkpoint in memory, so a restarted one cosigned a fork of
+    what it had cosigned before. v3: its state file is written before a cosignature leaves, and read at start."""
+    a = open_service(tmp_path / "a")
+    alice = client(a, "alice")
+    alice.ask(a, "asthma one")
+    signer = WitnessSigner.generate("w")
+    state = tmp_path / "witness-state.json"
+    Witness(signer, a.origin, a.signer.verifier(), state=state).cosign(a.checkpoint_note())
+    n1 = a.ledger.size
+    from dprag.audit.encoding import encode
+    from dprag.audit.ledger import SqliteLog
+
+    log = SqliteLog(tmp_path / "other.sqlite")
+    for leaf in a.ledger.leaves(0, n1 - 1):
+        log.append(leaf)
+    log.append(encode({"type": "query", "forged": True}))
+    log.append(encode({"type": "query", "forged": 2}))
+    forged = log.checkpoint(a.signer, a.origin, size=log.size)
+    restarted = Witness(signer, a.origin, a.signer.verifier(), state=state)  # a new process, the same state
+    assert restarted.size == n1
+    with pytest.raises(SignatureError, match="not consistent"):
+        restarted.cosign(forged, log.consistency_proof(n1, log.size).hashes)
+    with pytest.raises(KeyFormatError, match="belongs to log"):
+        Witness(signer, "another/log", a.signer.verifier(), state=state)
     a.close()
 
 

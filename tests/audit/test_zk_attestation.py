@@ -62,7 +62,8 @@ def test_proofs_verify_under_the_auditors_key(zk_window):
 
 def test_tampered_proofs_and_foreign_keys_fail(zk_window, tmp_path):
     d, b = zk_window
-    for what in ("salt", "proof", "missing"):
+    # v2: a proof record's `curve` could be any string (and any unknown field) and the bundle PASSed
+    for what in ("salt", "proof", "missing", "curve", "extra-field"):
         bad = tmp_path / what
         shutil.copytree(b, bad)
         p = bad / "auditor" / "proofs.jsonl"
@@ -71,6 +72,10 @@ def test_tampered_proofs_and_foreign_keys_fail(zk_window, tmp_path):
             rec["salt_k"] = str(int(rec["salt_k"]) + 1)
         elif what == "proof":
             rec["proof"]["pi_a"], rec["proof"]["pi_c"] = rec["proof"]["pi_c"], rec["proof"]["pi_a"]
+        elif what == "curve":
+            rec["proof"]["curve"] = "not-a-curve"
+        elif what == "extra-field":
+            rec["proof"]["note"] = "unbound"
         p.write_text("" if what == "missing" else json.dumps(rec, sort_keys=True, separators=(",", ":")) + "\n")
         v = verify(bad, zk_vkey=d / "vk.json")
         assert v.verdict == "FAIL" and any(r.startswith("retrieval:") for r in v.reasons), (what, v.reasons)

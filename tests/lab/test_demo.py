@@ -372,7 +372,12 @@ def test_toy_run_coalition_found_and_low_k_window_fails(toy_run):
     assert res.extra["clusters"] == [set(quick_config("toy").colluders)]
     lk = res.lowk_verdict
     assert lk["verdict"] == "FAIL"
-    assert lk["reasons"] and all(r.startswith("coalition:") for r in lk["reasons"])
+    assert lk["reasons"] and all(r.startswith("coalition: coalition or a common question") for r in lk["reasons"])
+    # the k_max = 2 window serves a corpus of its own: the main corpus's spend is not restarted in a second history
+    low = json.loads((out / "lowk" / "bundle" / "public" / "genesis.json").read_text())
+    main = json.loads((out / "bundle" / "public" / "genesis.json").read_text())
+    assert [t["tenant"] for t in low["tenants"]] == [f"{quick_config('toy').coalition_tenant}-lowk"]
+    assert not {t["C_docs"] for t in low["tenants"]} & {t["C_docs"] for t in main["tenants"]}
     # the CLI auditor agrees on both bundles (exit codes 0 and 1)
     assert dprag_main(["audit", "verify", str(out / "bundle"), "--receipts", str(out / "receipts.jsonl")]) == 0
     assert (
@@ -656,3 +661,21 @@ def test_toy_run_with_the_ext_mechanism_passes_and_commits_the_flags(tmp_path):
     committed = json.loads((tmp_path / "run" / "bundle" / "auditor" / "policy.json").read_text())["policy"]
     assert committed["generation"]["public_completion"] is True and committed["generation"]["em_prior"] == "non-rag"
     assert "Non-RAG base measure" in (tmp_path / "run" / "report.md").read_text()
+
+
+def test_toy_run_rerun_command_reproduces_its_verdict(toy_run, capsys):
+    """v2's report printed a re-run command without --theta and --key: run as printed, it did not reproduce the
+    verdict (another θ, and the key taken from the bundle)."""
+    import re
+    import shlex
+
+    out, res, _ = toy_run
+    report = (out / "report.md").read_text()
+    (cmd,) = re.findall(r"Re-run the auditor \(the same verdict\): `([^`]+)`", report)
+    argv = shlex.split(cmd)
+    assert argv[:3] == ["dprag", "audit", "verify"] and "--key" in argv and "--theta" in argv and "--chain" in argv
+    assert "key pinned" in res.verdict["headline"] and "chain pinned" in res.verdict["headline"]
+    assert dprag_main([*argv[1:], "--json"]) == 0
+    again = json.loads(capsys.readouterr().out)
+    keep = lambda v: {k: x for k, x in v.items() if k != "seconds"}  # noqa: E731
+    assert keep(again) == keep(res.verdict) and again["key_pinned"] is True

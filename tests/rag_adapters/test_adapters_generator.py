@@ -10,7 +10,7 @@ import pytest
 
 from dprag.accounting.errors import InvalidParameterError
 from dprag.accounting.protocols import DecodingSession, Generator, Prompt
-from dprag.rag_adapters.generator import ByteTokenizer, tiny_gpt2, tiny_llama
+from dprag.rag_adapters.generator import ByteTokenizer, CausalLMGenerator, tiny_gpt2, tiny_llama
 from dprag.rag_adapters.prompting import SYSTEM_PROMPT
 
 PROMPTS = [
@@ -240,3 +240,24 @@ def test_public_prefix_is_public_and_shared():
     np.testing.assert_allclose(sess.logits()[1], gen.reference_logits(odd), atol=1e-6)
     with pytest.raises(InvalidParameterError, match="public_prefix"):
         gen.start_ids([odd], public_prefix=[9999])
+
+
+def test_a_voter_whose_documents_overflow_the_window_abstains_from_them():
+    """spec/protocol.md §5.3: after the charge no error may depend on the documents. A voter prompt that overflows
+    only because of its documents is rendered without them (that voter abstains from its documents); a prompt that
+    overflows without documents (the question: public) still raises. The public bound covers every voter."""
+    gen = tiny_llama(0, max_position_embeddings=400)
+    short, long_doc = "a short note", "x " * 300  # bytes are tokens: with the template, over the window of 400
+    sess = gen.start([Prompt("q?", (short,)), Prompt("q?", (long_doc,))], max_new_tokens=4)
+    alone = gen.start([Prompt("q?")], max_new_tokens=4)
+    assert np.array_equal(sess.logits()[1], alone.logits()[0])  # rows are independent: the no-document row
+    assert not np.array_equal(sess.logits()[0], alone.logits()[0])
+    sess.close()
+    alone.close()
+    with pytest.raises(InvalidParameterError, match="context window"):
+        gen.start([Prompt("q" * 600, (short,))], max_new_tokens=4)
+    assert gen.prompt_token_bound("q?", 1, 4) is None  # documents not truncated: no public bound
+    capped = CausalLMGenerator(gen.model, gen.tokenizer, name="capped", max_context_tokens=32)
+    bound = capped.prompt_token_bound("q?", 2, 4)
+    worst = capped.render(Prompt("q?", ("y" * 500, "z" * 500)), reserve=4)
+    assert len(worst) + 4 <= bound

@@ -28,6 +28,7 @@ REPO = Path(__file__).resolve().parents[2]
 CACHE = REPO / ".cache"
 SNARKJS_VERSION = "0.7.6"
 PTAU_POWER = 8
+NTS_BLIND = 0xB11D_1DC0_FFEE  # the noise-then-select index commitment's blinding scalar
 
 
 @pytest.fixture(scope="module")
@@ -82,10 +83,11 @@ def test_snarkjs_verifies_our_noise_then_select_proof(snarkjs, tmp_path):
     E = [[rng.randrange(-128, 128)] for _ in range(2)]
     Q = [rng.randrange(-128, 128)]
     z = [rng.randrange(-2048, 2048) for _ in range(2)]
-    w = circ.witness(E, Q, z, 7, 8)
+    w = circ.witness(E, Q, z, 7, 8, blinding=NTS_BLIND)
     pk = setup(circ.r1cs)
     proof = prove(pk, w)
     pub = circ.public(w)
+    assert pub == circ.expected_public(E, Q, z, 7, 8, blinding=NTS_BLIND)
     F.write_json(tmp_path / "verification_key.json", F.vk_to_json(pk.verifying_key()))
     F.write_json(tmp_path / "proof.json", F.proof_to_json(proof))
     F.write_json(tmp_path / "public.json", F.public_to_json(pub))
@@ -94,11 +96,25 @@ def test_snarkjs_verifies_our_noise_then_select_proof(snarkjs, tmp_path):
     bad[3] = (bad[3] + 1) % R  # another top-K commitment
     F.write_json(tmp_path / "public.json", F.public_to_json(bad))
     assert not _snarkjs_verify(snarkjs, tmp_path)
+    # the same index under another blinding: snarkjs rejects the proof too
+    bad = [nts.index_commitment(E, NTS_BLIND + 1, circ.params.value_bits), *pub[1:]]
+    F.write_json(tmp_path / "public.json", F.public_to_json(bad))
+    assert not _snarkjs_verify(snarkjs, tmp_path)
     # our .r1cs and .wtns are what circom would write: snarkjs checks the witness against the constraints
     F.write_r1cs(tmp_path / "c.r1cs", circ.r1cs)
     F.write_wtns(tmp_path / "c.wtns", w)
     res = _run(snarkjs, "wtns", "check", "c.r1cs", "c.wtns", cwd=tmp_path, check=False)
     assert "WITNESS IS CORRECT" in res.stdout + res.stderr
+
+    # the other way: snarkjs proves the circuit from our .wtns with our key written as a .zkey; its public.json
+    # carries the blinded index commitment, and both verifiers accept its proof for that Z_idx only
+    F.write_zkey(tmp_path / "dev.zkey", pk)
+    _run(snarkjs, "groth16", "prove", "dev.zkey", "c.wtns", "sj_proof.json", "sj_public.json", cwd=tmp_path)
+    assert F.read_public(tmp_path / "sj_public.json") == pub
+    assert _snarkjs_verify(snarkjs, tmp_path, pub="sj_public.json", proof="sj_proof.json")
+    sj_proof = F.read_proof(tmp_path / "sj_proof.json")
+    assert verify(pk.verifying_key(), sj_proof, pub)
+    assert not verify(pk.verifying_key(), sj_proof, bad)
 
 
 def _small():

@@ -2,11 +2,11 @@
 
 Statement (all N scores are recomputed in the circuit; see spec/zk.md):
   private: E (N x d signed ``value_bits``-bit integers), Q (d signed ``value_bits``-bit integers), z (N signed
-           ``noise_bits``-bit integers), salt_q, salt_k (field elements), ids (K integers)
+           ``noise_bits``-bit integers), salt_q, salt_k, blind_idx (field elements), ids (K integers)
   public:  [index_commitment, q_commitment, noise_commitment, topk_commitment] (snarkjs public.json order)
   where
     leaf_i           = poseidon_chain([TAG_ROW, *pack(E_i, value_bits)])
-    index_commitment = Poseidon(merkle_root(leaf_0..leaf_{N-1}), N)
+    index_commitment = Poseidon(TAG_INDEX, merkle_root(leaf_0..leaf_{N-1}), N, blind_idx)
     q_commitment     = poseidon_chain([TAG_Q, salt_q, *pack(Q, value_bits)])
     noise_commitment = poseidon_chain([TAG_NOISE, *pack(z, noise_bits)])
     topk_commitment  = Poseidon(TAG_TOPK, salt_k, ids[0], ..., ids[K-1])
@@ -15,6 +15,8 @@ Statement (all N scores are recomputed in the circuit; see spec/zk.md):
   pack(v, b): the values shifted to u = v + 2^(b-1) in [0, 2^b), floor(248 / b) per field element, little-endian.
 
 Every id is < N (a one-hot position among the N committed rows): containment in the committed matrix.
+The index commitment is hiding: with ``blind_idx`` a uniformly random field element, known only to the prover and to
+whoever must recompute the commitment from the opened rows, the published value cannot be tested against a guessed E.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from dprag.zk.gadgets.topk import topk_gadget
 from dprag.zk.keys import Proof, ProvingKey, VerifyingKey
 from dprag.zk.r1cs import LC, R1CS, ConstraintSystem, lc_sum
 
-TAG_ROW, TAG_Q, TAG_NOISE, TAG_TOPK = 1, 2, 3, 4
+TAG_ROW, TAG_Q, TAG_NOISE, TAG_TOPK, TAG_INDEX = 1, 2, 3, 4, 5
 PUBLIC_NAMES = ("index_commitment", "q_commitment", "noise_commitment", "topk_commitment")
 
 
@@ -113,8 +115,9 @@ def row_leaf(row: Sequence[int], value_bits: int) -> int:
     return poseidon_chain([TAG_ROW, *pack(row, value_bits)])
 
 
-def index_commitment(E: Sequence[Sequence[int]], value_bits: int = 8) -> int:
-    return poseidon_hash([merkle_root([row_leaf(r, value_bits) for r in E]), len(E)])
+def index_commitment(E: Sequence[Sequence[int]], blinding: int, value_bits: int = 8) -> int:
+    """Hiding commitment to the rows of E: Poseidon(TAG_INDEX, Merkle root of the row leaves, N, blinding mod r)."""
+    return poseidon_hash([TAG_INDEX, merkle_root([row_leaf(r, value_bits) for r in E]), len(E), blinding % R])
 
 
 def q_commitment(salt: int, Q: Sequence[int], value_bits: int = 8) -> int:
@@ -149,8 +152,16 @@ class Circuit:
     r1cs: R1CS
 
     def witness(
-        self, E: Sequence[Sequence[int]], Q: Sequence[int], z: Sequence[int], salt_q: int, salt_k: int
+        self,
+        E: Sequence[Sequence[int]],
+        Q: Sequence[int],
+        z: Sequence[int],
+        salt_q: int,
+        salt_k: int,
+        *,
+        blinding: int,
     ) -> list[int]:
+        """The full witness; ``blinding`` is the index commitment's blinding scalar (the ``blind_idx`` input)."""
         p = self.params
         if len(E) != p.n or any(len(r) != p.d for r in E):
             raise InvalidParameterError("E", f"must be {p.n} rows of {p.d} integers", len(E))
@@ -163,19 +174,33 @@ class Circuit:
         for r in E:
             pack(r, p.value_bits)
         return self.r1cs.witness(
-            {"E": [v for r in E for v in r], "Q": list(Q), "z": list(z), "salt_q": salt_q % R, "salt_k": salt_k % R}
+            {
+                "E": [v for r in E for v in r],
+                "Q": list(Q),
+                "z": list(z),
+                "salt_q": salt_q % R,
+                "salt_k": salt_k % R,
+                "blind_idx": blinding % R,
+            }
         )
 
     def public(self, w: Sequence[int]) -> list[int]:
         return self.r1cs.public_values(w)
 
     def expected_public(
-        self, E: Sequence[Sequence[int]], Q: Sequence[int], z: Sequence[int], salt_q: int, salt_k: int
+        self,
+        E: Sequence[Sequence[int]],
+        Q: Sequence[int],
+        z: Sequence[int],
+        salt_q: int,
+        salt_k: int,
+        *,
+        blinding: int,
     ) -> list[int]:
         """The public signals computed outside the circuit (what an auditor recomputes from the openings)."""
         p = self.params
         return [
-            index_commitment(E, p.value_bits),
+            index_commitment(E, blinding, p.value_bits),
             q_commitment(salt_q, Q, p.value_bits),
             noise_commitment(z, p.noise_bits),
             topk_commitment(salt_k, select(E, Q, z, p)),
@@ -192,6 +217,7 @@ def build(n: int, k: int, d: int, **kw: int) -> Circuit:
     z = cs.input("z", n)
     salt_q = cs.input("salt_q")
     salt_k = cs.input("salt_k")
+    blind_idx = cs.input("blind_idx")
     vb = p.value_bits
     with cs.label("E range"):
         e_bits = [signed_range_check(cs, x, vb) for x in E]
@@ -205,7 +231,7 @@ def build(n: int, k: int, d: int, **kw: int) -> Circuit:
             for i in range(n)
         ]
         root = root_gadget(cs, leaves)
-        c_index = poseidon(cs, [root, LC.const(n)])
+        c_index = poseidon(cs, [LC.const(TAG_INDEX), root, LC.const(n), blind_idx])
     with cs.label("q commitment"):
         c_q = poseidon_chain_gadget(cs, [LC.const(TAG_Q), salt_q, *_pack_gadget(q_bits, vb)])
     with cs.label("noise commitment"):

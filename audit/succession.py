@@ -1,0 +1,101 @@
+"""Continuing a history (spec/protocol.md §3.1): close a window and open its successor over the same corpora."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from dprag.accounting.errors import InvalidParameterError
+
+from . import commitments as cm
+from .encoding import decode, encode
+from .ledger import NoteSigner
+from .policy import Policy
+from .serving_errors import ServiceStateError
+
+
+def next_window(
+    svc: Any,
+    directory: str | os.PathLike,
+    *,
+    policy: Policy,
+    add_documents: Mapping[str, Mapping[str, str]] | None = None,
+    add_accounts: Mapping[str, tuple[str, str]] | None = None,
+    signer: NoteSigner | None = None,
+    seed: bytes | None = None,
+    embedder_descriptor: cm.EmbedderDescriptor | None = None,
+) -> Any:
+    """Close this window and open its successor over the same corpora (spec/protocol.md §3.1): every document's
+    spend and every account's counter carry over (committed by C_carry), documents (``add_documents``: tenant ->
+    {new id: text}, appended in index order; a new tenant starts empty) and accounts (``add_accounts``) join,
+    and ``signer`` rotates the key (the old key's checkpoint covers the close record that names the new
+    genesis). ``policy`` must keep the chain constants (``history.chain_violations``). Returns the successor;
+    this window refuses every request afterwards."""
+    from .history import chain_violations, close_record, embedder_violations
+
+    bad = chain_violations(svc.policy, policy)
+    if bad:
+        raise InvalidParameterError("policy", "changes what a history keeps constant: " + "; ".join(bad))
+    add_documents = dict(add_documents or {})
+    tenants: dict[str, dict[str, str]] = {}
+    for t in svc.tenants:
+        docs = decode((svc.dir / "docs" / f"{t}.json").read_bytes(), what="documents")
+        tenants[t] = dict(zip(docs["ids"], docs["texts"], strict=True))
+    for t, new_docs in add_documents.items():
+        have = tenants.setdefault(t, {})
+        clash = sorted(set(new_docs) & set(have))
+        if clash:
+            raise InvalidParameterError(
+                f"add_documents[{t}]", "ids already in the corpus (documents only join)", clash[:3]
+            )
+        have.update(new_docs)
+    accounts = {a: (v["tenant"], v["key"]) for a, v in svc.accounts.items()}
+    for a, spec in (add_accounts or {}).items():
+        if a in accounts:
+            raise InvalidParameterError(f"add_accounts[{a}]", "is already registered (accounts only join)")
+        accounts[a] = spec
+    if embedder_descriptor is None:
+        embedder_descriptor = svc.embedder.descriptor(
+            {t: len(v) for t, v in tenants.items()}, prompt_template=svc.embedder_descriptor["prompt_template"]
+        )
+    bad = embedder_violations(svc.embedder_descriptor, embedder_descriptor.to_dict())
+    if bad:
+        raise InvalidParameterError("embedder", "changes what a history keeps constant: " + "; ".join(bad))
+    with svc._locked():
+        if svc._closed():
+            raise _state_error(f"window {svc.policy.window} is already closed")
+        if svc.aud.pending() is not None:
+            raise _state_error("a request is pending: reopen the service (recovery) before closing")
+        svc._refresh_counters()
+        size = svc.ledger.size
+        carry = {
+            "counters": {a: int(c) for a, c in sorted(svc._counters.items())},
+            "spend": {t: [int(x) for x in svc._spent(t)] for t in sorted(svc.tenants)},
+        }
+        history = {
+            "chain": svc.chain_id,
+            "epoch": svc.epoch + 1,
+            "prev": {"window": svc.policy.window, "size": size, "root": svc.ledger.root(size).hex()},
+            "carry": carry,
+            "previous_dir": str(svc.dir.resolve()),
+        }
+        nxt = type(svc).create(
+            directory,
+            policy=policy,
+            embedder=svc.embedder,
+            embedder_descriptor=embedder_descriptor,
+            generator=svc._raw_generator,
+            tenants=tenants,
+            accounts=accounts,
+            seed=seed,
+            signer=signer or svc.signer,
+            _history=history,
+        )
+        svc.ledger.append(encode(close_record(nxt.ledger.leaf(0))))
+        svc._checkpoint()
+    return nxt
+
+
+def _state_error(msg: str) -> ServiceStateError:
+    return ServiceStateError(msg)

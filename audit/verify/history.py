@@ -1,0 +1,278 @@
+"""§8.10 ``history`` (spec/protocol.md §3.1): a bundle whose window continues a history holds its predecessor's
+bundle under ``previous/`` (recursively). ``verify`` runs every check on each window, oldest first, each starting
+from what the one before ended with (the counters and the per-document spend it replayed); this module walks the
+windows, routes each account's receipts to the window they name, and checks what binds the windows into one
+history:
+
+- the first window has no chain, epoch 0, no ``prev``, no ``C_carry``; each later one names the chain (the first
+  genesis's hash), the next epoch, and ``prev`` = its predecessor's head just before the close;
+- every window but the last ends with exactly one ``close`` record naming its successor's genesis hash (leaves after
+  a close FAIL in §8.7); the last may be open or closed (a successor not handed over);
+- what a window carries in (``auditor/carry.json``, opened against ``C_carry``) equals what its predecessor ended
+  with: every account's last counter and every document's spend — a reset of spend or a counter FAILs;
+- documents only join: each window's ids, text hashes and index rows start with its predecessor's;
+- the chain constants hold (``audit.history.chain_violations``) and the embedder is the same model;
+- with ``--key``, the pinned key is one of the history's keys; with ``--chain``, the chain id is the pinned one;
+- a receipt validly signed under one of the history's keys for a window not in the history is equivocation (FAIL),
+  unless it is newer than the head: signed by the head's key after the head closed (a successor not handed over).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import numpy as np
+
+from ..bundle import Bundle, load_bundle
+from ..encoding import EncodingError, decode_content, excerpt
+from ..history import chain_id, chain_violations, embedder_violations, genesis_hash
+from ..ledger import NoteVerifier
+from ..receipts import verify_receipt
+from .inputs import AuditorInputs, check_version
+from .run import Run
+
+
+class History:
+    """The windows of a bundle, oldest first, and what passes from one to the next."""
+
+    def __init__(self, head: Bundle, progress: Callable[[str, int], None] | None):
+        chain: list[Bundle] = []
+        b: Bundle | None = head
+        while b is not None:
+            check_version(b)
+            chain.append(b)
+            b = b.previous
+        self.bundles = chain[::-1]
+        self.progress = progress
+        self.summaries: list[dict] = []  # per window, after its checks: what the history check compares
+        self.last: Run | None = None
+        self.receipt_lines: dict[int, list[tuple[int, bytes]]] = {}  # window index -> its receipts
+        self.reasons: list[str] = []
+        self.newer = 0
+        self.coalition_inputs: list[tuple[np.ndarray, list, list]] = []
+        self.offset = 0  # global ledger position of the current window's leaf 0 (coalition positions)
+
+    @property
+    def single(self) -> bool:
+        return len(self.bundles) == 1
+
+    def windows(self, given: AuditorInputs) -> Iterator[Run]:
+        """Each window's Run in order, with the carry and the receipts routed to it (``given.receipts`` holds,
+        during a window's checks, the lines naming that window)."""
+        data, given.receipts = given.receipts, None
+        if data is not None and not self.single:
+            self._route(data)
+        for k, b in enumerate(self.bundles):
+            run = Run(b, self.progress)
+            run.history = self
+            if self.single:
+                given.receipts = data
+            elif data is not None:
+                given.receipts = self.receipt_lines.get(k, [])
+            if self.coalition_inputs:
+                run.coalition_prefix = _concat(self.coalition_inputs)
+            self.last = run
+            yield run
+            self._leave(k, run)
+
+    def is_last(self, run: Run) -> bool:
+        return run is self.last and run.b is self.bundles[-1]
+
+    def _route(self, data: bytes) -> None:
+        """Each receipt line to the window it names (by its genesis window id); a line naming no window of the
+        history, or unreadable, goes to the last window (where it is rejected evidence), unless it is signed by one
+        of the history's keys: then it is equivocation, or newer than the head (module docstring)."""
+        windows: dict[str, int] = {}
+        keys: list[tuple[int, NoteVerifier]] = []
+        for k, b in enumerate(self.bundles):
+            try:
+                g = decode_content(b.leaves[0], what="genesis") if b.leaves else None
+                windows[str(g["window"])] = k
+                keys.append((k, NoteVerifier.from_vkey(g["provider_key"])))
+            except Exception:  # noqa: BLE001 - a malformed genesis FAILs in its window's own checks
+                continue
+        head = len(self.bundles) - 1
+        head_closed = _closed(self.bundles[head])
+        lines = data.split(b"\n")
+        while lines and not lines[-1].strip():
+            lines.pop()
+        for k, line in enumerate(lines):
+            try:
+                obj = decode_content(line, what="receipt line")
+                rc = obj["receipt"] if isinstance(obj, dict) and "receipt" in obj else obj
+                name = rc.get("window") if isinstance(rc, dict) else None
+            except (EncodingError, AttributeError, TypeError):
+                name = None
+            if name in windows:
+                self.receipt_lines.setdefault(windows[name], []).append((k, line))
+                continue
+            signer = next((w for w, key in keys if _signed_by(rc if name else None, key)), None)
+            if signer is None:
+                self.receipt_lines.setdefault(head, []).append((k, line))
+            elif signer == head and head_closed:
+                self.newer += 1  # for the successor of a closed head, not handed over: not checked here
+            else:
+                self.reasons.append(
+                    f"receipts: receipt {k}: validly signed by the history's key for window {excerpt(name)}, which is "
+                    "neither in the audited history nor newer than its head (equivocation)"
+                )
+
+    def _leave(self, k: int, run: Run) -> None:
+        g = run.genesis or {}
+        self.summaries.append(
+            {
+                "genesis_bytes": run.b.leaves[0] if run.b.leaves else b"",
+                "genesis": g,
+                "policy": run.policy,
+                "embedder": _embedder(run),
+                "n": run.n,
+                "root_before_close": run.prefix_roots.get(run.n - 1),
+                "root": run.prefix_roots.get(run.n),
+                "last_leaf": _last_leaf(run),
+                "carry": run.carry,
+                "final": {"counters": run.final_counters, "spend": run.final_spend},
+                "tenants": {t: {"ids": v["ids"], "q": v["q"]} for t, v in run.tenants.items()},
+                "text_sha256": _text_hashes(run),
+            }
+        )
+        if not self.is_last(run):
+            self.reasons += [_in_window(r, g.get("window")) for r in run.reasons]
+            self.offset += run.n
+            got = _window_coalition_inputs(run, self.offset - run.n)
+            if got is not None:
+                self.coalition_inputs.append(got)
+
+
+def check_8_10_history(history: History, run: Run, given: AuditorInputs, pinned_chain: str | None) -> None:
+    """§8.10 history (module docstring): the windows bind into one history. Its reasons go to ``run`` (the last
+    window's), with the earlier windows' own reasons, each naming its window."""
+    run.reasons[:0] = history.reasons
+    run.checked["history_windows"] = len(history.bundles)
+    if history.newer:
+        run.checked["receipts_newer_than_bundle"] = run.checked.get("receipts_newer_than_bundle", 0) + history.newer
+    s = history.summaries
+    first = s[0]["genesis_bytes"]
+    cid = chain_id(first) if first else None
+    run.history_info = {"chain": cid, "windows": [x["genesis"].get("window") for x in s], "chain_pinned": False}
+    if pinned_chain is not None:
+        if pinned_chain != cid:
+            run.fail("commitments", f"the history's chain id {str(cid)[:16]} is not the pinned {pinned_chain[:16]}")
+        run.history_info["chain_pinned"] = True
+    if given.pinned is not None and not history.single:
+        keys = [x["genesis"].get("provider_key") for x in s]
+        if given.pinned not in keys:
+            run.fail("commitments", "the pinned provider key is the key of no window of the history")
+    if history.single:
+        return
+    for a, b in zip(s, s[1:], strict=False):
+        _check_link(run, a, b, cid)
+
+
+def _check_link(run: Run, a: dict, b: dict, cid: str | None) -> None:
+    ga, gb = a["genesis"], b["genesis"]
+    wa, wb = ga.get("window"), gb.get("window")
+    where = f"window {excerpt(wb)} after {excerpt(wa)}"
+    if gb.get("chain") != cid or gb.get("epoch") != (ga.get("epoch") or 0) + 1:
+        run.fail("history", f"{where}: names another chain or epoch than its predecessor's")
+    last = a["last_leaf"]
+    closes = isinstance(last, dict) and last.get("type") == "close"
+    if not (closes and last.get("next") == genesis_hash(b["genesis_bytes"])):
+        run.fail("history", f"{where}: the predecessor does not end with a close record naming this genesis")
+    prev = gb.get("prev") or {}
+    root = a["root_before_close"]
+    if prev.get("window") != wa or prev.get("size") != a["n"] - 1 or root is None or prev.get("root") != root.hex():
+        run.fail("history", f"{where}: prev is not the predecessor's head before its close (a fork)")
+    if a["policy"] is not None and b["policy"] is not None:
+        bad = chain_violations(a["policy"], b["policy"])
+        if bad:
+            run.fail("history", f"{where}: the policy changes what a history keeps constant: {'; '.join(bad)}")
+    if a["embedder"] is not None and b["embedder"] is not None:
+        bad = embedder_violations(a["embedder"], b["embedder"])
+        if bad:
+            run.fail("history", f"{where}: the embedder changes: {'; '.join(bad)}")
+    if b["carry"] != a["final"]:
+        run.fail(
+            "history",
+            f"{where}: what carries in (C_carry) is not what the predecessor ended with: the counters or the "
+            "per-document spend were reset or altered",
+        )
+    for t, old in a["tenants"].items():
+        new = b["tenants"].get(t)
+        n = len(old["ids"])
+        if (
+            new is None
+            or new["ids"][:n] != old["ids"]
+            or new["q"].shape[0] < n
+            or not np.array_equal(new["q"][:n], old["q"])
+            or b["text_sha256"].get(t, [])[:n] != a["text_sha256"].get(t)
+        ):
+            run.fail("history", f"{where}: tenant {excerpt(t)}: its documents do not start with the predecessor's")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+def _concat(parts: list[tuple[np.ndarray, list, list]]) -> tuple[np.ndarray, list, list]:
+    return np.concatenate([p[0] for p in parts]), [a for p in parts for a in p[1]], [x for p in parts for x in p[2]]
+
+
+def _window_coalition_inputs(run: Run, offset: int):
+    from .coalition import coalition_inputs
+
+    try:
+        got = coalition_inputs(run, with_prefix=False)
+    except Exception:  # noqa: BLE001 - that window's own check reported it
+        return None
+    if got is None:
+        return None
+    embs, accts, poss = got
+    return embs, accts, [offset + p for p in poss]
+
+
+def _signed_by(rc, key: NoteVerifier) -> bool:
+    if not isinstance(rc, dict):
+        return False
+    try:
+        verify_receipt(rc, key)
+        return True
+    except Exception:  # noqa: BLE001 - not this key's
+        return False
+
+
+def _closed(b: Bundle) -> bool:
+    try:
+        return len(b.leaves) > 1 and decode_content(b.leaves[-1]).get("type") == "close"
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def _last_leaf(run: Run):
+    try:
+        return decode_content(run.b.leaves[-1]) if run.n > 1 else None
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def _embedder(run: Run):
+    try:
+        return decode_content(run.b.embedder_bytes) if run.b.embedder_bytes is not None else None
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def _text_hashes(run: Run) -> dict[str, list[str]]:
+    out = {}
+    for t, data in run.b.docs_files.items():
+        try:
+            out[t] = list(decode_content(data)["text_sha256"])
+        except Exception:  # noqa: BLE001
+            continue
+    return out
+
+
+def _in_window(reason: str, window) -> str:
+    check, _, what = reason.partition(": ")
+    return f"{check}: window {excerpt(window)}: {what}"
+
+
+def read_history(bundle_path, progress) -> History:
+    """The bundle at ``bundle_path`` with every earlier window of its history (``previous/``)."""
+    return History(load_bundle(bundle_path), progress)
