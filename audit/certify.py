@@ -44,6 +44,7 @@ def certified_epsilons(policy: Policy) -> dict[str, Any]:
         # replace-one = remove then add: (ε, δ) then (ε, δ) gives (2ε, δ + e^ε·δ)
         delta_gen = up(delta_gen_ar + up(up(math.exp(eps_gen_ar)) * delta_gen_ar))
     paper = eq_5_2_audit(c.k_max, r.epsilon_acc, r.delta_acc, c.delta_policy, n=r.n)
+    acc = gdp.discrete_gaussian_epsilon(r.sigma, r.sensitivity, r.n, r.delta_acc, sampler_tv=r.sampler.tv)
     return {
         "relation": policy.relation,
         "retrieval": {
@@ -55,6 +56,8 @@ def certified_epsilons(policy: Policy) -> dict[str, Any]:
             "covers": f"citations shown to any coalition of <= {c.k_max} accounts of one tenant "
             f"({r.n} queries each), replace-one document of that tenant's corpus",
             "paper_eq_5_2_leading": paper.get("leading") if isinstance(paper, dict) else None,
+            # what σ certifies for one account's n releases at delta_acc: epsilon_acc must not claim less (§8.4)
+            "epsilon_acc_certified": acc.epsilon,
         },
         "generation": {
             "epsilon": eps_gen,

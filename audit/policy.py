@@ -622,12 +622,10 @@ class Policy:
         r = self.retrieval
         return float(noise_table(r.sigma, r.sampler.tail, r.sampler.precision_bits).tv_distance)
 
-    def check_claims(self) -> Policy:
-        """Claims that can be recomputed are recomputed: the declared sampler TV must bound the real one, and the
-        per-account (epsilon_acc, delta_acc) that 002's accounting (Eq. 5.2) starts from must be what σ certifies
-        for one account's n releases of the discrete Gaussian at delta_acc, up to a relative 10^-4 for σ's
-        calibration (``exact_sigma``) and the sampler's TV (else the verdict's ``paper_eq_5_2_leading`` would be
-        computed from an ε the noise does not give)."""
+    def check_claims(self, *, epsilon_acc: bool = True) -> Policy:
+        """Claims that can be recomputed are recomputed: the declared sampler TV must bound the real one, and (unless
+        ``epsilon_acc=False``: the verifier checks it beside its other checks, from ``certified_epsilons``) the
+        per-account ``epsilon_acc`` (``epsilon_acc_violation``)."""
         r = self.retrieval
         real_tv = self.sampler_tv()
         if not real_tv <= r.sampler.tv:
@@ -636,18 +634,28 @@ class Policy:
                 f"declares {r.sampler.tv:.3g} but the committed table's TV distance is {real_tv:.3g}",
                 r.sampler.tv,
             )
-        from dprag.accounting import gdp
+        if epsilon_acc:
+            from dprag.accounting import gdp
 
-        acc = gdp.discrete_gaussian_epsilon(r.sigma, r.sensitivity, r.n, r.delta_acc, sampler_tv=r.sampler.tv)
-        # (no finite certificate, e.g. ε_acc = 50: nothing to compare; the verdict then FAILs "no finite ε" anyway)
-        if math.isfinite(acc.epsilon) and not acc.epsilon <= r.epsilon_acc * (1 + 1e-4):
-            raise InvalidParameterError(
-                "retrieval.epsilon_acc",
-                f"declares {r.epsilon_acc:.6g} but n = {r.n} releases at sigma = {r.sigma:.6g}, sensitivity "
-                f"{r.sensitivity} certify only epsilon {acc.epsilon:.6g} at delta_acc = {r.delta_acc:.3g}",
-                r.epsilon_acc,
-            )
+            acc = gdp.discrete_gaussian_epsilon(r.sigma, r.sensitivity, r.n, r.delta_acc, sampler_tv=r.sampler.tv)
+            why = self.epsilon_acc_violation(acc.epsilon)
+            if why:
+                raise InvalidParameterError("retrieval.epsilon_acc", why, r.epsilon_acc)
         return self
+
+    def epsilon_acc_violation(self, certified: float) -> str | None:
+        """The per-account (epsilon_acc, delta_acc) that 002's accounting (Eq. 5.2) starts from must be what σ
+        certifies for one account's n releases of the discrete Gaussian at delta_acc (``certified``), up to a relative
+        10^-4 for σ's calibration (``exact_sigma``) and the sampler's TV; else the verdict's ``paper_eq_5_2_leading``
+        would come from an ε the noise does not give. No finite certificate (e.g. ε_acc = 50): nothing to compare
+        (the verdict then FAILs "no finite ε" anyway). Returns the rule broken, or None."""
+        r = self.retrieval
+        if math.isfinite(certified) and not certified <= r.epsilon_acc * (1 + 1e-4):
+            return (
+                f"declares {r.epsilon_acc:.6g} but n = {r.n} releases at sigma = {r.sigma:.6g}, sensitivity "
+                f"{r.sensitivity} certify only epsilon {certified:.6g} at delta_acc = {r.delta_acc:.3g}"
+            )
+        return None
 
     @classmethod
     def from_dict(cls, d: Any) -> Policy:

@@ -199,6 +199,12 @@ class _Progress:
     help="coalition estimator: cosine similarity that links two queries.",
 )
 @click.option(
+    "--window",
+    "expect_window",
+    default=None,
+    help="the window id the auditor expects at the bundle's head (an earlier window's bundle handed in instead FAILs)",
+)
+@click.option(
     "--chain",
     "chain",
     default=None,
@@ -225,6 +231,7 @@ def verify_cmd(
     mode: str,
     samples: int | None,
     theta: float,
+    expect_window: str | None,
     chain: str | None,
     coalition_window: int | None,
     as_json: bool,
@@ -247,6 +254,7 @@ def verify_cmd(
             samples=samples,
             key=key,
             chain=chain,
+            window=expect_window,
             trusted_checkpoint=trusted_checkpoint,
             corpus=_load_corpus(corpus),
             embedder=_committed_embedder(bundle) if corpus is not None else None,

@@ -434,6 +434,16 @@ def _file_attack(kind: str) -> Callable[[Path], AttackResult]:
     return run
 
 
+def equivocation_other_window(d: Path) -> AttackResult:
+    """The provider signs, under the audited history's key, a receipt for a window the history does not hold (a
+    second history it keeps for other accounts): v2 listed it as rejected evidence; v3 FAILs it (item 22)."""
+    svc, clients = _honest(d, rounds=1)
+    entry = clients["alice"].receipts[0]
+    body = {k: v for k, v in entry["receipt"].items() if k != "sig"}
+    extra = [encode({"receipt": sign_receipt(dict(body, window="another"), svc.signer), "top": entry["top"]})]
+    return AttackResult(_export(svc, d), _receipts(d, clients, extra), check="receipts")
+
+
 # ---------------------------------------------------------------------------------------------------------
 # 11. framing by an account: receipts it cannot have been given
 # ---------------------------------------------------------------------------------------------------------
@@ -455,9 +465,8 @@ def _framing(kind: str) -> Callable[[Path], AttackResult]:
                     }
                 )
             ]
-        elif kind == "other_window":
-            body = {k: v for k, v in entry["receipt"].items() if k != "sig"}
-            extra = [encode({"receipt": sign_receipt(dict(body, window="another"), svc.signer), "top": entry["top"]})]
+        elif kind == "other_window":  # the account relabels its genuine receipt (it cannot re-sign it)
+            extra = [encode({"receipt": dict(entry["receipt"], window="another"), "top": entry["top"]})]
         elif kind == "false_citations":
             extra = [encode({"receipt": clients["bob"].receipts[0]["receipt"], "top": [0, 1, 2, 3, 4]})]
             return AttackResult(
@@ -551,6 +560,7 @@ ATTACKS: dict[str, Attack] = {
         Attack("framing_false_citations", "account", 11, _framing("false_citations")),
         Attack("framing_garbage_line", "account", 11, _framing("garbage")),
         Attack("rewrite_with_new_key", "provider", 12, rewrite_with_new_key),
+        Attack("equivocation_other_window", "provider", 22, equivocation_other_window),
         Attack("truncate_history", "provider", 12, truncate_history),
     ]
 }

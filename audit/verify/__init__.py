@@ -49,6 +49,7 @@ def verify(
     samples: int | None = None,
     key: str | Path | None = None,
     chain: str | None = None,
+    window: str | None = None,
     trusted_checkpoint: str | Path | None = None,
     corpus: dict[str, list[str]] | None = None,
     embedder=None,
@@ -95,7 +96,7 @@ def verify(
                     check_8_10_coalition(run, theta, coalition_window, coalition)
             elif not run.reasons:
                 run.fail("commitments", "no usable policy or genesis: nothing can be certified")
-        check_8_10_history(history, run, given, chain)
+        check_8_10_history(history, run, given, chain, window)
         return conclude(run, given, certify, mode=mode, guarantee=guarantee, trusted_size=trusted_size)
 
 

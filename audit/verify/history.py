@@ -49,6 +49,7 @@ class History:
         self.receipt_lines: dict[int, list[tuple[int, bytes]]] = {}  # window index -> its receipts
         self.reasons: list[str] = []
         self.newer = 0
+        self.receipts_file_empty = False
         self.coalition_inputs: list[tuple[np.ndarray, list, list]] = []
         self.offset = 0  # global ledger position of the current window's leaf 0 (coalition positions)
 
@@ -60,14 +61,13 @@ class History:
         """Each window's Run in order, with the carry and the receipts routed to it (``given.receipts`` holds,
         during a window's checks, the lines naming that window)."""
         data, given.receipts = given.receipts, None
-        if data is not None and not self.single:
+        self.receipts_file_empty = data is not None and not data.strip()
+        if data is not None:
             self._route(data)
         for k, b in enumerate(self.bundles):
             run = Run(b, self.progress)
             run.history = self
-            if self.single:
-                given.receipts = data
-            elif data is not None:
+            if data is not None:
                 given.receipts = self.receipt_lines.get(k, [])
             if self.coalition_inputs:
                 run.coalition_prefix = _concat(self.coalition_inputs)
@@ -143,17 +143,33 @@ class History:
                 self.coalition_inputs.append(got)
 
 
-def check_8_10_history(history: History, run: Run, given: AuditorInputs, pinned_chain: str | None) -> None:
+def check_8_10_history(
+    history: History, run: Run, given: AuditorInputs, pinned_chain: str | None, window: str | None = None
+) -> None:
     """§8.10 history (module docstring): the windows bind into one history. Its reasons go to ``run`` (the last
     window's), with the earlier windows' own reasons, each naming its window."""
     run.reasons[:0] = history.reasons
     run.checked["history_windows"] = len(history.bundles)
+    if history.newer or history.receipt_lines or history.receipts_file_empty:
+        run.checked["receipts_handed_in"] = (
+            sum(len(v) for v in history.receipt_lines.values())
+            + history.newer
+            + sum(1 for r in history.reasons if r.startswith("receipts:"))
+        )
     if history.newer:
         run.checked["receipts_newer_than_bundle"] = run.checked.get("receipts_newer_than_bundle", 0) + history.newer
     s = history.summaries
     first = s[0]["genesis_bytes"]
     cid = chain_id(first) if first else None
-    run.history_info = {"chain": cid, "windows": [x["genesis"].get("window") for x in s], "chain_pinned": False}
+    run.history_info = {
+        "chain": cid,
+        "windows": [x["genesis"].get("window") for x in s],
+        "epoch": s[-1]["genesis"].get("epoch"),
+        "chain_pinned": False,
+    }
+    if window is not None and s[-1]["genesis"].get("window") != window:
+        head = excerpt(s[-1]["genesis"].get("window"))
+        run.fail("commitments", f"the bundle's head window is {head}, not the {excerpt(window)} the auditor expects")
     if pinned_chain is not None:
         if pinned_chain != cid:
             run.fail("commitments", f"the history's chain id {str(cid)[:16]} is not the pinned {pinned_chain[:16]}")

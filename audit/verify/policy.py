@@ -14,7 +14,7 @@ def check_8_4_policy(run: Run) -> None:
     if run.policy is None:
         return
     try:
-        run.policy.validate().check_claims()
+        run.policy.validate().check_claims(epsilon_acc=False)  # epsilon_acc: with the certified ε (verdict.conclude)
         for t in run.policy.retrieval.enabled_tenants:
             if t not in run.tenants:
                 raise DpragError(f"retrieval.enabled_tenants names {t!r}, which genesis does not commit")

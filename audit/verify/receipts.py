@@ -10,7 +10,7 @@ from functools import partial
 import numpy as np
 
 from ..account import question_commitment, request_hash
-from ..encoding import EncodingError, decode_content, encode, excerpt
+from ..encoding import EncodingError, decode, decode_content, encode, excerpt
 from ..ledger import NoteVerifier
 from ..receipts import verify_receipt
 from ..retrieval import top_commitment
@@ -38,8 +38,8 @@ def read_receipts(run: Run, given: AuditorInputs) -> Evidence:
     if data is None:
         return Evidence([], given=False, empty=False)
     empty = not data if isinstance(data, list) else not data.strip()
-    if isinstance(data, list) and run.history is not None and not run.history.is_last(run):
-        empty = False  # a history's earlier window: the file's emptiness is reported once, by the last window
+    if isinstance(data, list) and run.history is not None:  # routed by the history: the file's own emptiness,
+        empty = run.history.receipts_file_empty and run.history.is_last(run)  # reported once, by the last window
     return Evidence(parse_receipts(run, data) or [], given=True, empty=empty)
 
 
@@ -62,7 +62,10 @@ def _one_receipt(run: Run | _ReceiptCtx, line: bytes) -> tuple[dict, list | None
     """One receipt line: (body, citations) if it is valid provider-signed evidence, else the rejection. The line is
     read by content (``decode_content``: any JSON formatting, but no duplicate key, float or lone surrogate)."""
     try:
-        obj = decode_content(line, what="receipt line")
+        try:
+            obj = decode(line, what="receipt line")  # the common case, canonical as the client wrote it: fast
+        except EncodingError:
+            obj = decode_content(line, what="receipt line")  # reformatted by a JSON tool: read by content
         extra = {}
         if isinstance(obj, dict) and "receipt" in obj:
             if set(obj) - {"receipt", "top", "request", "question"}:

@@ -90,7 +90,9 @@ class Verdict:
         where = f"; window {h.get('window')}, size {h.get('size')}, root {str(h.get('root'))[:16]}" if h else ""
         if h.get("chain"):
             pinned = "chain pinned" if h.get("chain_pinned") else "chain NOT pinned"
-            where += f"; history {h['chain'][:16]} ({len(h.get('windows') or [])} windows, {pinned})"
+            where += (
+                f"; history {h['chain'][:16]} epoch {h.get('epoch')} ({len(h.get('windows') or [])} windows, {pinned})"
+            )
         return f"PASS {self.epsilon:.6g} {self.delta:.6g} — " + ", ".join(parts) + where
 
     def warnings(self) -> list[str]:
@@ -237,6 +239,9 @@ def conclude(
         cert = cert[0] if cert is not None else certified_epsilons(policy)
         run.timings["certify"] = time.perf_counter() - t0
         channels = {"relation": cert["relation"], "retrieval": cert["retrieval"], "generation": cert["generation"]}
+        why = run.policy.epsilon_acc_violation(cert["retrieval"]["epsilon_acc_certified"])
+        if why:
+            run.fail("policy", f"retrieval.epsilon_acc: {why}")
         k_max = run.policy.coalition.k_max
         if not math.isfinite(cert["epsilon"]):
             run.fail("policy", "the committed parameters certify no finite ε")

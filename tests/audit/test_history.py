@@ -265,3 +265,20 @@ def test_a_symlinked_previous_window_is_a_files_fail(three_epochs, tmp_path):
     (b / "previous").symlink_to(tmp_path / "elsewhere")
     v = verify(b)
     assert v.verdict == "FAIL" and any(r.startswith("files:") for r in v.reasons)
+
+
+def test_rule_an_earlier_windows_bundle_cannot_stand_in_for_a_later_audit(three_epochs, tmp_path):
+    """v2: an earlier window's bundle handed in for a later audit PASSed (the verdict never named the window) and the
+    later, validly signed receipts became "rejected evidence". v3: the verdict names the head window and epoch, the
+    auditor may pin the window it expects, and receipts of the (closed) head's successor signed by its key are
+    counted as newer than the bundle, not rejected."""
+    h = three_epochs
+    w1 = ProviderService.open(h["dir"] / "w1", embedder=fx.HashEmbedder(32), generator=fx.ToyGenerator())
+    old = w1.export_bundle(tmp_path / "w1-bundle")
+    w1.close()
+    v = verify(old, receipts=h["receipts"])
+    assert v.verdict == "PASS" and v.history["window"] == "w1" and "window w1" in v.headline()
+    assert v.checked.get("receipts_newer_than_bundle", 0) > 0, (v.checked, v.rejected_evidence[:3])
+    assert not any("names window" in r for r in v.rejected_evidence)
+    v = verify(old, receipts=h["receipts"], window="w3")
+    assert v.verdict == "FAIL" and any("not the 'w3' the auditor expects" in r for r in v.reasons), v.reasons

@@ -467,15 +467,32 @@ def test_rule_a_receipt_newer_than_the_bundle_is_not_a_fork(tmp_path):
     assert v.checked["receipts_newer_than_bundle"] == 1 and v.history["size"] == 4
 
 
-def test_rule_epsilon_acc_is_checked_against_sigma():
-    """v2 printed 002's leading term from an epsilon_acc never checked against σ."""
+def test_rule_epsilon_acc_is_checked_against_sigma(tmp_path, monkeypatch):
+    """v2 printed 002's leading term from an epsilon_acc never checked against σ. v3: the provider refuses such a
+    policy, and a provider whose own code commits one anyway FAILs `policy`."""
     import dataclasses
+
+    from dprag.audit.policy import Policy
 
     pol = fx.toy_policy()
     pol.check_claims()
     lying = dataclasses.replace(pol, retrieval=dataclasses.replace(pol.retrieval, epsilon_acc=0.01))
     with pytest.raises(InvalidParameterError, match="epsilon_acc"):
         lying.check_claims()
+    monkeypatch.setattr(Policy, "epsilon_acc_violation", lambda self, certified: None)  # the provider's code
+    svc = ProviderService.create(
+        tmp_path / "svc",
+        policy=lying,
+        embedder=HashEmbedder(32),
+        generator=ToyGenerator(),
+        tenants={"clinic": fx.CLINIC, "legal": fx.LEGAL},
+        accounts=fx.registry(fx.ACCOUNTS),
+    )
+    bundle = svc.export_bundle(tmp_path / "bundle")
+    svc.close()
+    monkeypatch.undo()
+    v = verify(bundle)
+    assert v.verdict == "FAIL" and any(r.startswith("policy: retrieval.epsilon_acc: declares 0.01") for r in v.reasons)
 
 
 def test_rule_the_first_fail_reason_is_the_root_cause(tmp_path):
