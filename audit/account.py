@@ -208,6 +208,9 @@ class AccountClient:
             for p in sorted((self.dir / "sent").glob("*.json")) if (self.dir / "sent").is_dir() else []:
                 req = Request.from_json(json.loads(p.read_bytes()))
                 self._sent[int(req.signed["counter"])] = req
+            for name in ("incidents.jsonl", "forks.jsonl", "refusals.jsonl"):
+                if (self.dir / name).is_file():
+                    self.kept[name] = [json.loads(x) for x in (self.dir / name).read_bytes().splitlines() if x.strip()]
             for e in self.receipts:
                 r = e["receipt"]
                 if self._head is None or r["size"] > self._head[0]:
@@ -399,7 +402,9 @@ class AccountClient:
         an auditor needs to replay the answers; the account decides."""
         keep = ("receipt", "top", "request", "question") if include_questions else ("receipt", "top", "request")
         p = Path(path)
-        p.write_bytes(b"".join(encode({k: e[k] for k in keep if k in e}) + b"\n" for e in self.receipts))
+        lines = [encode({k: e[k] for k in keep if k in e}) for e in self.receipts]
+        lines += [encode({"refusal": e["refusal"]}) for e in self.kept.get("refusals.jsonl", [])]  # signed refusals
+        p.write_bytes(b"".join(x + b"\n" for x in lines))
         return p
 
 

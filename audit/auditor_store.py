@@ -65,6 +65,10 @@ class AuditorStore:
     def openings(self, below: int):
         return self.con.execute("SELECT pos, body FROM opening WHERE pos < ? ORDER BY pos", (below,))
 
+    def opening(self, pos: int) -> bytes | None:
+        row = self.con.execute("SELECT body FROM opening WHERE pos = ?", (pos,)).fetchone()
+        return None if row is None else row[0]
+
     def openings_between(self, lo: int, hi: int):
         return self.con.execute("SELECT pos, body FROM opening WHERE pos >= ? AND pos < ? ORDER BY pos", (lo, hi))
 

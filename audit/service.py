@@ -614,7 +614,7 @@ class ProviderService:
         """Generate the answer of a recorded request from its recorded selection, store it (the first stored
         answer wins: concurrent retries all return the same bytes), and return it."""
         pos = record["pos"]
-        op = decode(dict(self.aud.openings(pos + 1)).get(pos) or b"null", what="opening")
+        op = decode(self.aud.opening(pos) or b"null", what="opening")
         if not isinstance(op, dict) or op.get("pos") != pos:
             raise ServiceStateError(f"no opening stored for ledger position {pos}")
         signed = op["request"]

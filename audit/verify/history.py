@@ -99,7 +99,7 @@ class History:
         for k, line in enumerate(lines):
             try:
                 obj = decode_content(line, what="receipt line")
-                rc = obj["receipt"] if isinstance(obj, dict) and "receipt" in obj else obj
+                rc = obj.get("receipt", obj.get("refusal", obj)) if isinstance(obj, dict) else obj
                 name = rc.get("window") if isinstance(rc, dict) else None
             except (EncodingError, AttributeError, TypeError):
                 name = None

@@ -12,7 +12,7 @@ import numpy as np
 from ..account import question_commitment, request_hash
 from ..encoding import EncodingError, decode, decode_content, encode, excerpt
 from ..ledger import NoteVerifier
-from ..receipts import verify_receipt
+from ..receipts import verify_receipt, verify_refusal
 from ..retrieval import top_commitment
 from .inputs import AuditorInputs
 from .pool import fork_map
@@ -110,6 +110,7 @@ def parse_receipts(run: Run, data: bytes | list) -> list[tuple[int, dict, list |
         while lines and not lines[-1].strip():
             lines.pop()
         numbered = list(enumerate(lines))
+    numbered = _take_refusals(run, numbered)
     lines = dict(numbered)
     seen: dict[bytes, int] = {}
     todo = []
@@ -136,6 +137,30 @@ def parse_receipts(run: Run, data: bytes | list) -> list[tuple[int, dict, list |
     return valid
 
 
+def _take_refusals(run: Run, numbered: list) -> list:
+    """The account's signed refusals (``{"refusal": ...}`` lines, spec/protocol.md §5.1) go to ``run.refusals``
+    (h_req -> line) when valid for this window; an invalid one is rejected evidence. Returns the other lines."""
+    rest = []
+    for k, line in numbered:
+        if b'"refusal"' not in line:
+            rest.append((k, line))
+            continue
+        try:
+            obj = decode_content(line, what="refusal line")
+            if not isinstance(obj, dict) or set(obj) != {"refusal"}:
+                rest.append((k, line))
+                continue
+            if run.key is None or run.genesis is None:
+                raise EncodingError("no provider key to check it against")
+            body = verify_refusal(obj["refusal"], run.key)
+            if body["window"] != run.genesis["window"]:
+                raise EncodingError(f"names window {excerpt(body['window'])}, not this one")
+            run.refusals[body["h_req"]] = k
+        except EncodingError as e:
+            run.rejected.append(f"receipt {k}: {e}")
+    return rest
+
+
 def check_8_6_receipts(run: Run, evidence: Evidence, keep: bool) -> None:
     """§8.6: every valid receipt against the ledger (``keep``: the answer replay, §8.9, reads them again;
     else they are dropped here, ~200 MB at 10^5)."""
@@ -143,6 +168,13 @@ def check_8_6_receipts(run: Run, evidence: Evidence, keep: bool) -> None:
         return
     if evidence.empty:
         run.rejected.append("the receipts file holds no receipt")
+    for i, rec in enumerate(run.records):  # a request the provider refused (counter not consumed) yet recorded
+        if i and isinstance(rec, dict) and rec.get("h_req") in run.refusals:
+            run.fail(
+                "receipts",
+                f"receipt {run.refusals[rec['h_req']]}: the provider signed a refusal of the request it recorded at "
+                f"leaf {i} (a refusal says the counter was not consumed)",
+            )
     _against_the_ledger(run, evidence.valid)
     if not keep:
         evidence.valid = []

@@ -45,6 +45,7 @@ class Run:
         # one history per corpus (§3.1): what this window starts from (auditor/carry.json, opened against C_carry),
         # what it ends with (the replayed counters and spend), and the earlier windows' coalition inputs
         self.carry: dict | None = None
+        self.refusals: dict[str, int] = {}  # h_req -> receipts line: signed refusals an account handed over
         self.final_counters: dict[str, int] = {}
         self.final_spend: dict[str, list[int]] = {}
         self.coalition_prefix: tuple | None = None

@@ -249,7 +249,9 @@ def test_rule_a_hosted_generator_that_fails_answers_every_request_once(tmp_path)
                         first = clients[acct].retry(svc)
                         break
                     except AnswerPendingError:
-                        pass
+                        continue  # still inside the outage: the same signed request again
+                else:
+                    raise AssertionError("a request stayed pending through 50 retries")
                 again = clients[acct].retry(svc)  # the stored bytes, however often it is asked
                 assert again.answer == first.answer and again.receipt == first.receipt
                 assert np.array_equal(_spent(svc), after_charge)  # retries charge nothing
@@ -683,3 +685,24 @@ def test_rule_a_trusted_checkpoint_under_the_pinned_key_exposes_a_rewrite(tmp_pa
     assert v.verdict == "FAIL"
     assert any("verifies under the pinned key but not under the bundle's" in r for r in v.reasons), v.reasons
     assert main(["audit", "verify", str(rewritten.bundle), "--key", str(key), "--trusted-checkpoint", str(kept)]) == 1
+
+
+def test_rule_a_signed_refusal_of_a_recorded_request_is_evidence(tmp_path):
+    """A refusal says the counter was not consumed. A provider that signs a refusal for a request and records it
+    anyway (it would let the account sign a second request for the counter, two releases under one counter) is
+    caught by the refusal the account hands over; an account cannot forge one (rejected evidence)."""
+    svc = fx.open_service(tmp_path / "svc")
+    alice = fx.client(svc, "alice", directory=tmp_path / "alice")
+    served = alice.ask(svc, "asthma protocol inhaler patient")
+    lie = svc._refuse(RequestError("question", "is too long"), alice._sent[1].signed).refusal  # P's own key
+    receipts = tmp_path / "r.jsonl"
+    alice.kept.setdefault("refusals.jsonl", []).append({"refusal": lie})
+    alice.export_receipts(receipts)
+    bundle = svc.export_bundle(tmp_path / "bundle")
+    v = verify(bundle, receipts=receipts)
+    assert v.verdict == "FAIL" and any("signed a refusal of the request it recorded" in r for r in v.reasons)
+    forged = dict(lie, rule="forged by the account")  # the signature no longer verifies
+    receipts.write_bytes(encode({"receipt": served.receipt}) + b"\n" + encode({"refusal": forged}) + b"\n")
+    v = verify(bundle, receipts=receipts)
+    assert v.verdict == "PASS" and any("refusal" in r for r in v.rejected_evidence)
+    svc.close()
