@@ -96,7 +96,7 @@ def verify(
                     check_8_10_coalition(run, theta, coalition_window, coalition)
             elif not run.reasons:
                 run.fail("commitments", "no usable policy or genesis: nothing can be certified")
-        check_8_10_history(history, run, given, chain, window)
+        check_8_10_history(run, history, given, chain, window)
         return conclude(run, given, certify, mode=mode, guarantee=guarantee, trusted_size=trusted_size)
 
 

@@ -24,12 +24,12 @@ from collections.abc import Callable, Iterator
 import numpy as np
 
 from ..bundle import Bundle, load_bundle
-from ..encoding import EncodingError, decode_content, excerpt
+from ..encoding import decode_content, excerpt
 from ..history import chain_id, chain_violations, embedder_violations, genesis_hash
 from ..ledger import NoteVerifier
 from ..receipts import verify_receipt
 from .inputs import AuditorInputs, check_version
-from .run import Run
+from .run import Run, guarded
 
 
 class History:
@@ -101,8 +101,9 @@ class History:
                 obj = decode_content(line, what="receipt line")
                 rc = obj.get("receipt", obj.get("refusal", obj)) if isinstance(obj, dict) else obj
                 name = rc.get("window") if isinstance(rc, dict) else None
-            except (EncodingError, AttributeError, TypeError):
-                name = None
+                name = name if isinstance(name, str) else None  # a malformed window: rejected by its window
+            except Exception:  # noqa: BLE001 - unreadable: rejected evidence in the head window
+                rc, name = None, None
             if name in windows:
                 self.receipt_lines.setdefault(windows[name], []).append((k, line))
                 continue
@@ -143,8 +144,9 @@ class History:
                 self.coalition_inputs.append(got)
 
 
+@guarded("history")
 def check_8_10_history(
-    history: History, run: Run, given: AuditorInputs, pinned_chain: str | None, window: str | None = None
+    run: Run, history: History, given: AuditorInputs, pinned_chain: str | None, window: str | None = None
 ) -> None:
     """§8.10 history (module docstring): the windows bind into one history. Its reasons go to ``run`` (the last
     window's), with the earlier windows' own reasons, each naming its window."""

@@ -161,6 +161,7 @@ def _take_refusals(run: Run, numbered: list) -> list:
     return rest
 
 
+@guarded("receipts")
 def check_8_6_receipts(run: Run, evidence: Evidence, keep: bool) -> None:
     """§8.6: every valid receipt against the ledger (``keep``: the answer replay, §8.9, reads them again;
     else they are dropped here, ~200 MB at 10^5)."""
@@ -169,7 +170,8 @@ def check_8_6_receipts(run: Run, evidence: Evidence, keep: bool) -> None:
     if evidence.empty:
         run.rejected.append("the receipts file holds no receipt")
     for i, rec in enumerate(run.records):  # a request the provider refused (counter not consumed) yet recorded
-        if i and isinstance(rec, dict) and rec.get("h_req") in run.refusals:
+        h = rec.get("h_req") if i and isinstance(rec, dict) else None
+        if isinstance(h, str) and h in run.refusals:
             run.fail(
                 "receipts",
                 f"receipt {run.refusals[rec['h_req']]}: the provider signed a refusal of the request it recorded at "

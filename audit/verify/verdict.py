@@ -292,6 +292,7 @@ CHECK_ORDER = (
     "generation",
     "answers",
     "coalition",
+    "history",
 )
 
 

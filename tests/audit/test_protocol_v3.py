@@ -706,3 +706,16 @@ def test_rule_a_signed_refusal_of_a_recorded_request_is_evidence(tmp_path):
     v = verify(bundle, receipts=receipts)
     assert v.verdict == "PASS" and any("refusal" in r for r in v.rejected_evidence)
     svc.close()
+
+
+def test_receipt_lines_of_any_shape_get_a_verdict(tmp_path):
+    """Found by the fuzz campaign (seed 100, cases 210 and 646): a receipt whose window is a list or an object made
+    the history's receipt routing raise TypeError (unhashable) instead of rejecting the line."""
+    w = fx.build_window(tmp_path / "w", rounds=1)
+    first = json.loads(w.receipts.read_text().splitlines()[0])
+    odd = [dict(first, receipt=dict(first["receipt"], window=x)) for x in (["w1"], {"w": 1}, 7, None)]
+    odd.append({"refusal": {"window": ["w1"], "h_req": [1]}})
+    p = tmp_path / "odd.jsonl"
+    p.write_bytes(b"".join(encode(x) + b"\n" for x in odd))
+    v = verify(w.bundle, receipts=p)
+    assert v.verdict == "PASS" and len(v.rejected_evidence) == len(odd), v.rejected_evidence
