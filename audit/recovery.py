@@ -13,8 +13,6 @@ from . import commitments as cm
 from .account import request_hash
 from .charges import expected_charges
 from .encoding import decode, encode
-from .ledger.rfc6962 import hash_leaf
-from .receipts import receipt_body
 from .retrieval import request_source
 from .serving_errors import ServiceStateError
 
@@ -113,23 +111,7 @@ def rebuild_record(svc: Any, signed: dict, question: str) -> None:
         op = json.loads(body)
         if request_hash(op["request"]).hex() != h_req:
             continue
-        leaf = svc.ledger.leaf(pos)
-        size, root = svc._checkpoint()
-        receipt = receipt_body(
-            window=svc.policy.window,
-            account=signed["account"],
-            tenant=svc.accounts[signed["account"]]["tenant"],
-            counter=signed["counter"],
-            h_req=h_req,
-            h_top=json.loads(leaf)["h_top"],
-            nonce_top=op["nonce_top"],
-            h_answer="0" * 64,
-            pos=pos,
-            leaf_hash=hash_leaf(leaf).hex(),
-            size=size,
-            root=root.hex(),
-        )
-        record = {"h_req": h_req, "pos": pos, "receipt_body": receipt, "top": op["top"], "served": None}
+        record = svc.served_row(pos, signed, svc.ledger.leaf(pos), op["nonce_top"], op["top"])
         record["question"] = question
         svc.aud.put_served(signed["account"], signed["counter"], encode(record))
         return

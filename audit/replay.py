@@ -41,6 +41,16 @@ class _Documents:
         return self.texts[int(doc_id)]
 
 
+def recorded_top(policy, opening: dict, scores: np.ndarray) -> np.ndarray:
+    """The documents the answer of an opened request is generated from: its RAG-charged documents (the last
+    charge's ids), Top-m·docs_per_voter by the exact scores, padded (000 Alg. 3). The provider finishing a recorded
+    request (``ProviderService._finish``) and the auditor replaying it use this one rule."""
+    g = policy.generation
+    charges = opening["charge"]["charges"]
+    rag_ids = np.asarray(charges[-1]["ids"] if charges else [], dtype=np.int64)
+    return top_k_padded(rag_ids, np.asarray(scores, dtype=np.float64)[rag_ids], g.m * g.docs_per_voter)
+
+
 def replay_answer(
     policy, seed: bytes, opening: dict, scores: np.ndarray, texts: list[str], question: str, generator
 ) -> str:
@@ -50,8 +60,7 @@ def replay_answer(
         from dprag.accounting.rag.ksa import as_text_generator
 
         generator = as_text_generator(generator)
-    rag_ids = np.asarray(opening["charge"]["charges"][-1]["ids"], dtype=np.int64)
-    top = top_k_padded(rag_ids, np.asarray(scores, dtype=np.float64)[rag_ids], g.m * g.docs_per_voter)
+    top = recorded_top(policy, opening, scores)
     ans = policy.rag_params().respond(
         question,
         top,

@@ -32,11 +32,10 @@ from pathlib import Path
 
 import numpy as np
 
-from dprag.accounting.errors import DpragError, InvalidParameterError
+from dprag.accounting.errors import InvalidParameterError
 from dprag.accounting.filters import FilterBudget, IndividualRenyiFilter
 from dprag.accounting.noise.source import RandomSource
 from dprag.accounting.protocols import Generator
-from dprag.accounting.rag.common import top_k_padded
 from dprag.accounting.rag.mechanism import filter_charge
 from dprag.accounting.rag.multi_query import MuRAG, MuRAGAda, RetrievalParams, Selection
 from dprag.accounting.stores import SqliteBudgetStore
@@ -52,6 +51,7 @@ from .ledger import NoteSigner, SqliteLog
 from .ledger.rfc6962 import hash_leaf
 from .policy import Policy
 from .receipts import receipt_body, refusal_body, sign_receipt, sign_refusal
+from .replay import recorded_top
 from .retrieval import (
     float_exact_scores,
     noise_table,
@@ -592,17 +592,22 @@ class ProviderService:
         got = self.ledger.append(leaf)
         if got != pos:
             raise ServiceStateError(f"ledger position moved under the lock ({got} != {pos})")
+        return self.served_row(pos, signed, leaf, nonce.hex(), top)
+
+    def served_row(self, pos: int, signed: dict, leaf: bytes, nonce_top: str, top: list | None) -> dict:
+        """The served-table row of a recorded request, its answer not yet stored: the ledger position, the receipt
+        body (``h_answer`` filled in when the answer is stored) at a freshly signed checkpoint, the citations."""
         size, root = self._checkpoint()
-        acct = signed["account"]
+        h_req = request_hash(signed).hex()
         body = receipt_body(
             window=self.policy.window,
-            account=acct,
-            tenant=tenant,
+            account=signed["account"],
+            tenant=self.accounts[signed["account"]]["tenant"],
             counter=signed["counter"],
             h_req=h_req,
-            h_top=h_top,
-            nonce_top=nonce.hex(),
-            h_answer="0" * 64,  # filled in when the answer is stored
+            h_top=json.loads(leaf)["h_top"],
+            nonce_top=nonce_top,
+            h_answer="0" * 64,
             pos=pos,
             leaf_hash=hash_leaf(leaf).hex(),
             size=size,
@@ -620,7 +625,7 @@ class ProviderService:
         signed = op["request"]
         acct, counter = signed["account"], signed["counter"]
         tenant = self.accounts[acct]["tenant"]
-        ten, g = self.tenants[tenant], self.policy.generation
+        ten = self.tenants[tenant]
         h_req = request_hash(signed)
         question = record.get("question")
         if question is None:
@@ -629,15 +634,10 @@ class ProviderService:
         scores = cm.integer_scores(
             ten["q"], q_query, self.policy.retrieval.score_clip, self.policy.retrieval.score_shift
         )
-        rag_ids = np.asarray(op["charge"]["charges"][-1]["ids"] if op["charge"]["charges"] else [], dtype=np.int64)
-        top = top_k_padded(rag_ids, scores.astype(np.float64)[rag_ids], g.m * g.docs_per_voter)
+        top = recorded_top(self.policy, op, scores)
         try:
             ans = self._generate(question, top, ten["retriever"], h_req)
-        except DpragError as e:
-            if isinstance(e, InvalidParameterError) and e.field == "question":
-                raise  # public: the question alone overflows the committed generator (refused up front)
-            raise AnswerPendingError(pos, f"{type(e).__name__}") from None
-        except Exception as e:  # noqa: BLE001 - a generator failure after the charge: nothing released
+        except Exception as e:  # noqa: BLE001 - any failure after the charge: nothing released, one outcome for all
             raise AnswerPendingError(pos, type(e).__name__) from None
         body = dict(record["receipt_body"], h_answer=hashlib.sha256(ans.text.encode("utf-8")).hexdigest())
         served = ServedQuery(answer=ans.text, citations=record["top"], receipt=sign_receipt(body, self.signer), pos=pos)
