@@ -58,6 +58,7 @@ A sampler at total-variation distance η_s from the exact N_Z adds (1 + e^ε)·m
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from collections.abc import Callable
@@ -609,6 +610,24 @@ def discrete_gaussian_epsilon(
     sampler_tv: float = 0.0,
     method: str = "auto",
     value_discretization_interval: float | None = None,
+) -> DiscreteGaussianEpsilon:
+    """Certified ε at ``delta`` of ``count`` adaptive releases of N_Z(0, σ²) (``_discrete_gaussian_epsilon``),
+    memoised per process: the PLD route takes seconds, and a provider, its auditor and the test suite ask for the
+    same committed parameters again and again (the result is a frozen value of its arguments alone)."""
+    return _discrete_gaussian_epsilon(
+        sigma, sensitivity, count, delta, sampler_tv, method, value_discretization_interval
+    )
+
+
+@functools.lru_cache(maxsize=256)
+def _discrete_gaussian_epsilon(
+    sigma: float,
+    sensitivity: float,
+    count: int,
+    delta: float,
+    sampler_tv: float,
+    method: str,
+    value_discretization_interval: float | None,
 ) -> DiscreteGaussianEpsilon:
     """Certified ε at ``delta`` of ``count`` adaptive releases of N_Z(0, σ²) on an integer query of sensitivity Δ.
 

@@ -189,13 +189,16 @@ class ProviderService:
             )
         scale = embedder_descriptor.embedding_scale
         qidx = {}
+        dim = embedder_descriptor.dimension
         for t, (_ids, texts) in sorted(corpora.items()):
-            e = np.asarray(embedder.embed(list(texts)))
-            if e.shape != (len(texts), embedder_descriptor.dimension):
-                raise InvalidParameterError(
-                    "embedder", f"returned shape {e.shape}, expected ({len(texts)}, {embedder_descriptor.dimension})"
-                )
-            qidx[t] = cm.quantise_embeddings(e, scale)
+            # a history's successor keeps its predecessor's committed rows (documents only join, the embedder is a
+            # chain constant, §3.1) and embeds only the documents that joined
+            known = cls._predecessor_index(_history, t, dim)
+            new = texts[len(known) :]
+            e = np.asarray(embedder.embed(list(new))) if new else np.zeros((0, dim))
+            if e.shape != (len(new), dim):
+                raise InvalidParameterError("embedder", f"returned shape {e.shape}, expected ({len(new)}, {dim})")
+            qidx[t] = np.concatenate([known.astype(np.int16), cm.quantise_embeddings(e, scale)])
         seed = cm.new_seed() if seed is None else seed
         origin = origin or f"dprag/{policy.window}"
         signer = signer or NoteSigner.generate(re.sub(r"[^A-Za-z0-9_.-]", "-", origin)[:64] or "dprag")
@@ -312,6 +315,14 @@ class ProviderService:
             svc._recover()
         return svc
 
+    @staticmethod
+    def _predecessor_index(history: dict | None, tenant: str, dim: int) -> np.ndarray:
+        """The committed int16 rows of ``tenant`` in the predecessor window (none outside a history)."""
+        path = Path(history["previous_dir"]) / "index" / f"{tenant}.i16" if history else None
+        if path is None or not path.is_file():
+            return np.zeros((0, dim), dtype="<i2")
+        return np.frombuffer(path.read_bytes(), dtype="<i2").reshape(-1, dim)
+
     def __init__(self, d: Path, *, embedder: TextEmbedder, generator: Generator):
         """Every random choice of serving comes from the committed seed and the signed request (§5.2)."""
         if not (d / "config" / "policy.json").exists():
@@ -330,7 +341,9 @@ class ProviderService:
         self.ledger = SqliteLog(d / "state" / "ledger.sqlite")
         self.aud = AuditorStore(d / "state" / "auditor.sqlite")
         self._lockfile = open(d / "state" / "lock", "a+b")
-        self.policy.check_claims()  # the committed sampler TV must bound the table's real one
+        # the committed sampler TV must bound the table's real one; the epsilon_acc claim (a PLD of the discrete
+        # Gaussian, seconds) was checked when create() committed this policy, and the verifier re-certifies it
+        self.policy.check_claims(epsilon_acc=False)
         self.table = noise_table(r.sigma, r.sampler.tail, r.sampler.precision_bits)
         self.budget = FilterBudget.for_queries(g.max_queries_per_doc, self.policy.query_cost(), mode="pure")
         self.rule = ChargeRule.of(self.policy)

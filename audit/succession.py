@@ -56,9 +56,13 @@ def next_window(
             raise InvalidParameterError(f"add_accounts[{a}]", "is already registered (accounts only join)")
         accounts[a] = spec
     if embedder_descriptor is None:
-        embedder_descriptor = svc.embedder.descriptor(
-            {t: len(v) for t, v in tenants.items()}, prompt_template=svc.embedder_descriptor["prompt_template"]
-        )
+        schema = {t: len(v) for t, v in tenants.items()}
+        if hasattr(svc.embedder, "descriptor"):  # the embedder describes itself: a swapped model is caught below
+            embedder_descriptor = svc.embedder.descriptor(
+                schema, prompt_template=svc.embedder_descriptor["prompt_template"]
+            )
+        else:  # a provider's own embedder, described at create(): the committed descriptor with the new schema
+            embedder_descriptor = cm.EmbedderDescriptor(**{**svc.embedder_descriptor, "schema": schema})
     bad = embedder_violations(svc.embedder_descriptor, embedder_descriptor.to_dict())
     if bad:
         raise InvalidParameterError("embedder", "changes what a history keeps constant: " + "; ".join(bad))

@@ -78,6 +78,7 @@ class CampaignStats:
     slow: list = field(default_factory=list)
     max_seconds: float = 0.0
     peak_rss_mib: float = 0.0
+    rss_jumps: list = field(default_factory=list)  # (case, mutations, peak MiB) where the peak rose by > 32 MiB
     seconds: float = 0.0
 
 
@@ -220,6 +221,7 @@ def run_campaign(
     rng = random.Random(seed)
     st = CampaignStats()
     t_start = time.perf_counter()
+    last_peak = _peak_rss_mib()
 
     def alarm(*_):
         raise _Timeout()
@@ -259,6 +261,10 @@ def run_campaign(
                 signal.setitimer(signal.ITIMER_REAL, 0)
             dt = time.perf_counter() - t0
             st.max_seconds = max(st.max_seconds, dt)
+            peak = _peak_rss_mib()
+            if peak > last_peak + 32:
+                st.rss_jumps.append((c, what, round(peak)))
+            last_peak = max(last_peak, peak)
             st.cases += 1
     finally:
         signal.signal(signal.SIGALRM, old)
@@ -292,6 +298,7 @@ def main(argv=None) -> int:
                 "seconds": round(st.seconds, 1),
                 "examples": (st.tracebacks + st.unanticipated)[:5],
                 "slow": st.slow[:5],
+                "rss_jumps": st.rss_jumps[:10],
             },
             indent=1,
             default=str,

@@ -19,6 +19,7 @@ history:
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterator
 
 import numpy as np
@@ -49,6 +50,7 @@ class History:
         self.receipt_lines: dict[int, list[tuple[int, bytes]]] = {}  # window index -> its receipts
         self.reasons: list[str] = []
         self.newer = 0
+        self.earlier_checked: Counter = Counter()  # the earlier windows' counts, added to the head's (§8.10)
         self.receipts_file_empty = False
         self.coalition_inputs: list[tuple[np.ndarray, list, list]] = []
         self.offset = 0  # global ledger position of the current window's leaf 0 (coalition positions)
@@ -137,11 +139,25 @@ class History:
             }
         )
         if not self.is_last(run):
+            self.earlier_checked.update({k: v for k, v in run.checked.items() if k not in WINDOW_WIDE})
             self.reasons += [_in_window(r, g.get("window")) for r in run.reasons]
             self.offset += run.n
             got = _window_coalition_inputs(run, self.offset - run.n)
             if got is not None:
                 self.coalition_inputs.append(got)
+
+
+#: counts that describe the whole history already in the head window (the coalition estimate runs over the whole
+#: history; every document of the history is in the head's budget), so the earlier windows' are not added
+WINDOW_WIDE = frozenset(
+    {
+        "coalition",
+        "coalition_estimate",
+        "coalition_window",
+        "coalition_window_covers_history",
+        "documents_within_budget",
+    }
+)
 
 
 @guarded("history")
@@ -151,6 +167,7 @@ def check_8_10_history(
     """§8.10 history (module docstring): the windows bind into one history. Its reasons go to ``run`` (the last
     window's), with the earlier windows' own reasons, each naming its window."""
     run.reasons[:0] = history.reasons
+    run.checked.update(history.earlier_checked)  # what was checked counts over the whole history
     run.checked["history_windows"] = len(history.bundles)
     if history.newer or history.receipt_lines or history.receipts_file_empty:
         run.checked["receipts_handed_in"] = (

@@ -24,6 +24,7 @@ from dprag.rag_adapters.metrics import contains_answer, token_f1
 @dataclass
 class Served:
     request: Request
+    window: str  # the window of the history that served it (spec/protocol.md §3.1)
     pos: int
     answer: str
     citations: list[int] | None
@@ -71,6 +72,18 @@ def _leaves(bundle: Path) -> list[dict]:
         out.append(json.loads(data[i + 4 : i + 4 + n]))
         i += 4 + n
     return out
+
+
+def history_windows(bundle: Path) -> list[tuple[str, list[dict], dict[int, dict]]]:
+    """The windows of the history ``bundle`` ends (its predecessors nest under ``previous/``), oldest first:
+    (window, leaves, openings by position)."""
+    out = []
+    b: Path | None = bundle
+    while b is not None:
+        leaves = _leaves(b)
+        out.append((leaves[0]["window"], leaves, _openings(b)))
+        b = b / "previous" if (b / "previous").is_dir() else None
+    return out[::-1]
 
 
 def _index(bundle: Path, tenant: str, dim: int) -> np.ndarray:
@@ -154,19 +167,21 @@ def analyse(
         rows.append(row)
 
     # ledger material: per-document spend, charges per query, citations
-    openings = _openings(bundle)
-    leaves = _leaves(bundle)
+    windows = history_windows(bundle)
+    openings = {(w, pos): op for w, _, ops in windows for pos, op in ops.items()}
+    leaves = [(w, i, leaf) for w, ls, _ in windows for i, leaf in enumerate(ls)]
     spend = {t.name: np.zeros(len(corpora[t.name].documents), dtype=np.int64) for t in cfg.tenants}
     charged_per_query = {}
     cost_units = None
-    tenant_of = {a["account"]: a["tenant"] for a in leaves[0]["accounts"]}  # v3 leaves name no account
-    for pos, op in openings.items():
+    # v3 leaves name no account; accounts only join, so the last genesis registers every one
+    tenant_of = {a["account"]: a["tenant"] for a in windows[-1][1][0]["accounts"]}
+    for key, op in openings.items():
         ten = tenant_of[op["request"]["account"]]
         for ch in op["charge"]["charges"]:
             cost_units = ch["cost"]["epsilon_units"]
             if ch["ids"]:
                 spend[ten][np.asarray(ch["ids"], dtype=np.int64)] += ch["cost"]["epsilon_units"]
-        charged_per_query[pos] = sorted({i for ch in op["charge"]["charges"] for i in ch["ids"]})
+        charged_per_query[key] = sorted({i for ch in op["charge"]["charges"] for i in ch["ids"]})
     cite_prec, cite_chance = [], []
     cite_by_tenant: dict[str, list[tuple[float, float]]] = {}
     for s in honest:
@@ -178,23 +193,24 @@ def analyse(
         if s.request.tenant not in cfg.zk_tenants:  # the zk tenant's 8 records are mostly relevant: chance ~ 0.75
             cite_prec.append(pr)
             cite_chance.append(ch)
-    supported = [len(set(charged_per_query[s.pos]) & set(s.request.item.relevant_ids)) for s in honest]
+    supported = [len(set(charged_per_query[s.window, s.pos]) & set(s.request.item.relevant_ids)) for s in honest]
     probe_info = [
         {
             "account": s.request.account,
+            "window": s.window,
             "pos": s.pos,
             "question": s.request.question,
             "answer": s.answer,
             "leaked": contains_answer(s.answer, target.secret),
-            "target_charged": target.doc_id in charged_per_query[s.pos],
-            "charged": len(charged_per_query[s.pos]),
+            "target_charged": target.doc_id in charged_per_query[s.window, s.pos],
+            "charged": len(charged_per_query[s.window, s.pos]),
         }
         for s in probes
     ]
     npr_probe = npr[len(honest)] if probes else None
 
     # coalition estimator, as the verifier runs it, at several θ
-    q_pos = [i for i, leaf in enumerate(leaves) if leaf.get("type") == "query"]
+    q_pos = [(w, i) for w, i, leaf in leaves if leaf.get("type") == "query"]  # the whole history, in ledger order
     embs = np.stack([np.frombuffer(bytes.fromhex(openings[i]["qemb"]), dtype="<i2") for i in q_pos])
     accts = [openings[i]["request"]["account"] for i in q_pos]  # v3 leaves name no account: the opened request
     thetas = sorted({0.6, 0.7, 0.8, 0.85, p.theta, 0.95})

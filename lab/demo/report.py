@@ -250,8 +250,9 @@ def render_report(
             + f" | {r['note']} |"
         )
     sup = a["supported_charged"]
+    per_query = [len(a["charged_per_query"][s.window, s.pos]) for s in a["honest"]]
     L.append(
-        f"\nMuRAG charged on average {np.mean([len(a['charged_per_query'][s.pos]) for s in a['honest']]):.1f} "
+        f"\nMuRAG charged on average {np.mean(per_query):.1f} "
         f"documents per honest question ({np.mean(sup):.1f} of them records that support the asked fact); "
         f"m = {p.m} voters read one document each (Top-K, K = m, padded with empty documents)."
     )
@@ -320,16 +321,17 @@ def render_report(
             f"(honest {np.mean([s.seconds for s in res.served if s.request.kind == 'honest']):.2f} s)."
         )
     L.append("\n## Answers\n")
-    L.append("| pos | account | question | gold | private answer | Non-RAG |\n|---|---|---|---|---|---|")
+    L.append("| window | pos | account | question | gold | private answer | Non-RAG |\n|---|---|---|---|---|---|---|")
     for s, nr in zip(a["honest"], a["non_rag"], strict=False):
         L.append(
-            f"| {s.pos} | {s.request.account} | {s.request.question} | {s.request.item.answers[0]} | "
+            f"| {s.window} | {s.pos} | {s.request.account} | {s.request.question} | {s.request.item.answers[0]} | "
             f"{_md(s.answer)} | {_md(nr)} |"
         )
     L.append(
         "\nFiles: `bundle/` (public/ may be published; auditor/ is confidential), `receipts.jsonl`, "
         "`verdict.json`, `answers.jsonl`, `lowk/`, `plots/`, `auditor-zk/` (the auditor's verification key); "
-        "`provider/` is the provider's private state (signing key, seed).\n"
+        "`provider/` and `provider-2/` are the provider's private state of the history's two windows (signing keys, "
+        "seeds).\n"
     )
     return "\n".join(L) + "\n"
 

@@ -17,6 +17,7 @@ from dprag.accounting.errors import InvalidParameterError
 from dprag.audit.account import AccountClient, AccountKey
 from dprag.audit.encoding import encode
 from dprag.audit.history import chain_id
+from dprag.audit.ledger import NoteSigner
 from dprag.audit.service import ProviderService
 from dprag.audit.verify import verify
 from dprag.lab.demo.analysis import DemoResult, Served, analyse
@@ -45,6 +46,9 @@ def _prepare_out(out: Path) -> None:
             )
         for name in (
             "provider",
+            "provider-2",
+            "provider.vkey",
+            "chain.id",
             "accounts",
             "bundle",
             "lowk",
@@ -143,26 +147,45 @@ def run_demo(
             f"2^{zk.domain.bit_length() - 1}) {'loaded from its cache' if zk.cached else 'made'} in {zk.seconds:.1f} s"
         )
 
-    # Phase B: serve ---------------------------------------------------------------------------------------
+    # Phase B: serve, in two windows of one history (spec/protocol.md §3.1) --------------------------------
+    # Halfway through the script the provider rotates its signing key: it closes the first window, whose last
+    # checkpoint (under the old key) names the successor's genesis, and continues in a second window over the
+    # same corpus. Every document's spend and every account's counter carry over, so the verdict's ε covers the
+    # whole history; the accounts follow it to the new window and key.
     t = time.perf_counter()
     served: list[Served] = []
     receipts: list[str] = []
+    half = len(script) // 2
+    first_key = svc.signer.vkey()
+    first_genesis = svc.ledger.leaf(0)
+    n_proofs = 0
     try:
-        for req in prog.bar(script, total=len(script), desc="serving queries"):
+        for i, req in enumerate(prog.bar(script, total=len(script), desc="serving queries")):
+            if i == half:
+                if zk is not None:  # the first window's proofs, before it closes
+                    n_proofs += svc.attest(zk.pk)
+                old = svc
+                svc = old.next_window(
+                    out / "provider-2",
+                    policy=build_policy(cfg, window=f"{cfg.window}-2"),
+                    signer=NoteSigner.generate(f"dprag-{cfg.window}-2"),
+                )
+                old.close()
+                for c in clients.values():
+                    c.next_window(svc.policy.window, svc.signer.vkey())
             t0 = time.perf_counter()
             r = clients[req.account].ask(svc, req.question)
-            served.append(Served(req, r.pos, r.answer, r.citations, time.perf_counter() - t0))
+            served.append(Served(req, svc.policy.window, r.pos, r.answer, r.citations, time.perf_counter() - t0))
             kept = clients[req.account].receipts[-1]  # what the account hands the auditor: receipt, citations, request
             receipts.append(encode({k: kept[k] for k in ("receipt", "top", "request")}).decode())
-        timings["serve queries"] = time.perf_counter() - t
+        timings["serve queries (two windows; key rotated halfway)"] = time.perf_counter() - t
         (out / "receipts.jsonl").write_text("".join(x + "\n" for x in receipts))
-        n_proofs = 0
         if zk is not None:  # the provider proves every zk-tenant query with the auditor's proving key
             t = time.perf_counter()
-            n_proofs = svc.attest(zk.pk)
+            n_proofs += svc.attest(zk.pk)
             timings["zk prove (provider)"] = time.perf_counter() - t
-            echo(f"  zk: {n_proofs} Groth16 proof(s) in {timings['zk prove (provider)']:.1f} s")
-        bundle = svc.export_bundle(out / "bundle")
+            echo(f"  zk: {n_proofs} Groth16 proof(s)")
+        bundle = svc.export_bundle(out / "bundle")  # the second window's bundle nests the first under previous/
         budget_units = int(svc.budget.units[0])
     finally:
         svc.close()
@@ -187,11 +210,12 @@ def run_demo(
 
     # Phase D: verify --------------------------------------------------------------------------------------
     t = time.perf_counter()
-    # the auditor pins the provider key it received out of band (the demo writes it beside the bundle), so the
-    # report's re-run command reproduces this verdict with the same flags
-    (out / "provider.vkey").write_bytes((bundle / "public" / "provider.vkey").read_bytes())
+    # the auditor pins the provider key it received out of band when the history opened (the demo writes it beside
+    # the bundle; the rotation to the second key is signed by it), so the report's re-run command reproduces this
+    # verdict with the same flags ...
+    (out / "provider.vkey").write_text(first_key)
     # ... and the history's chain id (spec/protocol.md §3.1), so a fresh history under the same key would FAIL
-    (out / "chain.id").write_text(chain_id((bundle / "public" / "genesis.json").read_bytes()) + "\n")
+    (out / "chain.id").write_text(chain_id(first_genesis) + "\n")
     verdict = verify(
         bundle,
         receipts=out / "receipts.jsonl",

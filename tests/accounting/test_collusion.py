@@ -10,7 +10,7 @@ import math
 import dp_accounting
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 from scipy import integrate, optimize
 from scipy.stats import norm
@@ -175,10 +175,16 @@ def test_monotone_in_k_at_calibrated_sigma(k, eps, n, dk):
 
 
 @given(k=_k, eps=_eps, n=_n, f=st.floats(1.01, 3.0))
+@example(k=1, eps=5.0, n=1, f=1.25)  # the branch switch of Theorem 3.4's per-query ε (below)
 def test_monotone_in_eps_acc_at_calibrated_sigma(k, eps, n, f):
     a, b = C.collusion_report(k, eps, DACC, n), C.collusion_report(k, eps * f, DACC, n)
-    for key in ("leading", "closed_form", "rdp", "exact", "certified"):
+    for key in ("leading", "rdp", "exact", "certified"):
         assert b[key] >= a[key] - 1e-12, key
+    # Theorem 3.4's closed form is evaluated with (3.1)'s per-query ε while its hypothesis holds (ε_q < 1), else
+    # with the certified per-query ε of the actual σ; across that switch it may fall (k = 1, ε_acc 5 -> 6.25:
+    # 6.51 -> 6.45, found by hypothesis), so it is monotone only within one branch
+    if a["eps_q_source"] == b["eps_q_source"]:
+        assert b["closed_form"] >= a["closed_form"] - 1e-12
 
 
 @given(k=_k, n=_n, dn=st.integers(1, 20_000), sigma=st.floats(10.0, 1e4))

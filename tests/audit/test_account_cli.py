@@ -56,6 +56,16 @@ def test_account_round_trip(tmp_path, capsys):
         resp.write_text(json.dumps(out))
         assert main(["account", "check-receipt", str(a), str(resp)]) == 0
         assert "ACCEPTED" in capsys.readouterr().out
+    # a later receipt without the proof that its checkpoint extends the last one is refused (the pending request
+    # stays); the same response with the proof is accepted
+    assert main(["account", "request", str(a), "inhaler drug protocol"]) == 0
+    served = svc.serve(Request.from_json(json.loads(capsys.readouterr().out)))
+    resp.write_text(json.dumps(served.to_dict()))
+    assert main(["account", "check-receipt", str(a), str(resp)]) == 1
+    assert "REJECTED" in (o := capsys.readouterr().out) and "consistent" in o, o
+    resp.write_text(json.dumps({**served.to_dict(), "consistency": svc.consistency(last_size, served.receipt["size"])}))
+    assert main(["account", "check-receipt", str(a), str(resp)]) == 0
+    assert "ACCEPTED" in capsys.readouterr().out
     # a response whose receipt was altered (or signed by another key) is rejected and not kept
     assert main(["account", "request", str(a), "a third question"]) == 0
     served = svc.serve(Request.from_json(json.loads(capsys.readouterr().out)))
@@ -66,8 +76,8 @@ def test_account_round_trip(tmp_path, capsys):
     assert "REJECTED" in capsys.readouterr().out
     out = tmp_path / "dave.jsonl"
     assert main(["account", "export-receipts", str(a), str(out)]) == 0
-    assert len(out.read_text().splitlines()) == 2
+    assert len(out.read_text().splitlines()) == 3
     v = verify(svc.export_bundle(tmp_path / "b"), receipts=out)
-    assert v.verdict == "PASS" and v.checked["receipts_accepted"] == 2
+    assert v.verdict == "PASS" and v.checked["receipts_accepted"] == 3
     assert main(["account", "request", str(tmp_path / "nobody"), "q"]) == 2
     svc.close()

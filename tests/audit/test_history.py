@@ -97,6 +97,11 @@ def test_three_epochs_verify_pass_with_an_epsilon_over_all_three(three_epochs, t
     assert v.verdict == "PASS", v.reasons
     assert v.history["windows"] == ["w1", "w2", "w3"] and v.history["chain"] == h["chain"]
     assert v.checked["history_windows"] == 3 and v.checked["receipts_accepted"] > 0
+    # what was checked counts over the whole history, not the head window alone (the headline's "n/m receipts")
+    handed = sum(len(c.receipts) for c in h["clients"].values())
+    assert v.checked["receipts_accepted"] == v.checked["receipts_handed_in"] == handed
+    assert v.checked["queries"] == v.checked["queries_with_account_confirmed_q"] == handed
+    assert f"{handed}/{handed} receipts, {handed}/{handed} Q confirmed" in v.headline()
     # every receipt of every window was checked against its own window: none rejected
     assert not v.rejected_evidence, v.rejected_evidence
     # ε covers all three: k_max · n releases with n the last window's per-account cap over the history (18)
@@ -282,3 +287,51 @@ def test_rule_an_earlier_windows_bundle_cannot_stand_in_for_a_later_audit(three_
     assert not any("names window" in r for r in v.rejected_evidence)
     v = verify(old, receipts=h["receipts"], window="w3")
     assert v.verdict == "FAIL" and any("not the 'w3' the auditor expects" in r for r in v.reasons), v.reasons
+
+
+class _OwnEmbedder:
+    """A provider's own embedder: ``embed`` only (no ``descriptor``), counting what it is asked to embed."""
+
+    def __init__(self):
+        from dprag.audit.toy import HashEmbedder
+
+        self.inner, self.embedded = HashEmbedder(32), []
+
+    def embed(self, texts):
+        self.embedded += list(texts)
+        return self.inner.embed(texts)
+
+
+def test_rule_a_successor_keeps_the_committed_rows_and_embeds_only_what_joined(tmp_path):
+    """next_window with an embedder that has no descriptor (described once at create) continues the history; the
+    successor's index is the predecessor's committed rows plus the joined document's row, and only the joined
+    document is embedded again (a real embedder re-run over the corpus costs minutes and may differ by batch)."""
+    from dprag.audit.toy import ToyGenerator
+
+    own = _OwnEmbedder()
+    w1 = ProviderService.create(
+        tmp_path / "w1",
+        policy=fx.toy_policy(window="w1", n=4),
+        embedder=own,
+        embedder_descriptor=own.inner.descriptor({"clinic": len(fx.CLINIC), "legal": len(fx.LEGAL)}),
+        generator=ToyGenerator(),
+        tenants={"clinic": fx.CLINIC, "legal": fx.LEGAL},
+        accounts=fx.registry(fx.ACCOUNTS),
+    )
+    assert len(own.embedded) == len(fx.CLINIC) + len(fx.LEGAL)
+    own.embedded.clear()
+    w2 = w1.next_window(tmp_path / "w2", policy=fx.toy_policy(window="w2", n=4), add_documents=NEW_DOC)
+    assert own.embedded == [NEW_DOC["clinic"]["new-1"]]
+    old = np.frombuffer((tmp_path / "w1" / "index" / "clinic.i16").read_bytes(), dtype="<i2").reshape(-1, 32)
+    new = np.frombuffer((tmp_path / "w2" / "index" / "clinic.i16").read_bytes(), dtype="<i2").reshape(-1, 32)
+    assert new.shape == (old.shape[0] + 1, 32) and np.array_equal(new[:-1], old)
+    from dprag.audit.commitments import quantise_embeddings
+
+    assert np.array_equal(new[-1], quantise_embeddings(own.inner.embed([NEW_DOC["clinic"]["new-1"]]))[0])
+    assert w2.embedder_descriptor["schema"] == {"clinic": len(fx.CLINIC) + 1, "legal": len(fx.LEGAL)}
+    alice = fx.client(w2, "alice")
+    alice.ask(w2, "asthma protocol inhaler patient 1")
+    bundle = w2.export_bundle(tmp_path / "bundle")
+    for s in (w1, w2):
+        s.close()
+    assert verify(bundle).verdict == "PASS"
