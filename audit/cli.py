@@ -71,10 +71,14 @@ def cli():
 
 
 def _fail(argv, message: str, code: int) -> int:
-    """One line on stderr; under --json also a JSON error object on stdout (spec/protocol.md §8.11)."""
+    """One line on stderr; under --json also a JSON error object on stdout (spec/protocol.md §8.11). The message
+    may quote a file or a flag's value: it is made printable (one line, no control characters)."""
+    from .encoding import printable
+
+    message = printable(message)
     click.echo(f"error: {message}", err=True)
     args = sys.argv[1:] if argv is None else list(argv)
-    if "--json" in args:
+    if "--json" in args or "--public" in args:
         import json
 
         click.echo(json.dumps({"schema": "dprag.error/1", "error": message, "exit_code": code}, sort_keys=True))

@@ -24,6 +24,7 @@ import hashlib
 import json
 import math
 import re
+import unicodedata
 from typing import Any
 
 from dprag.accounting.errors import DpragError, InvalidParameterError
@@ -55,6 +56,48 @@ def excerpt(s: Any, limit: int = _EXCERPT) -> str:
         return f"<{type(s).__name__}>"
     text = ascii(s[:limit])
     return text + ("..." if len(s) > limit else "")
+
+
+#: what a tenant, account or window name may be (spec/protocol.md §3): the provider refuses others, the verifier FAILs
+IDENTIFIER_RULE = "1-64 characters of [A-Za-z0-9_.-]"
+_IDENTIFIER = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+
+
+def is_identifier(x: Any) -> bool:
+    """Whether ``x`` is a name by ``IDENTIFIER_RULE``."""
+    return isinstance(x, str) and _IDENTIFIER.fullmatch(x) is not None
+
+
+#: Unicode categories that can move a terminal's cursor, hide or reorder text, or end a line: control (C0, C1,
+#: DEL), format (bidi overrides, zero-width), surrogate, private-use, unassigned, line and paragraph separators
+_UNPRINTABLE = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
+
+
+def printable(s: str) -> str:
+    """``s`` with every character that is not safe to show (``_UNPRINTABLE``) written as a Python escape
+    (``\\x1b``, ``\\u202e``); other text, ε and δ included, unchanged. Every string a verdict shows passes
+    through this (spec/protocol.md §8.11): a bundle's names cannot move the cursor or forge a line."""
+    if s.isascii() and s.isprintable():
+        return s
+    out = []
+    for ch in s:
+        if unicodedata.category(ch) in _UNPRINTABLE:
+            o = ord(ch)
+            out.append(f"\\x{o:02x}" if o < 0x100 else f"\\u{o:04x}" if o < 0x10000 else f"\\U{o:08x}")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def printable_tree(value: Any) -> Any:
+    """``printable`` applied to every string in a JSON-like value (dict keys included)."""
+    if isinstance(value, str):
+        return printable(value)
+    if isinstance(value, dict):
+        return {printable_tree(k): printable_tree(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(printable_tree(v) for v in value)
+    return value
 
 
 def real(x: float) -> str:

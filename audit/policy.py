@@ -15,7 +15,7 @@ from typing import Any
 from dprag.accounting.errors import InvalidParameterError, check_delta, check_epsilon, check_positive_int
 from dprag.accounting.events import ComposedEvent, DiscreteLaplaceEvent
 
-from .encoding import EncodingError, encode, parse_real, real
+from .encoding import IDENTIFIER_RULE, EncodingError, encode, is_identifier, parse_real, real
 
 RELATION = "replace-one"
 
@@ -451,8 +451,8 @@ class Policy:
             raise InvalidParameterError("version", "must be 2 (protocol version 2)", self.version)
         if self.relation != RELATION:
             raise InvalidParameterError("relation", f"must be {RELATION!r}", self.relation)
-        if not isinstance(self.window, str) or not self.window:
-            raise InvalidParameterError("window", "must be a non-empty string", self.window)
+        if not is_identifier(self.window):
+            raise InvalidParameterError("window", f"must be {IDENTIFIER_RULE}", self.window)
         check_positive_int("retrieval.K", r.K)
         check_positive_int("retrieval.n", r.n)
         check_epsilon("retrieval.epsilon_acc", r.epsilon_acc)

@@ -46,7 +46,7 @@ from .account import Request, qemb_commitment, question_commitment, request_hash
 from .auditor_store import AuditorStore
 from .bundle_export import write_atomically
 from .charges import ChargeRule
-from .encoding import decode, digest, encode
+from .encoding import IDENTIFIER_RULE, decode, digest, encode, is_identifier
 from .ledger import NoteSigner, SqliteLog
 from .ledger.rfc6962 import hash_leaf
 from .policy import Policy
@@ -63,7 +63,6 @@ from .retrieval import (
 from .serving_errors import AnswerPendingError, RateLimitError, RequestError, ServiceStateError
 from .serving_models import TextEmbedder, as_embedder, prompt_template_of, serving_generator
 
-_ID_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 MAX_QUESTION_CHARS = 4096
 
 
@@ -81,8 +80,8 @@ class ServedQuery:
 
 
 def _check_id(field: str, value: str) -> str:
-    if not isinstance(value, str) or not _ID_RE.fullmatch(value):
-        raise InvalidParameterError(field, "must be 1-64 characters of [A-Za-z0-9_.-]", value)
+    if not is_identifier(value):
+        raise InvalidParameterError(field, f"must be {IDENTIFIER_RULE}", value)
     return value
 
 

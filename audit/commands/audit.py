@@ -17,6 +17,7 @@ import click
 from dprag.errors import DpragError
 
 from ..bundle import AuditorInputError, load_bundle
+from ..encoding import printable
 from ..estimator import DEFAULT_THETA, DEFAULT_WINDOW
 from ..ledger.rfc6962 import root_from_leaves
 from ..verify import verify
@@ -218,6 +219,13 @@ class _Progress:
     help="coalition estimator: link queries at most this many ledger entries apart (default: the whole audit window).",
 )
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object (schema dprag.verdict/3)")
+@click.option(
+    "--public",
+    "as_public",
+    is_flag=True,
+    help="print the verdict as it may be published: one JSON object (schema dprag.verdict-public/1) without the "
+    "reasons' text, the coalition estimate or timings (spec/protocol.md §8)",
+)
 def verify_cmd(
     bundle: Path,
     receipts: Path | None,
@@ -235,6 +243,7 @@ def verify_cmd(
     chain: str | None,
     coalition_window: int | None,
     as_json: bool,
+    as_public: bool,
 ) -> int:
     """Re-check everything in BUNDLE: PASS ε δ (exit 0), FAIL reasons (exit 1), unusable input (exit 2)."""
     if mode == "sampled" and samples is None:
@@ -268,51 +277,59 @@ def verify_cmd(
         )
     finally:
         bar.close()
-    if as_json:
-        click.echo(json.dumps(v.to_json(), sort_keys=True))
+    if as_public:
+        _say(json.dumps(v.to_public_json(), sort_keys=True))
         return 0 if v.verdict == "PASS" else 1
-    click.echo(v.headline())
+    if as_json:
+        _say(json.dumps(v.to_json(), sort_keys=True))
+        return 0 if v.verdict == "PASS" else 1
+    _say(v.headline())
     for w in v.warnings():
-        click.echo(f"  warning: {w}")
+        _say(f"  warning: {w}")
     if v.verdict == "PASS":
-        click.echo(
+        _say(
             "  meaning: the provider followed the policy it committed to, and that policy guarantees this "
             "ε and δ for the channels and relation below."
         )
         if v.epsilon > LARGE_EPSILON:
-            click.echo(
+            _say(
                 f"  warning: ε = {v.epsilon:.3g} > {LARGE_EPSILON:g}: an adversary's likelihood ratio may "
                 f"reach e^ε, over 22,000 — a guarantee this weak rules out almost no inference."
             )
         ch = v.channels
-        click.echo(f"  relation: {ch['relation']}")
-        click.echo(
+        _say(f"  relation: {ch['relation']}")
+        _say(
             f"  retrieval channel: ε={ch['retrieval']['epsilon']:.6g} δ={ch['retrieval']['delta']:.3g} "
             f"— {ch['retrieval']['covers']}"
         )
-        click.echo(
+        _say(
             f"  generation channel: ε={ch['generation']['epsilon']:.6g} "
             f"δ={ch['generation'].get('delta', 0.0):.3g} — {ch['generation']['covers']}"
         )
     else:
         for r in v.reasons[1:]:
-            click.echo(f"  {r}")
-    click.echo(
+            _say(f"  {r}")
+    _say(
         f"  provider key: {v.provider_key} "
         f"({'pinned by the auditor' if v.key_pinned else 'NOT pinned: taken from the bundle'})"
     )
     if v.trusted_checkpoint is not None:
-        click.echo(f"  extends the trusted checkpoint of size {v.trusted_checkpoint}")
+        _say(f"  extends the trusted checkpoint of size {v.trusted_checkpoint}")
     for ch, text in v.attestation.items():
-        click.echo(f"  attestation ({ch}): {text}")
+        _say(f"  attestation ({ch}): {text}")
     for t in v.trust:
-        click.echo(f"  on trust: {t}")
+        _say(f"  on trust: {t}")
     if v.guarantee:
-        click.echo(f"  {v.guarantee}")
+        _say(f"  {v.guarantee}")
     for r in v.rejected_evidence:
-        click.echo(f"  rejected evidence (not held against the provider): {r}")
-    click.echo("  checked: " + ", ".join(f"{k}={n}" for k, n in sorted(v.checked.items())))
+        _say(f"  rejected evidence (not held against the provider): {r}")
+    _say("  checked: " + ", ".join(f"{k}={n}" for k, n in sorted(v.checked.items())))
     return 0 if v.verdict == "PASS" else 1
+
+
+def _say(line: str) -> None:
+    """One line of the verdict on the terminal, made printable (a bundle's strings cannot move the cursor)."""
+    click.echo(printable(line))
 
 
 @audit.group("ledger")

@@ -10,7 +10,7 @@ import numpy as np
 from dprag.accounting.errors import DpragError
 
 from .. import commitments as cm
-from ..encoding import EncodingError, decode, decode_content, digest, excerpt, hexbytes
+from ..encoding import IDENTIFIER_RULE, EncodingError, decode, decode_content, digest, excerpt, hexbytes, is_identifier
 from ..ledger import NoteVerifier
 from ..policy import Policy
 from .run import Run, guarded, is_hex, is_int
@@ -49,6 +49,8 @@ def check_8_3_commitments(run: Run, corpus: dict[str, list[str]] | None, reembed
             f"(this verifier checks version {cm.PROTOCOL_VERSION})",
         )
         return
+    if not is_identifier(g["window"]):
+        run.fail("commitments", f"genesis window {excerpt(g['window'])} is not a name ({IDENTIFIER_RULE})")
     run.genesis = g
     try:
         run.key = NoteVerifier.from_vkey(g["provider_key"])
@@ -105,6 +107,8 @@ def check_8_3_commitments(run: Run, corpus: dict[str, list[str]] | None, reembed
             name, n_docs = t["tenant"], t["n_docs"]
             if not isinstance(name, str) or not is_int(n_docs, 1, 1 << 31):
                 raise EncodingError("malformed tenant entry in genesis")
+            if not is_identifier(name):
+                raise EncodingError(f"genesis names tenant {excerpt(name)}, which is not a name ({IDENTIFIER_RULE})")
             data = b.index_files.get(name)
             if data is None:
                 raise EncodingError(f"auditor/index/{name}.i16 is missing")
@@ -167,13 +171,16 @@ def check_8_3_commitments(run: Run, corpus: dict[str, list[str]] | None, reembed
         if (
             not isinstance(a, dict)
             or set(a) != {"account", "tenant", "key"}
-            or not isinstance(a["account"], str)
+            or not is_identifier(a["account"])
             or not isinstance(a["tenant"], str)
             or a["tenant"] not in names
             or not is_hex(a["key"], 32)
             or a["account"] in run.accounts
         ):
-            run.fail("commitments", "malformed or duplicate account in the genesis registry")
+            run.fail(
+                "commitments",
+                f"malformed or duplicate account in the genesis registry (an account is a name: {IDENTIFIER_RULE})",
+            )
             continue
         if any(other["key"] == a["key"] for other in run.accounts.values()):
             run.fail(

@@ -14,6 +14,7 @@ from typing import Any
 from .. import commitments as cm
 from ..certify import certified_epsilons
 from ..charges import ChargeRule
+from ..encoding import printable_tree
 from . import pool
 from .inputs import AuditorInputs
 from .run import Run
@@ -68,6 +69,12 @@ class Verdict:
     #: the history audited: {"window", "size", "root"} (None where leaf 0 or the ledger is unusable)
     history: dict | None = None
 
+    def __post_init__(self) -> None:
+        """Every string a verdict carries may come from the bundle or the receipts (a tenant, a file name, a window):
+        each is made printable (``encoding.printable``) before any output, terminal, JSON, report or HTML, shows it."""
+        for name in ("channels", "attestation", "reasons", "guarantee", "rejected_evidence", "trust", "history"):
+            setattr(self, name, printable_tree(getattr(self, name)))
+
     def headline(self) -> str:
         """The verdict's first line: PASS ε δ with what the auditor pinned and how much account evidence there is,
         or FAIL with its root cause (the first reason in the spec's check order)."""
@@ -114,6 +121,26 @@ class Verdict:
             out.append(f"Q on trust for {q - conf} of {q} queries (their accounts did not commit to Q)")
         if c.get("coalition_window_covers_history") is False:
             out.append(f"the coalition estimate covers a window of {c.get('coalition_window')} ledger positions only")
+        return out
+
+    def failed_checks(self) -> list[str]:
+        """The checks that gave a reason, in the spec's order (a reason reads ``"<check>: <what>"``)."""
+        names = {r.split(":", 1)[0] for r in self.reasons}
+        return [c for c in CHECK_ORDER if c in names] + sorted(names - set(CHECK_ORDER))
+
+    def to_public_json(self) -> dict:
+        """The verdict as it may be published (spec/protocol.md §8, "What a published verdict carries"): only what
+        is a function of the committed policy, the public ledger and the auditor's own inputs. Left out: the
+        reasons' and rejected evidence's text (they quote documents, charges, tenants), the coalition estimate (a
+        function of the private queries that no DP mechanism released) and the per-check seconds (a timing side
+        channel of the corpus and the queries); a FAIL names its checks."""
+        out = {k: v for k, v in self.to_json().items() if k in PUBLIC_FIELDS}
+        out["schema"] = SCHEMA_PUBLIC
+        out["checked"] = {k: v for k, v in self.checked.items() if k in PUBLIC_COUNTS}
+        out["failed_checks"] = self.failed_checks()
+        out["rejected_evidence"] = len(self.rejected_evidence)
+        if self.verdict != "PASS":
+            out["headline"] = "FAIL — " + ", ".join(out["failed_checks"]) + " (the reasons are with the auditor)"
         return out
 
     def to_json(self) -> dict:
@@ -276,6 +303,44 @@ def conclude(
         history=_history(run),
     )
 
+
+SCHEMA_PUBLIC = "dprag.verdict-public/1"
+#: the verdict's fields a published verdict keeps (``Verdict.to_public_json``)
+PUBLIC_FIELDS = frozenset(
+    {
+        "protocol_version",
+        "verdict",
+        "epsilon",
+        "delta",
+        "k_max",
+        "channels",
+        "attestation",
+        "mode",
+        "guarantee",
+        "provider_key",
+        "key_pinned",
+        "trusted_checkpoint",
+        "trust",
+        "history",
+        "headline",
+        "warnings",
+    }
+)
+#: the counts a published verdict keeps: of the public ledger (query leaves, windows) and of the auditor's inputs
+#: (receipts, the coalition window); not per-tenant counts (v3 public leaves hide the tenant: zk_proofs counts one
+#: tenant's queries), nor the coalition estimate
+PUBLIC_COUNTS = frozenset(
+    {
+        "queries",
+        "queries_with_account_confirmed_q",
+        "receipts_handed_in",
+        "receipts_accepted",
+        "receipts_newer_than_bundle",
+        "history_windows",
+        "coalition_window",
+        "coalition_window_covers_history",
+    }
+)
 
 #: the checks in the order of spec/protocol.md §8: a reason of an earlier check is a cause, later ones cascade
 CHECK_ORDER = (
