@@ -16,7 +16,7 @@ from pathlib import Path
 
 from dprag.accounting.errors import DpragError
 
-from .bundlefs import BundleDir, BundleFileError
+from .bundlefs import BundleDir, BundleFileError, ReadBudgetError, show
 
 MAX_LEAF_BYTES = 1 << 24
 CAPS = {  # bytes; generous for a 10^6-query window, bounded for any input
@@ -92,11 +92,13 @@ class Bundle:
         return g.get("version") if isinstance(g, dict) else None
 
 
-def load_bundle(path: str | Path) -> Bundle:
-    """Read every file of the bundle; defects become ``Bundle.defects`` (FAIL reasons), never exceptions."""
+def load_bundle(path: str | Path, max_read: int | None = None) -> Bundle:
+    """Read the files the spec names (§7); defects become ``Bundle.defects`` (FAIL reasons), never exceptions.
+    ``max_read``: the auditor's cap on the bytes read in all (``--max-read``); a bundle that needs more is the
+    auditor's exit 2 (raise the cap), not a FAIL."""
     p = Path(path)
     try:
-        d = BundleDir.open(p)
+        d = BundleDir.open(p, budget=max_read)
     except BundleFileError as e:
         raise AuditorInputError(f"{p}: not a readable bundle directory ({e})") from None
     try:
@@ -127,6 +129,10 @@ def _load(d: BundleDir, p: Path, prefix: str) -> Bundle:
     def read(rel: str, cap: int) -> bytes | None:
         try:
             return d.read(prefix + rel, cap)
+        except ReadBudgetError as e:
+            raise AuditorInputError(
+                f"--max-read {d.budget}: the bundle needs more bytes than the auditor's cap ({e}); raise the cap"
+            ) from None
         except BundleFileError as e:
             b.defects.append(f"files: {e}")
             return None
@@ -153,18 +159,63 @@ def _load(d: BundleDir, p: Path, prefix: str) -> Bundle:
     if _exists(d, b, prefix + "auditor/proofs.jsonl"):
         pr = read("auditor/proofs.jsonl", CAPS["auditor/openings.jsonl"])
         b.proofs_lines = [ln for ln in pr.split(b"\n") if ln] if pr is not None else []
-    for sub, suffix, target, cap in (
-        ("auditor/index", ".i16", b.index_files, CAPS["index"]),
-        ("auditor/docs", ".json", b.docs_files, CAPS["docs"]),
-    ):
+    # the tenants' files: only those genesis names, each at most the size genesis implies (spec/protocol.md §7)
+    named, dim = _named_tenants(b), _dimension(b.embedder_bytes)
+    for sub, suffix, target in (("auditor/index", ".i16", b.index_files), ("auditor/docs", ".json", b.docs_files)):
         try:
             names = d.listdir(prefix + sub)
         except BundleFileError as e:
             b.defects.append(f"files: {e}")
             continue
-        for name in sorted(names)[:MAX_TENANTS]:
-            if name.endswith(suffix):
-                data = read(f"{sub}/{name}", cap)
-                if data is not None:
-                    target[name[: -len(suffix)]] = data
+        stray = [n for n in names if not (n.endswith(suffix) and n[: -len(suffix)] in named)]
+        if stray:
+            b.defects.append(
+                f"files: {sub}: holds {len(stray)} entr{'y' if len(stray) == 1 else 'ies'} genesis does not name "
+                f"({', '.join(show(n, 40) for n in stray[:3])}{', ...' if len(stray) > 3 else ''}; not read)"
+            )
+        for t, n_docs in named.items():
+            if t + suffix not in names:
+                continue  # the commitments check names what is missing
+            if suffix == ".i16":
+                cap = 2 * n_docs * dim if dim is not None else CAPS["index"]
+            else:
+                cap = min(CAPS["docs"], n_docs * MAX_DOCUMENT_BYTES + DOCS_OVERHEAD)
+            data = read(f"{sub}/{t}{suffix}", min(cap, CAPS["index"]))
+            if data is not None:
+                target[t] = data
     return b
+
+
+#: the most bytes one document's entry (id, text, salt) may take in auditor/docs/<tenant>.json, and the file's
+#: fixed part: with genesis' n_docs they bound what the verifier reads for a tenant's documents
+MAX_DOCUMENT_BYTES = 1 << 20
+DOCS_OVERHEAD = 1 << 16
+
+
+def _named_tenants(b: Bundle) -> dict[str, int]:
+    """Tenant -> n_docs as leaf 0 (genesis) names them; names that are not identifiers are left out (the
+    commitments check FAILs them), and nothing when leaf 0 is unusable (nothing of a tenant is read)."""
+    from .encoding import is_identifier
+
+    try:
+        g = json.loads(b.leaves[0]) if b.leaves else None
+        tenants = g.get("tenants") if isinstance(g, dict) else None
+        out = {}
+        for t in tenants if isinstance(tenants, list) else []:
+            name, n = (t.get("tenant"), t.get("n_docs")) if isinstance(t, dict) else (None, None)
+            if is_identifier(name) and isinstance(n, int) and not isinstance(n, bool) and 0 < n < (1 << 31):
+                out[name] = n
+            if len(out) >= MAX_TENANTS:
+                break
+        return out
+    except (ValueError, RecursionError):
+        return {}
+
+
+def _dimension(embedder_bytes: bytes | None) -> int | None:
+    """The committed embedding dimension (auditor/embedder.json), if readable: it sizes each index file."""
+    try:
+        dim = json.loads(embedder_bytes).get("dimension") if embedder_bytes else None
+    except (ValueError, RecursionError, AttributeError):
+        return None
+    return dim if isinstance(dim, int) and not isinstance(dim, bool) and 0 < dim <= (1 << 16) else None

@@ -62,6 +62,10 @@ class BundleFileError(DpragError):
         super().__init__(f"{show(path)}: {rule}")
 
 
+class ReadBudgetError(BundleFileError):
+    """A read would pass the total read budget the auditor set (``BundleDir.open(budget=)``)."""
+
+
 class BundleRootError(BundleFileError):
     """The bundle root given by the auditor is missing or not a directory (the auditor's input: exit 2)."""
 
@@ -262,7 +266,7 @@ class BundleDir:
             if got > cap:
                 raise BundleFileError(relpath, f"holds more than the cap of {cap} bytes")
             if got > limit:
-                raise BundleFileError(
+                raise ReadBudgetError(
                     relpath, f"exceeds the bundle's remaining read budget ({self.budget} bytes in all)"
                 )
             self.bytes_read += got

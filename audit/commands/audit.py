@@ -220,6 +220,13 @@ class _Progress:
 )
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object (schema dprag.verdict/3)")
 @click.option(
+    "--max-read",
+    "max_read",
+    default=None,
+    metavar="BYTES",
+    help="the most bytes to read from the bundle in all (e.g. 8G, 500M; default: the per-file sizes genesis implies)",
+)
+@click.option(
     "--public",
     "as_public",
     is_flag=True,
@@ -244,6 +251,7 @@ def verify_cmd(
     coalition_window: int | None,
     as_json: bool,
     as_public: bool,
+    max_read: str | None,
 ) -> int:
     """Re-check everything in BUNDLE: PASS ε δ (exit 0), FAIL reasons (exit 1), unusable input (exit 2)."""
     if mode == "sampled" and samples is None:
@@ -274,6 +282,7 @@ def verify_cmd(
             theta=theta,
             coalition_window=coalition_window,
             progress=bar,
+            max_read=_bytes_flag("--max-read", max_read),
         )
     finally:
         bar.close()
@@ -325,6 +334,18 @@ def verify_cmd(
         _say(f"  rejected evidence (not held against the provider): {r}")
     _say("  checked: " + ", ".join(f"{k}={n}" for k, n in sorted(v.checked.items())))
     return 0 if v.verdict == "PASS" else 1
+
+
+def _bytes_flag(flag: str, text: str | None) -> int | None:
+    """``123``, ``500K``, ``500M``, ``8G`` (powers of 1024) as bytes; UsageError naming ``flag`` otherwise."""
+    if text is None:
+        return None
+    t = text.strip().upper().removesuffix("B")
+    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}.get(t[-1:], 1)
+    digits = t[:-1] if scale > 1 else t
+    if not digits.isdigit() or int(digits) == 0 or len(digits) > 15:
+        raise click.UsageError(f"{flag} {text[:40]!r}: must be a positive number of bytes (e.g. 500M, 8G)")
+    return int(digits) * scale
 
 
 def _say(line: str) -> None:

@@ -79,6 +79,7 @@ class CampaignStats:
     max_seconds: float = 0.0
     peak_rss_mib: float = 0.0
     rss_jumps: list = field(default_factory=list)  # (case, mutations, peak MiB) where the peak rose by > 32 MiB
+    noop_mutations: int = 0  # PASS after mutations that cancelled (the bundle byte for byte the honest one)
     seconds: float = 0.0
 
 
@@ -193,6 +194,22 @@ def _mutate(rng: random.Random, case: Path) -> str:
         return f"{rel}: unparsable, left"
 
 
+def _same_tree(a: Path, b: Path) -> bool:
+    """Whether two directory trees hold the same entries with the same bytes (symlinks, FIFOs: not the same)."""
+
+    def entries(root: Path) -> dict[str, bytes | None]:
+        out: dict[str, bytes | None] = {}
+        for p in sorted(root.rglob("*")):
+            rel = str(p.relative_to(root))
+            out[rel] = p.read_bytes() if p.is_file() and not p.is_symlink() else None if p.is_dir() else b"\0special"
+        return out
+
+    try:
+        return entries(a) == entries(b)
+    except OSError:
+        return False
+
+
 def _peak_rss_mib() -> float:
     """This process's peak resident memory: VmHWM (per address space, so an exec'd child does not inherit the
     forking parent's peak, as ru_maxrss does); ru_maxrss where /proc is absent."""
@@ -247,7 +264,10 @@ def run_campaign(
                     and not w.endswith(("absent", "unchanged", "empty", "unparsable, left", "not a file, left"))
                 ]
                 if v.verdict == "PASS" and changed:
-                    st.passed_bundle_mutations.append((c, what))
+                    if _same_tree(src / "bundle", case / "bundle"):
+                        st.noop_mutations += 1  # the mutations cancelled: the bundle is byte for byte the honest one
+                    else:
+                        st.passed_bundle_mutations.append((c, what))
                 guard = [r for r in v.reasons if r.endswith("while checking (the bundle is malformed)")]
                 if guard:  # what verify.run.guarded reports: a check met an exception it did not foresee
                     st.unanticipated.append((c, what, guard[:2]))
@@ -292,6 +312,7 @@ def main(argv=None) -> int:
                 "tracebacks": len(st.tracebacks),
                 "unanticipated": len(st.unanticipated),
                 "passed_bundle_mutations": st.passed_bundle_mutations[:10],
+                "noop_mutations": st.noop_mutations,
                 "slow_over_10s": len(st.slow),
                 "max_seconds": round(st.max_seconds, 3),
                 "peak_rss_mib": round(st.peak_rss_mib),

@@ -12,7 +12,8 @@ writes anything.
 ``verify``'s inputs: ``key``, a file holding the provider's note verifier key, pinned by the auditor (else the
 bundle's own key is used and the verdict says it was not pinned); ``trusted_checkpoint``, a checkpoint note seen
 earlier, which the ledger must extend; ``corpus``, tenant -> document texts, to check C_docs; ``theta`` and
-``coalition_window`` (None = the whole window), the coalition estimator's parameters.
+``coalition_window`` (None = the whole window), the coalition estimator's parameters; ``max_read``, the most bytes
+the verifier reads from the bundle in all (None: the per-file caps genesis implies, spec/protocol.md §7).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from ..bundle import AuditorInputError
 from ..estimator import DEFAULT_THETA, DEFAULT_WINDOW
 from . import pool
 from .answers import check_8_9_answers
@@ -60,13 +62,16 @@ def verify(
     theta: float = DEFAULT_THETA,
     coalition_window: int | None = DEFAULT_WINDOW,
     progress: Callable[[str, int], None] | None = None,
+    max_read: int | None = None,
 ) -> Verdict:
     """Run every check of spec/protocol.md §8 on each window of the bundle's history, oldest first, in the spec's
     order; then the history check (§8.10)."""
     opts = {k: v for k, v in locals().items() if k in INPUT_OPTIONS}
     with pool.running(bundle_path, receipts):  # workers forked before anything is read (§8 item 13)
         given = read_auditor_inputs(**opts)
-        history = read_history(bundle_path, progress)
+        if max_read is not None and (isinstance(max_read, bool) or not isinstance(max_read, int) or max_read < 1):
+            raise AuditorInputError(f"--max-read must be a positive number of bytes, got {max_read!r}")
+        history = read_history(bundle_path, progress, max_read)
         for run in history.windows(given):
             last = history.is_last(run)
             check_8_1_files(run)

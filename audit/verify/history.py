@@ -308,6 +308,7 @@ def _in_window(reason: str, window) -> str:
     return f"{check}: window {excerpt(window)}: {what}"
 
 
-def read_history(bundle_path, progress) -> History:
-    """The bundle at ``bundle_path`` with every earlier window of its history (``previous/``)."""
-    return History(load_bundle(bundle_path), progress)
+def read_history(bundle_path, progress, max_read: int | None = None) -> History:
+    """The bundle at ``bundle_path`` with every earlier window of its history (``previous/``), reading at most
+    ``max_read`` bytes in all (the auditor's cap; None: the per-file caps genesis implies)."""
+    return History(load_bundle(bundle_path, max_read), progress)

@@ -15,6 +15,7 @@ from dprag.audit.encoding import encode, printable
 from dprag.audit.service import ProviderService
 from dprag.audit.testing import window as fx
 from dprag.audit.toy import HashEmbedder, ToyGenerator
+from dprag.audit.verify import verify
 
 #: a name that, printed raw, erases the line and writes a PASS over it, then hides what follows
 EVIL = "legal\x1b[2K\rPASS 0.41 1e-06\x1b[8m"
@@ -148,3 +149,124 @@ def test_rule_a_published_verdict_carries_no_private_statistic(coalition_window)
         "coalition_window_covers_history",
     }
     assert pub["history"] == full["history"] and pub["provider_key"] == full["provider_key"]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# what the verifier reads
+# ----------------------------------------------------------------------------------------------------------
+PEAK_SCRIPT = """
+import sys
+from dprag.audit.verify import verify
+v = verify(sys.argv[1], receipts=sys.argv[2])
+hwm = [l for l in open('/proc/self/status').read().splitlines() if l.startswith('VmHWM:')][0].split()[1]
+print(v.verdict, int(hwm) // 1024, '|'.join(v.reasons[:3]))
+"""
+
+
+def _peak(bundle, receipts) -> tuple[str, int, str]:
+    p = subprocess.run([sys.executable, "-c", PEAK_SCRIPT, str(bundle), str(receipts)], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr[-2000:]
+    verdict, mib, reasons = (p.stdout.rstrip("\n").split(" ", 2) + [""])[:3]
+    return verdict, int(mib), reasons
+
+
+def test_rule_the_verifier_reads_only_files_genesis_names(tmp_path):
+    """v2: four sparse 256 MiB files that genesis does not name raised the verifier's peak memory from 142 to
+    1,166 MiB and the bundle still PASSed. Only the files the spec names are read, each at most the size genesis
+    implies (documents x dimension x 2 bytes for an index); an entry genesis does not name FAILs files."""
+    from dprag.audit.testing.window import build_window
+
+    w = build_window(tmp_path / "w", rounds=1)
+    receipts = w.directory / "receipts.jsonl"
+    verdict, base_mib, _ = _peak(w.bundle, receipts)
+    assert verdict == "PASS"
+    for i in range(4):  # sparse: 1 GiB named by nothing, no disk used
+        with open(w.bundle / "auditor" / "index" / f"extra{i}.i16", "wb") as f:
+            f.truncate(256 << 20)
+    verdict, mib, reasons = _peak(w.bundle, receipts)
+    assert verdict == "FAIL" and "files: auditor/index: holds 4 entries genesis does not name" in reasons, reasons
+    assert mib < base_mib + 128, (base_mib, mib)  # v2: + 1,024 MiB
+    # a named file larger than genesis implies is refused at its cap, not read whole
+    for f in (w.bundle / "auditor" / "index").glob("extra*"):
+        f.unlink()
+    with open(w.bundle / "auditor" / "index" / "clinic.i16", "r+b") as f:
+        f.truncate(512 << 20)
+    verdict, mib, reasons = _peak(w.bundle, receipts)
+    assert verdict == "FAIL" and "auditor/index/clinic.i16: is 536870912 bytes, larger than the cap" in reasons
+    assert mib < base_mib + 128, (base_mib, mib)
+
+
+def test_rule_the_auditor_caps_what_is_read(tmp_path):
+    """--max-read: a bundle that needs more than the auditor's cap is the auditor's exit 2 naming the flag, read
+    no further; within the cap the verdict is unchanged."""
+    from dprag.audit.testing.window import build_window
+
+    w = build_window(tmp_path / "w", rounds=1)
+    p = _dprag("audit", "verify", w.bundle, "--max-read", "20K")
+    assert p.returncode == 2 and p.stderr.startswith("error: --max-read 20480: the bundle needs more"), p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1
+    assert _dprag("audit", "verify", w.bundle, "--max-read", "64M").returncode == 0
+    p = _dprag("audit", "verify", w.bundle, "--max-read", "lots")
+    assert p.returncode == 2 and "--max-read" in p.stderr
+
+
+def test_rule_one_receipt_handed_in_many_times_is_replayed_once(tmp_path):
+    """v2: one receipt handed in 1,000 times (each line with a different `top`) gave 1,000 answer replays. Lines
+    are deduplicated by their signed body, and each ledger position is replayed once."""
+    from dprag.audit.testing.window import CLINIC, LEGAL, build_window
+    from dprag.audit.toy import ToyGenerator
+
+    class Counting(ToyGenerator):
+        calls = 0
+
+        def plan(self, prompt):  # one call per prompt the replay generates from
+            Counting.calls += 1
+            return super().plan(prompt)
+
+    w = build_window(tmp_path / "w", rounds=1, mechanism="answer-vote")
+    entries = [e for c in w.clients.values() for e in c.receipts]
+    honest = tmp_path / "honest.jsonl"
+    honest.write_bytes(b"".join(encode(e) + b"\n" for e in entries))
+    corpus = {"clinic": CLINIC, "legal": LEGAL}
+    v = verify(w.bundle, receipts=honest, corpus=corpus, replay_generator=Counting())
+    assert v.verdict == "PASS", v.reasons
+    per_position = Counting.calls / v.checked["answers_replayed"]
+    first = entries[0]
+    copies = [encode({**first, "top": [i, i + 1]}) + b"\n" for i in range(1000)]
+    flood = tmp_path / "flood.jsonl"
+    flood.write_bytes(honest.read_bytes() + b"".join(copies))
+    Counting.calls = 0
+    v = verify(w.bundle, receipts=flood, corpus=corpus, replay_generator=Counting())
+    assert v.checked["answers_replayed"] == len(entries)
+    assert Counting.calls <= per_position * len(entries) + 1e-9, Counting.calls
+
+
+# ----------------------------------------------------------------------------------------------------------
+# sybils grinding the committed noise (spec/threat-model.md §2, spec/protocol.md §5.2)
+# ----------------------------------------------------------------------------------------------------------
+def test_rule_a_sybils_grinding_changes_no_other_accounts_output(tmp_path):
+    """v2's spec said P "has nothing to grind"; a sybil P registers can grind: it re-asks with other questions
+    and nonces until the committed noise cites the document it wants (it gets it: shown below). The corrected
+    claim — nothing is ground for requests signed by keys P does not hold — holds: an honest account's citations
+    and answers are the same bytes whether or not a sybil ground 30 requests before each of its questions."""
+    accounts = {"alice": "clinic", "bob": "clinic", "carol": "legal", "sybil": "clinic"}
+    target = len(fx.CLINIC) - 1  # the clinic's last record, irrelevant to the sybil's question
+
+    def run(d, grind: bool):
+        svc = fx.open_service(d, accounts=accounts, n=200, max_queries_per_doc=1000, k_max=5)
+        alice, sybil = fx.client(svc, "alice"), fx.client(svc, "sybil")
+        seen, hits = [], 0
+        for i in range(5):
+            if grind:
+                for j in range(30):
+                    r = sybil.ask(svc, f"asthma protocol inhaler patient drug variant {i}-{j}")
+                    hits += target in (r.citations or [])
+            r = alice.ask(svc, f"asthma protocol inhaler patient {i}")
+            seen.append((r.citations, r.answer, r.receipt["h_answer"]))  # h_top hides the citations with P's nonce
+        svc.close()
+        return seen, hits
+
+    honest, _ = run(tmp_path / "a", grind=False)
+    ground, hits = run(tmp_path / "b", grind=True)
+    assert hits > 0  # the sybil's grinding does reach the document it wants, for its own key
+    assert honest == ground
