@@ -633,6 +633,16 @@ class IndividualRenyiFilter:
             for (ids, units), m in zip(prepared, masks, strict=False)
         ]
 
+    def charge_nothing(self, cost: Cost) -> ChargeResult:
+        """The charge of an empty set of documents, with the same work as any other: one (durable) step of the
+        store that charges no document (for a durable store: one transaction that writes and syncs). A caller
+        whose set to charge may be empty calls this instead of skipping the store, so whether a request
+        charged anything is not visible in how long serving it took (spec/accounting/filters.md)."""
+        units = self.cost_units(cost)
+        empty = np.zeros(0, dtype=np.int64)
+        (mask,) = self._store.charge_validated([(empty, units)])
+        return ChargeResult(admitted=empty, refused=empty, mask=mask, cost_units=units)
+
     def can_afford(self, doc_ids: npt.ArrayLike, cost: Cost) -> npt.NDArray[np.bool_]:
         """Mask of documents that could pay ``cost`` now (charges nothing; advisory under concurrency —
         only ``try_charge`` decides)."""

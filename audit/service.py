@@ -25,6 +25,7 @@ import json
 import os
 import re
 import secrets
+import time
 from collections.abc import Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -51,6 +52,7 @@ from .ledger import NoteSigner, SqliteLog
 from .ledger.rfc6962 import hash_leaf
 from .policy import Policy
 from .receipts import receipt_body, refusal_body, sign_receipt, sign_refusal
+from .release import ReleaseClock
 from .replay import recorded_top
 from .retrieval import (
     float_exact_scores,
@@ -340,6 +342,7 @@ class ProviderService:
         self.ledger = SqliteLog(d / "state" / "ledger.sqlite")
         self.aud = AuditorStore(d / "state" / "auditor.sqlite")
         self._lockfile = open(d / "state" / "lock", "a+b")
+        self.release = ReleaseClock()  # constant-time release: off until the provider sets its period
         # the committed sampler TV must bound the table's real one; the epsilon_acc claim (a PLD of the discrete
         # Gaussian, seconds) was checked when create() committed this policy, and the verifier re-certifies it
         self.policy.check_claims(epsilon_acc=False)
@@ -510,13 +513,20 @@ class ProviderService:
         answer was never stored (the generator failed, the process died), the retry generates it from the recorded
         selection — never re-selecting against the current filter — and stores it before returning it. A failure
         after the charge is ``AnswerPendingError`` (nothing released; retry the same request)."""
+        t0 = time.monotonic()
         signed = getattr(req, "signed", None)
         try:
             tenant = self._check_request(req)
             with self._locked():
                 state, stored = self._admit(req)
         except (RequestError, RateLimitError) as e:
-            raise self._refuse(e, signed) from None
+            raise self._refuse(e, signed) from None  # decided from the request and public quantities only
+        try:
+            return self._serve_admitted(req, tenant, state, stored)
+        finally:
+            self.release.hold(t0)  # constant-time release, when set (audit/release.py)
+
+    def _serve_admitted(self, req: Request, tenant: str, state: str, stored) -> ServedQuery:
         if state == "served":
             return ServedQuery(**stored["served"])
         if state == "recorded":
@@ -526,7 +536,7 @@ class ProviderService:
             try:
                 state, stored = self._admit(req)  # another process may have served it meanwhile
             except (RequestError, RateLimitError) as e:
-                raise self._refuse(e, signed) from None
+                raise self._refuse(e, getattr(req, "signed", None)) from None
             if state == "new":
                 stored = self._record(req, tenant, q_query)
         if state == "served":

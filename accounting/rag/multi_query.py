@@ -131,7 +131,10 @@ class MuRAG:
         """Threshold retrieval and the (durable) filter charge; nothing is generated yet."""
         scores = np.asarray(self.retriever.scores(question), dtype=np.float64)
         above = np.flatnonzero(scores > self.tau)
-        charged = self.filter.try_charge(above, self._charge).admitted if above.size else above
+        # constant work (spec/accounting/filters.md): an empty set still takes the store's durable step
+        charged = (
+            self.filter.try_charge(above, self._charge) if above.size else self.filter.charge_nothing(self._charge)
+        ).admitted
         top = top_k_padded(charged, scores[charged], self.k)
         return Selection(
             top=top,
@@ -222,10 +225,14 @@ class MuRAGAda:
         active = self.filter.can_afford(in_range, self._thr_cost) if in_range.size else np.zeros(0, bool)
         release = noisy_prefix_sums(bin_counts(bins, nb, active), self.k, self.epsilon_thr, self.source)
         touched = in_range[release.charged_documents(bins, active)]
-        thr_admitted = self.filter.try_charge(touched, release.event).admitted if touched.size else touched
+        # constant work (spec/accounting/filters.md): both charges take the store's durable step, empty or not
+        f = self.filter
+        thr_admitted = (
+            f.try_charge(touched, release.event) if touched.size else f.charge_nothing(release.event)
+        ).admitted
         rag_admitted = (
-            self.filter.try_charge(thr_admitted, self._charge).admitted if thr_admitted.size else thr_admitted
-        )
+            f.try_charge(thr_admitted, self._charge) if thr_admitted.size else f.charge_nothing(self._charge)
+        ).admitted
         top = top_k_padded(rag_admitted, scores[rag_admitted], self.k)
         return Selection(
             top=top,

@@ -50,6 +50,10 @@ FORMAT = "dprag-budget-store/1"
 _SYNC_MODES = ("FULL", "EXTRA", "NORMAL")
 _UPSERT = "INSERT INTO dprag_spend(doc, spent) VALUES (?, ?) ON CONFLICT(doc) DO UPDATE SET spent = excluded.spent"
 _SELECT = "SELECT doc, spent FROM dprag_spend WHERE doc IN (SELECT value FROM json_each(?))"
+_COUNT_CHARGE = (
+    "INSERT INTO dprag_store_meta(key, value) VALUES ('charges', '1') "
+    "ON CONFLICT(key) DO UPDATE SET value = CAST(value AS INTEGER) + 1"
+)
 
 # Connections inherited through fork: never closed by the child (closing could checkpoint or delete the
 # parent's WAL). Kept referenced so the garbage collector does not close them either.
@@ -317,6 +321,10 @@ class SqliteBudgetStore(BudgetStore):
             if changed.size:
                 le = rows.astype("<i8", copy=False)
                 conn.executemany(_UPSERT, [(int(batch.union[i]), le[i].tobytes()) for i in changed])
+            # constant work: every charge writes (the batch counter), so its COMMIT syncs the WAL whether or not a
+            # document was charged — an empty or refused charge would otherwise commit nothing and return faster,
+            # and a request's serve time would say whether the corpus held a document above τ that could pay
+            conn.execute(_COUNT_CHARGE)
             return masks
 
         return self._transaction(body)

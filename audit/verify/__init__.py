@@ -21,7 +21,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from ..bundle import AuditorInputError
 from ..estimator import DEFAULT_THETA, DEFAULT_WINDOW
 from . import pool
 from .answers import check_8_9_answers
@@ -69,8 +68,6 @@ def verify(
     opts = {k: v for k, v in locals().items() if k in INPUT_OPTIONS}
     with pool.running(bundle_path, receipts):  # workers forked before anything is read (§8 item 13)
         given = read_auditor_inputs(**opts)
-        if max_read is not None and (isinstance(max_read, bool) or not isinstance(max_read, int) or max_read < 1):
-            raise AuditorInputError(f"--max-read must be a positive number of bytes, got {max_read!r}")
         history = read_history(bundle_path, progress, max_read)
         for run in history.windows(given):
             last = history.is_last(run)

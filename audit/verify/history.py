@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
-from ..bundle import Bundle, load_bundle
+from ..bundle import AuditorInputError, Bundle, load_bundle
 from ..encoding import decode_content, excerpt
 from ..history import chain_id, chain_violations, embedder_violations, genesis_hash
 from ..ledger import NoteVerifier
@@ -311,4 +311,6 @@ def _in_window(reason: str, window) -> str:
 def read_history(bundle_path, progress, max_read: int | None = None) -> History:
     """The bundle at ``bundle_path`` with every earlier window of its history (``previous/``), reading at most
     ``max_read`` bytes in all (the auditor's cap; None: the per-file caps genesis implies)."""
+    if max_read is not None and (isinstance(max_read, bool) or not isinstance(max_read, int) or max_read < 1):
+        raise AuditorInputError(f"--max-read must be a positive number of bytes, got {max_read!r}")
     return History(load_bundle(bundle_path, max_read), progress)

@@ -4,6 +4,7 @@ verdict may carry. Each test is the one its finder would write against v2/v3 as 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import unicodedata
@@ -270,3 +271,149 @@ def test_rule_a_sybils_grinding_changes_no_other_accounts_output(tmp_path):
     ground, hits = run(tmp_path / "b", grind=True)
     assert hits > 0  # the sybil's grinding does reach the document it wants, for its own key
     assert honest == ground
+
+
+def test_rule_a_lone_surrogate_question_is_a_typed_refusal(tmp_path):
+    """v2: a lone-surrogate question made serve() raise UnicodeEncodeError (not a dprag error) — from the
+    question commitment, before any check. It is a RequestError naming the question, signed as a refusal that
+    consumed nothing; nothing is embedded or recorded."""
+    from dprag.audit.account import Request, make_request
+    from dprag.audit.service import RequestError
+
+    svc = fx.open_service(tmp_path / "svc")
+    size = svc.ledger.size
+    signed = make_request(
+        fx.account_key("alice"), window="w1", account="alice", counter=1, question="asthma inhaler", qemb=None
+    )
+    with pytest.raises(RequestError, match="question") as e:
+        svc.serve(Request(signed, "asthma \ud800inhaler", None))
+    assert e.value.refusal is not None and e.value.refusal["consumed"] is False
+    assert svc.ledger.size == size
+    served = fx.client(svc, "alice").ask(svc, "asthma protocol inhaler patient 1")  # counter 1 is still free
+    assert served.receipt["counter"] == 1
+    svc.close()
+
+
+# ----------------------------------------------------------------------------------------------------------
+# timing: the charge path does the same durable work whether or not a document is charged
+# ----------------------------------------------------------------------------------------------------------
+#: the clinic tenant of the toy window: a question that charges about 40 records, one that charges none (no
+#: record above τ), and the first again once every record it charged has spent its budget (all refused)
+CHARGES, NOTHING = "asthma protocol inhaler patient 1", "legal court contract"
+
+
+def _store_statements(svc, ask) -> list[str]:
+    """The budget store's SQL during ``ask()``, reduced to its kind (BEGIN, SELECT, WRITE, COMMIT)."""
+    log: list[str] = []
+    conn = svc.tenants["clinic"]["filter"].store._connection()
+    conn.set_trace_callback(log.append)
+    try:
+        ask()
+    finally:
+        conn.set_trace_callback(None)
+    kinds = []
+    for s in log:
+        k = s.split()[0].upper()
+        k = "WRITE" if k in ("INSERT", "UPDATE") else k
+        if not kinds or kinds[-1] != k or k != "WRITE":
+            kinds.append(k)
+    return kinds
+
+
+@pytest.mark.parametrize("algorithm", ["murag", "murag-ada"])
+def test_rule_the_charge_path_writes_whether_or_not_a_document_is_charged(tmp_path, algorithm):
+    """v2: the charge path wrote (and synced) only when a document was charged, so one query's serve time told
+    neighbouring corpora apart 74-88% of the time. A charge of nothing, or of documents that cannot pay, runs the
+    same transactions with a write (hence a synced COMMIT) as a charge that lands."""
+    svc = fx.open_service(tmp_path / "s", algorithm=algorithm, max_queries_per_doc=1)
+    alice = fx.client(svc, "alice")
+    shapes = {}
+    for name, q in (("charges", CHARGES), ("nothing", NOTHING), ("refused", CHARGES)):
+        shapes[name] = _store_statements(svc, lambda q=q: alice.ask(svc, q))
+    charged = [len(c["ids"]) for _, o in svc.aud.openings(svc.ledger.size) for c in json.loads(o)["charge"]["charges"]]
+    svc.close()
+    assert sum(charged[: len(charged) // 3]) > 0, charged  # the first question did charge
+    assert shapes["charges"].count("BEGIN") >= 1 and "WRITE" in shapes["charges"], shapes
+    assert shapes["nothing"] == shapes["charges"] == shapes["refused"], shapes
+
+
+STRACE_SCRIPT = """
+import json, os, pathlib, sys
+from dprag.audit.testing import window as fx
+svc = fx.open_service(pathlib.Path(sys.argv[1]), algorithm=sys.argv[2], max_queries_per_doc=1)
+alice = fx.client(svc, "alice")
+alice.ask(svc, "warm up the connections")
+for q in json.loads(sys.argv[3]):
+    os.write(2, b"@@serve@@")
+    alice.ask(svc, q)
+os.write(2, b"@@serve@@")
+svc.close()
+"""
+
+
+@pytest.mark.skipif(shutil.which("strace") is None, reason="needs strace (Debian package strace) to count fsyncs")
+def test_rule_a_serve_makes_the_same_fsyncs_whether_or_not_a_document_is_charged(tmp_path):
+    """The same claim at the operating system: the number of fsync / fdatasync calls of one whole serve (ledger,
+    auditor store, budget store) is the same for a question that charges ~40 records, one that charges none, and
+    one whose records cannot pay."""
+    trace = tmp_path / "trace.txt"
+    questions = json.dumps([CHARGES, NOTHING, CHARGES])
+    p = subprocess.run(
+        ["strace", "-f", "-qq", "-e", "trace=fsync,fdatasync,write", "-o", str(trace)]
+        + [sys.executable, "-c", STRACE_SCRIPT, str(tmp_path / "s"), "murag", questions],
+        capture_output=True,
+        text=True,
+    )
+    assert p.returncode == 0, p.stderr[-2000:]
+    per_serve, cur = [], None
+    for line in trace.read_text().splitlines():
+        if "@@serve@@" in line:
+            if cur is not None:
+                per_serve.append(cur)
+            cur = 0
+        elif cur is not None and ("fsync(" in line or "fdatasync(" in line):
+            cur += 1
+    assert len(per_serve) == 3 and per_serve[0] > 0, per_serve
+    assert per_serve[0] == per_serve[1] == per_serve[2], per_serve
+
+
+def test_constant_time_release_holds_each_answer_to_its_deadline(tmp_path, monkeypatch):
+    """The constant-time release option (audit/release.py): an answer leaves at the first multiple of the period
+    after its request arrived, whether it charged documents or not; an overrun leaves at a later multiple and is
+    counted. Checked on a fake clock (no wall-clock bound), then once on the service (a lower bound only)."""
+    from dprag.accounting.errors import InvalidParameterError
+    from dprag.audit import release as rel
+
+    now = [100.0]
+
+    def monotonic():  # a fake clock that advances 10 µs per reading (the spin) and by every sleep
+        now[0] += 1e-5
+        return now[0]
+
+    def sleep(s):
+        assert s >= 0
+        now[0] += s
+
+    monkeypatch.setattr(rel.time, "monotonic", monotonic)
+    monkeypatch.setattr(rel.time, "sleep", sleep)
+    clock = rel.ReleaseClock(2.0)
+    for work, release in ((0.01, 102.0), (1.5, 102.0), (2.5, 104.0), (0.0, 102.0)):
+        now[0] = 100.0 + work
+        clock.hold(100.0)
+        assert release <= now[0] <= release + 2e-5, (work, now[0])  # left within one clock step of the deadline
+    assert clock.overruns == 1
+    for bad in (0, -1, 3600, True, "2"):
+        with pytest.raises(InvalidParameterError, match="release_seconds"):
+            rel.ReleaseClock(bad)
+    monkeypatch.undo()
+
+    import time
+
+    svc = fx.open_service(tmp_path / "s")
+    svc.release.set(0.25)
+    alice = fx.client(svc, "alice")
+    for q in (CHARGES, NOTHING):
+        t0 = time.monotonic()
+        alice.ask(svc, q)
+        assert time.monotonic() - t0 >= 0.25
+    svc.close()
