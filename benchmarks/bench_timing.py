@@ -157,6 +157,9 @@ def main(argv=None) -> int:
     ap.add_argument("--serves", type=int, default=1000, help="serves per corpus and arm")
     ap.add_argument("--release-seconds", type=float, default=None, help="add the constant-time arm with this period")
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument(
+        "--arms", default="skip-empty,constant-work", help="which of skip-empty, constant-work to run (comma-separated)"
+    )
     a = ap.parse_args(argv)
     if a.model == "smollm2":
         from dprag.rag_adapters.generator import load_smollm2
@@ -167,9 +170,12 @@ def main(argv=None) -> int:
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        with skip_empty_charges():
-            results.append(run_arm("skip-empty", work, generator, a.serves, m, None))
-        results.append(run_arm("constant-work", work, generator, a.serves, m, None))
+        arms = a.arms.split(",")
+        if "skip-empty" in arms:
+            with skip_empty_charges():
+                results.append(run_arm("skip-empty", work, generator, a.serves, m, None))
+        if "constant-work" in arms:
+            results.append(run_arm("constant-work", work, generator, a.serves, m, None))
         if a.release_seconds:
             results.append(run_arm("constant-time", work, generator, a.serves, m, a.release_seconds))
     report = {"model": a.model, "m": m, "load": os.getloadavg(), "arms": results}

@@ -1,0 +1,323 @@
+"""A provider forging its own bundle with its own keys (spec/protocol.md §8.12, the re-signing campaign).
+
+The byte-level campaign (``fuzz``) mostly stops at the first signature or hash. Here the mutator is the provider:
+it holds the window's note key, so after each edit it re-derives everything it can — the leaf hashes
+(``h_top``, ``h_charge``), the genesis commitments it opens (``C_seed``), every checkpoint and every receipt,
+re-signed — and the edit reaches the deep checks. Only what the provider cannot forge stays as it was: the
+accounts' signed requests, and the questions they hand the auditor.
+
+``MUST_FAIL`` is the fixed list of edits every one of which must FAIL naming one of its checks (none may pass or
+move to "on trust"); ``identity`` (re-deriving and re-signing an unchanged window) must PASS, which shows the
+re-signing itself is faithful. ``python -m dprag.audit.testing.forge --cases N --seed S`` runs a campaign and
+prints its statistics as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..account import request_hash
+from ..bundle import parse_leaves
+from ..commitments import new_seed, seed_commitment
+from ..encoding import decode, digest, encode
+from ..ledger import NoteSigner
+from ..ledger.checkpoint import Checkpoint, sign_checkpoint
+from ..ledger.rfc6962 import hash_leaf, root_from_leaves
+from ..receipts import receipt_body, sign_receipt
+from ..retrieval import top_commitment
+from ..verify import verify
+
+#: edit -> the checks of which at least one must name it (the verdict is FAIL, with a reason "<check>: ...")
+MUST_FAIL: dict[str, tuple[str, ...]] = {
+    "charge_drop": ("generation",),  # an admitted document left out of a charge
+    "charge_add": ("generation",),  # a document added to a charge
+    "charge_units": ("generation",),  # the charged units of one charge moved by one
+    "bins_released": ("generation",),  # MuRAG-Ada's released threshold bins moved by one
+    "top_swap": ("retrieval",),  # one citation replaced by a document the noise did not select
+    "top_reorder": ("retrieval",),  # two citations swapped
+    "qemb_flip": ("requests",),  # one coordinate of an account-committed Q changed
+    "leaf_swap": ("requests",),  # two requests of one account recorded in the other order
+    "answer_swap": ("generation",),  # one receipt's h_answer for another text (caught by answer replay)
+    "seed_swap": ("retrieval", "generation"),  # a new s_W with C_seed re-derived: the releases no longer replay
+}
+#: edits that re-derive an honest window: must PASS
+MUST_PASS = ("identity",)
+
+
+@dataclass
+class Base:
+    """An honest toy window the forger starts from: its bundle, its receipts with questions, and its note key."""
+
+    bundle: Path
+    lines: list[dict]  # receipt lines as the accounts hand them over (receipt, top, request, question)
+    signer: NoteSigner
+    origin: str
+    corpus: dict[str, list[str]]
+
+
+def base_window(d: Path, algorithm: str) -> Base:
+    from .window import CLINIC, LEGAL, build_window
+
+    w = build_window(d, algorithm=algorithm, rounds=2, close=False)
+    lines = []
+    for c in w.clients.values():
+        p = c.export_receipts(d / f"r-{c.account}.jsonl", include_questions=True)
+        lines += [decode(x) for x in p.read_bytes().splitlines() if x]
+    svc = w.service
+    base = Base(w.bundle, lines, svc.signer, svc.origin, {"clinic": list(CLINIC), "legal": list(LEGAL)})
+    svc.close()
+    return base
+
+
+@dataclass
+class Forged:
+    leaves: list[bytes]
+    openings: dict[int, dict]
+    seed_hex: str
+    answers: dict[str, str] = field(default_factory=dict)  # h_req -> h_answer to sign instead of the honest one
+
+
+def _queries(f: Forged) -> list[int]:
+    return sorted(p for p in f.openings if f.openings[p].get("kind") == "query")
+
+
+def _edit(kind: str, f: Forged, rng: random.Random, n_docs: dict[str, int], tenant_of: dict[str, str]) -> bool:
+    """Apply ``kind`` to ``f``; False when this window offers nothing to edit (the case is skipped)."""
+    qs = _queries(f)
+    if kind == "identity":
+        return True
+    if kind in ("charge_drop", "charge_add", "charge_units"):
+        cands = [
+            (p, i)
+            for p in qs
+            for i, c in enumerate(f.openings[p]["charge"]["charges"])
+            if c["ids"] or kind != "charge_drop"
+        ]
+        if not cands:
+            return False
+        p, i = rng.choice(cands)
+        ch = f.openings[p]["charge"]["charges"][i]
+        if kind == "charge_drop":
+            ch["ids"].remove(rng.choice(ch["ids"]))
+        elif kind == "charge_add":
+            n = n_docs[tenant_of[f.openings[p]["request"]["account"]]]
+            free = sorted(set(range(n)) - set(ch["ids"]))
+            if not free:
+                return False
+            ch["ids"] = sorted(ch["ids"] + [rng.choice(free)])
+        else:
+            ch["cost"]["epsilon_units"] += rng.choice((-1, 1))
+        return True
+    if kind == "bins_released":
+        cands = [p for p in qs if f.openings[p]["charge"].get("bins_released") is not None]
+        if not cands:
+            return False
+        ch = f.openings[rng.choice(cands)]["charge"]
+        ch["bins_released"] = max(0, ch["bins_released"] + rng.choice((-1, 1))) if ch["bins_released"] else 1
+        return True
+    if kind in ("top_swap", "top_reorder"):
+        cands = [p for p in qs if f.openings[p]["top"] and len(f.openings[p]["top"]) >= 2]
+        if not cands:
+            return False
+        op = f.openings[rng.choice(cands)]
+        top = op["top"]
+        if kind == "top_reorder":
+            i, j = rng.sample(range(len(top)), 2)
+            top[i], top[j] = top[j], top[i]
+        else:
+            n = n_docs[tenant_of[op["request"]["account"]]]
+            free = sorted(set(range(n)) - set(top))
+            top[rng.randrange(len(top))] = rng.choice(free)
+        return True
+    if kind == "qemb_flip":
+        cands = [p for p in qs if f.openings[p]["request"].get("h_qemb") is not None]
+        if not cands:
+            return False
+        op = f.openings[rng.choice(cands)]
+        q = bytearray(bytes.fromhex(op["qemb"]))
+        i = 2 * rng.randrange(len(q) // 2)
+        q[i] ^= 1 << rng.randrange(8)
+        op["qemb"] = bytes(q).hex()
+        return True
+    if kind == "leaf_swap":
+        by_acct: dict[str, list[int]] = {}
+        for p in qs:
+            by_acct.setdefault(f.openings[p]["request"]["account"], []).append(p)
+        pairs = [ps for ps in by_acct.values() if len(ps) >= 2]
+        if not pairs:
+            return False
+        a, b = sorted(rng.sample(rng.choice(pairs), 2))
+        f.openings[a], f.openings[b] = f.openings[b], f.openings[a]
+        f.openings[a]["pos"], f.openings[b]["pos"] = a, b
+        return True
+    if kind == "answer_swap":
+        p = rng.choice(qs)
+        h_req = request_hash(f.openings[p]["request"]).hex()
+        f.answers[h_req] = digest({"forged answer": rng.getrandbits(52)})
+        return True
+    if kind == "seed_swap":
+        f.seed_hex = new_seed().hex()
+        g = json.loads(f.leaves[0])
+        g["C_seed"] = seed_commitment(bytes.fromhex(f.seed_hex))
+        f.leaves[0] = encode(g)
+        return True
+    raise ValueError(f"unknown edit {kind!r}")
+
+
+def forge(base: Base, kind: str, rng: random.Random, out: Path) -> tuple[Path, Path] | None:
+    """Write the forged bundle and the re-signed receipts under ``out``; None if ``kind`` has nothing to edit."""
+    b = out / "bundle"
+    shutil.rmtree(out, ignore_errors=True)
+    shutil.copytree(base.bundle, b)
+    leaves = parse_leaves((b / "public" / "leaves.bin").read_bytes())
+    openings = {
+        op["pos"]: op for op in (decode(x) for x in (b / "auditor" / "openings.jsonl").read_bytes().splitlines() if x)
+    }
+    g = json.loads(leaves[0])
+    n_docs = {t["tenant"]: t["n_docs"] for t in g["tenants"]}
+    tenant_of = {a["account"]: a["tenant"] for a in g["accounts"]}
+    f = Forged(list(leaves), openings, (b / "auditor" / "seed.hex").read_text().strip())
+    if not _edit(kind, f, rng, n_docs, tenant_of):
+        return None
+    # re-derive every leaf the provider writes from its (edited) opening
+    for p in _queries(f):
+        op = f.openings[p]
+        leaf = {
+            "type": "query",
+            "h_req": request_hash(op["request"]).hex(),
+            "h_top": top_commitment(op["top"] or [], bytes.fromhex(op["nonce_top"])),
+            "h_charge": digest(op["charge"]),
+        }
+        f.leaves[p] = encode(leaf)
+    n = len(f.leaves)
+    root = root_from_leaves(f.leaves)
+    (b / "public" / "leaves.bin").write_bytes(b"".join(len(x).to_bytes(4, "big") + x for x in f.leaves))
+    (b / "public" / "genesis.json").write_bytes(f.leaves[0])
+    (b / "public" / "checkpoints.txt").write_bytes(sign_checkpoint(Checkpoint(base.origin, n, root, ()), base.signer))
+    (b / "auditor" / "seed.hex").write_text(f.seed_hex)
+    (b / "auditor" / "openings.jsonl").write_bytes(b"".join(encode(f.openings[p]) + b"\n" for p in sorted(f.openings)))
+    # re-sign every receipt at the new head; the accounts' requests and questions are what they were
+    pos_of = {request_hash(f.openings[p]["request"]).hex(): p for p in _queries(f)}
+    lines = []
+    for line in base.lines:
+        if "receipt" not in line:
+            continue
+        r = line["receipt"]
+        p = pos_of[r["h_req"]]
+        op = f.openings[p]
+        body = receipt_body(
+            window=r["window"],
+            account=r["account"],
+            tenant=r["tenant"],
+            counter=r["counter"],
+            h_req=r["h_req"],
+            h_top=json.loads(f.leaves[p])["h_top"],
+            nonce_top=op["nonce_top"],
+            h_answer=f.answers.get(r["h_req"], r["h_answer"]),
+            pos=p,
+            leaf_hash=hash_leaf(f.leaves[p]).hex(),
+            size=n,
+            root=root.hex(),
+        )
+        lines.append(encode({**line, "receipt": sign_receipt(body, base.signer), "top": op["top"]}))
+    receipts = out / "receipts.jsonl"
+    receipts.write_bytes(b"".join(x + b"\n" for x in lines))
+    return b, receipts
+
+
+@dataclass
+class ForgeStats:
+    cases: int = 0
+    skipped: int = 0  # an edit the window offered nothing for
+    by_kind: dict = field(default_factory=dict)  # kind -> {"FAIL": n, "PASS": n}
+    escaped: list = field(default_factory=list)  # (case, kind, verdict, reasons): a must-FAIL edit that did not
+    tracebacks: list = field(default_factory=list)
+    seconds: float = 0.0
+    max_seconds: float = 0.0  # the slowest case (forging and verifying); a case over 10 s counts as a hang
+    slow_over_10s: int = 0
+    peak_rss_mib: float = 0.0
+
+
+def run_campaign(cases: int, seed: int, workdir: Path, *, on_case: Callable[[int], None] | None = None) -> ForgeStats:
+    from ..toy import ToyGenerator
+
+    bases = [base_window(workdir / f"base-{alg}", alg) for alg in ("murag", "murag-ada")]
+    kinds = list(MUST_PASS) + list(MUST_FAIL)
+    rng = random.Random(seed)
+    st = ForgeStats()
+    t0 = time.perf_counter()
+    for c in range(cases):
+        kind = kinds[c % len(kinds)]
+        base = bases[(c // len(kinds)) % len(bases)]
+        st.cases += 1
+        t_case = time.perf_counter()
+        try:
+            got = forge(base, kind, rng, workdir / "case")
+            if got is None:
+                st.skipped += 1
+                continue
+            bundle, receipts = got
+            v = verify(bundle, receipts=receipts, corpus=base.corpus, replay_generator=ToyGenerator())
+            tally = st.by_kind.setdefault(kind, {"FAIL": 0, "PASS": 0})
+            tally[v.verdict] += 1
+            if kind in MUST_PASS:
+                if v.verdict != "PASS":
+                    st.escaped.append((c, kind, v.verdict, v.reasons[:3]))
+            elif v.verdict == "PASS" or not any(r.split(":", 1)[0] in MUST_FAIL[kind] for r in v.reasons):
+                st.escaped.append((c, kind, v.verdict, v.reasons[:3]))
+        except Exception as e:  # noqa: BLE001 — what the campaign counts
+            st.tracebacks.append((c, kind, f"{type(e).__name__}: {e}"[:200]))
+        dt = time.perf_counter() - t_case
+        st.max_seconds = max(st.max_seconds, dt)
+        st.slow_over_10s += dt > 10
+        if on_case:
+            on_case(c)
+    shutil.rmtree(workdir / "case", ignore_errors=True)
+    st.seconds = time.perf_counter() - t0
+    from .fuzz import _peak_rss_mib
+
+    st.peak_rss_mib = _peak_rss_mib()
+    return st
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--cases", type=int, default=110)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--workdir", type=Path, default=None)
+    a = ap.parse_args(argv)
+    with tempfile.TemporaryDirectory() as tmp:
+        st = run_campaign(a.cases, a.seed, a.workdir or Path(tmp))
+    print(
+        json.dumps(
+            {
+                "cases": st.cases,
+                "seed": a.seed,
+                "skipped": st.skipped,
+                "by_kind": st.by_kind,
+                "escaped": st.escaped[:20],
+                "n_escaped": len(st.escaped),
+                "tracebacks": st.tracebacks[:10],
+                "n_tracebacks": len(st.tracebacks),
+                "seconds": round(st.seconds, 1),
+                "max_seconds": round(st.max_seconds, 3),
+                "slow_over_10s": st.slow_over_10s,
+                "peak_rss_mib": round(st.peak_rss_mib),
+            },
+            indent=1,
+            default=str,
+        )
+    )
+    return 0 if not (st.escaped or st.tracebacks or st.slow_over_10s) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
