@@ -42,6 +42,7 @@ from .events import (
     PureDpEvent,
     SelfComposedEvent,
 )
+from .rounding import bound_up, mul_up, sum_up
 
 __all__ = [
     "check_probability",
@@ -68,9 +69,19 @@ def amplified_pure_epsilon(epsilon: float, probability: float) -> float:
     p = check_probability(probability)
     if eps == 0 or p == 0:
         return 0.0
+    # Rounded outward (rounding.bound_up; K = 2^-49 the accuracy of log/log1p/exp/expm1, u = 2^-53): an argument
+    # y of log1p within relative r moves it by <= r·y/(1 + y) <= r·min(1, y); log1p, log add K relative each.
     if eps > 700:  # log(p·e^ε + 1 − p) without overflow
-        return eps + math.log(p) + math.log1p((1 - p) * math.exp(-eps) / p)
-    return math.log1p(p * math.expm1(eps))
+        e_neg = math.exp(-eps)
+        if e_neg < 2.0**-1000:  # subnormal range, where exp's error is absolute: use an upper bound instead
+            e_neg = 2.0**-999
+        z = (1 - p) * e_neg / p  # within K + 3u relative
+        tail = math.log1p(z)
+        lp = math.log(p)
+        return min(eps, bound_up(eps + lp + tail, eps + abs(lp) + tail + min(1.0, z)))
+    y = p * math.expm1(eps)  # within K + u relative
+    amplified = math.log1p(y)
+    return min(eps, bound_up(amplified, amplified + min(1.0, y)))
 
 
 def _log_comb(n: npt.NDArray[np.float64] | np.float64, k: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
@@ -158,12 +169,12 @@ def pure_epsilon(event: PrivacyEvent) -> float | None:
         return float(event.epsilon)
     if isinstance(event, (LaplaceEvent, DiscreteLaplaceEvent)):
         return float(event.epsilon)
-    if isinstance(event, ComposedEvent):
+    if isinstance(event, ComposedEvent):  # basic composition: the exact sum, rounded up
         parts = [pure_epsilon(e) for e in event.events]
-        return None if any(p is None for p in parts) else math.fsum(cast(list[float], parts))
-    if isinstance(event, SelfComposedEvent):
+        return None if any(p is None for p in parts) else sum_up(*cast(list[float], parts))
+    if isinstance(event, SelfComposedEvent):  # count·ε exactly, rounded up
         inner = pure_epsilon(event.event)
-        return None if inner is None else event.count * inner
+        return None if inner is None else (0.0 if event.count == 0 else mul_up(inner, event.count))
     if isinstance(event, PoissonSampledEvent):
         inner = pure_epsilon(event.event)
         return None if inner is None else amplified_pure_epsilon(inner, event.sampling_probability)

@@ -66,7 +66,7 @@ from .events import (
     SelfComposedEvent,
 )
 from .rdp import additive_delta, as_orders, pure_dp_rdp, rdp_curve, rdp_to_epsilon, sampler_tv
-from .rounding import outward, sum_up
+from .rounding import bound_up, mul_up, outward, sum_up
 from .stores.base import MAX_LIMIT_UNITS, BudgetStore, validate_doc_ids
 
 #: Spend unit: 2**-UNIT_BITS nats. Scaling a float by 2**32 is exact, so unit conversion adds no error.
@@ -202,7 +202,8 @@ def _(event: ComposedEvent) -> float:
 
 @pure_epsilon.register
 def _(event: SelfComposedEvent) -> float:
-    return 0.0 if event.count == 0 else event.count * pure_epsilon(event.event)
+    # count·ε exactly, rounded up: the float product rounds to nearest and can be one ulp below it
+    return 0.0 if event.count == 0 else mul_up(pure_epsilon(event.event), event.count)
 
 
 @pure_epsilon.register
@@ -215,7 +216,11 @@ def _(event: PoissonSampledEvent) -> float:
         return 0.0
     if eps >= 700.0:  # e^ε overflows; ε itself is an upper bound (amplification never increases ε)
         return eps
-    return min(eps, math.log1p(p * math.expm1(eps)))
+    # rounded outward (rounding.bound_up): y = p·expm1(ε) is within (K + 2u) relative of p(e^ε − 1), which moves
+    # log1p by <= (K + 2u)·y/(1 + y) <= (K + 2u)·min(1, y); log1p adds K·|result| (K = 2^-49, u = 2^-53)
+    y = p * math.expm1(eps)
+    amplified = math.log1p(y)
+    return min(eps, bound_up(amplified, amplified + min(1.0, y)))
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -431,7 +436,9 @@ class FilterBudget:
 
         Pure mode: (B, 0) — ``delta`` is ignored (may be None). RDP mode: the RDP→DP conversion of the
         curve B at the best order of the grid (``accounting.rdp.rdp_to_epsilon``; improved conversion by
-        default), returned as (ε, delta).
+        default), returned as (ε, delta). Both are rounded outward: B is read off the integer units rounded up
+        to a float, and the conversion is moved up by a proven bound on its floating-point error
+        (spec/accounting/filters.md §4), so ε is never below the exact value.
         """
         if self.mode == PURE:
             if delta is not None:
@@ -450,19 +457,11 @@ class FilterBudget:
         so every document's loss is at most limit·2^-32 — the value to report, not a float recomputation such
         as M·fsum(ε_q) (which can be up to M·2^-32 lower: 53.5 vs 53.50000000093). Pure mode: limit·2^-32 as
         the smallest float >= it (``delta`` ignored). RDP mode: the conversion of the (rounded-up) curve at
-        ``delta``, moved up by a bound on its float rounding (``outward``). ``replace_one``: the guarantee for
-        replacing a document, twice the add/remove one (group privacy of 2; exact in floats).
+        ``delta``, rounded outward by ``rdp_to_epsilon`` itself — the ε of ``guarantee(delta, method)``.
+        ``replace_one``: the guarantee for replacing a document, twice the add/remove one (group privacy of 2;
+        exact in floats).
         """
-        if self.mode == PURE:
-            eps = float(self.values[0])
-        else:
-            d = _conversion_delta(delta)
-            vals = self.values
-            orders = self._rdp_orders()
-            eps, order = rdp_to_epsilon(vals, orders, d, method)
-            if math.isfinite(eps):
-                mag = float(np.max(vals)) + abs(math.log(d)) + math.log(float(np.max(orders))) + 1.0
-                eps = outward(eps, mag)
+        eps = self.guarantee(None if self.mode == PURE else delta, method)[0]
         return 2.0 * eps if replace_one else eps
 
     def descriptor(self) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Iterable, Sequence
+from fractions import Fraction
 
 import numpy as np
 import numpy.typing as npt
@@ -43,6 +44,7 @@ from .events import (
     SelfComposedEvent,
     ZCDpEvent,
 )
+from .rounding import MARGIN, bound_up_array, exp_up, mul_up, sum_up, up
 
 #: dp_accounting's default grid of orders (RdpAccountant), so cross-checks compare like with like.
 DEFAULT_ORDERS: tuple[float, ...] = tuple(
@@ -237,19 +239,29 @@ def additive_delta(event: PrivacyEvent) -> float:
     return 0.0
 
 
+# δ's add up under composition: exact sums and products, rounded up (rounding.sum_up / mul_up)
 @additive_delta.register
 def _(event: ApproxRdpEvent) -> float:
-    return event.delta + additive_delta(event.event)
+    return _sum_up(event.delta, additive_delta(event.event))
 
 
 @additive_delta.register
 def _(event: ComposedEvent) -> float:
-    return math.fsum(additive_delta(e) for e in event.events)
+    return _sum_up(*(additive_delta(e) for e in event.events))
 
 
 @additive_delta.register
 def _(event: SelfComposedEvent) -> float:
-    return event.count * additive_delta(event.event)
+    return _mul_up(additive_delta(event.event), event.count)
+
+
+def _sum_up(*values: float) -> float:
+    nonzero = [float(v) for v in values if v != 0]  # the common all-zero case without rationals
+    return 0.0 if not nonzero else nonzero[0] if len(nonzero) == 1 else sum_up(*nonzero)
+
+
+def _mul_up(value: float, count: int) -> float:
+    return 0.0 if value == 0 or count == 0 else mul_up(value, count)
 
 
 def poisson_subsampled_rdp(
@@ -282,12 +294,25 @@ def sampler_tv(event: PrivacyEvent) -> float:
     if isinstance(event, DiscreteGaussianEvent):
         return event.sampler_tv
     if isinstance(event, ComposedEvent):
-        return math.fsum(sampler_tv(e) for e in event.events)
+        return _sum_up(*(sampler_tv(e) for e in event.events))
     if isinstance(event, SelfComposedEvent):
-        return event.count * sampler_tv(event.event)
+        return _mul_up(sampler_tv(event.event), event.count)
     if isinstance(event, (ApproxRdpEvent, PoissonSampledEvent)):
         return sampler_tv(event.event)
     return 0.0
+
+
+# Rounding (spec/accounting/composition.md §1): every conversion below returns a certified bound — ε and δ never
+# below the exact formula evaluated on the float curve. Per order α (exact float), with u = 2^-53 and
+# K = LIBM_REL = 2^-49 = 16u the accuracy of log/log1p/exp/expm1:
+# * α − 1 is exact for 1 < α < 2^53 (same binade or Sterbenz), else within u relative;
+# * log1p(fl(−1/α)): fl(−1/α) is within u/α of −1/α and log1p's slope on that interval is <= α/(α−1−u), so the
+#   argument error moves the result by <= u/(α−1−u) <= 2u/(α−1) (α − 1 >= 2u for every float α > 1); log1p adds K;
+# * each other elementary function adds K relative, each + − × / adds u relative to its result.
+# Summing these, a formula of terms t_i (in the order the code evaluates it) errs by at most (K + 4u)·Σ|t_i| plus
+# the 2u/(α−1) above (times α − 1 where the formula multiplies by it), i.e. by <= 20u·M with M = Σ|t_i| + 2/(α−1)
+# (or + 2), the ``magnitude`` passed to bound_up_array; its margin 2^-48·M = 32u·M leaves slack for the rounding of
+# M itself. The KL test is made one-sided the same way.
 
 
 def rdp_to_epsilon(rdp: np.ndarray, orders: np.ndarray, delta: float, method: str = "improved") -> tuple[float, float]:
@@ -298,6 +323,10 @@ def rdp_to_epsilon(rdp: np.ndarray, orders: np.ndarray, delta: float, method: st
     ε = R(α) + log((α-1)/α) - (log δ + log α)/(α-1) — the conversion dp_accounting uses — together
     with the KL bound dp_accounting also applies: D_α ≥ KL for α > 1 and TV ≤ sqrt(1 - e^{-KL})
     (Bretagnolle–Huber), so a pair with δ ≥ sqrt(1 - e^{-R(α)}) is (0, δ)-DP.
+
+    Rounded outward: each order's ε is moved up by a proven bound on its floating-point error (2^-48 times
+    the sum of the magnitudes of its terms, plus one ulp), and the KL rule applies only where it holds with
+    that margin, so the result is never below the exact conversion of the float curve ``rdp``.
     """
     rdp = np.asarray(rdp, dtype=np.float64)
     a = np.asarray(orders, dtype=np.float64)
@@ -305,15 +334,22 @@ def rdp_to_epsilon(rdp: np.ndarray, orders: np.ndarray, delta: float, method: st
         raise InvalidParameterError("rdp", "must have the same length as orders", rdp.shape)
     if not (0 < delta < 1):
         raise InvalidParameterError("delta", "must lie in (0, 1)", delta)
-    if method == "standard":
-        eps = rdp + math.log(1.0 / delta) / (a - 1)
-    elif method == "improved":
-        eps = rdp + np.log1p(-1.0 / a) - (math.log(delta) + np.log(a)) / (a - 1)
-        with np.errstate(over="ignore", invalid="ignore"):
-            kl_ok = delta * delta + np.expm1(-rdp) >= 0  # δ ≥ sqrt(1 - e^{-R}): (0, δ)-DP
-        eps = np.where(kl_ok, 0.0, eps)
-    else:
-        raise InvalidParameterError("method", "must be 'standard' or 'improved'", method)
+    log_d = math.log(delta)
+    a1 = a - 1.0
+    with np.errstate(over="ignore", invalid="ignore"):
+        if method == "standard":
+            eps = bound_up_array(rdp - log_d / a1, np.abs(rdp) + (abs(log_d) + 2.0) / a1)
+        elif method == "improved":
+            l1, la = np.log1p(-1.0 / a), np.log(a)
+            eps = bound_up_array(rdp + l1 - (log_d + la) / a1, np.abs(rdp) + np.abs(l1) + (abs(log_d) + la + 2.0) / a1)
+            # KL rule δ² + expm1(−R) >= 0, one-sided: δ² (u) and expm1 (K) err by <= (K + 2u)(δ² + |expm1|) < 2^-48·
+            # (δ² + |expm1|); a δ² in the subnormal range (δ < 2^-500) is replaced by 0, a lower bound.
+            d2 = delta * delta if delta * delta >= 2.0**-1000 else 0.0
+            em = np.expm1(-rdp)
+            kl_ok = d2 + em >= MARGIN * (d2 - em)
+            eps = np.where(kl_ok, 0.0, eps)
+        else:
+            raise InvalidParameterError("method", "must be 'standard' or 'improved'", method)
     eps = np.where(np.isnan(eps), np.inf, eps)
     i = int(np.argmin(eps))
     return max(0.0, float(eps[i])), float(a[i])
@@ -325,6 +361,9 @@ def rdp_to_delta(rdp: np.ndarray, orders: np.ndarray, epsilon: float, method: st
     ``standard``: Mironov 2017 Prop. 3 solved for δ, δ = exp((α-1)(R(α) - ε)).
     ``improved``: Canonne–Kamath–Steinke 2020 Prop. 12, δ = exp((α-1)(R(α) - ε + log(1-1/α)) - log α),
     and the KL bound δ = sqrt(1 - e^{-R(α)}) (valid at every ε ≥ 0), as in dp_accounting.
+
+    Rounded outward like :func:`rdp_to_epsilon`: log δ at each order is moved up by a proven bound on its
+    floating-point error, and the exponential by ``rounding.exp_up``.
     """
     rdp = np.asarray(rdp, dtype=np.float64)
     a = np.asarray(orders, dtype=np.float64)
@@ -336,18 +375,22 @@ def rdp_to_delta(rdp: np.ndarray, orders: np.ndarray, epsilon: float, method: st
         raise InvalidParameterError("epsilon", "must be a real number", epsilon) from None
     if not (eps >= 0 and math.isfinite(eps)):
         raise InvalidParameterError("epsilon", "must be finite and >= 0", epsilon)
+    a1 = a - 1.0
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         if method == "standard":
-            log_delta = (a - 1) * (rdp - eps)
+            log_delta = bound_up_array(a1 * (rdp - eps), a1 * (np.abs(rdp) + eps))
         elif method == "improved":
-            log_delta = (a - 1) * (rdp - eps + np.log1p(-1.0 / a)) - np.log(a)
-            log_kl = np.where(rdp > 0, 0.5 * np.log(-np.expm1(-rdp)), -np.inf)  # expm1: accurate for tiny R
-            log_delta = np.minimum(log_delta, log_kl)
+            l1, la = np.log1p(-1.0 / a), np.log(a)
+            log_delta = bound_up_array(a1 * (rdp - eps + l1) - la, a1 * (np.abs(rdp) + eps + np.abs(l1)) + la + 2.0)
+            # KL: 0.5·log(−expm1(−R)) errs by <= (K + 2u)(1 + |result|) (the argument's relative error becomes an
+            # absolute one through log); expm1 keeps full relative accuracy for tiny R
+            log_kl = np.where(rdp > 0, 0.5 * np.log(-np.expm1(-rdp)), -np.inf)
+            log_delta = np.minimum(log_delta, bound_up_array(log_kl, 1.0 + np.abs(log_kl)))
         else:
             raise InvalidParameterError("method", "must be 'standard' or 'improved'", method)
     log_delta = np.where(np.isnan(log_delta), np.inf, log_delta)
     i = int(np.argmin(log_delta))
-    return min(1.0, math.exp(min(float(log_delta[i]), 0.0))), float(a[i])
+    return min(1.0, exp_up(min(float(log_delta[i]), 0.0))), float(a[i])
 
 
 def epsilon_of(
@@ -361,5 +404,15 @@ def epsilon_of(
     a = as_orders(orders)
     eps, _ = rdp_to_epsilon(rdp_curve(event, a), a, delta, method)
     tv = sampler_tv(event)
-    extra = (1.0 + math.exp(min(eps, 700.0))) * tv if tv else 0.0
-    return eps, delta + additive_delta(event) + extra
+    extra = _tv_term_up(eps, tv)
+    return eps, sum_up(delta, additive_delta(event), extra)  # every δ rounded up, summed exactly and rounded up
+
+
+def _tv_term_up(eps: float, tv: float) -> float:
+    """(1 + e^ε)·tv rounded up (exact product of the rounded-up factors)."""
+    if tv == 0:
+        return 0.0
+    e = exp_up(eps)
+    if not math.isfinite(e):
+        return math.inf
+    return up((1 + Fraction(e)) * Fraction(tv))

@@ -167,6 +167,7 @@ def _load(d: BundleDir, p: Path, prefix: str) -> Bundle:
         except BundleFileError as e:
             b.defects.append(f"files: {e}")
             continue
+        present = set(names)
         stray = [n for n in names if not (n.endswith(suffix) and n[: -len(suffix)] in named)]
         if stray:
             b.defects.append(
@@ -174,7 +175,7 @@ def _load(d: BundleDir, p: Path, prefix: str) -> Bundle:
                 f"({', '.join(show(n, 40) for n in stray[:3])}{', ...' if len(stray) > 3 else ''}; not read)"
             )
         for t, n_docs in named.items():
-            if t + suffix not in names:
+            if t + suffix not in present:
                 continue  # the commitments check names what is missing
             if suffix == ".i16":
                 cap = 2 * n_docs * dim if dim is not None else CAPS["index"]

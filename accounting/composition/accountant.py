@@ -29,6 +29,7 @@ import math
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import cast
 
 import numpy as np
@@ -59,7 +60,7 @@ from ..rdp import (
     rdp_to_epsilon,
     sampler_tv,
 )
-from ..rounding import sum_products_up
+from ..rounding import bound_up_array, exp_up, mul_up, sub_down, sum_products_up, sum_up, up
 from .advanced import (
     DEFAULT_MAX_STATES,
     kov_composition,
@@ -87,7 +88,7 @@ def leaf_dp_term(event: PrivacyEvent) -> tuple[float, float] | None:
         return float(event.epsilon), float(event.delta)
     if isinstance(event, ApproxRdpEvent):
         inner = leaf_dp_term(event.event)
-        return None if inner is None else (inner[0], min(1.0, inner[1] + float(event.delta)))
+        return None if inner is None else (inner[0], min(1.0, sum_up(inner[1], float(event.delta))))
     if isinstance(event, PoissonSampledEvent):
         inner = leaf_dp_term(event.event)
         return None if inner is None else poisson_amplify(inner[0], inner[1], event.sampling_probability)
@@ -121,7 +122,7 @@ class _Charge:
     """What one event adds to an RDP accountant."""
 
     rdp: npt.NDArray[np.float64]
-    deltas: list[float] = field(default_factory=list)  # additive δ's (summed with fsum)
+    deltas: list[float] = field(default_factory=list)  # additive δ's (summed exactly, rounded up)
     tvs: list[float] = field(default_factory=list)  # sampler total-variation distances
 
 
@@ -144,7 +145,7 @@ def _charge(event: PrivacyEvent, orders: npt.NDArray[np.float64]) -> _Charge:
             return _Charge(np.zeros(orders.shape))
         c = _charge(event.event, orders)
         n = event.count
-        return _Charge(n * c.rdp, [n * d for d in c.deltas], [n * t for t in c.tvs])
+        return _Charge(n * c.rdp, [mul_up(d, n) for d in c.deltas], [mul_up(t, n) for t in c.tvs])
     if isinstance(event, ApproxDpEvent):
         # δ-approximate ε-DP (module docstring): randomized response's curve plus an additive δ
         return _Charge(pure_dp_rdp(event.epsilon, orders), [float(event.delta)] if event.delta else [])
@@ -183,7 +184,9 @@ def epsilon_with_tv(
     (ε, δ + (1 + e^ε)η) (coupling argument; Canonne–Kamath–Steinke 2020 §5). For each order the left-hand
     side is convex in ε (a decaying exponential plus a growing one), so its sub-level set is an interval whose
     left end is found by bisection (to 1e-12 relative); with tv = 0 this is exactly :func:`rdp_to_epsilon`.
-    Returns (inf, nan) if no order achieves ``delta``.
+    Returns (inf, nan) if no order achieves ``delta``. Rounded outward: every comparison with ``delta`` uses an
+    upper bound on the exact left-hand side (log δ_conv moved up as in ``rdp_to_delta``, the exponentials and
+    the sums inflated by 2^-47 relative), so the returned ε is valid in exact arithmetic.
     """
     rdp = np.asarray(rdp, dtype=np.float64)
     a = np.asarray(orders, dtype=np.float64)
@@ -192,16 +195,24 @@ def epsilon_with_tv(
     if tv <= 0:
         return rdp_to_epsilon(rdp, a, min(delta, 1.0 - 1e-16), method)
     log_c: npt.NDArray[np.float64]
+    c_mag: npt.NDArray[np.float64]  # the error bound's magnitude of log_c (accounting.rdp, "Rounding")
     if method == "improved":
-        log_c = (a - 1) * (rdp + np.log1p(-1.0 / a)) - np.log(a)  # δ_conv(ε) = exp(log_c − (α−1)ε)
+        l1, la = np.log1p(-1.0 / a), np.log(a)
+        log_c = (a - 1) * (rdp + l1) - la  # δ_conv(ε) = exp(log_c − (α−1)ε)
+        c_mag = (a - 1) * (np.abs(rdp) + np.abs(l1)) + la + 2.0
     elif method == "standard":
         log_c = (a - 1) * rdp
+        c_mag = (a - 1) * np.abs(rdp)
     else:
         raise InvalidParameterError("method", "must be 'standard' or 'improved'", method)
+    up47 = 1.0 + 2.0**-47  # covers exp's K = 2^-49 (twice) and a few roundings to nearest
     with np.errstate(over="ignore", invalid="ignore"):
 
         def total(eps: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
-            return np.exp(log_c - (a - 1) * eps) + (1.0 + np.exp(np.minimum(eps, 700.0))) * tv
+            # upper bound on exp(log_c − (α−1)ε) + (1 + e^ε)·tv: the exponent moved up by its error bound
+            # (20u·(c_mag + (α−1)ε), rdp_to_delta's), each exp and the final sum inflated by 2^-47 relative
+            x = bound_up_array(log_c - (a - 1) * eps, c_mag + (a - 1) * eps)
+            return (np.exp(x) * up47 + (1.0 + np.exp(eps) * up47) * tv) * up47
 
         # minimiser of total: (α−1)·δ_conv(ε) = e^ε·tv
         e_min = np.maximum(0.0, (log_c + np.log(a - 1) - math.log(tv)) / a)
@@ -221,8 +232,8 @@ def epsilon_with_tv(
         eps = np.where(at_zero, 0.0, hi)
         eps = np.where(feasible, eps, np.inf)
         if method == "improved":  # the KL bound (0, sqrt(1 − e^{−R})) plus the TV term at ε = 0
-            kl = np.where(rdp > 0, np.sqrt(-np.expm1(-rdp)), 0.0)
-            eps = np.where(kl + 2.0 * tv <= delta, 0.0, eps)
+            kl = np.where(rdp > 0, np.sqrt(-np.expm1(-rdp)) * up47, 0.0)  # sqrt halves expm1's error, adds u
+            eps = np.where((kl + 2.0 * tv) * up47 <= delta, 0.0, eps)
     i = int(np.argmin(eps))
     return float(eps[i]), float(a[i])
 
@@ -280,12 +291,12 @@ class RdpAccountant:
     @property
     def additive_delta(self) -> float:
         """Σ of the δ's of δ-approximate events composed so far."""
-        return min(1.0, math.fsum(self._deltas))
+        return min(1.0, sum_up(*self._deltas))
 
     @property
     def sampler_tv(self) -> float:
         """Σ of the samplers' total-variation distances composed so far."""
-        return math.fsum(self._tvs)
+        return sum_up(*self._tvs)
 
     def supports(self, event: PrivacyEvent) -> bool:
         try:
@@ -305,15 +316,15 @@ class RdpAccountant:
 
     def _apply(self, ch: _Charge, count: int) -> None:
         self._rdp = self._rdp + count * ch.rdp
-        self._deltas.extend(count * d for d in ch.deltas)
-        self._tvs.extend(count * t for t in ch.tvs)
+        self._deltas.extend(mul_up(d, count) for d in ch.deltas)
+        self._tvs.extend(mul_up(t, count) for t in ch.tvs)
 
     # -- queries ------------------------------------------------------------------------------------------
     def get_epsilon_and_order(self, delta: float, method: str = "improved") -> tuple[float, float]:
         """(ε, optimal order) such that the composition is (ε, delta)-DP; ``delta`` is the total δ."""
         delta = check_delta("delta", delta)
         method = _check_method(method)
-        rem = delta - math.fsum(self._deltas)
+        rem = sub_down(delta, *self._deltas)  # what is left for the conversion, rounded down
         if rem <= 0:
             return math.inf, math.nan
         return epsilon_with_tv(self._rdp, self._orders, rem, self.sampler_tv, method)
@@ -327,8 +338,11 @@ class RdpAccountant:
         method = _check_method(method)
         d_conv, order = rdp_to_delta(self._rdp, self._orders, eps, method)
         tv = self.sampler_tv
-        extra = (1.0 + math.exp(min(eps, 700.0))) * tv if tv else 0.0
-        return min(1.0, d_conv + math.fsum(self._deltas) + extra), order
+        extra = 0.0
+        if tv:
+            e = exp_up(eps)
+            extra = up((1 + Fraction(e)) * Fraction(tv)) if math.isfinite(e) else math.inf
+        return min(1.0, sum_up(d_conv, *self._deltas, extra)), order
 
     def get_delta(self, epsilon: float, method: str = "improved") -> float:
         return self.get_delta_and_order(epsilon, method)[0]

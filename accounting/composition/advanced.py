@@ -35,13 +35,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
+from fractions import Fraction
 
 import numpy as np
 import numpy.typing as npt
 from scipy.special import gammaln
 
+from ..amplification import amplified_pure_epsilon
 from ..errors import InvalidParameterError, check_delta, check_epsilon, check_positive_int
-from ..rounding import outward, sum_products_up
+from ..rounding import outward, sum_products_up, up
 
 #: Default cap on the number of loss states the exact optimal composition enumerates (memory ~ 40 B/state).
 DEFAULT_MAX_STATES = 2_000_000
@@ -170,7 +172,16 @@ def poisson_amplify(epsilon: float, delta: float, sampling_probability: float) -
     q = float(sampling_probability)
     if not (0.0 <= q <= 1.0):
         raise InvalidParameterError("sampling_probability", "must lie in [0, 1]", sampling_probability)
-    return math.log1p(q * math.expm1(eps)), q * dlt
+    if q == 0.0:
+        return 0.0, 0.0
+    # rounded outward: the same evaluation and error bound as amplification.amplified_pure_epsilon; qδ exactly,
+    # rounded up
+    return amplified_pure_epsilon(eps, q), _mul_up_real(dlt, q)
+
+
+def _mul_up_real(x: float, y: float) -> float:
+    """x·y for two floats, exactly and rounded up."""
+    return up(Fraction(x) * Fraction(y))
 
 
 # ---------------------------------------------------------------------------------------------------------

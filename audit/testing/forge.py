@@ -282,9 +282,9 @@ def run_campaign(cases: int, seed: int, workdir: Path, *, on_case: Callable[[int
             on_case(c)
     shutil.rmtree(workdir / "case", ignore_errors=True)
     st.seconds = time.perf_counter() - t0
-    from .fuzz import _peak_rss_mib
+    from .fuzz import peak_rss_mib
 
-    st.peak_rss_mib = _peak_rss_mib()
+    st.peak_rss_mib = peak_rss_mib()
     return st
 
 

@@ -210,7 +210,7 @@ def _same_tree(a: Path, b: Path) -> bool:
         return False
 
 
-def _peak_rss_mib() -> float:
+def peak_rss_mib() -> float:
     """This process's peak resident memory: VmHWM (per address space, so an exec'd child does not inherit the
     forking parent's peak, as ru_maxrss does); ru_maxrss where /proc is absent."""
     try:
@@ -238,7 +238,7 @@ def run_campaign(
     rng = random.Random(seed)
     st = CampaignStats()
     t_start = time.perf_counter()
-    last_peak = _peak_rss_mib()
+    last_peak = peak_rss_mib()
 
     def alarm(*_):
         raise _Timeout()
@@ -281,7 +281,7 @@ def run_campaign(
                 signal.setitimer(signal.ITIMER_REAL, 0)
             dt = time.perf_counter() - t0
             st.max_seconds = max(st.max_seconds, dt)
-            peak = _peak_rss_mib()
+            peak = peak_rss_mib()
             if peak > last_peak + 32:
                 st.rss_jumps.append((c, what, round(peak)))
             last_peak = max(last_peak, peak)
@@ -290,7 +290,7 @@ def run_campaign(
         signal.signal(signal.SIGALRM, old)
         shutil.rmtree(work / "case", ignore_errors=True)
     st.seconds = time.perf_counter() - t_start
-    st.peak_rss_mib = _peak_rss_mib()
+    st.peak_rss_mib = peak_rss_mib()
     return st
 
 
