@@ -1,4 +1,6 @@
 #!/bin/sh
-# from the repository root, on an otherwise idle machine
+# from the repository root
 python benchmarks/bench_timing.py --model toy --serves 1000 --release-seconds 0.05 --out results/timing/toy.json
-HF_HUB_OFFLINE=1 python benchmarks/bench_timing.py --model smollm2 --serves 1000 --out results/timing/smollm2.json
+# SmolLM2 on one core (the other was running another job when smollm2.json was measured)
+taskset -c 0 env DPRAG_TORCH_THREADS=1 OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 \
+  python benchmarks/bench_timing.py --model smollm2 --serves 1000 --arms constant-work --out results/timing/smollm2.json
