@@ -6,27 +6,40 @@ the slow test and is recorded in the spec."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+
 import pytest
 
-from dprag.audit.testing.forge import MUST_FAIL, MUST_PASS, run_campaign
+from dprag.audit.testing.forge import MUST_FAIL, MUST_PASS
 
 
-def _check(st, cases: int) -> None:
-    assert st.tracebacks == [], st.tracebacks[:3]
-    assert st.escaped == [], st.escaped[:3]  # no must-FAIL edit passed or FAILed under another check only
-    assert st.cases == cases and st.slow_over_10s == 0 and st.peak_rss_mib < 1024
+def _campaign(tmp_path, cases: int, seed: int) -> None:
+    # a fresh process, so the peak memory is the campaign's own (not that of a test session that loaded models)
+    p = subprocess.run(
+        [sys.executable, "-m", "dprag.audit.testing.forge", "--cases", str(cases), "--seed", str(seed)]
+        + ["--workdir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=7200,
+    )
+    st = json.loads(p.stdout)
+    assert st["n_tracebacks"] == 0, st["tracebacks"][:3]
+    assert st["n_escaped"] == 0, st["escaped"][:3]  # no must-FAIL edit passed or FAILed under another check only
+    assert st["cases"] == cases and st["slow_over_10s"] == 0 and st["peak_rss_mib"] < 1024
     kinds = set(MUST_FAIL) | set(MUST_PASS)
-    assert set(st.by_kind) == kinds, set(st.by_kind) ^ kinds  # every edit was exercised
-    assert all(v["PASS"] == 0 for k, v in st.by_kind.items() if k in MUST_FAIL)
-    assert all(v["FAIL"] == 0 and v["PASS"] > 0 for k, v in st.by_kind.items() if k in MUST_PASS)
+    assert set(st["by_kind"]) == kinds, set(st["by_kind"]) ^ kinds  # every edit was exercised
+    assert all(v["PASS"] == 0 for k, v in st["by_kind"].items() if k in MUST_FAIL)
+    assert all(v["FAIL"] == 0 and v["PASS"] > 0 for k, v in st["by_kind"].items() if k in MUST_PASS)
+    assert p.returncode == 0
 
 
 def test_forge_slice(tmp_path):
-    n = 10 * (len(MUST_FAIL) + len(MUST_PASS))
-    _check(run_campaign(n, 3, tmp_path), n)
+    _campaign(tmp_path, 10 * (len(MUST_FAIL) + len(MUST_PASS)), 3)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", range(200, 210))
 def test_forge_campaign(tmp_path, seed):
-    _check(run_campaign(10_000, seed, tmp_path), 10_000)
+    _campaign(tmp_path, 10_000, seed)
