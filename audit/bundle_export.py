@@ -3,6 +3,7 @@ that continues a history, its predecessor's bundle under ``previous/`` (§3.1)."
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ def export_bundle(svc: Any, out: str | os.PathLike) -> Path:
     """Write the bundle (spec/protocol.md §7): ``public/`` and the confidential ``auditor/``; for a window that
     continues a history, its predecessor's bundle under ``previous/`` (recursively, §3.1)."""
     out = Path(out)
-    with svc._locked():
+    with svc.store.snapshot():  # one snapshot: the bundle is cut at a committed size
         size = svc.ledger.size
         (out / "public").mkdir(parents=True, exist_ok=True)
         (out / "auditor" / "index").mkdir(parents=True, exist_ok=True)
@@ -71,11 +72,19 @@ def export_bundle(svc: Any, out: str | os.PathLike) -> Path:
 
 
 def write_atomically(path: Path, data: bytes, private: bool = False) -> None:
-    """Write atomically (temp file, fsync, rename); private files are created 0600."""
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600 if private else 0o644)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    """Write atomically (a fresh temp file created exclusively — never through a link planted at its name —, fsync,
+    rename over ``path``); private files are created 0600, others 0644."""
+    import tempfile
+
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        os.fchmod(fd, 0o600 if private else 0o644)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise

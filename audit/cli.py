@@ -23,6 +23,7 @@ _BUILTIN = {
     "audit": "dprag.audit.commands.audit:audit",
     "account": "dprag.audit.commands.account:account",
     "zk": "dprag.audit.commands.zk:zk",
+    "serve": "dprag.audit.commands.serve:serve",
 }
 
 

@@ -46,6 +46,9 @@ class RetrievalPolicy:
     sampler: SamplerSpec
     #: tenants whose citations are also attested by Groth16 proofs (audit/zk_attest.py; small corpora only)
     zk_tenants: tuple[str, ...] = ()
+    #: tenants whose own document ids may be released with their citations (an id such as "victor-hiv.txt" is part of
+    #: the record under replace-one, so it is public only where declared); serialised only when non-empty
+    public_id_tenants: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -324,6 +327,7 @@ class Policy:
         vote_selection: str = "universal",
         vote_delta: float | None = None,
         abstain_empty: bool = False,
+        public_ids_for: tuple[str, ...] = (),
     ) -> Policy:
         """A well-formed policy from the quantities a provider decides, with documented, sound defaults.
 
@@ -331,7 +335,8 @@ class Policy:
         clipped to [0, S²] and shifted right by log2 S they are cosine × S, e.g. 0.5 → 512 at S = 2^10).
 
         - ``window``: the audit window's id (also the ledger origin ``dprag/<window>``).
-        - ``citations_for``: tenants whose accounts see citations (the retrieval channel); others see none.
+        - ``citations_for``: tenants whose accounts see citations (the retrieval channel); others see none;
+          ``public_ids_for``: those of them whose own document ids may be shown with the citations.
         - ``queries_per_account`` (n): each account's query limit in the window.
         - ``k_max``: the largest coalition the retrieval ε covers (on trust: spec/threat-model.md).
         - ``epsilon_acc``, ``delta_acc``: one account's (ε, δ) over its n queries, replace-one-document; σ
@@ -430,6 +435,7 @@ class Policy:
             window=window,
             retrieval=RetrievalPolicy(
                 enabled_tenants=tuple(sorted(citations_for)),
+                public_id_tenants=tuple(sorted(public_ids_for)),
                 K=citations,
                 n=n,
                 epsilon_acc=epsilon_acc,
@@ -472,6 +478,12 @@ class Policy:
         check_delta("retrieval.sampler.tv", r.sampler.tv, allow_zero=True)
         if not set(r.zk_tenants) <= set(r.enabled_tenants):
             raise InvalidParameterError("retrieval.zk_tenants", "must be tenants with citations on", r.zk_tenants)
+        if not set(r.public_id_tenants) <= set(r.enabled_tenants) or len(set(r.public_id_tenants)) != len(
+            r.public_id_tenants
+        ):
+            raise InvalidParameterError(
+                "retrieval.public_id_tenants", "must be distinct tenants with citations on", r.public_id_tenants
+            )
         if r.zk_tenants and (lo % (1 << r.score_shift) or hi % (1 << r.score_shift)):
             raise InvalidParameterError(
                 "retrieval.score_clip",
@@ -561,6 +573,7 @@ class Policy:
                 "score_shift": r.score_shift,
                 "sampler": r.sampler.to_dict(),
                 "zk_tenants": sorted(r.zk_tenants),
+                **({"public_id_tenants": sorted(r.public_id_tenants)} if r.public_id_tenants else {}),
             },
             "coalition": {"k_max": c.k_max, "delta_policy": real(c.delta_policy)},
             "generation": {
@@ -685,6 +698,7 @@ class Policy:
                         parse_real(s["tv"], "retrieval.sampler.tv"),
                     ),
                     zk_tenants=tuple(r["zk_tenants"]),
+                    public_id_tenants=tuple(r.get("public_id_tenants", ())),
                 ),
                 coalition=CoalitionPolicy(
                     k_max=c["k_max"], delta_policy=parse_real(c["delta_policy"], "coalition.delta_policy")

@@ -2,24 +2,25 @@
 
 ``ProviderService.create(directory, ...)`` opens an audit window (Phase A: seed, salts, commitments, the
 account registry, genesis leaf); ``ProviderService.open(directory, ...)`` resumes one (after a restart or a
-crash: recovery, §5.5); ``serve(request)`` serves one account-signed request (Phase B, §5; accounts build
-requests with ``audit.account.AccountClient``); ``export_bundle(out)`` writes the bundle (§7).
+crash); ``serve(request)`` serves one account-signed request (Phase B, §5; accounts build requests with
+``audit.account.AccountClient``); ``export_bundle(out)`` writes the bundle (§7).
 
-Several processes may serve from the same directory at once: each opens its own ``ProviderService``; the
-selection-and-append section of a query runs under an exclusive file lock, so the ledger order is the order
-in which the per-document filters saw the charges; generation runs outside the lock.
+Concurrency (spec/provider.md §6): one service object is safe from many threads; many processes (on one host
+with the SQLite store, on many hosts with a PostgreSQL store) may serve one window, each with its own object.
+A request's charge, opening, ledger leaf and served row are ONE transaction serialised on the ledger's tail
+(``audit.storage``); the checkpoint its receipt carries is signed after that commit, over committed state; the
+answer is generated outside the transaction (in parallel across requests), stored in the shared store (the first
+stored answer wins) and only then released.
 
 State layout of ``directory`` (all of it provider-private; the bundle is what leaves it):
 ``secret/seed.hex`` s_W, ``secret/provider.skey`` the Ed25519 note key, ``secret/salts.json`` the policy and
-document salts; ``config/{policy,embedder,tenants,accounts}.json``; ``index/<tenant>.i16`` quantised
-embeddings; ``docs/<tenant>.json`` document ids and texts; ``state/ledger.sqlite`` (SqliteLog),
-``state/auditor.sqlite`` (openings, checkpoints, served receipts, the pending request),
-``state/budget-<tenant>.sqlite`` (per-document filters), ``state/lock``.
+document salts; ``config/{policy,embedder,tenants,accounts,store}.json``; ``index/<tenant>.i16`` quantised
+embeddings; ``docs/<tenant>.json`` document ids and texts; the store: ``state/service.sqlite`` or the PostgreSQL
+schema ``config/store.json`` names (ledger, openings, checkpoints, served table, zk proofs, per-document spend).
 """
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
@@ -27,7 +28,6 @@ import re
 import secrets
 import time
 from collections.abc import Mapping, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,16 +39,16 @@ from dprag.accounting.noise.source import RandomSource
 from dprag.accounting.protocols import Generator
 from dprag.accounting.rag.mechanism import filter_charge
 from dprag.accounting.rag.multi_query import MuRAG, MuRAGAda, RetrievalParams, Selection
-from dprag.accounting.stores import SqliteBudgetStore
+from dprag.accounting.stores.session import SessionBudgetStore
 from dprag.zk.field import R as BN254_R
 
 from . import commitments as cm
-from .account import Request, qemb_commitment, question_commitment, request_hash, verify_request
-from .auditor_store import AuditorStore
+from .account import Request, request_hash
+from .admission import check_request
 from .bundle_export import write_atomically
 from .charges import ChargeRule
 from .encoding import IDENTIFIER_RULE, decode, digest, encode, is_identifier
-from .ledger import NoteSigner, SqliteLog
+from .ledger import NoteSigner
 from .ledger.rfc6962 import hash_leaf
 from .policy import Policy
 from .receipts import receipt_body, refusal_body, sign_receipt, sign_refusal
@@ -64,8 +64,10 @@ from .retrieval import (
 )
 from .serving_errors import AnswerPendingError, RateLimitError, RequestError, ServiceStateError
 from .serving_models import TextEmbedder, as_embedder, prompt_template_of, serving_generator
+from .storage import Records, ServiceStore, StoreLog, StoreUnavailableError, create_store, open_store
 
-MAX_QUESTION_CHARS = 4096
+#: a transaction the store could not complete (connection lost, server restarting) is retried this many times
+STORE_ATTEMPTS = 5
 
 
 @dataclass
@@ -88,21 +90,21 @@ def _check_id(field: str, value: str) -> str:
 
 
 class _TenantRetriever:
-    """accounting.protocols.Retriever over the exact integer scores of the current query (§4)."""
+    """accounting.protocols.Retriever over one tenant's index; ``for_query`` gives the view of one request (its exact
+    integer scores, §4), so concurrent requests never share per-query state."""
 
-    def __init__(self, documents: list[str], q_docs: np.ndarray, clip, shift):
+    def __init__(self, documents: list[str], q_docs: np.ndarray, clip, shift, question=None, scores=None):
         self.docs = documents
-        self.q_docs_f64 = q_docs.astype(np.float64)
+        self.q_docs_f64 = q_docs if question is not None else q_docs.astype(np.float64)
         self.clip, self.shift = tuple(clip), int(shift)
-        self._current: tuple[str, np.ndarray] | None = None
+        self._current: tuple[str, np.ndarray] | None = None if question is None else (question, scores)
 
     def __len__(self) -> int:
         return len(self.docs)
 
-    def score_query(self, question: str, q_query: np.ndarray) -> np.ndarray:
+    def for_query(self, question: str, q_query: np.ndarray) -> _TenantRetriever:
         s = float_exact_scores(self.q_docs_f64, q_query, self.clip, self.shift)
-        self._current = (question, s)
-        return s
+        return _TenantRetriever(self.docs, self.q_docs_f64, self.clip, self.shift, question, s)
 
     def scores(self, query: str) -> np.ndarray:
         if self._current is None or self._current[0] != query:
@@ -131,6 +133,7 @@ class ProviderService:
         origin: str | None = None,
         seed: bytes | None = None,
         signer: NoteSigner | None = None,
+        store: str | None = None,
         _history: dict | None = None,
     ) -> ProviderService:
         """Phase A: validate, embed and commit the tenants' indexes and documents, draw s_W and the salts,
@@ -147,12 +150,14 @@ class ProviderService:
         commits to (the prompt template from ``generator.prompt_template``, else the generator's class).
         ``generator``: one with next-token logits (``accounting.protocols.Generator``) for ``pure-dp-rag``, or
         one that only returns text for ``dp-ksa`` (and ``answer-vote``), see ``serving_generator``.
+        ``store``: None (the SQLite file ``state/service.sqlite``) or a ``postgresql://`` URL for replicas on several
+        hosts (``audit.storage``; the window gets a schema of its own).
         """
         policy.validate().check_claims()
         embedder = as_embedder(embedder)
         generator = serving_generator(policy, generator)
         d = Path(directory)
-        if (d / "state" / "ledger.sqlite").exists():
+        if (d / "config" / "store.json").exists() or (d / "state" / "ledger.sqlite").exists():
             raise InvalidParameterError("directory", "already holds an audit window; use ProviderService.open", str(d))
         if not tenants:
             raise InvalidParameterError("tenants", "need at least one tenant")
@@ -270,8 +275,8 @@ class ProviderService:
             zk,
             chain,
         )
-        svc = cls(d, embedder=embedder, generator=generator)
-        with svc._locked():
+        svc = cls(d, embedder=embedder, generator=generator, _store=create_store(d, store, window=policy.window))
+        with svc.store.write():  # genesis and the carried spend: one transaction
             if svc.ledger.size != 0:
                 raise ServiceStateError("a fresh ledger is not empty")
             if _history is not None:
@@ -280,7 +285,10 @@ class ProviderService:
                     for v in np.unique(units[units > 0]):
                         svc.tenants[t]["filter"].store.charge(np.flatnonzero(units == v), np.array([int(v)]))
             svc.ledger.append(encode(genesis))
-            svc._checkpoint()
+        from .storage import publish_files
+
+        publish_files(svc.store, d)  # a replica sharing only the database URL materialises its directory from these
+        svc._checkpoint()
         return svc
 
     @staticmethod
@@ -309,11 +317,20 @@ class ProviderService:
         return registry
 
     @classmethod
-    def open(cls, directory, *, embedder: TextEmbedder | str, generator: Generator) -> ProviderService:
-        """Resume a window: account for a request that was charged but never recorded (recovery), then serve."""
-        svc = cls(Path(directory), embedder=embedder, generator=generator)
-        with svc._locked():
-            svc._recover()
+    def open(
+        cls, directory, *, embedder: TextEmbedder | str, generator: Generator, store: str | None = None
+    ) -> ProviderService:
+        """Resume a window (after a restart, on another replica): check that every tenant's spend is exactly what
+        the ledger's openings charged (``recovery.check_spend``), then serve. ``store``: the PostgreSQL URL with its
+        credentials where ``config/store.json`` names one and the password is not in ``PGPASSWORD``."""
+        svc = cls(Path(directory), embedder=embedder, generator=generator, store=store)
+        try:
+            from .recovery import check_spend
+
+            check_spend(svc)
+        except BaseException:
+            svc.close()
+            raise
         return svc
 
     @staticmethod
@@ -324,7 +341,15 @@ class ProviderService:
             return np.zeros((0, dim), dtype="<i2")
         return np.frombuffer(path.read_bytes(), dtype="<i2").reshape(-1, dim)
 
-    def __init__(self, d: Path, *, embedder: TextEmbedder, generator: Generator):
+    def __init__(
+        self,
+        d: Path,
+        *,
+        embedder: TextEmbedder,
+        generator: Generator,
+        store: str | None = None,
+        _store: ServiceStore | None = None,
+    ):
         """Every random choice of serving comes from the committed seed and the signed request (§5.2)."""
         if not (d / "config" / "policy.json").exists():
             raise InvalidParameterError("directory", "is not a dprag service directory", str(d))
@@ -339,9 +364,10 @@ class ProviderService:
         self.signer = NoteSigner.from_skey((d / "secret" / "provider.skey").read_text())
         tenants = decode((d / "config" / "tenants.json").read_bytes(), what="tenants")
         r, g = self.policy.retrieval, self.policy.generation
-        self.ledger = SqliteLog(d / "state" / "ledger.sqlite")
-        self.aud = AuditorStore(d / "state" / "auditor.sqlite")
-        self._lockfile = open(d / "state" / "lock", "a+b")
+        #: the window's one database (audit.storage): ledger, auditor records, per-document spend
+        self.store: ServiceStore = _store if _store is not None else open_store(d, store)
+        self.ledger = StoreLog(self.store)
+        self.aud = Records(self.store)
         self.release = ReleaseClock()  # constant-time release: off until the provider sets its period
         # the committed sampler TV must bound the table's real one; the epsilon_acc claim (a PLD of the discrete
         # Gaussian, seconds) was checked when create() committed this policy, and the verifier re-certifies it
@@ -357,21 +383,19 @@ class ProviderService:
             )
             docs = decode((d / "docs" / f"{t}.json").read_bytes(), what="documents")["texts"]
             retr = _TenantRetriever(docs, q, r.score_clip, r.score_shift)
-            flt = IndividualRenyiFilter(SqliteBudgetStore(d / "state" / f"budget-{t}.sqlite", len(docs)), self.budget)
+            flt = IndividualRenyiFilter(SessionBudgetStore(self.store.sessions, t, len(docs)), self.budget)
             self.tenants[t] = {"q": q, "retriever": retr, "filter": flt}
         hist = d / "config" / "history.json"
         self.history: dict | None = decode(hist.read_bytes(), what="history") if hist.exists() else None
         #: each account's last counter of the earlier windows (counters carry over, §3.1)
         self._carried: dict[str, int] = dict(self.history["carry"]["counters"]) if self.history else {}
-        self._counters: dict[str, int] = dict(self._carried)
-        self._seen = 0
 
-    def _algorithm(self, tenant: str, source: RandomSource):
+    def _algorithm(self, tenant: str, source: RandomSource, retriever: _TenantRetriever):
         """MuRAG / MuRAG-Ada for one request, drawing from that request's committed-seed stream."""
         ten, g = self.tenants[tenant], self.policy.generation
         if g.algorithm == "murag":
             return MuRAG(
-                ten["retriever"],
+                retriever,
                 self.generator,
                 ten["filter"],
                 self.rag_params,
@@ -380,7 +404,7 @@ class ProviderService:
                 source=source,
             )
         return MuRAGAda(
-            ten["retriever"],
+            retriever,
             self.generator,
             ten["filter"],
             self.rag_params,
@@ -391,11 +415,7 @@ class ProviderService:
         )
 
     def close(self) -> None:
-        self.ledger.close()
-        self.aud.close()
-        for t in self.tenants.values():
-            t["filter"].store.close()
-        self._lockfile.close()
+        self.store.close()
 
     # -- Phase B ---------------------------------------------------------------------------------------------
     def _refuse(self, exc: RequestError | RateLimitError, signed) -> RequestError | RateLimitError:
@@ -410,61 +430,6 @@ class ProviderService:
             exc.refusal = sign_refusal(body, self.signer)
         return exc
 
-    def _check_request(self, req: Request) -> str:
-        """§5.1, the checks of the request itself (signature, window, question and Q against their commitments,
-        the question's size in tokens for the committed generator): before anything is embedded or recorded."""
-        if not isinstance(req, Request):
-            raise RequestError("request", "must be an audit.account.Request")
-        signed = req.signed
-        acct = signed.get("account") if isinstance(signed, dict) else None
-        if not isinstance(acct, str) or acct not in self.accounts:
-            raise RequestError("request.account", "is not registered in this window's genesis", acct)
-        try:
-            verify_request(signed, self.accounts[acct]["key"])
-        except Exception as e:  # noqa: BLE001 - EncodingError: a malformed or forged request
-            raise RequestError("request", str(e)) from None
-        if signed["window"] != self.policy.window:
-            raise RequestError("request.window", f"must be {self.policy.window!r}", signed["window"])
-        q = req.question
-        if not isinstance(q, str) or not q.strip():
-            raise RequestError("question", "must be a non-empty string")
-        if len(q) > MAX_QUESTION_CHARS:
-            raise RequestError("question", f"must be at most {MAX_QUESTION_CHARS} characters", len(q))
-        if any(0xD800 <= ord(c) <= 0xDFFF for c in q):
-            raise RequestError("question", "must not contain a lone surrogate (it is not valid UTF-8)")
-        nonce = bytes.fromhex(signed["nonce"])
-        if question_commitment(nonce, q) != signed["h_q"]:
-            raise RequestError("question", "does not match the request's h_q")
-        tenant = self.accounts[acct]["tenant"]
-        dim = self.tenants[tenant]["q"].shape[1]
-        if req.qemb is not None:
-            if signed["h_qemb"] is None or qemb_commitment(nonce, req.qemb) != signed["h_qemb"]:
-                raise RequestError("qemb", "does not match the request's h_qemb")
-            if len(req.qemb) != 2 * dim:
-                raise RequestError("qemb", f"must be {dim} int16 values", len(req.qemb))
-        elif signed["h_qemb"] is not None:
-            raise RequestError("qemb", "the request commits to a query embedding but none was sent")
-        self._check_tokens(q)
-        return tenant
-
-    def _check_tokens(self, question: str) -> None:
-        """§5.1: the question's size in tokens, from public quantities only (the question, the committed template,
-        docs_per_voter, the documents' token cap, max_tokens), so that no voter prompt can overflow the committed
-        generator's context window after the charge. Generators without a window (toy, hosted) are not checked."""
-        bound_of = getattr(self._raw_generator, "prompt_token_bound", None)
-        window = getattr(self._raw_generator, "max_positions", None)
-        if bound_of is None or window is None:
-            return
-        g = self.policy.generation
-        need = bound_of(question, g.docs_per_voter, g.max_tokens)
-        if need is not None and need > int(window):
-            raise RequestError(
-                "question",
-                f"is too long for the committed generator: a voter prompt with {g.docs_per_voter} document(s) of at "
-                f"most {getattr(self._raw_generator, 'max_context_tokens', '?')} tokens and {g.max_tokens} answer "
-                f"tokens needs up to {need} tokens, over the context window of {window}",
-            )
-
     def _embed(self, req: Request) -> np.ndarray:
         if req.qemb is not None:
             return np.frombuffer(req.qemb, dtype="<i2").copy()
@@ -476,9 +441,9 @@ class ProviderService:
         return q_query
 
     def _admit(self, req: Request) -> tuple[str, dict | None]:
-        """Under the lock: ("served", stored) for a request already answered, ("recorded", record) for one
-        charged and recorded whose answer is not stored yet, ("new", None) for one that may be served now;
-        raises the refusal (counter, rate) otherwise. Nothing is embedded, charged or recorded here."""
+        """("served", stored) for a request already answered, ("recorded", record) for one charged and recorded
+        whose answer is not stored yet, ("new", None) for one that may be served now; raises the refusal (counter,
+        rate) otherwise. Reads only: run before the write transaction (to refuse early) and again inside it."""
         acct, counter, h_req = req.account, req.signed["counter"], req.h_req.hex()
         if self._closed():
             raise RequestError("request.window", f"window {self.policy.window} is closed: send it to its successor")
@@ -490,12 +455,11 @@ class ProviderService:
                     "request.counter", f"{counter} was already used by another request (a client signs one per counter)"
                 )
             return ("served" if old.get("served") else "recorded"), old
-        self._refresh_counters()
-        last = self._counters.get(acct, 0)
+        last = max(self.aud.last_counter(acct), self._carried.get(acct, 0))
         if counter <= self._carried.get(acct, 0):
             raise RequestError("request.counter", f"{counter} was used in an earlier window (counters carry over)")
         if counter <= last:
-            raise ServiceStateError(f"counter {counter} of {acct!r} is in the ledger but not in the served table")
+            raise ServiceStateError(f"counter {counter} of {acct!r} is below its last recorded {last} but not served")
         if counter > self.policy.retrieval.n:
             raise RateLimitError(
                 f"account {acct!r} has used its {self.policy.retrieval.n} queries of window {self.policy.window}"
@@ -505,20 +469,21 @@ class ProviderService:
         return "new", None
 
     def serve(self, req: Request) -> ServedQuery:
-        """Serve one account-signed request (spec/protocol.md §5).
+        """Serve one account-signed request (spec/protocol.md §5). Safe from many threads at once.
 
         Every refusal (request, question size in tokens, counter, rate) is decided before anything is embedded,
         charged or recorded, and carries a signed refusal (``exc.refusal``; the counter is not consumed). A retry of
         the same signed request returns the stored answer's bytes; if the request was charged and recorded but its
         answer was never stored (the generator failed, the process died), the retry generates it from the recorded
         selection — never re-selecting against the current filter — and stores it before returning it. A failure
-        after the charge is ``AnswerPendingError`` (nothing released; retry the same request)."""
+        after the charge is ``AnswerPendingError`` (nothing released; retry the same request); a store that stays
+        unreachable through ``STORE_ATTEMPTS`` tries is ``StoreUnavailableError`` (nothing committed, or the retry
+        finds what was)."""
         t0 = time.monotonic()
         signed = getattr(req, "signed", None)
         try:
-            tenant = self._check_request(req)
-            with self._locked():
-                state, stored = self._admit(req)
+            tenant = check_request(self, req)
+            state, stored = self._with_retries(self._admit, req)
         except (RequestError, RateLimitError) as e:
             raise self._refuse(e, signed) from None  # decided from the request and public quantities only
         try:
@@ -526,22 +491,40 @@ class ProviderService:
         finally:
             self.release.hold(t0)  # constant-time release, when set (audit/release.py)
 
+    def _with_retries(self, fn, *args):
+        """``fn(*args)``, again after a StoreUnavailableError (each try is one transaction, rolled back on failure;
+        every caller's retry is idempotent), with backoff 0.05 s doubling; the last failure is raised."""
+        pause = 0.05
+        for attempt in range(STORE_ATTEMPTS):
+            try:
+                return fn(*args)
+            except StoreUnavailableError:
+                if attempt == STORE_ATTEMPTS - 1:
+                    raise
+                time.sleep(pause)
+                pause = min(2 * pause, 2.0)
+
     def _serve_admitted(self, req: Request, tenant: str, state: str, stored) -> ServedQuery:
         if state == "served":
             return ServedQuery(**stored["served"])
-        if state == "recorded":
-            return self._finish(stored)
-        q_query = self._embed(req)  # after every refusal: retries and over-limit requests are never embedded
-        with self._locked():
+        if state == "new":
+            q_query = self._embed(req)  # after every refusal: retries and over-limit requests are never embedded
             try:
-                state, stored = self._admit(req)  # another process may have served it meanwhile
+                state, stored = self._with_retries(self._record_once, req, tenant, q_query)
             except (RequestError, RateLimitError) as e:
                 raise self._refuse(e, getattr(req, "signed", None)) from None
-            if state == "new":
-                stored = self._record(req, tenant, q_query)
-        if state == "served":
-            return ServedQuery(**stored["served"])
+            if state == "served":
+                return ServedQuery(**stored["served"])
         return self._finish(stored)
+
+    def _record_once(self, req: Request, tenant: str, q_query: np.ndarray) -> tuple[str, dict]:
+        """One write transaction: admit again (another thread, process or host may have served it meanwhile), then
+        record (§5.3 steps 2-6); commits before it returns."""
+        with self.store.write():
+            state, stored = self._admit(req)
+            if state == "new":
+                return "recorded", self._record(req, tenant, q_query)
+            return state, stored
 
     def _closed(self) -> bool:
         size = self.ledger.size
@@ -570,23 +553,19 @@ class ProviderService:
         return ten["filter"].spent_units(np.arange(len(ten["retriever"])))[:, 0].astype(np.int64)
 
     def _record(self, req: Request, tenant: str, q_query: np.ndarray) -> dict:
-        """§5.3 steps 2-6 under the lock: pending, scores, noise-then-select, the durable charge, the opening, the
-        query leaf, the served-table row (answer not yet stored) and a checkpoint."""
+        """§5.3 steps 2-6 inside the request's write transaction: scores, noise-then-select, the charge, the
+        opening, the query leaf and the served-table row (answer not yet stored). All or nothing."""
         acct, counter, h_req = req.account, req.signed["counter"], req.h_req
         pos = self.ledger.size
         qb = cm.embedding_bytes(q_query)
-        # durable before any charge: what a restart needs to finish the request (§5.5)
-        self.aud.set_pending(encode({"request": req.signed, "qemb": qb.hex(), "question": req.question}))
         ten = self.tenants[tenant]
-        scores = ten["retriever"].score_query(req.question, q_query)
-        algo = self._algorithm(tenant, request_source(self.seed, "select", h_req))
-        selection: Selection = algo.select(req.question)  # durable filter charges
-        record = self._append_query(pos, req.signed, tenant, qb, scores, self._charge_opening(ten["filter"], selection))
+        retriever = ten["retriever"].for_query(req.question, q_query)
+        algo = self._algorithm(tenant, request_source(self.seed, "select", h_req), retriever)
+        selection: Selection = algo.select(req.question)  # the filter's charges, in this transaction
+        charge = self._charge_opening(ten["filter"], selection)
+        record = self._append_query(pos, req.signed, tenant, qb, retriever.scores(req.question), charge)
         record["question"] = req.question  # provider-private: a retry finishes the answer from it
-        self.aud.put_served(acct, counter, encode(record))
-        self.aud.set_pending(None)
-        self._counters[acct] = counter
-        self._seen = pos + 1
+        self.aud.put_served(acct, counter, pos, encode(record))
         return record
 
     def _append_query(self, pos: int, signed: dict, tenant: str, qb: bytes, scores, charge: dict) -> dict:
@@ -609,17 +588,17 @@ class ProviderService:
             "charge": charge,
         }
         self.aud.put_opening(pos, encode(opening))
-        h_req = request_hash(signed).hex()
-        leaf = encode({"type": "query", "h_req": h_req, "h_top": h_top, "h_charge": digest(charge)})
+        leaf = encode(
+            {"type": "query", "h_req": request_hash(signed).hex(), "h_top": h_top, "h_charge": digest(charge)}
+        )
         got = self.ledger.append(leaf)
         if got != pos:
-            raise ServiceStateError(f"ledger position moved under the lock ({got} != {pos})")
+            raise ServiceStateError(f"ledger position moved inside the transaction ({got} != {pos})")
         return self.served_row(pos, signed, leaf, nonce.hex(), top)
 
     def served_row(self, pos: int, signed: dict, leaf: bytes, nonce_top: str, top: list | None) -> dict:
         """The served-table row of a recorded request, its answer not yet stored: the ledger position, the receipt
-        body (``h_answer`` filled in when the answer is stored) at a freshly signed checkpoint, the citations."""
-        size, root = self._checkpoint()
+        body's fields that the leaf fixes (the checkpoint is signed after the commit, ``_finish``), the citations."""
         h_req = request_hash(signed).hex()
         body = receipt_body(
             window=self.policy.window,
@@ -632,14 +611,15 @@ class ProviderService:
             h_answer="0" * 64,
             pos=pos,
             leaf_hash=hash_leaf(leaf).hex(),
-            size=size,
-            root=root.hex(),
+            size=pos + 1,
+            root="0" * 64,
         )
         return {"h_req": h_req, "pos": pos, "receipt_body": body, "top": top, "served": None}
 
     def _finish(self, record: dict) -> ServedQuery:
-        """Generate the answer of a recorded request from its recorded selection, store it (the first stored
-        answer wins: concurrent retries all return the same bytes), and return it."""
+        """Generate the answer of a recorded (committed) request from its recorded selection, sign its receipt at a
+        checkpoint of committed state, store it (the first stored answer wins: concurrent retries, in any process,
+        all return the same bytes), and return it. Runs outside any transaction: generation is the long part."""
         pos = record["pos"]
         op = decode(self.aud.opening(pos) or b"null", what="opening")
         if not isinstance(op, dict) or op.get("pos") != pos:
@@ -661,27 +641,32 @@ class ProviderService:
             ans = self._generate(question, top, ten["retriever"], h_req)
         except Exception as e:  # noqa: BLE001 - any failure after the charge: nothing released, one outcome for all
             raise AnswerPendingError(pos, type(e).__name__) from None
-        body = dict(record["receipt_body"], h_answer=hashlib.sha256(ans.text.encode("utf-8")).hexdigest())
+        size, root = self._with_retries(self._checkpoint)  # committed state: this request's leaf is in it
+        body = dict(
+            record["receipt_body"],
+            h_answer=hashlib.sha256(ans.text.encode("utf-8")).hexdigest(),
+            size=size,
+            root=root.hex(),
+        )
         served = ServedQuery(answer=ans.text, citations=record["top"], receipt=sign_receipt(body, self.signer), pos=pos)
-        with self._locked():
-            prior = decode(self.aud.served(acct, counter), what="served")
-            if prior.get("served"):
-                return ServedQuery(**prior["served"])  # a concurrent retry stored first
-            self.aud.put_served(acct, counter, encode({**record, "served": served.to_dict()}))
-        return served
+        new = encode({**record, "served": served.to_dict()})
+        kept = self._with_retries(
+            lambda: self.aud.store_answer(
+                acct, counter, new, unless_stored=lambda b: bool(decode(b, what="served").get("served"))
+            )
+        )
+        return ServedQuery(**decode(kept, what="served")["served"])
 
     # -- internals -------------------------------------------------------------------------------------------
-    @contextmanager
-    def _locked(self):
-        fcntl.flock(self._lockfile.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(self._lockfile.fileno(), fcntl.LOCK_UN)
-
     def _checkpoint(self) -> tuple[int, bytes]:
-        size = self.ledger.size
-        root = self.ledger.root(size)
+        """Sign a checkpoint of the committed ledger (its current size) and keep it; never inside a write
+        transaction, so what is signed is committed (Ed25519 is deterministic: two replicas signing one size write
+        the same note)."""
+        if self.store.in_transaction:
+            raise ServiceStateError("a checkpoint is signed over committed state only (outside a write transaction)")
+        with self.store.snapshot():
+            size = self.ledger.size
+            root = self.ledger.root(size)
         self.aud.put_checkpoint(size, self.ledger.checkpoint(self.signer, self.origin, size=size))
         return size, root
 
@@ -699,20 +684,6 @@ class ProviderService:
             "bins_released": selection.info.get("bins_released"),
             "charges": charges,
         }
-
-    def _refresh_counters(self) -> None:
-        """Each account's last recorded counter, from the openings of the leaves appended since the last call (the
-        public v3 leaves do not name the account)."""
-        size = self.ledger.size
-        for _pos, body in self.aud.openings_between(max(self._seen, 1), size):
-            signed = json.loads(body)["request"]
-            self._counters[signed["account"]] = max(self._counters.get(signed["account"], 0), signed["counter"])
-        self._seen = size
-
-    def _recover(self) -> None:
-        from .recovery import recover
-
-        recover(self)
 
     def _generate(self, question: str, top: np.ndarray, retriever, h_req: bytes):
         """§5.3 step 7: the answer from the recorded selection's documents ``top``, drawn from the request's
@@ -776,6 +747,6 @@ class ProviderService:
         from .ledger import open_checkpoint
 
         cp, _ = open_checkpoint(cosigned, self.origin, self.signer.verifier())
-        if self.ledger.root(cp.size) != cp.root:
+        if cp.size > self.ledger.size or self.ledger.root(cp.size) != cp.root:
             raise InvalidParameterError("cosigned", "is not a checkpoint of this ledger")
-        self.aud.put_checkpoint(cp.size, bytes(cosigned))
+        self.aud.put_checkpoint(cp.size, bytes(cosigned), replace=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -66,15 +67,18 @@ def next_window(
     bad = embedder_violations(svc.embedder_descriptor, embedder_descriptor.to_dict())
     if bad:
         raise InvalidParameterError("embedder", "changes what a history keeps constant: " + "; ".join(bad))
-    with svc._locked():
+    with svc.store.write():  # no request is recorded while the window closes: the carry is the ledger's last word
         if svc._closed():
             raise _state_error(f"window {svc.policy.window} is already closed")
-        if svc.aud.pending() is not None:
-            raise _state_error("a request is pending: reopen the service (recovery) before closing")
-        svc._refresh_counters()
         size = svc.ledger.size
+        counters = {}
+        for _pos, body in svc.aud.openings(size):
+            signed = json.loads(body)["request"]
+            counters[signed["account"]] = max(counters.get(signed["account"], 0), int(signed["counter"]))
+        for a, c in svc._carried.items():
+            counters[a] = max(counters.get(a, 0), int(c))
         carry = {
-            "counters": {a: int(c) for a, c in sorted(svc._counters.items())},
+            "counters": {a: int(c) for a, c in sorted(counters.items())},
             "spend": {t: [int(x) for x in svc._spent(t)] for t in sorted(svc.tenants)},
         }
         history = {
@@ -97,7 +101,7 @@ def next_window(
             _history=history,
         )
         svc.ledger.append(encode(close_record(nxt.ledger.leaf(0))))
-        svc._checkpoint()
+    svc._checkpoint()
     return nxt
 
 

@@ -175,3 +175,13 @@ class HostedToyLLM:
         found = re.findall(r"(?:ANSWER|Keywords):\s*([^\n.]+)", text)
         word = found[0].replace(",", " ").strip() if found else "unknown"
         return f"{word} {os.urandom(4).hex()}"
+
+
+def load_hash_embedder() -> HashEmbedder:
+    """The ``toy-hash-32`` entry point (``dprag.embedders``): what toy accounts compute Q with."""
+    return HashEmbedder(32)
+
+
+def load_toy_generator():
+    """The ``toy`` entry point (``dprag.generators``)."""
+    return ToyGenerator()

@@ -36,3 +36,18 @@ def test_test_writer(tmp_path):
         [sys.executable, "-c", _block("test-writer")], cwd=tmp_path, capture_output=True, text=True, timeout=300
     )
     assert p.returncode == 0, p.stderr
+
+
+def test_langchain_example(tmp_path):
+    """The README's LangChain example, as written: invoke, batch, ainvoke and the retriever (ids, never texts)."""
+    import pytest
+
+    pytest.importorskip("langchain_core")
+    p = subprocess.run(
+        [sys.executable, "-c", _block("langchain")], cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
+    assert p.returncode == 0, p.stderr[-3000:]
+    lines = p.stdout.strip().splitlines()
+    assert lines[1] == "3"  # the batch answered all three
+    ids, texts = lines[-1].rsplit(" ", 1)
+    assert texts == "{''}" and "rx-" in ids  # the retriever shows the provider's ids (public here) and no text

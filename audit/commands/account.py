@@ -191,3 +191,45 @@ def export_cmd(account_dir: Path, out: Path, include_questions: bool) -> int:
     c.export_receipts(out, include_questions=include_questions)
     click.echo(f"{len(c.receipts)} receipts -> {out}")
     return 0
+
+
+@account.command("ask")
+@click.argument("account_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument("question")
+@click.option(
+    "--url",
+    "urls",
+    required=True,
+    multiple=True,
+    help="the provider's dprag serve URL (repeat for replicas: a request the first cannot answer goes to the next)",
+)
+@click.option("--attempts", type=click.IntRange(1, 100), default=8, show_default=True)
+def ask_cmd(account_dir: Path, question: str, urls: tuple[str, ...], attempts: int) -> int:
+    """Sign the next request for QUESTION, send it over HTTP (resending the same signed bytes while the service is
+    unavailable), check the answer, the citations and the receipt, keep the receipt; print the answer as one JSON
+    object. Exit 0 answered, 1 refused or rejected (the reason on stderr), 2 unusable input."""
+    from ..api.client import RemoteError, RemoteService
+
+    c = _client(account_dir)
+    try:
+        remote = RemoteService(list(urls), account=c.account, key=c.key, attempts=attempts)
+    except DpragError as e:
+        raise click.UsageError(f"--url: {e}") from None
+    try:
+        served = c.ask(remote, question)
+    except ReceiptError as e:
+        click.echo(f"REJECTED {e}", err=True)
+        return 1
+    except RemoteError as e:
+        click.echo(f"ERROR {e}", err=True)
+        return 1
+    except DpragError as e:  # a refusal (kept with its signature in refusals.jsonl) or the service unreachable
+        click.echo(f"REFUSED {type(e).__name__}: {e}", err=True)
+        return 1
+    click.echo(
+        json.dumps(
+            {"answer": served.answer, "citations": served.citations, "pos": served.pos, "retries": remote.retries},
+            sort_keys=True,
+        )
+    )
+    return 0

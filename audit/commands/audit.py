@@ -9,7 +9,9 @@ Errors are one line on stderr (under ``--json`` also a JSON error object on stdo
 from __future__ import annotations
 
 import json
+import os
 import sys
+import tempfile
 from pathlib import Path
 
 import click
@@ -21,10 +23,10 @@ from ..encoding import printable
 from ..estimator import DEFAULT_THETA, DEFAULT_WINDOW
 from ..ledger.rfc6962 import root_from_leaves
 from ..verify import verify
+from ..verify.html import PASS_MEANING, large_epsilon_warning, render_html
 
 SCHEMA_ROOT = "dprag.ledger-root/1"
 SCHEMA_ERROR = "dprag.error/1"
-LARGE_EPSILON = 10.0  # beyond this, e^ε > 22,000: a likelihood ratio that bounds almost nothing
 
 
 class BundleDefect(click.ClickException):
@@ -233,6 +235,15 @@ class _Progress:
     help="print the verdict as it may be published: one JSON object (schema dprag.verdict-public/1) without the "
     "reasons' text, the coalition estimate or timings (spec/protocol.md §8)",
 )
+@click.option(
+    "--html",
+    "html_file",
+    type=click.Path(path_type=Path),
+    default=None,
+    metavar="FILE",
+    help="also write the verdict as one self-contained HTML page (spec/verdict-html.md): the auditor's full "
+    "verdict, or with --public only what may be published",
+)
 def verify_cmd(
     bundle: Path,
     receipts: Path | None,
@@ -252,6 +263,7 @@ def verify_cmd(
     as_json: bool,
     as_public: bool,
     max_read: str | None,
+    html_file: Path | None,
 ) -> int:
     """Re-check everything in BUNDLE: PASS ε δ (exit 0), FAIL reasons (exit 1), unusable input (exit 2)."""
     if mode == "sampled" and samples is None:
@@ -262,6 +274,7 @@ def verify_cmd(
         raise click.UsageError(f"BUNDLE {bundle}: no such directory")
     if chain is not None and (len(chain) != 64 or any(c not in "0123456789abcdef" for c in chain)):
         raise click.UsageError(f"--chain {chain[:80]}: must be 64 lower-case hex characters (the chain id)")
+    _check_html_target(html_file)
     bar = _Progress(enabled=not as_json and sys.stderr.isatty())
     try:
         v = verify(
@@ -286,6 +299,8 @@ def verify_cmd(
         )
     finally:
         bar.close()
+    if html_file is not None:
+        _write_page(html_file, render_html(v, public=as_public).encode(), private=not as_public)
     if as_public:
         _say(json.dumps(v.to_public_json(), sort_keys=True))
         return 0 if v.verdict == "PASS" else 1
@@ -296,15 +311,9 @@ def verify_cmd(
     for w in v.warnings():
         _say(f"  warning: {w}")
     if v.verdict == "PASS":
-        _say(
-            "  meaning: the provider followed the policy it committed to, and that policy guarantees this "
-            "ε and δ for the channels and relation below."
-        )
-        if v.epsilon > LARGE_EPSILON:
-            _say(
-                f"  warning: ε = {v.epsilon:.3g} > {LARGE_EPSILON:g}: an adversary's likelihood ratio may "
-                f"reach e^ε, over 22,000 — a guarantee this weak rules out almost no inference."
-            )
+        _say(f"  meaning: {PASS_MEANING}")
+        if large := large_epsilon_warning(v.epsilon):
+            _say(f"  warning: {large}")
         ch = v.channels
         _say(f"  relation: {ch['relation']}")
         _say(
@@ -336,6 +345,39 @@ def verify_cmd(
     return 0 if v.verdict == "PASS" else 1
 
 
+def _check_html_target(path: Path | None) -> None:
+    """``--html FILE`` is checked before the verification runs: a new or regular file in an existing directory,
+    never a symbolic link (the page is written in its place, not through it)."""
+    if path is None:
+        return
+    if path.is_symlink():
+        raise AuditorInputError(f"--html {path}: is a symbolic link; refusing to write through it")
+    if path.exists() and not path.is_file():
+        raise AuditorInputError(f"--html {path}: exists and is not a regular file")
+    if not path.parent.is_dir():
+        raise AuditorInputError(f"--html {path}: no such directory {path.parent}")
+
+
+def _write_page(path: Path, data: bytes, private: bool) -> None:
+    """Write ``path`` atomically, as ``bundle_export.write_atomically`` does (temporary file, fsync, rename), with
+    the temporary file created exclusively (``mkstemp``: a planted link is never followed); the auditor's page is
+    0600, the public one 0644. A symbolic link at ``path`` is refused (exit 2), also if it appeared meanwhile."""
+    _check_html_target(path)
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name[:100]}.", suffix=".tmp")
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fchmod(f.fileno(), 0o600 if private else 0o644)
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as e:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+        raise AuditorInputError(f"--html {path}: cannot write ({e.strerror or e})") from None
+
+
 def _bytes_flag(flag: str, text: str | None) -> int | None:
     """``123``, ``500K``, ``500M``, ``8G`` (powers of 1024) as bytes; UsageError naming ``flag`` otherwise."""
     if text is None:
@@ -351,6 +393,43 @@ def _bytes_flag(flag: str, text: str | None) -> int | None:
 def _say(line: str) -> None:
     """One line of the verdict on the terminal, made printable (a bundle's strings cannot move the cursor)."""
     click.echo(printable(line))
+
+
+@audit.command("fetch")
+@click.option("--url", required=True, help="the provider's dprag serve URL")
+@click.option(
+    "--key",
+    "key_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="the auditor's key file (hex Ed25519 seed); without it only public/ is fetched",
+)
+@click.option("--out", required=True, type=click.Path(path_type=Path), help="a new directory for the bundle")
+@click.option(
+    "--max-read", "max_read", default="8G", show_default=True, metavar="BYTES", help="refuse a larger archive"
+)
+def fetch_cmd(url: str, key_file: Path | None, out: Path, max_read: str) -> int:
+    """Download the bundle, cut at a freshly signed checkpoint, from a provider's HTTP API into OUT (regular files
+    only, no links, nothing outside OUT); then run dprag audit verify OUT."""
+    from ..account import AccountKey
+    from ..api.client import RemoteError, fetch_bundle
+
+    if out.exists() or out.is_symlink():
+        raise click.UsageError(f"--out {out}: already exists (the bundle goes into a new directory)")
+    key = None
+    if key_file is not None:
+        try:
+            key = AccountKey.from_hex(key_file.read_text().strip())
+        except (OSError, ValueError, DpragError) as e:
+            raise click.UsageError(f"--key {key_file}: not an Ed25519 key file ({e})") from None
+    try:
+        fetch_bundle(url, out, auditor_key=key, public_only=key is None, max_bytes=_bytes_flag("--max-read", max_read))
+    except (RemoteError, ValueError) as e:
+        raise click.UsageError(f"--url {url}: {e}") from None
+    except DpragError as e:
+        raise click.UsageError(f"--url {url}: {e}") from None
+    _say(f"bundle -> {out}" + ("" if key else " (public part only)"))
+    return 0
 
 
 @audit.group("ledger")

@@ -93,9 +93,9 @@ def _openings(svc: ProviderService) -> dict[int, dict]:
 
 def _wipe_budgets(svc: ProviderService) -> ProviderService:
     d = svc.dir
+    with svc.store.write() as s:  # the provider empties its own spend rows
+        s.execute("DELETE FROM budget_spend")
     svc.close()
-    for f in (d / "state").glob("budget-*"):
-        f.unlink()
     # constructed directly: the provider skips its own recovery check, which would refuse this state
     from dprag.audit.toy import ToyGenerator
 
@@ -159,7 +159,6 @@ def grind_empty_records(d: Path) -> AttackResult:
             encode({"type": "recovery", "tenant": "clinic", "h_charge": digest(charge)}),
             {"kind": "recovery", "charge": charge},
         )
-    svc._seen = svc.ledger.size  # its own counter refresh would choke on these records: skip them
     clients["alice"].ask(svc, "asthma protocol inhaler patient 9")
     return AttackResult(
         _export(svc, d),

@@ -118,7 +118,7 @@ def bulk_window(
             nonce=hashlib.sha256(b"n%d" % j).digest()[:16],
         )
         h_req = request_hash(signed)
-        scores = ten["retriever"].score_query(f"question {j}", qemb_all[j])
+        scores = ten["retriever"].for_query(f"question {j}", qemb_all[j]).scores(f"question {j}")
         z = svc.table.sample(n_docs, retrieval_source(svc.seed, "t", qb))
         top = noisy_top_k(scores, z, pol.retrieval.K)
         nonce = hashlib.sha256(b"t%d" % j).digest()[:16]
@@ -162,11 +162,10 @@ def bulk_window(
         leaves.append(leaf)
         pending.append((a, counters[a], h_req.hex(), h_top, nonce.hex(), pos, hash_leaf(leaf).hex()))
     # (the provider's budget store is not charged: the service directory is scaffolding for the bundle only)
-    svc.aud.con.execute("BEGIN")
-    for pos, body in openings:
-        svc.aud.put_opening(pos, body)
-    svc.aud.con.execute("COMMIT")
-    svc.ledger.append_many(leaves)
+    with svc.store.write():
+        for pos, body in openings:
+            svc.aud.put_opening(pos, body)
+        svc.ledger.append_many(leaves)
     size, root = svc._checkpoint()
     lines = []
     for a, c, h_req, h_top, nonce_top, pos, lh in pending:

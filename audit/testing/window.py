@@ -153,11 +153,19 @@ def client(svc: ProviderService, account: str, directory: Path | None = None, co
 
 
 def open_service(
-    directory: Path, algorithm: str = "murag", accounts: dict | None = None, seed: bytes | None = b"\x05" * 32, **kw
+    directory: Path,
+    algorithm: str = "murag",
+    accounts: dict | None = None,
+    seed: bytes | None = b"\x05" * 32,
+    store: str | None = None,
+    **kw,
 ) -> ProviderService:
     """A fresh toy window (every random choice from its committed seed and the signed requests). Tests fix
-    the seed and the clients' nonces, so a window is reproducible; ``seed=None`` draws a real one."""
+    the seed and the clients' nonces, so a window is reproducible; ``seed=None`` draws a real one. ``store``:
+    None for the window's SQLite file, else a ``postgresql://`` URL (default: ``$DPRAG_TEST_STORE`` if set, so the
+    whole suite can run against PostgreSQL)."""
     emb = HashEmbedder(32)
+    store = store if store is not None else (os.environ.get("DPRAG_TEST_STORE") or None)
     return ProviderService.create(
         directory,
         policy=toy_policy(algorithm, **kw),
@@ -167,6 +175,7 @@ def open_service(
         generator=ToyGenerator(),
         tenants={"clinic": CLINIC, "legal": LEGAL},
         accounts=registry(ACCOUNTS if accounts is None else accounts),
+        store=store,
     )
 
 

@@ -14,7 +14,7 @@ from typing import Any
 from .. import commitments as cm
 from ..certify import certified_epsilons
 from ..charges import ChargeRule
-from ..encoding import printable_tree
+from ..encoding import printable, printable_tree
 from . import pool
 from .inputs import AuditorInputs
 from .run import Run
@@ -68,12 +68,17 @@ class Verdict:
     cpu_seconds: dict = field(default_factory=dict)
     #: the history audited: {"window", "size", "root"} (None where leaf 0 or the ledger is unusable)
     history: dict | None = None
+    #: the per-document spend the generation check replayed (``Run.final_spend``, carried spend included), for the
+    #: auditor's HTML page: {tenant: {"limit": the budget in filter units, "spent": [units per document, index
+    #: order]}}; {} where the check did not finish. Not in the JSON, nor public: it is a function of the charges
+    spend: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         """Every string a verdict carries may come from the bundle or the receipts (a tenant, a file name, a window):
         each is made printable (``encoding.printable``) before any output, terminal, JSON, report or HTML, shows it."""
         for name in ("channels", "attestation", "reasons", "guarantee", "rejected_evidence", "trust", "history"):
             setattr(self, name, printable_tree(getattr(self, name)))
+        self.spend = {printable(str(t)): v for t, v in self.spend.items()}  # the tenants; the units are numbers
 
     def headline(self) -> str:
         """The verdict's first line: PASS ε δ with what the auditor pinned and how much account evidence there is,
@@ -301,6 +306,7 @@ def conclude(
         timings=dict(run.timings),
         cpu_seconds=dict(run.cpu),
         history=_history(run),
+        spend=_spend(run),
     )
 
 
@@ -364,6 +370,14 @@ CHECK_ORDER = (
 def _check_rank(reason: str) -> int:
     name = reason.split(":", 1)[0]
     return CHECK_ORDER.index(name) if name in CHECK_ORDER else len(CHECK_ORDER)
+
+
+def _spend(run: Run) -> dict:
+    """Per tenant, the budget limit and every document's spent units as the generation check replayed them."""
+    if run.policy is None or not run.final_spend:
+        return {}
+    limit = ChargeRule.of(run.policy).limit
+    return {t: {"limit": limit, "spent": s} for t, s in run.final_spend.items()}
 
 
 def _history(run: Run) -> dict | None:

@@ -303,9 +303,10 @@ CHARGES, NOTHING = "asthma protocol inhaler patient 1", "legal court contract"
 
 
 def _store_statements(svc, ask) -> list[str]:
-    """The budget store's SQL during ``ask()``, reduced to its kind (BEGIN, SELECT, WRITE, COMMIT)."""
+    """The serving thread's SQL during ``ask()`` that touches the spend rows, or opens or ends a transaction,
+    reduced to its kind (BEGIN, SELECT, WRITE, COMMIT)."""
     log: list[str] = []
-    conn = svc.tenants["clinic"]["filter"].store._connection()
+    conn = svc.store._connection()  # this thread's connection: the whole serve runs on it
     conn.set_trace_callback(log.append)
     try:
         ask()
@@ -313,6 +314,8 @@ def _store_statements(svc, ask) -> list[str]:
         conn.set_trace_callback(None)
     kinds = []
     for s in log:
+        if "budget_" not in s and s.split()[0].upper() not in ("BEGIN", "COMMIT", "ROLLBACK"):
+            continue
         k = s.split()[0].upper()
         k = "WRITE" if k in ("INSERT", "UPDATE") else k
         if not kinds or kinds[-1] != k or k != "WRITE":

@@ -267,31 +267,46 @@ def test_rule_a_hosted_generator_that_fails_answers_every_request_once(tmp_path)
     assert v.checked["receipts_accepted"] == 20
 
 
-def test_rule_a_crash_after_the_charge_completes_as_a_query_leaf(tmp_path, monkeypatch):
+def test_rule_a_crash_after_the_charge_rolls_the_charge_back_with_the_leaf(tmp_path, monkeypatch):
     """v2 wrote a 'recovery' leaf for a request charged before a crash (the ledger could relabel releases as
-    recoveries; 8 colluders over k_max = 5 turned FAIL into PASS that way). v3 has no recovery type: the request
-    completes as an ordinary query leaf, the retry of the same signed request gets its answer, and a leaf of any
-    other type is malformed."""
+    recoveries; 8 colluders over k_max = 5 turned FAIL into PASS that way); v3 first completed it as a query leaf
+    from a pending record. Now the charge, the opening, the leaf and the served row are one transaction: a crash
+    after the charge and before the leaf leaves none of them, and the retry of the same signed request is served
+    once, charged once, as an ordinary query leaf."""
     svc = fx.open_service(tmp_path / "svc")
     alice = fx.client(svc, "alice")
     alice.ask(svc, "asthma protocol inhaler patient 0")
+    before, size = _spent(svc).copy(), svc.ledger.size
+    charged = []
+    real_charge = svc.tenants["clinic"]["filter"].store._charge
+
+    def charge_then_note(batch):
+        out = real_charge(batch)
+        charged.append(sum(int(m.sum()) for m in out))
+        return out
 
     def crash(leaf):
         raise KeyboardInterrupt("power cut after the charge")
 
+    monkeypatch.setattr(svc.tenants["clinic"]["filter"].store, "_charge", charge_then_note)
     monkeypatch.setattr(svc.ledger, "append", crash)
     req = alice.request("asthma protocol inhaler patient 1")
     with pytest.raises(KeyboardInterrupt):
         svc.serve(req)
-    spent = _spent(svc).copy()
+    assert sum(charged) > 0  # the charge ran before the crash
     svc.close()
     monkeypatch.undo()
     svc = fx.reopen_service(tmp_path / "svc")
-    leaf = json.loads(svc.ledger.leaf(svc.ledger.size - 1))
+    assert svc.ledger.size == size and np.array_equal(_spent(svc), before)  # rolled back, all of it
+    served = alice.send(svc, req)  # the retry is served afresh
+    assert served.pos == size and svc.ledger.size == size + 1
+    leaf = json.loads(svc.ledger.leaf(size))
     assert leaf["type"] == "query" and set(leaf) == {"type", "h_req", "h_top", "h_charge"}
-    assert np.array_equal(_spent(svc), spent)
-    served = alice.send(svc, req)  # the retry finishes it
-    assert served.pos == svc.ledger.size - 1 and np.array_equal(_spent(svc), spent)
+    op = json.loads(svc.aud.opening(size))
+    replay = before.copy()
+    for ch in op["charge"]["charges"]:
+        replay[np.asarray(ch["ids"], dtype=np.int64)] += ch["cost"]["epsilon_units"]
+    assert np.array_equal(_spent(svc), replay)  # charged exactly once, as its opening says
     bundle = svc.export_bundle(tmp_path / "bundle")
     svc.close()
     v = verify(bundle, receipts=_receipts(tmp_path, {"alice": alice}))

@@ -1,0 +1,180 @@
+"""The account's and the auditor's side of ``dprag serve`` over HTTP (stdlib ``urllib``; no extra dependency).
+
+``RemoteService(urls, account=..., key=...)`` stands where a ``ProviderService`` stands for ``AccountClient``:
+``serve(req)`` and ``ledger.consistency_proof(lo, hi)``, raising the same typed errors (``RequestError`` and
+``RateLimitError`` with the provider's signed refusal, ``AnswerPendingError``, ``StoreUnavailableError``). A request
+is resent, byte for byte, while the service answers 503 or cannot be reached (a replica killed, the database
+restarting), to the next URL of ``urls`` each time, up to ``attempts`` times: a retry of the same signed request is
+idempotent (spec/protocol.md §5.3), so every request is answered exactly once.
+
+``fetch_bundle(url, out, auditor_key=...)``: the auditor downloads the bundle cut at a signed checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from urllib.parse import urlencode
+
+from dprag.accounting.errors import DpragError, InvalidParameterError
+
+from ..ledger.proof import ConsistencyProof
+from ..serving_errors import AnswerPendingError, RateLimitError, RequestError
+from ..storage import StoreUnavailableError
+from .wire import AUDITOR, auth_header, untar_bundle
+
+__all__ = ["RemoteService", "RemoteError", "fetch_bundle"]
+
+
+class RemoteError(DpragError):
+    """The service answered with an error that is neither a refusal nor retryable (its status and body)."""
+
+    def __init__(self, status: int, body: dict | None, url: str):
+        self.status, self.body = status, body
+        err = (body or {}).get("error") or {}
+        super().__init__(f"{url}: HTTP {status} {err.get('type', '')}: {err.get('rule', '')}".strip())
+
+
+class _RemoteLedger:
+    def __init__(self, remote: RemoteService):
+        self._remote = remote
+
+    def consistency_proof(self, size1: int, size2: int) -> ConsistencyProof:
+        body = self._remote.get("/v1/consistency", {"first": int(size1), "second": int(size2)}, auth=True)
+        return ConsistencyProof.from_json_dict(body)
+
+
+class RemoteService:
+    """A provider's service at ``urls`` (one URL or several replicas), for one account (see module docstring)."""
+
+    def __init__(self, urls, *, account: str | None = None, key=None, attempts: int = 8, timeout: float = 120.0):
+        self.urls = [urls] if isinstance(urls, str) else list(urls)
+        if not self.urls or not all(isinstance(u, str) and u.startswith(("http://", "https://")) for u in self.urls):
+            raise InvalidParameterError("url", "must be one or more http(s):// URLs", urls)
+        self.urls = [u.rstrip("/") for u in self.urls]
+        self.account, self.key = account, key
+        self.attempts, self.timeout = int(attempts), float(timeout)
+        self._next = 0
+        self.ledger = _RemoteLedger(self)
+        #: how many sends were retries (503 or unreachable): for the fault tests and benchmarks
+        self.retries = 0
+
+    # -- transport ---------------------------------------------------------------------------------------------
+    def _url(self) -> str:
+        u = self.urls[self._next % len(self.urls)]
+        return u
+
+    def _call(self, method: str, path: str, body: bytes = b"", auth_as: str | None = None, raw: bool = False):
+        """(status, parsed JSON body or bytes), retried on 503 and on connection failures."""
+        pause = 0.05
+        last: Exception | None = None
+        for attempt in range(self.attempts):
+            url = self._url()
+            headers = {"Content-Type": "application/json"} if body else {}
+            if auth_as is not None:
+                key_id, sign = auth_as
+                headers["Authorization"] = auth_header(key_id, sign, method, path, body)
+            req = urllib.request.Request(url + path, data=body or None, method=method, headers=headers)
+            try:
+                with urllib.request.urlopen(req, timeout=self.timeout) as r:
+                    data = r.read()
+                    return r.status, (data if raw else json.loads(data))
+            except urllib.error.HTTPError as e:
+                data = e.read()
+                try:
+                    parsed = json.loads(data)
+                except ValueError:
+                    parsed = None
+                if e.code != 503:
+                    return e.code, parsed
+                last = _unavailable(parsed, url)
+            except (urllib.error.URLError, ConnectionError, TimeoutError, OSError) as e:
+                last = StoreUnavailableError(f"{url}: unreachable ({e})")
+            if attempt < self.attempts - 1:
+                self.retries += 1
+                self._next += 1  # the next replica, if there are several
+                time.sleep(pause)
+                pause = min(2 * pause, 2.0)
+        assert last is not None
+        raise last
+
+    def _account_auth(self):
+        if self.account is None or self.key is None:
+            raise InvalidParameterError("key", "an account and its key are needed for this call")
+        return (self.account, self.key.sign)
+
+    def get(self, path: str, params: dict | None = None, *, auth: bool = False):
+        target = path + (f"?{urlencode(params)}" if params else "")
+        status, body = self._call("GET", target, auth_as=self._account_auth() if auth else None)
+        if status != 200:
+            raise RemoteError(status, body, self._url())
+        return body
+
+    # -- what AccountClient uses -------------------------------------------------------------------------------
+    def serve(self, req) -> _Served:
+        payload = json.dumps(
+            {"request": req.signed, "question": req.question, "qemb": None if req.qemb is None else req.qemb.hex()},
+            sort_keys=True,
+            separators=(",", ":"),
+        ).encode()
+        status, body = self._call("POST", "/v1/requests", payload)
+        if status == 200:
+            return _Served(**body)
+        err = (body or {}).get("error") or {}
+        if status == 429:
+            e: Exception = RateLimitError(err.get("rule", "rate limited"))
+            e.refusal = err.get("refusal")
+            raise e
+        if status == 400 and err.get("type") == "refused":
+            e = RequestError(err.get("field") or "request", err.get("rule", "refused"))
+            e.refusal = err.get("refusal")
+            raise e
+        raise RemoteError(status, body, self._url())
+
+    def info(self) -> dict:
+        return self.get("/v1/info")
+
+    def answer(self, counter: int) -> _Served:
+        """The stored answer of this account's request ``counter`` (RemoteError 404 until it is stored)."""
+        return _Served(**self.get(f"/v1/answers/{int(counter)}", auth=True))
+
+    def checkpoint(self, size: int | None = None) -> dict:
+        return self.get("/v1/checkpoint", None if size is None else {"size": int(size)}, auth=True)
+
+
+def _unavailable(parsed, url: str) -> Exception:
+    err = (parsed or {}).get("error") or {}
+    if err.get("type") == "answer_pending":
+        return AnswerPendingError(int(err.get("pos", 0)), "remote")
+    return StoreUnavailableError(f"{url}: {err.get('type', 'unavailable')}: {err.get('rule', '')}")
+
+
+class _Served:
+    """What a served request looks like to the account (the fields of ``ServedQuery``)."""
+
+    __slots__ = ("answer", "citations", "receipt", "pos")
+
+    def __init__(self, answer: str, citations, receipt: dict, pos: int):
+        self.answer, self.citations, self.receipt, self.pos = answer, citations, receipt, pos
+
+    def to_dict(self) -> dict:
+        return {"answer": self.answer, "citations": self.citations, "receipt": self.receipt, "pos": self.pos}
+
+
+def fetch_bundle(url: str, out: Path, *, auditor_key=None, max_bytes: int = 8 << 30, public_only: bool = False) -> Path:
+    """Download the bundle (cut at a freshly signed checkpoint) into the new directory ``out``. ``auditor_key`` (an
+    ``AccountKey``-like signer) authenticates the confidential part; ``public_only`` fetches ``public/`` alone."""
+    remote = RemoteService(url)
+    part = "public" if public_only else "all"
+    auth = None if public_only else (AUDITOR, auditor_key.sign)
+    status, data = remote._call("GET", f"/v1/bundle?part={part}", auth_as=auth, raw=True)
+    if status != 200:
+        try:
+            body = json.loads(data)
+        except (ValueError, TypeError):
+            body = None
+        raise RemoteError(status, body, url)
+    return untar_bundle(data, Path(out), max_bytes)

@@ -1,0 +1,112 @@
+"""``dprag serve``: the provider's HTTP API (spec/api.md) on uvicorn, one process; replicas are more processes.
+
+- ``dprag serve --toy --dir D [--host H --port P] [--store URL] [--accounts N]``: a toy window (hash embedder, toy
+  generator) made under D on first start (keys under D/accounts/, D/auditor.key), reopened afterwards; seconds.
+- ``dprag serve --dir D --generator NAME [--embedder NAME]``: a service directory made by the provider library
+  (``ProviderService.create``), with its committed embedder (a ``dprag.embedders`` entry point; default: the one the
+  directory's embedder.json names) and a ``dprag.generators`` entry point.
+- ``--store URL``: with ``--toy`` on first start, where the window's store is made (a ``postgresql://`` URL); with an
+  empty ``--dir`` (no --toy), a replica on another host: its directory is materialised from the store;
+  otherwise the URL with credentials for a directory whose store is PostgreSQL (if not in ``PGPASSWORD``).
+- ``--auditor-key FILE``: the auditor's public key (hex), which authenticates the confidential bundle export
+  (``--toy``: D/auditor.vkey).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from dprag.accounting.errors import DpragError
+
+
+@click.command("serve")
+@click.option("--dir", "directory", required=True, type=click.Path(file_okay=False, path_type=Path))
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=8080, show_default=True, type=click.IntRange(0, 65535))
+@click.option("--toy", is_flag=True, help="serve a toy window made under --dir (made on first start)")
+@click.option("--accounts", default=4, show_default=True, type=click.IntRange(1, 999), help="--toy: accounts to make")
+@click.option("--store", default=None, help="a postgresql:// URL (see the command's help)")
+@click.option("--embedder", default=None, help="a dprag.embedders entry point (default: the committed one's name)")
+@click.option("--generator", default=None, help="a dprag.generators entry point (required without --toy)")
+@click.option(
+    "--auditor-key",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="file holding the auditor's Ed25519 public key (hex)",
+)
+@click.option("--release-seconds", type=float, default=None, help="constant-time release period (audit/release.py)")
+@click.option("--log-level", default="warning", show_default=True)
+def serve(
+    directory: Path,
+    host: str,
+    port: int,
+    toy: bool,
+    accounts: int,
+    store: str | None,
+    embedder: str | None,
+    generator: str | None,
+    auditor_key: Path | None,
+    release_seconds: float | None,
+    log_level: str,
+) -> int:
+    """Serve a window over HTTP (spec/api.md)."""
+    try:
+        import uvicorn
+
+        from ..api.app import create_app
+    except ImportError as e:
+        raise click.UsageError(f"dprag serve needs the serve extra (pip install 'dprag[serve]'): {e}") from None
+    try:
+        svc, akey = _open(directory, toy, accounts, store, embedder, generator, auditor_key)
+    except DpragError as e:
+        raise click.UsageError(f"--dir {directory}: {e}") from None
+    if release_seconds is not None:
+        svc.release.set(release_seconds)
+    app = create_app(svc, auditor_key=akey)
+    click.echo(f"dprag serve: window {svc.policy.window} on http://{host}:{port} (store {svc.store.dialect})", err=True)
+    try:
+        uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False)
+    finally:
+        svc.close()
+    return 0
+
+
+def _open(directory, toy, accounts, store, embedder, generator, auditor_key):
+    from ..service import ProviderService
+
+    akey = auditor_key.read_text().strip() if auditor_key else None
+    if toy:
+        from ..api.toy import make_toy_directory, open_toy_directory
+
+        fresh = not (directory / "service" / "config" / "policy.json").exists()
+        svc = (
+            make_toy_directory(directory, store=store, accounts=accounts)
+            if fresh
+            else open_toy_directory(directory, store=store)
+        )
+        return svc, akey or (directory / "auditor.vkey").read_text().strip()
+    if generator is None:
+        raise click.UsageError("--generator NAME is required without --toy (a dprag.generators entry point)")
+    if not (directory / "config" / "policy.json").exists() and store:  # a replica on another host
+        from ..storage import materialize
+
+        materialize(store, directory)
+    from importlib.metadata import entry_points
+
+    from .. import serving_models
+
+    gens = {ep.name: ep for ep in entry_points(group="dprag.generators")}
+    if generator not in gens:
+        raise click.UsageError(f"--generator {generator}: no such dprag.generators entry point ({sorted(gens)})")
+    if embedder is None:
+        desc = json.loads((directory / "config" / "embedder.json").read_text())
+        embedder = {"hash-bow-32": "toy-hash-32"}.get(desc.get("model"), desc.get("model"))
+    try:
+        emb = serving_models.load_embedder(embedder)
+    except DpragError as e:
+        raise click.UsageError(f"--embedder {embedder}: {e}") from None
+    svc = ProviderService.open(directory, embedder=emb, generator=gens[generator].load()(), store=store)
+    return svc, akey

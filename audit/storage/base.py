@@ -1,0 +1,248 @@
+"""One database per audit window: the store interface every backend implements (spec/provider.md §6).
+
+A ``ServiceStore`` holds everything durable a window's serving writes — the ledger (leaves and perfect-subtree
+hashes), the auditor's records (openings, signed checkpoints, the served table with stored answers, zk proofs) and
+every tenant's per-document spend — in one database, so that one request's charge, opening, leaf and served row
+commit in ONE transaction. Two backends: SQLite (``sqlite.py``, one file, the embedded default; processes of one
+host) and PostgreSQL (``postgres.py``; processes on many hosts that share only the database URL).
+
+Concurrency model:
+
+- **Connections.** One connection per thread (and per process: a connection inherited through ``fork`` is
+  abandoned, never used or closed, and the child connects afresh). A store object is safe to share between
+  threads; each thread's statements run on its own connection.
+- **Writes.** ``write()`` opens a write transaction that is serialised with every other writer of the database, in
+  this process or any other, on any host: SQLite takes its RESERVED lock at ``BEGIN IMMEDIATE``; PostgreSQL locks
+  the ledger's tail row (``SELECT ... FROM ledger_tail FOR UPDATE``) as the transaction's first statement. Every
+  write transaction takes that one lock first, so two writers never interleave, and ledger order is the order in
+  which the filters saw the charges (never row locks on documents alone). ``write()`` is re-entrant within a
+  thread: a nested block joins the open transaction and only the outermost block commits.
+- **Reads.** ``read()`` (one statement) and ``snapshot()`` (several) yield the thread's open transaction if there is
+  one; otherwise ``read()`` runs its statement in autocommit and ``snapshot()`` opens a read-only snapshot (SQLite: a
+  deferred read transaction; PostgreSQL: ``REPEATABLE READ READ ONLY``), so a multi-statement read is consistent.
+- **Failures.** Any exception inside a block rolls the transaction back and is re-raised; a driver error becomes
+  ``StoreUnavailableError`` (a lost connection, a restarted server, a lock held past the timeout): nothing of the
+  block was committed — except when the connection was lost during COMMIT itself, which the caller cannot tell
+  apart, so a caller retries only operations whose retry is idempotent (the service's is: a retry of a recorded
+  request finds its served row).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from dprag.accounting.errors import DpragError
+
+__all__ = ["Session", "ServiceStore", "StoreError", "StoreUnavailableError"]
+
+
+class StoreError(DpragError):
+    """The database refused an operation for a reason a retry does not cure (a constraint, a corrupt row). The
+    operation was rolled back."""
+
+
+class StoreUnavailableError(StoreError):
+    """The database could not complete an operation (connection lost, server restarting, lock timeout). The
+    operation was rolled back: retry it (the HTTP API answers 503 with Retry-After)."""
+
+
+class Session:
+    """A connection inside a transaction (or a read snapshot): ``?`` placeholders, rows as tuples."""
+
+    __slots__ = ("_store", "_conn", "write")
+
+    def __init__(self, store: ServiceStore, conn: Any, write: bool):
+        self._store, self._conn, self.write = store, conn, write
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        return self._store._run(self._conn, sql, params)
+
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        self._store._run_many(self._conn, sql, rows)
+
+    def one(self, sql: str, params: Sequence[Any] = ()) -> tuple[Any, ...] | None:
+        rows = self.execute(sql, params)
+        return rows[0] if rows else None
+
+
+class _Local(threading.local):
+    conn: Any = None
+    session: Session | None = None
+    depth: int = 0
+
+
+class ServiceStore(ABC):
+    """See the module docstring. Subclasses give the driver: connect, begin, commit, rollback, run."""
+
+    #: "sqlite" or "postgresql"
+    dialect: str = ""
+
+    def __init__(self) -> None:
+        self._local = _Local()
+        self._pid = os.getpid()
+        self._conns: list[Any] = []
+        self._conns_lock = threading.Lock()
+        self._closed = False
+
+    # -- driver ----------------------------------------------------------------------------------------------
+    @abstractmethod
+    def _connect(self) -> Any: ...
+
+    @abstractmethod
+    def _begin(self, conn: Any, write: bool) -> None: ...
+
+    @abstractmethod
+    def _commit(self, conn: Any) -> None: ...
+
+    @abstractmethod
+    def _rollback(self, conn: Any) -> None: ...
+
+    @abstractmethod
+    def _run(self, conn: Any, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]: ...
+
+    @abstractmethod
+    def _run_many(self, conn: Any, sql: str, rows: Sequence[Sequence[Any]]) -> None: ...
+
+    @abstractmethod
+    def _driver_error(self, exc: BaseException) -> bool:
+        """Whether ``exc`` is the driver's (wrapped as a StoreError)."""
+
+    @abstractmethod
+    def _transient(self, exc: BaseException) -> bool:
+        """Whether a driver error is one a retry may cure (wrapped as StoreUnavailableError, connection dropped)."""
+
+    @abstractmethod
+    def _close_conn(self, conn: Any) -> None: ...
+
+    @abstractmethod
+    def describe(self) -> dict:
+        """What ``config/store.json`` records to reopen this store (never a password)."""
+
+    # -- connections -----------------------------------------------------------------------------------------
+    def _connection(self) -> Any:
+        if self._closed:
+            raise StoreUnavailableError("the store is closed")
+        if os.getpid() != self._pid:  # forked: abandon every inherited handle, connect afresh
+            self._pid = os.getpid()
+            self._local = _Local()
+            self._conns = []
+            self._conns_lock = threading.Lock()
+        loc = self._local
+        if loc.conn is None:
+            try:
+                loc.conn = self._connect()
+            except DpragError:
+                raise
+            except Exception as e:  # noqa: BLE001 - any driver failure to connect
+                raise StoreUnavailableError(f"cannot connect to the {self.dialect} store: {e}") from None
+            with self._conns_lock:
+                self._conns.append(loc.conn)
+        return loc.conn
+
+    def _drop(self) -> None:
+        """Forget this thread's connection after a driver error (the next use reconnects)."""
+        loc = self._local
+        conn, loc.conn = loc.conn, None
+        if conn is not None:
+            with self._conns_lock:
+                if conn in self._conns:
+                    self._conns.remove(conn)
+            try:
+                self._close_conn(conn)
+            except Exception:  # noqa: BLE001, S110 - already broken
+                pass
+
+    @contextmanager
+    def _transaction(self, write: bool, snapshot: bool = True) -> Iterator[Session]:
+        loc = self._local
+        if loc.session is not None and os.getpid() == self._pid:
+            if write and not loc.session.write:
+                raise DpragError("a write block inside a read block (take the write transaction first)")
+            loc.depth += 1
+            try:
+                yield loc.session
+            finally:
+                loc.depth -= 1
+            return
+        conn = self._connection()
+        if not (write or snapshot):  # one statement: autocommit reads it from one consistent state
+            try:
+                yield Session(self, conn, False)
+            except BaseException as e:
+                self._fail(conn, e, rollback=False)
+            return
+        try:
+            self._begin(conn, write)
+        except Exception as e:  # noqa: BLE001
+            self._fail(conn, e)
+        sess = Session(self, conn, write)
+        loc.session, loc.depth = sess, 1
+        try:
+            yield sess
+            self._commit(conn)
+        except BaseException as e:
+            self._fail(conn, e)
+        finally:
+            loc.session, loc.depth = None, 0
+
+    def _fail(self, conn: Any, exc: BaseException, *, rollback: bool = True) -> None:
+        """Roll back and re-raise ``exc`` (a driver error as StoreUnavailableError, the connection dropped)."""
+        transient = self._driver_error(exc) and self._transient(exc)
+        try:
+            if rollback:
+                self._rollback(conn)
+        except Exception:  # noqa: BLE001 - the connection is gone: the server rolls the transaction back
+            transient = True
+        if transient:
+            self._drop()
+            raise StoreUnavailableError(
+                f"the {self.dialect} store failed ({type(exc).__name__}: {str(exc)[:200]}); rolled back, retry"
+            ) from exc
+        if self._driver_error(exc):
+            raise StoreError(f"the {self.dialect} store refused ({type(exc).__name__}: {str(exc)[:200]})") from exc
+        raise exc
+
+    def write(self) -> Any:
+        """A write transaction serialised with every other writer (see module docstring)."""
+        return self._transaction(True)
+
+    def read(self) -> Any:
+        """For ONE statement: the thread's open transaction, or autocommit (the statement sees one state)."""
+        return self._transaction(False, snapshot=False)
+
+    def snapshot(self) -> Any:
+        """For several statements: the thread's open transaction, or a read-only snapshot."""
+        return self._transaction(False)
+
+    def sessions(self, write: bool) -> Any:
+        """``accounting.stores.session.Sessions`` over this store (a read is one statement)."""
+        return self._transaction(write, snapshot=False)
+
+    def records_exist(self) -> bool:
+        """Whether the ledger holds any leaf (a store a new window must not reuse)."""
+        with self.read() as s:
+            row = s.one("SELECT size FROM ledger_tail WHERE one = 1")
+        return bool(row and row[0])
+
+    @property
+    def in_transaction(self) -> bool:
+        return self._local.session is not None
+
+    def close(self) -> None:
+        """Close every connection this process opened (other threads' included: call it when serving stops)."""
+        if os.getpid() != self._pid:
+            return
+        self._closed = True
+        with self._conns_lock:
+            conns, self._conns = self._conns, []
+        for c in conns:
+            try:
+                self._close_conn(c)
+            except Exception:  # noqa: BLE001, S110
+                pass
+        self._local = _Local()

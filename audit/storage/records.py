@@ -1,0 +1,95 @@
+"""The auditor's confidential records inside a window's store: openings by ledger position, signed checkpoints by
+size, the served table by (account, counter) with each request's position, receipt body and stored answer, and the
+zk proofs (spec/provider.md §6). Every method runs in the calling thread's open transaction if there is one.
+"""
+
+from __future__ import annotations
+
+from .base import ServiceStore
+
+__all__ = ["Records"]
+
+
+class Records:
+    def __init__(self, store: ServiceStore):
+        self.store = store
+
+    # -- served table: one row per recorded request, written in the request's transaction -------------------
+    def put_served(self, account: str, counter: int, pos: int, body: bytes) -> None:
+        with self.store.write() as s:
+            s.execute(
+                "INSERT INTO served (account, counter, pos, body) VALUES (?, ?, ?, ?)", (account, counter, pos, body)
+            )
+
+    def store_answer(self, account: str, counter: int, body: bytes, *, unless_stored) -> bytes:
+        """Replace the row's body by ``body`` unless ``unless_stored(current_body)`` says an answer is already
+        stored; returns the body that is stored afterwards (the first stored answer wins)."""
+        with self.store.write() as s:
+            row = s.one("SELECT body FROM served WHERE account = ? AND counter = ?", (account, counter))
+            if row is None:
+                raise KeyError((account, counter))
+            if unless_stored(bytes(row[0])):
+                return bytes(row[0])
+            s.execute("UPDATE served SET body = ? WHERE account = ? AND counter = ?", (body, account, counter))
+            return body
+
+    def served(self, account: str, counter: int) -> bytes | None:
+        with self.store.read() as s:
+            row = s.one("SELECT body FROM served WHERE account = ? AND counter = ?", (account, counter))
+        return None if row is None else bytes(row[0])
+
+    def served_at(self, pos: int) -> bytes | None:
+        with self.store.read() as s:
+            row = s.one("SELECT body FROM served WHERE pos = ?", (pos,))
+        return None if row is None else bytes(row[0])
+
+    def last_counter(self, account: str) -> int:
+        """The account's highest recorded counter in this window (0 if none)."""
+        with self.store.read() as s:
+            row = s.one("SELECT max(counter) FROM served WHERE account = ?", (account,))
+        return 0 if row is None or row[0] is None else int(row[0])
+
+    def served_count(self) -> int:
+        with self.store.read() as s:
+            return int(s.one("SELECT count(*) FROM served")[0])
+
+    # -- openings, checkpoints, proofs ------------------------------------------------------------------------
+    def put_opening(self, pos: int, body: bytes) -> None:
+        with self.store.write() as s:
+            s.execute("INSERT INTO opening (pos, body) VALUES (?, ?)", (pos, body))
+
+    def opening(self, pos: int) -> bytes | None:
+        with self.store.read() as s:
+            row = s.one("SELECT body FROM opening WHERE pos = ?", (pos,))
+        return None if row is None else bytes(row[0])
+
+    def openings(self, below: int) -> list[tuple[int, bytes]]:
+        with self.store.read() as s:
+            rows = s.execute("SELECT pos, body FROM opening WHERE pos < ? ORDER BY pos", (below,))
+        return [(int(p), bytes(b)) for p, b in rows]
+
+    def put_checkpoint(self, size: int, note: bytes, *, replace: bool = False) -> None:
+        """Keep a signed checkpoint note; an existing note of that size is kept unless ``replace`` (a witness's
+        cosigned copy replaces the provider's own)."""
+        on_conflict = "DO UPDATE SET note = excluded.note" if replace else "DO NOTHING"
+        with self.store.write() as s:
+            s.execute(
+                f"INSERT INTO checkpoint (size, note) VALUES (?, ?) ON CONFLICT (size) {on_conflict}", (size, note)
+            )
+
+    def checkpoints(self, upto: int) -> list[tuple[int, bytes]]:
+        with self.store.read() as s:
+            rows = s.execute("SELECT size, note FROM checkpoint WHERE size <= ? ORDER BY size", (upto,))
+        return [(int(z), bytes(n)) for z, n in rows]
+
+    def put_proof(self, pos: int, body: bytes) -> None:
+        with self.store.write() as s:
+            s.execute(
+                "INSERT INTO zk_proof (pos, body) VALUES (?, ?) ON CONFLICT (pos) DO UPDATE SET body = excluded.body",
+                (pos, body),
+            )
+
+    def proofs(self) -> list[tuple[int, bytes]]:
+        with self.store.read() as s:
+            rows = s.execute("SELECT pos, body FROM zk_proof ORDER BY pos")
+        return [(int(p), bytes(b)) for p, b in rows]

@@ -1,0 +1,83 @@
+"""The embedded store: one SQLite file (``state/service.sqlite``), WAL, ``synchronous=FULL``.
+
+Processes of one host share it (WAL needs shared memory: a local filesystem, not NFS). A write transaction is
+``BEGIN IMMEDIATE`` (SQLite's RESERVED lock: one writer in the database at a time, readers never blocked) and its
+COMMIT fsyncs the WAL before it returns.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Sequence
+from typing import Any
+
+from dprag.accounting.errors import InvalidParameterError
+from dprag.accounting.stores.sqlite import switch_to_wal
+
+from .base import ServiceStore, StoreUnavailableError
+from .schema import FORMAT, statements
+
+__all__ = ["SqliteServiceStore"]
+
+
+class SqliteServiceStore(ServiceStore):
+    """``SqliteServiceStore(path, create=False)``: the store in the SQLite file ``path``."""
+
+    dialect = "sqlite"
+
+    def __init__(self, path: str | os.PathLike, *, create: bool = False, timeout: float = 60.0):
+        super().__init__()
+        self.path = os.path.abspath(os.fspath(path))
+        self.timeout = float(timeout)
+        if not create and not os.path.isfile(self.path):
+            raise InvalidParameterError("store", "no SQLite store at this path", self.path)
+        conn = self._connection()
+        try:
+            switch_to_wal(conn, self.timeout)
+        except sqlite3.Error as e:
+            raise StoreUnavailableError(f"cannot open the SQLite store {self.path}: {e}") from None
+        with self.write() as s:
+            if create:
+                for stmt in statements("sqlite"):
+                    s.execute(stmt)
+            row = s.one("SELECT value FROM store_meta WHERE key = 'format'") if self._has_meta(s) else None
+            if row is None or row[0] != FORMAT:
+                raise InvalidParameterError("store", f"is not a dprag service store ({FORMAT})", self.path)
+
+    @staticmethod
+    def _has_meta(s) -> bool:
+        return bool(s.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'store_meta'"))
+
+    def describe(self) -> dict:
+        return {"kind": "sqlite"}
+
+    def _connect(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False)
+        conn.execute("PRAGMA synchronous=FULL")
+        return conn
+
+    def _begin(self, conn: sqlite3.Connection, write: bool) -> None:
+        conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+
+    def _commit(self, conn: sqlite3.Connection) -> None:
+        conn.execute("COMMIT")
+
+    def _rollback(self, conn: sqlite3.Connection) -> None:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+
+    def _run(self, conn: sqlite3.Connection, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        return conn.execute(sql, tuple(params)).fetchall()
+
+    def _run_many(self, conn: sqlite3.Connection, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        conn.executemany(sql, [tuple(r) for r in rows])
+
+    def _driver_error(self, exc: BaseException) -> bool:
+        return isinstance(exc, sqlite3.Error)
+
+    def _transient(self, exc: BaseException) -> bool:
+        return isinstance(exc, sqlite3.OperationalError)  # busy past the timeout, I/O; not a constraint
+
+    def _close_conn(self, conn: sqlite3.Connection) -> None:
+        conn.close()

@@ -1,0 +1,222 @@
+"""The window's store (audit/storage): one interface, the same tests on SQLite and on a real PostgreSQL server.
+
+What a party trying to break it would try: two writers interleaving their appends (threads, processes), a charge whose
+enclosing transaction fails after it ran (the charge must vanish with the leaf), an UPDATE or DELETE of a ledger row,
+a second window created over the first one's schema, a replica pointed at another window's schema."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dprag.accounting.errors import InvalidParameterError
+from dprag.accounting.stores import MemoryBudgetStore
+from dprag.accounting.stores.session import SessionBudgetStore
+from dprag.audit.ledger import MemoryLog
+from dprag.audit.storage import StoreError, StoreLog, create_store, open_store
+from dprag.audit.testing import window as fx
+from dprag.audit.verify import verify
+
+ENGINES = ["sqlite", "postgresql"]
+
+
+@pytest.fixture(params=ENGINES)
+def store_url(request, tmp_path):
+    """None for SQLite (the directory's file), else a URL of the session's PostgreSQL server."""
+    if request.param == "sqlite":
+        return None
+    return request.getfixturevalue("pg_url")
+
+
+def _fresh(tmp_path: Path, url: str | None, name: str = "w"):
+    d = tmp_path / name
+    (d / "config").mkdir(parents=True)
+    return d, create_store(d, url, window=name)
+
+
+def test_ledger_matches_the_reference_log(tmp_path, store_url):
+    d, store = _fresh(tmp_path, store_url)
+    log, ref = StoreLog(store), MemoryLog()
+    rng = np.random.default_rng(3)
+    for _ in range(12):
+        leaves = [rng.bytes(int(rng.integers(0, 40))) for _ in range(int(rng.integers(1, 6)))]
+        assert log.append_many(leaves) == ref.size
+        ref.append_many(leaves)
+    assert log.size == ref.size
+    for size in range(1, ref.size + 1):
+        assert log.root(size) == ref.root(size)
+    assert log.inclusion_proof(7, 30).hashes == ref.inclusion_proof(7, 30).hashes
+    assert log.consistency_proof(5, ref.size).hashes == ref.consistency_proof(5, ref.size).hashes
+    assert log.verify_integrity() == ref.size
+    store.close()
+
+
+def test_ledger_rows_are_append_only(tmp_path, store_url):
+    d, store = _fresh(tmp_path, store_url)
+    StoreLog(store).append_many([b"a", b"b"])
+    for sql in ("UPDATE ledger_leaf SET data = ? WHERE idx = 0", "DELETE FROM ledger_node WHERE pos = ?"):
+        with pytest.raises(StoreError, match="append-only"):
+            with store.write() as s:
+                s.execute(sql, (b"x",) if "UPDATE" in sql else (0,))
+    assert StoreLog(store).leaf(0) == b"a"
+    store.close()
+
+
+def test_budget_rows_charge_like_the_reference_store(tmp_path, store_url):
+    d, store = _fresh(tmp_path, store_url)
+    n = 40
+    got = SessionBudgetStore(store.sessions, "t", n)
+    ref = MemoryBudgetStore(n)
+    desc = {"mode": "pure", "test": 1}
+    got.bind(np.array([10, 7]), desc)
+    ref.bind(np.array([10, 7]), desc)
+    rng = np.random.default_rng(5)
+    for _ in range(60):
+        reqs = [
+            (rng.choice(n, size=int(rng.integers(1, 8)), replace=False), rng.integers(0, 4, size=2))
+            for _ in range(int(rng.integers(1, 4)))
+        ]
+        for a, b in zip(got.charge_many(reqs), ref.charge_many(reqs), strict=True):
+            assert np.array_equal(a, b)
+    assert np.array_equal(got.load(np.arange(n)), ref.load(np.arange(n)))
+    assert np.array_equal(got.spend_table(), ref.load(np.arange(n)))
+    # reopened: the same rows, the same binding; another budget is refused
+    again = SessionBudgetStore(store.sessions, "t")
+    assert again.n_docs == n and np.array_equal(again.load(np.arange(n)), ref.load(np.arange(n)))
+    with pytest.raises(InvalidParameterError, match="different budget"):
+        again.bind(np.array([11, 7]), desc)
+    store.close()
+
+
+def test_a_charge_rolls_back_with_its_transaction(tmp_path, store_url):
+    """A charge made inside a write transaction that then fails is not recorded: nothing was released for it."""
+    d, store = _fresh(tmp_path, store_url)
+    b = SessionBudgetStore(store.sessions, "t", 10)
+    b.bind(np.array([5]), {"mode": "pure"})
+    with pytest.raises(RuntimeError):
+        with store.write():
+            assert b.charge([1, 2, 3], np.array([2])).all()
+            StoreLog(store).append(b"leaf")
+            raise RuntimeError("crash before commit")
+    assert b.load([1, 2, 3]).sum() == 0 and StoreLog(store).size == 0
+    store.close()
+
+
+def test_writers_in_threads_serialise_on_the_tail(tmp_path, store_url):
+    """16 threads each append 10 leaves one at a time, reading the size first inside their transaction: with one
+    lock on the ledger's tail, every leaf lands where its writer read the size (no two writers interleave)."""
+    d, store = _fresh(tmp_path, store_url)
+    log = StoreLog(store)
+    bad: list = []
+
+    def work(t: int) -> None:
+        for i in range(10):
+            with store.write():
+                pos = log.size
+                got = log.append(json.dumps([t, i, pos]).encode())
+                if got != pos:
+                    bad.append((t, i, pos, got))
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(16)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not bad and log.size == 160
+    assert [json.loads(x)[2] for x in log.leaves(0, 160)] == list(range(160))
+    store.close()
+
+
+def _append_in_process(d: str, url: str | None, k: int, out) -> None:
+    store = open_store(Path(d), url)
+    log = StoreLog(store)
+    for i in range(25):
+        with store.write():
+            pos = log.size
+            log.append(json.dumps([k, i, pos]).encode())
+    store.close()
+    out.put(k)
+
+
+def test_writers_in_processes_serialise_on_the_tail(tmp_path, store_url):
+    d, store = _fresh(tmp_path, store_url)
+    q = mp.get_context("spawn").Queue()
+    procs = [
+        mp.get_context("spawn").Process(target=_append_in_process, args=(str(d), store_url, k, q)) for k in range(4)
+    ]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+    assert all(p.exitcode == 0 for p in procs)
+    log = StoreLog(store)
+    assert log.size == 100 and [json.loads(x)[2] for x in log.leaves(0, 100)] == list(range(100))
+    assert log.verify_integrity() == 100
+    store.close()
+
+
+def test_a_second_window_cannot_take_over_a_schema(tmp_path, pg_url):
+    d1 = tmp_path / "a"
+    (d1 / "config").mkdir(parents=True)
+    s1 = create_store(d1, pg_url + "?schema=taken_w", window="a")
+    StoreLog(s1).append(b"genesis")
+    d2 = tmp_path / "b"
+    (d2 / "config").mkdir(parents=True)
+    with pytest.raises(InvalidParameterError, match="already holds"):
+        create_store(d2, pg_url + "?schema=taken_w", window="b")
+    with pytest.raises(InvalidParameterError, match="another database or schema"):
+        open_store(d1, pg_url + "?schema=other_w")
+    s1.close()
+
+
+def test_bad_store_urls_name_the_field(tmp_path):
+    d = tmp_path / "w"
+    (d / "config").mkdir(parents=True)
+    for url, rule in (
+        ("mysql://x/y", "postgresql://"),
+        ("postgresql://u@h/", "name a database"),
+        ("postgresql://u@h/db?schema=Bad-Name", "lower-case SQL identifier"),
+    ):
+        with pytest.raises(InvalidParameterError, match=rule) as e:
+            create_store(d, url, window="w")
+        assert e.value.field == "store"
+
+
+# -- the service on each engine ---------------------------------------------------------------------------------
+def test_one_service_object_serves_many_threads(tmp_path, store_url):
+    """8 accounts' clients in 8 threads share one ProviderService: every request answered, the ledger gapless, each
+    account's counters gapless, spend equal to what the openings charged, and the bundle PASSes."""
+    accounts = {f"acct{i}": "clinic" for i in range(8)}
+    svc = fx.open_service(tmp_path / "svc", accounts=accounts, store=store_url)
+    clients = {a: fx.client(svc, a) for a in accounts}
+    errors: list = []
+
+    def run(a: str) -> None:
+        try:
+            for i in range(5):
+                clients[a].ask(svc, f"asthma protocol inhaler patient {a} {i}")
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=run, args=(a,)) for a in accounts]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors, errors[:3]
+    assert svc.ledger.size == 1 + 40
+    from dprag.audit.recovery import check_spend
+
+    check_spend(svc)  # stored spend == the openings' charges, exactly
+    bundle = svc.export_bundle(tmp_path / "bundle")
+    svc.close()
+    receipts = tmp_path / "receipts.jsonl"
+    receipts.write_bytes(b"".join(json.dumps(e).encode() + b"\n" for c in clients.values() for e in c.receipts))
+    v = verify(bundle, receipts=receipts)
+    assert v.verdict == "PASS", v.reasons[:3]
+    assert v.checked["receipts_accepted"] == 40
