@@ -641,20 +641,25 @@ class ProviderService:
             ans = self._generate(question, top, ten["retriever"], h_req)
         except Exception as e:  # noqa: BLE001 - any failure after the charge: nothing released, one outcome for all
             raise AnswerPendingError(pos, type(e).__name__) from None
-        size, root = self._with_retries(self._checkpoint)  # committed state: this request's leaf is in it
-        body = dict(
-            record["receipt_body"],
-            h_answer=hashlib.sha256(ans.text.encode("utf-8")).hexdigest(),
-            size=size,
-            root=root.hex(),
-        )
-        served = ServedQuery(answer=ans.text, citations=record["top"], receipt=sign_receipt(body, self.signer), pos=pos)
-        new = encode({**record, "served": served.to_dict()})
-        kept = self._with_retries(
-            lambda: self.aud.store_answer(
-                acct, counter, new, unless_stored=lambda b: bool(decode(b, what="served").get("served"))
-            )
-        )
+        h_answer = hashlib.sha256(ans.text.encode("utf-8")).hexdigest()
+
+        def store() -> bytes:
+            # one transaction without the tail lock (it writes no ledger row): the checkpoint of the committed ledger
+            # — its size read here, N > pos: this request's leaf committed before — and the answer with its receipt
+            with self.store.write(tail=False):
+                size = self.ledger.size
+                note = self.ledger.checkpoint(self.signer, self.origin, size=size)
+                self.aud.put_checkpoint(size, note)
+                body = dict(record["receipt_body"], h_answer=h_answer, size=size, root=self.ledger.root(size).hex())
+                served = ServedQuery(ans.text, record["top"], sign_receipt(body, self.signer), pos)
+                return self.aud.store_answer(
+                    acct,
+                    counter,
+                    encode({**record, "served": served.to_dict()}),
+                    unless_stored=lambda b: bool(decode(b, what="served").get("served")),
+                )
+
+        kept = self._with_retries(store)
         return ServedQuery(**decode(kept, what="served")["served"])
 
     # -- internals -------------------------------------------------------------------------------------------

@@ -123,9 +123,10 @@ def create_app(svc, *, auditor_key: str | None = None) -> FastAPI:
         responses=schemas.responses("Served", 400, 413, 429, 503),
         tags=["account"],
     )
-    async def submit(request: HttpRequest) -> Response:
+    async def submit(request: HttpRequest, since: int | None = Query(None, ge=1, le=MAX_INT)) -> Response:
         """Submit an account-signed request, or retry one: the same signed bytes again return the stored answer
-        (or finish one charged before a failure). A refusal carries the provider's signed refusal."""
+        (or finish one charged before a failure). A refusal carries the provider's signed refusal. ``since``: the
+        size of the account's last receipt; the answer then carries the consistency proof from it to its receipt's."""
         body = await _body(request)
         if isinstance(body, JSONResponse):
             return body
@@ -148,7 +149,15 @@ def create_app(svc, *, auditor_key: str | None = None) -> FastAPI:
         except ServiceStateError as e:
             log.error("service state: %s", e)
             return _error(500, "service_state", "the provider's state needs an operator; nothing was released")
-        return JSONResponse(served.to_dict())
+        out = served.to_dict()
+        size = served.receipt.get("size")
+        if since is not None and isinstance(size, int) and since != size:
+            lo, hi = sorted((since, size))
+            try:
+                out["consistency"] = (await run_in_threadpool(svc.ledger.consistency_proof, lo, hi)).to_json_dict()
+            except DpragError:
+                pass  # a size the ledger does not have: the client's own check refuses the receipt
+        return JSONResponse(out)
 
     @app.get("/v1/answers/{counter}", responses=schemas.responses("Served", 400, 401, 404), tags=["account"])
     async def answer(request: HttpRequest, counter: int = PathParam(ge=1, le=MAX_INT)) -> Response:

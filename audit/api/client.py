@@ -59,6 +59,8 @@ class RemoteService:
         self.attempts, self.timeout = int(attempts), float(timeout)
         self._next = 0
         self.ledger = _RemoteLedger(self)
+        #: ``serve(req, since=N)`` brings the consistency proof from size N with the answer (one round trip)
+        self.serves_consistency = True
         #: how many sends were retries (503 or unreachable): for the fault tests and benchmarks
         self.retries = 0
 
@@ -114,15 +116,23 @@ class RemoteService:
         return body
 
     # -- what AccountClient uses -------------------------------------------------------------------------------
-    def serve(self, req) -> _Served:
+    def serve(self, req, since: int | None = None) -> _Served:
         payload = json.dumps(
             {"request": req.signed, "question": req.question, "qemb": None if req.qemb is None else req.qemb.hex()},
             sort_keys=True,
             separators=(",", ":"),
         ).encode()
-        status, body = self._call("POST", "/v1/requests", payload)
+        path = "/v1/requests" + (f"?since={int(since)}" if since else "")
+        status, body = self._call("POST", path, payload)
         if status == 200:
-            return _Served(**body)
+            proof = body.pop("consistency", None)
+            served = _Served(**body)
+            if proof is not None:
+                try:
+                    served.consistency = ConsistencyProof.from_json_dict(proof)
+                except Exception:  # noqa: BLE001 - a malformed proof: the client asks for one itself
+                    served.consistency = None
+            return served
         err = (body or {}).get("error") or {}
         if status == 429:
             e: Exception = RateLimitError(err.get("rule", "rate limited"))
@@ -155,10 +165,11 @@ def _unavailable(parsed, url: str) -> Exception:
 class _Served:
     """What a served request looks like to the account (the fields of ``ServedQuery``)."""
 
-    __slots__ = ("answer", "citations", "receipt", "pos")
+    __slots__ = ("answer", "citations", "receipt", "pos", "consistency")
 
     def __init__(self, answer: str, citations, receipt: dict, pos: int):
         self.answer, self.citations, self.receipt, self.pos = answer, citations, receipt, pos
+        self.consistency = None
 
     def to_dict(self) -> dict:
         return {"answer": self.answer, "citations": self.citations, "receipt": self.receipt, "pos": self.pos}

@@ -42,6 +42,7 @@ BODIES = {
             "citations": {"anyOf": [{"type": "array", "items": {"type": "integer", "minimum": 0}}, {"type": "null"}]},
             "receipt": {"type": "object", "description": "the provider's signed receipt (spec/protocol.md §5.4)"},
             "pos": {"type": "integer", "minimum": 1},
+            "consistency": {"type": "object", "description": "with ?since=N: the RFC 6962 proof from N"},
         },
     },
     "Info": {

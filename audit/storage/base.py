@@ -54,10 +54,14 @@ class StoreUnavailableError(StoreError):
 class Session:
     """A connection inside a transaction (or a read snapshot): ``?`` placeholders, rows as tuples."""
 
-    __slots__ = ("_store", "_conn", "write")
+    __slots__ = ("_store", "_conn", "write", "tail")
 
-    def __init__(self, store: ServiceStore, conn: Any, write: bool):
-        self._store, self._conn, self.write = store, conn, write
+    def __init__(self, store: ServiceStore, conn: Any, write: bool, tail: bool = False):
+        self._store, self._conn, self.write, self.tail = store, conn, write, tail
+
+    @property
+    def dialect(self) -> str:
+        return self._store.dialect
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         return self._store._run(self._conn, sql, params)
@@ -94,7 +98,8 @@ class ServiceStore(ABC):
     def _connect(self) -> Any: ...
 
     @abstractmethod
-    def _begin(self, conn: Any, write: bool) -> None: ...
+    def _begin(self, conn: Any, write: bool, tail: bool) -> None:
+        """Open a transaction: read-only, or write; a write with ``tail`` first takes the ledger's tail lock."""
 
     @abstractmethod
     def _commit(self, conn: Any) -> None: ...
@@ -158,11 +163,13 @@ class ServiceStore(ABC):
                 pass
 
     @contextmanager
-    def _transaction(self, write: bool, snapshot: bool = True) -> Iterator[Session]:
+    def _transaction(self, write: bool, snapshot: bool = True, tail: bool = True) -> Iterator[Session]:
         loc = self._local
         if loc.session is not None and os.getpid() == self._pid:
             if write and not loc.session.write:
                 raise DpragError("a write block inside a read block (take the write transaction first)")
+            if write and tail and not loc.session.tail:
+                raise DpragError("a ledger write inside a transaction without the tail lock (take it first)")
             loc.depth += 1
             try:
                 yield loc.session
@@ -177,10 +184,10 @@ class ServiceStore(ABC):
                 self._fail(conn, e, rollback=False)
             return
         try:
-            self._begin(conn, write)
+            self._begin(conn, write, write and tail)
         except Exception as e:  # noqa: BLE001
             self._fail(conn, e)
-        sess = Session(self, conn, write)
+        sess = Session(self, conn, write, write and tail)
         loc.session, loc.depth = sess, 1
         try:
             yield sess
@@ -207,9 +214,11 @@ class ServiceStore(ABC):
             raise StoreError(f"the {self.dialect} store refused ({type(exc).__name__}: {str(exc)[:200]})") from exc
         raise exc
 
-    def write(self) -> Any:
-        """A write transaction serialised with every other writer (see module docstring)."""
-        return self._transaction(True)
+    def write(self, *, tail: bool = True) -> Any:
+        """A write transaction serialised with every other writer (see module docstring). ``tail=False``: one that
+        writes no ledger row and so need not queue on the tail lock (a checkpoint note, a stored answer); on SQLite
+        every write transaction is serialised anyway."""
+        return self._transaction(True, tail=tail)
 
     def read(self) -> Any:
         """For ONE statement: the thread's open transaction, or autocommit (the statement sees one state)."""

@@ -116,11 +116,11 @@ class PostgresServiceStore(ServiceStore):
         cur.execute(f'SET search_path TO "{self.schema}"')
         return conn
 
-    def _begin(self, conn: Any, write: bool) -> None:
+    def _begin(self, conn: Any, write: bool, tail: bool) -> None:
         cur = conn.cursor()
         if write:
             cur.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
-            if not self._creating:
+            if tail and not self._creating:
                 cur.execute("SELECT size FROM ledger_tail WHERE one = 1 FOR UPDATE")  # the window's one write lock
                 if not cur.fetchall():
                     raise InvalidParameterError("store", f"schema {self.schema} has no ledger tail")

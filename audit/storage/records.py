@@ -24,8 +24,9 @@ class Records:
     def store_answer(self, account: str, counter: int, body: bytes, *, unless_stored) -> bytes:
         """Replace the row's body by ``body`` unless ``unless_stored(current_body)`` says an answer is already
         stored; returns the body that is stored afterwards (the first stored answer wins)."""
-        with self.store.write() as s:
-            row = s.one("SELECT body FROM served WHERE account = ? AND counter = ?", (account, counter))
+        lock = " FOR UPDATE" if self.store.dialect == "postgresql" else ""  # SQLite: the write lock is the database's
+        with self.store.write(tail=False) as s:
+            row = s.one(f"SELECT body FROM served WHERE account = ? AND counter = ?{lock}", (account, counter))
             if row is None:
                 raise KeyError((account, counter))
             if unless_stored(bytes(row[0])):
@@ -72,7 +73,7 @@ class Records:
         """Keep a signed checkpoint note; an existing note of that size is kept unless ``replace`` (a witness's
         cosigned copy replaces the provider's own)."""
         on_conflict = "DO UPDATE SET note = excluded.note" if replace else "DO NOTHING"
-        with self.store.write() as s:
+        with self.store.write(tail=False) as s:
             s.execute(
                 f"INSERT INTO checkpoint (size, note) VALUES (?, ?) ON CONFLICT (size) {on_conflict}", (size, note)
             )
@@ -83,7 +84,7 @@ class Records:
         return [(int(z), bytes(n)) for z, n in rows]
 
     def put_proof(self, pos: int, body: bytes) -> None:
-        with self.store.write() as s:
+        with self.store.write(tail=False) as s:
             s.execute(
                 "INSERT INTO zk_proof (pos, body) VALUES (?, ?) ON CONFLICT (pos) DO UPDATE SET body = excluded.body",
                 (pos, body),

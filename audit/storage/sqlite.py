@@ -57,7 +57,7 @@ class SqliteServiceStore(ServiceStore):
         conn.execute("PRAGMA synchronous=FULL")
         return conn
 
-    def _begin(self, conn: sqlite3.Connection, write: bool) -> None:
+    def _begin(self, conn: sqlite3.Connection, write: bool, tail: bool) -> None:
         conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
 
     def _commit(self, conn: sqlite3.Connection) -> None:

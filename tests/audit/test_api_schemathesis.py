@@ -20,7 +20,7 @@ schemathesis = pytest.importorskip("schemathesis")
 from hypothesis import HealthCheck, settings  # noqa: E402
 from schemathesis.checks import positive_data_acceptance  # noqa: E402
 
-from dprag.audit.account import REQUEST_DOMAIN, AccountKey, question_commitment  # noqa: E402
+from dprag.audit.account import REQUEST_DOMAIN, AccountKey, qemb_commitment, question_commitment  # noqa: E402
 from dprag.audit.api.wire import AUDITOR, auth_header  # noqa: E402
 from dprag.audit.encoding import encode  # noqa: E402
 
@@ -62,10 +62,18 @@ def sign_case(case) -> None:
             req = dict(req, account=account)
             if _pick(question + "w", ["keep", "ours", "ours"]) == "ours":
                 req["window"] = window  # most generated requests name this window, some another
+            if _pick(question + "c", ["keep", "next", "next"]) == "next":  # most take the account's next counter
+                req["counter"] = STATE["svc"].aud.last_counter(account) + 1
+            if _pick(question + "q", ["keep", "none"]) == "none":  # Q on trust: no qemb, no h_qemb
+                case.body = dict(case.body, qemb=None)
+                req["h_qemb"] = None
             nonce = req.get("nonce")
             if isinstance(nonce, str) and len(nonce) == 32 and _HEX.match(nonce):
                 try:
                     req["h_q"] = question_commitment(bytes.fromhex(nonce), question)
+                    qemb = case.body.get("qemb")
+                    if isinstance(qemb, str) and len(qemb) % 4 == 0 and _HEX.match(qemb):
+                        req["h_qemb"] = qemb_commitment(bytes.fromhex(nonce), bytes.fromhex(qemb))
                 except Exception:  # noqa: BLE001 - an unencodable question keeps its generated h_q
                     pass
             body = {k: v for k, v in req.items() if k != "sig"}

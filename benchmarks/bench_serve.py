@@ -1,0 +1,182 @@
+"""Benchmark: dprag serve under load — throughput and p50/p99 latency, side by side with the named baseline.
+
+    python benchmarks/bench_serve.py [--accounts 32] [--per-account 8] [--replicas 1,2] [--engines sqlite,postgresql]
+                                     [--out FILE]
+
+Arms, measured in one run on loopback (replicas are ``dprag serve`` processes; M accounts are M client threads of
+this process, each sending its requests one after another):
+
+- ``baseline`` (``benchmarks/serve_baseline.py``): the same stack (FastAPI, uvicorn, JSON over HTTP) serving the same
+  toy pipeline — the toy corpus and the policy's MuRAG generation (m toy voters) — without the audit;
+- ``dprag-sqlite``: ``dprag serve --toy`` on the window's SQLite file (replicas share the directory);
+- ``dprag-postgresql``: the same on a PostgreSQL server this benchmark starts (Debian's package, a temporary
+  cluster; the second replica starts from the database URL alone).
+
+The dprag client is the full account side: it computes and commits to Q, signs the request, checks the receipt and
+the consistency proof from its previous receipt. Reported: requests, seconds, throughput, p50/p99, and each dprag
+arm's p50 and throughput as ratios to the baseline with the same replicas. The machine's cores are recorded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from dprag.audit.api.toy import make_toy_directory  # noqa: E402
+from dprag.audit.testing.live import start_replica, wait_ready  # noqa: E402
+from dprag.audit.testing.load import QUESTIONS, audit_window, run_accounts  # noqa: E402
+from dprag.audit.testing.postgres import TempCluster, free_port  # noqa: E402
+
+
+def _stop(procs) -> None:
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    for p in procs:
+        try:
+            p.wait(20)
+        except subprocess.TimeoutExpired:
+            p.kill()
+
+
+def baseline_arm(replicas: int, accounts: int, per_account: int) -> dict:
+    procs, urls = [], []
+    for _ in range(replicas):
+        port = free_port()
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, str(ROOT / "benchmarks" / "serve_baseline.py"), "--port", str(port)],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        )
+        urls.append(f"http://127.0.0.1:{port}")
+    try:
+        for u in urls:
+            wait_ready(u, 90)
+        lat, lock = [], threading.Lock()
+
+        def one(i: int) -> None:
+            url = urls[i % len(urls)]
+            for k in range(per_account):
+                body = json.dumps({"question": f"{QUESTIONS[(i + k) % len(QUESTIONS)]} a{i} {k}"}).encode()
+                req = urllib.request.Request(
+                    url + "/v1/requests", data=body, method="POST", headers={"Content-Type": "application/json"}
+                )
+                t0 = time.perf_counter()
+                with urllib.request.urlopen(req, timeout=120) as r:
+                    r.read()
+                with lock:
+                    lat.append(time.perf_counter() - t0)
+
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(accounts)]
+        t0 = time.perf_counter()
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        secs = time.perf_counter() - t0
+    finally:
+        _stop(procs)
+    if len(lat) != accounts * per_account:
+        raise RuntimeError(f"baseline answered {len(lat)} of {accounts * per_account} requests")
+    a = np.array(lat)
+    return {
+        "arm": "baseline",
+        "replicas": replicas,
+        "answered": len(lat),
+        "seconds": round(secs, 3),
+        "throughput_rps": round(len(lat) / secs, 2),
+        "p50_ms": round(1e3 * float(np.percentile(a, 50)), 2),
+        "p99_ms": round(1e3 * float(np.percentile(a, 99)), 2),
+    }
+
+
+def dprag_arm(engine: str, replicas: int, accounts: int, per_account: int, work: Path, pg: TempCluster | None) -> dict:
+    d = work / f"{engine}-{replicas}"
+    svc = make_toy_directory(d, store=pg.url if pg else None, accounts=accounts, n=per_account + 1)
+    schema_url = svc.store.describe().get("url")
+    svc.close()
+    procs, urls = [], []
+    try:
+        for r in range(replicas):
+            if engine == "postgresql" and r > 0:
+                p, u = start_replica(work / f"{engine}-{replicas}-host{r}", toy=False, store=schema_url)
+            else:
+                p, u = start_replica(d)
+            procs.append(p)
+            urls.append(u)
+        names = ["alice", "bob", "carol", "dave"][:accounts] + [f"a{i:02d}" for i in range(5, accounts + 1)]
+        res = run_accounts(d, names, lambda i: urls[i % len(urls) :] + urls[: i % len(urls)], per_account)
+    finally:
+        _stop(procs)
+    out = {"arm": f"dprag-{engine}", "replicas": replicas, **res.summary()}
+    from dprag.audit.api.toy import open_toy_directory
+
+    svc = open_toy_directory(d, store=pg.url if pg else None)
+    try:
+        check = audit_window(svc, res, d)
+    finally:
+        svc.close()
+    out.update(
+        verdict=check["verdict"], query_leaves=check["query_leaves"], recorded_twice=check["requests_recorded_twice"]
+    )
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--accounts", type=int, default=32)
+    ap.add_argument("--per-account", type=int, default=8)
+    ap.add_argument("--replicas", default="1,2")
+    ap.add_argument("--engines", default="sqlite,postgresql")
+    ap.add_argument("--out", type=Path, default=None)
+    a = ap.parse_args(argv)
+    work = Path(tempfile.mkdtemp(prefix="dprag-bench-serve-"))
+    pg = None
+    if "postgresql" in a.engines:
+        pg = TempCluster(work / "pg")
+        os.chmod(work, 0o755)
+        pg.start()
+    rows = []
+    try:
+        for replicas in [int(x) for x in a.replicas.split(",")]:
+            base = baseline_arm(replicas, a.accounts, a.per_account)
+            rows.append(base)
+            print(json.dumps(base), flush=True)
+            for engine in a.engines.split(","):
+                row = dprag_arm(
+                    engine, replicas, a.accounts, a.per_account, work, pg if engine == "postgresql" else None
+                )
+                row["p50_ratio_to_baseline"] = round(row["p50_ms"] / base["p50_ms"], 3)
+                row["throughput_ratio_to_baseline"] = round(row["throughput_rps"] / base["throughput_rps"], 3)
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+    finally:
+        if pg:
+            pg.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    report = {"cores": os.cpu_count(), "load_before": os.getloadavg(), "accounts": a.accounts, "rows": rows}
+    if a.out:
+        a.out.parent.mkdir(parents=True, exist_ok=True)
+        a.out.write_text(json.dumps(report, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
