@@ -63,22 +63,24 @@ def start_replica(
     port: int | None = None,
     log=None,
     extra: tuple[str, ...] = (),
+    generator: str = "toy",
 ):
     """``dprag serve`` as a child process (a replica); returns (Popen, url) once it answers. ``toy=False`` starts a
-    replica from ``store`` alone (its directory materialised into ``directory``; the toy generator)."""
+    replica of the window at ``directory`` with ``generator``, or, with ``store``, one started from the store alone (its
+    directory materialised into ``directory``)."""
     port = port or free_port()
     cmd = [sys.executable, "-m", "dprag", "serve", "--dir", str(directory), "--port", str(port), *extra]
     if toy:
         cmd.append("--toy")
     else:
-        cmd += ["--generator", "toy"]
+        cmd += ["--generator", generator]
     if store:
         cmd += ["--store", store]
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     p = subprocess.Popen(cmd, stdout=log or subprocess.DEVNULL, stderr=log or subprocess.DEVNULL, env=env)
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_ready(url, 90)
+        wait_ready(url, 300)
     except TimeoutError:
         p.kill()
         raise
