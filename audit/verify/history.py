@@ -180,10 +180,11 @@ def check_8_10_history(
     s = history.summaries
     first = s[0]["genesis_bytes"]
     cid = chain_id(first) if first else None
-    run.history_info = {
+    epoch = s[-1]["genesis"].get("epoch")
+    run.history_info = {  # typed as the verdict's schema says: a malformed genesis' values are not copied out
         "chain": cid,
-        "windows": [x["genesis"].get("window") for x in s],
-        "epoch": s[-1]["genesis"].get("epoch"),
+        "windows": [w if isinstance(w, str) else None for w in (x["genesis"].get("window") for x in s)],
+        "epoch": epoch if isinstance(epoch, int) and not isinstance(epoch, bool) else None,
         "chain_pinned": False,
     }
     if window is not None and s[-1]["genesis"].get("window") != window:

@@ -144,6 +144,8 @@ class Verdict:
         out["checked"] = {k: v for k, v in self.checked.items() if k in PUBLIC_COUNTS}
         out["failed_checks"] = self.failed_checks()
         out["rejected_evidence"] = len(self.rejected_evidence)
+        # the zk tenants, their sizes and their proof counts are the hidden policy and the private traffic's
+        out["attestation"] = {k: _public_attestation(v) for k, v in self.attestation.items()}
         if self.verdict != "PASS":
             out["headline"] = "FAIL — " + ", ".join(out["failed_checks"]) + " (the reasons are with the auditor)"
         return out
@@ -228,6 +230,19 @@ def start_certify(run: Run) -> Callable | None:
     if run.policy is None or run.n < pool.FORK_MIN_ITEMS:
         return None
     return pool.background(certified_epsilons, run.policy)
+
+
+def _public_attestation(text):
+    """An attestation line as it may be published: the zk lines without tenants, sizes or counts."""
+    if isinstance(text, str) and text.startswith("groth16 + replay:"):
+        return (
+            "groth16 + replay: the zk tenants' citations are proven by Groth16 proofs of noise-then-select, verified "
+            "under the auditor's own key; every other query by replay (tenants, sizes, counts: with the auditor). "
+            + ATTESTATION_RETRIEVAL
+        )
+    if isinstance(text, str) and text.startswith("replay only: the bundle's zk tenant"):
+        return "replay only: the zk proofs were not checked (no auditor verification key). " + ATTESTATION_RETRIEVAL
+    return text
 
 
 def _retrieval_attestation(run: Run, vk) -> str:

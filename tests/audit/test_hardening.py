@@ -420,3 +420,20 @@ def test_constant_time_release_holds_each_answer_to_its_deadline(tmp_path, monke
         alice.ask(svc, q)
         assert time.monotonic() - t0 >= 0.25
     svc.close()
+
+
+def test_the_public_verdict_names_no_zk_tenant_size_or_proof_count():
+    """The auditor's attestation line for zk tenants names them, their sizes and how many proofs it checked: the
+    hidden policy (which tenants show citations) and the private traffic of those tenants. The public form keeps that
+    the channel is attested by Groth16, and nothing else (found by the JSON-schema work on the public verdict)."""
+    from types import SimpleNamespace
+
+    from dprag.audit.verify.verdict import Verdict, _retrieval_attestation
+
+    pol = SimpleNamespace(retrieval=SimpleNamespace(zk_tenants=("secret-ward",)))
+    run = SimpleNamespace(policy=pol, tenants={"secret-ward": {"n": 4321}}, checked={"zk_proofs": 987})
+    private = _retrieval_attestation(run, vk=object())
+    assert "secret-ward" in private and "4321" in private and "987" in private  # the auditor's own line
+    v = Verdict("PASS", 1.0, 1e-6, 5, {}, {"retrieval": private}, [], {}, "full")
+    public = json.dumps(v.to_public_json())
+    assert "groth16" in public and not any(x in public for x in ("secret-ward", "4321", "987"))
