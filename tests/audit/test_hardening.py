@@ -328,7 +328,7 @@ def test_rule_the_charge_path_writes_whether_or_not_a_document_is_charged(tmp_pa
     """v2: the charge path wrote (and synced) only when a document was charged, so one query's serve time told
     neighbouring corpora apart 74-88% of the time. A charge of nothing, or of documents that cannot pay, runs the
     same transactions with a write (hence a synced COMMIT) as a charge that lands."""
-    svc = fx.open_service(tmp_path / "s", algorithm=algorithm, max_queries_per_doc=1)
+    svc = fx.open_service(tmp_path / "s", algorithm=algorithm, max_queries_per_doc=1, store="sqlite")  # traced
     alice = fx.client(svc, "alice")
     shapes = {}
     for name, q in (("charges", CHARGES), ("nothing", NOTHING), ("refused", CHARGES)):
@@ -343,7 +343,7 @@ def test_rule_the_charge_path_writes_whether_or_not_a_document_is_charged(tmp_pa
 STRACE_SCRIPT = """
 import json, os, pathlib, sys
 from dprag.audit.testing import window as fx
-svc = fx.open_service(pathlib.Path(sys.argv[1]), algorithm=sys.argv[2], max_queries_per_doc=1)
+svc = fx.open_service(pathlib.Path(sys.argv[1]), algorithm=sys.argv[2], max_queries_per_doc=1, store="sqlite")
 alice = fx.client(svc, "alice")
 alice.ask(svc, "warm up the connections")
 for q in json.loads(sys.argv[3]):
