@@ -509,21 +509,36 @@ class ProviderService:
             return ServedQuery(**stored["served"])
         if state == "new":
             q_query = self._embed(req)  # after every refusal: retries and over-limit requests are never embedded
+            # the scores and the retrieval channel depend on Q, the index and s_W only (never on the filter): computed
+            # before the transaction, so the tail lock is held for the charge and the records alone
+            prepared = self._prepare(req, tenant, q_query)
             try:
-                state, stored = self._with_retries(self._record_once, req, tenant, q_query)
+                state, stored = self._with_retries(self._record_once, req, tenant, prepared)
             except (RequestError, RateLimitError) as e:
                 raise self._refuse(e, getattr(req, "signed", None)) from None
             if state == "served":
                 return ServedQuery(**stored["served"])
         return self._finish(stored)
 
-    def _record_once(self, req: Request, tenant: str, q_query: np.ndarray) -> tuple[str, dict]:
+    def _prepare(self, req: Request, tenant: str, q_query: np.ndarray) -> tuple:
+        """§5.3 steps 3 and 5: the exact scores (the request's view of the index) and the retrieval channel's
+        noise-then-select top-K (None where the tenant's citations are off)."""
+        qb = cm.embedding_bytes(q_query)
+        retriever = self.tenants[tenant]["retriever"].for_query(req.question, q_query)
+        r, top = self.policy.retrieval, None
+        if tenant in r.enabled_tenants:
+            scores = retriever.scores(req.question)
+            z = self.table.sample(len(scores), retrieval_source(self.seed, tenant, qb))
+            top = [int(i) for i in noisy_top_k(scores, z, r.K)]  # noise first, then select
+        return qb, retriever, top
+
+    def _record_once(self, req: Request, tenant: str, prepared: tuple) -> tuple[str, dict]:
         """One write transaction: admit again (another thread, process or host may have served it meanwhile), then
-        record (§5.3 steps 2-6); commits before it returns."""
+        record (§5.3 steps 2, 4, 6); commits before it returns."""
         with self.store.write():
             state, stored = self._admit(req)
             if state == "new":
-                return "recorded", self._record(req, tenant, q_query)
+                return "recorded", self._record(req, tenant, *prepared)
             return state, stored
 
     def _closed(self) -> bool:
@@ -552,30 +567,23 @@ class ProviderService:
         ten = self.tenants[tenant]
         return ten["filter"].spent_units(np.arange(len(ten["retriever"])))[:, 0].astype(np.int64)
 
-    def _record(self, req: Request, tenant: str, q_query: np.ndarray) -> dict:
-        """§5.3 steps 2-6 inside the request's write transaction: scores, noise-then-select, the charge, the
-        opening, the query leaf and the served-table row (answer not yet stored). All or nothing."""
+    def _record(self, req: Request, tenant: str, qb: bytes, retriever: _TenantRetriever, top: list | None) -> dict:
+        """§5.3 steps 4 and 6 inside the request's write transaction: the selection and its charge, the opening,
+        the query leaf and the served-table row (answer not yet stored). All or nothing."""
         acct, counter, h_req = req.account, req.signed["counter"], req.h_req
         pos = self.ledger.size
-        qb = cm.embedding_bytes(q_query)
         ten = self.tenants[tenant]
-        retriever = ten["retriever"].for_query(req.question, q_query)
         algo = self._algorithm(tenant, request_source(self.seed, "select", h_req), retriever)
         selection: Selection = algo.select(req.question)  # the filter's charges, in this transaction
         charge = self._charge_opening(ten["filter"], selection)
-        record = self._append_query(pos, req.signed, tenant, qb, retriever.scores(req.question), charge)
+        record = self._append_query(pos, req.signed, qb, top, charge)
         record["question"] = req.question  # provider-private: a retry finishes the answer from it
         self.aud.put_served(acct, counter, pos, encode(record))
         return record
 
-    def _append_query(self, pos: int, signed: dict, tenant: str, qb: bytes, scores, charge: dict) -> dict:
-        """The retrieval channel, the opening and the query leaf (§5.3 steps 4 and 6); returns the served-table
-        record of the request (what a retry needs to finish it)."""
-        r = self.policy.retrieval
-        top = None
-        if tenant in r.enabled_tenants:
-            z = self.table.sample(len(scores), retrieval_source(self.seed, tenant, qb))
-            top = [int(i) for i in noisy_top_k(scores, z, r.K)]  # noise first, then select
+    def _append_query(self, pos: int, signed: dict, qb: bytes, top: list | None, charge: dict) -> dict:
+        """The opening and the query leaf (§5.3 step 6); returns the served-table record of the request (what a retry
+        needs to finish it)."""
         nonce = secrets.token_bytes(16)
         h_top = top_commitment(top or [], nonce)  # always present: the empty list where citations are off
         opening = {

@@ -51,9 +51,11 @@ class SqlSession(Protocol):
 Sessions = Callable[[bool], AbstractContextManager[SqlSession]]
 
 _UPSERT = (
-    "INSERT INTO budget_spend(tenant, doc, spent) VALUES (?, ?, ?) "
+    "INSERT INTO budget_spend(tenant, doc, spent) VALUES {rows} "
     "ON CONFLICT (tenant, doc) DO UPDATE SET spent = excluded.spent"
 )
+#: rows per upsert statement (one round trip each: a driver's executemany is one per row)
+_BATCH = 250
 _COUNT_CHARGE = (
     "INSERT INTO budget_meta(tenant, key, value) VALUES (?, 'charges', '1') "
     "ON CONFLICT (tenant, key) DO UPDATE SET value = CAST(CAST(budget_meta.value AS BIGINT) + 1 AS TEXT)"
@@ -168,9 +170,11 @@ class SessionBudgetStore(BudgetStore):
             current = self._select(s, batch.union)
             rows, masks = apply_batch(current, batch, cast(npt.NDArray[np.int64], self._limits))
             changed = np.flatnonzero(np.any(rows != current, axis=1))
-            if changed.size:
-                le = rows.astype("<i8", copy=False)
-                s.executemany(_UPSERT, [(self._tenant, int(batch.union[i]), le[i].tobytes()) for i in changed])
+            le = rows.astype("<i8", copy=False)
+            for k in range(0, int(changed.size), _BATCH):
+                part = changed[k : k + _BATCH]
+                params = [x for i in part for x in (self._tenant, int(batch.union[i]), le[i].tobytes())]
+                s.execute(_UPSERT.format(rows=",".join(["(?, ?, ?)"] * len(part))), params)
             # constant work: every charge writes the tenant's batch counter, charged or not (spec/threat-model.md §2)
             s.execute(_COUNT_CHARGE, (self._tenant,))
             return masks

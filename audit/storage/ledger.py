@@ -73,13 +73,13 @@ class StoreLog(MerkleLog):
             hashes: list[bytes] = []
             frontier.extend(leaves, hashes)
             first_pos = stored_hash_count(size)
-            s.executemany(
-                "INSERT INTO ledger_leaf (idx, data) VALUES (?, ?)",
-                list(zip(range(size, size + len(leaves)), leaves, strict=True)),
-            )
-            s.executemany(
-                "INSERT INTO ledger_node (pos, hash) VALUES (?, ?)",
-                list(zip(range(first_pos, first_pos + len(hashes)), hashes, strict=True)),
-            )
+            for table, cols, first, values in (
+                ("ledger_leaf", "idx, data", size, leaves),
+                ("ledger_node", "pos, hash", first_pos, hashes),
+            ):
+                for k in range(0, len(values), 250):  # one round trip per 250 rows (executemany: one per row)
+                    part = values[k : k + 250]
+                    params = [x for i, v in enumerate(part, start=first + k) for x in (i, v)]
+                    s.execute(f"INSERT INTO {table} ({cols}) VALUES {','.join(['(?, ?)'] * len(part))}", params)
             s.execute("UPDATE ledger_tail SET size = ? WHERE one = 1", (size + len(leaves),))
             return size
