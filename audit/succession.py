@@ -26,13 +26,15 @@ def next_window(
     signer: NoteSigner | None = None,
     seed: bytes | None = None,
     embedder_descriptor: cm.EmbedderDescriptor | None = None,
+    store: str | None = None,
 ) -> Any:
     """Close this window and open its successor over the same corpora (spec/protocol.md §3.1): every document's
     spend and every account's counter carry over (committed by C_carry), documents (``add_documents``: tenant ->
     {new id: text}, appended in index order; a new tenant starts empty) and accounts (``add_accounts``) join,
     and ``signer`` rotates the key (the old key's checkpoint covers the close record that names the new
     genesis). ``policy`` must keep the chain constants (``history.chain_violations``). Returns the successor;
-    this window refuses every request afterwards."""
+    this window refuses every request afterwards. ``store``: where the successor's store is made; by default where
+    this window's is (its own SQLite file, or a new schema of the same PostgreSQL database)."""
     from .history import chain_violations, close_record, embedder_violations
 
     bad = chain_violations(svc.policy, policy)
@@ -98,11 +100,24 @@ def next_window(
             accounts=accounts,
             seed=seed,
             signer=signer or svc.signer,
+            store=store if store is not None else _same_engine(svc),
             _history=history,
         )
         svc.ledger.append(encode(close_record(nxt.ledger.leaf(0))))
     svc._checkpoint()
     return nxt
+
+
+def _same_engine(svc: Any) -> str | None:
+    """The predecessor's database without its schema (the successor gets a schema of its own), or None (SQLite)."""
+    if svc.store.dialect != "postgresql":
+        return None
+    from urllib.parse import quote
+
+    p = svc.store.params
+    cred = p["user"] + (":" + quote(p["password"], safe="") if p.get("password") else "")
+    url = f"postgresql://{cred}@{p['host']}:{p['port']}/{p['database']}"
+    return url + ("?host=" + p["unix_sock"].rsplit("/", 1)[0] if p.get("unix_sock") else "")
 
 
 def _state_error(msg: str) -> ServiceStateError:
