@@ -225,7 +225,7 @@ def test_one_service_object_serves_many_threads(tmp_path, store_url):
 def test_the_next_window_stays_on_its_engine(tmp_path, store_url):
     """A history on PostgreSQL continues on PostgreSQL (a schema of its own), one on SQLite in the successor's file;
     the successor's spend is the predecessor's (carried)."""
-    w1 = fx.open_service(tmp_path / "w1", store=store_url)
+    w1 = fx.open_service(tmp_path / "w1", store=store_url, n=4)
     fx.client(w1, "alice").ask(w1, "asthma protocol inhaler patient 0")
     spent = w1._spent("clinic").copy()
     w2 = w1.next_window(tmp_path / "w2", policy=fx.toy_policy(window="w2", n=4))
