@@ -13,42 +13,17 @@ import json
 import os
 from pathlib import Path
 
-from dprag.accounting.collusion import exact_sigma
-
 from ..account import AccountKey
-from ..policy import CoalitionPolicy, GenerationPolicy, Policy, RetrievalPolicy, SamplerSpec
+from ..policy import Policy
+from ..testing.window import CLINIC, LEGAL
+from ..testing.window import toy_policy as _window_policy
 from ..toy import HashEmbedder, ToyGenerator
-
-CLINIC = [f"patient {i} asthma protocol inhaler drug ANSWER: zorvatin" for i in range(30)] + [
-    f"note {i} garden weather rain" for i in range(70)
-]
-LEGAL = [f"case {i} contract dispute court ANSWER: settled" for i in range(20)] + [
-    f"memo {i} lunch menu soup" for i in range(30)
-]
 
 
 def toy_policy(window: str = "toy-1", n: int = 200, k_max: int = 4) -> Policy:
-    """MuRAG over the toy corpora; citations on for the clinic; ``n`` queries per account."""
-    sens = ((1 << 20) >> 10) + 1
-    return Policy(
-        window=window,
-        retrieval=RetrievalPolicy(
-            enabled_tenants=("clinic",),
-            K=5,
-            n=n,
-            epsilon_acc=1.0,
-            delta_acc=1e-6,
-            sigma=exact_sigma(1.0, 1e-6, n, sens),
-            sensitivity=sens,
-            score_clip=(0, 1 << 20),
-            score_shift=10,
-            sampler=SamplerSpec(9.5, 64, 1e-12),
-        ),
-        coalition=CoalitionPolicy(k_max=k_max, delta_policy=1e-5),
-        generation=GenerationPolicy(
-            algorithm="murag", m=10, epsilon_token=4.0, max_private_tokens=3, max_queries_per_doc=20, tau=300
-        ),
-    )
+    """The test windows' MuRAG policy (``audit.testing.window.toy_policy``) with room for load: citations on for the
+    clinic, ``n`` queries per account, 20 queries per document."""
+    return _window_policy("murag", n=n, k_max=k_max, window=window, max_queries_per_doc=20)
 
 
 def toy_accounts(count: int) -> dict[str, str]:

@@ -23,7 +23,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from dprag.accounting.errors import InvalidParameterError
 
-from .base import ServiceStore, StoreUnavailableError
+from .base import ServiceStore
 from .schema import FORMAT, statements
 
 __all__ = ["PostgresServiceStore", "parse_url"]
@@ -169,23 +169,3 @@ class PostgresServiceStore(ServiceStore):
         with self.write() as s:
             s.execute(f'DROP SCHEMA "{self.schema}" CASCADE')
         self.close()
-
-
-def check_reachable(url: str) -> None:
-    """Raise StoreUnavailableError unless the server at ``url`` accepts a connection."""
-    try:
-        import pg8000.dbapi
-
-        p = parse_url(url)
-        kw: dict[str, Any] = {"user": p["user"], "database": p["database"], "timeout": 5}
-        if p["password"]:
-            kw["password"] = p["password"]
-        if p["unix_sock"]:
-            kw["unix_sock"] = p["unix_sock"]
-        else:
-            kw.update(host=p["host"], port=p["port"])
-        pg8000.dbapi.connect(**kw).close()
-    except InvalidParameterError:
-        raise
-    except Exception as e:  # noqa: BLE001
-        raise StoreUnavailableError(f"PostgreSQL at {url.split('@')[-1]} is not reachable: {e}") from None
