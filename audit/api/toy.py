@@ -15,9 +15,8 @@ from pathlib import Path
 
 from ..account import AccountKey
 from ..policy import Policy
-from ..testing.window import CLINIC, LEGAL
-from ..testing.window import toy_policy as _window_policy
-from ..toy import HashEmbedder, ToyGenerator
+from ..toy import CLINIC, LEGAL, HashEmbedder, ToyGenerator
+from ..toy import toy_policy as _window_policy
 
 
 def toy_policy(window: str = "toy-1", n: int = 200, k_max: int = 4) -> Policy:

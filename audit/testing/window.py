@@ -12,105 +12,12 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from dprag.accounting.collusion import exact_sigma
 from dprag.accounting.noise.source import RandomSource
 
 from ..account import AccountClient, AccountKey
 from ..encoding import encode
-from ..policy import CoalitionPolicy, GenerationPolicy, Policy, RetrievalPolicy, SamplerSpec
 from ..service import ProviderService
-from ..toy import HashEmbedder, ToyGenerator, ToyTextGenerator
-
-CLINIC = [f"patient {i} asthma protocol inhaler drug ANSWER: zorvatin" for i in range(30)] + [
-    f"note {i} garden weather rain" for i in range(70)
-]
-LEGAL = [f"case {i} contract dispute court ANSWER: settled" for i in range(20)] + [
-    f"memo {i} lunch menu soup" for i in range(30)
-]
-
-
-def toy_policy(
-    algorithm: str = "murag",
-    *,
-    n: int = 20,
-    k_max: int = 5,
-    window: str = "w1",
-    max_queries_per_doc: int = 2,
-    mechanism: str = "pure-dp-rag",
-    replayable: bool = True,
-    vote_selection: str = "universal",
-    vote_delta: float | None = None,
-    abstain_empty: bool = False,
-) -> Policy:
-    sens = ((1 << 20) >> 10) + 1
-    if algorithm == "murag":
-        gen = GenerationPolicy(
-            algorithm="murag",
-            m=10,
-            epsilon_token=4.0,
-            max_private_tokens=3,
-            max_queries_per_doc=max_queries_per_doc,
-            tau=300,
-        )
-    else:
-        gen = GenerationPolicy(
-            algorithm="murag-ada",
-            m=10,
-            epsilon_token=4.0,
-            max_private_tokens=3,
-            max_queries_per_doc=max_queries_per_doc,
-            edges=(1024, 800, 600, 400, 200),
-            epsilon_thr=1.0,
-        )
-    if mechanism == "dp-ksa":
-        import dataclasses
-
-        # 20 voters (Top-20 of the charged documents) agree on the toy answer word when they read the clinic's
-        # answer documents (gap d_1 = 20): the PTR offset at ε_ptr = 4 (discrete Laplace scale 1/2, δ = 1e-12) is
-        # c = 13, so the test passes unless the noise is <= -5 (probability e^-10/(1+e^-2) = 4.0e-5)
-        gen = dataclasses.replace(
-            gen,
-            m=20,
-            mechanism="dp-ksa",
-            ksa_epsilon_em=2.0,
-            ksa_epsilon_ptr=4.0,
-            ksa_delta=1e-12,
-            ksa_max_keywords=5,
-            ksa_response_tokens=8,
-            ksa_replayable=replayable,
-        )
-    if mechanism == "answer-vote":
-        import dataclasses
-
-        gen = dataclasses.replace(
-            gen,
-            mechanism="answer-vote",
-            vote_epsilon=4.0,
-            vote_threshold=2.0,
-            key_words=2,
-            normalizer="basic",
-            vote_selection=vote_selection,
-            vote_delta=vote_delta,
-            abstain_empty=abstain_empty,
-        )
-    return Policy(
-        window=window,
-        retrieval=RetrievalPolicy(
-            enabled_tenants=("clinic",),
-            K=5,
-            n=n,
-            epsilon_acc=1.0,
-            delta_acc=1e-6,
-            sigma=exact_sigma(1.0, 1e-6, n, sens),
-            sensitivity=sens,
-            score_clip=(0, 1 << 20),
-            score_shift=10,
-            sampler=SamplerSpec(9.5, 64, 1e-12),
-        ),
-        coalition=CoalitionPolicy(k_max=k_max, delta_policy=1e-5),
-        generation=gen,
-    )
-
+from ..toy import CLINIC, LEGAL, HashEmbedder, ToyGenerator, ToyTextGenerator, toy_policy
 
 ACCOUNTS = {"alice": "clinic", "bob": "clinic", "carol": "legal"}
 SCRIPT = [
