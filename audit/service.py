@@ -48,7 +48,7 @@ from .admission import check_request
 from .bundle_export import write_atomically
 from .charges import ChargeRule
 from .encoding import IDENTIFIER_RULE, decode, digest, encode, is_identifier
-from .ledger import NoteSigner
+from .ledger import Checkpoint, NoteSigner, sign_checkpoint
 from .ledger.rfc6962 import hash_leaf
 from .policy import Policy
 from .receipts import receipt_body, refusal_body, sign_receipt, sign_refusal
@@ -656,9 +656,9 @@ class ProviderService:
             # — its size read here, N > pos: this request's leaf committed before — and the answer with its receipt
             with self.store.write(tail=False):
                 size = self.ledger.size
-                note = self.ledger.checkpoint(self.signer, self.origin, size=size)
-                self.aud.put_checkpoint(size, note)
-                body = dict(record["receipt_body"], h_answer=h_answer, size=size, root=self.ledger.root(size).hex())
+                root = self.ledger.root(size)  # read once: the note and the receipt carry the same root
+                self.aud.put_checkpoint(size, sign_checkpoint(Checkpoint(self.origin, size, root, ()), self.signer))
+                body = dict(record["receipt_body"], h_answer=h_answer, size=size, root=root.hex())
                 served = ServedQuery(ans.text, record["top"], sign_receipt(body, self.signer), pos)
                 return self.aud.store_answer(
                     acct,

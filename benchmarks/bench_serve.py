@@ -23,7 +23,6 @@ import argparse
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -38,20 +37,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from dprag.audit.api.toy import make_toy_directory  # noqa: E402
-from dprag.audit.testing.live import start_replica, wait_ready  # noqa: E402
+from dprag.audit.testing.live import start_replica, stop_replicas, wait_ready  # noqa: E402
 from dprag.audit.testing.load import QUESTIONS, audit_window, run_accounts  # noqa: E402
 from dprag.audit.testing.postgres import TempCluster, free_port  # noqa: E402
-
-
-def _stop(procs) -> None:
-    for p in procs:
-        if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
-    for p in procs:
-        try:
-            p.wait(20)
-        except subprocess.TimeoutExpired:
-            p.kill()
 
 
 def baseline_arm(replicas: int, accounts: int, per_account: int) -> dict:
@@ -92,7 +80,7 @@ def baseline_arm(replicas: int, accounts: int, per_account: int) -> dict:
             th.join()
         secs = time.perf_counter() - t0
     finally:
-        _stop(procs)
+        stop_replicas(*procs)
     if len(lat) != accounts * per_account:
         raise RuntimeError(f"baseline answered {len(lat)} of {accounts * per_account} requests")
     a = np.array(lat)
@@ -124,7 +112,7 @@ def dprag_arm(engine: str, replicas: int, accounts: int, per_account: int, work:
         names = ["alice", "bob", "carol", "dave"][:accounts] + [f"a{i:02d}" for i in range(5, accounts + 1)]
         res = run_accounts(d, names, lambda i: urls[i % len(urls) :] + urls[: i % len(urls)], per_account)
     finally:
-        _stop(procs)
+        stop_replicas(*procs)
     out = {"arm": f"dprag-{engine}", "replicas": replicas, **res.summary()}
     from dprag.audit.api.toy import open_toy_directory
 

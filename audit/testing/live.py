@@ -90,3 +90,17 @@ def start_replica(
 def port_is_free(port: int) -> bool:
     with socket.socket() as s:
         return s.connect_ex(("127.0.0.1", port)) != 0
+
+
+def stop_replicas(*procs) -> None:
+    """SIGTERM every replica still running, wait up to 20 s each, SIGKILL the ones that do not exit."""
+    import signal
+
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    for p in procs:
+        try:
+            p.wait(20)
+        except subprocess.TimeoutExpired:
+            p.kill()

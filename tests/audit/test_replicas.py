@@ -13,21 +13,10 @@ from pathlib import Path
 import pytest
 
 from dprag.audit.api.toy import make_toy_directory, open_toy_directory
-from dprag.audit.testing.live import start_replica
+from dprag.audit.testing.live import start_replica, stop_replicas
 from dprag.audit.testing.load import audit_window, run_accounts
 
 pytest.importorskip("fastapi")
-
-
-def _stop(*procs) -> None:
-    for p in procs:
-        if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
-    for p in procs:
-        try:
-            p.wait(20)
-        except Exception:  # noqa: BLE001
-            p.kill()
 
 
 def _check(d: Path, store: str | None, res, out: Path, requests: int) -> dict:
@@ -62,7 +51,7 @@ def test_two_replicas_sixteen_accounts(tmp_path, engine, request):
         accounts = [f"a{i:02d}" if i >= 5 else ["alice", "bob", "carol", "dave"][i - 1] for i in range(1, 17)]
         res = run_accounts(d, accounts, lambda i: [url_a, url_b] if i % 2 else [url_b, url_a], 4)
     finally:
-        _stop(a, b)
+        stop_replicas(a, b)
     _check(d, url, res, tmp_path, 64)
 
 
@@ -91,7 +80,7 @@ def test_sigkill_a_replica_and_restart_postgres_mid_load(tmp_path, pg_cluster):
         accounts = ["alice", "bob", "carol", "dave"] + [f"a{i:02d}" for i in range(5, 13)]
         res = run_accounts(d, accounts, lambda i: [url_a, url_b], 6, attempts=40, during=faults)
     finally:
-        _stop(a, b)
+        stop_replicas(a, b)
     assert [e[0] for e in events] == ["sigkill replica a", "postgres restarted"]
     assert a.returncode == -signal.SIGKILL
     got = _check(d, pg_cluster.url, res, tmp_path, 72)
