@@ -187,7 +187,7 @@ def create_app(svc, *, auditor_key: str | None = None) -> FastAPI:
             return _error(404, "not_found", "no checkpoint of that size was signed", "size")
         return JSONResponse({"size": size, "note": notes[size].decode()})
 
-    @app.get("/v1/consistency", responses=schemas.responses("Consistency", 400, 401), tags=["account"])
+    @app.get("/v1/consistency", responses=schemas.responses("Consistency", 400, 401, 503), tags=["account"])
     async def consistency(
         request: HttpRequest, first: int = Query(ge=1, le=MAX_INT), second: int = Query(ge=1, le=MAX_INT)
     ) -> Response:
@@ -197,6 +197,8 @@ def create_app(svc, *, auditor_key: str | None = None) -> FastAPI:
             return who
         try:
             proof = await run_in_threadpool(svc.ledger.consistency_proof, first, second)
+        except StoreUnavailableError as e:  # transient (a restarting database): retryable, never a refusal
+            return _error(503, "store_unavailable", str(e)[:300], None, headers={"Retry-After": "1"})
         except DpragError as e:
             return _error(400, "refused", str(e)[:300], "first")
         return JSONResponse(proof.to_json_dict())
