@@ -17,6 +17,7 @@ from pathlib import Path
 import click
 
 from dprag.accounting.errors import DpragError
+from dprag.lab.experiments.defaults import OTHER_M, RUN_WIDE, TUNING_CORPUS_SEED, method_defaults
 from dprag.lab.experiments.options import Fail, auto_ints, default_scale, finite_floats, positive_floats
 from dprag.lab.experiments.report import progress_bar
 from dprag.lab.runinfo import write_run_json
@@ -76,6 +77,43 @@ def build_backend(model: str, dataset, threads: int | None = None):
     return retriever, gen, "dense"
 
 
+def tuning_seed(dataset: str, corpus_seed: int, text: str | None) -> int | None:
+    """``--tuning-corpus-seed``: an int, 'test' (None: the test corpus's dev split) or the default (the corpus
+    the defaults were chosen on for clinic; the test corpus for wiki-fanout, which has one)."""
+    if text is None:
+        if dataset != "clinic":
+            return None
+        return TUNING_CORPUS_SEED if corpus_seed != TUNING_CORPUS_SEED else TUNING_CORPUS_SEED + 1
+    if text.strip() == "test":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise click.BadParameter(
+            f"must be an integer or 'test', got {text!r}", param_hint="--tuning-corpus-seed"
+        ) from None
+
+
+def method_overrides(method: str, kind: str, *, m_given: bool, taus_given: bool, bins_given: bool) -> dict:
+    """The per-method ``Settings`` fields of ``method``: its best-known m, τ grid and bins unless a flag set them."""
+    from dprag.rag_adapters.scoring import ScoreBins
+
+    d = method_defaults(method, kind)
+    out: dict = {}
+    if not m_given:
+        out["m"], out["m_grid"] = d["m"], (d["m"],)
+    if not taus_given and "taus" in d:
+        out["taus"] = tuple(d["taus"])
+    if not bins_given and "bins" in d:
+        out["bins"] = tuple(d["bins"])
+        out["edges"] = tuple(ScoreBins(*d["bins"]).edges().tolist())
+    return out
+
+
+def _jsonable(v):
+    return list(v) if isinstance(v, tuple) else v
+
+
 @click.group("experiment")
 def experiment():
     """Experiments with real retrievers and generators (privacy–utility trade-off)."""
@@ -125,31 +163,37 @@ experiment.add_command(_auc_vs_k)
 @click.option(
     "--m",
     "m_text",
-    default="10",
-    show_default=True,
-    help="voters; a comma-separated list is a grid chosen on dev (K = m × docs per voter)",
+    default=None,
+    help="voters; a comma-separated list is a grid chosen on dev (K = m × docs per voter). Default: each "
+    "method's best-known m (30 for MuRAG, 10 for MuRAG-Ada's answer-level cells and every other method; "
+    "lab/experiments/defaults.py)",
 )
 @click.option(
     "--docs-per-voter",
     "dpv_text",
-    default="1",
+    default=RUN_WIDE["--docs-per-voter"],
     show_default=True,
     help="documents each voter reads (000 Alg. 5's k); a list is a grid chosen on dev",
 )
 @click.option("--M", "max_retrievals", type=int, default=1, show_default=True, help="retrievals per document")
-@click.option("--max-tokens", type=int, default=16, show_default=True)
+@click.option("--max-tokens", type=int, default=RUN_WIDE["--max-tokens"], show_default=True)
 @click.option("--delta", type=float, default=1e-5, show_default=True, help="δ of the (ε, δ) methods")
-@click.option("--taus", default=None, help="MuRAG threshold grid (default depends on the retriever)")
+@click.option(
+    "--taus",
+    default=None,
+    help="MuRAG threshold grid (default: 52.5 on the MiniLM scale, chosen by the coverage rule on the tuning "
+    "corpus; 4,6 on the toy word-overlap scale)",
+)
 @click.option(
     "--private-tokens",
-    default="2,4",
+    default=RUN_WIDE["--private-tokens"],
     show_default=True,
     help="grid of c, the private tokens per answer (ε_token is the largest the per-query budget allows; "
     "0 = auto: the most tokens keeping m·ε_token/4 >= --em-margin)",
 )
 @click.option(
     "--public-completion/--no-public-completion",
-    default=False,
+    default=RUN_WIDE["--public-completion"],
     show_default=True,
     help="after the c private tokens, continue with the no-context model (free post-processing; "
     "000 Alg. 5 stops there)",
@@ -157,7 +201,7 @@ experiment.add_command(_auc_vs_k)
 @click.option(
     "--em-prior",
     type=click.Choice(["uniform", "non-rag"]),
-    default="uniform",
+    default=RUN_WIDE["--em-prior"],
     show_default=True,
     help="base measure of the exponential mechanism: uniform (000 Alg. 5) or the no-context model's "
     "next-token distribution (public)",
@@ -170,16 +214,27 @@ experiment.add_command(_auc_vs_k)
     help="log-odds target of a unanimous vote for c = 0 (auto)",
 )
 @click.option("--probabilities", default="0.1,0.3", show_default=True, help="Poisson rates (subsampling)")
-@click.option("--bins", default=None, help="MuRAG-Ada bins LOW,HIGH,WIDTH on the dense score scale (default 30,80,1)")
+@click.option(
+    "--bins",
+    default=None,
+    help="MuRAG-Ada bins LOW,HIGH,WIDTH on the dense score scale (default 20,90,1 for the answer-level cells, "
+    "30,80,1 for the token-level ones)",
+)
+@click.option(
+    "--npr-k",
+    default=RUN_WIDE["--npr-k"],
+    show_default=True,
+    help="Non-Private-RAG's documents per prompt; a list is a grid chosen on dev",
+)
 @click.option("--seed", default="0", show_default=True, help="seed of noise and question sampling")
 @click.option("--corpus-seed", type=int, default=0, show_default=True, help="clinic corpus seed")
 @click.option(
     "--tuning-corpus-seed",
-    type=int,
     default=None,
-    help="clinic only: tune on the dev split of the clinic corpus generated with this seed (it must share "
-    "no record with the test corpus; spec/experiments.md §3). Default: the test corpus's dev split "
-    "(not charged; every table says so)",
+    help="clinic: tune the grids given on the command line on the dev split of the clinic corpus generated "
+    "with this seed (it must share no record with the test corpus; spec/experiments.md §3); 'test': on the "
+    f"test corpus's own dev split (not charged; every table says so). Default: {TUNING_CORPUS_SEED} (the "
+    "corpus the defaults were chosen on), or 'test' for wiki-fanout (it has one corpus)",
 )
 @click.option(
     "--vote-thresholds",
@@ -187,22 +242,26 @@ experiment.add_command(_auc_vs_k)
     show_default=True,
     help="answer-vote: grid of the threshold t in nats (the fallback's base mass is 1 - e^-t)",
 )
-@click.option("--key-words", default="3", show_default=True, help="answer-vote: grid of words per answer key")
 @click.option(
-    "--answer-tokens",
-    default=None,
-    help="answer-vote: grid of the voters' answer length in tokens (default: --max-tokens)",
+    "--key-words", default=RUN_WIDE["--key-words"], show_default=True, help="answer-vote: grid of words per answer key"
 )
 @click.option(
-    "--abstain-empty",
-    is_flag=True,
+    "--answer-tokens",
+    default=RUN_WIDE["--answer-tokens"],
+    show_default=True,
+    help="answer-vote: grid of the voters' answer length in tokens",
+)
+@click.option(
+    "--abstain-empty/--no-abstain-empty",
+    default=RUN_WIDE["--abstain-empty"],
+    show_default=True,
     help="answer-vote: voters whose documents are all the empty padding "
     "abstain instead of voting their no-context answer (same ε: spec/accounting/rag.md §6)",
 )
 @click.option(
     "--answer-selection",
     type=click.Choice(["universal", "seen"]),
-    default="universal",
+    default=RUN_WIDE["--answer-selection"],
     show_default=True,
     help="answer-vote: the DP selection over the voters' keys: universal (pure ε, exponential mechanism "
     "over every string with a length-priced base measure) or seen (the voters' own keys and a "
@@ -234,6 +293,7 @@ def privacy_utility(
     em_margin,
     probabilities,
     bins,
+    npr_k,
     seed,
     corpus_seed,
     tuning_corpus_seed,
@@ -260,18 +320,22 @@ def privacy_utility(
         write_jsonl,
         write_predictions,
     )
-    from dprag.lab.experiments.runner import CachedRetriever, Plan, run_plan, select_questions
+    from dprag.lab.experiments.runner import CachedRetriever, Plan, method_context, run_plan, select_questions
 
     names = [x.strip() for x in methods.split(",") if x.strip()]
     unknown = [n for n in names if n not in METHODS]
     if unknown or not names:
         raise click.BadParameter(f"unknown method(s) {unknown}; choose from {sorted(METHODS)}", param_hint="--methods")
     eps = positive_floats("--eps", eps_text)
-    m_grid, dpv_grid = auto_ints("--m", m_text), auto_ints("--docs-per-voter", dpv_text)
-    for name, vals in (("--m", m_grid), ("--docs-per-voter", dpv_grid)):
+    m_given = auto_ints("--m", m_text) if m_text is not None else None
+    dpv_grid = auto_ints("--docs-per-voter", dpv_text)
+    npr_grid = auto_ints("--npr-k", npr_k)
+    for name, vals in (("--m", m_given or (1,)), ("--docs-per-voter", dpv_grid), ("--npr-k", npr_grid)):
         if not vals or min(vals) < 1:
             raise click.BadParameter(f"every value must be >= 1, got {vals}", param_hint=name)
+    m_grid = m_given or (OTHER_M,)
     m = m_grid[0]
+    tuning_corpus_seed = tuning_seed(dataset, corpus_seed, tuning_corpus_seed)
     for name, v, lo in (
         ("--queries", queries, 1),
         ("--M", max_retrievals, 1),
@@ -301,6 +365,10 @@ def privacy_utility(
         if bins_t is not None and len(bins_t) != 3:
             raise click.BadParameter("must be LOW,HIGH,WIDTH", param_hint="--bins")
         scale = default_scale(kind, bins_t)
+        per_method = {
+            n: method_overrides(n, kind, m_given=m_given is not None, taus_given=bool(taus), bins_given=bool(bins))
+            for n in names
+        }
         settings = Settings(
             m=m,
             m_grid=m_grid,
@@ -315,6 +383,7 @@ def privacy_utility(
             em_margin=em_margin,
             public_completion=public_completion,
             em_prior=em_prior,
+            npr_k=npr_grid,
             probabilities=positive_floats("--probabilities", probabilities),
             vote_thresholds=finite_floats("--vote-thresholds", vote_thresholds),
             key_words=auto_ints("--key-words", key_words),
@@ -332,15 +401,23 @@ def privacy_utility(
             )
         if any(p > 1 for p in settings.probabilities):
             raise click.BadParameter("probabilities must lie in (0, 1]", param_hint="--probabilities")
-        if max(m_grid) * max(dpv_grid) > len(ds.documents):
+        m_max = max([*m_grid, *(int(ov.get("m", m)) for ov in per_method.values())])
+        if m_max * max(dpv_grid) > len(ds.documents):
             raise click.BadParameter(
-                f"K = m × docs per voter = {max(m_grid) * max(dpv_grid)} exceeds the corpus size {len(ds.documents)}",
+                f"K = m × docs per voter = {m_max * max(dpv_grid)} exceeds the corpus size {len(ds.documents)}",
                 param_hint="--m",
             )
         ctx = Context(CachedRetriever(retriever), gen, settings, seed=b"dprag-experiments/" + seed_b)
         dev_ctx = None
+        needs_dev = any(
+            len(METHODS[n].grid(method_context(ctx, per_method.get(n, {})), e if METHODS[n].uses_eps else None)) > 1
+            for n in names
+            for e in eps
+        )
         if not dev_queries:
             tuning = "none (first grid setting)"
+        elif not needs_dev:
+            tuning = "none (a single setting: the defaults of lab/experiments/defaults.py or the flags given)"
         elif tuning_ds is not None:
             dev_ctx = Context(
                 CachedRetriever(tuning_backend(model, tuning_ds, gen, kind, retriever)),
@@ -383,7 +460,16 @@ def privacy_utility(
 
         cells = run_plan(
             ctx,
-            Plan(tuple(names), eps, tuple(test), tuple(dev), test_split, dev_context=dev_ctx, tuning=tuning),
+            Plan(
+                tuple(names),
+                eps,
+                tuple(test),
+                tuple(dev),
+                test_split,
+                dev_context=dev_ctx,
+                tuning=tuning,
+                per_method=per_method,
+            ),
             bar,
             on_cell,
             on_question,
@@ -403,6 +489,9 @@ def privacy_utility(
         "model": model,
         "generator": getattr(gen, "name", type(gen).__name__),
         "m": list(m_grid),
+        "per_method": {n: {k: _jsonable(v) for k, v in ov.items() if k != "edges"} for n, ov in per_method.items()},
+        "defaults": "lab/experiments/defaults.py (chosen on the clinic corpus of seed "
+        f"{TUNING_CORPUS_SEED}; spec/experiments.md §1.1)",
         "docs_per_voter": list(dpv_grid),
         "M": max_retrievals,
         "public_completion": public_completion,

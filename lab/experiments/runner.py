@@ -26,15 +26,16 @@ import json
 import math
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any
 
 import numpy as np
 
 from dprag.accounting.errors import DpragError, InvalidParameterError, check_positive_int
 from dprag.accounting.noise.source import RandomSource
 from dprag.accounting.rag.common import RagAnswer
-from dprag.lab.experiments.methods import Context, Session, check_methods, get_method
+from dprag.lab.experiments.methods import Context, Session, Settings, check_methods, get_method
 from dprag.rag_adapters.datasets.base import QAItem, RagDataset
 from dprag.rag_adapters.metrics import best_rouge_l, contains_answer, token_f1
 
@@ -312,6 +313,16 @@ class Plan:
     dev_context: Context | None = None
     #: how hyperparameters were chosen, written into every cell (spec/experiments.md §3)
     tuning: str = "dev split of the test corpus (not charged)"
+    #: method -> the ``Settings`` fields it runs with instead of the run's (its best-known m, τ grid, bins;
+    #: ``lab/experiments/defaults.py``); other keys are ignored
+    per_method: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+
+def method_context(ctx: Context, overrides: Mapping[str, Any]) -> Context:
+    """``ctx`` with the ``Settings`` fields of ``overrides`` replaced (the same retriever, generator, seed)."""
+    names = {f.name for f in fields(Settings)}
+    ov = {k: v for k, v in overrides.items() if k in names}
+    return replace(ctx, settings=replace(ctx.settings, **ov)) if ov else ctx
 
 
 def run_plan(
@@ -331,12 +342,15 @@ def run_plan(
     cells = []
     for method in plan.methods:
         spec = get_method(method)
+        ov = plan.per_method.get(method, {})
+        ctx_m = method_context(ctx, ov)
+        dev_m = None if plan.dev_context is None else method_context(plan.dev_context, ov)
         grid_eps = plan.eps if spec.uses_eps else ((0.0,) if spec.private else (None,))
         for eps in grid_eps:
             e_arg = eps if spec.uses_eps else None
             try:
-                hp, log, dev_s, dev_acc = tune(plan.dev_context or ctx, method, e_arg, plan.dev, progress, on_question)
-                cell = run_cell(ctx, method, e_arg, hp, plan.test, plan.test_split, progress, on_question)
+                hp, log, dev_s, dev_acc = tune(dev_m or ctx_m, method, e_arg, plan.dev, progress, on_question)
+                cell = run_cell(ctx_m, method, e_arg, hp, plan.test, plan.test_split, progress, on_question)
             except DpragError as e:
                 if not spec.uses_eps:
                     raise
@@ -357,7 +371,7 @@ def run_plan(
                     delta=0.0,
                     hp={"infeasible": str(e)},
                     seconds=0.0,
-                    m=ctx.settings.m,
+                    m=ctx_m.settings.m,
                     tuning=plan.tuning,
                 )
                 cells.append(cell)
@@ -367,7 +381,7 @@ def run_plan(
             cell.eps_total = eps
             cell.dev_accuracy, cell.dev_seconds, cell.dev_grid = dev_acc, dev_s, log
             cell.tuning = (
-                plan.tuning if log or len(get_method(method).grid(ctx, e_arg)) > 1 else "none (a single setting)"
+                plan.tuning if log or len(get_method(method).grid(ctx_m, e_arg)) > 1 else "none (a single setting)"
             )
             cells.append(cell)
             if on_cell:

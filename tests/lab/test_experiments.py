@@ -806,6 +806,8 @@ def test_cli_tuning_corpus_must_be_disjoint_and_is_reported(tmp_path):
             "--answer-tokens",
             "4,6",
             "--abstain-empty",
+            "--answer-selection",
+            "universal",  # the grid of t is the universal selection's
             "--out",
             str(out),
             "--json",
@@ -868,7 +870,38 @@ def test_cli_tuning_corpus_must_be_disjoint_and_is_reported(tmp_path):
     )
     assert default.exit_code == 0, default.output
     row = [json.loads(line) for line in default.output.splitlines() if line.startswith("{")][0]
+    # the default tunes on the corpus the defaults were chosen on (seed 1), never on the test corpus
+    assert "disjoint tuning corpus" in row["tuning"] and "corpus seed 1" in row["tuning"]
+    on_test = CliRunner().invoke(
+        experiment,
+        [
+            "privacy-utility",
+            "--dataset",
+            "clinic",
+            "--model",
+            "toy",
+            "--methods",
+            "murag",
+            "--queries",
+            "2",
+            "--dev-queries",
+            "1",
+            "--tuning-corpus-seed",
+            "test",
+            "--out",
+            str(tmp_path / "z"),
+            "--no-progress",
+            "--json",
+        ],
+    )
+    assert on_test.exit_code == 0, on_test.output
+    row = [json.loads(line) for line in on_test.output.splitlines() if line.startswith("{")][0]
     assert "NOT charged" in row["tuning"]
+    bad = CliRunner().invoke(
+        experiment,
+        ["privacy-utility", "--dataset", "clinic", "--model", "toy", "--tuning-corpus-seed", "one", "--out", "w"],
+    )
+    assert bad.exit_code == 2 and "--tuning-corpus-seed" in bad.output and "'test'" in bad.output
 
 
 def test_coverage_check_counts_own_records_left_at_M1():
