@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import threading
 from collections.abc import Sequence
 
 import numpy as np
@@ -167,13 +168,16 @@ class ToyTextGenerator:
 
 class HostedToyLLM:
     """A 'hosted LLM': a callable prompt_text -> str that nobody can replay (it appends a fresh random word, as a
-    sampling API would vary its wording). It answers the toy documents' ANSWER words found in its prompt."""
+    sampling API would vary its wording). It answers the toy documents' ANSWER words found in its prompt. Safe to
+    call from several threads (``TextOnlyGenerator`` runs the voters' calls concurrently): ``calls`` is exact."""
 
     def __init__(self):
         self.calls = 0
+        self._lock = threading.Lock()
 
     def __call__(self, text: str) -> str:
-        self.calls += 1
+        with self._lock:
+            self.calls += 1
         found = re.findall(r"(?:ANSWER|Keywords):\s*([^\n.]+)", text)
         word = found[0].replace(",", " ").strip() if found else "unknown"
         return f"{word} {os.urandom(4).hex()}"

@@ -50,6 +50,14 @@ Two deliberate departures from the printed algorithm, each for a stated reason:
 
 FindBestK is ``accounting.mechanisms.ksa.find_best_k`` unchanged (exact exponential mechanism, β = 4/ε_em: 004's
 printed Gumbel(2/ε) is the trap the seeds README names).
+
+Calls. One answer costs ``DpKsaPureParameters.calls_per_answer`` = m + 1 generator calls (m voters, then the final
+answer, which needs the released keywords). The voters' calls are independent, so on a generator that makes one
+call per prompt (``TextOnlyGenerator``, the hosted path: it has ``generate_each``) they run concurrently, at most
+``max_concurrency`` in flight (the smaller of the parameters' and the generator's), results in prompt order; the
+answer then waits ⌈m / max_concurrency⌉ + 1 call latencies instead of m + 1 (``latency_rounds``). Nothing random is
+drawn while the calls run (the partition before, FindBestK and the test after), so the release does not depend on
+the order the calls complete in. A generator with only its own batch (``generate_many``) is used as is.
 """
 
 from __future__ import annotations
@@ -57,8 +65,9 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Protocol, TypedDict, cast
+from typing import Protocol, TypedDict, TypeVar, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -79,6 +88,11 @@ __all__ = [
     "ptr_threshold_dlap",
     "TextOnlyGenerator",
     "as_text_generator",
+    "text_voter_responses",
+    "call_each",
+    "CallFailed",
+    "check_max_concurrency",
+    "DEFAULT_MAX_CONCURRENCY",
     "render_prompt",
     "STOP_WORDS",
     "MAX_WORD_CHARS",
@@ -92,6 +106,81 @@ class TextGenerator(Protocol):
     def generate(self, prompt: Prompt, max_new_tokens: int) -> str: ...
 
     def generate_many(self, prompts: Sequence[Prompt], max_new_tokens: int) -> list[str]: ...
+
+
+#: the default bound on one answer's generator calls in flight (``DpKsaPureParameters``, ``TextOnlyGenerator``)
+DEFAULT_MAX_CONCURRENCY = 8
+
+_T = TypeVar("_T")
+_R = TypeVar("_R")
+
+
+def check_max_concurrency(field: str, value: object) -> int:
+    """``value`` if it is an integer >= 1 (bools, floats and strings are refused): a bound on calls in flight."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or int(value) < 1:
+        raise InvalidParameterError(field, "must be an integer >= 1 (1 = one call at a time)", value)
+    return int(value)
+
+
+@dataclass(frozen=True)
+class CallFailed:
+    """In ``call_each``'s results: the call for this item raised ``error``."""
+
+    error: Exception
+
+
+def call_each(fn: Callable[[_T], _R], items: Sequence[_T], max_concurrency: int) -> list[_R | CallFailed]:
+    """``fn(item)`` for every item, at most ``max_concurrency`` calls in flight, results in item order; a call that
+    raised an ``Exception`` gives ``CallFailed`` in its place (the other calls still run). ``max_concurrency`` 1
+    calls in order on the calling thread; otherwise a thread pool of min(max_concurrency, len(items)) threads,
+    all joined before the return."""
+    limit = check_max_concurrency("max_concurrency", max_concurrency)
+
+    def one(x: _T) -> _R | CallFailed:
+        try:
+            return fn(x)
+        except Exception as e:  # noqa: BLE001 - recorded in the item's place
+            return CallFailed(e)
+
+    todo = list(items)
+    if limit == 1 or len(todo) <= 1:
+        return [one(x) for x in todo]
+    with ThreadPoolExecutor(max_workers=min(limit, len(todo)), thread_name_prefix="dprag-text-call") as pool:
+        return list(pool.map(one, todo))
+
+
+def _check_responses(out: list[str | None], n: int) -> list[str | None]:
+    if len(out) != n or not all(r is None or isinstance(r, str) for r in out):
+        raise InvalidParameterError("generator", f"generate_each must return {n} strings or None")
+    return out
+
+
+def text_voter_responses(
+    generator: object, prompts: Sequence[Prompt], max_new_tokens: int, max_concurrency: int
+) -> list[str | None]:
+    """Every voter's response, ``None`` for a voter whose call failed: it abstains (``common.voter_responses``).
+
+    A generator with ``generate_each(prompts, n, max_concurrency=L) -> list[str | None]`` (one call per prompt, a
+    failed call in its place as None: ``TextOnlyGenerator``) is asked for every prompt alone, at most L calls in
+    flight; a voter whose call failed is asked once more alone (as ``voter_responses`` asks every prompt alone
+    after a failed batch) and abstains if that fails too. Each response, or its absence, is a function of its own
+    prompt only; the results are in prompt order whatever order the calls complete in. Any other generator: its
+    own batch, ``common.voter_responses``.
+    """
+    limit = check_max_concurrency("max_concurrency", max_concurrency)
+    each = getattr(generator, "generate_each", None)
+    if not callable(each):
+        return voter_responses(generator, prompts, max_new_tokens)
+    prompts = list(prompts)
+    out = _check_responses(list(each(prompts, max_new_tokens, max_concurrency=limit)), len(prompts))
+    failed = [i for i, r in enumerate(out) if r is None]
+    if failed:
+        again = _check_responses(
+            list(each([prompts[i] for i in failed], max_new_tokens, max_concurrency=limit)), len(failed)
+        )
+        for i, r in zip(failed, again, strict=True):
+            out[i] = r
+    return out
 
 
 class _KeywordRelease(TypedDict):
@@ -241,7 +330,11 @@ class DpKsaPureParameters:
     2/ε_ptr on a gap of sensitivity 2); ``ptr_delta`` the test's failure probability δ (per query, per document
     list); ``max_keywords`` FindBestK's largest k (004 suggests 15–30; the range [1, max_keywords] is public);
     ``response_tokens`` the voters' response length in words (a public cut; the generator is asked for that
-    many tokens); ``max_tokens`` the final answer's length.
+    many tokens); ``max_tokens`` the final answer's length; ``max_concurrency`` the most voter calls in flight at
+    once on a generator that makes one call per prompt (``generate_each``; 1 = one after another; no privacy
+    meaning: the release is the same for every value).
+
+    One answer costs ``calls_per_answer`` = m + 1 generator calls and waits ``latency_rounds`` call latencies.
 
     ``cost`` is the **pure** part, ε_em + ε_ptr, which the per-document filter charges; every use adds
     ``ptr_delta`` to the δ of each document it charges, which the policy accounts per document outside the
@@ -256,6 +349,7 @@ class DpKsaPureParameters:
     max_keywords: int = 10
     response_tokens: int = 32
     max_tokens: int = 32
+    max_concurrency: int = DEFAULT_MAX_CONCURRENCY
 
     def __post_init__(self) -> None:
         check_positive_int("m", self.m)
@@ -265,10 +359,24 @@ class DpKsaPureParameters:
         check_positive_int("max_keywords", self.max_keywords)
         check_positive_int("response_tokens", self.response_tokens)
         check_positive_int("max_tokens", self.max_tokens)
+        check_max_concurrency("max_concurrency", self.max_concurrency)
         if not 2.0 / self.epsilon_ptr <= 2.0**48:
             raise InvalidParameterError(
                 "epsilon_ptr", "must be at least 2^-47 (discrete Laplace scale <= 2^48)", self.epsilon_ptr
             )
+
+    @property
+    def calls_per_answer(self) -> int:
+        """Generator calls one answer costs when no call fails: one per voter (m), then the final answer (1). A
+        failed voter call is asked once more and the final answer is tried up to 3 times
+        (``common.final_answer``), so at most 2m + 3."""
+        return self.m + 1
+
+    @property
+    def latency_rounds(self) -> int:
+        """Call latencies one answer waits for when no call fails: ⌈m / max_concurrency⌉ rounds of voter calls,
+        then the final answer (a generator whose own limit is lower waits longer)."""
+        return -(-self.m // self.max_concurrency) + 1
 
     @property
     def ptr_scale(self) -> float:
@@ -325,12 +433,11 @@ class DpKsaPureParameters:
         if source is None:
             source = RandomSource.system()
         ids, ctx = given_list_voters(doc_ids, self.m, retriever, source)
-        # a voter whose call fails abstains (an empty response: no keyword), common.voter_responses
+        # a voter whose call fails abstains (an empty response: no keyword); the voters' calls run concurrently on
+        # a generator with generate_each (text_voter_responses); nothing is drawn from source while they run
+        prompts = [Prompt(question, tuple(c), history) for c in ctx]
         responses = [
-            r or ""
-            for r in voter_responses(
-                generator, [Prompt(question, tuple(c), history) for c in ctx], self.response_tokens
-            )
+            r or "" for r in text_voter_responses(generator, prompts, self.response_tokens, self.max_concurrency)
         ]
         sel = self.select_keywords(responses, question, source)
         kw = sel["keywords"]
@@ -350,6 +457,8 @@ class DpKsaPureParameters:
                 "k_hat": sel["k"],
                 "released": kw is not None,
                 "keywords": kw,
+                "llm_calls": self.calls_per_answer,
+                "max_concurrency": self.max_concurrency,
             },
         )
 
@@ -384,6 +493,10 @@ class TextOnlyGenerator:
     Prompts are rendered with ``render`` (default ``render_prompt``); answers are cut to ``max_new_tokens``
     whitespace-separated words (a public cut). ``prompt_template`` names what the provider commits to in C_emb.
     Each call sees one prompt only (the voters' responses are functions of their own prompts).
+
+    ``generate_many`` and ``generate_each`` make one call per prompt, at most ``max_concurrency`` of one batch in
+    flight at once (threads; 1 = one after another), results in prompt order: ``complete`` must be safe to call
+    from several threads (an HTTP client, a LangChain model are). The bound is per batch, not across batches.
     """
 
     def __init__(
@@ -392,9 +505,11 @@ class TextOnlyGenerator:
         *,
         render: Callable[[Prompt], str] = render_prompt,
         name: str | None = None,
+        max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
     ) -> None:
         if not callable(complete):
             raise InvalidParameterError("generator", "must be callable prompt_text -> str", type(complete).__name__)
+        self.max_concurrency = check_max_concurrency("max_concurrency", max_concurrency)
         self.complete, self.render = complete, render
         self.name = name or getattr(complete, "__qualname__", type(complete).__name__)
         self.prompt_template = (
@@ -410,19 +525,40 @@ class TextOnlyGenerator:
             raise InvalidParameterError("generator", "returned a non-string answer", type(out).__name__)
         return _truncate_words(out, int(max_new_tokens))
 
+    def _limit(self, max_concurrency: int | None) -> int:
+        if max_concurrency is None:
+            return self.max_concurrency
+        return min(check_max_concurrency("max_concurrency", max_concurrency), self.max_concurrency)
+
+    def generate_each(
+        self, prompts: Sequence[Prompt], max_new_tokens: int, *, max_concurrency: int | None = None
+    ) -> list[str | None]:
+        """One call per prompt, at most min(``max_concurrency``, ``self.max_concurrency``) in flight; results in
+        prompt order, None where the call failed (raised, timed out, returned a non-string)."""
+        out = call_each(lambda p: self.generate(p, max_new_tokens), prompts, self._limit(max_concurrency))
+        return [None if isinstance(r, CallFailed) else r for r in out]
+
     def generate_many(self, prompts: Sequence[Prompt], max_new_tokens: int) -> list[str]:
-        return [self.generate(p, max_new_tokens) for p in prompts]
+        """One call per prompt, at most ``max_concurrency`` in flight, results in prompt order; if a call failed,
+        the first failed prompt's exception is raised once every call has returned."""
+        texts: list[str] = []
+        for r in call_each(lambda p: self.generate(p, max_new_tokens), prompts, self.max_concurrency):
+            if isinstance(r, CallFailed):
+                raise r.error
+            texts.append(r)
+        return texts
 
 
-def as_text_generator(generator: object) -> TextGenerator:
+def as_text_generator(generator: object, *, max_concurrency: int = DEFAULT_MAX_CONCURRENCY) -> TextGenerator:
     """The provider's text generator: an object with ``generate(prompt, n)`` and ``generate_many(prompts, n)``
-    (used as is), a LangChain runnable (``invoke``), or any callable ``prompt_text -> str``."""
+    (used as is), a LangChain runnable (``invoke``), or any callable ``prompt_text -> str`` (wrapped in
+    ``TextOnlyGenerator`` with ``max_concurrency``)."""
     if hasattr(generator, "generate_many") and hasattr(generator, "generate"):
         return cast(TextGenerator, generator)  # used as is (duck-typed, like the protocol)
     if hasattr(generator, "invoke") and callable(generator.invoke):
-        return TextOnlyGenerator(generator.invoke, name=type(generator).__name__)
+        return TextOnlyGenerator(generator.invoke, name=type(generator).__name__, max_concurrency=max_concurrency)
     if callable(generator):
-        return TextOnlyGenerator(generator)
+        return TextOnlyGenerator(generator, max_concurrency=max_concurrency)
     raise InvalidParameterError(
         "generator",
         "must expose generate/generate_many, invoke(text), or be a callable prompt_text -> str",
