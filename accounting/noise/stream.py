@@ -16,16 +16,18 @@ Integers are read little-endian from consecutive 8-byte words of the stream; a u
 so it is exactly uniform. Stream consumption of ``uniform_below(bound, size)`` (part of the spec, since a
 re-deriving verifier must stay in step): words are read in rounds; while ``need`` outputs are missing, a
 round reads ``need + floor(need / 8) + 1`` words, the accepted ones fill the outputs in order, and accepted
-words beyond ``need`` are discarded. ``uniform01(size)`` reads ``size`` words w and returns (w >> 11) · 2^-53.
+words beyond ``need`` are discarded. ``uniform01(size)`` reads one word w per value (prod(shape) words for a shape
+tuple, filled in C order) and returns (w >> 11) · 2^-53.
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import struct
 from collections.abc import Callable
-from typing import Any, Self, TypedDict, TypeVar, overload
+from typing import Any, Self, TypeAlias, TypedDict, TypeVar, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -35,6 +37,24 @@ from ..errors import InvalidParameterError
 BLOCK_BYTES = 65536
 
 _A = TypeVar("_A", bound="npt.NDArray[Any]")
+
+
+#: a sampler's ``size``: an int n (shape (n,)) or a shape tuple, as numpy's
+Size: TypeAlias = int | tuple[int, ...]
+
+_SIZE_RULE = "must be an integer >= 0 or a tuple of them (a numpy shape)"
+
+
+def check_shape(size: object) -> tuple[int, ...] | None:
+    """The array shape a sampler's ``size`` asks for (None: one scalar). Bools, floats and negative or
+    non-integer entries raise ``InvalidParameterError`` naming ``size``."""
+    if size is None:
+        return None
+    dims = size if isinstance(size, tuple) else (size,)
+    for d in dims:
+        if isinstance(d, (bool, np.bool_)) or not isinstance(d, (int, np.integer)) or d < 0:
+            raise InvalidParameterError("size", _SIZE_RULE, size)
+    return tuple(int(d) for d in dims)
 
 
 class _ShakeState(TypedDict):
@@ -129,40 +149,47 @@ class RandomStream:
     def uniform01(self, size: None = None) -> float: ...
 
     @overload
-    def uniform01(self, size: int) -> npt.NDArray[np.float64]: ...
+    def uniform01(self, size: Size) -> npt.NDArray[np.float64]: ...
 
-    def uniform01(self, size: int | None = None) -> float | npt.NDArray[np.float64]:
-        """``size`` floats uniform on the grid {k · 2^-53 : 0 <= k < 2^53}; one float if ``size`` is None."""
-        if size is None:
+    def uniform01(self, size: Size | None = None) -> float | npt.NDArray[np.float64]:
+        """Floats uniform on the grid {k · 2^-53 : 0 <= k < 2^53}: one float if ``size`` is None, else an array
+        of shape ``size`` (an int or a tuple, as numpy; filled in C order from consecutive words)."""
+        shape = check_shape(size)
+        if shape is None:
             return float((int(self.uint64(1)[0]) >> 11) * 2.0**-53)
-        return (self.uint64(size) >> np.uint64(11)).astype(np.float64) * (2.0**-53)
+        words = self.uint64(math.prod(shape))
+        return ((words >> np.uint64(11)).astype(np.float64) * (2.0**-53)).reshape(shape)
 
     @overload
     def integers(self, bound: int, size: None = None) -> int: ...
 
     @overload
-    def integers(self, bound: int, size: int) -> npt.NDArray[np.int64]: ...
+    def integers(self, bound: int, size: Size) -> npt.NDArray[np.int64]: ...
 
-    def integers(self, bound: int, size: int | None = None) -> int | npt.NDArray[np.int64]:
-        """Exactly uniform integers in [0, bound) (``uniform_below``); one int if ``size`` is None."""
-        return one_or_array(self.uniform_below(bound, 1 if size is None else size), size)
-
-
-@overload
-def one_or_array(arr: npt.NDArray[np.integer[Any]], size: None) -> int: ...
+    def integers(self, bound: int, size: Size | None = None) -> int | npt.NDArray[np.int64]:
+        """Exactly uniform integers in [0, bound) (``uniform_below``); one int if ``size`` is None, else an
+        array of shape ``size``."""
+        shape = check_shape(size)
+        return shaped(self.uniform_below(bound, 1 if shape is None else math.prod(shape)), shape)
 
 
 @overload
-def one_or_array(arr: npt.NDArray[np.floating[Any]], size: None) -> float: ...
+def shaped(arr: npt.NDArray[np.integer[Any]], shape: None) -> int: ...
 
 
 @overload
-def one_or_array(arr: _A, size: int) -> _A: ...
+def shaped(arr: npt.NDArray[np.floating[Any]], shape: None) -> float: ...
 
 
-def one_or_array(arr: npt.NDArray[Any], size: int | None) -> npt.NDArray[Any] | int | float:
-    """The array, or its single element as a Python scalar when no size was asked for."""
-    if size is not None:
-        return arr
-    v = np.asarray(arr).reshape(-1)[0]
-    return int(v) if np.issubdtype(np.asarray(arr).dtype, np.integer) else float(v)
+@overload
+def shaped(arr: _A, shape: tuple[int, ...]) -> _A: ...
+
+
+def shaped(arr: npt.NDArray[Any], shape: tuple[int, ...] | None) -> npt.NDArray[Any] | int | float:
+    """The flat draw ``arr`` reshaped to ``shape`` (C order), or its single element as a Python scalar when
+    ``shape`` is None."""
+    if shape is not None:
+        out: npt.NDArray[Any] = arr.reshape(shape)
+        return out
+    v = arr.reshape(-1)[0]
+    return int(v) if np.issubdtype(arr.dtype, np.integer) else float(v)

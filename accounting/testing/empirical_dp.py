@@ -21,6 +21,12 @@ using Classifiers", IEEE S&P 2021: likelihood-ratio-threshold attack sets, Clopp
 on ε). It is a *falsifier*: passing means "no violation was detected with this many trials", never a proof
 of privacy; its power depends on the trials and on the neighbouring pair chosen.
 
+A pass says what it could see (``DpCheckReport.power``): the smallest ε' that the same decision rule, at the
+same trials and Bonferroni level, would flag with probability ≥ 1 − β (default β = 0.05) on a tested event S,
+the event's measured mass p_b = P̂[M(d_b) ∈ S] held fixed and P[M(d_a) ∈ S] = e^ε'·p_b + δ
+(``detectable_epsilon``, computed from the two binomial laws). A violation needs mass to be seen: the figure is
+about events of (at least roughly) that mass, not about arbitrarily rare ones.
+
 Events tested:
 
 - ``events=None`` (automatic). The runs are split: ``selection_trials`` runs per input propose candidate
@@ -63,6 +69,7 @@ import math
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Protocol, Required, TypedDict, Unpack
 
 import numpy as np
@@ -82,6 +89,8 @@ __all__ = [
     "clopper_pearson_lower",
     "clopper_pearson_upper",
     "detection_probability",
+    "detectable_epsilon",
+    "DetectionPower",
 ]
 
 
@@ -137,6 +146,91 @@ def detection_probability(
     first = np.searchsorted(lo, need, side="right")  # smallest x_a with lo[x_a] > need
     tail_a = np.where(first <= n, stats.binom.sf(first - 1, n, p_a), 0.0)
     return float(np.clip(np.sum(pmf_b * tail_a), 0.0, 1.0))
+
+
+_POWER_TAIL = 1e-12  # X_b's support is cut where Binomial(n, p_b) has less mass than this on each side
+_POWER_TOL = 1e-4  # bisection width in ε' (the result is the upper end: it errs large)
+
+
+def _first_exceeding(need: npt.NDArray[np.float64], n: int, level: float) -> npt.NDArray[np.intp]:
+    """For ascending thresholds c: the smallest x in [0, n] with clopper_pearson_lower(x, n, level) > c (n + 1 if
+    none), evaluating the bound only on the x range the thresholds span."""
+
+    def smallest(c: float) -> int:
+        lo, hi = 0, n + 1
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if float(clopper_pearson_lower(mid, n, level)) > c:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
+    f0, f1 = smallest(float(need[0])), smallest(float(need[-1]))
+    bounds = clopper_pearson_lower(np.arange(f0, min(f1, n) + 1), n, level)
+    return f0 + np.searchsorted(bounds, need, side="right")
+
+
+def detectable_epsilon(
+    p_b: float,
+    epsilon: float,
+    delta: float = 0.0,
+    *,
+    trials: int,
+    alpha: float,
+    n_bounds: int = 2,
+    beta: float = 0.05,
+) -> float:
+    """The power of ``check_dp`` on one fixed event: the smallest ε' ≥ ε such that an event with
+    P[M(d_b) ∈ S] = ``p_b`` and P[M(d_a) ∈ S] = e^ε'·p_b + δ is flagged with probability ≥ 1 − β.
+
+    The test's own rule (one-sided Clopper–Pearson bounds at α / ``n_bounds``, violation iff
+    lower(p_a) − δ > e^ε·upper(p_b)) summed over the two binomial laws, as ``detection_probability``; X_b's
+    support is cut where its mass is below 1e-12 (counted as a miss) and ε' is bisected to 1e-4 and rounded up,
+    so the figure errs large. +inf when even P[M(d_a) ∈ S] = 1 is flagged with probability < 1 − β.
+    """
+    n = check_positive_int("trials", trials)
+    eps = check_epsilon("epsilon", epsilon, allow_zero=True)
+    dlt = check_delta("delta", delta, allow_zero=True)
+    q = float(p_b)
+    if not (0.0 <= q <= 1.0):
+        raise InvalidParameterError("p_b", "must lie in [0, 1]", p_b)
+    b = float(beta)
+    if not (0.0 < b < 1.0):
+        raise InvalidParameterError("beta", "must lie in (0, 1)", beta)
+    if not (0.0 < float(alpha) < 1.0):
+        raise InvalidParameterError("alpha", "must lie in (0, 1)", alpha)
+    level = float(alpha) / check_positive_int("n_bounds", n_bounds)
+    if q <= 0.0 or math.exp(eps) * q + dlt >= 1.0:
+        return math.inf  # no event of this mass can violate the claim
+    xb = np.arange(int(stats.binom.ppf(_POWER_TAIL, n, q)), int(stats.binom.isf(_POWER_TAIL, n, q)) + 1)
+    pmf = stats.binom.pmf(xb, n, q)
+    first = _first_exceeding(math.exp(eps) * clopper_pearson_upper(xb, n, level) + dlt, n, level)
+    pmf, first = pmf[first <= n], first[first <= n]
+
+    def caught(t: float) -> bool:  # P[flagged] ≥ 1 − β when P[M(d_a) ∈ S] = e^t·p_b + δ
+        p_a = min(1.0, math.exp(t) * q + dlt)
+        return float(np.sum(pmf * stats.binom.sf(first - 1, n, p_a))) >= 1.0 - b
+
+    lo, hi = eps, math.log((1.0 - dlt) / q)
+    if not caught(hi):
+        return math.inf
+    if caught(lo):
+        return eps
+    while hi - lo > _POWER_TOL:
+        mid = 0.5 * (lo + hi)
+        lo, hi = (lo, mid) if caught(mid) else (mid, hi)
+    return hi
+
+
+def _approx_detectable(q: float, n: int, level: float, eps: float, delta: float, beta: float) -> float:
+    """A normal approximation of ``detectable_epsilon``, only to rank events before the exact computation."""
+    if q <= 0.0:
+        return math.inf
+    z_lvl, z_b = float(stats.norm.isf(level)), float(stats.norm.isf(beta))
+    c = math.exp(eps) * (q + z_lvl * math.sqrt(q * (1 - q) / n)) + delta
+    p_a = c + (z_lvl + z_b) * math.sqrt(max(c * (1 - c), 0.0) / n)
+    return math.log((p_a - delta) / q) if c < 1.0 and p_a < 1.0 else math.inf
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -338,6 +432,35 @@ class EventResult:
 
 
 @dataclass(frozen=True)
+class DetectionPower:
+    """What a check could see: ε' ≥ ``epsilon`` on the event ``event`` (``direction``), whose measured mass
+    P̂[M(d_b) ∈ S] is ``mass``, is flagged with probability ≥ 1 − ``beta`` at ``trials`` runs per input
+    (``detectable_epsilon``). ``epsilon`` is +inf when no tested event gives that power."""
+
+    epsilon: float
+    beta: float
+    trials: int
+    event: str | None
+    direction: str | None
+    mass: float | None
+
+    def sentence(self) -> str:
+        if not math.isfinite(self.epsilon):
+            return (
+                f"PASS at {self.trials} trials per input; no tested event has power {1 - self.beta:g} "
+                "against any violation (too few trials, or events too rare)"
+            )
+        return (
+            f"PASS at {self.trials} trials per input; would detect ε >= {self.epsilon:.4g} with probability "
+            f">= {1 - self.beta:g} (on {self.event} ({self.direction}), at its measured P[M(d_b) in S] = "
+            f"{self.mass:.4g})"
+        )
+
+
+_POWER_EXACT = 3  # events whose power is computed exactly (the best by a normal approximation)
+
+
+@dataclass(frozen=True)
 class DpCheckReport:
     """What ``check_dp`` found. ``passed`` is False iff some tested event certifies a violation."""
 
@@ -348,6 +471,43 @@ class DpCheckReport:
     selection_trials: int
     candidates: int  # candidate (event, direction) pairs considered before testing (automatic mode)
     results: tuple[EventResult, ...] = field(default_factory=tuple)  # sorted, worst first
+    beta: float = 0.05  # miss probability at which ``power`` is stated
+
+    @cached_property
+    def power(self) -> DetectionPower:
+        """The smallest ε' the test flags with probability ≥ 1 − β on a tested event at its measured mass
+        (computed on first access: exact for the ``_POWER_EXACT`` events ranked best by a normal
+        approximation, the smallest of those reported — a true statement about that event, if not
+        necessarily the best one)."""
+        n, nb = self.trials, 2 * max(1, len(self.results))
+        level = self.alpha / nb
+        ranked: dict[int, tuple[float, EventResult]] = {}
+        for r in self.results:
+            if r.count_b not in ranked:
+                approx = _approx_detectable(r.count_b / n, n, level, self.epsilon, self.delta, self.beta)
+                ranked[r.count_b] = (approx, r)
+        best: tuple[float, EventResult | None] = (math.inf, None)
+        for _, r in sorted(ranked.values(), key=lambda t: t[0])[:_POWER_EXACT]:
+            e = detectable_epsilon(
+                r.count_b / n, self.epsilon, self.delta, trials=n, alpha=self.alpha, n_bounds=nb, beta=self.beta
+            )
+            if e < best[0] or best[1] is None:
+                best = (e, r)
+        e, top = best
+        return DetectionPower(
+            epsilon=e,
+            beta=self.beta,
+            trials=n,
+            event=None if top is None else top.name,
+            direction=None if top is None else top.direction,
+            mass=None if top is None else top.p_b,
+        )
+
+    @property
+    def detectable_epsilon(self) -> float:
+        """``power.epsilon``: violations ε' at or above this are flagged with probability ≥ 1 − β (on
+        ``power.event`` at its measured mass)."""
+        return self.power.epsilon
 
     @property
     def violations(self) -> tuple[EventResult, ...]:
@@ -371,6 +531,8 @@ class DpCheckReport:
             f"{len(self.results)} (event, direction) pairs tested on {self.trials} runs per input"
         )
         lines = [head]
+        if self.passed:
+            lines.append(self.power.sentence())
         for r in self.results[:top]:
             lines.append(
                 f"  [{'VIOLATION' if r.violated else 'ok'}] {r.name} ({r.direction}): "
@@ -408,6 +570,7 @@ def check_dp(
     selection_trials: int | None = None,
     max_events: int = 20,
     quantiles: int = 64,
+    beta: float = 0.05,
 ) -> DpCheckReport:
     """Test whether ``mechanism`` violates (ε, δ)-DP on the neighbouring inputs ``d0``, ``d1``.
 
@@ -426,6 +589,7 @@ def check_dp(
         at least 1000).
     max_events: (event, direction) pairs tested in automatic mode.
     quantiles: tail thresholds proposed for real-valued scalar outputs in automatic mode.
+    beta: the report's ``power`` is the smallest violation flagged with probability ≥ 1 − β.
 
     Returns a ``DpCheckReport``; bad parameters raise ``InvalidParameterError`` before any run.
     """
@@ -439,6 +603,9 @@ def check_dp(
     a = float(alpha)
     if not (0.0 < a < 1.0):
         raise InvalidParameterError("alpha", "must lie in (0, 1)", alpha)
+    b = float(beta)
+    if not (0.0 < b < 1.0):
+        raise InvalidParameterError("beta", "must lie in (0, 1)", beta)
     max_events = check_positive_int("max_events", max_events)
     quantiles = check_positive_int("quantiles", quantiles)
 
@@ -501,6 +668,7 @@ def check_dp(
         selection_trials=n_sel,
         candidates=n_candidates,
         results=tuple(results),
+        beta=b,
     )
 
 
@@ -515,6 +683,7 @@ class _CheckOptions(TypedDict, total=False):
     selection_trials: int | None
     max_events: int
     quantiles: int
+    beta: float
 
 
 def assert_dp(
@@ -525,7 +694,8 @@ def assert_dp(
     delta: float = 0.0,
     **kwargs: Unpack[_CheckOptions],
 ) -> DpCheckReport:
-    """``check_dp`` that raises ``AssertionError`` (message: the report) when a violation is certified."""
+    """``check_dp`` that raises ``AssertionError`` (message: the report) when a violation is certified; on a
+    pass the returned report's ``summary()`` says what the check could see (``power``)."""
     report = check_dp(mechanism, d0, d1, epsilon, delta, **kwargs)
     if not report.passed:
         raise AssertionError(report.summary())

@@ -11,9 +11,28 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
-from scipy.stats import chi2
+from scipy.stats import chi2, norm
 
 CSV_NAME, JSONL_NAME, PNG_NAME = "auc_vs_k.csv", "auc_vs_k.jsonl", "auc_vs_k.png"
+
+#: a gate decides only if its predicted effect would pass its z > 2 test with at least this probability
+GATE_POWER = 0.95
+#: the resolution of a z > 2 test, in standard errors: an effect of 2 + z_0.95 = 3.64 SE passes w.p. 0.95
+RESOLUTION_SE = 2.0 + float(norm.isf(1.0 - GATE_POWER))
+UNDECIDED = "too few trials to decide"
+
+
+def _trials_needed(trials: int | None, resolution: float, effect: float) -> int | None:
+    """Trials at which ``resolution`` (∝ 1/√T) falls to ``effect``; None if unknown or out of reach (more than
+    10^12·T: a zero effect up to rounding)."""
+    if not trials or effect <= resolution * 1e-6:
+        return None
+    return math.ceil(trials * (resolution / effect) ** 2)
+
+
+def _max_trials(rows: Sequence[dict]) -> int | None:
+    ts = [r["trials"] for r in rows if r.get("trials")]
+    return max(ts) if ts else None
 
 
 def _group(row: dict) -> tuple:
@@ -27,8 +46,14 @@ def gates(rows: Sequence[dict]) -> dict:
     b/SE(b) > 2 and the linear fit is not rejected (χ² goodness of fit p > 0.01).
     P3 (scalar): every cell's AUC is above ½ by more than 2 SE and below the certified upper bound (within 2 SE);
     reports the range of (AUC − ½)/(bound − ½) (the "constant factor").
+
+    Resolution: a gate's z > 2 test sees an effect of ``RESOLUTION_SE`` SE with probability ``GATE_POWER``. Where
+    the rows predict the effect (``predicted`` on every row of a P1 curve: the same fit of the predicted AUCs; a
+    P3 cell: predicted − ½) and it is below that resolution, the gate's ``status`` is "undecided" (too few
+    trials; ``trials_needed`` scales T by (resolution/effect)², SE ∝ 1/√T), never "pass" or "fail". ``pass``
+    (kept for old readers) is true iff ``status`` is "pass".
     """
-    out = {"P1": [], "P3": None}
+    out: dict = {"P1": [], "P3": None, "gate_power": GATE_POWER, "resolution_se": RESOLUTION_SE}
     groups: dict[tuple, list] = {}
     for r in rows:
         groups.setdefault(_group(r), []).append(r)
@@ -48,6 +73,14 @@ def gates(rows: Sequence[dict]) -> dict:
         dof = len(rs) - 2
         p = float(chi2.sf(c2, dof))
         se_b = math.sqrt(cov[1, 1])
+        preds = [r.get("predicted") for r in rs]
+        b_pred = None if any(v is None for v in preds) else float((cov @ (X.T @ (w * np.array(preds))))[1])
+        resolution = RESOLUTION_SE * se_b
+        trials = _max_trials(rs)
+        if b_pred is not None and b_pred < resolution:
+            status, needed = "undecided", _trials_needed(trials, resolution, b_pred)
+        else:
+            status, needed = ("pass" if se_b > 0 and b / se_b > 2 and p > 0.01 else "fail"), None
         out["P1"].append(
             {
                 "curve": {"group": g[0], "statistic": g[1], "eps_acc": g[2]},
@@ -57,7 +90,12 @@ def gates(rows: Sequence[dict]) -> dict:
                 "chi2": c2,
                 "dof": dof,
                 "p_linear": p,
-                "pass": bool(se_b > 0 and b / se_b > 2 and p > 0.01),
+                "pass": status == "pass",
+                "status": status,
+                "predicted_slope": b_pred,
+                "resolution": resolution,
+                "trials": trials,
+                "trials_needed": needed,
             }
         )
     sc = [r for r in rows if r["mechanism"] == "scalar"]
@@ -65,21 +103,54 @@ def gates(rows: Sequence[dict]) -> dict:
         above = [r for r in sc if r["auc"] - 0.5 > 2 * r["stderr"]]
         below_ub = [r for r in sc if r["auc"] <= r["upper_bound"] + 2 * r["stderr"]]
         ratios = [(r["auc"] - 0.5) / (r["upper_bound"] - 0.5) for r in sc if r["upper_bound"] > 0.5]
+        small = [r for r in sc if r.get("predicted") is not None and r["predicted"] - 0.5 < RESOLUTION_SE * r["stderr"]]
+        undecided = [
+            {
+                "k": r["k"],
+                "eps_acc": r["eps_acc"],
+                "predicted": r["predicted"],
+                "stderr": r["stderr"],
+                "resolution": RESOLUTION_SE * r["stderr"],
+                "trials": r.get("trials"),
+                "trials_needed": _trials_needed(r.get("trials"), RESOLUTION_SE * r["stderr"], r["predicted"] - 0.5),
+            }
+            for r in small
+        ]
+        # a decidable cell not above ½, or any cell above its certified bound, is a miss; the bound is not an
+        # effect to resolve (the prediction lies below it), so it always decides
+        seen = {id(r) for r in small} | {id(r) for r in above}
+        missed = any(id(r) not in seen for r in sc) or len(below_ub) < len(sc)
+        status = "fail" if missed else "undecided" if small else "pass"
+        needs = [u["trials_needed"] for u in undecided]
         out["P3"] = {
             "cells": len(sc),
             "above_half_by_2se": len(above),
             "below_upper_bound": len(below_ub),
             "ratio_min": min(ratios) if ratios else None,
             "ratio_max": max(ratios) if ratios else None,
-            "pass": len(above) == len(sc) and len(below_ub) == len(sc),
+            "pass": status == "pass",
+            "status": status,
+            "undecided_cells": undecided,
+            "trials_needed": max(needs) if needs and None not in needs else None,
         }
         out["within_1se"] = sum(bool(r["within_1se"]) for r in sc)
         out["within_2se"] = sum(bool(r["within_2se"]) for r in sc)
         out["cells"] = len(sc)
         out["alternatives_max_excess_over_baseline"] = max(
-            (a["auc"] - r["auc"]) / max(r["stderr"], 1e-12) for r in sc for a in r["alternatives"].values()
+            ((a["auc"] - r["auc"]) / max(r["stderr"], 1e-12) for r in sc for a in r["alternatives"].values()),
+            default=None,
         )
     return out
+
+
+def _verdict(p: dict, why: str) -> str:
+    """PASS / FAIL, or "too few trials to decide (why; needs T >= N)" (gates.json files older than the status
+    field have only ``pass``)."""
+    status = p.get("status") or ("pass" if p["pass"] else "fail")
+    if status != "undecided":
+        return status.upper()
+    need = p.get("trials_needed")
+    return f"{UNDECIDED} ({why}; " + (f"needs T >= {need})" if need else "no trial count given decides it)")
 
 
 def gate_lines(g: dict) -> list[str]:
@@ -88,18 +159,26 @@ def gate_lines(g: dict) -> list[str]:
         c = p["curve"]
         name = "/".join(str(v) for v in (c["group"], c["statistic"]) if v)
         zs = "n/a" if p["slope_z"] is None else f"{p['slope_z']:.1f}"
+        why = (
+            f"predicted slope {p.get('predicted_slope') or 0:.4f} < resolution {p.get('resolution') or 0:.4f} "
+            f"at T = {p.get('trials')}"
+        )
         lines.append(
             f"P1 {name} eps_acc={c['eps_acc']:g}: slope dAUC/dsqrt(k) = {p['slope']:.4f} +- "
             f"{p['slope_stderr']:.4f} (z = {zs}), linear fit chi2 = {p['chi2']:.2f} on "
-            f"{p['dof']} dof (p = {p['p_linear']:.3f}): {'PASS' if p['pass'] else 'FAIL'}"
+            f"{p['dof']} dof (p = {p['p_linear']:.3f}): {_verdict(p, why)}"
         )
     if g.get("P3"):
         p = g["P3"]
+        cells = ", ".join(
+            f"k={u['k']} eps_acc={u['eps_acc']:g}: {u['predicted'] - 0.5:.4f} < {u['resolution']:.4f}"
+            for u in p.get("undecided_cells", [])
+        )
         lines.append(
             f"P3 tightness: {p['above_half_by_2se']}/{p['cells']} cells above 1/2 by > 2 SE, "
             f"{p['below_upper_bound']}/{p['cells']} below the certified upper bound; "
             f"(AUC - 1/2)/(bound - 1/2) in [{p['ratio_min']:.3f}, {p['ratio_max']:.3f}]: "
-            f"{'PASS' if p['pass'] else 'FAIL'}"
+            f"{_verdict(p, f'predicted AUC - 1/2 below the resolution in {cells}')}"
         )
         lines.append(
             f"prediction (exact pooled-mean AUC): {g['within_1se']}/{g['cells']} cells within 1 SE, "
