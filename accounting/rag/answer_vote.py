@@ -7,8 +7,8 @@ admitted set):
 1. the list is split uniformly at random among m voters (as 000 Alg. 5 / 003 Alg. 2: one document more or
    less changes one voter's documents);
 2. every voter answers greedily, up to ``max_tokens`` tokens, from the question and its own documents only
-   (``Generator.generate_many``: one batch of the public size m whose rows are functions of their own prompts
-   only, spec/adapters.md §1);
+   (``Generator.generate_many``: one batch of the public size m + 1 whose rows are functions of their own
+   prompts only, spec/adapters.md §1; row m is the fallback of step 5, computed whether or not it is used);
 3. a public normalisation (``normalizer(answer, question)``; the experiments and the demo use
    ``dprag.rag_adapters.answer_keys.answer_key``) maps every answer to a key over the alphabet
    a-z0-9 and space, or to "" (the voter abstains);
@@ -166,8 +166,15 @@ def answer_vote_rag(
     ids, ctx = given_list_voters(doc_ids, params.m, retriever, src)
     # every voter answers (a public batch of m rows, each a function of its own prompt), abstainers included
     voter_history = tuple(history) if params.history_in_voters else ()
-    # a voter whose call fails abstains (common.voter_responses): no error after the charge depends on documents
-    answers = voter_responses(generator, [Prompt(question, tuple(c), voter_history) for c in ctx], params.max_tokens)
+    # a voter whose call fails abstains (common.voter_responses): no error after the charge depends on documents.
+    # The fallback's public prompt rides in the same batch as row m (B = m + 1, public; spec/accounting/rag.md §6):
+    # one prefill-and-decode pass instead of a second one when no key is released; rows depend on their own
+    # prompts only, so the voters' answers are what they are without it.
+    fallback_prompt = Prompt(question, (), history)
+    rows = voter_responses(
+        generator, [*(Prompt(question, tuple(c), voter_history) for c in ctx), fallback_prompt], params.max_tokens
+    )
+    answers, fallback_row = rows[:-1], rows[-1]
     keys = [
         "" if a is None or (params.abstain_empty and all(t == EMPTY_DOCUMENT for t in c)) else params.key(a, question)
         for a, c in zip(answers, ctx, strict=False)
@@ -180,7 +187,12 @@ def answer_vote_rag(
     else:
         chosen, event = select_string(voted, params.epsilon, params.threshold, src)
     fallback = not chosen
-    text = chosen if chosen else final_answer(generator, Prompt(question, (), history), params.max_tokens)
+    if chosen:
+        text = chosen
+    elif fallback_row is not None:
+        text = fallback_row.strip()
+    else:  # the batch's fallback row failed: ask again alone (post-processing, retried; common.final_answer)
+        text = final_answer(generator, fallback_prompt, params.max_tokens)
     real = ids[ids >= 0]
     info = {
         "method": "answer-vote",

@@ -352,3 +352,40 @@ def test_abstain_empty_keeps_one_voter_per_document():
             a = answer_vote_rag("q", ids, r, _Scripted(), p, source=RandomSource.from_seed(seed))
             b = answer_vote_rag("q", nb, r, _Scripted(), p, source=RandomSource.from_seed(seed))
             assert sum(x != y for x, y in zip(a.info["voter_keys"], b.info["voter_keys"], strict=False)) <= 1
+
+
+class _Counting(_Scripted):
+    """Scripted, counting its calls; ``fail_last``: the batch's last row (the fallback) comes back as a failure
+    of that row alone (None through voter_responses' per-prompt retry)."""
+
+    def __init__(self, fail_fallback=False):
+        self.batches, self.alone, self.fail_fallback = [], 0, fail_fallback
+
+    def generate(self, prompt, n):
+        self.alone += 1
+        if self.fail_fallback and not prompt.contexts:
+            raise RuntimeError("fallback row unavailable")
+        return super().generate(prompt, n)
+
+    def generate_many(self, prompts, n):
+        self.batches.append(list(prompts))
+        if self.fail_fallback:
+            raise RuntimeError("batch failed")
+        return [super(_Counting, self).generate(p, n) for p in prompts]
+
+
+def test_the_fallback_rides_in_the_voters_batch():
+    """One batch of m + 1 rows, the last the public no-context prompt; a fallback release uses that row and makes
+    no second call. If the fallback row itself fails, the answer asks for it again alone (final_answer), and
+    the voters' answers are unchanged."""
+    r = _Docs(["x record", "y record"])
+    p = AnswerVoteParams(2, 0.01, threshold=100.0, max_tokens=5)  # ⊥ with probability > 1 - 1e-40
+    g = _Counting()
+    a = answer_vote_rag("Which?", np.array([0, 1]), r, g, p, source=RandomSource.from_seed(b"fb"))
+    assert a.info["fallback"] and a.text == "nothing"
+    assert len(g.batches) == 1 and len(g.batches[0]) == 3 and g.alone == 0
+    assert g.batches[0][-1].contexts == () and all(q.contexts for q in g.batches[0][:-1])
+    bad = _Counting(fail_fallback=True)
+    with pytest.raises(RuntimeError, match="fallback row unavailable"):
+        answer_vote_rag("Which?", np.array([0, 1]), r, bad, p, source=RandomSource.from_seed(b"fb"))
+    assert bad.alone == 3 + 3  # the three rows alone, then final_answer's three attempts
