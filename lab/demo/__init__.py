@@ -20,7 +20,7 @@ What one run does (every step is the project's own code; nothing is simulated):
    - generation: MuRAG (000 Alg. 1) with answer-level voting (spec/accounting/rag.md §5: m voters of one document each
      answer in full, voters given only empty padding abstain, a public normaliser keys the answers, the exponential
      mechanism over the keys the voters wrote releases one or ⊥ → the Non-RAG answer) at (ε_q, δ_q) = (4, 1e-6),
-     M queries per document, τ = 512 score units (cosine 0.5); composed ε 9.8752 <= 10, δ 6.56e-5.
+     M queries per document, τ = 512 score units (cosine 0.5), m = 30 voters; composed ε 9.8752 <= 10, δ 6.56e-5.
      ``--mechanism answer-vote`` commits the universal selection (pure ε, composed δ 1e-5),
      ``--mechanism pure-dp-rag`` commits 000 Alg. 5 at the same ε_q instead, ``--mechanism pure-dp-rag-ext``
      000 Alg. 5 with public completion and the Non-RAG base measure (free in ε, committed in the policy). τ and

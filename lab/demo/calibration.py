@@ -239,9 +239,10 @@ _DEFAULT = DemoPrivacy()
 )
 @click.option(
     "--only",
-    type=click.Choice(["tau", "answer-vote"]),
+    type=click.Choice(["tau", "answer-vote", "mechanism"]),
     default=None,
-    help="run only tau_statistics (the embedder's score statistics) or only answer_vote_grid",
+    help="run only tau_statistics (the embedder's score statistics), only answer_vote_grid, or only the choice "
+    "of the generation mechanism (lab/demo/coverage.py: coverage_grid and release_grid, about 20 CPU-minutes)",
 )
 @click.option(
     "--corpus-seed",
@@ -357,6 +358,13 @@ def demo_calibration(
         "models": models.names,
         "corpus": {"seed": corpus_seed, "conditions": conditions, "records": len(corpus.documents)},
     }
+    if only == "mechanism":  # not part of the default run: it answers every candidate's voters (spec/demo.md §2)
+        from dprag.lab.demo.coverage import coverage_grid, default_grid, release_candidates, release_grid
+
+        result["coverage_grid"] = coverage_grid(models.embedder, corpus, default_grid(), epsilon_q=epsilon)
+        result["release_grid"] = release_grid(
+            models.embedder, models.generator, corpus, release_candidates(), epsilon_q=epsilon
+        )
     if only in (None, "tau"):
         result["tau_statistics"] = tau_statistics(models.embedder, corpus, tau=tau)
     if only in (None, "answer-vote"):

@@ -35,8 +35,8 @@ from dprag.lab.demo.run import run_demo
     default="answer-vote-seen",
     show_default=True,
     help="the committed generation mechanism; all at the same per-query ε_q = 4 "
-    "(composed ε 9.8752): answer-level voting over the voters' own keys (-seen, "
-    "the default: δ = 1e-6 per query and charged document, composed δ 6.56e-5; "
+    "(composed ε 9.8752; the other mechanisms at m = 30 too): answer-level voting over the voters' own keys (-seen, "
+    "the default: m = 30 voters, δ = 1e-6 per query and charged document, composed δ 6.56e-5; "
     "empty-context voters abstain), answer-level voting with the universal "
     "selection (pure ε, composed δ 1e-5), "
     "000 Alg. 5 at ε_token = 1.6, c = 3, or the same with public completion and "

@@ -26,6 +26,9 @@ PROBE_ANSWER_TOKENS = 64
 SCORE_CLIP = (0, 1 << 20)
 SCORE_SHIFT = 10
 SENSITIVITY = ((SCORE_CLIP[1] - SCORE_CLIP[0]) >> SCORE_SHIFT) + 1  # 1025
+#: MuRAG-Ada's bins for the demo: cosines 0.90 down to 0.20 in steps of 0.01 (the experiments' 20..90 width 1,
+#: chosen on the seed-1 tuning corpus), in the integer score units (cosine × 1024, rounded)
+ADA_EDGES = tuple(int(round(1024 * (90 - i) / 100)) for i in range(71))
 
 
 @dataclass(frozen=True)
@@ -57,14 +60,24 @@ class DemoPrivacy:
     delta_policy: float = 1e-5
     theta: float = 0.9
     window: int = 1000
-    m: int = 20
+    #: voters (K = m: one record each). m = 30, τ = 512 and 2 key words are the best of the release grid on the
+    #: public calibration corpus among the candidates whose composed δ stays <= 1e-4 (δ_q = 1e-6; spec/demo.md §2;
+    #: lab/demo/coverage.py, results/demo_calibration/): 0.42 of 24 calibration questions x 5 draws released a
+    #: correct key, against 0.31 for the earlier m = 20 with 3 key words (δ_q = 1e-5 would give 0.49, within the
+    #: grid's noise, at a composed δ of 5.7e-4; MuRAG-Ada at the same ε_q = 4 at most 0.37: ε_thr leaves the
+    #: selection less)
+    m: int = 30
     #: 000 Alg. 5's parameters, used with mechanism "pure-dp-rag": ε_q = ε_token/4·(1 + 3c) = 4.0, the same
     #: per-query cost as answer-vote's vote_epsilon (the comparison of spec/demo.md)
     epsilon_token: float = 1.6
     max_private_tokens: int = 3
     max_tokens: int = 16
     M: int = 1
+    #: "murag" (threshold ``tau``) or "murag-ada" (bins ``ADA_EDGES``, ``epsilon_thr``; K = m·docs_per_voter)
+    algorithm: str = "murag"
     tau: int = 512
+    #: MuRAG-Ada's threshold release ε (the per-query cost is ε_q = epsilon_thr + vote_epsilon)
+    epsilon_thr: float = 1.0
     docs_per_voter: int = 1
     sampler_tail: float = 9.5
     sampler_bits: int = 64
@@ -79,12 +92,12 @@ class DemoPrivacy:
     mechanism: str = "answer-vote-seen"
     #: ε of answer-vote's selection = ε_q; composed ε = retrieval 1.8752 + generation 2·M·ε_q = 9.8752 <= 10
     vote_epsilon: float = 4.0
-    #: t and the key length of the answer-vote tuning (docs/lab/privacy-utility.md §5.8: the disjoint seed-1 corpus); on
-    #: the public calibration corpus at ε = 4 every t in {1, 2, 4, 6} with 2 or 3 key words answered 2/12 (spec/demo.md)
+    #: t of the universal selection (docs/lab/privacy-utility.md §5.8: the disjoint seed-1 corpus; unused by the seen
+    #: selection); key words: the release grid's choice (above)
     vote_threshold: float = 6.0
-    key_words: int = 3
+    key_words: int = 2
     normalizer: str = "answer-keys-v1"
-    #: "answer-vote-seen": the seen selection's per-query δ (⊥ at T = 1 + 2·ln(1/δ)/ε = 7.9 votes of m = 20 at
+    #: "answer-vote-seen": the seen selection's per-query δ (⊥ at T = 1 + 2·ln(1/δ)/ε = 7.9 votes of m = 30 at
     #: ε = 4); each RAG charge of a document adds it, so at M = 1 the generation δ is δ·(1 + e^4) = 5.56e-5
     #: (replace-one) and the composed δ 6.56e-5. Voters whose documents are all the empty padding abstain.
     vote_delta: float = 1e-6
@@ -167,11 +180,23 @@ def generation_extensions(p: DemoPrivacy) -> dict:
     return dict(public_completion=True, em_prior="non-rag") if p.mechanism == "pure-dp-rag-ext" else {}
 
 
+def retrieval_line(p: DemoPrivacy) -> str:
+    """How MuRAG / MuRAG-Ada admit documents, in words."""
+    if p.algorithm == "murag-ada":
+        return (
+            f"MuRAG-Ada bins: cosines {ADA_EDGES[0] / 1024:.2f} down to {ADA_EDGES[-1] / 1024:.2f} in "
+            f"{len(ADA_EDGES) - 1} bins (score units {ADA_EDGES[0]}..{ADA_EDGES[-1]}), threshold release at "
+            f"ε_thr = {p.epsilon_thr}, K = {p.m * p.docs_per_voter}"
+        )
+    return f"τ = {p.tau} score units (cosine {p.tau / 1024:.2f})"
+
+
 def mechanism_line(p: DemoPrivacy) -> str:
     """The committed generation mechanism and its parameters, in words."""
+    algo = "MuRAG-Ada (000 Alg. 2)" if p.algorithm == "murag-ada" else "MuRAG (000 Alg. 1)"
     if p.mechanism == "answer-vote-seen":
         return (
-            "MuRAG (000 Alg. 1) with answer-level voting (spec/accounting/rag.md §5, spec/accounting/rag.md §5.2, §6): "
+            f"{algo} with answer-level voting (spec/accounting/rag.md §5, spec/accounting/rag.md §5.2, §6): "
             f"m = {p.m} "
             f"voters x {p.docs_per_voter} document answer in full (<= {p.max_tokens} tokens; voters given only "
             f"empty padding abstain), public normaliser {p.normalizer!r} (<= {p.key_words} key words), the "
@@ -182,7 +207,7 @@ def mechanism_line(p: DemoPrivacy) -> str:
         )
     if p.mechanism == "answer-vote":
         return (
-            "MuRAG (000 Alg. 1) with answer-level voting (spec/accounting/rag.md §5, spec/accounting/rag.md §6): "
+            f"{algo} with answer-level voting (spec/accounting/rag.md §5, spec/accounting/rag.md §6): "
             f"m = {p.m} voters "
             f"x {p.docs_per_voter} document answer in full (<= {p.max_tokens} tokens), public normaliser "
             f"{p.normalizer!r} (<= {p.key_words} key words), one exponential mechanism over the keys at ε = "
@@ -271,15 +296,19 @@ def build_policy(
 
 
 def generation_policy(p: DemoPrivacy) -> GenerationPolicy:
-    """The committed generation policy of ``p``: MuRAG (M = ``p.M``, τ = ``p.tau``) with ``p.mechanism``."""
+    """The committed generation policy of ``p``: MuRAG (M = ``p.M``, τ = ``p.tau``) or MuRAG-Ada (bins
+    ``ADA_EDGES``, ``p.epsilon_thr``) with ``p.mechanism``."""
+    ada = p.algorithm == "murag-ada"
     return GenerationPolicy(
-        algorithm="murag",
+        algorithm=p.algorithm,
         m=p.m,
         epsilon_token=p.epsilon_token,
         max_private_tokens=p.max_private_tokens,
         max_queries_per_doc=p.M,
         docs_per_voter=p.docs_per_voter,
-        tau=p.tau,
+        tau=None if ada else p.tau,
+        edges=ADA_EDGES if ada else None,
+        epsilon_thr=p.epsilon_thr if ada else None,
         max_tokens=p.max_tokens,
         **(
             generation_extensions(p)

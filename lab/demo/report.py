@@ -10,7 +10,7 @@ import numpy as np
 from dprag.accounting.collusion import exact_sigma
 from dprag.audit.policy import Policy
 from dprag.lab.demo.analysis import DemoResult
-from dprag.lab.demo.config import SENSITIVITY, DemoConfig, DemoPrivacy, mechanism_line
+from dprag.lab.demo.config import SENSITIVITY, DemoConfig, DemoPrivacy, mechanism_line, retrieval_line
 from dprag.lab.demo.models import Models
 from dprag.lab.demo.traffic import Request
 
@@ -252,7 +252,7 @@ def render_report(
     sup = a["supported_charged"]
     per_query = [len(a["charged_per_query"][s.window, s.pos]) for s in a["honest"]]
     L.append(
-        f"\nMuRAG charged on average {np.mean(per_query):.1f} "
+        f"\n{'MuRAG-Ada' if p.algorithm == 'murag-ada' else 'MuRAG'} charged on average {np.mean(per_query):.1f} "
         f"documents per honest question ({np.mean(sup):.1f} of them records that support the asked fact); "
         f"m = {p.m} voters read one document each (Top-K, K = m, padded with empty documents)."
     )
@@ -304,8 +304,7 @@ def render_report(
     )
     L.append(f"- coalition: k_max = {p.k_max}, δ_policy = {p.delta_policy:g}, θ = {p.theta}, window = {p.window}")
     L.append(
-        f"- generation: {mechanism_line(p)}; τ = {p.tau} "
-        f"score units (cosine {p.tau / 1024:.2f}), M = {p.M}; per-document filter budget M·ε_q = "
+        f"- generation: {mechanism_line(p)}; {retrieval_line(p)}, M = {p.M}; per-document filter budget M·ε_q = "
         f"{_fmt(gen.get('epsilon_add_remove'), 2)} ({res.extra['budget_units']} filter units), per-query "
         f"cost ε_q = {_fmt(gen.get('per_query_epsilon'), 2)} ({res.extra['cost_units']} units; "
         f"spec/accounting/filters.md)"

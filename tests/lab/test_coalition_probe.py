@@ -251,14 +251,14 @@ def test_coalition_probe_rerun_with_the_same_seed_is_identical(tmp_path, capsys)
 
 
 def test_probe_policy_generation_is_the_demos_unless_overridden():
-    """Default: the demo's committed generation (answer-level voting with the seen selection, m = 20, M = 1,
+    """Default: the demo's committed generation (answer-level voting with the seen selection, m = 30, M = 1,
     τ = 512); ``mechanism="pure-dp-rag"`` gives the pilot's 000 Alg. 5; an unknown name is refused."""
     from dprag.accounting.errors import InvalidParameterError
     from dprag.lab.demo import build_policy, default_config
 
     g = cp.probe_policy(4, 2).generation
     assert g == build_policy(default_config("toy")).generation
-    assert (g.mechanism, g.vote_selection, g.m, g.max_queries_per_doc, g.tau) == ("answer-vote", "seen", 20, 1, 512)
+    assert (g.mechanism, g.vote_selection, g.m, g.max_queries_per_doc, g.tau) == ("answer-vote", "seen", 30, 1, 512)
     t = cp.probe_policy(4, 2, mechanism="pure-dp-rag", m=7).generation
     assert (t.mechanism, t.m, t.vote_epsilon) == ("pure-dp-rag", 7, None)
     with pytest.raises(InvalidParameterError, match="mechanism"):
