@@ -17,7 +17,7 @@ from dprag.accounting.filters import FilterBudget
 from dprag.accounting.mechanisms.sparse_vector import SparseVector
 from dprag.accounting.rag.single_query import PureDpRagParams, sparse_vote_cost
 from dprag.audit.certify import certified_epsilons
-from dprag.audit.policy import Policy
+from dprag.audit.policy import RECOMMENDED_V2, Policy
 
 TWO32 = 2**32
 
@@ -66,7 +66,7 @@ def test_sum_up_never_rounds_down():
 
 
 def _policy(eps_token, max_queries):
-    p = Policy.recommended("w")
+    p = Policy.recommended("w", **RECOMMENDED_V2)  # 000 Alg. 5: ε_q from ε_token
     return dataclasses.replace(
         p, generation=dataclasses.replace(p.generation, epsilon_token=eps_token, max_queries_per_doc=max_queries)
     )

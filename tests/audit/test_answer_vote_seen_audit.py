@@ -18,7 +18,7 @@ from dprag.accounting.events import ApproxDpEvent, ExponentialMechanismEvent, Pu
 from dprag.accounting.rag.answer_vote import AnswerVoteParams
 from dprag.audit.certify import certified_epsilons
 from dprag.audit.encoding import EncodingError, decode, encode
-from dprag.audit.policy import Policy
+from dprag.audit.policy import RECOMMENDED_V2, Policy
 from dprag.audit.testing.window import CLINIC, LEGAL, build_window, toy_policy
 from dprag.audit.verify import verify
 
@@ -59,8 +59,32 @@ def test_earlier_policies_keep_their_canonical_bytes(alg, mech):
 
 
 def test_recommended_policies_keep_their_canonical_bytes():
-    assert sha(Policy.recommended("w")) == PINNED_RECOMMENDED["pure-dp-rag"]
-    assert sha(Policy.recommended("w", mechanism="answer-vote")) == PINNED_RECOMMENDED["answer-vote"]
+    # the hashes were pinned before issue 25 changed the defaults: RECOMMENDED_V2 gives the earlier ones back
+    assert sha(Policy.recommended("w", **RECOMMENDED_V2)) == PINNED_RECOMMENDED["pure-dp-rag"]
+    v2_vote = {**RECOMMENDED_V2, "mechanism": "answer-vote"}
+    assert sha(Policy.recommended("w", **v2_vote)) == PINNED_RECOMMENDED["answer-vote"]
+    assert sha(Policy.recommended("w")) not in PINNED_RECOMMENDED.values()
+
+
+def test_recommended_defaults_are_the_best_known_and_certify_below_10():
+    """Issue 25: answer-level voting over the voters' own keys, m = 30, 2 key words, δ_q = 1e-6, padded voters
+    abstaining; composed ε and δ recomputed here from the policy's numbers with mpmath, not from the verifier."""
+    import mpmath
+
+    from dprag.audit.certify import certified_epsilons
+
+    pol = Policy.recommended("w")
+    g = pol.generation
+    assert (g.mechanism, g.vote_selection, g.m, g.key_words, g.abstain_empty) == ("answer-vote", "seen", 30, 2, True)
+    assert (g.vote_delta, g.normalizer, g.max_tokens, g.tau) == (1e-6, "answer-keys-v1", 16, 512)
+    cert = certified_epsilons(pol)
+    assert cert["epsilon"] <= 10.0
+    # generation: replace-one 2·M·ε_q; δ: δ_policy + n·δ_q·(1 + e^(M·ε_q)) with n = M RAG charges per document
+    mpmath.mp.dps = 50
+    gen_delta = mpmath.mpf(g.vote_delta) * (1 + mpmath.e ** mpmath.mpf(g.vote_epsilon))
+    want = mpmath.mpf(pol.coalition.delta_policy) + gen_delta
+    assert cert["delta"] >= want and cert["delta"] - want < 1e-9 * want  # an upper bound, tight to 1e-9
+    assert cert["epsilon"] >= 2 * g.vote_epsilon  # the generation part alone is 7.8
 
 
 def test_seen_policy_round_trips_and_only_adds_its_keys():

@@ -11,7 +11,7 @@ from dprag.accounting.errors import DpragError, InvalidParameterError
 from dprag.accounting.rag.single_query import PureDpRagParams
 from dprag.audit.certify import certified_epsilons
 from dprag.audit.encoding import decode, encode
-from dprag.audit.policy import Policy
+from dprag.audit.policy import RECOMMENDED_V2, Policy
 from dprag.audit.service import ProviderService
 from dprag.audit.testing.window import ACCOUNTS, CLINIC, LEGAL, SCRIPT, client, registry, toy_policy
 from dprag.audit.toy import HashEmbedder, ToyGenerator
@@ -49,7 +49,7 @@ def test_default_policies_keep_their_canonical_bytes():
             # the defaults written out explicitly are the same object and bytes
             same = extended(pol, public_completion=False, em_prior="uniform")
             assert same.to_bytes() == pol.to_bytes()
-    assert set(Policy.recommended("w").to_dict()["generation"]) == LEGACY_KEYS
+    assert set(Policy.recommended("w", **RECOMMENDED_V2).to_dict()["generation"]) == LEGACY_KEYS
 
 
 def test_extended_policy_round_trips_and_only_adds_its_two_keys():
@@ -66,7 +66,7 @@ def test_extended_policy_round_trips_and_only_adds_its_two_keys():
     assert "public_completion" not in one.to_dict()["generation"]
     assert Policy.from_dict(one.to_dict()) == one
     # Policy.recommended takes them too
-    rec = Policy.recommended("w", public_completion=True, em_prior="non-rag")
+    rec = Policy.recommended("w", **RECOMMENDED_V2, public_completion=True, em_prior="non-rag")
     assert rec.generation.public_completion is True and rec.generation.em_prior == "non-rag"
 
 
