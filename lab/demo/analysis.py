@@ -236,6 +236,7 @@ def analyse(
         "rows": rows,
         "non_rag": non_rag,
         "npr": npr,
+        "npr_prompts": npr_prompts[: len(honest)],
         "honest": honest,
         "probes": probe_info,
         "npr_probe": npr_probe,

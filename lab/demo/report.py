@@ -319,6 +319,16 @@ def render_report(
             f"\nPer served query: mean {np.mean(per):.2f} s, max {np.max(per):.2f} s "
             f"(honest {np.mean([s.seconds for s in res.served if s.request.kind == 'honest']):.2f} s)."
         )
+    lat = a.get("latency")
+    if lat:
+        L.append(
+            f"\nLatency of a private answer (spec/demo.md §5; {lat['questions']} honest questions, in this run): "
+            f"served request median {lat['private']['median']:.2f} s (p90 {lat['private']['p90']:.2f} s); its floor — "
+            f"the same voter and fallback prompts prefilled and decoded in one padded batch — median "
+            f"{lat['floor']['median']:.2f} s (p90 {lat['floor']['p90']:.2f} s): **{lat['ratio_private_to_floor']:.2f}x "
+            f"the floor**; Non-Private-RAG alone on the same questions median {lat['npr']['median']:.2f} s: "
+            f"{lat['ratio_private_to_npr']:.2f}x (medians of per-question ratios)."
+        )
     L.append("\n## Answers\n")
     L.append("| window | pos | account | question | gold | private answer | Non-RAG |\n|---|---|---|---|---|---|---|")
     for s, nr in zip(a["honest"], a["non_rag"], strict=False):

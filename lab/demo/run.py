@@ -23,6 +23,7 @@ from dprag.audit.verify import verify
 from dprag.lab.demo.analysis import DemoResult, Served, analyse
 from dprag.lab.demo.auditor_zk import auditor_zk_setup
 from dprag.lab.demo.config import DemoConfig, build_policy
+from dprag.lab.demo.latency import Recording, latency_sample
 from dprag.lab.demo.models import Models, load_models
 from dprag.lab.demo.progress import Progress
 from dprag.lab.demo.report import render_report, write_plots
@@ -120,13 +121,14 @@ def run_demo(
 
     # Phase A: open the window (embeds and commits the tenant indexes) --------------------------------------
     t = time.perf_counter()
+    recording = Recording(models.generator)  # keeps each private answer's batch for the latency floor (§5)
     keys = {a: AccountKey.generate() for a in accounts}
     svc = ProviderService.create(
         out / "provider",
         policy=policy,
         embedder=models.embedder,
         embedder_descriptor=models.descriptor(schema),
-        generator=models.generator,
+        generator=recording,
         tenants={k: c.documents for k, c in corpora.items()},
         accounts={a: (t, keys[a].vkey) for a, t in accounts.items()},
     )
@@ -154,6 +156,7 @@ def run_demo(
     # whole history; the accounts follow it to the new window and key.
     t = time.perf_counter()
     served: list[Served] = []
+    batches: list = []  # per served request: its voters' and fallback's batch (latency.Recording.take)
     receipts: list[str] = []
     half = len(script) // 2
     first_key = svc.signer.vkey()
@@ -176,6 +179,7 @@ def run_demo(
             t0 = time.perf_counter()
             r = clients[req.account].ask(svc, req.question)
             served.append(Served(req, svc.policy.window, r.pos, r.answer, r.citations, time.perf_counter() - t0))
+            batches.append(recording.take())
             kept = clients[req.account].receipts[-1]  # what the account hands the auditor: receipt, citations, request
             receipts.append(encode({k: kept[k] for k in ("receipt", "top", "request")}).decode())
         timings["serve queries (two windows; key rotated halfway)"] = time.perf_counter() - t
@@ -250,6 +254,15 @@ def run_demo(
     t = time.perf_counter()
     analysis = analyse(cfg, models, corpora, served, target, bundle, budget_units, prog)
     timings["baselines (non-RAG, non-private RAG)"] = time.perf_counter() - t
+    t = time.perf_counter()
+    honest_batches = [(s, b) for s, b in zip(served, batches, strict=True) if s.request.kind == "honest"]
+    samples = [
+        (s.seconds, b, prompt, p.max_tokens)
+        for (s, b), prompt in zip(honest_batches, analysis["npr_prompts"], strict=True)
+        if b is not None
+    ][: 3 if cfg.size == "quick" else 6]
+    analysis["latency"] = latency_sample(models.generator, samples)
+    timings["latency floor (sample)"] = time.perf_counter() - t
     t = time.perf_counter()
     write_plots(out / "plots", analysis, cfg)
     timings["plots"] = time.perf_counter() - t
