@@ -1,5 +1,5 @@
 """The demo's generation mechanism chosen by the retrieval-coverage rule on the public calibration corpus
-(spec/demo.md §2; the rule of spec/experiments.md §1 in the demo's committed units and budget).
+(spec/demo.md step 3 (Mechanism); the rule of spec/experiments.md §1 in the demo's committed units and budget).
 
 At the demo's budget (composed ε <= 10: retrieval 1.8752, generation 2·M·ε_q replace-one, so ε_q = 4 at M = 1)
 the seen selection releases a key only with at least ⌈T⌉ votes, T = 1 + 2·ln(1/δ_q)/ε_RAG (ε_RAG = ε_q for

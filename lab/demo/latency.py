@@ -1,5 +1,5 @@
 """A private answer's latency beside its hardware floor and beside non-private RAG, measured in the demo's own run
-(issue 25 item 3; spec/demo.md §5).
+(issue 25 item 3; spec/demo.md "What one run does", step 7).
 
 ``Recording`` wraps the demo's generator and keeps the prompts of every ``generate_many`` batch (the voters' m
 rows and the fallback's row of one private answer); after serving, ``latency_sample`` re-runs, for a sample of

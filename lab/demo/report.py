@@ -322,7 +322,7 @@ def render_report(
     lat = a.get("latency")
     if lat:
         L.append(
-            f"\nLatency of a private answer (spec/demo.md §5; {lat['questions']} honest questions, in this run): "
+            f"\nLatency of a private answer (spec/demo.md step 7; {lat['questions']} honest questions, in this run): "
             f"served request median {lat['private']['median']:.2f} s (p90 {lat['private']['p90']:.2f} s); its floor — "
             f"the same voter and fallback prompts prefilled and decoded in one padded batch — median "
             f"{lat['floor']['median']:.2f} s (p90 {lat['floor']['p90']:.2f} s): **{lat['ratio_private_to_floor']:.2f}x "
