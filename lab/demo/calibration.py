@@ -358,7 +358,7 @@ def demo_calibration(
         "models": models.names,
         "corpus": {"seed": corpus_seed, "conditions": conditions, "records": len(corpus.documents)},
     }
-    if only == "mechanism":  # not part of the default run: it answers every candidate's voters (spec/demo.md step 3 (Mechanism))
+    if only == "mechanism":  # not in the default run: it answers every candidate's voters (spec/demo.md step 3)
         from dprag.lab.demo.coverage import coverage_grid, default_grid, release_candidates, release_grid
 
         result["coverage_grid"] = coverage_grid(models.embedder, corpus, default_grid(), epsilon_q=epsilon)

@@ -61,7 +61,7 @@ class DemoPrivacy:
     theta: float = 0.9
     window: int = 1000
     #: voters (K = m: one record each). m = 30, τ = 512 and 2 key words are the best of the release grid on the
-    #: public calibration corpus among the candidates whose composed δ stays <= 1e-4 (δ_q = 1e-6; spec/demo.md step 3 (Mechanism);
+    #: public calibration corpus among the candidates whose composed δ stays <= 1e-4 (δ_q = 1e-6; spec/demo.md step 3;
     #: lab/demo/coverage.py, results/demo_calibration/): 0.42 of 24 calibration questions x 5 draws released a
     #: correct key, against 0.31 for the earlier m = 20 with 3 key words (δ_q = 1e-5 would give 0.49, within the
     #: grid's noise, at a composed δ of 5.7e-4; MuRAG-Ada at the same ε_q = 4 at most 0.37: ε_thr leaves the

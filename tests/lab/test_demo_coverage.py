@@ -1,4 +1,4 @@
-"""The demo's mechanism choice on the public calibration corpus (lab/demo/coverage.py, spec/demo.md step 3 (Mechanism))."""
+"""The demo's mechanism choice on the public calibration corpus (lab/demo/coverage.py, spec/demo.md step 3)."""
 
 import math
 
