@@ -199,7 +199,7 @@ def _common_prefix_len(seqs: list[list[int]]) -> int:
 _ROWS_ATTENTION = "dprag_rows"
 
 
-def _register_rows_attention() -> None:
+def register_rows_attention() -> None:
     """Register the row-wise attention with transformers (once): ``dprag_rows=[start_0, start_1, ...]`` in the
     forward kwargs makes every batch row attend to its own keys ``key[i, :, start_i:]`` in a separate SDPA call
     (shapes that depend on row i only); without that kwarg it is transformers' SDPA unchanged."""
@@ -496,7 +496,7 @@ class CausalLMGenerator:
         self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
         self.eos_token_id = int(tokenizer.eos_token_id)
         self.stop_token_ids = frozenset(tokenizer.stop_token_ids)
-        _register_rows_attention()
+        register_rows_attention()
         model.config._attn_implementation = _ROWS_ATTENTION  # SDPA unless a session asks for row-wise attention
 
     def _new_cache(self, headroom: int = 64):
