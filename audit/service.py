@@ -21,6 +21,7 @@ schema ``config/store.json`` names (ledger, openings, checkpoints, served table,
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import os
@@ -391,7 +392,15 @@ class ProviderService:
         self._carried: dict[str, int] = dict(self.history["carry"]["counters"]) if self.history else {}
 
     def _algorithm(self, tenant: str, source: RandomSource, retriever: _TenantRetriever):
-        """MuRAG / MuRAG-Ada for one request, drawing from that request's committed-seed stream."""
+        """MuRAG / MuRAG-Ada for one request, drawing from that request's committed-seed stream: a shallow copy of the
+        tenant's algorithm (built and checked once) with the request's scores view and stream, the only per-request
+        state the algorithms hold (they write none of their own after __init__)."""
+        ten = self.tenants[tenant]
+        algo = copy.copy(ten.get("algorithm") or ten.setdefault("algorithm", self._new_algorithm(tenant, retriever)))
+        algo.retriever, algo.source = retriever, source
+        return algo
+
+    def _new_algorithm(self, tenant: str, retriever: _TenantRetriever, source: RandomSource | None = None):
         ten, g = self.tenants[tenant], self.policy.generation
         if g.algorithm == "murag":
             return MuRAG(
@@ -440,14 +449,15 @@ class ProviderService:
             raise ServiceStateError("query embedding dimension differs from the index")
         return q_query
 
-    def _admit(self, req: Request) -> tuple[str, dict | None]:
+    def _admit(self, req: Request, h_req: str) -> tuple[str, dict | None]:
         """("served", stored) for a request already answered, ("recorded", record) for one charged and recorded
         whose answer is not stored yet, ("new", None) for one that may be served now; raises the refusal (counter,
-        rate) otherwise. Reads only: run before the write transaction (to refuse early) and again inside it."""
-        acct, counter, h_req = req.account, req.signed["counter"], req.h_req.hex()
-        if self._closed():
+        rate) otherwise. Reads only: run before the write transaction (to refuse early) and again inside it.
+        ``h_req``: the request's hash (hex)."""
+        acct, counter = req.account, req.signed["counter"]
+        size, last_leaf, prior, recorded_last = self.aud.admission(acct, counter)  # one statement
+        if self._closed((size, last_leaf)):
             raise RequestError("request.window", f"window {self.policy.window} is closed: send it to its successor")
-        prior = self.aud.served(acct, counter)
         if prior is not None:
             old = decode(prior, what="served")
             if old["h_req"] != h_req:
@@ -455,7 +465,7 @@ class ProviderService:
                     "request.counter", f"{counter} was already used by another request (a client signs one per counter)"
                 )
             return ("served" if old.get("served") else "recorded"), old
-        last = max(self.aud.last_counter(acct), self._carried.get(acct, 0))
+        last = max(recorded_last, self._carried.get(acct, 0))
         if counter <= self._carried.get(acct, 0):
             raise RequestError("request.counter", f"{counter} was used in an earlier window (counters carry over)")
         if counter <= last:
@@ -483,11 +493,12 @@ class ProviderService:
         signed = getattr(req, "signed", None)
         try:
             tenant = check_request(self, req)
-            state, stored = self._with_retries(self._admit, req)
+            h_req = request_hash(signed)  # once per request: its canonical encoding is not cheap
+            state, stored = self._with_retries(self._admit, req, h_req.hex())
         except (RequestError, RateLimitError) as e:
             raise self._refuse(e, signed) from None  # decided from the request and public quantities only
         try:
-            return self._serve_admitted(req, tenant, state, stored)
+            return self._serve_admitted(req, h_req, tenant, state, stored)
         finally:
             self.release.hold(t0)  # constant-time release, when set (audit/release.py)
 
@@ -504,7 +515,7 @@ class ProviderService:
                 time.sleep(pause)
                 pause = min(2 * pause, 2.0)
 
-    def _serve_admitted(self, req: Request, tenant: str, state: str, stored) -> ServedQuery:
+    def _serve_admitted(self, req: Request, h_req: bytes, tenant: str, state: str, stored) -> ServedQuery:
         if state == "served":
             return ServedQuery(**stored["served"])
         if state == "new":
@@ -513,11 +524,13 @@ class ProviderService:
             # before the transaction, so the tail lock is held for the charge and the records alone
             prepared = self._prepare(req, tenant, q_query)
             try:
-                state, stored = self._with_retries(self._record_once, req, tenant, prepared)
+                state, stored = self._with_retries(self._record_once, req, h_req, tenant, prepared)
             except (RequestError, RateLimitError) as e:
                 raise self._refuse(e, getattr(req, "signed", None)) from None
             if state == "served":
                 return ServedQuery(**stored["served"])
+            if state == "fresh":  # recorded by this call: finished from what it wrote, nothing read back
+                return self._finish(stored["record"], {**stored, "h_req": h_req, "view": prepared[1]})
         return self._finish(stored)
 
     def _prepare(self, req: Request, tenant: str, q_query: np.ndarray) -> tuple:
@@ -532,18 +545,20 @@ class ProviderService:
             top = [int(i) for i in noisy_top_k(scores, z, r.K)]  # noise first, then select
         return qb, retriever, top
 
-    def _record_once(self, req: Request, tenant: str, prepared: tuple) -> tuple[str, dict]:
+    def _record_once(self, req: Request, h_req: bytes, tenant: str, prepared: tuple) -> tuple[str, dict]:
         """One write transaction: admit again (another thread, process or host may have served it meanwhile), then
-        record (§5.3 steps 2, 4, 6); commits before it returns."""
+        record (§5.3 steps 2, 4, 6); commits before it returns. A request recorded here comes back as ("fresh",
+        {"record", "opening", "bytes"}): the served-table record, the opening and the served row's bytes it wrote."""
         with self.store.write():
-            state, stored = self._admit(req)
+            state, stored = self._admit(req, h_req.hex())
             if state == "new":
-                return "recorded", self._record(req, tenant, *prepared)
+                return "fresh", self._record(req, h_req, tenant, *prepared)
             return state, stored
 
-    def _closed(self) -> bool:
-        size = self.ledger.size
-        return size > 1 and json.loads(self.ledger.leaf(size - 1)).get("type") == "close"
+    def _closed(self, tail: tuple[int, bytes | None] | None = None) -> bool:
+        """Whether the ledger (or the one of ``tail``: its size and last leaf) ends in the close leaf."""
+        size, last = self.ledger.tail() if tail is None else tail  # one statement: the size and the last leaf
+        return size > 1 and last is not None and json.loads(last).get("type") == "close"
 
     # -- one history per corpus (§3.1) ------------------------------------------------------------------------
     @property
@@ -567,23 +582,27 @@ class ProviderService:
         ten = self.tenants[tenant]
         return ten["filter"].spent_units(np.arange(len(ten["retriever"])))[:, 0].astype(np.int64)
 
-    def _record(self, req: Request, tenant: str, qb: bytes, retriever: _TenantRetriever, top: list | None) -> dict:
+    def _record(
+        self, req: Request, h_req: bytes, tenant: str, qb: bytes, retriever: _TenantRetriever, top: list | None
+    ) -> dict:
         """§5.3 steps 4 and 6 inside the request's write transaction: the selection and its charge, the opening,
-        the query leaf and the served-table row (answer not yet stored). All or nothing."""
-        acct, counter, h_req = req.account, req.signed["counter"], req.h_req
-        pos = self.ledger.size
+        the query leaf and the served-table row (answer not yet stored). All or nothing. Returns {"record", "opening",
+        "bytes"}: the served-table record, the opening and the served row's bytes."""
+        acct, counter = req.account, req.signed["counter"]
+        pos = self.ledger.size  # under the tail lock (read once per transaction, ``audit.storage``)
         ten = self.tenants[tenant]
         algo = self._algorithm(tenant, request_source(self.seed, "select", h_req), retriever)
         selection: Selection = algo.select(req.question)  # the filter's charges, in this transaction
         charge = self._charge_opening(ten["filter"], selection)
-        record = self._append_query(pos, req.signed, qb, top, charge)
+        record, opening = self._append_query(pos, req.signed, qb, top, charge, h_req)
         record["question"] = req.question  # provider-private: a retry finishes the answer from it
-        self.aud.put_served(acct, counter, pos, encode(record))
-        return record
+        body = encode(record)
+        self.aud.put_served(acct, counter, pos, body)
+        return {"record": record, "opening": opening, "bytes": body}
 
-    def _append_query(self, pos: int, signed: dict, qb: bytes, top: list | None, charge: dict) -> dict:
+    def _append_query(self, pos: int, signed: dict, qb: bytes, top: list | None, charge: dict, h_req: bytes) -> tuple:
         """The opening and the query leaf (§5.3 step 6); returns the served-table record of the request (what a retry
-        needs to finish it)."""
+        needs to finish it) and the opening."""
         nonce = secrets.token_bytes(16)
         h_top = top_commitment(top or [], nonce)  # always present: the empty list where citations are off
         opening = {
@@ -596,24 +615,25 @@ class ProviderService:
             "charge": charge,
         }
         self.aud.put_opening(pos, encode(opening))
-        leaf = encode(
-            {"type": "query", "h_req": request_hash(signed).hex(), "h_top": h_top, "h_charge": digest(charge)}
-        )
+        leaf = encode({"type": "query", "h_req": h_req.hex(), "h_top": h_top, "h_charge": digest(charge)})
         got = self.ledger.append(leaf)
         if got != pos:
             raise ServiceStateError(f"ledger position moved inside the transaction ({got} != {pos})")
-        return self.served_row(pos, signed, leaf, nonce.hex(), top)
+        return self.served_row(pos, signed, leaf, nonce.hex(), top, h_req=h_req), opening
 
-    def served_row(self, pos: int, signed: dict, leaf: bytes, nonce_top: str, top: list | None) -> dict:
+    def served_row(
+        self, pos: int, signed: dict, leaf: bytes, nonce_top: str, top: list | None, *, h_req: bytes | None = None
+    ) -> dict:
         """The served-table row of a recorded request, its answer not yet stored: the ledger position, the receipt
-        body's fields that the leaf fixes (the checkpoint is signed after the commit, ``_finish``), the citations."""
-        h_req = request_hash(signed).hex()
+        body's fields that the leaf fixes (the checkpoint is signed after the commit, ``_finish``), the citations.
+        ``h_req``: the request's hash, if the caller has it."""
+        h_req_hex = (request_hash(signed) if h_req is None else h_req).hex()
         body = receipt_body(
             window=self.policy.window,
             account=signed["account"],
             tenant=self.accounts[signed["account"]]["tenant"],
             counter=signed["counter"],
-            h_req=h_req,
+            h_req=h_req_hex,
             h_top=json.loads(leaf)["h_top"],
             nonce_top=nonce_top,
             h_answer="0" * 64,
@@ -622,52 +642,62 @@ class ProviderService:
             size=pos + 1,
             root="0" * 64,
         )
-        return {"h_req": h_req, "pos": pos, "receipt_body": body, "top": top, "served": None}
+        return {"h_req": h_req_hex, "pos": pos, "receipt_body": body, "top": top, "served": None}
 
-    def _finish(self, record: dict) -> ServedQuery:
+    def _finish(self, record: dict, fresh: dict | None = None) -> ServedQuery:
         """Generate the answer of a recorded (committed) request from its recorded selection, sign its receipt at a
         checkpoint of committed state, store it (the first stored answer wins: concurrent retries, in any process,
-        all return the same bytes), and return it. Runs outside any transaction: generation is the long part."""
-        pos = record["pos"]
-        op = decode(self.aud.opening(pos) or b"null", what="opening")
+        all return the same bytes), and return it. Runs outside any transaction: generation is the long part.
+
+        ``fresh``: for a request this call recorded, what its committed transaction wrote ("opening", "bytes": the
+        served row) and "h_req", "view" (the request's exact scores); a retry reads the opening instead."""
+        pos, fresh = record["pos"], fresh or {}
+        op = fresh.get("opening") or decode(self.aud.opening(pos) or b"null", what="opening")
         if not isinstance(op, dict) or op.get("pos") != pos:
             raise ServiceStateError(f"no opening stored for ledger position {pos}")
         signed = op["request"]
         acct, counter = signed["account"], signed["counter"]
         tenant = self.accounts[acct]["tenant"]
         ten = self.tenants[tenant]
-        h_req = request_hash(signed)
+        h_req = fresh.get("h_req") or request_hash(signed)
         question = record.get("question")
         if question is None:
             raise ServiceStateError(f"the question of ledger position {pos} was not kept")
-        q_query = np.frombuffer(bytes.fromhex(op["qemb"]), dtype="<i2")
-        scores = cm.integer_scores(
-            ten["q"], q_query, self.policy.retrieval.score_clip, self.policy.retrieval.score_shift
-        )
+        if fresh.get("view") is not None:  # the same exact integer scores (float_exact_scores == integer_scores, §4)
+            scores = fresh["view"].scores(question)
+        else:
+            q_query = np.frombuffer(bytes.fromhex(op["qemb"]), dtype="<i2")
+            scores = cm.integer_scores(
+                ten["q"], q_query, self.policy.retrieval.score_clip, self.policy.retrieval.score_shift
+            )
         top = recorded_top(self.policy, op, scores)
         try:
             ans = self._generate(question, top, ten["retriever"], h_req)
         except Exception as e:  # noqa: BLE001 - any failure after the charge: nothing released, one outcome for all
             raise AnswerPendingError(pos, type(e).__name__) from None
         h_answer = hashlib.sha256(ans.text.encode("utf-8")).hexdigest()
+        mine: dict = {}
 
         def store() -> bytes:
             # one transaction without the tail lock (it writes no ledger row): the checkpoint of the committed ledger
             # — its size read here, N > pos: this request's leaf committed before — and the answer with its receipt
             with self.store.write(tail=False):
-                size = self.ledger.size
-                root = self.ledger.root(size)  # read once: the note and the receipt carry the same root
+                size, root = self.ledger.head()  # read once: the note and the receipt carry the same root
                 self.aud.put_checkpoint(size, sign_checkpoint(Checkpoint(self.origin, size, root, ()), self.signer))
                 body = dict(record["receipt_body"], h_answer=h_answer, size=size, root=root.hex())
                 served = ServedQuery(ans.text, record["top"], sign_receipt(body, self.signer), pos)
+                mine["served"], mine["bytes"] = served, encode({**record, "served": served.to_dict()})
                 return self.aud.store_answer(
                     acct,
                     counter,
-                    encode({**record, "served": served.to_dict()}),
+                    mine["bytes"],
                     unless_stored=lambda b: bool(decode(b, what="served").get("served")),
+                    expect=fresh.get("bytes"),
                 )
 
         kept = self._with_retries(store)
+        if kept is mine.get("bytes"):  # ours was stored: the served answer is what those bytes encode
+            return mine["served"]
         return ServedQuery(**decode(kept, what="served")["served"])
 
     # -- internals -------------------------------------------------------------------------------------------

@@ -35,7 +35,9 @@ FORMAT = "dprag-budget-store/2"
 
 
 class SqlSession(Protocol):
-    """One connection inside a transaction (or in autocommit for a read): what the store needs of a driver."""
+    """One connection inside a transaction (or in autocommit for a read): what the store needs of a driver. A session
+    may also offer ``defer(sql, params)``: run a write whose rows are not needed, possibly with the transaction's next
+    statement (``audit.storage.Session.defer``); the spend writes use it where it exists."""
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         """Run one statement (``?`` placeholders); return its rows (empty for a statement without rows)."""
@@ -134,6 +136,8 @@ class SessionBudgetStore(BudgetStore):
         ids = [int(v) for v in union] or [-1]  # constant work: an empty charge reads too (no row has id -1)
         for k in range(0, len(ids), 500):  # bounded statement size on both engines
             part = ids[k : k + 500]
+            # padded with -1 to a power of two: few distinct statements, so the drivers' prepared statements are reused
+            part += [-1] * ((1 << (len(part) - 1).bit_length()) - len(part))
             fetched += s.execute(
                 f"SELECT doc, spent FROM budget_spend WHERE tenant = ? AND doc IN ({','.join('?' * len(part))})",
                 (self._tenant, *part),
@@ -171,12 +175,13 @@ class SessionBudgetStore(BudgetStore):
             rows, masks = apply_batch(current, batch, cast(npt.NDArray[np.int64], self._limits))
             changed = np.flatnonzero(np.any(rows != current, axis=1))
             le = rows.astype("<i8", copy=False)
+            write = getattr(s, "defer", s.execute)  # a session that can send writes with its next round trip
             for k in range(0, int(changed.size), _BATCH):
                 part = changed[k : k + _BATCH]
                 params = [x for i in part for x in (self._tenant, int(batch.union[i]), le[i].tobytes())]
-                s.execute(_UPSERT.format(rows=",".join(["(?, ?, ?)"] * len(part))), params)
+                write(_UPSERT.format(rows=",".join(["(?, ?, ?)"] * len(part))), params)
             # constant work: every charge writes the tenant's batch counter, charged or not (spec/threat-model.md §2)
-            s.execute(_COUNT_CHARGE, (self._tenant,))
+            write(_COUNT_CHARGE, (self._tenant,))
             return masks
 
 

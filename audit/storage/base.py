@@ -30,9 +30,10 @@ Concurrency model:
 from __future__ import annotations
 
 import os
+import re
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -52,26 +53,88 @@ class StoreUnavailableError(StoreError):
 
 
 class Session:
-    """A connection inside a transaction (or a read snapshot): ``?`` placeholders, rows as tuples."""
+    """A connection inside a transaction (or a read snapshot): ``?`` placeholders, rows as tuples.
 
-    __slots__ = ("_store", "_conn", "write", "tail")
+    ``tail_size``: inside a write transaction holding the tail lock, the ledger's size once read (or taken with the
+    lock); only this transaction can change it, and the ledger's appends keep it current, so it is read once.
+    ``begin_size``: in a write transaction without the tail lock, the ledger's size if the store read it with BEGIN
+    (in the same round trip): a committed size, which other writers may have grown since.
+    ``after_commit``: callables run once the transaction has committed (never after a rollback), e.g. a cache of
+    committed state."""
+
+    __slots__ = ("_store", "_conn", "write", "tail", "tail_size", "begin_size", "after_commit", "_pending")
 
     def __init__(self, store: ServiceStore, conn: Any, write: bool, tail: bool = False):
         self._store, self._conn, self.write, self.tail = store, conn, write, tail
+        self.tail_size: int | None = None
+        self.begin_size: int | None = None
+        self.after_commit: list[Callable[[], None]] = []
+        self._pending: list[tuple[str, str, Sequence[Any]]] = []  # deferred writes: (table, sql, params)
 
     @property
     def dialect(self) -> str:
         return self._store.dialect
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        if self._pending:
+            self.flush()
         return self._store._run(self._conn, sql, params)
 
     def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        if self._pending:
+            self.flush()
         self._store._run_many(self._conn, sql, rows)
+
+    def defer(self, sql: str, params: Sequence[Any] = ()) -> None:
+        """A write (``INSERT INTO t`` / ``UPDATE t``) whose result the caller does not need. Where the store batches
+        writes (PostgreSQL, inside a write transaction) it is held and sent with the others as ONE statement (``WITH``
+        data-modifying sub-statements) before the transaction's next statement or its COMMIT, whichever comes first:
+        every later statement of the transaction sees it, and it commits or rolls back with the transaction. A
+        batch never holds two writes to one table (a second one sends the batch first), so no row is written twice
+        in one statement and no write needs another's effect. Elsewhere, and for any other statement: run now."""
+        table = _write_target(sql) if self.write and self._store.batches_writes else None
+        if table is None:
+            self.execute(sql, params)
+            return
+        if any(t == table for t, _, _ in self._pending):
+            self.flush()
+        self._pending.append((table, sql, tuple(params)))
+
+    def flush(self) -> None:
+        """Send the deferred writes now (one statement)."""
+        pending, self._pending = self._pending, []
+        if pending:
+            self._run_batch(pending)
+
+    def write_returning(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """A write (``INSERT INTO t`` / ``UPDATE t``, with RETURNING) that reads no table but its own ``t``: sent in
+        the same statement as the deferred writes if none of them names ``t`` (it does not see them, and needs not),
+        else after them like ``execute``. Returns its rows."""
+        table = _write_target(sql)
+        if not self._pending or table is None or any(t == table for t, _, _ in self._pending):
+            return self.execute(sql, params)
+        pending, self._pending = self._pending, []
+        return self._run_batch([*pending, (table, sql, tuple(params))])
+
+    def _run_batch(self, batch: list[tuple[str, str, Sequence[Any]]]) -> list[tuple[Any, ...]]:
+        """One statement: every write but the last as a ``WITH`` sub-statement, the last as the main one."""
+        if len(batch) == 1:
+            return self._store._run(self._conn, batch[0][1], batch[0][2])
+        *first, (_, last, _) = batch
+        sql = "WITH " + ", ".join(f"w{i} AS ({q})" for i, (_, q, _) in enumerate(first)) + " " + last
+        return self._store._run(self._conn, sql, [x for _, _, p in batch for x in p])
 
     def one(self, sql: str, params: Sequence[Any] = ()) -> tuple[Any, ...] | None:
         rows = self.execute(sql, params)
         return rows[0] if rows else None
+
+
+_WRITE_TARGET = re.compile(r"\s*(?:INSERT\s+INTO|UPDATE)\s+([A-Za-z_][A-Za-z0-9_]*)", re.IGNORECASE)
+
+
+def _write_target(sql: str) -> str | None:
+    m = _WRITE_TARGET.match(sql)
+    return m.group(1).lower() if m else None
 
 
 class _Local(threading.local):
@@ -85,6 +148,8 @@ class ServiceStore(ABC):
 
     #: "sqlite" or "postgresql"
     dialect: str = ""
+    #: whether ``Session.defer`` holds writes to send them as one statement (where a statement is a round trip)
+    batches_writes: bool = False
 
     def __init__(self) -> None:
         self._local = _Local()
@@ -98,8 +163,9 @@ class ServiceStore(ABC):
     def _connect(self) -> Any: ...
 
     @abstractmethod
-    def _begin(self, conn: Any, write: bool, tail: bool) -> None:
-        """Open a transaction: read-only, or write; a write with ``tail`` first takes the ledger's tail lock."""
+    def _begin(self, conn: Any, write: bool, tail: bool) -> int | None:
+        """Open a transaction: read-only, or write; a write with ``tail`` first takes the ledger's tail lock. Returns
+        the ledger's size if the store read it with BEGIN (taking the lock, or in the same round trip), else None."""
 
     @abstractmethod
     def _commit(self, conn: Any) -> None: ...
@@ -184,18 +250,26 @@ class ServiceStore(ABC):
                 self._fail(conn, e, rollback=False)
             return
         try:
-            self._begin(conn, write, write and tail)
+            size = self._begin(conn, write, write and tail)
         except Exception as e:  # noqa: BLE001
             self._fail(conn, e)
         sess = Session(self, conn, write, write and tail)
+        if sess.tail:
+            sess.tail_size = size
+        else:
+            sess.begin_size = size
         loc.session, loc.depth = sess, 1
         try:
             yield sess
+            if sess._pending:
+                sess.flush()
             self._commit(conn)
         except BaseException as e:
-            self._fail(conn, e)
+            self._fail(conn, e)  # always raises: what follows runs after a commit only
         finally:
             loc.session, loc.depth = None, 0
+        for fn in sess.after_commit:
+            fn()
 
     def _fail(self, conn: Any, exc: BaseException, *, rollback: bool = True) -> None:
         """Roll back and re-raise ``exc`` (a driver error as StoreUnavailableError, the connection dropped)."""

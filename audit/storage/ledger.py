@@ -5,12 +5,17 @@ Same layout as ``audit.ledger.SqliteLog`` (spec/ledger.md §6: leaves by index, 
 index), plus the tail row holding the size, which every write transaction locks first (``base.py``). The size is
 read from the tail inside the transaction, so the frontier and the new hashes are computed from committed state
 under the lock; an append outside any transaction opens (and commits) its own.
+
+Round trips saved without trusting anything uncommitted: under the tail lock the size is read once per transaction
+(``Session.tail_size``); and the right frontier (peak hashes and root) of the size this process last committed is
+kept in memory, set only after that commit — a committed prefix of an append-only log never changes, so the
+frontier of size N is the frontier of size N forever; for any other size the hashes are read from the store.
 """
 
 from __future__ import annotations
 
 from ..ledger.errors import LedgerCorruptError
-from ..ledger.rfc6962 import CompactRange, NodeID, peaks, stored_hash_count, stored_hash_index
+from ..ledger.rfc6962 import CompactRange, NodeID, fold, peaks, stored_hash_count, stored_hash_index
 from ..ledger.store import MerkleLog
 from .base import ServiceStore
 
@@ -22,14 +27,52 @@ class StoreLog(MerkleLog):
 
     def __init__(self, store: ServiceStore):
         self.store = store
+        #: (size, peak hashes, root) of a size this process committed (see module docstring)
+        self._frontier: tuple[int, list[bytes], bytes] | None = None
 
     @property
     def size(self) -> int:
         with self.store.read() as s:
+            if s.tail_size is not None:
+                return s.tail_size
             row = s.one("SELECT size FROM ledger_tail WHERE one = 1")
-        if row is None:
-            raise LedgerCorruptError("the store has no ledger tail row")
+            if row is None:
+                raise LedgerCorruptError("the store has no ledger tail row")
+            if s.tail:
+                s.tail_size = int(row[0])
         return int(row[0])
+
+    def tail(self) -> tuple[int, bytes | None]:
+        """The size and the last leaf (None for an empty ledger), in one statement."""
+        with self.store.read() as s:
+            row = s.one(
+                "SELECT t.size, l.data FROM ledger_tail t LEFT JOIN ledger_leaf l ON l.idx = t.size - 1 WHERE t.one = 1"
+            )
+            if row is None:
+                raise LedgerCorruptError("the store has no ledger tail row")
+            size = int(row[0])
+            if s.tail:
+                s.tail_size = size
+        if size and row[1] is None:
+            raise LedgerCorruptError(f"leaf {size - 1} is not present")
+        return size, None if row[1] is None else bytes(row[1])
+
+    def head(self) -> tuple[int, bytes]:
+        """The size and root of the committed ledger (one statement when this process appended last; none when the
+        transaction's BEGIN read the size, ``Session.begin_size``)."""
+        with self.store.read() as s:
+            size = s.begin_size if s.begin_size is not None else self.size
+        cached = self._cached_root(size)
+        if cached is not None:
+            return size, cached
+        return size, fold(self._get_nodes(peaks(size))) if size else fold([])
+
+    def _cached_root(self, size: int) -> bytes | None:
+        f = self._frontier
+        return f[2] if f is not None and f[0] == size else None
+
+    def _remember(self, size: int, hashes: list[bytes]) -> None:
+        self._frontier = (size, hashes, fold(hashes))
 
     def _get_nodes(self, nodes: list[NodeID]) -> list[bytes]:
         if not nodes:
@@ -68,8 +111,12 @@ class StoreLog(MerkleLog):
 
     def _append_leaves(self, leaves: list[bytes]) -> int:
         with self.store.write() as s:
-            size = int(s.one("SELECT size FROM ledger_tail WHERE one = 1")[0])
-            frontier = CompactRange(size, self._get_nodes(peaks(size)) if size else [])
+            size = self.size  # under the tail lock: read once per transaction
+            known = self._frontier
+            if known is not None and known[0] == size:
+                frontier = CompactRange(size, known[1])
+            else:
+                frontier = CompactRange(size, self._get_nodes(peaks(size)) if size else [])
             hashes: list[bytes] = []
             frontier.extend(leaves, hashes)
             first_pos = stored_hash_count(size)
@@ -80,6 +127,8 @@ class StoreLog(MerkleLog):
                 for k in range(0, len(values), 250):  # one round trip per 250 rows (executemany: one per row)
                     part = values[k : k + 250]
                     params = [x for i, v in enumerate(part, start=first + k) for x in (i, v)]
-                    s.execute(f"INSERT INTO {table} ({cols}) VALUES {','.join(['(?, ?)'] * len(part))}", params)
-            s.execute("UPDATE ledger_tail SET size = ? WHERE one = 1", (size + len(leaves),))
+                    s.defer(f"INSERT INTO {table} ({cols}) VALUES {','.join(['(?, ?)'] * len(part))}", params)
+            s.defer("UPDATE ledger_tail SET size = ? WHERE one = 1", (size + len(leaves),))
+            s.tail_size = size + len(leaves)
+            s.after_commit.append(lambda n=frontier.size, h=frontier.hashes: self._remember(n, h))
             return size

@@ -8,6 +8,11 @@ row of one request commit together and in ledger order; READ COMMITTED then lets
 transaction see everything committed before the lock was granted. Reads run in ``REPEATABLE READ READ ONLY``
 snapshots.
 
+Round trips (each statement is one): BEGIN is sent with the lock's SELECT in one simple query; a statement with
+parameters runs as a statement the connection prepared the first time it saw that SQL (one round trip to bind and
+execute, where the driver's unnamed statements take three); the writes a transaction ``defer``s go as one statement
+(``base.Session.defer``).
+
 URL: ``postgresql://USER[:PASSWORD]@HOST[:PORT]/DATABASE[?schema=NAME][&host=/socket/dir]``. The password, if any,
 is never written to the service directory: give it in the URL each time or in ``PGPASSWORD``.
 """
@@ -17,6 +22,7 @@ from __future__ import annotations
 import os
 import re
 import socket
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -32,6 +38,14 @@ _SCHEMA_RULE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 #: SQLSTATE classes a retry may cure: connection exceptions, transaction rollbacks (serialisation, deadlock),
 #: insufficient resources, operator intervention (admin shutdown, crash shutdown, cannot connect now)
 _TRANSIENT = ("08", "40", "53", "57P")
+#: prepared statements a connection keeps (the least recently used beyond this are closed)
+PREPARED_PER_CONNECTION = 128
+
+
+def _numbered(sql: str) -> str:
+    """``?`` placeholders as PostgreSQL's ``$1, $2, ...`` (the store's SQL has no ``?`` inside a literal)."""
+    parts = sql.split("?")
+    return "".join(p + (f"${i}" if i < len(parts) else "") for i, p in enumerate(parts, start=1))
 
 
 def parse_url(url: str) -> dict:
@@ -74,6 +88,7 @@ class PostgresServiceStore(ServiceStore):
     """``PostgresServiceStore(url, create=False)``: the window's store in the schema the URL names."""
 
     dialect = "postgresql"
+    batches_writes = True  # every statement is a round trip to the server
 
     def __init__(self, url: str, *, create: bool = False, timeout: float = 30.0):
         super().__init__()
@@ -110,22 +125,34 @@ class PostgresServiceStore(ServiceStore):
             kw.update(host=p["host"], port=p["port"])
         conn = pg8000.dbapi.connect(**kw)
         conn.autocommit = True  # BEGIN / COMMIT are ours
+        conn.dprag_prepared = OrderedDict()  # SQL -> its prepared statement on this connection (``_run``)
         cur = conn.cursor()
         if self._creating:
             cur.execute(f'CREATE SCHEMA IF NOT EXISTS "{self.schema}"')
         cur.execute(f'SET search_path TO "{self.schema}"')
         return conn
 
-    def _begin(self, conn: Any, write: bool, tail: bool) -> None:
+    def _begin(self, conn: Any, write: bool, tail: bool) -> int | None:
         cur = conn.cursor()
         if write:
-            cur.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
-            if tail and not self._creating:
-                cur.execute("SELECT size FROM ledger_tail WHERE one = 1 FOR UPDATE")  # the window's one write lock
-                if not cur.fetchall():
+            if tail and not self._creating:  # the window's one write lock, in the same round trip as BEGIN
+                cur.execute(
+                    "BEGIN ISOLATION LEVEL READ COMMITTED; SELECT size FROM ledger_tail WHERE one = 1 FOR UPDATE"
+                )
+                rows = cur.fetchall()
+                if not rows:
                     raise InvalidParameterError("store", f"schema {self.schema} has no ledger tail")
+                return int(rows[0][0])  # under the lock: the size no other writer can change until we commit
+            if self._creating:
+                cur.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
+                return None
+            # without the lock: a committed size, read in BEGIN's round trip (``Session.begin_size``)
+            cur.execute("BEGIN ISOLATION LEVEL READ COMMITTED; SELECT size FROM ledger_tail WHERE one = 1")
+            rows = cur.fetchall()
+            return int(rows[0][0]) if rows else None
         else:
             cur.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        return None
 
     def _commit(self, conn: Any) -> None:
         conn.cursor().execute("COMMIT")
@@ -133,20 +160,32 @@ class PostgresServiceStore(ServiceStore):
     def _rollback(self, conn: Any) -> None:
         conn.cursor().execute("ROLLBACK")
 
-    @staticmethod
-    def _sql(sql: str) -> str:
-        return sql.replace("?", "%s")
-
     def _run(self, conn: Any, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
-        cur = conn.cursor()
-        cur.execute(self._sql(sql), tuple(params))
-        if cur.description is None:
-            return []
-        return [tuple(r) for r in cur.fetchall()]
+        """One statement. Without parameters: the simple query protocol (one round trip). With: a statement this
+        connection prepared the first time it ran that SQL, then bound and executed in one round trip (the driver's
+        unnamed statements cost three: parse, describe, bind and execute)."""
+        if not params:
+            cur = conn.cursor()
+            cur.execute(sql)
+            return [] if cur.description is None else [tuple(r) for r in cur.fetchall()]
+        from pg8000.converters import make_params
+
+        cache = conn.dprag_prepared
+        prepared = cache.get(sql)
+        if prepared is None:
+            prepared = conn.prepare_statement(_numbered(sql), ())
+            cache[sql] = prepared
+            if len(cache) > PREPARED_PER_CONNECTION:
+                conn.close_prepared_statement(cache.popitem(last=False)[1][0])
+        else:
+            cache.move_to_end(sql)
+        name, columns, input_funcs = prepared
+        ctx = conn.execute_named(name, make_params(conn.py_types, tuple(params)), columns, input_funcs, sql)
+        return [] if ctx.rows is None else [tuple(r) for r in ctx.rows]
 
     def _run_many(self, conn: Any, sql: str, rows: Sequence[Sequence[Any]]) -> None:
-        if rows:
-            conn.cursor().executemany(self._sql(sql), [tuple(r) for r in rows])
+        for r in rows:  # one prepared statement, one round trip per row
+            self._run(conn, sql, r)
 
     def _driver_error(self, exc: BaseException) -> bool:
         import pg8000.dbapi

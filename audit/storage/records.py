@@ -1,10 +1,12 @@
 """The auditor's confidential records inside a window's store: openings by ledger position, signed checkpoints by
 size, the served table by (account, counter) with each request's position, receipt body and stored answer, and the
-zk proofs (spec/provider.md §6). Every method runs in the calling thread's open transaction if there is one.
+zk proofs (spec/provider.md §6). Every method runs in the calling thread's open transaction if there is one; the
+writes whose result no caller needs are ``Session.defer``red (sent with the transaction's next round trip).
 """
 
 from __future__ import annotations
 
+from ..ledger.errors import LedgerCorruptError
 from .base import ServiceStore
 
 __all__ = ["Records"]
@@ -17,15 +19,24 @@ class Records:
     # -- served table: one row per recorded request, written in the request's transaction -------------------
     def put_served(self, account: str, counter: int, pos: int, body: bytes) -> None:
         with self.store.write() as s:
-            s.execute(
+            s.defer(
                 "INSERT INTO served (account, counter, pos, body) VALUES (?, ?, ?, ?)", (account, counter, pos, body)
             )
 
-    def store_answer(self, account: str, counter: int, body: bytes, *, unless_stored) -> bytes:
+    def store_answer(
+        self, account: str, counter: int, body: bytes, *, unless_stored, expect: bytes | None = None
+    ) -> bytes:
         """Replace the row's body by ``body`` unless ``unless_stored(current_body)`` says an answer is already
-        stored; returns the body that is stored afterwards (the first stored answer wins)."""
+        stored; returns the body that is stored afterwards (the first stored answer wins). ``expect``: the body the
+        caller knows the row holds without an answer (``unless_stored(expect)`` is false); while the row still holds
+        exactly those bytes it is replaced in one statement, else the row is read and judged as above."""
         lock = " FOR UPDATE" if self.store.dialect == "postgresql" else ""  # SQLite: the write lock is the database's
         with self.store.write(tail=False) as s:
+            if expect is not None and s.write_returning(
+                "UPDATE served SET body = ? WHERE account = ? AND counter = ? AND body = ? RETURNING pos",
+                (body, account, counter, expect),
+            ):
+                return body
             row = s.one(f"SELECT body FROM served WHERE account = ? AND counter = ?{lock}", (account, counter))
             if row is None:
                 raise KeyError((account, counter))
@@ -44,6 +55,31 @@ class Records:
             row = s.one("SELECT body FROM served WHERE pos = ?", (pos,))
         return None if row is None else bytes(row[0])
 
+    def admission(self, account: str, counter: int) -> tuple[int, bytes | None, bytes | None, int]:
+        """What admitting a request reads, in ONE statement: the ledger's size and last leaf (None if empty; is the
+        window closed?), ``served(account, counter)`` and ``last_counter(account)``. Under the tail lock the size is
+        kept for the rest of the transaction (``Session.tail_size``), as ``StoreLog`` does."""
+        with self.store.read() as s:
+            row = s.one(
+                "SELECT t.size, l.data, (SELECT body FROM served WHERE account = ? AND counter = ?), "
+                "(SELECT max(counter) FROM served WHERE account = ?) "
+                "FROM ledger_tail t LEFT JOIN ledger_leaf l ON l.idx = t.size - 1 WHERE t.one = 1",
+                (account, counter, account),
+            )
+            if row is None:
+                raise LedgerCorruptError("the store has no ledger tail row")
+            size = int(row[0])
+            if s.tail:
+                s.tail_size = size
+        if size and row[1] is None:
+            raise LedgerCorruptError(f"leaf {size - 1} is not present")
+        return (
+            size,
+            None if row[1] is None else bytes(row[1]),
+            None if row[2] is None else bytes(row[2]),
+            0 if row[3] is None else int(row[3]),
+        )
+
     def last_counter(self, account: str) -> int:
         """The account's highest recorded counter in this window (0 if none)."""
         with self.store.read() as s:
@@ -57,7 +93,7 @@ class Records:
     # -- openings, checkpoints, proofs ------------------------------------------------------------------------
     def put_opening(self, pos: int, body: bytes) -> None:
         with self.store.write() as s:
-            s.execute("INSERT INTO opening (pos, body) VALUES (?, ?)", (pos, body))
+            s.defer("INSERT INTO opening (pos, body) VALUES (?, ?)", (pos, body))
 
     def opening(self, pos: int) -> bytes | None:
         with self.store.read() as s:
@@ -74,9 +110,7 @@ class Records:
         cosigned copy replaces the provider's own)."""
         on_conflict = "DO UPDATE SET note = excluded.note" if replace else "DO NOTHING"
         with self.store.write(tail=False) as s:
-            s.execute(
-                f"INSERT INTO checkpoint (size, note) VALUES (?, ?) ON CONFLICT (size) {on_conflict}", (size, note)
-            )
+            s.defer(f"INSERT INTO checkpoint (size, note) VALUES (?, ?) ON CONFLICT (size) {on_conflict}", (size, note))
 
     def checkpoints(self, upto: int) -> list[tuple[int, bytes]]:
         with self.store.read() as s:

@@ -65,12 +65,13 @@ class SqliteServiceStore(ServiceStore):
         conn.execute("PRAGMA synchronous=FULL")
         return conn
 
-    def _begin(self, conn: sqlite3.Connection, write: bool, tail: bool) -> None:
+    def _begin(self, conn: sqlite3.Connection, write: bool, tail: bool) -> int | None:
         if not write:
             conn.execute("BEGIN")
-            return
+            return None
         self._acquire()
         conn.execute("BEGIN IMMEDIATE")
+        return None
 
     def _acquire(self) -> None:
         if not self._writer.acquire(timeout=self.timeout):

@@ -1,0 +1,223 @@
+"""The audited request path's shortcuts (benchmarks/bench_request_path.py) keep every guarantee of the store.
+
+What a party trying to break them would try: a frontier cached from a transaction that then rolled back (the next
+append would hash onto a leaf that does not exist), a second process appending meanwhile (a stale frontier), a
+deferred write whose transaction fails after it (it must vanish with the rest), a deferred write a later statement
+of the same transaction must see, two deferred writes to one table, an answer stored by someone else between the
+read and the compare-and-swap. Each runs on SQLite and on a real PostgreSQL server."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dprag.accounting.stores.session import SessionBudgetStore
+from dprag.audit.account import AccountClient, AccountKey
+from dprag.audit.api.toy import make_toy_directory
+from dprag.audit.encoding import decode
+from dprag.audit.ledger import MemoryLog
+from dprag.audit.storage import Records, StoreError, StoreLog, create_store, open_store
+from dprag.audit.toy import HashEmbedder
+
+ENGINES = ["sqlite", "postgresql"]
+
+
+@pytest.fixture(params=ENGINES)
+def store_url(request):
+    if request.param == "sqlite":
+        return None
+    return request.getfixturevalue("pg_url")
+
+
+def _fresh(tmp_path: Path, url: str | None, name: str = "w"):
+    d = tmp_path / name
+    (d / "config").mkdir(parents=True)
+    return d, create_store(d, url, window=name)
+
+
+def test_a_rolled_back_append_leaves_no_frontier_behind(tmp_path, store_url):
+    d, store = _fresh(tmp_path, store_url)
+    log, ref = StoreLog(store), MemoryLog()
+    log.append(b"a")
+    ref.append(b"a")
+    with pytest.raises(RuntimeError):
+        with store.write():
+            log.append(b"ghost")
+            assert log.size == 2  # the transaction sees its own append
+            raise RuntimeError("crash before commit")
+    assert log.size == 1 and log.root() == ref.root()
+    for leaf in (b"b", b"c", b"d"):
+        assert log.append(leaf) == ref.size
+        ref.append(leaf)
+    assert log.root() == ref.root() and log.verify_integrity() == ref.size
+    store.close()
+
+
+def test_appends_of_another_process_are_read_not_assumed(tmp_path, store_url):
+    """Two store objects over one database (two replicas): each one's cached frontier goes stale when the other
+    appends, and every root and hash stays the reference log's."""
+    d, a = _fresh(tmp_path, store_url)
+    b = open_store(d, store_url)
+    logs, ref = [StoreLog(a), StoreLog(b)], MemoryLog()
+    for i in range(23):
+        log = logs[(i * 7 // 3) % 2]
+        leaves = [f"{i}-{k}".encode() for k in range(1 + i % 3)]
+        with a.write() if log is logs[0] else b.write():
+            assert log.size == ref.size
+            assert log.append_many(leaves) == ref.size
+        ref.append_many(leaves)
+        for other in logs:
+            assert other.head() == (ref.size, ref.root())
+    assert logs[1].verify_integrity() == ref.size
+    for size in range(1, ref.size + 1):
+        assert logs[0].root(size) == ref.root(size)
+    a.close()
+    b.close()
+
+
+def test_two_appends_and_a_charge_in_one_transaction(tmp_path, store_url):
+    """Several writes to one table in one transaction (the deferred ones are sent before a second write to their
+    table): everything lands, and a later read of the transaction sees it."""
+    d, store = _fresh(tmp_path, store_url)
+    log, ref = StoreLog(store), MemoryLog()
+    budget = SessionBudgetStore(store.sessions, "t", 10)
+    budget.bind(np.array([5]), {"mode": "pure"})
+    with store.write() as s:
+        log.append(b"one")
+        budget.charge([1, 2], np.array([2]))
+        log.append_many([b"two", b"three"])
+        budget.charge([2, 3], np.array([1]))
+        assert s.one("SELECT count(*) FROM ledger_leaf")[0] == 3
+        assert budget.load([1, 2, 3]).ravel().tolist() == [2, 3, 1]
+    ref.append_many([b"one", b"two", b"three"])
+    assert log.root() == ref.root() and log.verify_integrity() == 3
+    assert budget.load([1, 2, 3]).ravel().tolist() == [2, 3, 1]
+    with store.read() as s:
+        assert s.one("SELECT value FROM budget_meta WHERE tenant = 't' AND key = 'charges'")[0] == "2"
+    store.close()
+
+
+def test_a_failing_deferred_write_rolls_back_the_whole_transaction(tmp_path, store_url):
+    d, store = _fresh(tmp_path, store_url)
+    log, aud = StoreLog(store), Records(store)
+    budget = SessionBudgetStore(store.sessions, "t", 10)
+    budget.bind(np.array([5]), {"mode": "pure"})
+    aud.put_served("alice", 1, 0, b"first")
+    with pytest.raises(StoreError):
+        with store.write():
+            budget.charge([4], np.array([3]))
+            log.append(b"leaf")
+            aud.put_opening(1, b"opening")
+            aud.put_served(
+                "alice", 1, 1, b"second"
+            )  # (alice, 1) is taken: the transaction fails, at the latest at COMMIT
+    assert log.size == 0 and aud.opening(1) is None and aud.served("alice", 1) == b"first"
+    assert budget.load([4]).sum() == 0
+    ref = MemoryLog()
+    for leaf in (b"after", b"more"):
+        log.append(leaf)
+        ref.append(leaf)
+    assert log.root() == ref.root() and log.verify_integrity() == 2
+    store.close()
+
+
+def test_admission_reads_what_the_separate_reads_read(tmp_path, store_url):
+    d, store = _fresh(tmp_path, store_url)
+    log, aud = StoreLog(store), Records(store)
+    assert aud.admission("alice", 1) == (0, None, None, 0)
+    log.append_many([b"genesis", b'{"type":"query"}'])
+    aud.put_served("alice", 1, 1, b"row")
+    assert aud.admission("alice", 1) == (2, b'{"type":"query"}', b"row", 1)
+    assert aud.admission("alice", 2) == (2, b'{"type":"query"}', None, aud.last_counter("alice"))
+    assert aud.admission("bob", 1) == (2, b'{"type":"query"}', None, 0)
+    assert log.tail() == (2, b'{"type":"query"}')
+    store.close()
+
+
+def test_the_answer_compare_and_swap_keeps_the_first_stored_answer(tmp_path, store_url):
+    d, store = _fresh(tmp_path, store_url)
+    aud = Records(store)
+    aud.put_served("alice", 1, 0, b'{"served":null}')
+
+    def stored(b: bytes) -> bool:
+        return bool(json.loads(b)["served"])
+
+    mine = b'{"served":"mine"}'
+    assert aud.store_answer("alice", 1, mine, unless_stored=stored, expect=b'{"served":null}') is mine
+    # a retry that still expects the unanswered row finds an answer stored: the first one is kept
+    later = b'{"served":"later"}'
+    assert aud.store_answer("alice", 1, later, unless_stored=stored, expect=b'{"served":null}') == mine
+    assert aud.served("alice", 1) == mine
+    with store.write(tail=False) as s:  # the compare-and-swap and a deferred write in one statement (PostgreSQL)
+        aud.put_checkpoint(7, b"note")
+        assert s.write_returning("UPDATE served SET body = ? WHERE account = ? RETURNING pos", (later, "alice"))
+    assert aud.checkpoints(7) == [(7, b"note")] and aud.served("alice", 1) == later
+    store.close()
+
+
+def _clients(d: Path, n: int) -> list[AccountClient]:
+    out = []
+    for a in sorted(p.name for p in (d / "accounts").iterdir())[:n]:
+        cfg = json.loads((d / "accounts" / a / "config.json").read_text())
+        key = AccountKey.from_hex((d / "accounts" / a / "account.key").read_text().strip())
+        out.append(
+            AccountClient(
+                a,
+                cfg["window"],
+                key,
+                provider_vkey=cfg["provider_key"],
+                embedder=HashEmbedder(32),
+                embedding_scale=int(cfg["embedding_scale"]),
+            )
+        )
+    return out
+
+
+def test_a_served_answer_is_the_stored_one_and_checks_out(tmp_path, store_url):
+    """What serve() returns without reading its row back is exactly what the served table holds, and the account's
+    own checks (receipt, consistency from its previous receipt) pass; a retry returns the same."""
+    svc = make_toy_directory(tmp_path / "toy", store=store_url, accounts=4, n=10)
+    try:
+        clients = _clients(tmp_path / "toy", 4)
+        for i in range(12):
+            c = clients[i % 4]
+            served = c.ask(svc, f"asthma inhaler protocol {i}")
+            row = decode(svc.aud.served(c.account, c.counter), what="served")
+            assert row["served"] == served.to_dict()
+            assert c.retry(svc).to_dict() == served.to_dict()
+        assert svc.ledger.verify_integrity() == svc.ledger.size
+    finally:
+        if store_url:
+            svc.store.drop()
+        svc.close()
+
+
+def test_a_fresh_request_costs_few_statements(tmp_path):
+    """SQLite: the statements one new request runs (a regression guard on the request path's round trips)."""
+    svc = make_toy_directory(tmp_path / "toy", accounts=2, n=10)
+    try:
+        c = _clients(tmp_path / "toy", 1)[0]
+        c.ask(svc, "asthma inhaler protocol warm-up")
+        req = c.request("asthma inhaler protocol")
+        statements: list[str] = []
+        conn = svc.store._connection()
+        assert isinstance(conn, sqlite3.Connection)
+        conn.set_trace_callback(statements.append)
+        try:
+            served = svc.serve(req)
+        finally:
+            conn.set_trace_callback(None)
+        # admission | BEGIN, admission, spend read, spend write, batch counter, opening, leaf, node, tail, served row,
+        # COMMIT | BEGIN, size, checkpoint, answer, COMMIT
+        assert len(statements) <= 17, statements
+        assert sum(s.startswith("COMMIT") for s in statements) == 2
+        assert sum("FROM served WHERE account" in s for s in statements) == 2  # once before, once under the lock
+        assert any("budget_meta" in s and "charges" in s for s in statements)  # constant work: the batch counter
+        assert not any(s.startswith("SELECT body FROM opening") for s in statements)  # not read back
+        assert served.pos == svc.ledger.size - 1 and served.receipt["size"] == svc.ledger.size
+    finally:
+        svc.close()
