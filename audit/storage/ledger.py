@@ -22,6 +22,20 @@ from .base import ServiceStore
 __all__ = ["StoreLog"]
 
 
+def tail_of(row, session) -> tuple[int, bytes | None]:
+    """(size, last leaf) from a row whose first two columns are ``ledger_tail.size`` and the last leaf's data (the
+    ``ledger_tail LEFT JOIN ledger_leaf`` of ``StoreLog.tail`` and the admission read); a tail-locked ``session``
+    remembers the size. Raises ``LedgerCorruptError`` for a missing tail row or last leaf."""
+    if row is None:
+        raise LedgerCorruptError("the store has no ledger tail row")
+    size = int(row[0])
+    if session.tail:
+        session.tail_size = size
+    if size and row[1] is None:
+        raise LedgerCorruptError(f"leaf {size - 1} is not present")
+    return size, None if row[1] is None else bytes(row[1])
+
+
 class StoreLog(MerkleLog):
     """The window's ledger (see module docstring)."""
 
@@ -48,14 +62,8 @@ class StoreLog(MerkleLog):
             row = s.one(
                 "SELECT t.size, l.data FROM ledger_tail t LEFT JOIN ledger_leaf l ON l.idx = t.size - 1 WHERE t.one = 1"
             )
-            if row is None:
-                raise LedgerCorruptError("the store has no ledger tail row")
-            size = int(row[0])
-            if s.tail:
-                s.tail_size = size
-        if size and row[1] is None:
-            raise LedgerCorruptError(f"leaf {size - 1} is not present")
-        return size, None if row[1] is None else bytes(row[1])
+            size, last = tail_of(row, s)
+        return size, last
 
     def head(self) -> tuple[int, bytes]:
         """The size and root of the committed ledger (one statement when this process appended last; none when the

@@ -6,8 +6,8 @@ writes whose result no caller needs are ``Session.defer``red (sent with the tran
 
 from __future__ import annotations
 
-from ..ledger.errors import LedgerCorruptError
 from .base import ServiceStore
+from .ledger import tail_of
 
 __all__ = ["Records"]
 
@@ -66,16 +66,10 @@ class Records:
                 "FROM ledger_tail t LEFT JOIN ledger_leaf l ON l.idx = t.size - 1 WHERE t.one = 1",
                 (account, counter, account),
             )
-            if row is None:
-                raise LedgerCorruptError("the store has no ledger tail row")
-            size = int(row[0])
-            if s.tail:
-                s.tail_size = size
-        if size and row[1] is None:
-            raise LedgerCorruptError(f"leaf {size - 1} is not present")
+            size, last = tail_of(row, s)
         return (
             size,
-            None if row[1] is None else bytes(row[1]),
+            last,
             None if row[2] is None else bytes(row[2]),
             0 if row[3] is None else int(row[3]),
         )
