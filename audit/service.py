@@ -46,7 +46,7 @@ from dprag.zk.field import R as BN254_R
 from . import commitments as cm
 from .account import Request, request_hash
 from .admission import check_request
-from .bundle_export import write_atomically
+from .atomic_files import write_atomically
 from .charges import ChargeRule
 from .encoding import IDENTIFIER_RULE, decode, digest, encode, is_identifier
 from .ledger import Checkpoint, NoteSigner, sign_checkpoint
@@ -549,7 +549,9 @@ class ProviderService:
         """One write transaction: admit again (another thread, process or host may have served it meanwhile), then
         record (§5.3 steps 2, 4, 6); commits before it returns. A request recorded here comes back as ("fresh",
         {"record", "opening", "bytes"}): the served-table record, the opening and the served row's bytes it wrote."""
-        with self.store.write():
+        # not durable: its commit need not wait for the disk, since nothing depending on it is released before the
+        # answer's commit (``_finish``), which is durable and so makes this one durable too (spec/provider.md §6)
+        with self.store.write(durable=False):
             state, stored = self._admit(req, h_req.hex())
             if state == "new":
                 return "fresh", self._record(req, h_req, tenant, *prepared)

@@ -1,7 +1,7 @@
 """Benchmark: dprag serve under load — throughput and p50/p99 latency, side by side with the named baseline.
 
     python benchmarks/bench_serve.py [--accounts 32] [--per-account 8] [--replicas 1,2] [--engines sqlite,postgresql]
-                                     [--out FILE]
+                                     [--pin] [--out FILE]
 
 Arms, measured in one run on loopback (replicas are ``dprag serve`` processes; M accounts are M client threads of
 this process, each sending its requests one after another):
@@ -15,6 +15,11 @@ this process, each sending its requests one after another):
 The dprag client is the full account side: it computes and commits to Q, signs the request, checks the receipt and
 the consistency proof from its previous receipt. Reported: requests, seconds, throughput, p50/p99, and each dprag
 arm's p50 and throughput as ratios to the baseline with the same replicas. The machine's cores are recorded.
+
+``--pin``: the servers (every replica's threads, and PostgreSQL's processes) on CPU 0 and this process (the load
+generator: the accounts' signing and checking) on CPU 1, in every arm — so the ratio measures what the audit costs
+the provider's CPU, not the accounts' work competing with it for the same two cores. Latency is still the
+account's: from its request to the checked receipt.
 """
 
 from __future__ import annotations
@@ -41,8 +46,40 @@ from dprag.audit.testing.live import start_replica, stop_replicas, wait_ready  #
 from dprag.audit.testing.load import QUESTIONS, audit_window, run_accounts  # noqa: E402
 from dprag.audit.testing.postgres import TempCluster, free_port  # noqa: E402
 
+#: --pin: the CPUs of the servers and of the load generator
+SERVER_CPUS, CLIENT_CPUS = {0}, {1}
 
-def baseline_arm(replicas: int, accounts: int, per_account: int) -> dict:
+
+def pin_tree(pid: int, cpus: set[int]) -> int:
+    """Pin every thread of ``pid`` and of its descendants (PostgreSQL's backends) to ``cpus``; threads and processes
+    they start later inherit the mask. Returns how many threads were pinned."""
+    kids: dict[int, list[int]] = {}
+    for st in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = st.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        kids.setdefault(int(fields[1]), []).append(int(st.parent.name))
+    n, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        todo.extend(kids.get(p, []))
+        for task in Path(f"/proc/{p}/task").glob("*"):
+            try:
+                os.sched_setaffinity(int(task.name), cpus)
+                n += 1
+            except OSError:
+                pass
+    return n
+
+
+def _pin(procs, pin: bool) -> None:
+    if pin:
+        for p in procs:
+            pin_tree(p.pid, SERVER_CPUS)
+
+
+def baseline_arm(replicas: int, accounts: int, per_account: int, pin: bool = False) -> dict:
     procs, urls = [], []
     for _ in range(replicas):
         port = free_port()
@@ -57,6 +94,7 @@ def baseline_arm(replicas: int, accounts: int, per_account: int) -> dict:
     try:
         for u in urls:
             wait_ready(u, 90)
+        _pin(procs, pin)
         lat, lock = [], threading.Lock()
 
         def one(i: int) -> None:
@@ -95,7 +133,9 @@ def baseline_arm(replicas: int, accounts: int, per_account: int) -> dict:
     }
 
 
-def dprag_arm(engine: str, replicas: int, accounts: int, per_account: int, work: Path, pg: TempCluster | None) -> dict:
+def dprag_arm(
+    engine: str, replicas: int, accounts: int, per_account: int, work: Path, pg: TempCluster | None, pin: bool = False
+) -> dict:
     d = work / f"{engine}-{replicas}"
     svc = make_toy_directory(d, store=pg.url if pg else None, accounts=accounts, n=per_account + 1)
     schema_url = svc.store.describe().get("url")
@@ -109,6 +149,7 @@ def dprag_arm(engine: str, replicas: int, accounts: int, per_account: int, work:
                 p, u = start_replica(d)
             procs.append(p)
             urls.append(u)
+        _pin(procs, pin)
         names = ["alice", "bob", "carol", "dave"][:accounts] + [f"a{i:02d}" for i in range(5, accounts + 1)]
         res = run_accounts(d, names, lambda i: urls[i % len(urls) :] + urls[: i % len(urls)], per_account)
     finally:
@@ -133,23 +174,31 @@ def main(argv=None) -> int:
     ap.add_argument("--per-account", type=int, default=8)
     ap.add_argument("--replicas", default="1,2")
     ap.add_argument("--engines", default="sqlite,postgresql")
+    ap.add_argument("--pin", action="store_true", help="servers on CPU 0, the load generator on CPU 1 (see above)")
     ap.add_argument("--out", type=Path, default=None)
     a = ap.parse_args(argv)
+    if a.pin:
+        if len(os.sched_getaffinity(0)) < 2:
+            ap.error("--pin needs 2 CPUs")
+        os.sched_setaffinity(0, CLIENT_CPUS)  # before any thread starts: the accounts' threads inherit it
+    load_before = os.getloadavg()
     work = Path(tempfile.mkdtemp(prefix="dprag-bench-serve-"))
     pg = None
     if "postgresql" in a.engines:
         pg = TempCluster(work / "pg")
         os.chmod(work, 0o755)
         pg.start()
+        if a.pin:
+            pin_tree(int((pg.data / "postmaster.pid").read_text().split()[0]), SERVER_CPUS)
     rows = []
     try:
         for replicas in [int(x) for x in a.replicas.split(",")]:
-            base = baseline_arm(replicas, a.accounts, a.per_account)
+            base = baseline_arm(replicas, a.accounts, a.per_account, a.pin)
             rows.append(base)
             print(json.dumps(base), flush=True)
             for engine in a.engines.split(","):
                 row = dprag_arm(
-                    engine, replicas, a.accounts, a.per_account, work, pg if engine == "postgresql" else None
+                    engine, replicas, a.accounts, a.per_account, work, pg if engine == "postgresql" else None, a.pin
                 )
                 row["p50_ratio_to_baseline"] = round(row["p50_ms"] / base["p50_ms"], 3)
                 row["throughput_ratio_to_baseline"] = round(row["throughput_rps"] / base["throughput_rps"], 3)
@@ -159,7 +208,14 @@ def main(argv=None) -> int:
         if pg:
             pg.stop()
         shutil.rmtree(work, ignore_errors=True)
-    report = {"cores": os.cpu_count(), "load_before": os.getloadavg(), "accounts": a.accounts, "rows": rows}
+    report = {
+        "cores": os.cpu_count(),
+        "load_before": load_before,
+        "accounts": a.accounts,
+        "per_account": a.per_account,
+        "pinned": {"servers": sorted(SERVER_CPUS), "load_generator": sorted(CLIENT_CPUS)} if a.pin else None,
+        "rows": rows,
+    }
     if a.out:
         a.out.parent.mkdir(parents=True, exist_ok=True)
         a.out.write_text(json.dumps(report, indent=1) + "\n")

@@ -136,8 +136,19 @@ def create_app(svc, *, auditor_key: str | None = None) -> FastAPI:
                 raise EncodingError("question: must be a string")
         except (ValueError, EncodingError, DpragError, UnicodeDecodeError) as e:
             return _error(400, "malformed", str(e)[:300], "body")
+
+        def work():  # one hop to the worker thread: the answer, then the consistency proof from ``since``
+            served = svc.serve(req)
+            size = served.receipt.get("size")
+            if since is None or not isinstance(size, int) or since == size:
+                return served, None
+            try:
+                return served, svc.ledger.consistency_proof(*sorted((since, size))).to_json_dict()
+            except DpragError:
+                return served, None  # a size the ledger does not have: the client's own check refuses the receipt
+
         try:
-            served = await run_in_threadpool(svc.serve, req)
+            served, proof = await run_in_threadpool(work)
         except (RequestError, RateLimitError) as e:
             return _refusal(e)
         except AnswerPendingError as e:
@@ -150,13 +161,8 @@ def create_app(svc, *, auditor_key: str | None = None) -> FastAPI:
             log.error("service state: %s", e)
             return _error(500, "service_state", "the provider's state needs an operator; nothing was released")
         out = served.to_dict()
-        size = served.receipt.get("size")
-        if since is not None and isinstance(size, int) and since != size:
-            lo, hi = sorted((since, size))
-            try:
-                out["consistency"] = (await run_in_threadpool(svc.ledger.consistency_proof, lo, hi)).to_json_dict()
-            except DpragError:
-                pass  # a size the ledger does not have: the client's own check refuses the receipt
+        if proof is not None:
+            out["consistency"] = proof
         return JSONResponse(out)
 
     @app.get("/v1/answers/{counter}", responses=schemas.responses("Served", 400, 401, 404), tags=["account"])

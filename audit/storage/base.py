@@ -20,6 +20,13 @@ Concurrency model:
 - **Reads.** ``read()`` (one statement) and ``snapshot()`` (several) yield the thread's open transaction if there is
   one; otherwise ``read()`` runs its statement in autocommit and ``snapshot()`` opens a read-only snapshot (SQLite: a
   deferred read transaction; PostgreSQL: ``REPEATABLE READ READ ONLY``), so a multi-statement read is consistent.
+- **Durability.** A write transaction's commit is durable when it returns (SQLite ``synchronous=FULL``: the WAL
+  is synced; PostgreSQL ``synchronous_commit`` on: the WAL is flushed) — except a ``write(durable=False)`` block,
+  whose commit is visible to every later transaction at once but reaches the disk only with the next durable commit
+  of the database (both engines write one sequential log: syncing a later commit syncs every earlier one). A power
+  loss may take such a transaction back, together with everything after it and before the next durable commit,
+  never alone. The service uses it for the record transaction only: nothing that depends on it is released before
+  the answer's durable commit (spec/provider.md §6).
 - **Failures.** Any exception inside a block rolls the transaction back and is re-raised; a driver error becomes
   ``StoreUnavailableError`` (a lost connection, a restarted server, a lock held past the timeout): nothing of the
   block was committed — except when the connection was lost during COMMIT itself, which the caller cannot tell
@@ -163,9 +170,10 @@ class ServiceStore(ABC):
     def _connect(self) -> Any: ...
 
     @abstractmethod
-    def _begin(self, conn: Any, write: bool, tail: bool) -> int | None:
+    def _begin(self, conn: Any, write: bool, tail: bool, durable: bool = True) -> int | None:
         """Open a transaction: read-only, or write; a write with ``tail`` first takes the ledger's tail lock. Returns
-        the ledger's size if the store read it with BEGIN (taking the lock, or in the same round trip), else None."""
+        the ledger's size if the store read it with BEGIN (taking the lock, or in the same round trip), else None.
+        ``durable=False`` (writes only): the commit need not wait for the disk (module docstring, "Durability")."""
 
     @abstractmethod
     def _commit(self, conn: Any) -> None: ...
@@ -229,7 +237,9 @@ class ServiceStore(ABC):
                 pass
 
     @contextmanager
-    def _transaction(self, write: bool, snapshot: bool = True, tail: bool = True) -> Iterator[Session]:
+    def _transaction(
+        self, write: bool, snapshot: bool = True, tail: bool = True, durable: bool = True
+    ) -> Iterator[Session]:
         loc = self._local
         if loc.session is not None and os.getpid() == self._pid:
             if write and not loc.session.write:
@@ -250,7 +260,7 @@ class ServiceStore(ABC):
                 self._fail(conn, e, rollback=False)
             return
         try:
-            size = self._begin(conn, write, write and tail)
+            size = self._begin(conn, write, write and tail, durable or not write)
         except Exception as e:  # noqa: BLE001
             self._fail(conn, e)
         sess = Session(self, conn, write, write and tail)
@@ -288,11 +298,12 @@ class ServiceStore(ABC):
             raise StoreError(f"the {self.dialect} store refused ({type(exc).__name__}: {str(exc)[:200]})") from exc
         raise exc
 
-    def write(self, *, tail: bool = True) -> Any:
+    def write(self, *, tail: bool = True, durable: bool = True) -> Any:
         """A write transaction serialised with every other writer (see module docstring). ``tail=False``: one that
         writes no ledger row and so need not queue on the tail lock (a checkpoint note, a stored answer); on SQLite
-        every write transaction is serialised anyway."""
-        return self._transaction(True, tail=tail)
+        every write transaction is serialised anyway. ``durable=False``: its commit need not wait for the disk (see
+        "Durability" in the module docstring); a nested block joins the outer one's durability."""
+        return self._transaction(True, tail=tail, durable=durable)
 
     def read(self) -> Any:
         """For ONE statement: the thread's open transaction, or autocommit (the statement sees one state)."""

@@ -25,7 +25,7 @@ import socket
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 from dprag.accounting.errors import InvalidParameterError
 
@@ -84,6 +84,20 @@ def public_url(params: dict) -> str:
     )
 
 
+def url_with_credentials(public: str, params: dict) -> str:
+    """``public`` (a window's recorded URL, no password) with the user and password of ``params`` (this store's
+    connection) when both name the same server, database and user — how a replica reaches another window of its
+    database (a history's predecessor); ``public`` as it is otherwise (the password then comes from PGPASSWORD)."""
+    other = parse_url(public)
+    if not params.get("password") or any(
+        other[k] != params[k] for k in ("user", "host", "port", "database", "unix_sock")
+    ):
+        return public
+    head = f"postgresql://{params['user']}@"
+    assert public.startswith(head)
+    return f"postgresql://{quote(params['user'], safe='')}:{quote(params['password'], safe='')}@" + public[len(head) :]
+
+
 class PostgresServiceStore(ServiceStore):
     """``PostgresServiceStore(url, create=False)``: the window's store in the schema the URL names."""
 
@@ -112,6 +126,11 @@ class PostgresServiceStore(ServiceStore):
     def describe(self) -> dict:
         return {"kind": "postgresql", "url": public_url(self.params)}
 
+    def url_for(self, public: str) -> str:
+        """The URL to open another window's schema of this database with this store's credentials
+        (``url_with_credentials``)."""
+        return url_with_credentials(public, self.params)
+
     def _connect(self) -> Any:
         import pg8000.dbapi
 
@@ -132,12 +151,14 @@ class PostgresServiceStore(ServiceStore):
         cur.execute(f'SET search_path TO "{self.schema}"')
         return conn
 
-    def _begin(self, conn: Any, write: bool, tail: bool) -> int | None:
+    def _begin(self, conn: Any, write: bool, tail: bool, durable: bool = True) -> int | None:
         cur = conn.cursor()
+        # not durable: the commit does not wait for the WAL flush; the next synchronous commit flushes it with its own
+        lax = "" if durable else "SET LOCAL synchronous_commit TO off; "
         if write:
             if tail and not self._creating:  # the window's one write lock, in the same round trip as BEGIN
                 cur.execute(
-                    "BEGIN ISOLATION LEVEL READ COMMITTED; SELECT size FROM ledger_tail WHERE one = 1 FOR UPDATE"
+                    f"BEGIN ISOLATION LEVEL READ COMMITTED; {lax}SELECT size FROM ledger_tail WHERE one = 1 FOR UPDATE"
                 )
                 rows = cur.fetchall()
                 if not rows:
@@ -147,7 +168,7 @@ class PostgresServiceStore(ServiceStore):
                 cur.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
                 return None
             # without the lock: a committed size, read in BEGIN's round trip (``Session.begin_size``)
-            cur.execute("BEGIN ISOLATION LEVEL READ COMMITTED; SELECT size FROM ledger_tail WHERE one = 1")
+            cur.execute(f"BEGIN ISOLATION LEVEL READ COMMITTED; {lax}SELECT size FROM ledger_tail WHERE one = 1")
             rows = cur.fetchall()
             return int(rows[0][0]) if rows else None
         else:

@@ -26,6 +26,13 @@ from .schema import FORMAT, statements
 __all__ = ["SqliteServiceStore"]
 
 
+class _Connection(sqlite3.Connection):
+    """A connection that remembers its ``PRAGMA synchronous`` (FULL or NORMAL), so a durable commit after a
+    non-durable one costs one PRAGMA, and a run of durable ones none."""
+
+    synced = True
+
+
 class SqliteServiceStore(ServiceStore):
     """``SqliteServiceStore(path, create=False)``: the store in the SQLite file ``path``."""
 
@@ -61,15 +68,20 @@ class SqliteServiceStore(ServiceStore):
         return {"kind": "sqlite"}
 
     def _connect(self) -> sqlite3.Connection:
-        conn = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False)
+        conn = sqlite3.connect(
+            self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False, factory=_Connection
+        )
         conn.execute("PRAGMA synchronous=FULL")
         return conn
 
-    def _begin(self, conn: sqlite3.Connection, write: bool, tail: bool) -> int | None:
+    def _begin(self, conn: sqlite3.Connection, write: bool, tail: bool, durable: bool = True) -> int | None:
         if not write:
             conn.execute("BEGIN")
             return None
         self._acquire()
+        if conn.synced != durable:  # in WAL mode FULL syncs the log at COMMIT; NORMAL leaves it to the next FULL commit
+            conn.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
+            conn.synced = durable
         conn.execute("BEGIN IMMEDIATE")
         return None
 

@@ -17,7 +17,7 @@ import pytest
 
 from dprag.accounting.stores.session import SessionBudgetStore
 from dprag.audit.account import AccountClient, AccountKey
-from dprag.audit.api.toy import make_toy_directory
+from dprag.audit.api.toy import make_toy_directory, toy_policy
 from dprag.audit.encoding import decode
 from dprag.audit.ledger import MemoryLog
 from dprag.audit.storage import Records, StoreError, StoreLog, create_store, open_store
@@ -211,13 +211,92 @@ def test_a_fresh_request_costs_few_statements(tmp_path):
             served = svc.serve(req)
         finally:
             conn.set_trace_callback(None)
-        # admission | BEGIN, admission, spend read, spend write, batch counter, opening, leaf, node, tail, served row,
-        # COMMIT | BEGIN, size, checkpoint, answer, COMMIT
-        assert len(statements) <= 17, statements
+        # admission | PRAGMA (not durable), BEGIN, admission, spend read, spend write, batch counter, opening, leaf,
+        # node, tail, served row, COMMIT | PRAGMA (durable), BEGIN, size, checkpoint, answer, COMMIT
+        assert len(statements) <= 19, statements
         assert sum(s.startswith("COMMIT") for s in statements) == 2
         assert sum("FROM served WHERE account" in s for s in statements) == 2  # once before, once under the lock
         assert any("budget_meta" in s and "charges" in s for s in statements)  # constant work: the batch counter
         assert not any(s.startswith("SELECT body FROM opening") for s in statements)  # not read back
         assert served.pos == svc.ledger.size - 1 and served.receipt["size"] == svc.ledger.size
     finally:
+        svc.close()
+
+
+def _commits(statements: list[str]) -> list[dict]:
+    """Each write transaction of a SQLite statement trace: its statements and the ``synchronous`` mode it committed
+    under (the connection starts FULL; a PRAGMA changes it for what follows)."""
+    mode, out, cur = "FULL", [], None
+    for st in statements:
+        if st.startswith("PRAGMA synchronous="):
+            assert cur is None, "the sync mode changed inside a transaction"
+            mode = st.split("=", 1)[1]
+        elif st.startswith("BEGIN IMMEDIATE"):
+            cur = {"statements": []}
+        elif st.startswith("COMMIT") and cur is not None:
+            out.append({**cur, "mode": mode})
+            cur = None
+        elif cur is not None:
+            cur["statements"].append(st)
+    return out
+
+
+def test_only_the_record_commit_skips_the_sync_and_the_answer_commit_after_it_syncs(tmp_path):
+    """SQLite (WAL): the record transaction (charge, opening, leaf, served row) commits under synchronous=NORMAL;
+    the answer's transaction, which every release waits for, commits under FULL after it, and its sync of the one
+    write-ahead log makes the record durable too. What breaks the guarantee: the answer committed without a sync,
+    the order reversed, or the lax mode leaking into a later transaction of the same connection (a retry's stored
+    answer, a checkpoint, the window's close). The trace is of the real statements SQLite ran."""
+    svc = make_toy_directory(tmp_path / "toy", accounts=2, n=10)
+    try:
+        c = _clients(tmp_path / "toy", 1)[0]
+        statements: list[str] = []
+        conn = svc.store._connection()
+        conn.set_trace_callback(statements.append)
+        try:
+            for i in range(3):
+                served = c.ask(svc, f"asthma inhaler protocol {i}")
+                assert c.retry(svc).to_dict() == served.to_dict()
+            svc._checkpoint()
+            svc.next_window(tmp_path / "toy-2", policy=toy_policy(window="toy-2", n=10)).close()
+        finally:
+            conn.set_trace_callback(None)
+        txns = _commits(statements)
+        leaf = [t for t in txns if any(st.startswith("INSERT INTO ledger_leaf") for st in t["statements"])]
+        answers = [t for t in txns if any("UPDATE served" in st for st in t["statements"])]
+        assert len(answers) == 3 and all(t["mode"] == "FULL" for t in answers)
+        lax = [t for t in txns if t["mode"] != "FULL"]
+        assert len(lax) == 3 and all(t["mode"] == "NORMAL" for t in lax)
+        assert all(any("INSERT INTO served" in st for st in t["statements"]) for t in lax)  # the record, nothing else
+        assert len(leaf) == 4 and leaf[-1]["mode"] == "FULL"  # 3 query leaves, then the close leaf: synced
+        for t in lax:  # every lax commit is followed by a synced one before anything depending on it is returned
+            assert txns[txns.index(t) + 1] in answers
+    finally:
+        svc.close()
+
+
+def test_postgresql_lets_only_the_record_transaction_commit_without_the_flush(tmp_path, pg_url):
+    """PostgreSQL: the server's own ``synchronous_commit`` inside each transaction of the request path — off in the
+    record transaction only (its commit returns before the WAL flush), on in the answer's, which commits after it
+    (flushing the WAL up to its own commit flushes the record's) — and on again in the next transaction of the same
+    connection (SET LOCAL ends with its transaction)."""
+    svc = make_toy_directory(tmp_path / "toy", store=pg_url, accounts=2, n=10)
+    try:
+        c = _clients(tmp_path / "toy", 1)[0]
+        seen: list[tuple[str, str]] = []
+
+        def show(what: str) -> None:
+            with svc.store.read() as s:
+                seen.append((what, s.execute("SHOW synchronous_commit")[0][0]))
+
+        record, store_answer = svc._record, svc.aud.store_answer
+        svc._record = lambda *a, **k: (show("record"), record(*a, **k))[1]
+        svc.aud.store_answer = lambda *a, **k: (show("answer"), store_answer(*a, **k))[1]
+        for i in range(2):
+            c.ask(svc, f"asthma inhaler protocol {i}")
+        with svc.store.write():
+            show("next write")
+        assert seen == [("record", "off"), ("answer", "on")] * 2 + [("next write", "on")]
+    finally:
+        svc.store.drop()
         svc.close()
