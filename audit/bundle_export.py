@@ -3,12 +3,12 @@ that continues a history, its predecessor's bundle under ``previous/`` (§3.1)."
 
 from __future__ import annotations
 
-import contextlib
 import os
 from pathlib import Path
 from typing import Any
 
 from . import commitments as cm
+from .atomic_files import write_atomically
 from .encoding import decode, encode
 
 
@@ -63,28 +63,12 @@ def export_bundle(svc: Any, out: str | os.PathLike) -> Path:
                 private=True,
             )
     if svc.history is not None:  # the earlier windows of the history, each in its predecessor's previous/
-        prev = type(svc)(Path(svc.history["previous_dir"]), embedder=svc.embedder, generator=svc._raw_generator)
+        from .succession import predecessor_directory
+
+        prev_dir, prev_url = predecessor_directory(svc)
+        prev = type(svc)(prev_dir, embedder=svc.embedder, generator=svc._raw_generator, store=prev_url)
         try:
             prev.export_bundle(out / "previous")
         finally:
             prev.close()
     return out
-
-
-def write_atomically(path: Path, data: bytes, private: bool = False) -> None:
-    """Write atomically (a fresh temp file created exclusively — never through a link planted at its name —, fsync,
-    rename over ``path``); private files are created 0600, others 0644."""
-    import tempfile
-
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.fchmod(fd, 0o600 if private else 0o644)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise

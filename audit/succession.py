@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import tempfile
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from dprag.accounting.errors import InvalidParameterError
@@ -89,6 +92,8 @@ def next_window(
             "prev": {"window": svc.policy.window, "size": size, "root": svc.ledger.root(size).hex()},
             "carry": carry,
             "previous_dir": str(svc.dir.resolve()),
+            # where the predecessor's store is (no password): a replica on another host materialises it from there
+            "previous_store": svc.store.describe(),
         }
         nxt = type(svc).create(
             directory,
@@ -122,3 +127,49 @@ def _same_engine(svc: Any) -> str | None:
 
 def _state_error(msg: str) -> ServiceStateError:
     return ServiceStateError(msg)
+
+
+def predecessor_directory(svc: Any) -> tuple[Path, str | None]:
+    """The directory of ``svc``'s predecessor window on this host, and the store URL to open it with (None: its
+    SQLite file, or the URL its directory records). On the host that closed it, ``previous_dir``; elsewhere (a
+    replica started from the database URL alone), a PostgreSQL predecessor is materialised from its own schema into
+    ``state/previous/`` of this window's directory, with this store's credentials. A SQLite predecessor that is not
+    on this host cannot be reached: ``ServiceStateError`` names it."""
+    hist = svc.history
+    want = hist["prev"]["window"]
+    desc = hist.get("previous_store") or {"kind": "sqlite"}
+    url = svc.store.url_for(desc["url"]) if desc.get("kind") == "postgresql" and hasattr(svc.store, "url_for") else None
+    local = Path(hist["previous_dir"])
+    if _holds_window(local, want):
+        return local, url
+    if url is None:
+        raise ServiceStateError(
+            f"the predecessor window {want} is not on this host ({local}) and its store is not a PostgreSQL schema "
+            "this replica can reach: export the history on the host that holds it"
+        )
+    from .storage import materialize
+
+    cache = svc.dir / "state" / "previous"
+    if not _holds_window(cache, want):
+        if cache.exists() or cache.is_symlink():
+            raise ServiceStateError(f"{cache} holds another window or a link, not {want}: remove it and export again")
+        (svc.dir / "state").mkdir(mode=0o700, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=".previous-", dir=svc.dir / "state"))
+        try:
+            materialize(url, tmp)
+            try:
+                os.rename(tmp, cache)  # atomic: a concurrent export materialised it first, or this one did
+            except OSError:
+                if not _holds_window(cache, want):
+                    raise
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return cache, url
+
+
+def _holds_window(d: Path, window: str) -> bool:
+    """Whether ``d`` is a service directory (not a link) of the window named ``window``."""
+    policy = d / "config" / "policy.json"
+    if d.is_symlink() or not policy.is_file():
+        return False
+    return decode(policy.read_bytes(), what="policy").get("window") == window

@@ -42,7 +42,7 @@ def _sqlite_path(d: Path) -> Path:
 
 def create_store(directory: Path, store: str | None, *, window: str) -> ServiceStore:
     """The store of a new window (see module docstring); writes ``config/store.json``."""
-    from ..bundle_export import write_atomically
+    from ..atomic_files import write_atomically
 
     d = Path(directory)
     if store is None or store == "sqlite":
