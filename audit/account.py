@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,7 +39,13 @@ MAX_COUNTER = (1 << 53) - 1
 
 
 class ReceiptError(DpragError):
-    """A receipt does not answer the request it claims to (wrong signature, window, request or shape)."""
+    """What the account was shown does not answer the request it claims to (wrong signature, window, request, answer,
+    citations, position, shape, or a checkpoint not shown consistent with the ones seen before). ``field`` names what
+    failed (``receipt.sig``, ``receipt.h_req``, ``receipt.h_answer``, ``pos``, ...) and ``rule`` the rule it broke."""
+
+    def __init__(self, field: str, rule: str):
+        self.field, self.rule = field, rule
+        super().__init__(f"{field}: {rule}")
 
 
 def question_commitment(nonce: bytes, question: str) -> str:
@@ -283,15 +290,37 @@ class AccountClient:
                     self._keep("refusals.jsonl", {"refusal": refusal, "request": req.signed})
                     self._set_counter(self.counter - 1)  # not consumed: the next request reuses it
             raise
+        return self._check_shown(service, req, served)
+
+    def fetch(self, service, counter: int):
+        """Fetch the stored answer of this client's request ``counter`` and check it exactly as ``send`` checks a
+        served one, before anything of it is shown: ``service.answer_unchecked(counter)`` (``RemoteService``: ``GET
+        /v1/answers/{counter}``) brings it, then ``accept`` checks the receipt's signature under the pinned provider
+        key, that it answers the request this client signed at ``counter`` (its counter and h_req), that the answer
+        hashes to its h_answer, that the citations open its h_top and the position shown is its ``pos``, and that its
+        checkpoint is consistent with the last one this client accepted (the proof is fetched from ``service``), or
+        keeps the fork. Returns what was fetched; otherwise raises ReceiptError (``field``, ``rule``), kept as an
+        incident (never as a receipt). A stored answer already accepted is accepted again without a second entry."""
+        if isinstance(counter, bool) or not isinstance(counter, int):
+            raise InvalidParameterError("counter", "must be an integer", counter)
+        req = self._sent.get(counter)
+        if req is None:
+            raise InvalidParameterError("counter", "no request of this client was signed for it", counter)
+        return self._check_shown(service, req, service.answer_unchecked(counter))
+
+    def _check_shown(self, service, req: Request, served):
+        """``accept`` what ``service`` returned for ``req`` (served or fetched), with the consistency proof from this
+        client's head to the receipt's size: the one that came along, else one asked of ``service``."""
         proof = None
-        if self._head is not None and self._head[0] != served.receipt.get("size"):
-            lo, hi = sorted((self._head[0], served.receipt.get("size")))
+        size = served.receipt.get("size") if isinstance(served.receipt, dict) else None
+        if self._head is not None and isinstance(size, int) and self._head[0] != size:
+            lo, hi = sorted((self._head[0], size))
             try:
                 sent = getattr(served, "consistency", None)  # checked like any proof: a wrong one is refused below
                 proof = sent if sent is not None else service.ledger.consistency_proof(lo, hi)
             except Exception:  # noqa: BLE001 - no proof is a refusal below
                 proof = None
-        self.accept(req, served.receipt, served.citations, answer=served.answer, consistency=proof)
+        self.accept(req, served.receipt, served.citations, answer=served.answer, consistency=proof, pos=served.pos)
         return served
 
     def retry(self, service, counter: int | None = None):
@@ -318,30 +347,46 @@ class AccountClient:
         *,
         answer: str,
         consistency=None,
+        pos: int | None = None,
     ) -> dict:
         """Check everything the account is shown against the signed receipt before it is shown, then keep it:
-        the signature under the pinned key, that it answers ``req``, that ``answer`` hashes to ``h_answer``, that the
-        ``citations`` shown open ``h_top`` (where the tenant's citation channel is off only the empty list does: no
-        citation may be shown), and that its checkpoint is consistent with every earlier one this client saw
-        (``consistency``: the RFC 6962 proof between the two sizes). Anything else raises ReceiptError and is logged
-        as an incident (``incidents.jsonl``); two receipts that cannot both be honest are kept as a fork proof
-        (``forks.jsonl``): hand them to the auditor."""
+        the signature under the pinned key, that it answers ``req`` (its counter and h_req), that ``answer`` hashes to
+        ``h_answer``, that the ``citations`` shown open ``h_top`` (where the tenant's citation channel is off only the
+        empty list does: no citation may be shown), that the ledger position shown (``pos``, if given) is the one
+        signed, and that its checkpoint is consistent with every earlier one this client saw (``consistency``: the
+        RFC 6962 proof between the two sizes). Anything else raises ReceiptError (naming the field and the rule) and
+        is logged as an incident (``incidents.jsonl``); two receipts that cannot both be honest are kept as a fork
+        proof (``forks.jsonl``): hand them to the auditor."""
         from .ledger import NoteVerifier
         from .ledger.proof import verify_consistency
         from .receipts import verify_receipt
 
         if self.provider_vkey is None:
-            raise ReceiptError("no provider key pinned: pass provider_vkey= to check receipts")
+            raise ReceiptError("provider_key", "no provider key pinned: pass provider_vkey= to check receipts")
         try:
-            body = verify_receipt(receipt, NoteVerifier.from_vkey(self.provider_vkey))
+            verifier = NoteVerifier.from_vkey(self.provider_vkey)
         except (EncodingError, DpragError) as e:
-            raise self._incident(req, receipt, f"receipt rejected: {e}") from None
-        if body["window"] != self.window or body["account"] != self.account:
-            raise self._incident(req, receipt, "receipt names another window or account")
-        if body["h_req"] != req.h_req.hex() or body["counter"] != req.signed["counter"]:
-            raise self._incident(req, receipt, "receipt answers another request")
+            raise ReceiptError("provider_key", f"the pinned provider key is unusable ({e})") from None
+        try:
+            body = verify_receipt(receipt, verifier)
+        except (EncodingError, DpragError) as e:
+            why = str(e)
+            named = re.match(r"(receipt(?:\.\w+)?):", why)
+            field = "receipt.sig" if "signature" in why else named.group(1) if named else "receipt"
+            raise self._incident(req, receipt, field, f"receipt rejected: {why}") from None
+        for f in ("window", "account"):
+            if body[f] != getattr(self, f):
+                raise self._incident(req, receipt, f"receipt.{f}", f"receipt names another {f}")
+        if body["counter"] != req.signed["counter"]:
+            raise self._incident(req, receipt, "receipt.counter", "receipt answers another request (its counter)")
+        if body["h_req"] != req.h_req.hex():
+            raise self._incident(req, receipt, "receipt.h_req", "receipt answers another request (its h_req)")
         if not isinstance(answer, str) or hashlib.sha256(answer.encode("utf-8")).hexdigest() != body["h_answer"]:
-            raise self._incident(req, receipt, "the answer received is not the one the receipt signs (h_answer)")
+            raise self._incident(
+                req, receipt, "receipt.h_answer", "the answer received is not the one the receipt signs (h_answer)"
+            )
+        if pos is not None and (isinstance(pos, bool) or pos != body["pos"]):
+            raise self._incident(req, receipt, "pos", "the ledger position shown is not the receipt's pos")
         if citations is not None:
             from .retrieval import top_commitment
 
@@ -351,13 +396,17 @@ class AccountClient:
             except (TypeError, ValueError, DpragError):
                 ok = False
             if not ok:
-                raise self._incident(req, receipt, "the citations shown do not open the receipt's h_top")
+                raise self._incident(
+                    req, receipt, "receipt.h_top", "the citations shown do not open the receipt's h_top"
+                )
         prior = next((e for e in self.receipts if e["receipt"]["counter"] == body["counter"]), None)
         if prior is not None:
             if prior["receipt"] == receipt:
                 return body  # the same receipt again (a retry): nothing new to keep
             self._keep("forks.jsonl", {"kind": "two receipts for one request", "receipts": [prior["receipt"], receipt]})
-            raise self._incident(req, receipt, "a second, different receipt for a request already answered (kept)")
+            raise self._incident(
+                req, receipt, "receipt", "a second, different receipt for a request already answered (kept)"
+            )
         if self._head is not None and self._head[0] != body["size"]:
             (s1, r1, rc1), (s2, r2, rc2) = sorted(
                 [self._head, (body["size"], body["root"], receipt)], key=lambda x: x[0]
@@ -370,11 +419,13 @@ class AccountClient:
                 if consistency is not None:
                     self._keep("forks.jsonl", {"kind": "inconsistent checkpoints", "receipts": [rc1, rc2]})
                 raise self._incident(
-                    req, receipt, f"its checkpoint is not shown consistent with size {s1} ({e})"
+                    req, receipt, "receipt.root", f"its checkpoint is not shown consistent with size {s1} ({e})"
                 ) from None
         elif self._head is not None and self._head[1] != body["root"]:
             self._keep("forks.jsonl", {"kind": "two roots for one size", "receipts": [self._head[2], receipt]})
-            raise self._incident(req, receipt, "its root differs from an earlier receipt's at the same size (a fork)")
+            raise self._incident(
+                req, receipt, "receipt.root", "its root differs from an earlier receipt's at the same size (a fork)"
+            )
         entry = {
             "receipt": receipt,
             "top": None if citations is None else [int(i) for i in citations],
@@ -387,9 +438,9 @@ class AccountClient:
             self._head = (body["size"], body["root"], receipt)
         return body
 
-    def _incident(self, req: Request, receipt, why: str) -> ReceiptError:
-        self._keep("incidents.jsonl", {"why": why, "request": req.signed, "receipt": receipt})
-        return ReceiptError(why)
+    def _incident(self, req: Request, receipt, field: str, why: str) -> ReceiptError:
+        self._keep("incidents.jsonl", {"field": field, "why": why, "request": req.signed, "receipt": receipt})
+        return ReceiptError(field, why)
 
     def _keep(self, name: str, entry: dict) -> None:
         """Append one JSON line durably (memory-only clients keep nothing on disk)."""

@@ -5,7 +5,9 @@
 ``RateLimitError`` with the provider's signed refusal, ``AnswerPendingError``, ``StoreUnavailableError``). A request
 is resent, byte for byte, while the service answers 503 or cannot be reached (a replica killed, the database
 restarting), to the next URL of ``urls`` each time, up to ``attempts`` times: a retry of the same signed request is
-idempotent (spec/protocol.md §5.3), so every request is answered exactly once.
+idempotent (spec/protocol.md §5.3), so every request is answered exactly once. What comes back is the service's
+word only: ``AccountClient`` checks it before anything is shown (``send``; ``fetch`` for a stored answer, which
+``answer_unchecked`` merely transports).
 
 ``fetch_bundle(url, out, auditor_key=...)``: the auditor downloads the bundle cut at a signed checkpoint.
 """
@@ -125,8 +127,8 @@ class RemoteService:
         path = "/v1/requests" + (f"?since={int(since)}" if since else "")
         status, body = self._call("POST", path, payload)
         if status == 200:
-            proof = body.pop("consistency", None)
-            served = _Served(**body)
+            proof = body.pop("consistency", None) if isinstance(body, dict) else None
+            served = _served(body, self._url())
             if proof is not None:
                 try:
                     served.consistency = ConsistencyProof.from_json_dict(proof)
@@ -147,9 +149,11 @@ class RemoteService:
     def info(self) -> dict:
         return self.get("/v1/info")
 
-    def answer(self, counter: int) -> _Served:
-        """The stored answer of this account's request ``counter`` (RemoteError 404 until it is stored)."""
-        return _Served(**self.get(f"/v1/answers/{int(counter)}", auth=True))
+    def answer_unchecked(self, counter: int) -> _Served:
+        """The raw transport call ``GET /v1/answers/{counter}``: the stored answer of this account's request
+        ``counter`` exactly as the service sent it, NOT checked (RemoteError 404 until it is stored). Never show it:
+        ``AccountClient.fetch(remote, counter)`` fetches it and checks it as a served answer is checked."""
+        return _served(self.get(f"/v1/answers/{int(counter)}", auth=True), self._url())
 
     def checkpoint(self, size: int | None = None) -> dict:
         return self.get("/v1/checkpoint", None if size is None else {"size": int(size)}, auth=True)
@@ -160,6 +164,14 @@ def _unavailable(parsed, url: str) -> Exception:
     if err.get("type") == "answer_pending":
         return AnswerPendingError(int(err.get("pos", 0)), "remote")
     return StoreUnavailableError(f"{url}: {err.get('type', 'unavailable')}: {err.get('rule', '')}")
+
+
+def _served(body, url: str) -> _Served:
+    """A 200 body of the wire form ``{answer, citations, receipt, pos}`` (its content is checked by the account)."""
+    if not isinstance(body, dict) or set(body) != set(_Served.__slots__) - {"consistency"}:
+        rule = "a 200 response that is not {answer, citations, receipt, pos}"
+        raise RemoteError(200, {"error": {"type": "malformed", "field": "response", "rule": rule}}, url)
+    return _Served(**body)
 
 
 class _Served:

@@ -5,18 +5,80 @@ Layout it writes under DIR, besides the service directory itself: ``accounts/<na
 ``dprag account new`` makes it (``account.key`` 0600, ``account.vkey``, ``config.json`` pinning the provider key and
 the toy embedder, so the account computes Q itself); ``auditor.key`` (0600) and ``auditor.vkey``: the key the
 confidential bundle export is authenticated with; ``provider.vkey`` and ``chain.id``: what an auditor pins.
+
+TEST ONLY: with ``DPRAG_TEST_TOY_HOLD`` set in its environment, ``dprag serve --toy`` generates with
+``HoldingToyGenerator`` (``toy_generator``), which holds the answer of chosen requests after their record committed,
+so a fault test can kill a replica in exactly that state (tests/audit/test_replicas.py). Never set it in production.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
+import time
 from pathlib import Path
+
+from dprag.accounting.errors import InvalidParameterError
 
 from ..account import AccountKey
 from ..policy import Policy
 from ..toy import CLINIC, LEGAL, HashEmbedder, ToyGenerator
 from ..toy import toy_policy as _window_policy
+
+#: TEST ONLY (see module docstring): the environment variable ``toy_generator`` reads
+HOLD_ENV = "DPRAG_TEST_TOY_HOLD"
+
+
+class HoldingToyGenerator(ToyGenerator):
+    """TEST ONLY. The toy generator that, before generating the answer to a question ``match`` (a regular expression)
+    finds, writes ``DIR/<first 16 hex of SHA-256(question)>.held`` (JSON: the question, this process's id, the time)
+    and then holds ``seconds``. Generation runs after the request's record committed and before its answer is stored
+    (spec/provider.md §6), so while the file exists and the hold lasts, the request is recorded — charged, its query
+    leaf appended — and has no stored answer. It commits to what ``ToyGenerator`` commits to: the answers are the
+    same, only later."""
+
+    prompt_template = f"{ToyGenerator.__module__}.{ToyGenerator.__qualname__}"  # what a ToyGenerator window binds
+
+    def __init__(self, match: str, seconds: float, directory: str | os.PathLike):
+        super().__init__()
+        self.match, self.seconds, self.dir = re.compile(match), float(seconds), Path(directory)
+
+    def _hold(self, questions) -> None:
+        for q in questions:
+            if self.match.search(q):
+                self.dir.mkdir(parents=True, exist_ok=True)
+                name = hashlib.sha256(q.encode("utf-8")).hexdigest()[:16]
+                tmp = self.dir / f"{name}.{os.getpid()}.tmp"
+                tmp.write_text(json.dumps({"question": q, "pid": os.getpid(), "time": time.time()}))
+                os.replace(tmp, self.dir / f"{name}.held")  # whole or absent
+                time.sleep(self.seconds)
+                return
+
+    def start(self, prompts, *, max_new_tokens: int = 1):
+        self._hold(sorted({p.question for p in prompts}))
+        return super().start(prompts, max_new_tokens=max_new_tokens)
+
+    def generate_many(self, prompts, max_new_tokens: int) -> list[str]:
+        self._hold(sorted({p.question for p in prompts}))
+        return super().generate_many(prompts, max_new_tokens)
+
+
+def toy_generator() -> ToyGenerator:
+    """The toy window's generator: ``ToyGenerator``, or, TEST ONLY, with ``DPRAG_TEST_TOY_HOLD`` set to JSON
+    ``{"match": REGEX, "seconds": S, "dir": DIR}``, a ``HoldingToyGenerator`` (see its docstring)."""
+    raw = os.environ.get(HOLD_ENV)
+    if not raw:
+        return ToyGenerator()
+    try:
+        cfg = json.loads(raw)
+        gen = HoldingToyGenerator(cfg["match"], cfg["seconds"], cfg["dir"])
+    except (ValueError, KeyError, TypeError, re.error) as e:
+        raise InvalidParameterError(HOLD_ENV, 'must be JSON {"match": REGEX, "seconds": S, "dir": DIR}', raw) from e
+    if not 0 <= gen.seconds <= 3600:
+        raise InvalidParameterError(HOLD_ENV, "seconds must lie in [0, 3600]", raw)
+    return gen
 
 
 def toy_policy(window: str = "toy-1", n: int = 200, k_max: int = 4) -> Policy:
@@ -38,9 +100,16 @@ def _private(path: Path, text: str) -> None:
 
 
 def make_toy_directory(
-    d: Path, *, store: str | None = None, n: int = 200, accounts: int = 4, seed: bytes | None = None
+    d: Path,
+    *,
+    store: str | None = None,
+    n: int = 200,
+    accounts: int = 4,
+    seed: bytes | None = None,
+    generator: ToyGenerator | None = None,
 ):
-    """Create the toy service directory at ``d`` (see module docstring); returns the open ProviderService."""
+    """Create the toy service directory at ``d`` (see module docstring); returns the open ProviderService
+    (``generator``: a ``ToyGenerator`` to serve with, ``toy_generator()`` for ``dprag serve --toy``)."""
     from ..service import ProviderService
 
     d = Path(d)
@@ -54,7 +123,7 @@ def make_toy_directory(
         policy=toy_policy(n=n),
         embedder=emb,
         embedder_descriptor=emb.descriptor({"clinic": len(CLINIC), "legal": len(LEGAL)}),
-        generator=ToyGenerator(),
+        generator=ToyGenerator() if generator is None else generator,
         tenants={"clinic": CLINIC, "legal": LEGAL},
         accounts={a: (t, keys[a].vkey) for a, t in registry.items()},
         store=store,
@@ -80,7 +149,8 @@ def make_toy_directory(
     return svc
 
 
-def open_toy_directory(d: Path, *, store: str | None = None):
+def open_toy_directory(d: Path, *, store: str | None = None, generator: ToyGenerator | None = None):
     from ..service import ProviderService
 
-    return ProviderService.open(Path(d) / "service", embedder=HashEmbedder(32), generator=ToyGenerator(), store=store)
+    gen = ToyGenerator() if generator is None else generator
+    return ProviderService.open(Path(d) / "service", embedder=HashEmbedder(32), generator=gen, store=store)

@@ -64,10 +64,12 @@ def start_replica(
     log=None,
     extra: tuple[str, ...] = (),
     generator: str = "toy",
+    env: dict[str, str] | None = None,
 ):
     """``dprag serve`` as a child process (a replica); returns (Popen, url) once it answers. ``toy=False`` starts a
     replica of the window at ``directory`` with ``generator``, or, with ``store``, one started from the store alone (its
-    directory materialised into ``directory``)."""
+    directory materialised into ``directory``). ``env``: variables added to this process's environment for it (e.g.
+    the test-only ``DPRAG_TEST_TOY_HOLD`` of ``audit.api.toy``)."""
     port = port or free_port()
     cmd = [sys.executable, "-m", "dprag", "serve", "--dir", str(directory), "--port", str(port), *extra]
     if toy:
@@ -76,8 +78,8 @@ def start_replica(
         cmd += ["--generator", generator]
     if store:
         cmd += ["--store", store]
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    p = subprocess.Popen(cmd, stdout=log or subprocess.DEVNULL, stderr=log or subprocess.DEVNULL, env=env)
+    child_env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
+    p = subprocess.Popen(cmd, stdout=log or subprocess.DEVNULL, stderr=log or subprocess.DEVNULL, env=child_env)
     url = f"http://127.0.0.1:{port}"
     try:
         wait_ready(url, 300)

@@ -81,8 +81,8 @@ def test_an_account_over_http_then_the_auditor_fetches_and_verifies(toy, tmp_pat
     for i in range(3):
         served = alice.ask(remote, f"asthma protocol inhaler patient {i}")  # receipt and consistency checked
         assert isinstance(served.answer, str) and len(served.citations) == 5  # a DP answer: its text may vary
-    again = remote.answer(alice.counter)  # the stored answer, fetched by its owner
-    assert again.receipt == alice.receipts[-1]["receipt"]
+    again = alice.fetch(remote, alice.counter)  # the stored answer, fetched by its owner and checked
+    assert again.receipt == alice.receipts[-1]["receipt"] and len(alice.receipts) == 3  # the same one: kept once
     out = fetch_bundle(url, tmp_path / "bundle", auditor_key=_key(d, AUDITOR))
     receipts = tmp_path / "r.jsonl"
     alice.export_receipts(receipts)
@@ -231,7 +231,7 @@ def test_remote_errors_that_are_not_refusals_are_typed(toy):
     d, svc, url = toy
     remote = RemoteService(url, account="alice", key=_key(d, "alice"))
     with pytest.raises(RemoteError) as e:
-        remote.answer(10**6)
+        remote.answer_unchecked(10**6)
     assert e.value.status == 404
     with pytest.raises(Exception, match="http"):
         RemoteService("ftp://x")
