@@ -90,6 +90,7 @@ from dprag.lab.demo.config import (
     mechanism_label,
     mechanism_line,
     quick_config,
+    smoke_config,
 )
 from dprag.lab.demo.models import Models, load_models
 from dprag.lab.demo.report import CITATION_GAP, citation_explanation, epsilon_acc_for_sigma, render_report
@@ -138,6 +139,7 @@ __all__ = [
     "quick_config",
     "render_report",
     "run_demo",
+    "smoke_config",
     "tau_statistics",
     "token_budget_accuracy",
 ]

@@ -119,6 +119,8 @@ class DemoConfig:
     probe_templates: tuple[str, ...] = PROBE_TEMPLATES
     #: where the AUDITOR keeps its development Groth16 keys (None: dprag's cache dir / demo-auditor-zk)
     zk_key_cache: str | None = None
+    #: honest questions whose private answer is re-run as the latency floor (spec/demo.md step 7; 0: none)
+    latency_questions: int = 6
 
     @property
     def coalition_tenant(self) -> str:
@@ -263,7 +265,27 @@ def quick_config(model: str = "real") -> DemoConfig:
         ),
         colluders=("mallory-1", "mallory-2", "mallory-3"),
         probes_per_colluder=1,
+        latency_questions=1,
         **_model_profile(model),
+    )
+
+
+def smoke_config(model: str = "real") -> DemoConfig:
+    """The real-model smoke test's size (tests/lab/test_demo_realmodel.py; no CLI flag): ``quick_config``'s committed
+    policy and zk tenant, with one honest question in the coalition's tenant and one in the zk tenant, no
+    citations-off tenant, a coalition of 2 accounts (their probes' MiniLM cosine 0.96 on this corpus) against a
+    k_max = 1 second window, and no latency floor sample: 4 queries (+ 2) instead of 8 (+ 3)."""
+    quick = quick_config(model)
+    return replace(
+        quick,
+        size="smoke",
+        tenants=(
+            TenantSpec("clinic-a", "dprag-demo/clinic-a-quick", 1, 40, ("alice",), True),
+            *(t for t in quick.tenants if t.zk),
+        ),
+        colluders=quick.colluders[:2],
+        privacy=replace(quick.privacy, lowk_k_max=1),
+        latency_questions=0,
     )
 
 

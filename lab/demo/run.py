@@ -260,7 +260,7 @@ def run_demo(
         (s.seconds, b, prompt, p.max_tokens)
         for (s, b), prompt in zip(honest_batches, analysis["npr_prompts"], strict=True)
         if b is not None
-    ][: 1 if cfg.size == "quick" else 6]
+    ][: cfg.latency_questions]
     analysis["latency"] = latency_sample(models.generator, samples)
     timings["latency floor (sample)"] = time.perf_counter() - t
     t = time.perf_counter()

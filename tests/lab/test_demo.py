@@ -424,6 +424,11 @@ def test_tiny_llama_run_through_the_generator_adapter(tmp_path):
     res = run_demo(tmp_path / "tiny", cfg, progress=False, echo=lambda s: None)
     assert res.passed
     assert res.lowk_verdict["verdict"] == "FAIL"
+    # the latency floor (one padded batch) through SmolLM2's adapter, CausalLMGenerator (the real-model smoke test
+    # has none)
+    lat = res.extra["latency"]
+    assert lat["questions"] == cfg.latency_questions == 1 and lat["floor"]["median"] > 0
+    assert lat["rows"][0]["rows"] == cfg.privacy.m + 1  # the voters' rows and the fallback's
     desc = decode((tmp_path / "tiny" / "bundle" / "auditor" / "embedder.json").read_bytes())
     tmpl = decode(desc["prompt_template"].encode())
     assert tmpl["chat_template"] == CHATML_LAYOUT and tmpl["generator"] == "tiny-llama"

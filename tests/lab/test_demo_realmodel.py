@@ -1,8 +1,9 @@
-"""Real-model smoke test of ``dprag demo --quick``: MiniLM + SmolLM2 (the GGUF conversion is cached after its
-first run), the whole window served with answer-level voting at composed ε <= 10, the zk tenant's queries proven
-(Groth16, the auditor's development key: cached after its first run), exported, verified with the auditor's
-verification key, and the k_max = 2 window failing ``coalition``. Measured at 3-6 minutes on 2 heavily shared
-cores (spec/demo.md)."""
+"""Real-model smoke test of the demo at its smoke size (``smoke_config``: ``--quick``'s committed policy and zk
+tenant, 2 honest questions and a coalition of 2 accounts; spec/demo.md "Sizes"): MiniLM + SmolLM2 (the GGUF conversion
+is cached after its first run), the whole window served with answer-level voting at composed ε <= 10, the zk tenant's
+queries proven (Groth16, the auditor's development key: cached after its first run), exported, verified with the
+auditor's verification key, and the k_max = 1 window failing ``coalition``. ``dprag demo --quick`` itself is run by
+the ``slow`` comparison test below, its command line by the toy tests (tests/lab/test_demo.py)."""
 
 from __future__ import annotations
 
@@ -16,16 +17,18 @@ from dprag.lab import demo as D
 
 
 @pytest.mark.realmodel
-def test_quick_demo_on_the_real_models(tmp_path):
+def test_smoke_demo_on_the_real_models(tmp_path):
     from dprag.rag_adapters.audit_embedder import directory_sha256
     from dprag.rag_adapters.common import package_dir
     from dprag.rag_adapters.embedder import MINILM_ID
 
     out = tmp_path / "demo"
-    assert D.main(["--quick", "--no-progress", "--out", str(out)]) == 0
+    cfg = D.smoke_config("real")
+    assert D.build_policy(cfg) == D.build_policy(D.quick_config("real"))  # the committed policy is --quick's
+    res = D.run_demo(out, cfg, progress=False)
+    assert res.passed
     v = json.loads((out / "verdict.json").read_text())
     assert v["verdict"] == "PASS" and v["reasons"] == []
-    cfg = D.quick_config("real")
     assert v["checked"]["receipts"] == cfg.n_queries() and v["checked"]["retrieval"] == cfg.n_queries()
     # composed ε <= 10: generation 2·M·ε_q with answer-vote's ε_q = vote_epsilon (closed form), retrieval the rest
     p = cfg.privacy
@@ -35,10 +38,11 @@ def test_quick_demo_on_the_real_models(tmp_path):
     n_zk = sum(t.n_conditions for t in cfg.tenants if t.zk)
     assert v["checked"]["zk_proofs"] == n_zk >= 1
     assert v["attestation"]["retrieval"].startswith("groth16 + replay: for zk tenant(s) clinic-z")
-    # the real embedder links the three colluders' paraphrases and no honest pair (θ = 0.9)
+    # the real embedder links the colluders' paraphrases and no honest pair (θ = 0.9)
     assert v["checked"]["coalition_estimate"] == len(cfg.colluders)
     lk = json.loads((out / "lowk" / "verdict.json").read_text())
     assert lk["verdict"] == "FAIL" and all(r.startswith("coalition:") for r in lk["reasons"])
+    assert lk["checked"]["coalition_estimate"] == len(cfg.colluders) > p.lowk_k_max
     # C_emb binds the installed MiniLM files and SmolLM2's chat template
     desc = decode((out / "bundle" / "auditor" / "embedder.json").read_bytes())
     assert desc["model"] == MINILM_ID and desc["dimension"] == 384
