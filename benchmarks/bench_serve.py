@@ -79,13 +79,14 @@ def _pin(procs, pin: bool) -> None:
             pin_tree(p.pid, SERVER_CPUS)
 
 
-def baseline_arm(replicas: int, accounts: int, per_account: int, pin: bool = False) -> dict:
+def baseline_arm(replicas: int, accounts: int, per_account: int, pin: bool = False, threads: int | None = None) -> dict:
     procs, urls = [], []
     for _ in range(replicas):
         port = free_port()
         procs.append(
             subprocess.Popen(
-                [sys.executable, str(ROOT / "benchmarks" / "serve_baseline.py"), "--port", str(port)],
+                [sys.executable, str(ROOT / "benchmarks" / "serve_baseline.py"), "--port", str(port)]
+                + (["--threads", str(threads)] if threads else []),
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
             )
@@ -134,19 +135,27 @@ def baseline_arm(replicas: int, accounts: int, per_account: int, pin: bool = Fal
 
 
 def dprag_arm(
-    engine: str, replicas: int, accounts: int, per_account: int, work: Path, pg: TempCluster | None, pin: bool = False
+    engine: str,
+    replicas: int,
+    accounts: int,
+    per_account: int,
+    work: Path,
+    pg: TempCluster | None,
+    pin: bool = False,
+    threads: int | None = None,
 ) -> dict:
     d = work / f"{engine}-{replicas}"
     svc = make_toy_directory(d, store=pg.url if pg else None, accounts=accounts, n=per_account + 1)
     schema_url = svc.store.describe().get("url")
     svc.close()
     procs, urls = [], []
+    extra = ("--threads", str(threads)) if threads else ()
     try:
         for r in range(replicas):
             if engine == "postgresql" and r > 0:
-                p, u = start_replica(work / f"{engine}-{replicas}-host{r}", toy=False, store=schema_url)
+                p, u = start_replica(work / f"{engine}-{replicas}-host{r}", toy=False, store=schema_url, extra=extra)
             else:
-                p, u = start_replica(d)
+                p, u = start_replica(d, extra=extra)
             procs.append(p)
             urls.append(u)
         _pin(procs, pin)
@@ -174,6 +183,7 @@ def main(argv=None) -> int:
     ap.add_argument("--per-account", type=int, default=8)
     ap.add_argument("--replicas", default="1,2")
     ap.add_argument("--engines", default="sqlite,postgresql")
+    ap.add_argument("--threads", type=int, default=None, help="each server's worker threads (both arms; default 40)")
     ap.add_argument("--pin", action="store_true", help="servers on CPU 0, the load generator on CPU 1 (see above)")
     ap.add_argument("--out", type=Path, default=None)
     a = ap.parse_args(argv)
@@ -193,13 +203,12 @@ def main(argv=None) -> int:
     rows = []
     try:
         for replicas in [int(x) for x in a.replicas.split(",")]:
-            base = baseline_arm(replicas, a.accounts, a.per_account, a.pin)
+            base = baseline_arm(replicas, a.accounts, a.per_account, a.pin, a.threads)
             rows.append(base)
             print(json.dumps(base), flush=True)
             for engine in a.engines.split(","):
-                row = dprag_arm(
-                    engine, replicas, a.accounts, a.per_account, work, pg if engine == "postgresql" else None, a.pin
-                )
+                pg_of = pg if engine == "postgresql" else None
+                row = dprag_arm(engine, replicas, a.accounts, a.per_account, work, pg_of, a.pin, a.threads)
                 row["p50_ratio_to_baseline"] = round(row["p50_ms"] / base["p50_ms"], 3)
                 row["throughput_ratio_to_baseline"] = round(row["throughput_rps"] / base["throughput_rps"], 3)
                 rows.append(row)
@@ -213,6 +222,7 @@ def main(argv=None) -> int:
         "load_before": load_before,
         "accounts": a.accounts,
         "per_account": a.per_account,
+        "threads": a.threads,
         "pinned": {"servers": sorted(SERVER_CPUS), "load_generator": sorted(CLIENT_CPUS)} if a.pin else None,
         "rows": rows,
     }

@@ -37,10 +37,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import anyio.to_thread  # noqa: E402
 from fastapi import FastAPI  # noqa: E402
 from fastapi import Request as HttpRequest  # noqa: E402
 from fastapi.responses import JSONResponse  # noqa: E402
-from starlette.concurrency import run_in_threadpool  # noqa: E402
 
 from dprag.audit import commitments as cm  # noqa: E402
 from dprag.audit.api.toy import CLINIC, toy_policy  # noqa: E402
@@ -59,16 +59,26 @@ class _Docs:
 
 
 def create_app(
-    directory: Path | None = None, *, generator: str | None = None, embedder: str | None = None, tenant=None
+    directory: Path | None = None,
+    *,
+    generator: str | None = None,
+    embedder: str | None = None,
+    tenant=None,
+    threads: int | None = None,
 ):
-    """The toy baseline, or with ``directory`` and ``generator`` the one of a window directory (module docstring)."""
+    """The toy baseline, or with ``directory`` and ``generator`` the one of a window directory (module docstring).
+    ``threads``: answers computed at once (as ``dprag serve --threads``; None: anyio's default, 40)."""
     answer = _toy_pipeline() if directory is None else _window_pipeline(Path(directory), generator, embedder, tenant)
     app = FastAPI()
+    limiter: list = []
 
     @app.post("/v1/requests")
     async def submit(request: HttpRequest):
         body = await request.json()
-        return JSONResponse(await run_in_threadpool(answer, body["question"]))
+        if threads is not None and not limiter:
+            limiter.append(anyio.CapacityLimiter(threads))
+        lim = limiter[0] if limiter else None
+        return JSONResponse(await anyio.to_thread.run_sync(answer, body["question"], limiter=lim))
 
     @app.get("/v1/info")
     async def info():
@@ -156,6 +166,7 @@ if __name__ == "__main__":
     ap.add_argument("--generator", default=None, help="with --dir: a dprag.generators entry point")
     ap.add_argument("--embedder", default=None, help="with --dir: a dprag.embedders entry point (default: committed)")
     ap.add_argument("--tenant", default=None, help="with --dir: the tenant to serve (default: the only one)")
+    ap.add_argument("--threads", type=int, default=None, help="answers computed at once (default: anyio's 40)")
     a = ap.parse_args()
-    app = create_app(a.dir, generator=a.generator, embedder=a.embedder, tenant=a.tenant)
+    app = create_app(a.dir, generator=a.generator, embedder=a.embedder, tenant=a.tenant, threads=a.threads)
     uvicorn.run(app, host="127.0.0.1", port=a.port, log_level="warning", access_log=False)

@@ -18,12 +18,12 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import anyio.to_thread
 from fastapi import FastAPI, Query
 from fastapi import Path as PathParam
 from fastapi import Request as HttpRequest
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
-from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from dprag.accounting.errors import DpragError, InvalidParameterError
@@ -50,9 +50,21 @@ def _refusal(e: RequestError | RateLimitError) -> JSONResponse:
     return _error(400, "refused", e.rule, e.field, refusal=e.refusal)
 
 
-def create_app(svc, *, auditor_key: str | None = None) -> FastAPI:
+def create_app(svc, *, auditor_key: str | None = None, threads: int | None = None) -> FastAPI:
     """The API over ``svc`` (a ProviderService). ``auditor_key``: the auditor's Ed25519 public key (hex), which
-    authenticates the confidential bundle export; without it that endpoint answers 404."""
+    authenticates the confidential bundle export; without it that endpoint answers 404. ``threads``: how many of the
+    service's blocking calls run at once in this process (None: anyio's default, 40); the others queue."""
+    if threads is not None and not (isinstance(threads, int) and 1 <= threads <= 1024):
+        raise InvalidParameterError("threads", "must be an integer in [1, 1024]", threads)
+    limiter: list = []
+
+    async def run_in_threadpool(fn, *args):
+        if threads is None:
+            return await anyio.to_thread.run_sync(fn, *args)
+        if not limiter:  # made inside the event loop, on first use
+            limiter.append(anyio.CapacityLimiter(threads))
+        return await anyio.to_thread.run_sync(fn, *args, limiter=limiter[0])
+
     app = FastAPI(
         title="dprag provider API",
         version=API_VERSION,

@@ -40,6 +40,12 @@ from dprag.accounting.errors import DpragError
     help="file holding the auditor's Ed25519 public key (hex)",
 )
 @click.option("--release-seconds", type=float, default=None, help="constant-time release period (audit/release.py)")
+@click.option(
+    "--threads",
+    type=click.IntRange(1, 1024),
+    default=None,
+    help="blocking calls (generation, store) run at once per process (default: anyio's 40); the rest queue",
+)
 @click.option("--log-level", default="warning", show_default=True)
 def serve(
     directory: Path,
@@ -52,6 +58,7 @@ def serve(
     generator: str | None,
     auditor_key: Path | None,
     release_seconds: float | None,
+    threads: int | None,
     log_level: str,
 ) -> int:
     """Serve a window over HTTP (spec/api.md)."""
@@ -67,7 +74,7 @@ def serve(
         raise click.UsageError(f"--dir {directory}: {e}") from None
     if release_seconds is not None:
         svc.release.set(release_seconds)
-    app = create_app(svc, auditor_key=akey)
+    app = create_app(svc, auditor_key=akey, threads=threads)
     click.echo(f"dprag serve: window {svc.policy.window} on http://{host}:{port} (store {svc.store.dialect})", err=True)
     try:
         uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False)

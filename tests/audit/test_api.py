@@ -243,3 +243,59 @@ def test_request_from_json_round_trip_is_what_the_client_sends(toy):
     req = alice.request("asthma")
     wire = {"request": req.signed, "question": req.question, "qemb": req.qemb.hex()}
     assert Request.from_json(json.loads(json.dumps(wire))).h_req == req.h_req
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_threads_bounds_the_blocking_calls_running_at_once(tmp_path, threads):
+    """``create_app(threads=N)`` (``dprag serve --threads N``): however many requests arrive together, at most N of
+    the service's blocking calls run at once and every request is still answered and checks out; with N > 1 they do
+    overlap (the bound is not a lock). Six accounts send one request each at the same moment; each serve() holds
+    0.3 s, so under the default pool all six would run together."""
+    import threading
+
+    svc = make_toy_directory(tmp_path / "toy", n=4, accounts=6)
+    running, peak, lock = [0], [0], threading.Lock()
+    serve = svc.serve
+
+    def held(req):
+        with lock:
+            running[0] += 1
+            peak[0] = max(peak[0], running[0])
+        try:
+            time.sleep(0.3)
+            return serve(req)
+        finally:
+            with lock:
+                running[0] -= 1
+
+    svc.serve = held
+    try:
+        with LiveServer(create_app(svc, threads=threads)) as url:
+            accounts = sorted(p.name for p in (tmp_path / "toy" / "accounts").iterdir())
+            clients = [_client(tmp_path / "toy", svc, a) for a in accounts]
+            out: list = []
+            go = threading.Barrier(len(clients))
+
+            def ask(c):
+                remote = RemoteService([url], account=c.account, key=c.key)
+                go.wait()
+                out.append(c.ask(remote, f"asthma inhaler protocol {c.account}"))
+
+            ts = [threading.Thread(target=ask, args=(c,)) for c in clients]
+            for t in ts:
+                t.start()
+            for t in ts:
+                t.join(60)
+        assert len(out) == len(clients)  # every request answered, each receipt accepted by its client
+        assert peak[0] == threads  # never more than N; N reached: the six overlap
+    finally:
+        svc.close()
+
+
+def test_threads_out_of_range_is_refused_by_name(toy):
+    from dprag.accounting.errors import InvalidParameterError
+
+    _, svc, _ = toy
+    for bad in (0, -1, 1025, 2.5):
+        with pytest.raises(InvalidParameterError, match="threads"):
+            create_app(svc, threads=bad)
