@@ -26,16 +26,10 @@ from ..verify import verify
 from ..verify.html import PASS_MEANING, large_epsilon_warning, render_html
 
 SCHEMA_ROOT = "dprag.ledger-root/1"
-SCHEMA_ERROR = "dprag.error/1"
 
 
 class BundleDefect(click.ClickException):
     exit_code = 1
-
-
-def _error_json(as_json: bool, message: str, code: int) -> None:
-    if as_json:
-        click.echo(json.dumps({"schema": SCHEMA_ERROR, "error": message, "exit_code": code}, sort_keys=True))
 
 
 @click.group("audit")

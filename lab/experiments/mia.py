@@ -386,7 +386,7 @@ def run_cell(
     out.row = {
         **base,
         "eps_certified": _fmt_eps(eps_c),
-        "delta_certified": float(delta_c),
+        "delta_certified": min(1.0, float(delta_c)),  # a δ above 1 says nothing more than δ = 1 (the schema's range)
         "auc": ci.auc,
         "auc_se": ci.se,
         "auc_ci_lo": ci.lo,
@@ -394,8 +394,8 @@ def run_cell(
         "auc_halfwidth": ci.halfwidth,
         "se_method": ci.se_method,
         "tpr_at_1pct_fpr": tpr_at_fpr(out.members, out.nonmembers, 0.01),
-        "auc_bound": auc_upper_bound(eps_c, min(delta_c, 1.0)),
-        "auc_bound_cor312": cor_3_12_auc_upper(eps_c, min(delta_c, 1.0)),
+        "auc_bound": 1.0 if delta_c >= 1.0 else auc_upper_bound(eps_c, delta_c),  # δ >= 1: no bound
+        "auc_bound_cor312": 1.0 if delta_c >= 1.0 else cor_3_12_auc_upper(eps_c, delta_c),
         "questions_per_record": float(np.mean(qn)),
         "llm_question_share": llm_share,
         "exposed_members": sm["exposed_records"],

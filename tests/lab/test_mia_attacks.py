@@ -238,3 +238,34 @@ def test_private_cell_reports_its_session_guarantee(setup):
     assert r["auc_bound"] == pytest.approx(auc_upper_bound(r["eps_certified"], r["delta_certified"]))
     assert r["auc_bound"] == pytest.approx(1 - 1 / (1 + math.exp(r["eps_certified"])))
     assert len(cell.scores) == 12 and all(s["schema"] == "dprag.mia-score/1" for s in cell.scores)
+
+
+def test_a_composed_delta_above_one_is_reported_as_one(setup, monkeypatch):
+    """A composition's δ can sum past 1 (a vacuous guarantee); the row's ``delta_certified`` is a probability (the
+    schema's [0, 1], spec/schemas/mia-row-1.schema.json): it says 1, never 2.5, and the AUC bounds say 1 (no bound);
+    the cell used to stop on the bound's δ < 1 check instead."""
+    import dataclasses
+
+    from dprag.lab.experiments import methods
+
+    corpus, mem, non = setup
+    world = build_world(corpus, mem, non)
+    real = methods.get_method
+
+    class Vacuous:
+        def __init__(self, session):
+            self.session = session
+
+        def guarantee(self):
+            return self.session.guarantee()[0], 2.5
+
+        def __getattr__(self, name):
+            return getattr(self.session, name)
+
+    def vacuous_method(name):
+        spec = real(name)
+        return dataclasses.replace(spec, build=lambda *a, **k: Vacuous(spec.build(*a, **k)))
+
+    monkeypatch.setattr(methods, "get_method", vacuous_method)
+    cell = _cell("s2mia", "non-rag", world, CopyGenerator(vocab_size=1 << 16))
+    assert cell.row["delta_certified"] == 1.0 and cell.row["auc_bound"] == cell.row["auc_bound_cor312"] == 1.0
