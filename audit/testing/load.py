@@ -49,16 +49,24 @@ class LoadResult:
         }
 
 
-def toy_client(d: Path, account: str, info: dict) -> AccountClient:
+def toy_client(d: Path, account: str, info: dict | None = None) -> AccountClient:
+    """The toy directory ``d``'s ``account`` (``make_toy_directory``) as an AccountClient, pinned to ``info`` (a
+    service's /v1/info: window, provider_key) or, without it, to what the account's config.json recorded."""
     cfg = json.loads((d / "accounts" / account / "config.json").read_text())
+    pins = info or cfg
     return AccountClient(
         account,
-        info["window"],
+        pins["window"],
         AccountKey.from_hex((d / "accounts" / account / "account.key").read_text().strip()),
-        provider_vkey=info["provider_key"],
+        provider_vkey=pins["provider_key"],
         embedder=HashEmbedder(32),
         embedding_scale=int(cfg["embedding_scale"]),
     )
+
+
+def toy_clients(d: Path, n: int | None = None) -> list[AccountClient]:
+    """The first ``n`` (default: every) accounts of the toy directory ``d`` in name order (``toy_client``)."""
+    return [toy_client(d, a) for a in sorted(p.name for p in (d / "accounts").iterdir())[:n]]
 
 
 def run_accounts(

@@ -14,38 +14,20 @@ from pathlib import Path
 
 import pytest
 
-from dprag.audit.account import AccountClient, AccountKey
 from dprag.audit.api.toy import make_toy_directory, toy_policy
 from dprag.audit.service import ProviderService
 from dprag.audit.serving_errors import ServiceStateError
 from dprag.audit.storage import materialize
 from dprag.audit.storage.postgres import parse_url, url_with_credentials
+from dprag.audit.testing.load import toy_clients
 from dprag.audit.toy import HashEmbedder, ToyGenerator
 from dprag.audit.verify import verify
-
-
-def _clients(d: Path) -> list[AccountClient]:
-    out = []
-    for a in sorted(p.name for p in (d / "accounts").iterdir()):
-        cfg = json.loads((d / "accounts" / a / "config.json").read_text())
-        key = AccountKey.from_hex((d / "accounts" / a / "account.key").read_text().strip())
-        out.append(
-            AccountClient(
-                a,
-                cfg["window"],
-                key,
-                provider_vkey=cfg["provider_key"],
-                embedder=HashEmbedder(32),
-                embedding_scale=int(cfg["embedding_scale"]),
-            )
-        )
-    return out
 
 
 def _two_windows(root: Path, store: str | None, successor_store: str | None = None):
     """Window toy-1 (2 requests per account), closed into toy-2 (1 more each); returns the clients and toy-2."""
     w1 = make_toy_directory(root / "host1", store=store, accounts=2, n=10)
-    clients = _clients(root / "host1")
+    clients = toy_clients(root / "host1")
     for i in range(2):
         for c in clients:
             c.ask(w1, f"asthma inhaler protocol {c.account} {i}")
@@ -55,6 +37,16 @@ def _two_windows(root: Path, store: str | None, successor_store: str | None = No
         c.next_window("toy-2", w2.signer.vkey())
         c.ask(w2, f"inhaler drug protocol {c.account}")
     return clients, w2
+
+
+def _on_host2(tmp_path: Path, w2) -> tuple[Path, str]:
+    """Host 2: the successor's directory materialised from its database URL alone; the first host's directories
+    moved away (``previous_dir`` names a path that is gone)."""
+    url2 = w2.store.describe()["url"]
+    w2.close()
+    host2 = materialize(url2, tmp_path / "host2" / "w2")
+    shutil.move(tmp_path / "host1", tmp_path / "elsewhere")
+    return host2, url2
 
 
 def _open(d: Path, url: str | None) -> ProviderService:
@@ -68,11 +60,7 @@ def _receipts(path: Path, clients) -> Path:
 
 def test_a_replica_on_another_host_exports_the_whole_history_from_the_database(tmp_path, pg_url):
     clients, w2 = _two_windows(tmp_path, pg_url)
-    url2 = w2.store.describe()["url"]
-    w2.close()
-    # host 2: the successor's directory from the database URL alone; the first host's directories are gone
-    host2 = materialize(url2, tmp_path / "host2" / "w2")
-    shutil.move(tmp_path / "host1", tmp_path / "elsewhere")
+    host2, url2 = _on_host2(tmp_path, w2)
     svc = _open(host2, url2)
     try:
         bundle = svc.export_bundle(tmp_path / "bundle")
@@ -92,10 +80,7 @@ def test_a_replica_on_another_host_exports_the_whole_history_from_the_database(t
 
 def test_a_link_planted_where_the_predecessor_is_materialised_is_refused(tmp_path, pg_url):
     clients, w2 = _two_windows(tmp_path, pg_url)
-    url2 = w2.store.describe()["url"]
-    w2.close()
-    host2 = materialize(url2, tmp_path / "host2" / "w2")
-    shutil.move(tmp_path / "host1", tmp_path / "elsewhere")
+    host2, url2 = _on_host2(tmp_path, w2)
     decoy = make_toy_directory(tmp_path / "decoy", accounts=2, n=10)  # another window named toy-1 would pass a
     decoy.close()  # name check, but a link is never followed
     (host2 / "state" / "previous").symlink_to(tmp_path / "decoy" / "service")
@@ -109,10 +94,7 @@ def test_a_link_planted_where_the_predecessor_is_materialised_is_refused(tmp_pat
 
 def test_a_sqlite_predecessor_not_on_this_host_is_named_not_guessed(tmp_path, pg_url):
     clients, w2 = _two_windows(tmp_path, None, successor_store=pg_url)
-    url2 = w2.store.describe()["url"]
-    w2.close()
-    host2 = materialize(url2, tmp_path / "host2" / "w2")
-    shutil.move(tmp_path / "host1", tmp_path / "elsewhere")
+    host2, url2 = _on_host2(tmp_path, w2)
     svc = _open(host2, url2)
     try:
         with pytest.raises(ServiceStateError, match="toy-1 is not on this host"):

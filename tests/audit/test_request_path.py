@@ -16,12 +16,11 @@ import numpy as np
 import pytest
 
 from dprag.accounting.stores.session import SessionBudgetStore
-from dprag.audit.account import AccountClient, AccountKey
 from dprag.audit.api.toy import make_toy_directory, toy_policy
 from dprag.audit.encoding import decode
 from dprag.audit.ledger import MemoryLog
 from dprag.audit.storage import Records, StoreError, StoreLog, create_store, open_store
-from dprag.audit.toy import HashEmbedder
+from dprag.audit.testing.load import toy_clients
 
 ENGINES = ["sqlite", "postgresql"]
 
@@ -159,30 +158,12 @@ def test_the_answer_compare_and_swap_keeps_the_first_stored_answer(tmp_path, sto
     store.close()
 
 
-def _clients(d: Path, n: int) -> list[AccountClient]:
-    out = []
-    for a in sorted(p.name for p in (d / "accounts").iterdir())[:n]:
-        cfg = json.loads((d / "accounts" / a / "config.json").read_text())
-        key = AccountKey.from_hex((d / "accounts" / a / "account.key").read_text().strip())
-        out.append(
-            AccountClient(
-                a,
-                cfg["window"],
-                key,
-                provider_vkey=cfg["provider_key"],
-                embedder=HashEmbedder(32),
-                embedding_scale=int(cfg["embedding_scale"]),
-            )
-        )
-    return out
-
-
 def test_a_served_answer_is_the_stored_one_and_checks_out(tmp_path, store_url):
     """What serve() returns without reading its row back is exactly what the served table holds, and the account's
     own checks (receipt, consistency from its previous receipt) pass; a retry returns the same."""
     svc = make_toy_directory(tmp_path / "toy", store=store_url, accounts=4, n=10)
     try:
-        clients = _clients(tmp_path / "toy", 4)
+        clients = toy_clients(tmp_path / "toy", 4)
         for i in range(12):
             c = clients[i % 4]
             served = c.ask(svc, f"asthma inhaler protocol {i}")
@@ -200,7 +181,7 @@ def test_a_fresh_request_costs_few_statements(tmp_path):
     """SQLite: the statements one new request runs (a regression guard on the request path's round trips)."""
     svc = make_toy_directory(tmp_path / "toy", accounts=2, n=10)
     try:
-        c = _clients(tmp_path / "toy", 1)[0]
+        c = toy_clients(tmp_path / "toy", 1)[0]
         c.ask(svc, "asthma inhaler protocol warm-up")
         req = c.request("asthma inhaler protocol")
         statements: list[str] = []
@@ -249,7 +230,7 @@ def test_only_the_record_commit_skips_the_sync_and_the_answer_commit_after_it_sy
     answer, a checkpoint, the window's close). The trace is of the real statements SQLite ran."""
     svc = make_toy_directory(tmp_path / "toy", accounts=2, n=10)
     try:
-        c = _clients(tmp_path / "toy", 1)[0]
+        c = toy_clients(tmp_path / "toy", 1)[0]
         statements: list[str] = []
         conn = svc.store._connection()
         conn.set_trace_callback(statements.append)
@@ -282,7 +263,7 @@ def test_postgresql_lets_only_the_record_transaction_commit_without_the_flush(tm
     connection (SET LOCAL ends with its transaction)."""
     svc = make_toy_directory(tmp_path / "toy", store=pg_url, accounts=2, n=10)
     try:
-        c = _clients(tmp_path / "toy", 1)[0]
+        c = toy_clients(tmp_path / "toy", 1)[0]
         seen: list[tuple[str, str]] = []
 
         def show(what: str) -> None:
