@@ -37,7 +37,6 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import threading
@@ -57,7 +56,7 @@ from dprag.audit.api.client import RemoteService  # noqa: E402
 from dprag.audit.policy import Policy  # noqa: E402
 from dprag.audit.replay import recorded_top  # noqa: E402
 from dprag.audit.service import ProviderService  # noqa: E402
-from dprag.audit.testing.live import start_replica, stop_replicas, wait_ready  # noqa: E402
+from dprag.audit.testing.live import launch, start_replica, stop_replicas  # noqa: E402
 from dprag.audit.testing.postgres import free_port  # noqa: E402
 from dprag.audit.verify import verify  # noqa: E402
 
@@ -89,14 +88,7 @@ def _start_baseline(directory: Path, generator: str, embedder: str):
     port = free_port()
     cmd = [sys.executable, str(ROOT / "benchmarks" / "serve_baseline.py"), "--port", str(port), "--dir", str(directory)]
     cmd += ["--generator", generator, "--embedder", embedder]
-    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_ready(url, 300)
-    except TimeoutError:
-        p.kill()
-        raise
-    return p, url
+    return launch(cmd, port)
 
 
 def _load() -> list[float]:

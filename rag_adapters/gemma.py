@@ -42,7 +42,6 @@ Caveats, read before offering it:
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import tempfile
@@ -52,6 +51,7 @@ from dprag.accounting.errors import InvalidParameterError
 
 from .common import MissingDependencyError, package_dir, require, torch_threads
 from .common import cache_dir as _cache_dir
+from .conversion import dequantised, publish_converted
 from .generator import CausalLMGenerator, HFTokenizer, register_rows_attention
 from .prompting import PromptFormat
 
@@ -291,49 +291,28 @@ def convert_gemma3_270m(cache_dir: str | os.PathLike | None = None) -> Path:
     torch = require("torch", "the Gemma 3 270M generator")
     require("gguf", "the Gemma 3 GGUF conversion")
     tf = require("transformers", "the Gemma 3 270M generator")
-    tmp = Path(tempfile.mkdtemp(prefix=".convert-", dir=root))
+    src = Path(tempfile.mkdtemp(prefix=".gguf-", dir=root))
     try:
-        src = Path(tempfile.mkdtemp(prefix=".gguf-", dir=root))
-        try:
-            gguf = assemble_gemma3_gguf(src)
-            tok = tf.AutoTokenizer.from_pretrained(str(src), gguf_file=gguf.name)
-            quant = tf.AutoModelForCausalLM.from_pretrained(str(src), gguf_file=gguf.name, dtype=torch.float32)
-        finally:
-            shutil.rmtree(src, ignore_errors=True)
-        cfg = quant.config
-        if getattr(cfg, "model_type", None) != "gemma3_text":
-            raise InvalidParameterError(
-                GEMMA3_DIST, "the GGUF is not a Gemma 3 text model", getattr(cfg, "model_type", None)
-            )
-        if hasattr(cfg, "quantization_config"):
-            del cfg.quantization_config  # de-quantised weights: a plain float32 checkpoint
-        model = tf.AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
-        model.load_state_dict(quant.state_dict(), strict=True)
-        del quant
-        if not getattr(tok, "chat_template", None):
-            tok.chat_template = GEMMA3_CHAT_TEMPLATE
-        model.save_pretrained(str(tmp))
-        tok.save_pretrained(str(tmp))
-        (tmp / "dprag-complete.json").write_text(
-            json.dumps(
-                {
-                    "source": [str(c) for c in chunks],
-                    "gguf_sha256": GEMMA3_GGUF_SHA256,
-                    "transformers": tf.__version__,
-                    "licence": "Gemma Terms of Use (not an OSI licence)",
-                },
-                indent=1,
-            )
-        )
-        try:
-            os.replace(tmp, target)
-        except OSError:  # another process finished first
-            if not (target / "dprag-complete.json").is_file():
-                raise
+        gguf = assemble_gemma3_gguf(src)
+        tok = tf.AutoTokenizer.from_pretrained(str(src), gguf_file=gguf.name)
+        quant = tf.AutoModelForCausalLM.from_pretrained(str(src), gguf_file=gguf.name, dtype=torch.float32)
     finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    return target
+        shutil.rmtree(src, ignore_errors=True)
+    if getattr(quant.config, "model_type", None) != "gemma3_text":
+        raise InvalidParameterError(
+            GEMMA3_DIST, "the GGUF is not a Gemma 3 text model", getattr(quant.config, "model_type", None)
+        )
+    model = dequantised(tf, torch, quant)
+    del quant
+    if not getattr(tok, "chat_template", None):
+        tok.chat_template = GEMMA3_CHAT_TEMPLATE
+    marker = {
+        "source": [str(c) for c in chunks],
+        "gguf_sha256": GEMMA3_GGUF_SHA256,
+        "transformers": tf.__version__,
+        "licence": "Gemma Terms of Use (not an OSI licence)",
+    }
+    return publish_converted(root, target, model, tok, marker)
 
 
 def load_gemma3_270m(

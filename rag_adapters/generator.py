@@ -27,11 +27,8 @@ with transformers + gguf (de-quantised to float32, ~20-30 s) and cached under ``
 
 from __future__ import annotations
 
-import json
 import os
 import re
-import shutil
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -42,6 +39,7 @@ from dprag.accounting.protocols import Prompt
 
 from .common import cache_dir as _cache_dir
 from .common import file_sha256, package_dir, require, torch_threads
+from .conversion import dequantised, publish_converted
 from .prompting import PromptFormat, chatml
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -693,27 +691,9 @@ def convert_smollm2(cache_dir: str | os.PathLike | None = None) -> Path:
     tf = require("transformers", "the SmolLM2 generator")
     tok = tf.AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     quant = tf.AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
-    cfg = quant.config
-    if hasattr(cfg, "quantization_config"):
-        del cfg.quantization_config  # de-quantised weights: a plain float32 checkpoint
-    model = tf.AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
-    model.load_state_dict(quant.state_dict(), strict=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".convert-", dir=root))
-    try:
-        model.save_pretrained(str(tmp))
-        tok.save_pretrained(str(tmp))
-        (tmp / "dprag-complete.json").write_text(
-            json.dumps({"source": str(gguf), "gguf_sha256_16": digest, "transformers": tf.__version__}, indent=1)
-        )
-        try:
-            os.replace(tmp, target)
-        except OSError:  # another process finished first
-            if not (target / "dprag-complete.json").is_file():
-                raise
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    return target
+    model = dequantised(tf, torch, quant)
+    marker = {"source": str(gguf), "gguf_sha256_16": digest, "transformers": tf.__version__}
+    return publish_converted(root, target, model, tok, marker)
 
 
 def load_smollm2(

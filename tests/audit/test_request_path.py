@@ -22,15 +22,6 @@ from dprag.audit.ledger import MemoryLog
 from dprag.audit.storage import Records, StoreError, StoreLog, create_store, open_store
 from dprag.audit.testing.load import toy_clients
 
-ENGINES = ["sqlite", "postgresql"]
-
-
-@pytest.fixture(params=ENGINES)
-def store_url(request):
-    if request.param == "sqlite":
-        return None
-    return request.getfixturevalue("pg_url")
-
 
 def _fresh(tmp_path: Path, url: str | None, name: str = "w"):
     d = tmp_path / name

@@ -22,16 +22,6 @@ from dprag.audit.storage import StoreError, StoreLog, create_store, open_store
 from dprag.audit.testing import window as fx
 from dprag.audit.verify import verify
 
-ENGINES = ["sqlite", "postgresql"]
-
-
-@pytest.fixture(params=ENGINES)
-def store_url(request, tmp_path):
-    """None for SQLite (the directory's file), else a URL of the session's PostgreSQL server."""
-    if request.param == "sqlite":
-        return None
-    return request.getfixturevalue("pg_url")
-
 
 def _fresh(tmp_path: Path, url: str | None, name: str = "w"):
     d = tmp_path / name

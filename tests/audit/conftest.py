@@ -1,0 +1,16 @@
+"""Fixtures shared by the audit floor's store tests."""
+
+from __future__ import annotations
+
+import pytest
+
+#: the store engines every store test runs on
+ENGINES = ["sqlite", "postgresql"]
+
+
+@pytest.fixture(params=ENGINES)
+def store_url(request):
+    """None for SQLite (the directory's file), else a URL of the session's PostgreSQL server."""
+    if request.param == "sqlite":
+        return None
+    return request.getfixturevalue("pg_url")
