@@ -30,7 +30,15 @@ import re
 from dprag.accounting.errors import InvalidParameterError, check_positive_int
 from dprag.accounting.mechanisms.string_selection import ALPHABET
 
-__all__ = ["answer_key", "answer_vote_mechanism", "STOP_WORDS", "ALPHABET"]
+__all__ = [
+    "answer_key",
+    "answer_key_v2",
+    "NORMALIZERS",
+    "answer_vote_mechanism",
+    "STOP_WORDS",
+    "STOP_WORDS_V2",
+    "ALPHABET",
+]
 
 STOP_WORDS = frozenset(
     """
@@ -41,6 +49,16 @@ answer correct clinic clinics protocol patient patients use used uses using give
 start starts started starting prescribe prescribes prescribed called named known
 """.split()
 )
+
+#: the words v2 adds to ``STOP_WORDS``: the verbs and nouns the clinic questions' answers restate ("The clinic
+#: ordered a Kleikacept test" → "kleikacept"), chosen on the seed-1 tuning corpus (spec/answer-keys.md §2)
+STOP_WORDS_V2_EXTRA = frozenset(
+    """
+order orders ordered schedule schedules scheduled require requires required recommend recommends recommended
+medication medications drug drugs call calls
+""".split()
+)
+STOP_WORDS_V2 = STOP_WORDS | STOP_WORDS_V2_EXTRA
 
 _NUMBER_WORDS = {
     w: str(i)
@@ -75,7 +93,20 @@ def _words(text: str) -> list[str]:
 
 
 def answer_key(answer: str, question: str = "", *, max_words: int = 3) -> str:
-    """The canonical key of ``answer`` to ``question`` (rules in the module doc); "" = no content (abstain)."""
+    """The canonical key of ``answer`` to ``question`` (rules in the module doc); "" = no content (abstain).
+    This is ``answer-keys-v1``: policies that name it, and bundles made with it, replay with exactly these rules."""
+    return _key(answer, question, max_words, clause_first=False, stop=STOP_WORDS)
+
+
+def answer_key_v2(answer: str, question: str = "", *, max_words: int = 3) -> str:
+    """``answer-keys-v2`` (spec/answer-keys.md §2): v1's rules with two changes, chosen on the seed-1 tuning
+    corpus -- the first clause is cut *before* the cue is looked for (unless a ":" comes before the clause mark),
+    so a cue in a later clause no longer replaces the answer ("The clinic prescribes Quoustrimab, a medication
+    that is used to" → "quoustrimab", where v1 gives ""); and the stop words add ``STOP_WORDS_V2_EXTRA``."""
+    return _key(answer, question, max_words, clause_first=True, stop=STOP_WORDS_V2)
+
+
+def _key(answer: str, question: str, max_words: int, *, clause_first: bool, stop: frozenset[str]) -> str:
     if not isinstance(answer, str):
         raise InvalidParameterError("answer", "must be a string", type(answer).__name__)
     if not isinstance(question, str):
@@ -85,6 +116,11 @@ def answer_key(answer: str, question: str = "", *, max_words: int = 3) -> str:
     m = _SENTENCE_END.search(text)
     if m:
         text = text[: m.start()]
+    if clause_first:  # v2: the first clause, unless a ":" precedes its end (the span after ":" comes first then)
+        c = _CLAUSE.search(text)
+        colon = text.find(":")
+        if c and not (0 <= colon < c.start()):
+            text = text[: c.start()]
     if ":" in text:
         text = text.split(":", 1)[1]
     else:
@@ -101,7 +137,7 @@ def answer_key(answer: str, question: str = "", *, max_words: int = 3) -> str:
         is_number = w.isdigit()
         if is_number and keep and not prev_number and not keep[-1].isdigit():
             break  # a second quantity after the answer ("bripan screen in 30 days", "150 mg three times")
-        if prev_number or is_number or (w not in STOP_WORDS and _stem(w) not in q):
+        if prev_number or is_number or (w not in stop and _stem(w) not in q):
             keep.append(w)
         prev_number = is_number
         if len(keep) == n:
@@ -109,6 +145,10 @@ def answer_key(answer: str, question: str = "", *, max_words: int = 3) -> str:
     key = " ".join(keep)
     assert all(c in ALPHABET for c in key)
     return key
+
+
+#: the public normalisers by the name a policy or an experiment commits to (also the dprag.normalizers entry points)
+NORMALIZERS = {"answer-keys-v1": answer_key, "answer-keys-v2": answer_key_v2}
 
 
 def answer_vote_mechanism(m: int, epsilon: float, *, threshold: float = 6.0, max_tokens: int = 16, key_words: int = 3):

@@ -175,10 +175,8 @@ def answer_vote_rag(
         generator, [*(Prompt(question, tuple(c), voter_history) for c in ctx), fallback_prompt], params.max_tokens
     )
     answers, fallback_row = rows[:-1], rows[-1]
-    keys = [
-        "" if a is None or (params.abstain_empty and all(t == EMPTY_DOCUMENT for t in c)) else params.key(a, question)
-        for a, c in zip(answers, ctx, strict=False)
-    ]
+    abstained = [params.abstain_empty and all(t == EMPTY_DOCUMENT for t in c) for c in ctx]
+    keys = ["" if a is None or gone else params.key(a, question) for a, gone in zip(answers, abstained, strict=False)]
     voted = [k for k in keys if k]
     chosen: str | None
     event: PrivacyEvent
@@ -211,7 +209,13 @@ def answer_vote_rag(
         for k in voted:
             counts[k] = counts.get(k, 0) + 1
         top = max(sorted(counts), key=lambda k: counts[k]) if counts else ""
-        info.update(voter_answers=answers, voter_keys=keys, plurality=top, plurality_votes=counts.get(top, 0))
+        info.update(
+            voter_answers=answers,
+            voter_keys=keys,
+            voter_abstained=abstained,
+            plurality=top,
+            plurality_votes=counts.get(top, 0),
+        )
     return RagAnswer(
         text=text, events=[event], cost=params.cost, retrieved=real, charged=real, private_tokens=0, info=info
     )

@@ -94,8 +94,11 @@ def tuning_seed(dataset: str, corpus_seed: int, text: str | None) -> int | None:
         ) from None
 
 
-def method_overrides(method: str, kind: str, *, m_given: bool, taus_given: bool, bins_given: bool) -> dict:
-    """The per-method ``Settings`` fields of ``method``: its best-known m, τ grid and bins unless a flag set them."""
+def method_overrides(
+    method: str, kind: str, *, m_given: bool, taus_given: bool, bins_given: bool, tokens_given: bool = False
+) -> dict:
+    """The per-method ``Settings`` fields of ``method``: its best-known m, τ grid, bins and answer tokens unless a
+    flag set them."""
     from dprag.rag_adapters.scoring import ScoreBins
 
     d = method_defaults(method, kind)
@@ -107,6 +110,8 @@ def method_overrides(method: str, kind: str, *, m_given: bool, taus_given: bool,
     if not bins_given and "bins" in d:
         out["bins"] = tuple(d["bins"])
         out["edges"] = tuple(ScoreBins(*d["bins"]).edges().tolist())
+    if not tokens_given and "answer_tokens" in d:
+        out["answer_tokens"] = (d["answer_tokens"],)
     return out
 
 
@@ -268,6 +273,14 @@ experiment.add_command(_auc_vs_k)
     "fallback at 1 + 2·ln(1/δ_q)/ε_q votes; (ε_q, δ_q) per query with δ_q = --delta / --M; "
     "spec/accounting/rag.md §5.2)",
 )
+@click.option(
+    "--normalizer",
+    type=click.Choice(["answer-keys-v1", "answer-keys-v2"]),
+    default=RUN_WIDE["--normalizer"],
+    show_default=True,
+    help="answer-vote: the public normalisation of the voters' answers to keys (spec/answer-keys.md; v2 chosen "
+    "on the seed-1 tuning corpus, §2 there)",
+)
 @click.option("--threads", type=int, default=None, help="torch threads")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), required=True)
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object per (method, eps_total) row")
@@ -302,6 +315,7 @@ def privacy_utility(
     answer_tokens,
     abstain_empty,
     answer_selection,
+    normalizer,
     threads,
     out_dir,
     as_json,
@@ -365,8 +379,18 @@ def privacy_utility(
         if bins_t is not None and len(bins_t) != 3:
             raise click.BadParameter("must be LOW,HIGH,WIDTH", param_hint="--bins")
         scale = default_scale(kind, bins_t)
+        tokens_given = (
+            click.get_current_context().get_parameter_source("answer_tokens") != click.core.ParameterSource.DEFAULT
+        )
         per_method = {
-            n: method_overrides(n, kind, m_given=m_given is not None, taus_given=bool(taus), bins_given=bool(bins))
+            n: method_overrides(
+                n,
+                kind,
+                m_given=m_given is not None,
+                taus_given=bool(taus),
+                bins_given=bool(bins),
+                tokens_given=tokens_given,
+            )
             for n in names
         }
         settings = Settings(
@@ -390,6 +414,7 @@ def privacy_utility(
             answer_tokens=auto_ints("--answer-tokens", answer_tokens) if answer_tokens else (),
             abstain_empty=abstain_empty,
             answer_selection=answer_selection,
+            normalizer=normalizer,
         )
         if (
             min(settings.vote_thresholds) < 0
@@ -497,6 +522,7 @@ def privacy_utility(
         "public_completion": public_completion,
         "abstain_empty": abstain_empty,
         "answer_selection": answer_selection,
+        "normalizer": normalizer,
         "em_prior": em_prior,
         "test_split": test_split,
         "test_questions": len(test),
@@ -528,3 +554,7 @@ experiment.add_command(_coalition_probe)
 from dprag.lab.demo.calibration import demo_calibration as _demo_calibration  # noqa: E402  (spec/demo.md)
 
 experiment.add_command(_demo_calibration)
+
+from dprag.lab.experiments.normalizer_check import normalizer_check as _normalizer_check  # noqa: E402  (spec/answer-keys.md)
+
+experiment.add_command(_normalizer_check)

@@ -10,7 +10,9 @@ any run; never on a test split, and never on a provider's own corpus. Where each
   among the Top-K). Its output is ``results/coverage_check/seed1.json`` (a test re-reads it and checks these
   constants are its choices).
 - m = 30 for MuRAG's cells (dev accuracy on the seed-1 dev split, docs/lab/privacy-utility.md §5.11), 2 key
-  words and 16 answer tokens (§5.12), MuRAG-Ada's bins 20..90 width 1 (threshold error on seed-1 dev
+  words and 16 answer tokens (§5.12; MuRAG-Ada's answer-level cells 24 tokens, and the ``answer-keys-v2``
+  normaliser for every answer-vote cell: ``normalizer-check`` on a seed-1 run's stored voter answers,
+  spec/answer-keys.md §2, ``results/normalizer_check/``), MuRAG-Ada's bins 20..90 width 1 (threshold error on seed-1 dev
   questions, ``bins_check``, §5.11), Non-Private-RAG's k = 3 (8/15 on the seed-1 dev split, §5.13).
 - The switches that are free in ε (spec/accounting/rag.md §2–3, §6): public completion and the Non-RAG base
   measure for 000 Alg. 5, the seen selection with abstaining padded voters for answer-level voting, c = auto
@@ -36,6 +38,9 @@ MURAG_TAU = 52.5
 ADA_ANSWER_VOTE_BINS = (20.0, 90.0, 1.0)
 #: voters of MuRAG-Ada's answer-level cells (coverage rule on the seed-1 corpus)
 ADA_ANSWER_VOTE_M = 10
+#: the voters' answer length (tokens) of MuRAG-Ada's answer-level cells (seed-1 corpus, normalizer-check: 24 tokens
+#: release more correct keys than 16 under both normalisers, spec/answer-keys.md §2)
+ADA_ANSWER_VOTE_TOKENS = 24
 #: voters of MuRAG's cells (seed-1 dev accuracy)
 MURAG_M = 30
 #: voters of every other voting method (the papers' smallest m)
@@ -53,6 +58,7 @@ RUN_WIDE: Mapping[str, object] = {
     "--answer-tokens": "16",
     "--docs-per-voter": "1",
     "--npr-k": "3",
+    "--normalizer": "answer-keys-v2",
 }
 
 #: per-method defaults of the settings a run shares (m; the MiniLM-scale τ grid; MuRAG-Ada's bins)
@@ -61,16 +67,27 @@ PER_METHOD: Mapping[str, Mapping[str, object]] = {
     "murag-history": {"m": MURAG_M},
     "murag-answer-vote": {"m": MURAG_M},
     "murag-answer-vote-history": {"m": MURAG_M},
-    "murag-ada-answer-vote": {"m": ADA_ANSWER_VOTE_M, "bins": ADA_ANSWER_VOTE_BINS},
-    "murag-ada-answer-vote-history": {"m": ADA_ANSWER_VOTE_M, "bins": ADA_ANSWER_VOTE_BINS},
+    "murag-ada-answer-vote": {
+        "m": ADA_ANSWER_VOTE_M,
+        "bins": ADA_ANSWER_VOTE_BINS,
+        "answer_tokens": ADA_ANSWER_VOTE_TOKENS,
+    },
+    "murag-ada-answer-vote-history": {
+        "m": ADA_ANSWER_VOTE_M,
+        "bins": ADA_ANSWER_VOTE_BINS,
+        "answer_tokens": ADA_ANSWER_VOTE_TOKENS,
+    },
 }
 
 
 def method_defaults(method: str, kind: str) -> dict:
     """The defaults of ``method`` on a retriever of score ``kind`` ("dense": MiniLM, "words": the toy overlap):
-    ``m``, and on the dense scale ``taus`` and (MuRAG-Ada's answer-level cells) ``bins``."""
+    ``m``, ``answer_tokens`` where the method has its own, and on the dense scale ``taus`` and (MuRAG-Ada's
+    answer-level cells) ``bins``."""
     own = dict(PER_METHOD.get(method, {}))
     out: dict = {"m": int(own.get("m", OTHER_M))}  # type: ignore[call-overload]
+    if "answer_tokens" in own:
+        out["answer_tokens"] = int(own["answer_tokens"])  # type: ignore[call-overload]
     if kind == "dense":
         out["taus"] = (MURAG_TAU,)
         if "bins" in own:

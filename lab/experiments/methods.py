@@ -122,6 +122,7 @@ class Settings:
     answer_tokens: tuple[int, ...] = ()  # answer-vote: the voters' answer length grid (empty = max_tokens)
     abstain_empty: bool = False  # answer-vote: voters with only empty (padding) documents abstain
     answer_selection: str = "universal"  # answer-vote: "universal" (pure EM over Σ*) or "seen" ((ε, δ/M) per query)
+    normalizer: str = "answer-keys-v1"  # answer-vote: the public answer-to-key normalisation (spec/answer-keys.md)
 
     def voter_grid(self) -> list[dict]:
         """The (m, documents per voter) part of a voting method's grid: a key appears in the hyperparameters
@@ -559,11 +560,12 @@ def answer_vote_params(
     selection: str = "universal",
     delta_query: float = 0.0,
     history_in_voters: bool = True,
+    normalizer: str = "answer-keys-v1",
 ):
     """Answer-level voting with the whole per-query budget as the selection's ε: cost EM(ε_q) (universal) or
-    (ε_q, δ_q) (seen)."""
+    (ε_q, δ_q) (seen). ``normalizer``: a name of ``rag_adapters.answer_keys.NORMALIZERS``."""
     from dprag.accounting.rag.answer_vote import AnswerVoteParams
-    from dprag.rag_adapters.answer_keys import answer_key
+    from dprag.rag_adapters.answer_keys import NORMALIZERS
 
     seen = selection == "seen"
     return AnswerVoteParams(
@@ -572,7 +574,7 @@ def answer_vote_params(
         threshold=0.0 if seen else float(hp["t"]),
         max_tokens=int(hp["tok"]),
         max_key_words=int(hp["kw"]),
-        normalizer=answer_key,
+        normalizer=NORMALIZERS[normalizer],
         diagnostics=diagnostics,
         abstain_empty=abstain_empty,
         selection=selection,
@@ -599,6 +601,7 @@ def _answer_vote_build(ada: bool, history: bool = False):
                 selection=s.answer_selection,
                 delta_query=s.delta / s.M,
                 history_in_voters=not history,
+                normalizer=s.normalizer,
             )
             flt = IndividualRenyiFilter(
                 MemoryBudgetStore(len(ctx.retriever)), MuRAGAda.filter_budget(s.M, rag.cost, eps_thr)
@@ -623,6 +626,7 @@ def _answer_vote_build(ada: bool, history: bool = False):
                 selection=s.answer_selection,
                 delta_query=s.delta / s.M,
                 history_in_voters=not history,
+                normalizer=s.normalizer,
             )
             flt = _filter(ctx, filter_charge(rag.cost)[0])
             algo = MuRAG(
@@ -645,6 +649,7 @@ def _answer_vote_build(ada: bool, history: bool = False):
             "vote_threshold": rag.vote_threshold,
             "answer_tokens": rag.max_tokens,
             "key_words": rag.max_key_words,
+            "normalizer": s.normalizer,
             "eps_q": eps_q,
             "abstain_empty": rag.abstain_empty,
             "history_in_voters": rag.history_in_voters,

@@ -130,6 +130,9 @@ class QuestionResult:
     fallback: bool | None = None  # answer-vote only: the selection released ⊥ (the Non-RAG answer)
     key_votes: dict | None = None  # answer-vote only: the voters' non-empty keys and their counts (diagnostic:
     # lets a reader compute each selection's exact chance of a correct release offline)
+    voter_answers: list | None = None  # answer-vote only: each voter's raw answer, in voter order (diagnostic: lets a
+    # reader re-key the same answers under another normalisation offline, ``normalizer_check``)
+    voter_abstained: list | None = None  # answer-vote only: which voters abstained (only the empty document)
 
 
 def _top_k_ids(scores: np.ndarray, k: int) -> np.ndarray:
@@ -175,6 +178,12 @@ def evaluate_answer(item: QAItem, ans: RagAnswer, scores: np.ndarray | None, k: 
             if "voter_keys" not in ans.info
             else dict(sorted(Counter(k for k in ans.info["voter_keys"] if k).items()))
         ),
+        voter_answers=(
+            None
+            if "voter_answers" not in ans.info
+            else [None if a is None else str(a) for a in ans.info["voter_answers"]]
+        ),
+        voter_abstained=None if "voter_abstained" not in ans.info else [bool(x) for x in ans.info["voter_abstained"]],
     )
 
 

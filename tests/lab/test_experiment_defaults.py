@@ -34,8 +34,11 @@ def test_each_method_takes_its_own_best_known_settings_unless_a_flag_sets_them()
     assert mv["m"] == 30 and mv["m_grid"] == (30,) and mv["taus"] == (52.5,) and "edges" not in mv
     ada = method_overrides("murag-ada-answer-vote", "dense", m_given=False, taus_given=False, bins_given=False)
     assert ada["m"] == 10 and ada["edges"][0] == 90.0 and ada["edges"][-1] == 20.0 and len(ada["edges"]) == 71
+    assert ada["answer_tokens"] == (24,) and "answer_tokens" not in mv  # MuRAG keeps the run-wide 16
     assert method_overrides("naive-multi-rag", "dense", m_given=False, taus_given=False, bins_given=False)["m"] == 10
-    flagged = method_overrides("murag-ada-answer-vote", "dense", m_given=True, taus_given=True, bins_given=True)
+    flagged = method_overrides(
+        "murag-ada-answer-vote", "dense", m_given=True, taus_given=True, bins_given=True, tokens_given=True
+    )
     assert flagged == {}  # the run-wide flags then apply to every method
     assert "taus" not in method_overrides("murag", "words", m_given=False, taus_given=False, bins_given=False)
 
@@ -79,6 +82,10 @@ def test_a_run_with_no_flags_uses_the_defaults_and_records_them(tmp_path):
     run = json.loads((out / "run.json").read_text())
     assert run["answer_selection"] == "seen" and run["public_completion"] is True and run["em_prior"] == "non-rag"
     assert run["per_method"]["murag-ada-answer-vote"]["m"] == 10 and run["tuning_corpus_seed"] == TUNING_CORPUS_SEED
+    assert run["normalizer"] == "answer-keys-v2" and run["per_method"]["murag-ada-answer-vote"]["answer_tokens"] == [24]
+    assert rows["murag-ada-answer-vote"]["derived"]["answer_tokens"] == 24
+    assert rows["murag-answer-vote"]["derived"]["answer_tokens"] == 16
+    assert rows["murag-answer-vote"]["derived"]["normalizer"] == "answer-keys-v2"
     again = CliRunner().invoke(
         experiment,
         [
@@ -93,6 +100,10 @@ def test_a_run_with_no_flags_uses_the_defaults_and_records_them(tmp_path):
             "1",
             "--m",
             "6",
+            "--answer-tokens",
+            "12",
+            "--normalizer",
+            "answer-keys-v1",
             "--out",
             str(tmp_path / "m6"),
             "--json",
@@ -100,4 +111,23 @@ def test_a_run_with_no_flags_uses_the_defaults_and_records_them(tmp_path):
         ],
     )
     assert again.exit_code == 0, again.output
-    assert {json.loads(x)["m"] for x in again.output.splitlines() if x.startswith("{")} == {6}
+    flagged_rows = [json.loads(x) for x in again.output.splitlines() if x.startswith("{")]
+    assert {x["m"] for x in flagged_rows} == {6}
+    assert {(x["derived"]["answer_tokens"], x["derived"]["normalizer"]) for x in flagged_rows} == {
+        (12, "answer-keys-v1")
+    }
+
+
+def test_the_default_normaliser_is_the_choice_of_normalizer_check_on_the_tuning_corpus():
+    """The default ``--normalizer`` is what ``dprag experiment normalizer-check`` chooses on the stored seed-1 run
+    (results/normalizer_check/run: the voters' answers of 100 questions of the tuning corpus), recomputed here from
+    those answers (no model), and results/normalizer_check/seed1.json is that command's output."""
+    from dprag.lab.experiments.defaults import RUN_WIDE
+    from dprag.lab.experiments.normalizer_check import check_run
+
+    run_dir = ROOT / "results" / "normalizer_check" / "run"
+    assert json.loads((run_dir / "run.json").read_text())["corpus_seed"] == TUNING_CORPUS_SEED
+    got = check_run(run_dir)
+    assert got["chosen"] == RUN_WIDE["--normalizer"]
+    stored = json.loads((ROOT / "results" / "normalizer_check" / "seed1.json").read_text())
+    assert {k: v for k, v in stored.items() if k != "run"} == {k: v for k, v in got.items() if k != "run"}
