@@ -73,6 +73,56 @@ def pin_tree(pid: int, cpus: set[int]) -> int:
     return n
 
 
+def tree_cpu_seconds(pids) -> float:
+    """User + system CPU seconds of the processes ``pids`` and all their live descendants (PostgreSQL's backends
+    under its postmaster), read from /proc (a process that exited in between is skipped)."""
+    kids: dict[int, list[int]] = {}
+    stats: dict[int, list[str]] = {}
+    for st in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = st.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        stats[int(st.parent.name)] = fields
+        kids.setdefault(int(fields[1]), []).append(int(st.parent.name))
+    tick = os.sysconf("SC_CLK_TCK")
+    total, todo, seen = 0, list(pids), set()
+    while todo:
+        p = todo.pop()
+        if p in seen:
+            continue
+        seen.add(p)
+        todo.extend(kids.get(p, []))
+        f = stats.get(p)
+        if f:
+            total += int(f[11]) + int(f[12])  # utime, stime (fields 14 and 15 of stat)
+    return total / tick
+
+
+def ed25519_floor(n: int = 4000) -> dict:
+    """What protocol v3 makes every request cost in signatures alone (spec/protocol.md §5.1 and step 8): one
+    Ed25519 verify (the account's request) and two signs (the checkpoint and the receipt), timed here with the
+    library the service uses (cryptography / OpenSSL), median of 5 batches of ``n``, in ms per operation."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    key = Ed25519PrivateKey.generate()
+    pub = key.public_key()
+    msg = os.urandom(256)
+    sig = key.sign(msg)
+
+    def per_op(fn) -> float:
+        out = []
+        for _ in range(5):
+            t0 = time.process_time()
+            for _ in range(n):
+                fn()
+            out.append((time.process_time() - t0) / n * 1e3)
+        return float(np.median(out))
+
+    verify, sign = per_op(lambda: pub.verify(sig, msg)), per_op(lambda: key.sign(msg))
+    return {"verify_ms": round(verify, 4), "sign_ms": round(sign, 4), "v3_per_request_ms": round(verify + 2 * sign, 4)}
+
+
 def _pin(procs, pin: bool) -> None:
     if pin:
         for p in procs:
@@ -112,12 +162,14 @@ def baseline_arm(replicas: int, accounts: int, per_account: int, pin: bool = Fal
                     lat.append(time.perf_counter() - t0)
 
         threads = [threading.Thread(target=one, args=(i,)) for i in range(accounts)]
+        cpu0 = tree_cpu_seconds([p.pid for p in procs])
         t0 = time.perf_counter()
         for th in threads:
             th.start()
         for th in threads:
             th.join()
         secs = time.perf_counter() - t0
+        cpu = tree_cpu_seconds([p.pid for p in procs]) - cpu0
     finally:
         stop_replicas(*procs)
     if len(lat) != accounts * per_account:
@@ -131,6 +183,7 @@ def baseline_arm(replicas: int, accounts: int, per_account: int, pin: bool = Fal
         "throughput_rps": round(len(lat) / secs, 2),
         "p50_ms": round(1e3 * float(np.percentile(a, 50)), 2),
         "p99_ms": round(1e3 * float(np.percentile(a, 99)), 2),
+        "server_cpu_ms_per_request": round(1e3 * cpu / len(lat), 3),
     }
 
 
@@ -160,10 +213,16 @@ def dprag_arm(
             urls.append(u)
         _pin(procs, pin)
         names = ["alice", "bob", "carol", "dave"][:accounts] + [f"a{i:02d}" for i in range(5, accounts + 1)]
+        server_pids = [p.pid for p in procs] + (
+            [int((pg.data / "postmaster.pid").read_text().split()[0])] if pg else []
+        )
+        cpu0 = tree_cpu_seconds(server_pids)
         res = run_accounts(d, names, lambda i: urls[i % len(urls) :] + urls[: i % len(urls)], per_account)
+        cpu = tree_cpu_seconds(server_pids) - cpu0
     finally:
         stop_replicas(*procs)
     out = {"arm": f"dprag-{engine}", "replicas": replicas, **res.summary()}
+    out["server_cpu_ms_per_request"] = round(1e3 * cpu / max(1, accounts * per_account), 3)
     from dprag.audit.api.toy import open_toy_directory
 
     svc = open_toy_directory(d, store=pg.url if pg else None)
@@ -211,13 +270,25 @@ def main(argv=None) -> int:
                 row = dprag_arm(engine, replicas, a.accounts, a.per_account, work, pg_of, a.pin, a.threads)
                 row["p50_ratio_to_baseline"] = round(row["p50_ms"] / base["p50_ms"], 3)
                 row["throughput_ratio_to_baseline"] = round(row["throughput_rps"] / base["throughput_rps"], 3)
+                row["server_cpu_ratio_to_baseline"] = round(
+                    row["server_cpu_ms_per_request"] / base["server_cpu_ms_per_request"], 3
+                )
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     finally:
         if pg:
             pg.stop()
         shutil.rmtree(work, ignore_errors=True)
+    floor = ed25519_floor()
+    bases = [r for r in rows if r["arm"] == "baseline"]
+    b_cpu = float(np.median([r["server_cpu_ms_per_request"] for r in bases]))
+    floor["baseline_server_cpu_ms_per_request"] = b_cpu
+    floor["budget_at_1_2x_ms"] = round(0.2 * b_cpu, 4)
+    floor["floor_ratio_v3"] = round((b_cpu + floor["v3_per_request_ms"]) / b_cpu, 3)
+    floor["floor_ratio_one_sign"] = round((b_cpu + floor["verify_ms"] + floor["sign_ms"]) / b_cpu, 3)
+    print(json.dumps({"signature_floor": floor}), flush=True)
     report = {
+        "signature_floor": floor,
         "cores": os.cpu_count(),
         "load_before": load_before,
         "accounts": a.accounts,
