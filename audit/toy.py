@@ -214,6 +214,7 @@ def toy_policy(
     vote_selection: str = "universal",
     vote_delta: float | None = None,
     abstain_empty: bool = False,
+    normalizer: str = "basic",
 ) -> Policy:
     sens = ((1 << 20) >> 10) + 1
     if algorithm == "murag":
@@ -261,7 +262,7 @@ def toy_policy(
             vote_epsilon=4.0,
             vote_threshold=2.0,
             key_words=2,
-            normalizer="basic",
+            normalizer=normalizer,
             vote_selection=vote_selection,
             vote_delta=vote_delta,
             abstain_empty=abstain_empty,

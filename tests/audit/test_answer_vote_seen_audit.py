@@ -307,3 +307,21 @@ def test_seen_and_universal_release_differently_on_the_toy(tmp_path):
     a_s = _answers(tmp_path / "s", **SEEN)
     a_u = _answers(tmp_path / "u", mechanism="answer-vote")
     assert any("zorvatin" in a for a in a_s) and not any("zorvatin" in a for a in a_u)
+
+
+def test_a_window_committing_answer_keys_v2_passes_with_its_answers_replayed(tmp_path):
+    """A policy may name the v2 normaliser (an installed dprag.normalizers entry point); the verifier replays
+    every answer with the normaliser the policy committed."""
+    from dprag.audit.toy import ToyGenerator
+
+    w = build_window(
+        tmp_path / "w", algorithm="murag-ada", rounds=2, **SEEN, abstain_empty=True, normalizer="answer-keys-v2"
+    )
+    import json
+
+    committed = json.loads((w.bundle / "auditor" / "policy.json").read_text())["policy"]["generation"]
+    assert committed["answer_vote"]["normalizer"] == "answer-keys-v2"
+    r = _receipts_with_questions(w, tmp_path / "r.jsonl")
+    v = verify(w.bundle, receipts=r, corpus={"clinic": CLINIC, "legal": LEGAL}, replay_generator=ToyGenerator())
+    assert v.verdict == "PASS", v.reasons
+    assert v.checked["answers_replayed"] == 6
