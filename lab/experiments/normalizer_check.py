@@ -11,6 +11,11 @@ normalisers are compared on the same answers without a draw deciding it) and the
 The choice is the normaliser with the most expected correct releases summed over the run's answer-vote cells (a
 tie keeps the earlier version). Only a run on the tuning corpus (never a test split) may choose a default.
 
+``--prefix-tokens N`` also scores every normaliser on each voter answer's first N tokens (the run's SmolLM2
+tokenizer; greedy decoding makes the N-token answer the prefix of the longer one, so this is the shorter answer
+length on the *same* retrieval -- two runs at different lengths draw their retrieval noise from different streams,
+which moves the expected count by a few questions on its own).
+
 Which voters abstained: ``voter_abstained`` in ``predictions.jsonl``; a run made before that field was recorded
 has the run's ``used`` (documents read) instead, and the abstainers -- every one prompted with the question and the
 empty document, greedy and batch-independent, hence the same answer -- are the ``m − used`` voters among those the
@@ -90,8 +95,30 @@ def expected_correct(
     return {"expected_correct": exp, "plurality_correct": plural, "questions": len(rows)}
 
 
-def check_run(run_dir: Path) -> dict:
-    """The normaliser comparison of one privacy-utility run directory (module doc)."""
+def truncated(rows: Sequence[Mapping], tokens: int, run_key: Callable[[str, str], str], tokenizer) -> list[dict]:
+    """``rows`` with each voter answer cut to its first ``tokens`` tokens (abstainers fixed from the full answers)."""
+    out = []
+    for r in rows:
+        gone = abstainers(r, lambda a, q=r["question"]: run_key(a, q))
+        cut = [
+            None if a is None else tokenizer.decode(tokenizer.encode(a, add_special_tokens=False)[:tokens])
+            for a in r["voter_answers"]
+        ]
+        out.append({**r, "voter_answers": cut, "voter_abstained": gone})
+    return out
+
+
+def _smollm2_tokenizer():
+    import transformers as tf
+
+    from dprag.rag_adapters.generator import convert_smollm2
+
+    return tf.AutoTokenizer.from_pretrained(str(convert_smollm2()))
+
+
+def check_run(run_dir: Path, prefix_tokens: int | None = None, tokenizer=None) -> dict:
+    """The normaliser comparison of one privacy-utility run directory (module doc); ``prefix_tokens``: also on
+    the answers' first N tokens (``tokenizer``: the run's; default SmolLM2's)."""
     from dprag.rag_adapters.answer_keys import NORMALIZERS
     from dprag.rag_adapters.datasets import generate_clinic_corpus
 
@@ -118,10 +145,19 @@ def check_run(run_dir: Path) -> dict:
         def run_key(a, q, kw=kw):
             return run_norm(a, q, max_words=kw)
 
+        eps, delta = float(d["epsilon_selection"]), float(d["delta_q"])
         table[cell["method"]] = {
-            name: expected_correct(rows, golds, f, kw, float(d["epsilon_selection"]), float(d["delta_q"]), run_key)
-            for name, f in NORMALIZERS.items()
+            name: expected_correct(rows, golds, f, kw, eps, delta, run_key) for name, f in NORMALIZERS.items()
         }
+        if prefix_tokens is not None:
+            tok = tokenizer if tokenizer is not None else _smollm2_tokenizer()
+            cut = truncated(rows, prefix_tokens, run_key, tok)
+            table[cell["method"]].update(
+                {
+                    f"{name} @ {prefix_tokens} tokens": expected_correct(cut, golds, f, kw, eps, delta, run_key)
+                    for name, f in NORMALIZERS.items()
+                }
+            )
     if not table:
         raise ValueError(f"{CELLS}: the run has no answer-vote cell with the seen selection")
     totals = {n: sum(t[n]["expected_correct"] for t in table.values()) for n in NORMALIZERS}
@@ -134,10 +170,16 @@ def check_run(run_dir: Path) -> dict:
 @click.command("normalizer-check")
 @click.argument("run_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--out", "out_file", type=click.Path(dir_okay=False, path_type=Path), default=None)
-def normalizer_check(run_dir: Path, out_file: Path | None) -> None:
+@click.option(
+    "--prefix-tokens",
+    type=click.IntRange(1, 4096),
+    default=None,
+    help="also score each answer's first N tokens (SmolLM2's tokenizer): a shorter answer on the same retrieval",
+)
+def normalizer_check(run_dir: Path, out_file: Path | None, prefix_tokens: int | None) -> None:
     """Score every public answer normalisation on a run's stored voter answers (exact expected releases)."""
     try:
-        result = check_run(run_dir)
+        result = check_run(run_dir, prefix_tokens)
     except (ValueError, KeyError, FileNotFoundError) as e:
         raise Fail(f"RUN_DIR: {e}") from None
     text = json.dumps(result, indent=1, sort_keys=True)

@@ -11,3 +11,4 @@ DPRAG_TORCH_THREADS=2 OMP_NUM_THREADS=2 dprag experiment privacy-utility --datas
   --seed 1 --normalizer answer-keys-v1 --answer-tokens 24 --json --no-progress --out results/normalizer_check/run
 dprag experiment normalizer-check results/normalizer_check/run --out results/normalizer_check/seed1.json
 dprag experiment normalizer-check results/normalizer_check/run_t16 --out results/normalizer_check/seed1_t16.json
+dprag experiment normalizer-check results/normalizer_check/run --prefix-tokens 16 --out results/normalizer_check/seed1_prefix16.json  # 16 vs 24 tokens on the same retrieval

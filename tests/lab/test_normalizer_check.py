@@ -83,3 +83,34 @@ def test_abstainers_reconstructed_from_an_older_run_and_refused_when_they_disagr
     (tmp_path / "b").mkdir()
     r = CliRunner().invoke(experiment, ["normalizer-check", str(_run(tmp_path / "b", [bad]))])
     assert r.exit_code == 2 and "abstaining voters cannot be told" in r.output
+
+
+class _Words:
+    """A stand-in tokenizer: one token per space-separated word (the truncation rule, not SmolLM2's vocabulary)."""
+
+    def encode(self, text, add_special_tokens=False):
+        return text.split(" ")
+
+    def decode(self, ids):
+        return " ".join(ids)
+
+
+def test_prefix_tokens_score_the_shorter_answers_on_the_same_retrieval(tmp_path, drug_question):
+    q, gold = drug_question, drug_question.answers[0]
+    # the name comes 4th: a 3-token prefix loses it, a 4-token prefix keeps it
+    answers = [f"The drug is {gold} daily."] * 6 + ["Unknown."] * 4
+    row = {
+        "method": "murag-ada-answer-vote",
+        "qid": q.qid,
+        "question": q.question,
+        "voter_answers": answers,
+        "voter_abstained": [False] * 6 + [True] * 4,
+        "key_votes": {},
+        "used": 6,
+    }
+    d = _run(tmp_path, [row])
+    three = check_run(d, prefix_tokens=3, tokenizer=_Words())["cells"]["murag-ada-answer-vote"]
+    four = check_run(d, prefix_tokens=4, tokenizer=_Words())["cells"]["murag-ada-answer-vote"]
+    assert three["answer-keys-v2"]["expected_correct"] == pytest.approx(_release_prob(6, []), rel=1e-4)
+    assert three["answer-keys-v2 @ 3 tokens"]["expected_correct"] == 0.0
+    assert four["answer-keys-v2 @ 4 tokens"]["expected_correct"] == pytest.approx(_release_prob(6, []), rel=1e-4)
