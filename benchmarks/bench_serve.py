@@ -50,32 +50,9 @@ from dprag.audit.testing.postgres import TempCluster, free_port  # noqa: E402
 SERVER_CPUS, CLIENT_CPUS = {0}, {1}
 
 
-def pin_tree(pid: int, cpus: set[int]) -> int:
-    """Pin every thread of ``pid`` and of its descendants (PostgreSQL's backends) to ``cpus``; threads and processes
-    they start later inherit the mask. Returns how many threads were pinned."""
-    kids: dict[int, list[int]] = {}
-    for st in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = st.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        kids.setdefault(int(fields[1]), []).append(int(st.parent.name))
-    n, todo = 0, [pid]
-    while todo:
-        p = todo.pop()
-        todo.extend(kids.get(p, []))
-        for task in Path(f"/proc/{p}/task").glob("*"):
-            try:
-                os.sched_setaffinity(int(task.name), cpus)
-                n += 1
-            except OSError:
-                pass
-    return n
-
-
-def tree_cpu_seconds(pids) -> float:
-    """User + system CPU seconds of the processes ``pids`` and all their live descendants (PostgreSQL's backends
-    under its postmaster), read from /proc (a process that exited in between is skipped)."""
+def process_tree(roots) -> dict[int, list[str]]:
+    """The live processes ``roots`` and all their descendants (PostgreSQL's backends under its postmaster): pid ->
+    the fields of /proc/pid/stat after the command name (a process that exited in between is skipped)."""
     kids: dict[int, list[int]] = {}
     stats: dict[int, list[str]] = {}
     for st in Path("/proc").glob("[0-9]*/stat"):
@@ -85,18 +62,35 @@ def tree_cpu_seconds(pids) -> float:
             continue
         stats[int(st.parent.name)] = fields
         kids.setdefault(int(fields[1]), []).append(int(st.parent.name))
-    tick = os.sysconf("SC_CLK_TCK")
-    total, todo, seen = 0, list(pids), set()
+    out, todo = {}, list(roots)
     while todo:
         p = todo.pop()
-        if p in seen:
+        if p in out or p not in stats:
             continue
-        seen.add(p)
+        out[p] = stats[p]
         todo.extend(kids.get(p, []))
-        f = stats.get(p)
-        if f:
-            total += int(f[11]) + int(f[12])  # utime, stime (fields 14 and 15 of stat)
-    return total / tick
+    return out
+
+
+def pin_tree(pid: int, cpus: set[int]) -> int:
+    """Pin every thread of ``pid`` and of its descendants to ``cpus``; threads and processes they start later
+    inherit the mask. Returns how many threads were pinned."""
+    n = 0
+    for p in process_tree([pid]):
+        for task in Path(f"/proc/{p}/task").glob("*"):
+            try:
+                os.sched_setaffinity(int(task.name), cpus)
+                n += 1
+            except OSError:
+                pass  # the thread exited between being listed and being pinned
+    return n
+
+
+def tree_cpu_seconds(pids) -> float:
+    """User + system CPU seconds of the processes ``pids`` and all their live descendants."""
+    # utime, stime: fields 14 and 15 of stat (11 and 12 after the command name)
+    total = sum(int(f[11]) + int(f[12]) for f in process_tree(pids).values())
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 def ed25519_floor(n: int = 4000) -> dict:

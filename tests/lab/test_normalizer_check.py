@@ -38,6 +38,22 @@ def _run(tmp_path, rows, normalizer=None):
     return d
 
 
+def _row(q, answers, *, abstained=None, key_votes=None, used=None):
+    """One stored answer-vote question of a run (predictions.jsonl); without ``abstained`` a run made before
+    ``voter_abstained`` was kept."""
+    row = {
+        "method": "murag-ada-answer-vote",
+        "qid": q.qid,
+        "question": q.question,
+        "voter_answers": answers,
+        "key_votes": key_votes or {},
+        "used": len(answers) - sum(abstained or []) if used is None else used,
+    }
+    if abstained is not None:
+        row["voter_abstained"] = abstained
+    return row
+
+
 @pytest.fixture(scope="module")
 def drug_question():
     qs = [q for q in generate_clinic_corpus(0).questions if q.qid.split("-")[1] == "drug"]
@@ -49,15 +65,7 @@ def test_expected_releases_per_normaliser_match_the_law(tmp_path, drug_question)
     lost_by_v1 = f"The clinic prescribes {gold}, a medication that is used to"  # v1: "" (the cue of clause 2)
     plain = f"{gold}."  # both: the name
     answers = [lost_by_v1] * 3 + [plain] * 2 + ["The answer is: 123456."] * 2 + ["Unknown."] * 3
-    row = {
-        "method": "murag-ada-answer-vote",
-        "qid": q.qid,
-        "question": q.question,
-        "voter_answers": answers,
-        "voter_abstained": [False] * 7 + [True] * 3,
-        "key_votes": {},
-        "used": 7,
-    }
+    row = _row(q, answers, abstained=[False] * 7 + [True] * 3)
     got = check_run(_run(tmp_path, [row]))
     cell = got["cells"]["murag-ada-answer-vote"]
     # v1: the name has 2 votes, "123456" 2; v2: the name 5, "123456" 2 (the abstainers' "unknown" never counts)
@@ -69,14 +77,8 @@ def test_expected_releases_per_normaliser_match_the_law(tmp_path, drug_question)
 def test_abstainers_reconstructed_from_an_older_run_and_refused_when_they_disagree(tmp_path, drug_question):
     q, gold = drug_question, drug_question.answers[0]
     answers = [f"{gold}."] * 4 + ["I do not know."] * 6
-    row = {
-        "method": "murag-ada-answer-vote",
-        "qid": q.qid,
-        "question": q.question,
-        "voter_answers": answers,
-        "key_votes": {gold.lower(): 4, "do not": 1},  # one "I do not know." voter read a document: it voted
-        "used": 5,
-    }
+    # one "I do not know." voter read a document: it voted
+    row = _row(q, answers, key_votes={gold.lower(): 4, "do not": 1}, used=5)
     cell = check_run(_run(tmp_path, [row]))["cells"]["murag-ada-answer-vote"]
     assert cell["answer-keys-v1"]["expected_correct"] == pytest.approx(_release_prob(4, [1]), rel=1e-4)
     bad = dict(row, key_votes={gold.lower(): 3})  # the stored counts cannot come from these answers
@@ -99,15 +101,7 @@ def test_prefix_tokens_score_the_shorter_answers_on_the_same_retrieval(tmp_path,
     q, gold = drug_question, drug_question.answers[0]
     # the name comes 4th: a 3-token prefix loses it, a 4-token prefix keeps it
     answers = [f"The drug is {gold} daily."] * 6 + ["Unknown."] * 4
-    row = {
-        "method": "murag-ada-answer-vote",
-        "qid": q.qid,
-        "question": q.question,
-        "voter_answers": answers,
-        "voter_abstained": [False] * 6 + [True] * 4,
-        "key_votes": {},
-        "used": 6,
-    }
+    row = _row(q, answers, abstained=[False] * 6 + [True] * 4)
     d = _run(tmp_path, [row])
     three = check_run(d, prefix_tokens=3, tokenizer=_Words())["cells"]["murag-ada-answer-vote"]
     four = check_run(d, prefix_tokens=4, tokenizer=_Words())["cells"]["murag-ada-answer-vote"]
