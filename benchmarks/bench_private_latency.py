@@ -102,9 +102,10 @@ def main(argv=None) -> dict:
         em_prior="non-rag",
         npr_k=(3,),
         key_words=(2,),
-        answer_tokens=(16,),
+        answer_tokens=(int(RUN_WIDE["--answer-tokens"]),),  # a method's own length (MuRAG-Ada: 24) overrides it
         abstain_empty=True,
         answer_selection="seen",
+        normalizer=str(RUN_WIDE["--normalizer"]),
     )
     base = Context(retriever, rec, settings, seed=b"bench-private-latency")
     ctx = method_context(base, method_overrides(a.method, "dense", m_given=False, taus_given=False, bins_given=False))
