@@ -207,9 +207,7 @@ def dprag_arm(
             urls.append(u)
         _pin(procs, pin)
         names = ["alice", "bob", "carol", "dave"][:accounts] + [f"a{i:02d}" for i in range(5, accounts + 1)]
-        server_pids = [p.pid for p in procs] + (
-            [int((pg.data / "postmaster.pid").read_text().split()[0])] if pg else []
-        )
+        server_pids = [p.pid for p in procs] + ([pg.pid] if pg else [])
         cpu0 = tree_cpu_seconds(server_pids)
         res = run_accounts(d, names, lambda i: urls[i % len(urls) :] + urls[: i % len(urls)], per_account)
         cpu = tree_cpu_seconds(server_pids) - cpu0
@@ -252,7 +250,7 @@ def main(argv=None) -> int:
         os.chmod(work, 0o755)
         pg.start()
         if a.pin:
-            pin_tree(int((pg.data / "postmaster.pid").read_text().split()[0]), SERVER_CPUS)
+            pin_tree(pg.pid, SERVER_CPUS)
     rows = []
     try:
         for replicas in [int(x) for x in a.replicas.split(",")]:

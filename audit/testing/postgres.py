@@ -42,6 +42,11 @@ class TempCluster:
         self._as = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
 
     @property
+    def pid(self) -> int:
+        """The running server's postmaster process id (its first line of postmaster.pid)."""
+        return int((self.data / "postmaster.pid").read_text().split()[0])
+
+    @property
     def url(self) -> str:
         return f"postgresql://postgres@127.0.0.1:{self.port}/dprag"
 

@@ -21,6 +21,7 @@ from dprag.lab.experiments.defaults import OTHER_M, RUN_WIDE, TUNING_CORPUS_SEED
 from dprag.lab.experiments.options import Fail, auto_ints, default_scale, finite_floats, positive_floats
 from dprag.lab.experiments.report import progress_bar
 from dprag.lab.runinfo import write_run_json
+from dprag.rag_adapters.answer_keys import NORMALIZERS
 
 MODELS = ("smollm2", "tiny", "toy")
 DATASETS = ("clinic", "wiki-fanout")
@@ -275,7 +276,7 @@ experiment.add_command(_auc_vs_k)
 )
 @click.option(
     "--normalizer",
-    type=click.Choice(["answer-keys-v1", "answer-keys-v2"]),
+    type=click.Choice(sorted(NORMALIZERS)),
     default=RUN_WIDE["--normalizer"],
     show_default=True,
     help="answer-vote: the public normalisation of the voters' answers to keys (spec/answer-keys.md; v2 chosen "

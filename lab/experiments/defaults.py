@@ -61,22 +61,20 @@ RUN_WIDE: Mapping[str, object] = {
     "--normalizer": "answer-keys-v2",
 }
 
+_ADA_ANSWER_VOTE: Mapping[str, object] = {
+    "m": ADA_ANSWER_VOTE_M,
+    "bins": ADA_ANSWER_VOTE_BINS,
+    "answer_tokens": ADA_ANSWER_VOTE_TOKENS,
+}
+
 #: per-method defaults of the settings a run shares (m; the MiniLM-scale τ grid; MuRAG-Ada's bins)
 PER_METHOD: Mapping[str, Mapping[str, object]] = {
     "murag": {"m": MURAG_M},
     "murag-history": {"m": MURAG_M},
     "murag-answer-vote": {"m": MURAG_M},
     "murag-answer-vote-history": {"m": MURAG_M},
-    "murag-ada-answer-vote": {
-        "m": ADA_ANSWER_VOTE_M,
-        "bins": ADA_ANSWER_VOTE_BINS,
-        "answer_tokens": ADA_ANSWER_VOTE_TOKENS,
-    },
-    "murag-ada-answer-vote-history": {
-        "m": ADA_ANSWER_VOTE_M,
-        "bins": ADA_ANSWER_VOTE_BINS,
-        "answer_tokens": ADA_ANSWER_VOTE_TOKENS,
-    },
+    "murag-ada-answer-vote": _ADA_ANSWER_VOTE,
+    "murag-ada-answer-vote-history": _ADA_ANSWER_VOTE,
 }
 
 

@@ -63,6 +63,11 @@ def abstainers(row: Mapping, run_key: Callable[[str], str]) -> list[bool]:
     return out
 
 
+def with_abstainers(rows: Sequence[Mapping], run_key: Callable[[str, str], str]) -> list[dict]:
+    """``rows`` with ``voter_abstained`` filled in (``abstainers``), once, before any re-keying."""
+    return [{**r, "voter_abstained": abstainers(r, lambda a, q=r["question"]: run_key(a, q))} for r in rows]
+
+
 def expected_correct(
     rows: Sequence[Mapping],
     golds: Mapping[str, Sequence[str]],
@@ -70,20 +75,19 @@ def expected_correct(
     key_words: int,
     epsilon: float,
     delta: float,
-    run_key: Callable[[str, str], str],
 ) -> dict:
-    """{"expected_correct", "plurality_correct", "questions"} of one cell's rows under ``normalizer``."""
+    """{"expected_correct", "plurality_correct", "questions"} of one cell's rows (``with_abstainers``) under
+    ``normalizer``."""
     from dprag.accounting.mechanisms.seen_key_selection import seen_key_probabilities
     from dprag.rag_adapters.metrics import contains_answer
 
     exp, plural = 0.0, 0
     for r in rows:
         q, gold = r["question"], golds[r["qid"]]
-        gone = abstainers(r, lambda a, q=q: run_key(a, q))
         voted = [
             k
-            for a, g in zip(r["voter_answers"], gone, strict=True)
-            if a is not None and not g
+            for a, gone in zip(r["voter_answers"], r["voter_abstained"], strict=True)
+            if a is not None and not gone
             for k in [normalizer(a, q, max_words=key_words)]
             if k
         ]
@@ -95,17 +99,18 @@ def expected_correct(
     return {"expected_correct": exp, "plurality_correct": plural, "questions": len(rows)}
 
 
-def truncated(rows: Sequence[Mapping], tokens: int, run_key: Callable[[str, str], str], tokenizer) -> list[dict]:
-    """``rows`` with each voter answer cut to its first ``tokens`` tokens (abstainers fixed from the full answers)."""
-    out = []
-    for r in rows:
-        gone = abstainers(r, lambda a, q=r["question"]: run_key(a, q))
-        cut = [
-            None if a is None else tokenizer.decode(tokenizer.encode(a, add_special_tokens=False)[:tokens])
-            for a in r["voter_answers"]
-        ]
-        out.append({**r, "voter_answers": cut, "voter_abstained": gone})
-    return out
+def truncated(rows: Sequence[Mapping], tokens: int, tokenizer) -> list[dict]:
+    """``rows`` (``with_abstainers``) with each voter answer cut to its first ``tokens`` tokens."""
+    return [
+        {
+            **r,
+            "voter_answers": [
+                None if a is None else tokenizer.decode(tokenizer.encode(a, add_special_tokens=False)[:tokens])
+                for a in r["voter_answers"]
+            ],
+        }
+        for r in rows
+    ]
 
 
 def _smollm2_tokenizer():
@@ -141,20 +146,16 @@ def check_run(run_dir: Path, prefix_tokens: int | None = None, tokenizer=None) -
         if not rows:
             raise ValueError(f"{PREDICTIONS}: cell {cell['method']} has no voter_answers (a run before they were kept)")
         kw = int(d["key_words"])
-
-        def run_key(a, q, kw=kw):
-            return run_norm(a, q, max_words=kw)
-
+        rows = with_abstainers(rows, lambda a, q, kw=kw: run_norm(a, q, max_words=kw))
         eps, delta = float(d["epsilon_selection"]), float(d["delta_q"])
         table[cell["method"]] = {
-            name: expected_correct(rows, golds, f, kw, eps, delta, run_key) for name, f in NORMALIZERS.items()
+            name: expected_correct(rows, golds, f, kw, eps, delta) for name, f in NORMALIZERS.items()
         }
         if prefix_tokens is not None:
-            tok = tokenizer if tokenizer is not None else _smollm2_tokenizer()
-            cut = truncated(rows, prefix_tokens, run_key, tok)
+            cut = truncated(rows, prefix_tokens, tokenizer if tokenizer is not None else _smollm2_tokenizer())
             table[cell["method"]].update(
                 {
-                    f"{name} @ {prefix_tokens} tokens": expected_correct(cut, golds, f, kw, eps, delta, run_key)
+                    f"{name} @ {prefix_tokens} tokens": expected_correct(cut, golds, f, kw, eps, delta)
                     for name, f in NORMALIZERS.items()
                 }
             )
