@@ -49,6 +49,7 @@ from .admission import check_request
 from .atomic_files import write_atomically
 from .charges import ChargeRule
 from .encoding import IDENTIFIER_RULE, decode, digest, encode, is_identifier
+from .group_commit import BatchFailed, GroupCommitter
 from .ledger import Checkpoint, NoteSigner, sign_checkpoint
 from .ledger.rfc6962 import hash_leaf
 from .policy import Policy
@@ -66,6 +67,12 @@ from .retrieval import (
 from .serving_errors import AnswerPendingError, RateLimitError, RequestError, ServiceStateError
 from .serving_models import TextEmbedder, as_embedder, prompt_template_of, serving_generator
 from .storage import Records, ServiceStore, StoreLog, StoreUnavailableError, create_store, open_store
+
+
+def _has_answer(row: bytes) -> bool:
+    """Whether a served row's bytes hold a stored answer."""
+    return bool(decode(row, what="served").get("served"))
+
 
 #: a transaction the store could not complete (connection lost, server restarting) is retried this many times
 STORE_ATTEMPTS = 5
@@ -370,6 +377,8 @@ class ProviderService:
         self.ledger = StoreLog(self.store)
         self.aud = Records(self.store)
         self.release = ReleaseClock()  # constant-time release: off until the provider sets its period
+        # group commit (audit/group_commit.py): the record transactions, and the answer transactions
+        self._records, self._answers = GroupCommitter(self._record_batch), GroupCommitter(self._store_answers)
         # the committed sampler TV must bound the table's real one; the epsilon_acc claim (a PLD of the discrete
         # Gaussian, seconds) was checked when create() committed this policy, and the verifier re-certifies it
         self.policy.check_claims(epsilon_acc=False)
@@ -502,6 +511,15 @@ class ProviderService:
         finally:
             self.release.hold(t0)  # constant-time release, when set (audit/release.py)
 
+    def _grouped(self, committer: GroupCommitter, write_batch, item: tuple):
+        """``write_batch([item])[0]`` in one batch with others (audit/group_commit.py), or alone if that fails."""
+        if not self.store.in_transaction:  # a caller's open transaction is not a batch's to commit
+            try:
+                return committer.commit(item)
+            except BatchFailed:
+                pass
+        return self._with_retries(write_batch, [item])[0]
+
     def _with_retries(self, fn, *args):
         """``fn(*args)``, again after a StoreUnavailableError (each try is one transaction, rolled back on failure;
         every caller's retry is idempotent), with backoff 0.05 s doubling; the last failure is raised."""
@@ -524,7 +542,9 @@ class ProviderService:
             # before the transaction, so the tail lock is held for the charge and the records alone
             prepared = self._prepare(req, tenant, q_query)
             try:
-                state, stored = self._with_retries(self._record_once, req, h_req, tenant, prepared)
+                state, stored = self._grouped(self._records, self._record_batch, (req, h_req, tenant, prepared))
+                if state == "refused":
+                    raise stored
             except (RequestError, RateLimitError) as e:
                 raise self._refuse(e, getattr(req, "signed", None)) from None
             if state == "served":
@@ -545,17 +565,22 @@ class ProviderService:
             top = [int(i) for i in noisy_top_k(scores, z, r.K)]  # noise first, then select
         return qb, retriever, top
 
-    def _record_once(self, req: Request, h_req: bytes, tenant: str, prepared: tuple) -> tuple[str, dict]:
-        """One write transaction: admit again (another thread, process or host may have served it meanwhile), then
-        record (§5.3 steps 2, 4, 6); commits before it returns. A request recorded here comes back as ("fresh",
-        {"record", "opening", "bytes"}): the served-table record, the opening and the served row's bytes it wrote."""
+    def _record_batch(self, items: list[tuple]) -> list[tuple[str, object]]:
+        """One write transaction for ``items`` = [(req, h_req, tenant, prepared), ...], in order: each admitted again
+        (it may be served by now), then recorded (§5.3 steps 2, 4, 6). Per item: ("fresh", {"record", "opening",
+        "bytes"}: what it wrote), ("served" | "recorded", stored) or ("refused", the refusal; nothing written)."""
+        out: list[tuple[str, object]] = []
         # not durable: its commit need not wait for the disk, since nothing depending on it is released before the
         # answer's commit (``_finish``), which is durable and so makes this one durable too (spec/provider.md §6)
         with self.store.write(durable=False):
-            state, stored = self._admit(req, h_req.hex())
-            if state == "new":
-                return "fresh", self._record(req, h_req, tenant, *prepared)
-            return state, stored
+            for req, h_req, tenant, prepared in items:
+                try:
+                    state, stored = self._admit(req, h_req.hex())  # reads only
+                except (RequestError, RateLimitError) as e:
+                    state, stored = "refused", e
+                fresh = state == "new"
+                out.append(("fresh", self._record(req, h_req, tenant, *prepared)) if fresh else (state, stored))
+        return out
 
     def _closed(self, tail: tuple[int, bytes | None] | None = None) -> bool:
         """Whether the ledger (or the one of ``tail``: its size and last leaf) ends in the close leaf."""
@@ -677,30 +702,30 @@ class ProviderService:
             ans = self._generate(question, top, ten["retriever"], h_req)
         except Exception as e:  # noqa: BLE001 - any failure after the charge: nothing released, one outcome for all
             raise AnswerPendingError(pos, type(e).__name__) from None
-        h_answer = hashlib.sha256(ans.text.encode("utf-8")).hexdigest()
-        mine: dict = {}
-
-        def store() -> bytes:
-            # one transaction without the tail lock (it writes no ledger row): the checkpoint of the committed ledger
-            # — its size read here, N > pos: this request's leaf committed before — and the answer with its receipt
-            with self.store.write(tail=False):
-                size, root = self.ledger.head()  # read once: the note and the receipt carry the same root
-                self.aud.put_checkpoint(size, sign_checkpoint(Checkpoint(self.origin, size, root, ()), self.signer))
-                body = dict(record["receipt_body"], h_answer=h_answer, size=size, root=root.hex())
-                served = ServedQuery(ans.text, record["top"], sign_receipt(body, self.signer), pos)
-                mine["served"], mine["bytes"] = served, encode({**record, "served": served.to_dict()})
-                return self.aud.store_answer(
-                    acct,
-                    counter,
-                    mine["bytes"],
-                    unless_stored=lambda b: bool(decode(b, what="served").get("served")),
-                    expect=fresh.get("bytes"),
-                )
-
-        kept = self._with_retries(store)
-        if kept is mine.get("bytes"):  # ours was stored: the served answer is what those bytes encode
-            return mine["served"]
+        item = (record, ans.text, acct, counter, fresh.get("bytes"))  # with the answers finished meanwhile
+        kept, served, mine = self._grouped(self._answers, self._store_answers, item)
+        if kept is mine:  # ours was stored: the served answer is what those bytes encode
+            return served
         return ServedQuery(**decode(kept, what="served")["served"])
+
+    def _store_answers(self, items: list[tuple]) -> list[tuple[bytes, ServedQuery, bytes]]:
+        """One transaction without the tail lock (no ledger row): the checkpoint of the committed head (N > each pos),
+        each answer with its receipt at it (the first stored answer wins). Per item (record, answer, account, counter,
+        the row's bytes if known): (the stored bytes, our served answer, our bytes)."""
+        out = []
+        with self.store.write(tail=False):
+            size, root = self.ledger.head()  # read once: the note and every receipt carry the same root
+            self.aud.put_checkpoint(size, sign_checkpoint(Checkpoint(self.origin, size, root, ()), self.signer))
+            for record, text, acct, counter, expect in items:
+                if not size > record["pos"]:
+                    raise ServiceStateError(f"ledger position {record['pos']} is not below the committed size {size}")
+                h_answer = hashlib.sha256(text.encode("utf-8")).hexdigest()
+                body = {**record["receipt_body"], "h_answer": h_answer, "size": size, "root": root.hex()}
+                served = ServedQuery(text, record["top"], sign_receipt(body, self.signer), record["pos"])
+                mine = encode({**record, "served": served.to_dict()})
+                kept = self.aud.store_answer(acct, counter, mine, unless_stored=_has_answer, expect=expect)
+                out.append((kept, served, mine))
+        return out
 
     # -- internals -------------------------------------------------------------------------------------------
     def _checkpoint(self) -> tuple[int, bytes]:
@@ -744,34 +769,11 @@ class ProviderService:
         return export_bundle(self, out)
 
     def attest(self, proving_key, *, tenant: str | None = None) -> int:
-        """Prove noise-then-select (Groth16) for every query of the policy's zk tenants that has no proof yet, with
-        the proving key the AUDITOR made (audit/zk_attest.py); the proofs go into the bundle. Returns the count."""
-        from . import zk_attest
+        """Prove noise-then-select (Groth16) for the zk tenants' unproven queries with the proving key the AUDITOR
+        made; the proofs go into the bundle (``zk_attest.attest_window``). Returns the count."""
+        from .zk_attest import attest_window
 
-        zk_tenants = set(self.policy.retrieval.zk_tenants)
-        if tenant is not None:
-            zk_tenants &= {tenant}
-        done = 0
-        size = self.ledger.size
-        have = {pos for pos, _ in self.aud.proofs()}
-        for pos, body in list(self.aud.openings(size)):
-            if pos in have:
-                continue
-            op = json.loads(body)
-            rec = json.loads(self.ledger.leaf(pos))
-            tenant = self.accounts[op["request"]["account"]]["tenant"]
-            if rec.get("type") != "query" or tenant not in zk_tenants or op.get("top") is None:
-                continue
-            E = self.tenants[tenant]["q"]
-            Q = np.frombuffer(bytes.fromhex(op["qemb"]), dtype="<i2")
-            z = self.table.sample(E.shape[0], retrieval_source(self.seed, tenant, bytes.fromhex(op["qemb"])))
-            blinding = int(decode((self.dir / "secret" / "salts.json").read_bytes(), what="salts")["zk"][tenant])
-            record = zk_attest.prove(
-                proving_key, self.policy, E, Q, z, op["top"], self.table.support_bound, blinding=blinding
-            )
-            self.aud.put_proof(pos, encode({"pos": pos, **record}))
-            done += 1
-        return done
+        return attest_window(self, proving_key, tenant=tenant)
 
     def consistency(self, size1: int, size2: int | None = None) -> dict:
         """The RFC 6962 consistency proof between two signed sizes of the ledger (JSON form), for an account's client

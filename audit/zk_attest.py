@@ -27,6 +27,7 @@ key leave the verdict's attestation at replay.
 
 from __future__ import annotations
 
+import json
 import secrets
 from functools import lru_cache
 
@@ -35,6 +36,9 @@ import numpy as np
 from dprag.accounting.errors import InvalidParameterError
 from dprag.zk.circuits import noise_then_select as nts
 from dprag.zk.formats import proof_from_json, proof_to_json
+
+from .encoding import decode, encode
+from .retrieval import retrieval_source
 
 VALUE_BITS = 12  # quantised embeddings at scale 2^10 lie in [-1024, 1024]
 MAX_ZK_DOCS = 64
@@ -133,3 +137,31 @@ def check(vk, policy, z_idx: int, record: dict, Q, z, top, n_docs: int, dim: int
 
 #: the fields of a snarkjs Groth16 proof.json (what ``prove`` writes): anything else is refused
 PROOF_FIELDS = frozenset({"pi_a", "pi_b", "pi_c", "protocol", "curve"})
+
+
+def attest_window(svc, proving_key, *, tenant: str | None = None) -> int:
+    """``ProviderService.attest``: prove noise-then-select for every query of ``svc``'s window whose tenant is one of
+    the policy's zk tenants (or ``tenant`` alone) and that has no proof yet, from its opening (Q, the recorded
+    top-K) and the noise its committed stream gives; each proof is stored by ledger position. Returns the count."""
+    zk_tenants = set(svc.policy.retrieval.zk_tenants)
+    if tenant is not None:
+        zk_tenants &= {tenant}
+    done = 0
+    have = {pos for pos, _ in svc.aud.proofs()}
+    for pos, body in list(svc.aud.openings(svc.ledger.size)):
+        if pos in have:
+            continue
+        op = json.loads(body)
+        rec = json.loads(svc.ledger.leaf(pos))
+        t = svc.accounts[op["request"]["account"]]["tenant"]
+        if rec.get("type") != "query" or t not in zk_tenants or op.get("top") is None:
+            continue
+        E = svc.tenants[t]["q"]
+        qb = bytes.fromhex(op["qemb"])
+        Q = np.frombuffer(qb, dtype="<i2")
+        z = svc.table.sample(E.shape[0], retrieval_source(svc.seed, t, qb))
+        blinding = int(decode((svc.dir / "secret" / "salts.json").read_bytes(), what="salts")["zk"][t])
+        record = prove(proving_key, svc.policy, E, Q, z, op["top"], svc.table.support_bound, blinding=blinding)
+        svc.aud.put_proof(pos, encode({"pos": pos, **record}))
+        done += 1
+    return done

@@ -45,14 +45,10 @@ def _counted(svc, reqs: list) -> float:
     """Serve ``reqs`` (untimed); return per request the SQLite statements run (BEGIN and COMMIT included) or the
     PostgreSQL round trips (the driver's waits for the server)."""
     n = [0]
-    if svc.store.dialect == "sqlite":
-        conn = svc.store._connection()
-        conn.set_trace_callback(lambda _sql: n.__setitem__(0, n[0] + 1))
-        try:
+    if svc.store.dialect == "sqlite":  # this thread's connection and the process's writer connection
+        with svc.store.traced(lambda _sql: n.__setitem__(0, n[0] + 1)):
             for r in reqs:
                 svc.serve(r)
-        finally:
-            conn.set_trace_callback(None)
         return n[0] / len(reqs)
     import pg8000.core
 

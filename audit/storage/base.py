@@ -10,7 +10,9 @@ Concurrency model:
 
 - **Connections.** One connection per thread (and per process: a connection inherited through ``fork`` is
   abandoned, never used or closed, and the child connects afresh). A store object is safe to share between
-  threads; each thread's statements run on its own connection.
+  threads; each thread's statements run on its own connection — except SQLite's write transactions, which all run
+  on one connection of the process, used only by the holder of the process's writer lock: its page cache stays
+  warm, where thread connections would each reread the pages another's commit invalidated.
 - **Writes.** ``write()`` opens a write transaction that is serialised with every other writer of the database, in
   this process or any other, on any host: SQLite takes its RESERVED lock at ``BEGIN IMMEDIATE``; PostgreSQL locks
   the ledger's tail row (``SELECT ... FROM ledger_tail FOR UPDATE``) as the transaction's first statement. Every
@@ -206,11 +208,8 @@ class ServiceStore(ABC):
     def _connection(self) -> Any:
         if self._closed:
             raise StoreUnavailableError("the store is closed")
-        if os.getpid() != self._pid:  # forked: abandon every inherited handle, connect afresh
-            self._pid = os.getpid()
-            self._local = _Local()
-            self._conns = []
-            self._conns_lock = threading.Lock()
+        if os.getpid() != self._pid:
+            self._forked()
         loc = self._local
         if loc.conn is None:
             try:
@@ -223,8 +222,20 @@ class ServiceStore(ABC):
                 self._conns.append(loc.conn)
         return loc.conn
 
-    def _drop(self) -> None:
-        """Forget this thread's connection after a driver error (the next use reconnects)."""
+    def _forked(self) -> None:
+        """In a child of ``fork``: abandon every inherited handle (never used or closed), connect afresh."""
+        self._pid = os.getpid()
+        self._local = _Local()
+        self._conns = []
+        self._conns_lock = threading.Lock()
+
+    def _writer_connection(self) -> Any:
+        """The connection a write transaction runs on: by default the thread's own (a backend whose writers are
+        serialised in this process may instead hand out one connection, with the writer lock already taken)."""
+        return self._connection()
+
+    def _drop(self, failed: Any = None) -> None:
+        """Forget this thread's connection after a driver error on ``failed`` (the next use reconnects)."""
         loc = self._local
         conn, loc.conn = loc.conn, None
         if conn is not None:
@@ -240,8 +251,10 @@ class ServiceStore(ABC):
     def _transaction(
         self, write: bool, snapshot: bool = True, tail: bool = True, durable: bool = True
     ) -> Iterator[Session]:
+        if os.getpid() != self._pid:  # forked: before ``loc`` is taken (a nested block must find this block's session)
+            self._forked()
         loc = self._local
-        if loc.session is not None and os.getpid() == self._pid:
+        if loc.session is not None:
             if write and not loc.session.write:
                 raise DpragError("a write block inside a read block (take the write transaction first)")
             if write and tail and not loc.session.tail:
@@ -252,7 +265,7 @@ class ServiceStore(ABC):
             finally:
                 loc.depth -= 1
             return
-        conn = self._connection()
+        conn = self._writer_connection() if write else self._connection()
         if not (write or snapshot):  # one statement: autocommit reads it from one consistent state
             try:
                 yield Session(self, conn, False)
@@ -290,7 +303,7 @@ class ServiceStore(ABC):
         except Exception:  # noqa: BLE001 - the connection is gone: the server rolls the transaction back
             transient = True
         if transient:
-            self._drop()
+            self._drop(conn)
             raise StoreUnavailableError(
                 f"the {self.dialect} store failed ({type(exc).__name__}: {str(exc)[:200]}); rolled back, retry"
             ) from exc

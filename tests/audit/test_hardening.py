@@ -306,12 +306,8 @@ def _store_statements(svc, ask) -> list[str]:
     """The serving thread's SQL during ``ask()`` that touches the spend rows, or opens or ends a transaction,
     reduced to its kind (BEGIN, SELECT, WRITE, COMMIT)."""
     log: list[str] = []
-    conn = svc.store._connection()  # this thread's connection: the whole serve runs on it
-    conn.set_trace_callback(log.append)
-    try:
+    with svc.store.traced(log.append):  # this thread's reads and the process's write transactions
         ask()
-    finally:
-        conn.set_trace_callback(None)
     kinds = []
     for s in log:
         if "budget_" not in s and s.split()[0].upper() not in ("BEGIN", "COMMIT", "ROLLBACK"):

@@ -9,7 +9,6 @@ read and the compare-and-swap. Each runs on SQLite and on a real PostgreSQL serv
 from __future__ import annotations
 
 import json
-import sqlite3
 from pathlib import Path
 
 import numpy as np
@@ -176,13 +175,8 @@ def test_a_fresh_request_costs_few_statements(tmp_path):
         c.ask(svc, "asthma inhaler protocol warm-up")
         req = c.request("asthma inhaler protocol")
         statements: list[str] = []
-        conn = svc.store._connection()
-        assert isinstance(conn, sqlite3.Connection)
-        conn.set_trace_callback(statements.append)
-        try:
+        with svc.store.traced(statements.append):  # this thread's reads and the process's write transactions
             served = svc.serve(req)
-        finally:
-            conn.set_trace_callback(None)
         # admission | PRAGMA (not durable), BEGIN, admission, spend read, spend write, batch counter, opening, leaf,
         # node, tail, served row, COMMIT | PRAGMA (durable), BEGIN, size, checkpoint, answer, COMMIT
         assert len(statements) <= 19, statements
@@ -223,16 +217,12 @@ def test_only_the_record_commit_skips_the_sync_and_the_answer_commit_after_it_sy
     try:
         c = toy_clients(tmp_path / "toy", 1)[0]
         statements: list[str] = []
-        conn = svc.store._connection()
-        conn.set_trace_callback(statements.append)
-        try:
+        with svc.store.traced(statements.append):  # every write transaction runs on the writer connection
             for i in range(3):
                 served = c.ask(svc, f"asthma inhaler protocol {i}")
                 assert c.retry(svc).to_dict() == served.to_dict()
             svc._checkpoint()
             svc.next_window(tmp_path / "toy-2", policy=toy_policy(window="toy-2", n=10)).close()
-        finally:
-            conn.set_trace_callback(None)
         txns = _commits(statements)
         leaf = [t for t in txns if any(st.startswith("INSERT INTO ledger_leaf") for st in t["statements"])]
         answers = [t for t in txns if any("UPDATE served" in st for st in t["statements"])]

@@ -225,3 +225,71 @@ def test_the_next_window_stays_on_its_engine(tmp_path, store_url):
     assert (w2._spent("clinic") == spent).all() and spent.sum() > 0
     w1.close()
     w2.close()
+
+
+# -- SQLite: one writer connection per process ------------------------------------------------------------------------
+def test_sqlite_writes_share_one_connection_and_survive_its_failure(tmp_path):
+    """Every write transaction of a process runs on one connection (its page cache stays warm); a driver error inside
+    one marks it for replacement, and the next writer — another thread, while the failed one has let go of the lock —
+    gets a fresh connection, with nothing of the failed block committed and the old connection closed."""
+    import sqlite3
+
+    from dprag.audit.storage import StoreUnavailableError
+
+    d, store = _fresh(tmp_path, None)
+    log = StoreLog(store)
+    seen: list = []
+
+    def write_one(tag: str) -> None:
+        with store.write() as s:
+            seen.append(s._conn)
+            log.append(tag.encode())
+
+    threads = [threading.Thread(target=write_one, args=(f"t{i}",)) for i in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert len(seen) == 4 and len({id(c) for c in seen}) == 1 and log.size == 4
+    first = seen[0]
+    with pytest.raises(StoreUnavailableError):
+        with store.write():
+            log.append(b"lost")
+            raise sqlite3.OperationalError("disk I/O error")  # a driver error: transient, the connection suspect
+    assert log.size == 4  # rolled back
+    th = threading.Thread(target=write_one, args=("after",))
+    th.start()
+    th.join(30)
+    assert not th.is_alive(), "the writer lock was not released after the failure"
+    assert seen[-1] is not first and log.size == 5 and log.leaf(4) == b"after"
+    with pytest.raises(sqlite3.ProgrammingError):  # the suspect connection was closed, not leaked
+        first.execute("SELECT 1")
+    # a reader on its own connection sees every commit of the writer connection
+    with store.snapshot() as s:
+        assert s.one("SELECT size FROM ledger_tail WHERE one = 1")[0] == 5
+    store.close()
+    with pytest.raises(sqlite3.ProgrammingError):
+        seen[-1].execute("SELECT 1")  # close() closes the writer connection too
+
+
+def test_a_forked_child_writes_on_its_own_connection(tmp_path):
+    """A store object inherited through fork: the child's writes run on a connection of its own (SQLite forbids
+    using one across fork), and the parent's writer connection still works afterwards."""
+    d, store = _fresh(tmp_path, None)
+    log = StoreLog(store)
+    log.append(b"parent-1")
+    ctx = mp.get_context("fork")
+    q = ctx.Queue()
+
+    def child(out) -> None:
+        with store.write():
+            StoreLog(store).append(b"child")
+        out.put(StoreLog(store).size)
+
+    p = ctx.Process(target=child, args=(q,))
+    p.start()
+    p.join(60)
+    assert p.exitcode == 0 and q.get(timeout=5) == 2
+    log.append(b"parent-2")
+    assert [log.leaf(i) for i in range(3)] == [b"parent-1", b"child", b"parent-2"]
+    store.close()
