@@ -9,7 +9,11 @@ under the lock; an append outside any transaction opens (and commits) its own.
 Round trips saved without trusting anything uncommitted: under the tail lock the size is read once per transaction
 (``Session.tail_size``); and the right frontier (peak hashes and root) of the size this process last committed is
 kept in memory, set only after that commit — a committed prefix of an append-only log never changes, so the
-frontier of size N is the frontier of size N forever; for any other size the hashes are read from the store.
+frontier of size N is the frontier of size N forever; for any other size the hashes are read from the store. For
+the same reason the perfect-subtree hashes this process has read outside a write transaction, or committed itself,
+are kept (``NODE_CACHE`` at most): a consistency proof for an account's receipt then reads only nodes it has not
+seen. A hash read inside a write transaction is never kept — the transaction may roll back and another writer put a
+different hash there.
 """
 
 from __future__ import annotations
@@ -20,6 +24,9 @@ from ..ledger.store import MerkleLog
 from .base import ServiceStore
 
 __all__ = ["StoreLog"]
+
+#: perfect-subtree hashes a StoreLog keeps in memory (``StoreLog._nodes``)
+NODE_CACHE = 1 << 16
 
 
 def tail_of(row, session) -> tuple[int, bytes | None]:
@@ -43,6 +50,10 @@ class StoreLog(MerkleLog):
         self.store = store
         #: (size, peak hashes, root) of a size this process committed (see module docstring)
         self._frontier: tuple[int, list[bytes], bytes] | None = None
+        #: perfect-subtree hashes by stored index, read or written by committed transactions only (see module
+        #: docstring: a committed node never changes), so a consistency proof reads the store only for nodes it has
+        #: not seen; at most NODE_CACHE of them, then it starts over
+        self._nodes: dict[int, bytes] = {}
 
     @property
     def size(self) -> int:
@@ -86,17 +97,32 @@ class StoreLog(MerkleLog):
         if not nodes:
             return []
         pos = [stored_hash_index(lv, i) for lv, i in nodes]
-        uniq = sorted(set(pos))
-        with self.store.read() as s:
-            rows = {
-                int(p): bytes(h)
-                for p, h in s.execute(
-                    f"SELECT pos, hash FROM ledger_node WHERE pos IN ({','.join('?' * len(uniq))})", uniq
-                )
-            }
-        if len(rows) != len(uniq):
-            raise LedgerCorruptError(f"stored hashes missing at positions {[p for p in uniq if p not in rows][:5]}")
+        rows: dict[int, bytes] = {}
+        for p in set(pos):
+            h = self._nodes.get(p)
+            if h is not None:
+                rows[p] = h
+        uniq = sorted(set(pos) - set(rows))
+        if uniq:
+            with self.store.read() as s:
+                got = {
+                    int(p): bytes(h)
+                    for p, h in s.execute(
+                        f"SELECT pos, hash FROM ledger_node WHERE pos IN ({','.join('?' * len(uniq))})", uniq
+                    )
+                }
+                committed = not s.write  # outside a write transaction: committed state only
+            if len(got) != len(uniq):
+                raise LedgerCorruptError(f"stored hashes missing at positions {[p for p in uniq if p not in got][:5]}")
+            if committed:
+                self._cache_nodes(got)
+            rows.update(got)
         return [rows[p] for p in pos]
+
+    def _cache_nodes(self, nodes: dict[int, bytes]) -> None:
+        if len(self._nodes) + len(nodes) > NODE_CACHE:
+            self._nodes = {}
+        self._nodes.update(nodes)
 
     def _get_leaves(self, start: int, stop: int) -> list[bytes]:
         with self.store.read() as s:
@@ -139,4 +165,5 @@ class StoreLog(MerkleLog):
             s.defer("UPDATE ledger_tail SET size = ? WHERE one = 1", (size + len(leaves),))
             s.tail_size = size + len(leaves)
             s.after_commit.append(lambda n=frontier.size, h=frontier.hashes: self._remember(n, h))
+            s.after_commit.append(lambda: self._cache_nodes(dict(enumerate(hashes, start=first_pos))))
             return size

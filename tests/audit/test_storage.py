@@ -46,6 +46,36 @@ def test_ledger_matches_the_reference_log(tmp_path, store_url):
     store.close()
 
 
+def test_the_ledgers_node_cache_never_holds_a_rolled_back_hash(tmp_path, store_url):
+    """The StoreLog keeps committed perfect-subtree hashes in memory for its proofs. A party racing it: nodes read
+    inside a write transaction that then rolls back (and are rewritten differently by the next append) must not be
+    served later, when another replica then appends there; every proof and root stays equal to the reference log's,
+    and a repeated proof reads no node."""
+    d, store = _fresh(tmp_path, store_url)
+    log, ref = StoreLog(store), MemoryLog()
+    log.append_many([b"l%d" % i for i in range(9)])
+    ref.append_many([b"l%d" % i for i in range(9)])
+    with pytest.raises(RuntimeError):
+        with store.write():
+            log.append_many([b"doomed-a", b"doomed-b", b"doomed-c"])
+            assert log.consistency_proof(3, 12).hashes  # reads the doomed nodes inside the transaction
+            assert log.root(12)
+            raise RuntimeError("rolled back")
+    StoreLog(store).append_many([b"kept-a", b"kept-b", b"kept-c", b"kept-d"])  # another replica's append
+    ref.append_many([b"kept-a", b"kept-b", b"kept-c", b"kept-d"])
+    fresh = StoreLog(store)  # no cache
+    for size1 in range(1, 14):
+        want = ref.consistency_proof(size1, 13).hashes
+        assert log.consistency_proof(size1, 13).hashes == want == fresh.consistency_proof(size1, 13).hashes
+    assert log.root(12) == ref.root(12) and log.root(13) == ref.root(13)
+    if store.dialect == "sqlite":
+        seen: list[str] = []
+        with store.traced(seen.append):
+            log.consistency_proof(5, 13)
+        assert not any("ledger_node" in q for q in seen), seen
+    store.close()
+
+
 def test_ledger_rows_are_append_only(tmp_path, store_url):
     d, store = _fresh(tmp_path, store_url)
     StoreLog(store).append_many([b"a", b"b"])
