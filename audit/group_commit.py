@@ -40,7 +40,6 @@ class BatchFailed(Exception):
 class _Job:
     item: Any
     done: bool = False
-    lead: bool = False
     result: Any = None
     failed: bool = False
     event: threading.Event = field(default_factory=threading.Event)
@@ -76,16 +75,19 @@ class GroupCommitter:
         return self._lead(job)
 
     def _lead(self, job: _Job) -> Any:
+        fatal: BaseException | None = None  # an interrupt: the batch fails and the lead passes on, then it is raised
         while True:
             with self._lock:
                 batch, self._queue = self._queue[: self._max], self._queue[self._max :]
             try:
                 results = self._write_batch([j.item for j in batch])
                 if len(results) != len(batch):
-                    raise RuntimeError("write_batch returned one result per item")
-            except BaseException:
+                    raise RuntimeError("write_batch must return one result per item")
+            except BaseException as e:
                 for j in batch:
                     j.failed, j.done = True, True
+                if not isinstance(e, Exception):
+                    fatal = e
             else:
                 for j, r in zip(batch, results, strict=True):
                     j.result, j.done = r, True
@@ -95,16 +97,18 @@ class GroupCommitter:
             for j in batch:
                 if j is not job:
                     j.event.set()
-            if job.done:
+            if job.done or fatal is not None:
                 break
             # our item did not fit in this batch (more than MAX_BATCH were queued before it): lead again
         with self._lock:
-            if self._queue:  # hand the lead to the oldest waiting item; it runs the next batch
-                nxt = self._queue[0]
-                nxt.lead = True
-                nxt.event.set()
+            if not job.done:  # interrupted before its batch: it leaves the queue with the interrupt
+                self._queue.remove(job)
+            if self._queue:  # hand the lead to the oldest waiting item (woken while not done, it leads)
+                self._queue[0].event.set()
             else:
                 self._leading = False
+        if fatal is not None:
+            raise fatal
         return self._outcome(job)
 
     @staticmethod

@@ -21,6 +21,7 @@ schema ``config/store.json`` names (ledger, openings, checkpoints, served table,
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import json
@@ -514,10 +515,8 @@ class ProviderService:
     def _grouped(self, committer: GroupCommitter, write_batch, item: tuple):
         """``write_batch([item])[0]`` in one batch with others (audit/group_commit.py), or alone if that fails."""
         if not self.store.in_transaction:  # a caller's open transaction is not a batch's to commit
-            try:
+            with contextlib.suppress(BatchFailed):  # that batch did not commit: this item runs alone
                 return committer.commit(item)
-            except BatchFailed:
-                pass
         return self._with_retries(write_batch, [item])[0]
 
     def _with_retries(self, fn, *args):

@@ -10,6 +10,7 @@ polling in SQLite's busy handler, whose growing sleeps starved some requests for
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import sqlite3
@@ -93,10 +94,8 @@ class SqliteServiceStore(ServiceStore):
                 with self._conns_lock:
                     if old in self._conns:
                         self._conns.remove(old)
-                try:
+                with contextlib.suppress(sqlite3.Error):
                     old.close()
-                except sqlite3.Error:
-                    pass
             if self._wconn is None:
                 try:
                     conn = self._connect()

@@ -125,6 +125,18 @@ def open_text_service(
     )
 
 
+def export_and_verify(svc: ProviderService, out: Path, clients: dict):
+    """Export ``svc``'s bundle to ``out / "bundle"``, write every client's receipts to ``out / "receipts.jsonl"``,
+    close ``svc``, and verify the bundle against those receipts; returns the verdict."""
+    from ..verify import verify
+
+    bundle = svc.export_bundle(out / "bundle")
+    svc.close()
+    receipts = out / "receipts.jsonl"
+    receipts.write_bytes(b"".join(encode(e) + b"\n" for c in clients.values() for e in c.receipts))
+    return verify(bundle, receipts=receipts)
+
+
 def reopen_service(directory: Path) -> ProviderService:
     return ProviderService.open(directory, embedder=HashEmbedder(32), generator=ToyGenerator())
 

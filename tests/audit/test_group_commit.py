@@ -17,7 +17,6 @@ import pytest
 from dprag.audit.group_commit import BatchFailed, GroupCommitter
 from dprag.audit.storage import StoreUnavailableError
 from dprag.audit.testing import window as fx
-from dprag.audit.verify import verify
 
 
 class _Writer:
@@ -93,6 +92,43 @@ def test_a_failed_batch_fails_every_answer_in_it_and_only_those():
     assert c.commit("later") == ("done", "later")
 
 
+def test_an_interrupt_in_the_leader_fails_its_batch_and_passes_the_lead_on():
+    """The leader's thread is interrupted (KeyboardInterrupt) while it writes a batch: it raises the interrupt, every
+    waiter in the batch gets BatchFailed (none is left waiting), and the next caller leads as usual."""
+    calls = []
+
+    def write(items):
+        calls.append(list(items))
+        if len(calls) == 1:
+            time.sleep(0.3)  # the others queue meanwhile
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return [("done", i) for i in items]
+
+    c = GroupCommitter(write)
+    out: dict = {}
+
+    def one(item) -> None:
+        try:
+            out[item] = c.commit(item)
+        except BatchFailed:
+            out[item] = "failed"
+        except KeyboardInterrupt:
+            out[item] = "interrupted"
+
+    threads = [threading.Thread(target=one, args=(f"q{i}",)) for i in range(6)]
+    for th in threads:
+        th.start()
+        time.sleep(0.02)
+    for th in threads:
+        th.join(30)
+    assert not any(th.is_alive() for th in threads), "a caller was left waiting"
+    second = calls[1]
+    assert out[second[0]] == "interrupted" and all(out[i] == "failed" for i in second[1:])
+    assert out[calls[0][0]] == ("done", calls[0][0])
+    assert c.commit("after") == ("done", "after")
+
+
 def test_no_batch_exceeds_its_bound():
     w = _Writer(hold=0.3)
     c = GroupCommitter(w, max_batch=3)
@@ -143,11 +179,7 @@ def test_a_batch_committed_but_reported_failed_gives_every_account_the_stored_an
     for a in clients:  # what each account received is what the store holds for it
         stored = json.loads(svc.aud.served(a, 1))["served"]
         assert got[a].answer == stored["answer"] and got[a].receipt == stored["receipt"]
-    bundle = svc.export_bundle(tmp_path / "bundle")
-    svc.close()
-    receipts = tmp_path / "receipts.jsonl"
-    receipts.write_bytes(b"".join(json.dumps(e).encode() + b"\n" for c in clients.values() for e in c.receipts))
-    v = verify(bundle, receipts=receipts)
+    v = fx.export_and_verify(svc, tmp_path, clients)
     assert v.verdict == "PASS", v.reasons[:3]
     assert v.checked["receipts_accepted"] == len(accounts)
 
@@ -191,11 +223,7 @@ def _verify(svc, tmp_path, clients) -> object:
     from dprag.audit.recovery import check_spend
 
     check_spend(svc)  # stored spend == the openings' charges, exactly
-    bundle = svc.export_bundle(tmp_path / "bundle")
-    svc.close()
-    receipts = tmp_path / "receipts.jsonl"
-    receipts.write_bytes(b"".join(json.dumps(e).encode() + b"\n" for c in clients.values() for e in c.receipts))
-    return verify(bundle, receipts=receipts)
+    return fx.export_and_verify(svc, tmp_path, clients)
 
 
 def test_a_request_refused_inside_a_batch_is_refused_alone(tmp_path):

@@ -20,7 +20,6 @@ from dprag.accounting.stores.session import SessionBudgetStore
 from dprag.audit.ledger import MemoryLog
 from dprag.audit.storage import StoreError, StoreLog, create_store, open_store
 from dprag.audit.testing import window as fx
-from dprag.audit.verify import verify
 
 
 def _fresh(tmp_path: Path, url: str | None, name: str = "w"):
@@ -233,11 +232,7 @@ def test_one_service_object_serves_many_threads(tmp_path, store_url):
     from dprag.audit.recovery import check_spend
 
     check_spend(svc)  # stored spend == the openings' charges, exactly
-    bundle = svc.export_bundle(tmp_path / "bundle")
-    svc.close()
-    receipts = tmp_path / "receipts.jsonl"
-    receipts.write_bytes(b"".join(json.dumps(e).encode() + b"\n" for c in clients.values() for e in c.receipts))
-    v = verify(bundle, receipts=receipts)
+    v = fx.export_and_verify(svc, tmp_path, clients)
     assert v.verdict == "PASS", v.reasons[:3]
     assert v.checked["receipts_accepted"] == 40
 
