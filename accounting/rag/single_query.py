@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, TypedDict, Unpack, cast
 
 import numpy as np
@@ -513,7 +514,7 @@ class PureDpRagParams:
         """``pure_dp_rag`` with these parameters (the ``SingleQueryMechanism`` interface)."""
         return pure_dp_rag(question, doc_ids, retriever, generator, self, source=source, history=history)
 
-    @property
+    @cached_property  # frozen parameters: computed once (the service charges it on every request)
     def cost(self) -> PrivacyEvent:
         """Ex-ante pure-DP cost of one answer: the SVT session's worst case plus c exponential mechanisms."""
         eps_lap = self.epsilon_token / 2

@@ -107,6 +107,9 @@ def test_sparse_vector_cost_is_for_the_scales_it_samples_with(eps_lap):
     c = 3
     p = PureDpRagParams(20, 2 * eps_lap, c)
     svt_part = p.cost.events[0].epsilon
+    # computed once per (frozen) parameters, and what a fresh object with the same parameters computes
+    assert p.cost is p.cost and p.cost == PureDpRagParams(20, 2 * eps_lap, c).cost
+    assert dataclasses.replace(p, max_private_tokens=c + 1).cost != p.cost  # a changed copy does not inherit it
     # one threshold (000's default): (c + 1) halves — threshold Δ/b1 + c·(2Δ/b2)
     assert Fraction(svt_part) >= 1 / Fraction(b1) + c * 2 / Fraction(b2)
     # 003 Alg. 3: per discovery a re-drawn threshold and a query
