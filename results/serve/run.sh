@@ -17,3 +17,6 @@ for r in 1 2; do
 done
 python benchmarks/bench_serve.py --per-account 16 --replicas 1 --pin --out results/serve/group_commit/afterpin.json
 (cd /tmp/before && /tmp/bv/bin/python benchmarks/bench_serve.py --per-account 16 --replicas 1 --pin --out "$OLDPWD/results/serve/group_commit/beforepin.json")
+# at 5fe0dee (the RAG cost cached): one replica, shared and pinned
+python benchmarks/bench_serve.py --per-account 16 --replicas 1 --out results/serve/group_commit/head.json
+python benchmarks/bench_serve.py --per-account 16 --replicas 1 --pin --out results/serve/group_commit/headpin.json
