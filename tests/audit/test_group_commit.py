@@ -46,6 +46,8 @@ def _run_threads(committer: GroupCommitter, items: list, stagger: float = 0.0) -
             out[item] = committer.commit(item)
         except BatchFailed:
             out[item] = "failed"
+        except KeyboardInterrupt:  # raised in the leader's own thread
+            out[item] = "interrupted"
 
     threads = []
     for it in items:
@@ -106,23 +108,7 @@ def test_an_interrupt_in_the_leader_fails_its_batch_and_passes_the_lead_on():
         return [("done", i) for i in items]
 
     c = GroupCommitter(write)
-    out: dict = {}
-
-    def one(item) -> None:
-        try:
-            out[item] = c.commit(item)
-        except BatchFailed:
-            out[item] = "failed"
-        except KeyboardInterrupt:
-            out[item] = "interrupted"
-
-    threads = [threading.Thread(target=one, args=(f"q{i}",)) for i in range(6)]
-    for th in threads:
-        th.start()
-        time.sleep(0.02)
-    for th in threads:
-        th.join(30)
-    assert not any(th.is_alive() for th in threads), "a caller was left waiting"
+    out = _run_threads(c, [f"q{i}" for i in range(6)], stagger=0.02)
     second = calls[1]
     assert out[second[0]] == "interrupted" and all(out[i] == "failed" for i in second[1:])
     assert out[calls[0][0]] == ("done", calls[0][0])
@@ -160,21 +146,9 @@ def test_a_batch_committed_but_reported_failed_gives_every_account_the_stored_an
 
     svc._answers._write_batch = commit_then_lose
     clients = {a: fx.client(svc, a) for a in accounts}
-    got: dict = {}
-    errors: list = []
-
-    def run(a: str) -> None:
-        try:
-            got[a] = clients[a].ask(svc, f"asthma protocol inhaler patient {a}")
-        except Exception as e:  # noqa: BLE001 - reported below
-            errors.append(repr(e))
-
-    threads = [threading.Thread(target=run, args=(a,)) for a in accounts]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join(60)
-    assert not errors, errors[:3]
+    questions = {a: c.request(f"asthma protocol inhaler patient {a}") for a, c in clients.items()}
+    got, errors = _ask_all(svc, clients, questions)
+    assert not errors, errors
     assert sum(lost) == len(accounts)  # every answer went through a lost batch
     for a in clients:  # what each account received is what the store holds for it
         stored = json.loads(svc.aud.served(a, 1))["served"]
