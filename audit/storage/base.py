@@ -8,11 +8,13 @@ host) and PostgreSQL (``postgres.py``; processes on many hosts that share only t
 
 Concurrency model:
 
-- **Connections.** One connection per thread (and per process: a connection inherited through ``fork`` is
-  abandoned, never used or closed, and the child connects afresh). A store object is safe to share between
-  threads; each thread's statements run on its own connection — except SQLite's write transactions, which all run
-  on one connection of the process, used only by the holder of the process's writer lock: its page cache stays
-  warm, where thread connections would each reread the pages another's commit invalidated.
+- **Connections.** Per process (a connection inherited through ``fork`` is abandoned, never used or closed, and the
+  child connects afresh). A store object is safe to share between threads; a transaction, or a one-statement read,
+  runs on one connection, which no other thread uses meanwhile. SQLite: each thread reads on its own connection, and
+  every write transaction runs on one connection of the process, used only by the holder of the process's writer
+  lock (its page cache stays warm, where thread connections would each reread the pages another's commit
+  invalidated). PostgreSQL: a bounded pool per process — a block borrows a connection and gives it back when it
+  ends, so a few warm server backends serve every thread (``postgres.py``).
 - **Writes.** ``write()`` opens a write transaction that is serialised with every other writer of the database, in
   this process or any other, on any host: SQLite takes its RESERVED lock at ``BEGIN IMMEDIATE``; PostgreSQL locks
   the ledger's tail row (``SELECT ... FROM ledger_tail FOR UPDATE``) as the transaction's first statement. Every
@@ -222,6 +224,11 @@ class ServiceStore(ABC):
                 self._conns.append(loc.conn)
         return loc.conn
 
+    def _checkin(self, conn: Any) -> None:
+        """The outermost block on ``conn`` has ended (committed, rolled back, or its one statement read): a backend
+        that lends connections from a pool takes it back here. By default the thread keeps its own."""
+        return None
+
     def _forked(self) -> None:
         """In a child of ``fork``: abandon every inherited handle (never used or closed), connect afresh."""
         self._pid = os.getpid()
@@ -266,31 +273,34 @@ class ServiceStore(ABC):
                 loc.depth -= 1
             return
         conn = self._writer_connection() if write else self._connection()
-        if not (write or snapshot):  # one statement: autocommit reads it from one consistent state
+        try:
+            if not (write or snapshot):  # one statement: autocommit reads it from one consistent state
+                try:
+                    yield Session(self, conn, False)
+                except BaseException as e:
+                    self._fail(conn, e, rollback=False)
+                return
             try:
-                yield Session(self, conn, False)
+                size = self._begin(conn, write, write and tail, durable or not write)
+            except Exception as e:  # noqa: BLE001
+                self._fail(conn, e)
+            sess = Session(self, conn, write, write and tail)
+            if sess.tail:
+                sess.tail_size = size
+            else:
+                sess.begin_size = size
+            loc.session, loc.depth = sess, 1
+            try:
+                yield sess
+                if sess._pending:
+                    sess.flush()
+                self._commit(conn)
             except BaseException as e:
-                self._fail(conn, e, rollback=False)
-            return
-        try:
-            size = self._begin(conn, write, write and tail, durable or not write)
-        except Exception as e:  # noqa: BLE001
-            self._fail(conn, e)
-        sess = Session(self, conn, write, write and tail)
-        if sess.tail:
-            sess.tail_size = size
-        else:
-            sess.begin_size = size
-        loc.session, loc.depth = sess, 1
-        try:
-            yield sess
-            if sess._pending:
-                sess.flush()
-            self._commit(conn)
-        except BaseException as e:
-            self._fail(conn, e)  # always raises: what follows runs after a commit only
+                self._fail(conn, e)  # always raises: what follows runs after a commit only
+            finally:
+                loc.session, loc.depth = None, 0
         finally:
-            loc.session, loc.depth = None, 0
+            self._checkin(conn)
         for fn in sess.after_commit:
             fn()
 

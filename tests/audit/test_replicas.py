@@ -16,7 +16,7 @@ from dprag.audit.account import request_hash
 from dprag.audit.api.toy import HOLD_ENV, make_toy_directory, open_toy_directory
 from dprag.audit.storage import StoreUnavailableError
 from dprag.audit.testing.live import start_replica, stop_replicas
-from dprag.audit.testing.load import audit_window, run_accounts
+from dprag.audit.testing.load import audit_window, first_and_rest, run_accounts
 
 pytest.importorskip("fastapi")
 
@@ -59,6 +59,17 @@ def test_two_replicas_sixteen_accounts(tmp_path, engine, request):
     finally:
         stop_replicas(a, b)
     _check(d, url, res, tmp_path, 64)
+    assert len(res.first) == len(accounts) and set(res.first) <= set(res.latencies)
+
+
+def test_a_runs_tail_splits_into_first_requests_and_the_rest():
+    """``first_and_rest``: the p50 of the first requests and the p99 of the others (numpy's linear percentiles, by
+    hand: the rest [0.1, 0.2, 0.3] has p99 0.2 + 0.98 * 0.1 = 0.298 s; the firsts [0.9, 0.7] have p50 0.8 s); a
+    latency equal to a first request's counts once in each list."""
+    got = first_and_rest([0.9, 0.1, 0.3, 0.7, 0.2], [0.9, 0.7])
+    assert got == {"first_p50_ms": 800.0, "rest_p99_ms": 298.0}
+    assert first_and_rest([0.5, 0.5, 0.1], [0.5]) == {"first_p50_ms": 500.0, "rest_p99_ms": 496.0}
+    assert first_and_rest([], []) == {}
 
 
 HELD = ("alice", "bob", "a05")  # their first requests: replica A holds each one's answer after its record committed

@@ -200,6 +200,10 @@ def test_bad_store_urls_name_the_field(tmp_path):
         ("mysql://x/y", "postgresql://"),
         ("postgresql://u@h/", "name a database"),
         ("postgresql://u@h/db?schema=Bad-Name", "lower-case SQL identifier"),
+        ("postgresql://u@h/db?schema=w&pool=0", "pool must be an integer in"),
+        ("postgresql://u@h/db?schema=w&pool=1025", "pool must be an integer in"),
+        ("postgresql://u@h/db?schema=w&pool=eight", "pool must be an integer in"),
+        ("postgresql://u@h/db?schema=w&pool=\u00b2", "pool must be an integer in"),  # isdigit() but not int()
     ):
         with pytest.raises(InvalidParameterError, match=rule) as e:
             create_store(d, url, window="w")
@@ -297,10 +301,11 @@ def test_sqlite_writes_share_one_connection_and_survive_its_failure(tmp_path):
         seen[-1].execute("SELECT 1")  # close() closes the writer connection too
 
 
-def test_a_forked_child_writes_on_its_own_connection(tmp_path):
+def test_a_forked_child_writes_on_its_own_connection(tmp_path, store_url):
     """A store object inherited through fork: the child's writes run on a connection of its own (SQLite forbids
-    using one across fork), and the parent's writer connection still works afterwards."""
-    d, store = _fresh(tmp_path, None)
+    using one across fork; two processes on one PostgreSQL socket would interleave their protocol messages), and the
+    parent's connections still work afterwards."""
+    d, store = _fresh(tmp_path, store_url)
     log = StoreLog(store)
     log.append(b"parent-1")
     ctx = mp.get_context("fork")
@@ -317,4 +322,117 @@ def test_a_forked_child_writes_on_its_own_connection(tmp_path):
     assert p.exitcode == 0 and q.get(timeout=5) == 2
     log.append(b"parent-2")
     assert [log.leaf(i) for i in range(3)] == [b"parent-1", b"child", b"parent-2"]
+    store.close()
+
+
+# -- PostgreSQL: a bounded pool of connections per process ----------------------------------------------------------
+def _pg_store(pg_url: str, schema: str, pool: int, timeout: float = 30.0):
+    from dprag.audit.storage.postgres import PostgresServiceStore
+
+    return PostgresServiceStore(f"{pg_url}?schema={schema}&pool={pool}", create=True, timeout=timeout)
+
+
+def _admin(pg_url: str):
+    import pg8000.dbapi
+
+    from dprag.audit.storage.postgres import parse_url
+
+    p = parse_url(pg_url)
+    conn = pg8000.dbapi.connect(user=p["user"], host=p["host"], port=p["port"], database=p["database"])
+    conn.autocommit = True
+    return conn
+
+
+def test_postgres_threads_share_a_bounded_pool(tmp_path, pg_url):
+    """16 threads reading and appending at once through one store object with pool=3: every statement ran on one of
+    at most 3 server backends (each named by the server: ``pg_backend_pid()``), more than one was used (the pool is
+    not a single lock), those are the store's only live backends on the server afterwards, and every append landed
+    exactly once in a gapless log."""
+    store = _pg_store(pg_url, "pool_bound_w", 3)
+    log = StoreLog(store)
+    seen, lock, errors = set(), threading.Lock(), []
+    barrier = threading.Barrier(16)
+
+    def work(t: int) -> None:
+        try:
+            barrier.wait(10)
+            for k in range(10):
+                with store.snapshot() as s:  # held across a server-side sleep: the threads overlap
+                    pid = int(s.one("SELECT pg_backend_pid()")[0])
+                    s.one("SELECT pg_sleep(0.002)")
+                with store.write() as s:
+                    wpid = int(s.one("SELECT pg_backend_pid()")[0])
+                    StoreLog(store).append(f"t{t}-{k}".encode())
+                with lock:
+                    seen.update((pid, wpid))
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(16)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors, errors[:3]
+    assert 2 <= len(seen) <= 3, seen
+    admin = _admin(pg_url)
+    cur = admin.cursor()
+    cur.execute("SELECT pid FROM pg_stat_activity WHERE pid = ANY(%s)", (sorted(seen),))
+    assert {int(r[0]) for r in cur.fetchall()} == seen  # still open: lent again, never reopened per block
+    leaves = [log.leaf(i) for i in range(log.size)]
+    assert sorted(x.decode() for x in leaves) == sorted(f"t{t}-{k}" for t in range(16) for k in range(10))
+    store.close()
+    admin.close()
+
+
+def test_postgres_pool_replaces_a_connection_the_server_killed(tmp_path, pg_url):
+    """pool=1: the server terminates the store's backend three times over. Each time the next operation fails as
+    retryable (StoreUnavailableError, nothing committed) and the one after it runs on a new backend — the dead
+    connection's slot is freed, never leaked (a leaked slot would leave pool=1 with none: a timeout)."""
+    from dprag.audit.storage import StoreUnavailableError
+
+    store = _pg_store(pg_url, "pool_kill_w", 1, timeout=5.0)
+    log = StoreLog(store)
+    log.append(b"genesis")
+    admin = _admin(pg_url)
+    pids = []
+    for round_ in range(3):
+        with store.read() as s:
+            pid = int(s.one("SELECT pg_backend_pid()")[0])
+        pids.append(pid)
+        admin.cursor().execute("SELECT pg_terminate_backend(%s)", (pid,))
+        with pytest.raises(StoreUnavailableError):
+            log.append(f"lost-{round_}".encode())
+        log.append(f"kept-{round_}".encode())
+    assert len(set(pids)) == 3  # a new backend each round
+    assert [log.leaf(i) for i in range(log.size)] == [b"genesis", b"kept-0", b"kept-1", b"kept-2"]
+    store.close()
+    admin.close()
+
+
+def test_postgres_pool_exhausted_is_a_retryable_error(tmp_path, pg_url):
+    """pool=1, timeout 0.5 s: while one thread holds the only connection in a write transaction, another thread's
+    read waits, then fails as retryable (StoreUnavailableError naming the pool), having changed nothing; once the
+    holder commits, the read runs and sees its write."""
+    from dprag.audit.storage import StoreUnavailableError
+
+    store = _pg_store(pg_url, "pool_full_w", 1, timeout=0.5)
+    log = StoreLog(store)
+    holding, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with store.write():
+            log.append(b"held")
+            holding.set()
+            release.wait(30)
+
+    th = threading.Thread(target=hold)
+    th.start()
+    assert holding.wait(30)
+    with pytest.raises(StoreUnavailableError, match="1 connections .* stayed busy"):
+        with store.read() as s:
+            s.one("SELECT 1")
+    release.set()
+    th.join(30)
+    assert log.size == 1 and log.leaf(0) == b"held"
     store.close()
