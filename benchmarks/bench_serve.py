@@ -17,6 +17,10 @@ the consistency proof from its previous receipt. Reported: requests, seconds, th
 the accounts' first requests, which all reach the server at once, and the p99 of the rest), and each dprag
 arm's p50 and throughput as ratios to the baseline with the same replicas. The machine's cores are recorded.
 
+After the arms, ``signature_floor``: what this design costs with every line of Python gone, measured in the same
+run — the protocol's Ed25519 work per request (``ed25519_floor``) and the store's SQL statements per request run by
+SQLite itself (``sqlite_floor``) — and the ratio to the baseline that those alone give (``floor_ratio_v3_sqlite``).
+
 ``--pin``: the servers (every replica's threads, and PostgreSQL's processes) on CPU 0 and this process (the load
 generator: the accounts' signing and checking) on CPU 1, in every arm — so the ratio measures what the audit costs
 the provider's CPU, not the accounts' work competing with it for the same two cores. Latency is still the
@@ -116,6 +120,66 @@ def ed25519_floor(n: int = 4000) -> dict:
 
     verify, sign = per_op(lambda: pub.verify(sig, msg)), per_op(lambda: key.sign(msg))
     return {"verify_ms": round(verify, 4), "sign_ms": round(sign, 4), "v3_per_request_ms": round(verify + 2 * sign, 4)}
+
+
+#: statements a group-commit batch runs once however many requests it holds (``sqlite_floor`` leaves them out)
+BATCH_ONCE = ("UPDATE ledger_tail", "INSERT INTO checkpoint", "SELECT size FROM ledger_tail")
+
+
+def sqlite_floor(requests: int = 280, replays: int = 5) -> dict:
+    """What one request's store work costs SQLite itself, with no Python around it: the statements ``requests``
+    toy requests ran (one thread, in process, traced on every connection they used: ``SqliteServiceStore.traced``),
+    without their transaction control (BEGIN, COMMIT, PRAGMA) and without what a batch of requests runs once (the
+    tail's size read and update, the checkpoint: ``BATCH_ONCE``) — as if every request shared one batch — replayed in C
+    (``executescript``: one call for all of them, in ONE transaction, unsynced: a sync is the disk's time, not the
+    CPU's) on a copy of the store as it was before them. Median of ``replays``, in ms CPU per request. A lower bound:
+    no implementation of this store layout, in any language, runs these statements for less."""
+    import sqlite3
+    import statistics
+
+    from dprag.audit.api.toy import open_toy_directory
+    from dprag.audit.testing.load import toy_client
+
+    work = Path(tempfile.mkdtemp(prefix="dprag-bench-floor-"))
+    try:
+        d = work / "w"
+        svc = make_toy_directory(d, accounts=8, n=requests // 7 + 2)
+        names = ["alice", "bob", "dave", "a05", "a06", "a07", "a08"]  # carol is on the other tenant
+        clients = [toy_client(d, a) for a in names]
+        for c in clients:
+            c.ask(svc, "a first request: connections, caches")
+        svc.close()
+        db, snap = d / "service" / "state" / "service.sqlite", work / "snap.sqlite"
+        with sqlite3.connect(db) as src, sqlite3.connect(snap) as dst:
+            src.backup(dst)
+        svc = open_toy_directory(d)
+        trace: list[str] = []
+        n = 0
+        with svc.store.traced(trace.append):
+            while n < requests:
+                for c in clients[: requests - n]:
+                    c.ask(svc, f"{QUESTIONS[n % len(QUESTIONS)]} {n}")
+                    n += 1
+        svc.close()
+        control = ("BEGIN", "COMMIT", "ROLLBACK", "PRAGMA")
+        body = [x for x in trace if not x.lstrip().upper().startswith(control) and not x.startswith(BATCH_ONCE)]
+        script = "BEGIN;\n" + ";\n".join(body) + ";\nCOMMIT;"
+        per = []
+        for k in range(replays):
+            copy = work / f"replay{k}.sqlite"
+            shutil.copy(snap, copy)
+            conn = sqlite3.connect(copy, isolation_level=None)
+            conn.execute("PRAGMA synchronous=OFF")
+            t0 = time.thread_time()
+            conn.executescript(script)
+            per.append((time.thread_time() - t0) / n * 1e3)
+            conn.close()
+        return {
+            "sqlite_statements_per_request": round(len(body) / n, 2),
+            "sqlite_ms": round(statistics.median(per), 4),
+        }
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def _pin(procs, pin: bool) -> None:
@@ -275,13 +339,15 @@ def main(argv=None) -> int:
         if pg:
             pg.stop()
         shutil.rmtree(work, ignore_errors=True)
-    floor = ed25519_floor()
+    floor = {**ed25519_floor(), **sqlite_floor()}
     bases = [r for r in rows if r["arm"] == "baseline"]
     b_cpu = float(np.median([r["server_cpu_ms_per_request"] for r in bases]))
     floor["baseline_server_cpu_ms_per_request"] = b_cpu
     floor["budget_at_1_2x_ms"] = round(0.2 * b_cpu, 4)
     floor["floor_ratio_v3"] = round((b_cpu + floor["v3_per_request_ms"]) / b_cpu, 3)
     floor["floor_ratio_one_sign"] = round((b_cpu + floor["verify_ms"] + floor["sign_ms"]) / b_cpu, 3)
+    # the signatures and the SQLite statements alone: what the audit costs with every line of Python gone
+    floor["floor_ratio_v3_sqlite"] = round((b_cpu + floor["v3_per_request_ms"] + floor["sqlite_ms"]) / b_cpu, 3)
     print(json.dumps({"signature_floor": floor}), flush=True)
     report = {
         "signature_floor": floor,
