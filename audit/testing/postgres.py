@@ -34,8 +34,13 @@ class TempCluster:
     """``TempCluster(directory, port=None).start()`` -> the server's URL (database ``dprag``); ``stop()``;
     ``restart()`` (a fast shutdown that drops every connection, then a start: the fault tests' database restart)."""
 
-    def __init__(self, directory: Path, port: int | None = None):
+    def __init__(
+        self, directory: Path, port: int | None = None, *, listen: tuple[str, ...] = (), trust: tuple[str, ...] = ()
+    ):
+        """``listen``: addresses to listen on besides 127.0.0.1; ``trust``: networks (CIDR) whose connections are
+        trusted besides loopback's (another test host's, ``audit.testing.hosts``)."""
         self.dir = Path(directory)
+        self.listen, self.trust = ("127.0.0.1", *listen), tuple(trust)
         self.port = port or free_port()
         self.data = self.dir / "data"
         self.log = self.dir / "server.log"
@@ -62,6 +67,9 @@ class TempCluster:
             shutil.chown(self.dir, "postgres")
         if not (self.data / "PG_VERSION").exists():
             self._run(initdb, "-D", str(self.data), "-A", "trust", "-U", "postgres", "--no-sync")
+            if self.trust:
+                with open(self.data / "pg_hba.conf", "a") as f:
+                    f.writelines(f"host all all {net} trust\n" for net in self.trust)
         self._ctl("start")
         createdb = pg_bin("createdb") or "createdb"
         r = self._run(createdb, "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", "dprag", check=False)
@@ -71,7 +79,8 @@ class TempCluster:
 
     def _ctl(self, what: str) -> None:
         pg_ctl = pg_bin("pg_ctl")
-        opts = f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.dir} -c max_connections=300 -c fsync=on"
+        listen = ",".join(self.listen)
+        opts = f"-p {self.port} -c listen_addresses={listen} -k {self.dir} -c max_connections=300 -c fsync=on"
         if what == "start":
             self._run(pg_ctl, "-D", str(self.data), "-l", str(self.log), "-o", opts, "-w", "-t", "60", "start")
         else:

@@ -6,7 +6,11 @@ Bounded: every run is M accounts x a fixed number of requests; every wait has a 
 from __future__ import annotations
 
 import json
+import shutil
 import signal
+import subprocess
+import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -60,6 +64,51 @@ def test_two_replicas_sixteen_accounts(tmp_path, engine, request):
         stop_replicas(a, b)
     _check(d, url, res, tmp_path, 64)
     assert len(res.first) == len(accounts) and set(res.first) <= set(res.latencies)
+
+
+def test_a_replica_on_another_host_shares_only_the_database_url(tmp_path):
+    """Replica B runs on another host — a network namespace of its own (``audit.testing.hosts``): its loopback is not
+    A's, and it reaches only the database server, over a veth link at the server's address there. It starts from the
+    database URL alone. Half the accounts ask only A, half only B: all 8 x 4 answered, one gapless ledger, none
+    recorded twice, PASS."""
+    from dprag.audit.testing.hosts import HostUnavailable, TestHost
+    from dprag.audit.testing.postgres import TempCluster, pg_bin
+
+    if pg_bin("initdb") is None:
+        pytest.fail("PostgreSQL is not installed (apt-get install -y postgresql)")
+    try:
+        host = TestHost.create()
+    except HostUnavailable as e:  # needs CAP_NET_ADMIN; the loopback replica tests above cover the rest
+        pytest.skip(f"no network namespace on this machine: {e}")
+    pg_dir = Path(tempfile.mkdtemp(prefix="dprag-pg-"))  # pytest's tmp_path is under a root-only directory
+    cluster = TempCluster(pg_dir, listen=(host.gateway,), trust=(host.network,))
+    procs = []
+    try:
+        cluster.start()
+        d = tmp_path / "toy"
+        svc = make_toy_directory(d, store=cluster.url, accounts=8, n=10)
+        schema_url = svc.store.describe()["url"]
+        svc.close()
+        a, url_a = start_replica(d)
+        procs.append(a)
+        # B cannot see A's loopback: the port A listens on is closed there
+        port_a = url_a.rsplit(":", 1)[1]
+        probe = f"import socket,sys; s=socket.socket(); sys.exit(s.connect_ex(('127.0.0.1', {port_a})) == 0)"
+        assert subprocess.run([sys.executable, "-c", probe], timeout=60).returncode == 1  # here it is open
+        assert host.run([sys.executable, "-c", probe]).returncode == 0
+        b, url_b = host.start_replica(tmp_path / "host-b", schema_url.replace("127.0.0.1", host.gateway))
+        procs.append(b)
+        assert url_b.startswith(f"http://{host.address}:")
+        accounts = ["alice", "bob", "carol", "dave"] + [f"a{i:02d}" for i in range(5, 9)]
+        res = run_accounts(d, accounts, lambda i: [url_b] if i % 2 else [url_a], 4)
+    finally:
+        stop_replicas(*procs)
+        host.remove()
+    try:
+        _check(d, cluster.url, res, tmp_path, 32)
+    finally:
+        cluster.stop()
+        shutil.rmtree(pg_dir, ignore_errors=True)
 
 
 def test_a_runs_tail_splits_into_first_requests_and_the_rest():
