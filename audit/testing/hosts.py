@@ -1,9 +1,9 @@
 """Another host for tests: a Linux network namespace joined to this one by a veth pair (``ip netns``, iproute2).
 
-A process started in it (``TestHost.popen``) has a network stack of its own: its loopback is not this host's, and it
-reaches this host only at ``gateway`` over the link, as a replica on another machine reaches the database server.
-The filesystem is still shared. Creating one needs CAP_NET_ADMIN (root here); ``TestHost.create`` raises
-``HostUnavailable`` where that is refused.
+A process started in it (``TestHost.run``, ``TestHost.start_replica``) has a network stack of its own: its loopback
+is not this host's, and it reaches this host only at ``gateway`` over the link, as a replica on another machine
+reaches the database server. The filesystem is still shared. Creating one needs CAP_NET_ADMIN (root here);
+``TestHost.create`` raises ``HostUnavailable`` where that is refused.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .live import wait_ready
+from .live import launch
 from .postgres import free_port
 
 
@@ -72,10 +72,6 @@ class TestHost:
         """Delete the namespace; its end of the link goes with it, and so the other end."""
         subprocess.run(["ip", "netns", "del", self.name], capture_output=True, timeout=30)
 
-    def popen(self, cmd: list[str], **kw) -> subprocess.Popen:
-        """``cmd`` as a process of this host (``ip netns exec`` execs it: the Popen's pid is the command's)."""
-        return subprocess.Popen(["ip", "netns", "exec", self.name, *cmd], **kw)
-
     def run(self, cmd: list[str], timeout: float = 60.0) -> subprocess.CompletedProcess:
         return subprocess.run(["ip", "netns", "exec", self.name, *cmd], capture_output=True, text=True, timeout=timeout)
 
@@ -85,12 +81,4 @@ class TestHost:
         port = free_port()
         cmd = [sys.executable, "-m", "dprag", "serve", "--dir", str(directory), "--host", self.address]
         cmd += ["--port", str(port), "--generator", generator, "--store", store]
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
-        p = self.popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-        url = f"http://{self.address}:{port}"
-        try:
-            wait_ready(url, timeout)
-        except TimeoutError:
-            p.kill()
-            raise
-        return p, url
+        return launch(["ip", "netns", "exec", self.name, *cmd], port, host=self.address, timeout=timeout)

@@ -81,12 +81,20 @@ def start_replica(
     return launch(cmd, port, env=env, log=log)
 
 
-def launch(cmd: list[str], port: int, *, env: dict[str, str] | None = None, log=None, timeout: float = 300.0):
-    """Start the server ``cmd`` (listening on 127.0.0.1:``port``, answering /v1/info) as a child process with ``env``
+def launch(
+    cmd: list[str],
+    port: int,
+    *,
+    env: dict[str, str] | None = None,
+    log=None,
+    timeout: float = 300.0,
+    host: str = "127.0.0.1",
+):
+    """Start the server ``cmd`` (listening on ``host``:``port``, answering /v1/info) as a child process with ``env``
     added to this process's environment; returns (Popen, url) once it answers, or kills it and raises TimeoutError."""
     child_env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
     p = subprocess.Popen(cmd, stdout=log or subprocess.DEVNULL, stderr=log or subprocess.DEVNULL, env=child_env)
-    url = f"http://127.0.0.1:{port}"
+    url = f"http://{host}:{port}"
     try:
         wait_ready(url, timeout)
     except TimeoutError:

@@ -410,6 +410,44 @@ def test_postgres_pool_replaces_a_connection_the_server_killed(tmp_path, pg_url)
     admin.close()
 
 
+def test_postgres_pool_forgets_its_idle_connections_when_one_fails(tmp_path, pg_url):
+    """pool=3, three idle connections, then the server terminates all three backends (what a restart does). The next
+    operation fails as retryable; the one after it runs — the pool closed the other idle (dead) connections on the
+    first failure instead of lending them, one failed try each, to the next borrowers (a service retries a store
+    failure 5 times: 8 dead connections would exhaust them)."""
+    from dprag.audit.storage import StoreUnavailableError
+
+    store = _pg_store(pg_url, "pool_flush_w", 3, timeout=5.0)
+    log = StoreLog(store)
+    log.append(b"genesis")
+    pids, lock, barrier = set(), threading.Lock(), threading.Barrier(3)
+
+    def hold() -> None:
+        with store.snapshot() as s:
+            barrier.wait(30)  # all three lent at once: three backends
+            with lock:
+                pids.add(int(s.one("SELECT pg_backend_pid()")[0]))
+            barrier.wait(30)
+
+    threads = [threading.Thread(target=hold) for _ in range(3)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert len(pids) == 3
+    admin = _admin(pg_url)
+    for pid in pids:
+        admin.cursor().execute("SELECT pg_terminate_backend(%s)", (pid,))
+    with pytest.raises(StoreUnavailableError):
+        log.append(b"lost")
+    log.append(b"kept")  # on a new backend at once
+    with store.read() as s:
+        assert int(s.one("SELECT pg_backend_pid()")[0]) not in pids
+    assert [log.leaf(i) for i in range(log.size)] == [b"genesis", b"kept"]
+    store.close()
+    admin.close()
+
+
 def test_postgres_pool_exhausted_is_a_retryable_error(tmp_path, pg_url):
     """pool=1, timeout 0.5 s: while one thread holds the only connection in a write transaction, another thread's
     read waits, then fails as retryable (StoreUnavailableError naming the pool), having changed nothing; once the
