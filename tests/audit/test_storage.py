@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing as mp
+import secrets
 import threading
 from pathlib import Path
 
@@ -180,14 +181,15 @@ def test_writers_in_processes_serialise_on_the_tail(tmp_path, store_url):
 
 
 def test_a_second_window_cannot_take_over_a_schema(tmp_path, pg_url):
+    taken = f"taken_w_{secrets.token_hex(4)}"  # fresh even on a reused server ($DPRAG_TEST_PG)
     d1 = tmp_path / "a"
     (d1 / "config").mkdir(parents=True)
-    s1 = create_store(d1, pg_url + "?schema=taken_w", window="a")
+    s1 = create_store(d1, pg_url + f"?schema={taken}", window="a")
     StoreLog(s1).append(b"genesis")
     d2 = tmp_path / "b"
     (d2 / "config").mkdir(parents=True)
     with pytest.raises(InvalidParameterError, match="already holds"):
-        create_store(d2, pg_url + "?schema=taken_w", window="b")
+        create_store(d2, pg_url + f"?schema={taken}", window="b")
     with pytest.raises(InvalidParameterError, match="another database or schema"):
         open_store(d1, pg_url + "?schema=other_w")
     s1.close()
@@ -329,6 +331,7 @@ def test_a_forked_child_writes_on_its_own_connection(tmp_path, store_url):
 def _pg_store(pg_url: str, schema: str, pool: int, timeout: float = 30.0):
     from dprag.audit.storage.postgres import PostgresServiceStore
 
+    schema = f"{schema}_{secrets.token_hex(4)}"  # a fresh schema even on a reused server ($DPRAG_TEST_PG)
     return PostgresServiceStore(f"{pg_url}?schema={schema}&pool={pool}", create=True, timeout=timeout)
 
 
