@@ -28,8 +28,8 @@ def _ip(*args: str) -> None:
 
 
 class TestHost:
-    """``with TestHost.create() as host:`` — a namespace ``host.name`` at ``host.address``, reaching this host at
-    ``host.gateway`` (a /30 of 10.231.0.0/16 chosen from this process id); removed (with its link) at the end."""
+    """``TestHost.create()``: a namespace ``host.name`` at ``host.address``, reaching this host at ``host.gateway`` (a
+    /30 of 10.231.0.0/16 chosen from this process id); ``remove()`` deletes it, and its link with it."""
 
     __test__ = False  # not a pytest test class
 
@@ -44,6 +44,8 @@ class TestHost:
         prefix = base.rsplit(".", 1)[0]
         last = int(base.rsplit(".", 1)[1])
         gateway, address = f"{prefix}.{last + 1}", f"{prefix}.{last + 2}"
+        # one left behind by a killed run of a process with the same id would make "add" fail: gone first
+        subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=30)
         try:
             _ip("netns", "add", name)
         except (HostUnavailable, FileNotFoundError) as e:
@@ -61,12 +63,6 @@ class TestHost:
             host.remove()
             raise
         return host
-
-    def __enter__(self) -> TestHost:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.remove()
 
     def remove(self) -> None:
         """Delete the namespace; its end of the link goes with it, and so the other end."""
