@@ -3,17 +3,18 @@
 ``RemoteService(urls, account=..., key=...)`` stands where a ``ProviderService`` stands for ``AccountClient``:
 ``serve(req)`` and ``ledger.consistency_proof(lo, hi)``, raising the same typed errors (``RequestError`` and
 ``RateLimitError`` with the provider's signed refusal, ``AnswerPendingError``, ``StoreUnavailableError``). A request
-is resent, byte for byte, while the service answers 503 or cannot be reached (a replica killed, the database
-restarting), to the next URL of ``urls`` each time, up to ``attempts`` times: a retry of the same signed request is
-idempotent (spec/protocol.md §5.3), so every request is answered exactly once. What comes back is the service's
-word only: ``AccountClient`` checks it before anything is shown (``send``; ``fetch`` for a stored answer, which
-``answer_unchecked`` merely transports).
+is resent, byte for byte, while the service answers 503, cannot be reached or cuts its response off (a replica
+killed, the database restarting), to the next URL of ``urls`` each time, up to ``attempts`` times: a retry of the
+same signed request is idempotent (spec/protocol.md §5.3), so every request is answered exactly once. What comes
+back is the service's word only: ``AccountClient`` checks it before anything is shown (``send``; ``fetch`` for a
+stored answer, which ``answer_unchecked`` merely transports).
 
 ``fetch_bundle(url, out, auditor_key=...)``: the auditor downloads the bundle cut at a signed checkpoint.
 """
 
 from __future__ import annotations
 
+import http.client
 import json
 import time
 import urllib.error
@@ -87,16 +88,24 @@ class RemoteService:
                     data = r.read()
                     return r.status, (data if raw else json.loads(data))
             except urllib.error.HTTPError as e:
-                data = e.read()
                 try:
-                    parsed = json.loads(data)
-                except ValueError:
-                    parsed = None
-                if e.code != 503:
-                    return e.code, parsed
-                last = _unavailable(parsed, url)
+                    data = e.read()
+                except (http.client.HTTPException, OSError) as cut:  # the body cut off: as below
+                    last = StoreUnavailableError(f"{url}: the response was cut off ({cut!r})")
+                else:
+                    try:
+                        parsed = json.loads(data)
+                    except ValueError:
+                        parsed = None
+                    if e.code != 503:
+                        return e.code, parsed
+                    last = _unavailable(parsed, url)
             except (urllib.error.URLError, ConnectionError, TimeoutError, OSError) as e:
                 last = StoreUnavailableError(f"{url}: unreachable ({e})")
+            except http.client.HTTPException as e:
+                # a response cut off by a replica that died while sending it (IncompleteRead, a bad status line):
+                # whether or not the request was served, resending the same signed bytes is idempotent
+                last = StoreUnavailableError(f"{url}: the response was cut off ({e!r})")
             if attempt < self.attempts - 1:
                 self.retries += 1
                 self._next += 1  # the next replica, if there are several
