@@ -84,15 +84,12 @@ class RemoteService:
                 headers["Authorization"] = auth_header(key_id, sign, method, path, body)
             req = urllib.request.Request(url + path, data=body or None, method=method, headers=headers)
             try:
-                with urllib.request.urlopen(req, timeout=self.timeout) as r:
-                    data = r.read()
-                    return r.status, (data if raw else json.loads(data))
-            except urllib.error.HTTPError as e:
                 try:
-                    data = e.read()
-                except (http.client.HTTPException, OSError) as cut:  # the body cut off: as below
-                    last = StoreUnavailableError(f"{url}: the response was cut off ({cut!r})")
-                else:
+                    with urllib.request.urlopen(req, timeout=self.timeout) as r:
+                        data = r.read()
+                        return r.status, (data if raw else json.loads(data))
+                except urllib.error.HTTPError as e:
+                    data = e.read()  # a body cut off here is handled as below
                     try:
                         parsed = json.loads(data)
                     except ValueError:
