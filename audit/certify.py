@@ -1,12 +1,16 @@
 """What a policy certifies: the ε and δ of each channel's verdict, from the committed parameters (spec/protocol.md §8).
 
-``certified_epsilons(policy)`` is the one place the verifier, the provider and the experiments read a
-policy's guarantee from; ``Policy`` itself only holds and validates the committed fields.
+``certified_epsilons(policy, earlier)`` is the one place the verifier, the provider and the experiments read a
+policy's guarantee from; ``Policy`` itself only holds and validates the committed fields. For a history of several
+windows (spec/protocol.md §3.1) every certified quantity is taken over all the windows' policies, never the last
+one's alone: the largest k_max, n and per-document charge count any window allows.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from collections.abc import Sequence
 from typing import Any
 
 from dprag.accounting import gdp
@@ -17,28 +21,68 @@ from .charges import ChargeRule
 from .policy import Policy
 
 
-def certified_epsilons(policy: Policy) -> dict[str, Any]:
+def max_charges_per_doc(policies: Sequence[Policy]) -> int:
+    """The most RAG charges the per-document filter admits to one document over windows with these policies:
+    ``max(limit // rag_units)``, a function of the public policies only. Each charge costs at least the smallest
+    ``rag_units`` of any window and the spend carries over under one limit, so no document can take more; the
+    charges a document actually took depend on the corpus and are never used (the verdict is published)."""
+    best = 0
+    for p in policies:
+        rule = ChargeRule.of(p)
+        best = max(best, rule.limit // rule.rag_units)
+    return best
+
+
+def _over_history(policy: Policy, earlier: Sequence[Policy]) -> Policy:
+    """``policy`` with the retrieval channel's history-wide parameters: the largest k_max and n of any window (the
+    coalition may not grow and n may not fall along a history, so these are the first k_max and the last n on a
+    history that keeps its rules; taken as maxima, the certificate holds even on one that does not)."""
+    if not earlier:
+        return policy
+    k_max = max(p.coalition.k_max for p in (policy, *earlier))
+    n = max(p.retrieval.n for p in (policy, *earlier))
+    if k_max == policy.coalition.k_max and n == policy.retrieval.n:
+        return policy
+    return dataclasses.replace(
+        policy,
+        coalition=dataclasses.replace(policy.coalition, k_max=k_max),
+        retrieval=dataclasses.replace(policy.retrieval, n=n),
+    )
+
+
+def certified_epsilons(policy: Policy, earlier: Sequence[Policy] = ()) -> dict[str, Any]:
     """Per-channel and composed (ε, δ), each a certified upper bound from the committed parameters.
+
+    ``earlier``: the policies of the history's earlier windows (oldest first; the last window's is ``policy``).
+    Every certified quantity is taken over all windows (spec/protocol.md §3.1): the retrieval channel's k_max and
+    n, the generation channel's filter limit and the most charges per document (``max_charges_per_doc``), hence
+    its δ. A history keeps the filter limit L and the per-charge δ constant; ε_q and M may change with M·ε_q = L.
 
     Generation: what the per-document filter certifies from its integer units (the budget the service
     enforces, ``FilterBudget.for_queries(M, query_cost, mode="pure")``), rounded up — not 2·M·fsum(ε_q) in
     floats (spec/accounting/filters.md §5); the composed ε is the exact sum rounded up."""
+    windows = (*earlier, policy)
+    policy = _over_history(policy, earlier)
     r, c, g = policy.retrieval, policy.coalition, policy.generation
     m = c.k_max * r.n
     dg = gdp.discrete_gaussian_epsilon(r.sigma, r.sensitivity, m, c.delta_policy, sampler_tv=r.sampler.tv)
-    budget = FilterBudget.for_queries(g.max_queries_per_doc, policy.query_cost(), mode="pure")
-    eps_q = nats_up(budget.units[0] // g.max_queries_per_doc)  # one query's charge, in units
+    # the filter's budget: the largest limit of any window (a history keeps it constant; its ε, in units)
+    budgets = [FilterBudget.for_queries(p.generation.max_queries_per_doc, p.query_cost(), mode="pure") for p in windows]
+    budget = max(budgets, key=lambda b: int(b.units[0]))
+    # one query's charge: the largest of any window, in units (ε_q may change along a history with M·ε_q = L)
+    per_query = (int(b.units[0]) // p.generation.max_queries_per_doc for b, p in zip(budgets, windows, strict=True))
+    eps_q = nats_up(max(per_query))
     eps_gen_ar = budget.certified_epsilon()
     eps_gen = budget.certified_epsilon(replace_one=True)
     delta_gen_ar = delta_gen = 0.0
     uses = None
-    per_use = policy.per_charge_delta()
+    deltas = [d for d in (p.per_charge_delta() for p in windows) if d is not None]
+    per_use = max(deltas) if deltas else None
     if per_use is not None:
         # each RAG charge of a document adds the mechanism's δ (dp-ksa: the PTR failure probability;
         # answer-vote seen: the seen selection's δ) to its δ (basic composition inside the pure filter,
-        # spec/provider.md §3.3); the filter admits at most limit // rag_units such charges
-        rule = ChargeRule.of(policy)
-        uses = rule.limit // rule.rag_units
+        # spec/provider.md §3.3); the filter admits at most max(limit // rag_units) such charges over the windows
+        uses = max_charges_per_doc(windows)
         up = lambda x: math.nextafter(x, math.inf)  # noqa: E731
         delta_gen_ar = up(uses * per_use)
         # replace-one = remove then add: (ε, δ) then (ε, δ) gives (2ε, δ + e^ε·δ)
@@ -64,7 +108,7 @@ def certified_epsilons(policy: Policy) -> dict[str, Any]:
             "epsilon_add_remove": eps_gen_ar,
             "delta": delta_gen,
             "per_query_epsilon": eps_q,
-            "max_queries_per_doc": g.max_queries_per_doc,
+            "max_queries_per_doc": max(p.generation.max_queries_per_doc for p in windows),
             "mechanism": g.mechanism,
             **({} if g.mechanism != "answer-vote" else {"selection": g.vote_selection}),
             "covers": "answers released to every account of every tenant; the per-document filter is global "

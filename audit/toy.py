@@ -215,6 +215,7 @@ def toy_policy(
     vote_delta: float | None = None,
     abstain_empty: bool = False,
     normalizer: str = "basic",
+    vote_epsilon: float = 4.0,
 ) -> Policy:
     sens = ((1 << 20) >> 10) + 1
     if algorithm == "murag":
@@ -259,7 +260,7 @@ def toy_policy(
         gen = dataclasses.replace(
             gen,
             mechanism="answer-vote",
-            vote_epsilon=4.0,
+            vote_epsilon=vote_epsilon,
             vote_threshold=2.0,
             key_words=2,
             normalizer=normalizer,

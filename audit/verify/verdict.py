@@ -229,7 +229,7 @@ def start_certify(run: Run) -> Callable | None:
     CPU cost); None where ``conclude`` computes it in line."""
     if run.policy is None or run.n < pool.FORK_MIN_ITEMS:
         return None
-    return pool.background(certified_epsilons, run.policy)
+    return pool.background(certified_epsilons, run.policy, _earlier_policies(run))
 
 
 def _public_attestation(text):
@@ -281,9 +281,8 @@ def conclude(
     eps = delta = k_max = None
     if run.policy is not None:
         t0 = time.perf_counter()
-        policy = _history_policy(run)
-        cert = certify() if certify is not None and policy is run.policy else None
-        cert = cert[0] if cert is not None else certified_epsilons(policy)
+        cert = certify() if certify is not None else None
+        cert = cert[0] if cert is not None else certified_epsilons(run.policy, _earlier_policies(run))
         run.timings["certify"] = time.perf_counter() - t0
         channels = {"relation": cert["relation"], "retrieval": cert["retrieval"], "generation": cert["generation"]}
         why = run.policy.epsilon_acc_violation(cert["retrieval"]["epsilon_acc_certified"])
@@ -406,15 +405,10 @@ def _history(run: Run) -> dict | None:
     return out
 
 
-def _history_policy(run: Run):
-    """The policy the history's ε is certified from (§3.1): the last window's, with the largest k_max of the history
-    (k_max may not rise, so the first window's). n is the last window's: a per-account cap over the history."""
+def _earlier_policies(run: Run) -> tuple:
+    """The policies of the history's windows before ``run``'s (the last), oldest first: the certified ε and δ are
+    taken over every window's policy, never the last one's alone (§3.1, ``audit.certify.certified_epsilons``)."""
     h = run.history
-    if h is None or h.single or not h.summaries or h.summaries[0]["policy"] is None:
-        return run.policy
-    k_max = max(s["policy"].coalition.k_max for s in h.summaries if s["policy"] is not None)
-    if k_max == run.policy.coalition.k_max:
-        return run.policy
-    import dataclasses
-
-    return dataclasses.replace(run.policy, coalition=dataclasses.replace(run.policy.coalition, k_max=k_max))
+    if h is None or h.single:
+        return ()
+    return tuple(s["policy"] for s in h.summaries[: len(h.bundles) - 1] if s["policy"] is not None)

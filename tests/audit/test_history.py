@@ -335,3 +335,67 @@ def test_rule_a_successor_keeps_the_committed_rows_and_embeds_only_what_joined(t
     for s in (w1, w2):
         s.close()
     assert verify(bundle).verdict == "PASS"
+
+
+def _vote_policy(window: str, eps_q: float, m: int):
+    """Answer-level voting, seen selection, δ_q = 1e-6; filter limit L = m·eps_q = 1 nat in every window."""
+    return fx.toy_policy(window=window, **_vote_kw(eps_q, m))
+
+
+def test_the_generation_delta_is_certified_over_every_windows_policy_not_the_last(tmp_path):
+    """v3 finding: a history keeps the filter limit L and the per-charge δ_q; ε_q and M may change with M·ε_q = L. The
+    verdict took max_charges_per_doc = L // ε_q of the LAST window: (ε_q, M) = (1/16, 16) -> (1/2, 2) -> (1, 1) printed
+    a generation δ of 1·δ_q·(1 + e) = 3.7e-6 although a document can take 16 charges in w1. The certificate must come
+    from the largest L // ε_q any window allows (a function of the public policies, never of actual charges).
+
+    References, independent of the verifier, in mpmath at 50 digits:
+    - the certificate: 16·δ_q (add/remove) and 16·δ_q·(1 + e^L) (replace-one: remove then add), L = 1 nat;
+    - a lower bound on the true δ it must cover: on the corpus where the only charged record is absent every voter
+      abstains; with it, each of its 16 answers is released with probability at least p = 1 / (1 + e^{2^-30}/δ_q)
+      (the seen selection's release of a lone key), so δ(ε) >= 1 - (1 - p)^16 at every ε."""
+    import mpmath as mp
+
+    w1 = fx.open_service(tmp_path / "w1", **_vote_kw(1 / 16, 16))
+    clients = {a: fx.client(w1, a) for a in fx.ACCOUNTS}
+    for i in range(2):
+        _ask_round(w1, clients, i)
+    w2 = w1.next_window(
+        tmp_path / "w2",
+        policy=_vote_policy("w2", 0.5, 2),
+        add_documents=NEW_DOC,
+        add_accounts={"dave": ("clinic", fx.account_key("dave").vkey)},
+    )
+    _move(clients, w2)
+    clients["dave"] = fx.client(w2, "dave")
+    _ask_round(w2, clients, 2)
+    clients["dave"].ask(w2, "asthma protocol inhaler patient dave")
+    w3 = w2.next_window(tmp_path / "w3", policy=_vote_policy("w3", 1.0, 1), signer=NoteSigner.generate("dprag-w3"))
+    _move(clients, w3)
+    _ask_round(w3, clients, 3)
+    bundle = w3.export_bundle(tmp_path / "bundle")
+    receipts = _receipts(tmp_path / "receipts.jsonl", list(clients.values()))
+    for s in (w1, w2, w3):
+        s.close()
+    v = verify(bundle, receipts=receipts)
+    assert v.verdict == "PASS", v.reasons
+    gen = v.channels["generation"]
+    mp.mp.dps = 50
+    dq, limit = mp.mpf("1e-6"), mp.mpf(1)
+    ref_ar = 16 * dq
+    ref = ref_ar + mp.e**limit * ref_ar
+    p = 1 / (1 + mp.exp(mp.mpf(2) ** -30) / dq)
+    lower = 1 - (1 - p) ** 16
+    assert gen["max_charges_per_doc"] == 16
+    assert gen["delta_add_remove"] >= ref_ar and gen["delta_add_remove"] <= ref_ar * (1 + mp.mpf("1e-12"))
+    assert gen["delta_add_remove"] >= lower
+    assert gen["delta"] >= ref and gen["delta"] <= ref * (1 + mp.mpf("1e-12"))
+    assert f"{gen['delta']:.3g}" == "5.95e-05"  # the issue's figure: 16·δ_q·(1 + e^1) = 5.9493e-5
+    # the composed δ adds the retrieval channel's δ_policy to the generation δ, both rounded up
+    assert v.delta >= v.channels["retrieval"]["delta"] + gen["delta"]
+    assert gen["epsilon_add_remove"] == pytest.approx(1.0, abs=1e-9)  # the limit L: unchanged along the history
+
+
+def _vote_kw(eps_q: float, m: int) -> dict:
+    return dict(
+        n=18, mechanism="answer-vote", vote_selection="seen", vote_delta=1e-6, max_queries_per_doc=m, vote_epsilon=eps_q
+    )
