@@ -62,7 +62,13 @@ class DecodingSession(Protocol):
 
 @runtime_checkable
 class Generator(Protocol):
-    """A language model seen as batched next-token distributions."""
+    """A language model seen as batched next-token distributions.
+
+    An adapter may declare ``failure_free_sessions = True`` (a class attribute, not part of the protocol's required
+    members): ``start``, ``DecodingSession.logits`` and ``DecodingSession.advance`` never raise for a batch of at
+    most the mechanism's m prompts within the public prompt bounds checked before the charge, whatever the
+    documents. A service serves 000 Alg. 5, which has no per-voter containment, only with such a generator
+    (spec/provider.md §3.5)."""
 
     @property
     def eos_token_id(self) -> int: ...

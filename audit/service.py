@@ -700,7 +700,7 @@ class ProviderService:
         try:
             ans = self._generate(question, top, ten["retriever"], h_req)
         except Exception as e:  # noqa: BLE001 - any failure after the charge: nothing released, one outcome for all
-            raise AnswerPendingError(pos, type(e).__name__) from None
+            raise AnswerPendingError(pos, cause=type(e).__name__) from None
         item = (record, ans.text, acct, counter, fresh.get("bytes"))  # with the answers finished meanwhile
         kept, served, mine = self._grouped(self._answers, self._store_answers, item)
         if kept is mine:  # ours was stored: the served answer is what those bytes encode

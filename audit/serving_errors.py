@@ -31,11 +31,15 @@ class RequestError(InvalidParameterError):
 class AnswerPendingError(DpragError):
     """The request was charged and recorded (ledger position ``pos``) but its answer could not be generated now
     (the generator failed after the charge). Nothing was released: retry the same signed request
-    (``AccountClient.retry``), which finishes it from the recorded selection. The message names no document."""
+    (``AccountClient.retry``), which finishes it from the recorded selection. The message is the same for every
+    cause: it names no document and no exception, since whether and how the generator failed after the charge may
+    depend on the documents. ``cause`` (the exception's type name) is for the provider's own log only: it is never
+    in the message, an HTTP body or anything an account reads."""
 
-    def __init__(self, pos: int, cause: str):
+    def __init__(self, pos: int, *, cause: str | None = None):
         self.pos = int(pos)
-        super().__init__(f"the answer of ledger position {pos} is pending ({cause}); retry the same request")
+        self.cause = cause
+        super().__init__(f"the answer of ledger position {self.pos} is pending; retry the same request")
 
 
 class ServiceStateError(DpragError):

@@ -91,8 +91,25 @@ def serving_generator(policy: Policy, generator):
                 f"returns text needs mechanism 'dp-ksa'",
                 type(generator).__name__,
             )
+        if not declares_failure_free_sessions(generator):
+            raise InvalidParameterError(
+                "generator",
+                "mechanism 'pure-dp-rag' (000 Alg. 5) has no per-voter containment: a generator failure after the "
+                "charge that depends on one voter's documents would fail the whole answer on one corpus and not on "
+                "its neighbour (a channel no ε covers), so it is served only by a generator that declares "
+                "failure_free_sessions = True (spec/provider.md §3.5); serve 'answer-vote' or 'dp-ksa' instead",
+                type(generator).__name__,
+            )
         return generator
     return as_text_generator(generator)
+
+
+def declares_failure_free_sessions(generator) -> bool:
+    """Whether ``generator`` declares ``failure_free_sessions = True`` (``accounting.protocols.Generator``): its
+    ``start``, ``logits`` and ``advance`` never raise for a batch of at most the mechanism's m prompts within the
+    public prompt bounds the service checks before the charge, whatever the documents. Only ``True`` itself counts
+    (not a truthy value), so a generator that merely has an attribute of that name does not qualify."""
+    return getattr(generator, "failure_free_sessions", False) is True
 
 
 def prompt_template_of(generator) -> str:

@@ -101,9 +101,12 @@ class _ToySession:
 
 
 class ToyGenerator:
-    """Vocabulary grows as words are seen; token 0 is <eos>."""
+    """Vocabulary grows as words are seen; token 0 is <eos>, the last id (``vocab_size - 1``) is <unk>: a word seen
+    once the vocabulary is full maps to it. Sessions never raise, whatever the documents: the generator declares
+    ``failure_free_sessions`` (spec/provider.md §3.5; tests/audit/test_failure_free_sessions.py drives it)."""
 
     eos_token_id = 0
+    failure_free_sessions = True
 
     def __init__(self, default: str = "unknown", vocab_size: int = 512, confidence: float = 10.0):
         self.vocab = ["<eos>"]
@@ -113,10 +116,14 @@ class ToyGenerator:
         self.confidence = confidence
         self.calls = 0
 
+    @property
+    def unk_token_id(self) -> int:
+        return self.vocab_size - 1
+
     def _tok(self, word: str) -> int:
         if word not in self.index:
-            if len(self.vocab) >= self.vocab_size:
-                raise InvalidParameterError("vocab_size", "toy vocabulary is full")
+            if len(self.vocab) >= self.unk_token_id:
+                return self.unk_token_id  # full: never an error that would depend on the documents' words
             self.index[word] = len(self.vocab)
             self.vocab.append(word)
         return self.index[word]
@@ -144,7 +151,10 @@ class ToyGenerator:
         return [self.generate(p, max_new_tokens) for p in prompts]
 
     def decode(self, token_ids: Sequence[int]) -> str:
-        return " ".join(self.vocab[t] if t < len(self.vocab) else f"<tok{t}>" for t in token_ids if t != 0)
+        unk = self.unk_token_id
+        return " ".join(
+            self.vocab[t] if t < len(self.vocab) else "<unk>" if t == unk else f"<tok{t}>" for t in token_ids if t != 0
+        )
 
     def generate(self, prompt: Prompt, max_new_tokens: int) -> str:
         return self.decode(self.plan(prompt)[:max_new_tokens])

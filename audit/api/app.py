@@ -164,6 +164,7 @@ def create_app(svc, *, auditor_key: str | None = None, threads: int | None = Non
         except (RequestError, RateLimitError) as e:
             return _refusal(e)
         except AnswerPendingError as e:
+            log.warning("answer of ledger position %d pending (operator log only): %s", e.pos, e.cause)
             return _error(503, "answer_pending", str(e), None, headers={"Retry-After": "1"}, pos=e.pos)
         except StoreUnavailableError as e:
             return _error(503, "store_unavailable", str(e)[:300], None, headers={"Retry-After": "1"})

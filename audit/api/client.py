@@ -168,7 +168,7 @@ class RemoteService:
 def _unavailable(parsed, url: str) -> Exception:
     err = (parsed or {}).get("error") or {}
     if err.get("type") == "answer_pending":
-        return AnswerPendingError(int(err.get("pos", 0)), "remote")
+        return AnswerPendingError(int(err.get("pos", 0)))
     return StoreUnavailableError(f"{url}: {err.get('type', 'unavailable')}: {err.get('rule', '')}")
 
 

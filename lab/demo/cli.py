@@ -40,7 +40,8 @@ from dprag.lab.demo.run import run_demo
     "empty-context voters abstain), answer-level voting with the universal "
     "selection (pure ε, composed δ 1e-5), "
     "000 Alg. 5 at ε_token = 1.6, c = 3, or the same with public completion and "
-    "the Non-RAG base measure (-ext)",
+    "the Non-RAG base measure (-ext; both --model toy only: 000 Alg. 5 is served only by a generator that declares "
+    "failure-free sessions)",
 )
 @click.option(
     "--zk/--no-zk",
@@ -51,6 +52,13 @@ from dprag.lab.demo.run import run_demo
 @click.option("--no-progress", is_flag=True, help="no progress bars")
 def demo(out: Path, quick: bool, model: str, mechanism: str, zk: bool, no_progress: bool) -> int:
     """Run the audited multi-tenant DP-RAG service end to end and verify it (exit 0 iff PASS)."""
+    if mechanism.startswith("pure-dp-rag") and model != "toy":
+        # refused before any model loads: the service would refuse it at create (spec/provider.md §3.5)
+        raise click.UsageError(
+            f"--mechanism {mechanism}: 000 Alg. 5 has no per-voter containment and is served only by a generator that "
+            f"declares failure-free sessions; the {model} model's generator does not (spec/provider.md §3.5): use "
+            "answer-vote-seen or answer-vote, or --model toy"
+        )
     cfg = quick_config(model) if quick else default_config(model)
     cfg = replace(cfg, privacy=replace(cfg.privacy, mechanism=mechanism))
     if not zk:
