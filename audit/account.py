@@ -29,7 +29,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption,
 
 from dprag.accounting.errors import DpragError, InvalidParameterError
 
-from .encoding import EncodingError, decode, encode, hexbytes
+from .encoding import EncodingError, decode, encode, hexbytes, loads_bounded
 
 REQUEST_DOMAIN = b"dprag/request/v2\n"
 QUESTION_DOMAIN = b"dprag/v2/question\x00"
@@ -206,18 +206,20 @@ class AccountClient:
             self.dir.mkdir(parents=True, exist_ok=True)
             rpath = self.dir / "receipts.jsonl"
             if rpath.exists():
-                for line in rpath.read_bytes().splitlines():
+                for i, line in enumerate(rpath.read_bytes().splitlines(), 1):
                     if line.strip():
-                        self.receipts.append(json.loads(line))
+                        self.receipts.append(loads_bounded(line, what=f"{rpath} line {i}"))
             cpath = self.dir / "counter"
             if cpath.exists():
                 self.counter = int(cpath.read_text())
             for p in sorted((self.dir / "sent").glob("*.json")) if (self.dir / "sent").is_dir() else []:
-                req = Request.from_json(json.loads(p.read_bytes()))
+                req = Request.from_json(loads_bounded(p.read_bytes(), what=str(p)))
                 self._sent[int(req.signed["counter"])] = req
             for name in ("incidents.jsonl", "forks.jsonl", "refusals.jsonl"):
                 if (self.dir / name).is_file():
-                    self.kept[name] = [json.loads(x) for x in (self.dir / name).read_bytes().splitlines() if x.strip()]
+                    lines = (self.dir / name).read_bytes().splitlines()
+                    what = str(self.dir / name)
+                    self.kept[name] = [loads_bounded(x, what=what) for x in lines if x.strip()]
             for e in self.receipts:
                 r = e["receipt"]
                 if self._head is None or r["size"] > self._head[0]:

@@ -10,13 +10,13 @@ the auditor's own inputs (a bundle path that is not a directory, an unsupported 
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from dprag.accounting.errors import DpragError
 
 from .bundlefs import BundleDir, BundleFileError, ReadBudgetError, show
+from .encoding import loads_bounded
 
 MAX_LEAF_BYTES = 1 << 24
 CAPS = {  # bytes; generous for a 10^6-query window, bounded for any input
@@ -86,7 +86,7 @@ class Bundle:
     @property
     def version(self) -> object:
         try:
-            g = json.loads(self.leaves[0]) if self.leaves else None
+            g = loads_bounded(self.leaves[0], what="genesis") if self.leaves else None
         except (ValueError, RecursionError):
             return None
         return g.get("version") if isinstance(g, dict) else None
@@ -199,7 +199,7 @@ def _named_tenants(b: Bundle) -> dict[str, int]:
     from .encoding import is_identifier
 
     try:
-        g = json.loads(b.leaves[0]) if b.leaves else None
+        g = loads_bounded(b.leaves[0], what="genesis") if b.leaves else None
         tenants = g.get("tenants") if isinstance(g, dict) else None
         out = {}
         for t in tenants if isinstance(tenants, list) else []:
@@ -216,7 +216,7 @@ def _named_tenants(b: Bundle) -> dict[str, int]:
 def _dimension(embedder_bytes: bytes | None) -> int | None:
     """The committed embedding dimension (auditor/embedder.json), if readable: it sizes each index file."""
     try:
-        dim = json.loads(embedder_bytes).get("dimension") if embedder_bytes else None
+        dim = loads_bounded(embedder_bytes, what="embedder").get("dimension") if embedder_bytes else None
     except (ValueError, RecursionError, AttributeError):
         return None
     return dim if isinstance(dim, int) and not isinstance(dim, bool) and 0 < dim <= (1 << 16) else None

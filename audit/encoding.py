@@ -256,24 +256,59 @@ def encode(value: Any) -> bytes:
 # decoding
 # ---------------------------------------------------------------------------------------------------------
 
-_STRING_TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
+# A string literal, or an unterminated one up to the end of the text. Possessive, and never failing once it has
+# started at a quote, so the scan is linear: a backtracking ``"(?:[^"\\]|\\.)*"`` retried from every quote of an
+# unterminated ``"\"\"\"...`` took quadratic time (minutes for 256 KB).
+_STRING_TOKEN = re.compile(rb'"[^"\\]*+(?:\\.[^"\\]*+)*+"?', re.DOTALL)
 _BRACKETS = re.compile(rb"[\[\]{}]")
 
 
-def _depth(data: bytes) -> int:
-    """Maximum nesting depth of the brackets outside string literals (an upper bound if the text is
-    malformed -- such text is refused by the parser anyway)."""
+def _depth(data: bytes, limit: int = MAX_DEPTH) -> int:
+    """Maximum nesting depth of the brackets outside string literals (stops counting once it exceeds ``limit``).
+    On malformed text, at least the depth the parser reaches before it refuses the text: brackets after an
+    unterminated string are inside that string for the parser too."""
     depth = best = 0
     for m in _BRACKETS.finditer(_STRING_TOKEN.sub(b"", data)):
         if m.group() in (b"[", b"{"):
             depth += 1
             if depth > best:
                 best = depth
-                if best > MAX_DEPTH:
+                if best > limit:
                     return best
         else:
             depth -= 1
     return best
+
+
+def _too_deep(data: bytes, limit: int = MAX_DEPTH) -> bool:
+    """Whether the JSON text ``data`` nests deeper than ``limit`` (a cheap bracket count first)."""
+    return data.count(b"[") + data.count(b"{") > limit and _depth(data, limit) > limit
+
+
+def loads_bounded(data: bytes | bytearray | str, *, what: str, max_depth: int = MAX_DEPTH) -> Any:
+    """``json.loads`` for bytes from outside the process (HTTP bodies and responses, files an account, an auditor or
+    an operator hands over): nesting deeper than ``max_depth`` is refused before the parser sees it, and every defect
+    (invalid UTF-8, not JSON, too deep) is an :class:`EncodingError` naming ``what`` -- never a RecursionError.
+    Otherwise as lenient as ``json.loads``: floats, duplicate keys and any formatting are accepted (a leading UTF-8
+    BOM of bytes is skipped, as ``json.loads`` does)."""
+    if isinstance(data, str):
+        text, raw = data, data.encode("utf-8", "surrogatepass")
+    elif isinstance(data, (bytes, bytearray, memoryview)):
+        raw = bytes(data)
+        try:
+            text = raw.decode("utf-8-sig")
+        except UnicodeDecodeError as e:
+            raise EncodingError(f"{what}: invalid UTF-8 at byte {e.start} ({e.reason})") from None
+    else:
+        raise EncodingError(f"{what}: expected bytes or str, got {type(data).__name__}")
+    if _too_deep(raw, max_depth):
+        raise EncodingError(f"{what}: nesting deeper than {max_depth} levels")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise EncodingError(f"{what}: not valid JSON ({e.msg}, character {e.pos})") from None
+    except (RecursionError, ValueError) as e:  # defence in depth; the check above comes first
+        raise EncodingError(f"{what}: not valid JSON ({type(e).__name__})") from None
 
 
 class _Refused(Exception):
@@ -342,7 +377,7 @@ def _parse(data: bytes, what: str) -> tuple[Any, str]:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise EncodingError(f"{what}: invalid UTF-8 at byte {e.start} ({e.reason})") from None
-    if data.count(b"[") + data.count(b"{") > MAX_DEPTH and _depth(data) > MAX_DEPTH:
+    if _too_deep(data):
         raise EncodingError(f"{what}: nesting deeper than {MAX_DEPTH} levels")
     try:
         value, end = _decoder.raw_decode(text)

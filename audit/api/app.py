@@ -12,7 +12,6 @@ same signed request; ``Retry-After``). A 500 is a defect of ours: its body names
 
 from __future__ import annotations
 
-import json
 import logging
 import shutil
 import tempfile
@@ -29,7 +28,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from dprag.accounting.errors import DpragError, InvalidParameterError
 
 from ..account import Request
-from ..encoding import EncodingError
+from ..encoding import EncodingError, loads_bounded
 from ..serving_errors import AnswerPendingError, RateLimitError, RequestError, ServiceStateError
 from ..storage import StoreUnavailableError
 from . import schemas
@@ -143,7 +142,7 @@ def create_app(svc, *, auditor_key: str | None = None, threads: int | None = Non
         if isinstance(body, JSONResponse):
             return body
         try:
-            req = Request.from_json(json.loads(body))
+            req = Request.from_json(loads_bounded(body, what="body"))
             if not isinstance(req.question, str):
                 raise EncodingError("question: must be a string")
         except (ValueError, EncodingError, DpragError, UnicodeDecodeError) as e:
@@ -187,7 +186,7 @@ def create_app(svc, *, auditor_key: str | None = None, threads: int | None = Non
         if who == AUDITOR:
             return _error(404, "not_found", "no stored answer for this account and counter", "counter")
         raw = await run_in_threadpool(svc.aud.served, who, counter)
-        stored = json.loads(raw) if raw else None
+        stored = loads_bounded(raw, what="stored answer") if raw else None
         if not stored or not stored.get("served"):
             return _error(404, "not_found", "no stored answer for this account and counter", "counter")
         return JSONResponse(stored["served"])

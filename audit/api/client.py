@@ -24,6 +24,7 @@ from urllib.parse import urlencode
 
 from dprag.accounting.errors import DpragError, InvalidParameterError
 
+from ..encoding import EncodingError, loads_bounded
 from ..ledger.proof import ConsistencyProof
 from ..serving_errors import AnswerPendingError, RateLimitError, RequestError
 from ..storage import StoreUnavailableError
@@ -86,13 +87,18 @@ class RemoteService:
             try:
                 try:
                     with urllib.request.urlopen(req, timeout=self.timeout) as r:
-                        data = r.read()
-                        return r.status, (data if raw else json.loads(data))
+                        data, status = r.read(), r.status
+                    if raw:
+                        return status, data
+                    try:
+                        return status, loads_bounded(data, what="response")
+                    except EncodingError as e:  # not JSON, or nested too deep: the service's defect, not resent
+                        raise _malformed(status, f"a {status} response that is not JSON ({e})"[:300], url) from None
                 except urllib.error.HTTPError as e:
                     data = e.read()  # a body cut off here is handled as below
                     try:
-                        parsed = json.loads(data)
-                    except ValueError:
+                        parsed = loads_bounded(data, what="response")
+                    except EncodingError:
                         parsed = None
                     if e.code != 503:
                         return e.code, parsed
@@ -175,9 +181,13 @@ def _unavailable(parsed, url: str) -> Exception:
 def _served(body, url: str) -> _Served:
     """A 200 body of the wire form ``{answer, citations, receipt, pos}`` (its content is checked by the account)."""
     if not isinstance(body, dict) or set(body) != set(_Served.__slots__) - {"consistency"}:
-        rule = "a 200 response that is not {answer, citations, receipt, pos}"
-        raise RemoteError(200, {"error": {"type": "malformed", "field": "response", "rule": rule}}, url)
+        raise _malformed(200, "a 200 response that is not {answer, citations, receipt, pos}", url)
     return _Served(**body)
+
+
+def _malformed(status: int, rule: str, url: str) -> RemoteError:
+    """A response the client cannot take (its body is not JSON, or not of the expected form): not resent."""
+    return RemoteError(status, {"error": {"type": "malformed", "field": "response", "rule": rule}}, url)
 
 
 class _Served:
@@ -202,8 +212,8 @@ def fetch_bundle(url: str, out: Path, *, auditor_key=None, max_bytes: int = 8 <<
     status, data = remote._call("GET", f"/v1/bundle?part={part}", auth_as=auth, raw=True)
     if status != 200:
         try:
-            body = json.loads(data)
-        except (ValueError, TypeError):
+            body = loads_bounded(data, what="response")
+        except EncodingError:
             body = None
         raise RemoteError(status, body, url)
     return untar_bundle(data, Path(out), max_bytes)

@@ -23,6 +23,7 @@ from pathlib import Path
 from dprag.accounting.errors import InvalidParameterError
 
 from ..account import AccountKey
+from ..encoding import loads_bounded
 from ..policy import Policy
 from ..toy import CLINIC, LEGAL, HashEmbedder, ToyGenerator
 from ..toy import toy_policy as _window_policy
@@ -72,7 +73,7 @@ def toy_generator() -> ToyGenerator:
     if not raw:
         return ToyGenerator()
     try:
-        cfg = json.loads(raw)
+        cfg = loads_bounded(raw, what=HOLD_ENV)
         gen = HoldingToyGenerator(cfg["match"], cfg["seconds"], cfg["dir"])
     except (ValueError, KeyError, TypeError, re.error) as e:
         raise InvalidParameterError(HOLD_ENV, 'must be JSON {"match": REGEX, "seconds": S, "dir": DIR}', raw) from e

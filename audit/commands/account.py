@@ -18,12 +18,12 @@ import click
 from dprag.accounting.errors import DpragError
 
 from ..account import AccountClient, AccountKey, ReceiptError, Request
-from ..encoding import encode
+from ..encoding import encode, loads_bounded
 
 
 def _client(d: Path) -> AccountClient:
     try:
-        cfg = json.loads((d / "config.json").read_text())
+        cfg = loads_bounded((d / "config.json").read_bytes(), what="config.json")
         key = AccountKey.from_hex((d / "account.key").read_text())
     except (OSError, ValueError, DpragError) as e:
         raise click.UsageError(f"ACCOUNT_DIR {d}: not an account directory ({e})") from None
@@ -144,9 +144,10 @@ def check_receipt_cmd(account_dir: Path, response: Path) -> int:
     keep the receipt. Exit 0 accepted, 1 rejected (the reason on stdout; kept in incidents.jsonl), 2 unusable input."""
     c = _client(account_dir)
     try:
-        resp = json.loads(response.read_text())
+        resp = loads_bounded(response.read_bytes(), what="RESPONSE")
         counter = resp["receipt"]["counter"]
-        pend = json.loads((account_dir / "pending" / f"{int(counter)}.json").read_text())
+        pending = account_dir / "pending" / f"{int(counter)}.json"
+        pend = loads_bounded(pending.read_bytes(), what=str(pending))
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise click.UsageError(f"RESPONSE {response}: not a response to a pending request ({e})") from None
     req = Request(pend["request"], pend["question"], None if pend["qemb"] is None else bytes.fromhex(pend["qemb"]))

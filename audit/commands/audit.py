@@ -19,7 +19,7 @@ import click
 from dprag.errors import DpragError
 
 from ..bundle import AuditorInputError, load_bundle
-from ..encoding import printable
+from ..encoding import loads_bounded, printable
 from ..estimator import DEFAULT_THETA, DEFAULT_WINDOW
 from ..ledger.rfc6962 import root_from_leaves
 from ..verify import verify
@@ -56,7 +56,7 @@ def _load_corpus(path: Path | None) -> Corpus | None:
     out = Corpus()
     for f in sorted(path.glob("*.json")):
         try:
-            data = json.loads(f.read_text())
+            data = loads_bounded(f.read_bytes(), what=str(f))
         except (OSError, ValueError) as e:
             raise AuditorInputError(f"--corpus {f}: not JSON ({e})") from None
         ids = None
@@ -85,7 +85,7 @@ def _committed_embedder(bundle: Path):
 
     try:
         with BundleDir.open(bundle) as d:
-            model = json.loads(d.read("auditor/embedder.json", 1 << 20)).get("model")
+            model = loads_bounded(d.read("auditor/embedder.json", 1 << 20), what="auditor/embedder.json").get("model")
         return serving_models.load_embedder(model)
     except (BundleFileError, ValueError, AttributeError, DpragError, OSError):
         return None

@@ -16,7 +16,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
@@ -112,7 +111,10 @@ def _open(directory, toy, accounts, store, embedder, generator, auditor_key):
     if generator not in gens:
         raise click.UsageError(f"--generator {generator}: no such dprag.generators entry point ({sorted(gens)})")
     if embedder is None:
-        desc = json.loads((directory / "config" / "embedder.json").read_text())
+        from ..encoding import loads_bounded
+
+        path = directory / "config" / "embedder.json"
+        desc = loads_bounded(path.read_bytes(), what=str(path))
         embedder = {"hash-bow-32": "toy-hash-32"}.get(desc.get("model"), desc.get("model"))
     try:
         emb = serving_models.load_embedder(embedder)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from dprag.accounting.errors import InvalidParameterError
 
+from ..encoding import loads_bounded
 from .base import ServiceStore, Session, StoreError, StoreUnavailableError
 from .ledger import StoreLog
 from .records import Records
@@ -69,7 +70,7 @@ def open_store(directory: Path, store: str | None = None) -> ServiceStore:
     and the password is not in ``PGPASSWORD`` (its host, database and schema must match what was recorded)."""
     d = Path(directory)
     path = d / "config" / "store.json"
-    desc = json.loads(path.read_text()) if path.is_file() else {"kind": "sqlite"}
+    desc = loads_bounded(path.read_bytes(), what=str(path)) if path.is_file() else {"kind": "sqlite"}
     if desc.get("kind") == "sqlite":
         if store not in (None, "sqlite"):
             raise InvalidParameterError("store", "this window's store is its SQLite file, not a URL", store)

@@ -6,7 +6,6 @@ is exit 2)."""
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 import time
@@ -18,6 +17,7 @@ from dprag.accounting.errors import DpragError
 
 from ..bundle import AuditorInputError, load_bundle
 from ..commitments import PROTOCOL_VERSION
+from ..encoding import loads_bounded
 from ..ledger import NoteVerifier
 from .run import Run
 
@@ -105,7 +105,7 @@ def read_auditor_inputs(
         from dprag.zk.formats import FormatError, vk_from_json
 
         try:
-            vk = vk_from_json(json.loads(read_auditor_file(zk_vkey, "--zk-vkey", 1 << 20)))
+            vk = vk_from_json(loads_bounded(read_auditor_file(zk_vkey, "--zk-vkey", 1 << 20), what="--zk-vkey"))
         except (ValueError, FormatError) as e:
             raise AuditorInputError(f"--zk-vkey {zk_vkey}: not a snarkjs verification_key.json ({e})") from None
     if not isinstance(min_witnesses, int) or not 0 <= min_witnesses <= len(wit):
