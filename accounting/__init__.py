@@ -13,13 +13,14 @@ if __name__ != "dprag.accounting":  # one folder, one module: never loaded twice
         f"the folder accounting/ is the package dprag.accounting: import dprag.accounting, not {__name__} "
         "(pip install -e . from the repository root)"
     )
-from .errors import (
+from dprag.errors import (
     BudgetExhaustedError,
     DpragError,
     InvalidParameterError,
     UnknownDocumentError,
     UnsupportedEventError,
 )
+
 from .events import (
     ApproxDpEvent,
     ApproxRdpEvent,

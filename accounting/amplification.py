@@ -30,7 +30,9 @@ import numpy as np
 import numpy.typing as npt
 from scipy import special
 
-from .errors import InvalidParameterError, check_epsilon
+from dprag.errors import InvalidParameterError
+
+from .errors import check_epsilon
 from .events import (
     ComposedEvent,
     DiscreteLaplaceEvent,

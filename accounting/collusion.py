@@ -33,8 +33,10 @@ from typing import Any
 
 from scipy.special import ndtr
 
+from dprag.errors import InvalidParameterError
+
 from . import gdp
-from .errors import InvalidParameterError, check_delta, check_epsilon, check_positive_int
+from .errors import check_delta, check_epsilon, check_positive_int
 
 NEIGHBOURING = (
     "replace-one: D and D' differ in one document of the target tenant (002 Definition 2.2), which keeps its "

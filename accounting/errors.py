@@ -1,4 +1,5 @@
-"""Validation helpers of the privacy math, and the error classes they raise (defined in ``dprag.errors``).
+"""Validation helpers of the privacy math (``check_*``). The error classes they raise live in ``dprag.errors``, and
+every floor imports them from there.
 
 Every error that reports bad input names the offending field and the rule it broke, so a
 caller (or the CLI, which maps these to exit code 2) can say exactly what was wrong.
@@ -7,20 +8,9 @@ Raising one of these never changes state: validation happens before any budget i
 
 from __future__ import annotations
 
-from dprag.errors import (
-    BudgetExhaustedError,
-    DpragError,
-    InvalidParameterError,
-    UnknownDocumentError,
-    UnsupportedEventError,
-)
+from dprag.errors import InvalidParameterError
 
 __all__ = [
-    "DpragError",
-    "InvalidParameterError",
-    "UnknownDocumentError",
-    "UnsupportedEventError",
-    "BudgetExhaustedError",
     "check_epsilon",
     "check_delta",
     "check_positive_int",

@@ -19,13 +19,9 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import TYPE_CHECKING, cast
 
-from .errors import (
-    InvalidParameterError,
-    UnsupportedEventError,
-    check_delta,
-    check_epsilon,
-    check_positive_int,
-)
+from dprag.errors import InvalidParameterError, UnsupportedEventError
+
+from .errors import check_delta, check_epsilon, check_positive_int
 
 if TYPE_CHECKING:
     import dp_accounting

@@ -48,7 +48,9 @@ from typing import Any, TypeAlias, TypeGuard, cast
 import numpy as np
 import numpy.typing as npt
 
-from .errors import InvalidParameterError, UnsupportedEventError, check_delta, check_epsilon, check_positive_int
+from dprag.errors import InvalidParameterError, UnsupportedEventError
+
+from .errors import check_delta, check_epsilon, check_positive_int
 from .events import (
     ApproxDpEvent,
     ApproxRdpEvent,

@@ -71,7 +71,9 @@ import numpy.typing as npt
 from scipy.optimize import brentq
 from scipy.special import log_ndtr, ndtr
 
-from .errors import InvalidParameterError, UnsupportedEventError, check_delta, check_epsilon, check_positive_int
+from dprag.errors import InvalidParameterError, UnsupportedEventError
+
+from .errors import check_delta, check_epsilon, check_positive_int
 
 if TYPE_CHECKING:
     from .events import PrivacyEvent

@@ -25,8 +25,9 @@ from fractions import Fraction
 import numpy as np
 import numpy.typing as npt
 
+from dprag.errors import InvalidParameterError, UnsupportedEventError
+
 from .amplification import amplified_pure_epsilon, check_probability, pure_epsilon, zhu_wang_general_rdp
-from .errors import InvalidParameterError, UnsupportedEventError
 from .events import (
     ApproxDpEvent,
     ApproxRdpEvent,

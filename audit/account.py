@@ -27,7 +27,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat, PublicFormat
 
-from dprag.accounting.errors import DpragError, InvalidParameterError
+from dprag.errors import DpragError, InvalidParameterError
 
 from .encoding import EncodingError, decode, encode, hexbytes, loads_bounded
 

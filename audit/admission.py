@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from .account import Request, qemb_commitment, question_commitment, verify_request
-from .serving_errors import RequestError
+from .errors import RequestError
 
 MAX_QUESTION_CHARS = 4096
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dprag.accounting.errors import DpragError
+from dprag.errors import DpragError
 
 from .bundlefs import BundleDir, BundleFileError, ReadBudgetError, show
 from .encoding import loads_bounded

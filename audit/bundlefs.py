@@ -33,7 +33,7 @@ import os
 import stat
 from collections.abc import Iterator
 
-from dprag.accounting.errors import DpragError
+from dprag.errors import DpragError
 
 #: the longest relative path accepted
 MAX_PATH_CHARS = 4096

@@ -15,7 +15,7 @@ from importlib.metadata import entry_points
 
 import click
 
-from dprag.accounting.errors import DpragError
+from dprag.errors import DpragError
 
 # name -> "module:attribute" of a click command or group on this floor or below.
 _BUILTIN = {

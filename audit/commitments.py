@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dprag.accounting.errors import InvalidParameterError
+from dprag.errors import InvalidParameterError
 
 from .encoding import digest, encode, hexbytes
 from .ledger.rfc6962 import hash_leaf, root_from_leaves

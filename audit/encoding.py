@@ -27,7 +27,7 @@ import re
 import unicodedata
 from typing import Any
 
-from dprag.accounting.errors import DpragError, InvalidParameterError
+from dprag.errors import DpragError, InvalidParameterError
 
 MAX_SAFE_INT = (1 << 53) - 1
 #: deepest nesting of arrays / objects accepted (protocol records nest a handful of levels)

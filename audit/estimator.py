@@ -48,7 +48,8 @@ import numpy as np
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
-from dprag.accounting.errors import InvalidParameterError, check_positive_int
+from dprag.accounting.errors import check_positive_int
+from dprag.errors import InvalidParameterError
 
 #: float64 slack: |computed cosine - exact cosine| <= ~(2d + 10)·2^-53 for unit-normalised float64 rows
 #: (normalisation + dot product, any summation order; < 2^-42 for d = 384, < 2^-36 for d <= MAX_DIM);

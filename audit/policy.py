@@ -12,8 +12,9 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from dprag.accounting.errors import InvalidParameterError, check_delta, check_epsilon, check_positive_int
+from dprag.accounting.errors import check_delta, check_epsilon, check_positive_int
 from dprag.accounting.events import ComposedEvent, DiscreteLaplaceEvent
+from dprag.errors import InvalidParameterError
 
 from .encoding import IDENTIFIER_RULE, EncodingError, encode, is_identifier, parse_real, real
 from .policy_parts import RELATION, CoalitionPolicy, GenerationPolicy, RetrievalPolicy, SamplerSpec  # noqa: F401

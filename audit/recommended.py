@@ -7,7 +7,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from dprag.accounting.errors import InvalidParameterError, check_delta, check_epsilon, check_positive_int
+from dprag.accounting.errors import check_delta, check_epsilon, check_positive_int
+from dprag.errors import InvalidParameterError
 
 from .policy_parts import CoalitionPolicy, GenerationPolicy, RetrievalPolicy, SamplerSpec
 

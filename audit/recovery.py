@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from .serving_errors import ServiceStateError
+from .errors import ServiceStateError
 
 
 def replayed_units(svc: Any) -> dict[str, np.ndarray]:

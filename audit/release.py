@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import time
 
-from dprag.accounting.errors import InvalidParameterError
+from dprag.errors import InvalidParameterError
 
 #: the last stretch before a deadline is spun, not slept (seconds)
 SPIN = 0.002

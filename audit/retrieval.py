@@ -21,9 +21,10 @@ from functools import lru_cache
 
 import numpy as np
 
-from dprag.accounting.errors import InvalidParameterError, check_positive_int
+from dprag.accounting.errors import check_positive_int
 from dprag.accounting.noise.source import RandomSource
 from dprag.accounting.noise.table import DiscreteGaussianTable
+from dprag.errors import InvalidParameterError
 
 from .encoding import hexbytes
 

@@ -35,13 +35,13 @@ from pathlib import Path
 
 import numpy as np
 
-from dprag.accounting.errors import InvalidParameterError
 from dprag.accounting.filters import FilterBudget, IndividualRenyiFilter
 from dprag.accounting.noise.source import RandomSource
 from dprag.accounting.protocols import Generator
 from dprag.accounting.rag.mechanism import filter_charge
 from dprag.accounting.rag.multi_query import MuRAG, MuRAGAda, RetrievalParams, Selection
 from dprag.accounting.stores.session import SessionBudgetStore
+from dprag.errors import InvalidParameterError
 from dprag.zk.field import R as BN254_R
 
 from . import commitments as cm
@@ -50,6 +50,7 @@ from .admission import check_request
 from .atomic_files import write_atomically
 from .charges import ChargeRule
 from .encoding import IDENTIFIER_RULE, decode, digest, encode, is_identifier
+from .errors import AnswerPendingError, RateLimitError, RequestError, ServiceStateError, StoreUnavailableError
 from .group_commit import BatchFailed, GroupCommitter
 from .ledger import Checkpoint, NoteSigner, sign_checkpoint
 from .ledger.rfc6962 import hash_leaf
@@ -65,9 +66,8 @@ from .retrieval import (
     retrieval_source,
     top_commitment,
 )
-from .serving_errors import AnswerPendingError, RateLimitError, RequestError, ServiceStateError
 from .serving_models import TextEmbedder, as_embedder, prompt_template_of, serving_generator
-from .storage import Records, ServiceStore, StoreLog, StoreUnavailableError, create_store, open_store
+from .storage import Records, ServiceStore, StoreLog, create_store, open_store
 
 
 def _has_answer(row: bytes) -> bool:

@@ -10,8 +10,8 @@ from typing import Protocol
 
 import numpy as np
 
-from dprag.accounting.errors import InvalidParameterError
 from dprag.accounting.rag.ksa import as_text_generator
+from dprag.errors import InvalidParameterError
 
 from .policy import Policy
 

@@ -10,13 +10,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from dprag.accounting.errors import InvalidParameterError
+from dprag.errors import InvalidParameterError
 
 from . import commitments as cm
 from .encoding import decode, encode
+from .errors import ServiceStateError
 from .ledger import NoteSigner
 from .policy import Policy
-from .serving_errors import ServiceStateError
 
 
 def next_window(

@@ -23,8 +23,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from dprag.accounting.collusion import exact_sigma
-from dprag.accounting.errors import InvalidParameterError
 from dprag.accounting.protocols import Prompt
+from dprag.errors import InvalidParameterError
 
 from .commitments import EmbedderDescriptor
 from .policy import CoalitionPolicy, GenerationPolicy, Policy, RetrievalPolicy, SamplerSpec

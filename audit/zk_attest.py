@@ -33,7 +33,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from dprag.accounting.errors import InvalidParameterError
+from dprag.errors import InvalidParameterError
 from dprag.zk.circuits import noise_then_select as nts
 from dprag.zk.formats import proof_from_json, proof_to_json
 

@@ -3,7 +3,8 @@
 Every error that reports bad input names the offending field and the rule it broke, so a
 caller (or the CLI, which maps these to exit code 2) can say exactly what was wrong.
 Raising one of these never changes state: validation happens before any budget is spent.
-The validation helpers that raise them (``check_epsilon``, ...) are in ``dprag.accounting.errors``.
+Every floor imports them from here; the validation helpers that raise them (``check_epsilon``, ...) are in
+``dprag.accounting.errors``.
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ import numpy as np
 from scipy.special import ndtri
 from scipy.stats import rankdata
 
-from dprag.accounting.errors import InvalidParameterError
+from dprag.errors import InvalidParameterError
 
 Z975 = float(ndtri(0.975))
 

@@ -37,8 +37,9 @@ import numpy as np
 from scipy.special import betainc
 from scipy.stats import beta as beta_dist
 
-from dprag.accounting.errors import InvalidParameterError, check_positive_int
+from dprag.accounting.errors import check_positive_int
 from dprag.audit.estimator import NeighbourSearch, coalition_size_curve, unit_rows
+from dprag.errors import InvalidParameterError
 
 PATTERNS = ("P-A", "P-B", "P-C")
 #: 002 §5.5: 16 grid points in [0.20, 0.95]

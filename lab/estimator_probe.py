@@ -11,8 +11,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dprag.accounting.errors import InvalidParameterError, check_positive_int
+from dprag.accounting.errors import check_positive_int
 from dprag.audit.estimator import component_labels
+from dprag.errors import InvalidParameterError
 from dprag.lab.estimator_calibration import cell_rng, check_grid
 
 PLACEMENTS = ("adjacent", "spaced")

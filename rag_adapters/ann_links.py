@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from dprag.accounting.errors import InvalidParameterError, check_positive_int
+from dprag.accounting.errors import check_positive_int
+from dprag.errors import InvalidParameterError
 
 from .common import require, torch_threads
 

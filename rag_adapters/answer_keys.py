@@ -27,8 +27,9 @@ from __future__ import annotations
 
 import re
 
-from dprag.accounting.errors import InvalidParameterError, check_positive_int
+from dprag.accounting.errors import check_positive_int
 from dprag.accounting.mechanisms.string_selection import ALPHABET
+from dprag.errors import InvalidParameterError
 
 __all__ = [
     "answer_key",

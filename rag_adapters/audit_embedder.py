@@ -32,9 +32,9 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from dprag.accounting.errors import InvalidParameterError
 from dprag.audit.commitments import DEFAULT_EMBEDDING_SCALE, EmbedderDescriptor
 from dprag.audit.encoding import encode
+from dprag.errors import InvalidParameterError
 
 from .prompting import PromptFormat
 

@@ -13,7 +13,7 @@ import struct
 from collections.abc import Iterable
 from pathlib import Path
 
-from dprag.accounting.errors import DpragError, InvalidParameterError
+from dprag.errors import DpragError, InvalidParameterError
 
 #: install command printed when an optional package is missing (README's install line uses the same).
 INSTALL_HINTS = {

@@ -20,8 +20,8 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from dprag.accounting.errors import InvalidParameterError
 from dprag.audit.commitments import EmbedderDescriptor
+from dprag.errors import InvalidParameterError
 
 from .audit_embedder import embedder_descriptor, prompt_template_text
 from .common import cache_dir, check_texts, corpus_hash, file_sha256, package_dir, require, torch_threads

@@ -47,7 +47,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from dprag.accounting.errors import InvalidParameterError
+from dprag.errors import InvalidParameterError
 
 from .common import MissingDependencyError, package_dir, require, torch_threads
 from .common import cache_dir as _cache_dir

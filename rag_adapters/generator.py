@@ -34,8 +34,9 @@ from pathlib import Path
 
 import numpy as np
 
-from dprag.accounting.errors import InvalidParameterError, check_positive_int
+from dprag.accounting.errors import check_positive_int
 from dprag.accounting.protocols import Prompt
+from dprag.errors import InvalidParameterError
 
 from .common import cache_dir as _cache_dir
 from .common import file_sha256, package_dir, require, torch_threads

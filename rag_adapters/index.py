@@ -17,7 +17,8 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from dprag.accounting.errors import InvalidParameterError, check_positive_int
+from dprag.accounting.errors import check_positive_int
+from dprag.errors import InvalidParameterError
 
 from .common import require, torch_threads
 

@@ -24,7 +24,7 @@ from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables import Runnable, RunnableConfig
 
-from dprag.accounting.errors import InvalidParameterError
+from dprag.errors import InvalidParameterError
 
 __all__ = ["PrivateRAG", "PrivateRetriever"]
 

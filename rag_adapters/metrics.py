@@ -69,13 +69,13 @@ def contains_answer(text: str, golds: str | Iterable[str]) -> bool:
 def match_accuracy(predictions: Sequence[str], gold_answers: Sequence[str | Iterable[str]]) -> float:
     """Mean of ``contains_answer`` over paired predictions and gold-answer lists."""
     if len(predictions) != len(gold_answers):
-        from dprag.accounting.errors import InvalidParameterError
+        from dprag.errors import InvalidParameterError
 
         raise InvalidParameterError(
             "predictions", "must have one entry per gold-answer list", (len(predictions), len(gold_answers))
         )
     if not predictions:
-        from dprag.accounting.errors import InvalidParameterError
+        from dprag.errors import InvalidParameterError
 
         raise InvalidParameterError("predictions", "must not be empty")
     return sum(contains_answer(p, g) for p, g in zip(predictions, gold_answers, strict=False)) / len(predictions)

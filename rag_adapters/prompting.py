@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dprag.accounting.errors import InvalidParameterError
 from dprag.accounting.protocols import Prompt
+from dprag.errors import InvalidParameterError
 
 SYSTEM_PROMPT = (
     "You are a helpful assistant. Answer the question with a short phrase. "

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from dprag.accounting.errors import InvalidParameterError, UnknownDocumentError
+from dprag.errors import InvalidParameterError, UnknownDocumentError
 
 from .common import check_texts
 from .embedder import Embedder, EmbeddingCache

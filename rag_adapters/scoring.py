@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dprag.accounting.errors import InvalidParameterError
 from dprag.accounting.mechanisms.prefix_sums import assign_bins, score_bins
+from dprag.errors import InvalidParameterError
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,9 @@ from typing import cast
 import numpy as np
 import numpy.typing as npt
 
-from ..errors import InvalidParameterError, UnsupportedEventError, check_delta, check_positive_int
+from dprag.errors import InvalidParameterError, UnsupportedEventError
+
+from ..errors import check_delta, check_positive_int
 from ..events import (
     ApproxDpEvent,
     ApproxRdpEvent,

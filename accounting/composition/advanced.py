@@ -41,8 +41,10 @@ import numpy as np
 import numpy.typing as npt
 from scipy.special import gammaln
 
+from dprag.errors import InvalidParameterError
+
 from ..amplification import amplified_pure_epsilon
-from ..errors import InvalidParameterError, check_delta, check_epsilon, check_positive_int
+from ..errors import check_delta, check_epsilon, check_positive_int
 from ..rounding import outward, sum_products_up, up
 
 #: Default cap on the number of loss states the exact optimal composition enumerates (memory ~ 40 B/state).

@@ -21,7 +21,9 @@ import numpy as np
 import numpy.typing as npt
 from scipy.optimize import minimize_scalar
 
-from ..errors import InvalidParameterError, check_delta, check_epsilon
+from dprag.errors import InvalidParameterError
+
+from ..errors import check_delta, check_epsilon
 from ..rdp import as_orders
 
 __all__ = ["zcdp_rdp", "zcdp_to_epsilon"]

@@ -33,7 +33,9 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, cast
 
-from ..errors import InvalidParameterError, UnsupportedEventError, check_delta, check_positive_int
+from dprag.errors import InvalidParameterError, UnsupportedEventError
+
+from ..errors import check_delta, check_positive_int
 from ..events import (
     ComposedEvent,
     DiscreteGaussianEvent,

@@ -35,7 +35,9 @@ from typing import overload
 import numpy as np
 import numpy.typing as npt
 
-from ..errors import InvalidParameterError, check_epsilon, check_positive_int
+from dprag.errors import InvalidParameterError
+
+from ..errors import check_epsilon, check_positive_int
 from ..events import DiscreteGaussianEvent, DiscreteLaplaceEvent
 from ..noise.bernoulli import as_fraction
 from ..noise.discrete import (

@@ -56,7 +56,9 @@ from fractions import Fraction
 import numpy as np
 import numpy.typing as npt
 
-from ..errors import InvalidParameterError, check_epsilon
+from dprag.errors import InvalidParameterError
+
+from ..errors import check_epsilon
 from ..events import ExponentialMechanismEvent
 from ..noise.source import RandomSource
 

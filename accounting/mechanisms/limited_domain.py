@@ -48,7 +48,9 @@ import math
 import numpy as np
 import numpy.typing as npt
 
-from ..errors import InvalidParameterError, check_delta, check_epsilon, check_positive_int
+from dprag.errors import InvalidParameterError
+
+from ..errors import check_delta, check_epsilon, check_positive_int
 from ..events import ApproxDpEvent, ExponentialMechanismEvent
 from ..noise.source import RandomSource
 from .exponential import as_histogram, sample_exponential

@@ -18,7 +18,9 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from ..errors import InvalidParameterError, check_epsilon
+from dprag.errors import InvalidParameterError
+
+from ..errors import check_epsilon
 from ..events import DiscreteGaussianEvent, SelfComposedEvent
 from ..noise.discrete import discrete_gaussian
 from ..noise.source import RandomSource

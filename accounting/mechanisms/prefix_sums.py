@@ -35,7 +35,9 @@ from typing import cast
 import numpy as np
 import numpy.typing as npt
 
-from ..errors import InvalidParameterError, check_epsilon, check_positive_int
+from dprag.errors import InvalidParameterError
+
+from ..errors import check_epsilon, check_positive_int
 from ..events import DiscreteLaplaceEvent
 from ..noise.source import RandomSource
 from .exponential import as_histogram

@@ -34,7 +34,9 @@ import math
 from collections import Counter
 from collections.abc import Iterable
 
-from ..errors import InvalidParameterError, check_delta, check_epsilon
+from dprag.errors import InvalidParameterError
+
+from ..errors import check_delta, check_epsilon
 from ..events import ApproxDpEvent
 from ..noise.source import RandomSource
 from .string_selection import BOTTOM, MARGIN, MAX_EXPONENT, MIN_EPSILON, check_key, exact_index

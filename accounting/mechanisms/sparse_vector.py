@@ -54,7 +54,9 @@ from typing import SupportsFloat, TypedDict, Unpack
 
 import numpy as np
 
-from ..errors import BudgetExhaustedError, InvalidParameterError, check_epsilon, check_positive_int
+from dprag.errors import BudgetExhaustedError, InvalidParameterError
+
+from ..errors import check_epsilon, check_positive_int
 from ..events import PureDpEvent
 from ..noise.source import RandomSource
 

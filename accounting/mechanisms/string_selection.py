@@ -42,7 +42,9 @@ import math
 from collections import Counter
 from collections.abc import Iterable
 
-from ..errors import InvalidParameterError, check_epsilon
+from dprag.errors import InvalidParameterError
+
+from ..errors import check_epsilon
 from ..events import ExponentialMechanismEvent
 from ..noise.source import RandomSource
 

@@ -19,8 +19,9 @@ from fractions import Fraction
 import numpy as np
 import numpy.typing as npt
 
+from dprag.errors import InvalidParameterError
+
 from ..amplification import check_probability
-from ..errors import InvalidParameterError
 from ..noise.bernoulli import bernoulli_shared
 from ..noise.source import RandomSource
 

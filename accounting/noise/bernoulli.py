@@ -180,7 +180,9 @@ def bernoulli_exp(gamma: SupportsFloat, size: int, source: RandomStream) -> npt.
     A public, shared-γ entry point (used by tests and by callers who need exact exp(-γ) coins).
     ``gamma`` is converted exactly with ``Fraction``.
     """
-    from ..errors import InvalidParameterError, check_positive_int
+    from dprag.errors import InvalidParameterError
+
+    from ..errors import check_positive_int
 
     g = as_fraction("gamma", gamma)
     if g < 0:
@@ -207,7 +209,7 @@ def bernoulli_exp(gamma: SupportsFloat, size: int, source: RandomStream) -> npt.
 
 
 def as_fraction(field: str, value: SupportsFloat) -> Fraction:
-    from ..errors import InvalidParameterError
+    from dprag.errors import InvalidParameterError
 
     if isinstance(value, (bool, str, bytes)) or value is None:
         raise InvalidParameterError(field, "must be a finite rational number", value)

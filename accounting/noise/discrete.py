@@ -28,7 +28,9 @@ from typing import SupportsFloat
 import numpy as np
 import numpy.typing as npt
 
-from ..errors import DpragError, InvalidParameterError, check_positive_int
+from dprag.errors import DpragError, InvalidParameterError
+
+from ..errors import check_positive_int
 from .bernoulli import (
     as_fraction,
     bernoulli_exp_fraction,

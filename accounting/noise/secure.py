@@ -28,7 +28,9 @@ from fractions import Fraction
 import numpy as np
 import numpy.typing as npt
 
-from ..errors import InvalidParameterError, check_epsilon
+from dprag.errors import InvalidParameterError
+
+from ..errors import check_epsilon
 from .discrete import check_size, check_source, gaussian_variance, laplace_parameter, sample_dgauss, sample_dlap
 from .stream import RandomStream
 

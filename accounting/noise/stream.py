@@ -32,7 +32,7 @@ from typing import Any, Self, TypeAlias, TypedDict, TypeVar, overload
 import numpy as np
 import numpy.typing as npt
 
-from ..errors import InvalidParameterError
+from dprag.errors import InvalidParameterError
 
 BLOCK_BYTES = 65536
 

@@ -35,7 +35,9 @@ from fractions import Fraction
 import numpy as np
 import numpy.typing as npt
 
-from ..errors import InvalidParameterError, check_positive_int
+from dprag.errors import InvalidParameterError
+
+from ..errors import check_positive_int
 from .discrete import check_size, check_source, gaussian_variance
 from .stream import RandomStream
 

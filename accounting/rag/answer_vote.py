@@ -32,7 +32,9 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
-from ..errors import InvalidParameterError, check_epsilon, check_positive_int
+from dprag.errors import InvalidParameterError
+
+from ..errors import check_epsilon, check_positive_int
 from ..events import ApproxDpEvent, ExponentialMechanismEvent, PrivacyEvent
 from ..mechanisms import seen_key_selection
 from ..mechanisms.string_selection import ALPHABET, MAX_EXPONENT, MAX_KEY_LENGTH, MAX_THRESHOLD, select_string

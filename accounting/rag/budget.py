@@ -11,8 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from dprag.errors import InvalidParameterError
+
 from ..composition import MixedAccountant, PureDpAccountant
-from ..errors import InvalidParameterError, check_delta, check_epsilon
+from ..errors import check_delta, check_epsilon
 from ..events import PrivacyEvent
 
 

@@ -9,7 +9,9 @@ from typing import Any, SupportsInt
 import numpy as np
 import numpy.typing as npt
 
-from ..errors import InvalidParameterError, check_positive_int
+from dprag.errors import InvalidParameterError
+
+from ..errors import check_positive_int
 from ..events import ComposedEvent, NoOpEvent, PrivacyEvent
 from ..noise.source import RandomSource
 from ..protocols import Retriever

@@ -12,7 +12,9 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 
-from ..errors import InvalidParameterError, check_positive_int
+from dprag.errors import InvalidParameterError
+
+from ..errors import check_positive_int
 
 _WORD = re.compile(r"[a-z0-9]+")
 _STOP = frozenset(

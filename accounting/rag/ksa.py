@@ -72,7 +72,9 @@ from typing import Protocol, TypedDict, TypeVar, cast
 import numpy as np
 import numpy.typing as npt
 
-from ..errors import InvalidParameterError, check_delta, check_epsilon, check_positive_int
+from dprag.errors import InvalidParameterError
+
+from ..errors import check_delta, check_epsilon, check_positive_int
 from ..events import ComposedEvent, DiscreteLaplaceEvent, ExponentialMechanismEvent, PrivacyEvent
 from ..mechanisms.ksa import GAP_SENSITIVITY, dp_ksa_select, find_best_k, keyword_histogram
 from ..noise.source import RandomSource

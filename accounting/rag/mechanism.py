@@ -24,7 +24,9 @@ from typing import Protocol, cast, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
-from ..errors import InvalidParameterError, UnsupportedEventError, check_positive_int
+from dprag.errors import InvalidParameterError, UnsupportedEventError
+
+from ..errors import check_positive_int
 from ..events import ApproxDpEvent, PrivacyEvent, PureDpEvent
 from ..filters import PURE, IndividualRenyiFilter, filter_rdp_curve, pure_epsilon
 from ..noise.source import RandomSource

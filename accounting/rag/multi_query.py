@@ -25,8 +25,10 @@ from typing import Any, Protocol, TypedDict, Unpack
 import numpy as np
 import numpy.typing as npt
 
+from dprag.errors import InvalidParameterError
+
 from ..composition import MixedAccountant, PureDpAccountant
-from ..errors import InvalidParameterError, check_delta, check_epsilon, check_positive_int
+from ..errors import check_delta, check_epsilon, check_positive_int
 from ..events import ComposedEvent, PoissonSampledEvent, PrivacyEvent, SelfComposedEvent
 from ..filters import FilterBudget, IndividualRenyiFilter
 from ..mechanisms.prefix_sums import assign_bins, bin_counts, noisy_prefix_sums

@@ -24,7 +24,9 @@ from typing import Any, TypedDict, Unpack, cast
 import numpy as np
 import numpy.typing as npt
 
-from ..errors import InvalidParameterError, check_delta, check_epsilon, check_positive_int
+from dprag.errors import InvalidParameterError
+
+from ..errors import check_delta, check_epsilon, check_positive_int
 from ..events import (
     ApproxDpEvent,
     ComposedEvent,

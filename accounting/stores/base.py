@@ -33,7 +33,9 @@ from typing import Any, Literal, Self, cast
 import numpy as np
 import numpy.typing as npt
 
-from ..errors import DpragError, InvalidParameterError, UnknownDocumentError, check_positive_int
+from dprag.errors import DpragError, InvalidParameterError, UnknownDocumentError
+
+from ..errors import check_positive_int
 
 #: Largest admissible limit in units; with costs capped at limit + 1 the sum stays <= 2**63 - 1.
 MAX_LIMIT_UNITS = 2**62 - 1

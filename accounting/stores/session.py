@@ -28,7 +28,9 @@ from typing import Any, Protocol, cast
 import numpy as np
 import numpy.typing as npt
 
-from ..errors import InvalidParameterError, check_positive_int
+from dprag.errors import InvalidParameterError
+
+from ..errors import check_positive_int
 from .base import BudgetStore, BudgetStoreError, PreparedBatch, apply_batch, validate_limits
 
 FORMAT = "dprag-budget-store/2"

@@ -43,7 +43,9 @@ from typing import TypeVar, cast
 import numpy as np
 import numpy.typing as npt
 
-from ..errors import InvalidParameterError, check_positive_int, check_positive_real
+from dprag.errors import InvalidParameterError
+
+from ..errors import check_positive_int, check_positive_real
 from .base import BudgetStore, BudgetStoreError, PreparedBatch, apply_batch, validate_limits
 
 FORMAT = "dprag-budget-store/1"

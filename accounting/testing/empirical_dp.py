@@ -76,7 +76,9 @@ import numpy as np
 import numpy.typing as npt
 from scipy import stats
 
-from ..errors import InvalidParameterError, check_delta, check_epsilon, check_positive_int
+from dprag.errors import InvalidParameterError
+
+from ..errors import check_delta, check_epsilon, check_positive_int
 from ..noise.source import RandomSource
 
 __all__ = [

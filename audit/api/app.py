@@ -25,12 +25,11 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from dprag.accounting.errors import DpragError, InvalidParameterError
+from dprag.errors import DpragError, InvalidParameterError
 
 from ..account import Request
 from ..encoding import EncodingError, loads_bounded
-from ..serving_errors import AnswerPendingError, RateLimitError, RequestError, ServiceStateError
-from ..storage import StoreUnavailableError
+from ..errors import AnswerPendingError, RateLimitError, RequestError, ServiceStateError, StoreUnavailableError
 from . import schemas
 from .wire import API_VERSION, AUDITOR, MAX_BODY, AuthError, check_auth, error_body, tar_directory
 

@@ -22,12 +22,11 @@ import urllib.request
 from pathlib import Path
 from urllib.parse import urlencode
 
-from dprag.accounting.errors import DpragError, InvalidParameterError
+from dprag.errors import DpragError, InvalidParameterError
 
 from ..encoding import EncodingError, loads_bounded
+from ..errors import AnswerPendingError, RateLimitError, RequestError, StoreUnavailableError
 from ..ledger.proof import ConsistencyProof
-from ..serving_errors import AnswerPendingError, RateLimitError, RequestError
-from ..storage import StoreUnavailableError
 from .wire import AUDITOR, auth_header, untar_bundle
 
 __all__ = ["RemoteService", "RemoteError", "fetch_bundle"]

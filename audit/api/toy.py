@@ -20,7 +20,7 @@ import re
 import time
 from pathlib import Path
 
-from dprag.accounting.errors import InvalidParameterError
+from dprag.errors import InvalidParameterError
 
 from ..account import AccountKey
 from ..encoding import loads_bounded

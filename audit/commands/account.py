@@ -15,7 +15,7 @@ from pathlib import Path
 
 import click
 
-from dprag.accounting.errors import DpragError
+from dprag.errors import DpragError
 
 from ..account import AccountClient, AccountKey, ReceiptError, Request
 from ..encoding import encode, loads_bounded

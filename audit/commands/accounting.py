@@ -2,7 +2,7 @@
 
 ``dprag accounting collusion`` prints every bound of paper 002 for one (k, ε_acc, δ_acc, n) next to the
 certified joint ε (``accounting.collusion.collusion_report``).  Bad input raises a typed
-``accounting.errors`` error, which ``audit.cli.main`` turns into a message on stderr and exit code 2.
+``dprag.errors`` error, which ``audit.cli.main`` turns into a message on stderr and exit code 2.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import math
 import click
 
 from dprag.accounting.collusion import collusion_report
-from dprag.accounting.errors import InvalidParameterError
+from dprag.errors import InvalidParameterError
 
 #: library field names -> the flags a user types
 _FLAGS = {

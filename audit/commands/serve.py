@@ -20,7 +20,7 @@ from pathlib import Path
 
 import click
 
-from dprag.accounting.errors import DpragError
+from dprag.errors import DpragError
 
 
 @click.command("serve")

@@ -10,7 +10,7 @@ Modules:
     proof       proof generation plans and pure verification (RFC 9162 §2.1.3, §2.1.4)
     checkpoint  checkpoint body, signed notes, Ed25519 note keys (vkey/skey strings)
     store       MemoryLog and SqliteLog (WAL, group commit, crash-safe, multi-process)
-    errors      typed errors (all are accounting.errors.DpragError)
+    errors      typed errors (all are dprag.errors.DpragError)
 """
 
 from .checkpoint import (

@@ -1,6 +1,6 @@
 """Typed errors of the Merkle ledger (audit primitive G2 / R2).
 
-Hierarchy (every class is a :class:`accounting.errors.DpragError`, so the CLI maps it to exit code 2)::
+Hierarchy (every class is a :class:`dprag.errors.DpragError`, so the CLI maps it to exit code 2)::
 
     LedgerError
     ├── ProofError                 a proof did not verify (the verifier's FAIL signal)
@@ -20,7 +20,7 @@ exactly which input broke which rule. Raising any of them never changes the log.
 
 from __future__ import annotations
 
-from dprag.accounting.errors import DpragError, InvalidParameterError
+from dprag.errors import DpragError, InvalidParameterError
 
 
 class LedgerError(DpragError):

@@ -27,8 +27,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Self
 
-from dprag.accounting.errors import InvalidParameterError
 from dprag.accounting.stores.sqlite import is_busy, switch_to_wal
+from dprag.errors import InvalidParameterError
 
 from .checkpoint import Checkpoint, NoteSigner, sign_checkpoint
 from .errors import LedgerCorruptError, LedgerError, LedgerRangeError

@@ -13,10 +13,10 @@ import re
 import secrets
 from pathlib import Path
 
-from dprag.accounting.errors import InvalidParameterError
+from dprag.errors import InvalidParameterError
 
 from ..encoding import loads_bounded
-from .base import ServiceStore, Session, StoreError, StoreUnavailableError
+from .base import ServiceStore, Session
 from .ledger import StoreLog
 from .records import Records
 
@@ -24,9 +24,7 @@ __all__ = [
     "Records",
     "ServiceStore",
     "Session",
-    "StoreError",
     "StoreLog",
-    "StoreUnavailableError",
     "create_store",
     "materialize",
     "open_store",

@@ -48,19 +48,11 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from dprag.accounting.errors import DpragError
+from dprag.errors import DpragError
 
-__all__ = ["Session", "ServiceStore", "StoreError", "StoreUnavailableError"]
+from ..errors import StoreError, StoreUnavailableError
 
-
-class StoreError(DpragError):
-    """The database refused an operation for a reason a retry does not cure (a constraint, a corrupt row). The
-    operation was rolled back."""
-
-
-class StoreUnavailableError(StoreError):
-    """The database could not complete an operation (connection lost, server restarting, lock timeout). The
-    operation was rolled back: retry it (the HTTP API answers 503 with Retry-After)."""
+__all__ = ["Session", "ServiceStore"]
 
 
 class Session:

@@ -32,9 +32,10 @@ from collections.abc import Sequence
 from typing import Any
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
-from dprag.accounting.errors import DpragError, InvalidParameterError
+from dprag.errors import DpragError, InvalidParameterError
 
-from .base import ServiceStore, StoreUnavailableError
+from ..errors import StoreUnavailableError
+from .base import ServiceStore
 from .schema import FORMAT, statements
 
 __all__ = ["PostgresServiceStore", "parse_url"]

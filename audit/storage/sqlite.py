@@ -19,10 +19,11 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from dprag.accounting.errors import InvalidParameterError
 from dprag.accounting.stores.sqlite import switch_to_wal
+from dprag.errors import InvalidParameterError
 
-from .base import ServiceStore, StoreUnavailableError
+from ..errors import StoreUnavailableError
+from .base import ServiceStore
 from .schema import FORMAT, statements
 
 __all__ = ["SqliteServiceStore"]

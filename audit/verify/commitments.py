@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dprag.accounting.errors import DpragError
+from dprag.errors import DpragError
 
 from .. import commitments as cm
 from ..encoding import IDENTIFIER_RULE, EncodingError, decode, decode_content, digest, excerpt, hexbytes, is_identifier

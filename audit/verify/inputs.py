@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from dprag.accounting.errors import DpragError
+from dprag.errors import DpragError
 
 from ..bundle import AuditorInputError, load_bundle
 from ..commitments import PROTOCOL_VERSION

@@ -5,7 +5,7 @@ the whole ledger carries at least ``--min-witnesses`` valid witness cosignatures
 
 from __future__ import annotations
 
-from dprag.accounting.errors import DpragError
+from dprag.errors import DpragError
 
 from ..encoding import EncodingError
 from ..ledger import NoteVerifier, open_checkpoint

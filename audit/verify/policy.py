@@ -3,7 +3,7 @@ tenants it names are the ones genesis commits, and genesis carries Z_idx exactly
 
 from __future__ import annotations
 
-from dprag.accounting.errors import DpragError
+from dprag.errors import DpragError
 
 from .run import Run, guarded
 

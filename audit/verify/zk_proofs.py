@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dprag.accounting.errors import DpragError
+from dprag.errors import DpragError
 
 from ..encoding import EncodingError, decode
 from ..retrieval import noise_table, retrieval_source

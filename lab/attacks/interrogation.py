@@ -29,8 +29,8 @@ import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from dprag.accounting.errors import InvalidParameterError
 from dprag.accounting.protocols import Generator, Prompt
+from dprag.errors import InvalidParameterError
 from dprag.rag_adapters.metrics import contains_answer, normalize_answer
 
 ASPECTS = (

@@ -9,8 +9,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from dprag.accounting.errors import InvalidParameterError
 from dprag.audit.policy import Policy
+from dprag.errors import InvalidParameterError
 from dprag.lab.demo.config import DemoConfig
 
 

@@ -69,7 +69,7 @@ def demo(out: Path, quick: bool, model: str, mechanism: str, zk: bool, no_progre
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m dprag.lab.demo [options]``: the command with the CLI's exit codes (2 on bad input)."""
-    from dprag.accounting.errors import DpragError
+    from dprag.errors import DpragError
 
     try:
         rv = demo.main(args=None if argv is None else list(argv), prog_name="dprag demo", standalone_mode=False)

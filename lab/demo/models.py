@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from dprag.accounting.errors import InvalidParameterError
 from dprag.audit import commitments as cm
+from dprag.errors import InvalidParameterError
 
 
 @dataclass

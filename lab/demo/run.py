@@ -13,13 +13,13 @@ from pathlib import Path
 
 import click
 
-from dprag.accounting.errors import InvalidParameterError
 from dprag.audit.account import AccountClient, AccountKey
 from dprag.audit.encoding import encode
 from dprag.audit.history import chain_id
 from dprag.audit.ledger import NoteSigner
 from dprag.audit.service import ProviderService
 from dprag.audit.verify import verify
+from dprag.errors import InvalidParameterError
 from dprag.lab.demo.analysis import DemoResult, Served, analyse
 from dprag.lab.demo.auditor_zk import auditor_zk_setup
 from dprag.lab.demo.config import DemoConfig, build_policy

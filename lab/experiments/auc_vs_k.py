@@ -30,7 +30,8 @@ from pathlib import Path
 import numpy as np
 
 from dprag.accounting import collusion
-from dprag.accounting.errors import InvalidParameterError, check_delta, check_positive_int
+from dprag.accounting.errors import check_delta, check_positive_int
+from dprag.errors import InvalidParameterError
 from dprag.lab.auc import mann_whitney_auc
 from dprag.lab.experiments.auc_vs_k_report import JSONL_NAME, gate_lines, gates, write_outputs
 from dprag.lab.leakage import bounds

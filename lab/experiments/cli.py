@@ -16,7 +16,7 @@ from pathlib import Path
 
 import click
 
-from dprag.accounting.errors import DpragError
+from dprag.errors import DpragError
 from dprag.lab.experiments.defaults import OTHER_M, RUN_WIDE, TUNING_CORPUS_SEED, method_defaults
 from dprag.lab.experiments.options import Fail, auto_ints, default_scale, finite_floats, positive_floats
 from dprag.lab.experiments.report import progress_bar

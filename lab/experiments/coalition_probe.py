@@ -52,8 +52,8 @@ from pathlib import Path
 import click
 import numpy as np
 
-from dprag.accounting.errors import DpragError, InvalidParameterError
 from dprag.audit.certify import certified_epsilons
+from dprag.errors import DpragError, InvalidParameterError
 from dprag.lab.demo import MECHANISMS
 from dprag.lab.experiments.options import Fail
 from dprag.lab.experiments.report import progress_bar

@@ -62,7 +62,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dprag.accounting.errors import InvalidParameterError
 from dprag.accounting.events import SelfComposedEvent
 from dprag.accounting.filters import FilterBudget, IndividualRenyiFilter
 from dprag.accounting.mechanisms.ksa import calibrate_dp_ksa
@@ -85,6 +84,7 @@ from dprag.accounting.rag.single_query import (
 )
 from dprag.accounting.rdp import epsilon_of
 from dprag.accounting.stores import MemoryBudgetStore
+from dprag.errors import InvalidParameterError
 from dprag.rag_adapters.datasets.base import QAItem
 
 

@@ -42,8 +42,9 @@ import click
 import numpy as np
 
 from dprag.accounting.collusion import auc_upper_bound, cor_3_12_auc_upper
-from dprag.accounting.errors import DpragError, InvalidParameterError, check_positive_int
+from dprag.accounting.errors import check_positive_int
 from dprag.accounting.noise.source import RandomSource
+from dprag.errors import DpragError, InvalidParameterError
 from dprag.lab.attacks import canary as canary_mod
 from dprag.lab.attacks.interrogation import IAQuestion, build_questions, ia_query, ia_score, llm_questions_many
 from dprag.lab.attacks.s2mia import s2mia_probe, s2mia_score

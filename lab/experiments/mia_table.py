@@ -18,7 +18,7 @@ from pathlib import Path
 
 import click
 
-from dprag.accounting.errors import DpragError, InvalidParameterError
+from dprag.errors import DpragError, InvalidParameterError
 from dprag.lab.auc import auc_ci, tpr_at_fpr
 from dprag.lab.experiments.options import Fail
 

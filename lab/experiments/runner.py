@@ -32,9 +32,10 @@ from typing import Any
 
 import numpy as np
 
-from dprag.accounting.errors import DpragError, InvalidParameterError, check_positive_int
+from dprag.accounting.errors import check_positive_int
 from dprag.accounting.noise.source import RandomSource
 from dprag.accounting.rag.common import RagAnswer
+from dprag.errors import DpragError, InvalidParameterError
 from dprag.lab.experiments.methods import Context, Session, Settings, check_methods, get_method
 from dprag.rag_adapters.datasets.base import QAItem, RagDataset
 from dprag.rag_adapters.metrics import best_rouge_l, contains_answer, token_f1

@@ -22,7 +22,8 @@ import math
 import numpy as np
 from scipy.special import ndtr
 
-from dprag.accounting.errors import InvalidParameterError, check_epsilon, check_positive_int
+from dprag.accounting.errors import check_epsilon, check_positive_int
+from dprag.errors import InvalidParameterError
 
 
 def pooled_mean(samples) -> np.ndarray:

@@ -20,8 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from dprag.accounting.errors import InvalidParameterError, check_positive_int
+from dprag.accounting.errors import check_positive_int
 from dprag.accounting.noise.source import RandomSource
+from dprag.errors import InvalidParameterError
 
 LABEL = b"dprag/leakage/v1\x00"
 

@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from dprag.accounting import collusion
-from dprag.accounting.errors import InvalidParameterError
 from dprag.accounting.mechanisms.additive import gaussian_mechanism
+from dprag.errors import InvalidParameterError
 from dprag.lab.leakage.adversaries import split_accounts
 from dprag.lab.leakage.montecarlo import trial_source
 

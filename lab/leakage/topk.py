@@ -24,9 +24,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from dprag.accounting.errors import InvalidParameterError, check_positive_int
+from dprag.accounting.errors import check_positive_int
 from dprag.audit.commitments import integer_scores, quantise_embeddings
 from dprag.audit.retrieval import noise_table
+from dprag.errors import InvalidParameterError
 from dprag.lab.leakage.montecarlo import trial_rng, trial_source
 
 REGIMES = ("same-tenant", "external-m4")

@@ -34,8 +34,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dprag.accounting.errors import InvalidParameterError, check_positive_int
+from dprag.accounting.errors import check_positive_int
 from dprag.accounting.noise.source import RandomSource
+from dprag.errors import InvalidParameterError
 
 from .base import QAItem, RagDataset
 

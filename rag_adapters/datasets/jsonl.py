@@ -14,7 +14,7 @@ import json
 import os
 from pathlib import Path
 
-from dprag.accounting.errors import InvalidParameterError, UnknownDocumentError
+from dprag.errors import InvalidParameterError, UnknownDocumentError
 
 from .base import QAItem, RagDataset
 

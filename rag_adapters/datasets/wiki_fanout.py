@@ -26,7 +26,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from dprag.accounting.errors import InvalidParameterError
+from dprag.errors import InvalidParameterError
 
 from ..common import package_dir
 from ..metrics import contains_answer

@@ -16,7 +16,6 @@ from _rag_doubles import Docs as _Docs
 from _rag_doubles import Scripted as _Scripted
 from scipy import stats
 
-from dprag.accounting.errors import InvalidParameterError
 from dprag.accounting.events import ExponentialMechanismEvent
 from dprag.accounting.filters import FilterBudget, IndividualRenyiFilter
 from dprag.accounting.mechanisms.string_selection import ALPHABET, BOTTOM, select_string
@@ -26,6 +25,7 @@ from dprag.accounting.rag.mechanism import SingleQueryMechanism, check_mechanism
 from dprag.accounting.rag.multi_query import MuRAG, MuRAGAda
 from dprag.accounting.stores import MemoryBudgetStore
 from dprag.accounting.testing import check_dp, seeded
+from dprag.errors import InvalidParameterError
 
 
 def _law(keys, eps, t):

@@ -17,7 +17,7 @@ from scipy.stats import norm
 
 from dprag.accounting import collusion as C
 from dprag.accounting import gdp
-from dprag.accounting.errors import InvalidParameterError
+from dprag.errors import InvalidParameterError
 
 N, DACC = 10_000, 1e-6
 

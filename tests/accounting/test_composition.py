@@ -20,7 +20,6 @@ from dprag.accounting.composition import (
     epsilon_with_tv,
     optimal_composition_epsilon,
 )
-from dprag.accounting.errors import InvalidParameterError, UnsupportedEventError
 from dprag.accounting.events import (
     ApproxDpEvent,
     ApproxRdpEvent,
@@ -38,6 +37,7 @@ from dprag.accounting.events import (
     SelfComposedEvent,
 )
 from dprag.accounting.rdp import DEFAULT_ORDERS, pure_dp_rdp, rdp_to_delta, rdp_to_epsilon
+from dprag.errors import InvalidParameterError, UnsupportedEventError
 
 ORDERS = np.array(DEFAULT_ORDERS)
 

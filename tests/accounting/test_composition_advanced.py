@@ -25,7 +25,7 @@ from dprag.accounting.composition import (
     optimal_homogeneous_epsilon,
     poisson_amplify,
 )
-from dprag.accounting.errors import InvalidParameterError
+from dprag.errors import InvalidParameterError
 
 # ----------------------------------------------------------------------------------------------------------
 # brute-force oracles

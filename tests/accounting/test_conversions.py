@@ -18,9 +18,9 @@ from scipy.optimize import brentq
 from scipy.stats import norm
 
 from dprag.accounting.composition import MixedAccountant, RdpAccountant, zcdp_rdp, zcdp_to_epsilon
-from dprag.accounting.errors import InvalidParameterError
 from dprag.accounting.events import GaussianEvent, LaplaceEvent, PoissonSampledEvent, PureDpEvent
 from dprag.accounting.rdp import DEFAULT_ORDERS, rdp_to_epsilon
+from dprag.errors import InvalidParameterError
 
 ORDERS = np.array(DEFAULT_ORDERS)
 mpmath.mp.dps = 40

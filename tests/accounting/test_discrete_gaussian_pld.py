@@ -12,8 +12,8 @@ from _reference_pld import dg_exact_delta, dg_exact_epsilon
 
 from dprag.accounting.composition import PldAccountant, RdpAccountant
 from dprag.accounting.composition import pld as pld_module
-from dprag.accounting.errors import UnsupportedEventError
 from dprag.accounting.events import ComposedEvent, DiscreteGaussianEvent, GaussianEvent, PoissonSampledEvent
+from dprag.errors import UnsupportedEventError
 
 
 @pytest.mark.parametrize("sigma, count, delta, exact_printed", [(1.0, 10, 1e-6, 19.4916), (3.0, 5, 1e-9, 4.4763)])

@@ -20,9 +20,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from dprag.accounting.errors import InvalidParameterError
 from dprag.accounting.testing import OutputEvent, check_dp, seeded
 from dprag.accounting.testing.empirical_dp import detectable_epsilon
+from dprag.errors import InvalidParameterError
 
 EVENT = OutputEvent("output == 1", lambda outs: outs == 1)
 BETA = 0.05

@@ -17,10 +17,10 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from dprag.accounting.errors import InvalidParameterError
 from dprag.accounting.mechanisms import exponential as em
 from dprag.accounting.mechanisms.exponential import vote_exponential_mechanism
 from dprag.accounting.noise import RandomSource
+from dprag.errors import InvalidParameterError
 
 P_FAIL = 1e-6
 

@@ -15,7 +15,6 @@ import pytest
 from dp_accounting import dp_event
 from dp_accounting.rdp import rdp_privacy_accountant as dpa
 
-from dprag.accounting.errors import InvalidParameterError, UnknownDocumentError, UnsupportedEventError
 from dprag.accounting.events import (
     ApproxDpEvent,
     ApproxRdpEvent,
@@ -40,6 +39,7 @@ from dprag.accounting.filters import (
 )
 from dprag.accounting.rdp import DEFAULT_ORDERS
 from dprag.accounting.stores import MemoryBudgetStore, SqliteBudgetStore
+from dprag.errors import InvalidParameterError, UnknownDocumentError, UnsupportedEventError
 
 TWO32 = 2**32
 

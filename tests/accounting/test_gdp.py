@@ -19,8 +19,8 @@ from scipy import integrate, optimize, signal
 from scipy.special import log_ndtr, ndtr
 
 from dprag.accounting import gdp
-from dprag.accounting.errors import InvalidParameterError, UnsupportedEventError
 from dprag.accounting.events import ComposedEvent, GaussianEvent, LaplaceEvent, NoOpEvent, SelfComposedEvent
+from dprag.errors import InvalidParameterError, UnsupportedEventError
 
 mpmath.mp.dps = 50
 

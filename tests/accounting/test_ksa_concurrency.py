@@ -28,7 +28,6 @@ import numpy as np
 import pytest
 from _rag_doubles import Docs
 
-from dprag.accounting.errors import InvalidParameterError
 from dprag.accounting.noise.source import RandomSource
 from dprag.accounting.protocols import Prompt
 from dprag.accounting.rag.ksa import (
@@ -40,6 +39,7 @@ from dprag.accounting.rag.ksa import (
     call_each,
     text_voter_responses,
 )
+from dprag.errors import InvalidParameterError
 
 M = 20
 DOCS = [f"record {i} inhaler protocol ANSWER: zorvatin dosage" for i in range(32)] + [

@@ -16,7 +16,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 from scipy import stats
 
-from dprag.accounting.errors import InvalidParameterError
 from dprag.accounting.events import DiscreteGaussianEvent, DiscreteLaplaceEvent
 from dprag.accounting.mechanisms.additive import (
     discrete_gaussian_mechanism,
@@ -28,6 +27,7 @@ from dprag.accounting.mechanisms.additive import (
 )
 from dprag.accounting.noise import DiscreteGaussianTable, RandomSource, granularity_for, round_to_grid
 from dprag.accounting.rdp import epsilon_of
+from dprag.errors import InvalidParameterError
 
 P_MIN = 1e-6
 

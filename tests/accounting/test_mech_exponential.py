@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from dprag.accounting.errors import InvalidParameterError
 from dprag.accounting.events import ExponentialMechanismEvent
 from dprag.accounting.mechanisms.exponential import (
     exponential_mechanism,
@@ -25,6 +24,7 @@ from dprag.accounting.mechanisms.exponential import (
     vote_exponential_probabilities,
 )
 from dprag.accounting.noise import RandomSource
+from dprag.errors import InvalidParameterError
 
 P_FAIL = 1e-6
 

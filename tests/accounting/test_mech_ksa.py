@@ -15,7 +15,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 from scipy import stats
 
-from dprag.accounting.errors import InvalidParameterError
 from dprag.accounting.events import (
     ApproxRdpEvent,
     ComposedEvent,
@@ -39,6 +38,7 @@ from dprag.accounting.mechanisms.ksa import (
 from dprag.accounting.noise.source import RandomSource
 from dprag.accounting.rdp import DEFAULT_ORDERS, additive_delta, epsilon_of, rdp_curve
 from dprag.accounting.testing import strategies as dps
+from dprag.errors import InvalidParameterError
 
 P_MIN = 1e-6  # p-value threshold of every goodness-of-fit test below: false-failure rate 1e-6 each
 

@@ -16,7 +16,6 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from dprag.accounting.errors import InvalidParameterError
 from dprag.accounting.events import ApproxDpEvent, ExponentialMechanismEvent
 from dprag.accounting.mechanisms.limited_domain import (
     BOTTOM,
@@ -25,6 +24,7 @@ from dprag.accounting.mechanisms.limited_domain import (
     limited_domain_threshold,
 )
 from dprag.accounting.noise import RandomSource
+from dprag.errors import InvalidParameterError
 
 P_FAIL = 1e-6
 

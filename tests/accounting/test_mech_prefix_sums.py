@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from dprag.accounting.errors import InvalidParameterError
 from dprag.accounting.events import DiscreteLaplaceEvent
 from dprag.accounting.mechanisms.prefix_sums import assign_bins, bin_counts, noisy_prefix_sums, score_bins
 from dprag.accounting.noise import RandomSource
+from dprag.errors import InvalidParameterError
 
 P_FAIL = 1e-6
 

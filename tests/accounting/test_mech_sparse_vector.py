@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from dprag.accounting.errors import BudgetExhaustedError, InvalidParameterError
 from dprag.accounting.events import PureDpEvent
 from dprag.accounting.mechanisms.sparse_vector import SparseVector, sparse_vector
 from dprag.accounting.noise import RandomSource
+from dprag.errors import BudgetExhaustedError, InvalidParameterError
 
 P_FAIL = 1e-6
 FAR = 10**6

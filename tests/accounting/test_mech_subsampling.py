@@ -15,7 +15,6 @@ import pytest
 from scipy import stats
 
 from dprag.accounting.amplification import amplified_pure_epsilon, zhu_wang_general_rdp, zhu_wang_tight_log_moment
-from dprag.accounting.errors import InvalidParameterError, UnsupportedEventError
 from dprag.accounting.events import (
     ApproxDpEvent,
     ApproxRdpEvent,
@@ -38,6 +37,7 @@ from dprag.accounting.rdp import (
     pure_dp_rdp,
     rdp_curve,
 )
+from dprag.errors import InvalidParameterError, UnsupportedEventError
 
 P_FAIL = 1e-6
 INT_ORDERS = np.arange(2, 65, dtype=np.float64)

@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from dprag.accounting.errors import InvalidParameterError
 from dprag.accounting.noise import RandomSource, bernoulli_exp
 from dprag.accounting.noise.bernoulli import (
     bernoulli_exp_fraction,
@@ -21,6 +20,7 @@ from dprag.accounting.noise.bernoulli import (
     bernoulli_half,
     bernoulli_shared,
 )
+from dprag.errors import InvalidParameterError
 
 P_MIN = 1e-6
 

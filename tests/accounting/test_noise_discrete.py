@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from dprag.accounting.errors import InvalidParameterError
 from dprag.accounting.noise import RandomSource, discrete_gaussian, discrete_laplace
 from dprag.accounting.noise.discrete import _floor_div
+from dprag.errors import InvalidParameterError
 
 P_MIN = 1e-6
 

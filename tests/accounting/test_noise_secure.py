@@ -16,9 +16,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from scipy import stats
 
-from dprag.accounting.errors import InvalidParameterError
 from dprag.accounting.noise import RandomSource, gaussian, granularity_for, gumbel, laplace, round_to_grid
 from dprag.accounting.noise.secure import ceil_power_of_two, is_power_of_two
+from dprag.errors import InvalidParameterError
 
 P_MIN = 1e-6
 

@@ -17,10 +17,10 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from dprag.accounting.errors import InvalidParameterError
 from dprag.accounting.noise import DiscreteGaussianTable, RandomSource
 from dprag.accounting.noise import table as table_mod
 from dprag.accounting.noise.table import exp_neg_bounds
+from dprag.errors import InvalidParameterError
 
 getcontext().prec = 60
 

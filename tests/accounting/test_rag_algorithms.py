@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 
 from dprag.accounting.composition import PureDpAccountant
-from dprag.accounting.errors import InvalidParameterError
 from dprag.accounting.events import PureDpEvent
 from dprag.accounting.filters import FilterBudget, IndividualRenyiFilter
 from dprag.accounting.noise.source import RandomSource
@@ -27,6 +26,7 @@ from dprag.accounting.rag.single_query import (
 )
 from dprag.accounting.stores import MemoryBudgetStore
 from dprag.audit.toy import ToyGenerator, ToyRetriever
+from dprag.errors import InvalidParameterError
 
 
 def corpus(n_relevant=40, n_other=60):

@@ -9,7 +9,6 @@ import math
 import numpy as np
 import pytest
 
-from dprag.accounting.errors import InvalidParameterError, UnsupportedEventError
 from dprag.accounting.filters import FilterBudget, IndividualRenyiFilter
 from dprag.accounting.mechanisms.noisy_max import gaussian_vote_max, gaussian_vote_max_event
 from dprag.accounting.noise.source import RandomSource
@@ -20,6 +19,7 @@ from dprag.accounting.rag.single_query import PureDpRagParams
 from dprag.accounting.rdp import DEFAULT_ORDERS, rdp_curve
 from dprag.accounting.stores import MemoryBudgetStore
 from dprag.audit.toy import ToyGenerator, ToyRetriever
+from dprag.errors import InvalidParameterError, UnsupportedEventError
 
 
 def corpus(n_relevant=40, n_other=60):

@@ -12,7 +12,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dprag.accounting.errors import InvalidParameterError, UnsupportedEventError
 from dprag.accounting.events import (
     ApproxDpEvent,
     ApproxRdpEvent,
@@ -36,6 +35,7 @@ from dprag.accounting.rdp import (
     rdp_to_delta,
     rdp_to_epsilon,
 )
+from dprag.errors import InvalidParameterError, UnsupportedEventError
 
 ORDERS = np.array(DEFAULT_ORDERS)
 mpmath.mp.dps = 50

@@ -19,7 +19,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from dprag.accounting.errors import InvalidParameterError, UnsupportedEventError
 from dprag.accounting.events import ApproxDpEvent, PureDpEvent
 from dprag.accounting.filters import FilterBudget, IndividualRenyiFilter
 from dprag.accounting.mechanisms.seen_key_selection import (
@@ -35,6 +34,7 @@ from dprag.accounting.rag.mechanism import check_mechanism, filter_charge
 from dprag.accounting.rag.multi_query import MuRAG, MuRAGAda
 from dprag.accounting.stores import MemoryBudgetStore
 from dprag.accounting.testing import check_dp, seeded
+from dprag.errors import InvalidParameterError, UnsupportedEventError
 
 mpmath.mp.dps = 60
 RUN = 1 - mpmath.mpf(2) ** -20  # the module runs at ε·(1 − 2^-20) and adds 2^-30 to ⊥'s log-weight

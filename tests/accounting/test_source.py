@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from dprag.accounting.errors import InvalidParameterError
 from dprag.accounting.noise.source import RandomSource
 from dprag.accounting.noise.stream import BLOCK_BYTES
+from dprag.errors import InvalidParameterError
 
 
 def _spec_stream(seed: bytes, label: bytes, n: int) -> bytes:

@@ -10,9 +10,9 @@ import math
 import numpy as np
 import pytest
 
-from dprag.accounting.errors import InvalidParameterError
 from dprag.accounting.noise import discrete, secure
 from dprag.accounting.noise.source import RandomSource
+from dprag.errors import InvalidParameterError
 
 SEED = b"shapes"
 

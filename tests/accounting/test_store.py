@@ -11,10 +11,10 @@ import threading
 import numpy as np
 import pytest
 
-from dprag.accounting.errors import InvalidParameterError, UnknownDocumentError
 from dprag.accounting.events import GaussianEvent
 from dprag.accounting.filters import FilterBudget, IndividualRenyiFilter
 from dprag.accounting.stores import MAX_LIMIT_UNITS, BudgetStoreError, MemoryBudgetStore, SqliteBudgetStore
+from dprag.errors import InvalidParameterError, UnknownDocumentError
 
 LIMITS = np.array([10, 20, 30], dtype=np.int64)
 DESC = {"test": "store"}

@@ -17,7 +17,6 @@ import pytest
 from hypothesis import given, settings
 from scipy import optimize, stats
 
-from dprag.accounting.errors import InvalidParameterError
 from dprag.accounting.events import PrivacyEvent
 from dprag.accounting.rdp import DEFAULT_ORDERS, rdp_curve
 from dprag.accounting.testing import (
@@ -31,6 +30,7 @@ from dprag.accounting.testing import (
     seeded,
 )
 from dprag.accounting.testing import strategies as dps
+from dprag.errors import InvalidParameterError
 
 ORDERS = np.array(DEFAULT_ORDERS)
 

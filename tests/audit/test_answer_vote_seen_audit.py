@@ -13,7 +13,6 @@ from fractions import Fraction
 import mpmath as mp
 import pytest
 
-from dprag.accounting.errors import DpragError, InvalidParameterError
 from dprag.accounting.events import ApproxDpEvent, ExponentialMechanismEvent, PureDpEvent
 from dprag.accounting.rag.answer_vote import AnswerVoteParams
 from dprag.audit.certify import certified_epsilons
@@ -21,6 +20,7 @@ from dprag.audit.encoding import EncodingError, decode, encode
 from dprag.audit.policy import RECOMMENDED_V2, Policy
 from dprag.audit.testing.window import CLINIC, LEGAL, build_window, toy_policy
 from dprag.audit.verify import verify
+from dprag.errors import DpragError, InvalidParameterError
 
 SEEN = dict(mechanism="answer-vote", vote_selection="seen", vote_delta=1e-6)
 

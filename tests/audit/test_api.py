@@ -20,9 +20,9 @@ from dprag.audit.api.app import create_app
 from dprag.audit.api.client import RemoteError, RemoteService, fetch_bundle
 from dprag.audit.api.toy import make_toy_directory
 from dprag.audit.api.wire import AUDITOR, auth_header, untar_bundle
+from dprag.audit.errors import RateLimitError, RequestError
 from dprag.audit.ledger import NoteVerifier
 from dprag.audit.receipts import verify_refusal
-from dprag.audit.serving_errors import RateLimitError, RequestError
 from dprag.audit.testing.live import LiveServer
 from dprag.audit.toy import HashEmbedder
 from dprag.audit.verify import verify
@@ -293,7 +293,7 @@ def test_threads_bounds_the_blocking_calls_running_at_once(tmp_path, threads):
 
 
 def test_threads_out_of_range_is_refused_by_name(toy):
-    from dprag.accounting.errors import InvalidParameterError
+    from dprag.errors import InvalidParameterError
 
     _, svc, _ = toy
     for bad in (0, -1, 1025, 2.5):

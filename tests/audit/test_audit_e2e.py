@@ -6,7 +6,6 @@ import shutil
 import numpy as np
 import pytest
 
-from dprag.accounting.errors import BudgetExhaustedError, InvalidParameterError
 from dprag.audit.account import AccountKey, Request, make_request
 from dprag.audit.cli import main as cli_main
 from dprag.audit.encoding import decode, encode
@@ -14,6 +13,7 @@ from dprag.audit.policy import Policy
 from dprag.audit.service import RateLimitError, RequestError
 from dprag.audit.testing.window import account_key, build_window, client, open_service, reopen_service, toy_policy
 from dprag.audit.verify import verify
+from dprag.errors import BudgetExhaustedError, InvalidParameterError
 
 
 @pytest.fixture(scope="module")

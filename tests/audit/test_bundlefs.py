@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from dprag.accounting.errors import DpragError
 from dprag.audit.bundlefs import BundleDir, BundleFileError, BundleRootError, show
+from dprag.errors import DpragError
 
 SECRET = b"TOP-SECRET-CONTENT-" * 50
 

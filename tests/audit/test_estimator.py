@@ -13,7 +13,6 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from dprag.accounting.errors import InvalidParameterError
 from dprag.audit.estimator import (
     MARGIN,
     NeighbourSearch,
@@ -24,6 +23,7 @@ from dprag.audit.estimator import (
     exact_window_search,
     link_pairs,
 )
+from dprag.errors import InvalidParameterError
 
 # ---------------------------------------------------------------------------------------------------------
 # independent oracle

@@ -14,12 +14,12 @@ import json
 import numpy as np
 import pytest
 
-from dprag.accounting.errors import InvalidParameterError
 from dprag.accounting.protocols import Prompt
+from dprag.audit.errors import AnswerPendingError
 from dprag.audit.service import ProviderService
-from dprag.audit.serving_errors import AnswerPendingError
 from dprag.audit.testing import window as fx
 from dprag.audit.toy import HashEmbedder, ToyGenerator
+from dprag.errors import InvalidParameterError
 
 #: a clinic record long enough to cross MemoryLimited's limit when it is a voter's context, with the words that make
 #: the asthma question retrieve it (the toy embedder hashes words)

@@ -14,8 +14,8 @@ import time
 
 import pytest
 
+from dprag.audit.errors import StoreUnavailableError
 from dprag.audit.group_commit import BatchFailed, GroupCommitter
-from dprag.audit.storage import StoreUnavailableError
 from dprag.audit.testing import window as fx
 
 
@@ -205,7 +205,7 @@ def test_a_request_refused_inside_a_batch_is_refused_alone(tmp_path):
     admission check and share a record batch with five other accounts' requests: the re-check inside the batch
     records the first and refuses the second (signed, counter not consumed) without failing the batch — the other
     requests are recorded in it and answered — and the bundle PASSes."""
-    from dprag.audit.serving_errors import RequestError
+    from dprag.audit.errors import RequestError
 
     accounts = {f"acct{i}": "clinic" for i in range(6)}
     svc = fx.open_service(tmp_path / "svc", accounts=accounts)

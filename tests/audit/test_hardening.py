@@ -87,7 +87,7 @@ def test_rule_output_escapes_every_bundle_string(evil_bundle):
 
 def test_rule_the_provider_refuses_names_that_are_not_identifiers(tmp_path):
     emb = HashEmbedder(32)
-    from dprag.accounting.errors import InvalidParameterError
+    from dprag.errors import InvalidParameterError
 
     with pytest.raises(InvalidParameterError, match="tenant"):
         ProviderService.create(
@@ -380,8 +380,8 @@ def test_constant_time_release_holds_each_answer_to_its_deadline(tmp_path, monke
     """The constant-time release option (audit/release.py): an answer leaves at the first multiple of the period
     after its request arrived, whether it charged documents or not; an overrun leaves at a later multiple and is
     counted. Checked on a fake clock (no wall-clock bound), then once on the service (a lower bound only)."""
-    from dprag.accounting.errors import InvalidParameterError
     from dprag.audit import release as rel
+    from dprag.errors import InvalidParameterError
 
     now = [100.0]
 

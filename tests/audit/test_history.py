@@ -11,13 +11,13 @@ import json
 import numpy as np
 import pytest
 
-from dprag.accounting.errors import InvalidParameterError
 from dprag.audit.encoding import encode
 from dprag.audit.history import chain_id
 from dprag.audit.ledger import NoteSigner
 from dprag.audit.service import ProviderService, RequestError
 from dprag.audit.testing import window as fx
 from dprag.audit.verify import verify
+from dprag.errors import InvalidParameterError
 
 NEW_DOC = {"clinic": {"new-1": "patient 99 asthma protocol inhaler drug ANSWER: newdrug"}}
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from dprag.audit.api.toy import make_toy_directory, toy_policy
+from dprag.audit.errors import ServiceStateError
 from dprag.audit.service import ProviderService
-from dprag.audit.serving_errors import ServiceStateError
 from dprag.audit.storage import materialize
 from dprag.audit.storage.postgres import parse_url, url_with_credentials
 from dprag.audit.testing.load import toy_clients

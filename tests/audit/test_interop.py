@@ -12,10 +12,10 @@ import pytest
 
 from dprag.accounting import events as ev_mod
 from dprag.accounting.composition import MixedAccountant, PldAccountant, PureDpAccountant, RdpAccountant
-from dprag.accounting.errors import BudgetExhaustedError, DpragError, UnsupportedEventError
 from dprag.accounting.events import DiscreteGaussianEvent
 from dprag.accounting.mechanisms.sparse_vector import SparseVector
 from dprag.accounting.noise.source import RandomSource
+from dprag.errors import BudgetExhaustedError, DpragError, UnsupportedEventError
 
 ACCOUNTANTS = [RdpAccountant, MixedAccountant, PldAccountant, PureDpAccountant]
 

@@ -12,7 +12,6 @@ import base64
 
 import pytest
 
-from dprag.accounting.errors import InvalidParameterError
 from dprag.audit.ledger.checkpoint import (
     Checkpoint,
     NoteSigner,
@@ -26,6 +25,7 @@ from dprag.audit.ledger.checkpoint import (
 from dprag.audit.ledger.errors import CheckpointError, KeyFormatError, MalformedNoteError, SignatureError
 from dprag.audit.ledger.rfc6962 import mth
 from dprag.audit.ledger.store import MemoryLog
+from dprag.errors import InvalidParameterError
 
 PETER_SKEY = "PRIVATE+KEY+PeterNeumann+c74f20a3+AYEKFALVFGyNhPJEMzD1QIDr+Y7hfZx09iUvxdXHKDFz"
 PETER_VKEY = "PeterNeumann+c74f20a3+ARpc2QcUPDhMQegwxbzhKqiBfsVkmqq/LDE4izWy10TW"

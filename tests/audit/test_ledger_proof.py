@@ -11,7 +11,6 @@ import random
 
 import pytest
 
-from dprag.accounting.errors import DpragError, InvalidParameterError
 from dprag.audit.ledger.errors import MalformedProofError, ProofError, RootMismatchError
 from dprag.audit.ledger.proof import (
     ConsistencyProof,
@@ -24,6 +23,7 @@ from dprag.audit.ledger.proof import (
     verify_inclusion,
 )
 from dprag.audit.ledger.store import MemoryLog
+from dprag.errors import DpragError, InvalidParameterError
 
 N = 64
 

@@ -18,7 +18,6 @@ from pathlib import Path
 
 import pytest
 
-from dprag.accounting.errors import DpragError, InvalidParameterError
 from dprag.audit.ledger import (
     LedgerCorruptError,
     LedgerError,
@@ -31,6 +30,7 @@ from dprag.audit.ledger import (
     verify_inclusion,
 )
 from dprag.audit.ledger.rfc6962 import hash_leaf, root_from_leaves
+from dprag.errors import DpragError, InvalidParameterError
 
 REPO = Path(__file__).resolve().parents[2]
 

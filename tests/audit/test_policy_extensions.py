@@ -7,7 +7,6 @@ import json
 
 import pytest
 
-from dprag.accounting.errors import DpragError, InvalidParameterError
 from dprag.accounting.rag.single_query import PureDpRagParams
 from dprag.audit.certify import certified_epsilons
 from dprag.audit.encoding import decode, encode
@@ -16,6 +15,7 @@ from dprag.audit.service import ProviderService
 from dprag.audit.testing.window import ACCOUNTS, CLINIC, LEGAL, SCRIPT, client, registry, toy_policy
 from dprag.audit.toy import HashEmbedder, ToyGenerator
 from dprag.audit.verify import verify
+from dprag.errors import DpragError, InvalidParameterError
 
 #: the generation object's keys of every policy written before the extensions (spec/protocol.md §4)
 LEGACY_KEYS = {

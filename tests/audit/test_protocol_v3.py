@@ -10,7 +10,6 @@ import json
 import numpy as np
 import pytest
 
-from dprag.accounting.errors import InvalidParameterError
 from dprag.audit import commitments as cm
 from dprag.audit.account import AccountClient, ReceiptError
 from dprag.audit.encoding import encode
@@ -19,6 +18,7 @@ from dprag.audit.service import AnswerPendingError, ProviderService, RateLimitEr
 from dprag.audit.testing import window as fx
 from dprag.audit.toy import HashEmbedder, ToyGenerator, ToyTextGenerator
 from dprag.audit.verify import verify
+from dprag.errors import InvalidParameterError
 
 
 def _receipts(tmp_path, clients, name="receipts.jsonl", questions=False) -> str:

@@ -16,7 +16,6 @@ from pathlib import Path
 import mpmath
 import pytest
 
-from dprag.accounting.errors import InvalidParameterError
 from dprag.accounting.noise.source import RandomSource
 from dprag.accounting.protocols import Prompt
 from dprag.accounting.rag.ksa import (
@@ -35,6 +34,7 @@ from dprag.audit.serving_models import embedder_loader
 from dprag.audit.testing import window as fx
 from dprag.audit.verify import verify
 from dprag.audit.verify.verdict import TRUST_TEXT_ONLY
+from dprag.errors import InvalidParameterError
 
 CORPUS = {"clinic": fx.CLINIC, "legal": fx.LEGAL}
 # the toy dp-ksa policy (audit/testing/window.py toy_policy(mechanism="dp-ksa")): written out here, not read from it

@@ -17,8 +17,9 @@ import pytest
 from dprag.accounting.stores.session import SessionBudgetStore
 from dprag.audit.api.toy import make_toy_directory, toy_policy
 from dprag.audit.encoding import decode
+from dprag.audit.errors import StoreError
 from dprag.audit.ledger import MemoryLog
-from dprag.audit.storage import Records, StoreError, StoreLog, create_store, open_store
+from dprag.audit.storage import Records, StoreLog, create_store, open_store
 from dprag.audit.testing.load import toy_clients
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dprag.accounting.errors import InvalidParameterError
 from dprag.audit.retrieval import (
     noise_table,
     noisy_top_k,
@@ -18,6 +17,7 @@ from dprag.audit.retrieval import (
     word_threshold,
     words_source,
 )
+from dprag.errors import InvalidParameterError
 
 
 def _plain(scores, words, table, k):

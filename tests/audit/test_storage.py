@@ -15,12 +15,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dprag.accounting.errors import InvalidParameterError
 from dprag.accounting.stores import MemoryBudgetStore
 from dprag.accounting.stores.session import SessionBudgetStore
+from dprag.audit.errors import StoreError
 from dprag.audit.ledger import MemoryLog
-from dprag.audit.storage import StoreError, StoreLog, create_store, open_store
+from dprag.audit.storage import StoreLog, create_store, open_store
 from dprag.audit.testing import window as fx
+from dprag.errors import InvalidParameterError
 
 
 def _fresh(tmp_path: Path, url: str | None, name: str = "w"):
@@ -265,7 +266,7 @@ def test_sqlite_writes_share_one_connection_and_survive_its_failure(tmp_path):
     gets a fresh connection, with nothing of the failed block committed and the old connection closed."""
     import sqlite3
 
-    from dprag.audit.storage import StoreUnavailableError
+    from dprag.audit.errors import StoreUnavailableError
 
     d, store = _fresh(tmp_path, None)
     log = StoreLog(store)
@@ -392,7 +393,7 @@ def test_postgres_pool_replaces_a_connection_the_server_killed(tmp_path, pg_url)
     """pool=1: the server terminates the store's backend three times over. Each time the next operation fails as
     retryable (StoreUnavailableError, nothing committed) and the one after it runs on a new backend — the dead
     connection's slot is freed, never leaked (a leaked slot would leave pool=1 with none: a timeout)."""
-    from dprag.audit.storage import StoreUnavailableError
+    from dprag.audit.errors import StoreUnavailableError
 
     store = _pg_store(pg_url, "pool_kill_w", 1, timeout=5.0)
     log = StoreLog(store)
@@ -418,7 +419,7 @@ def test_postgres_pool_forgets_its_idle_connections_when_one_fails(tmp_path, pg_
     operation fails as retryable; the one after it runs — the pool closed the other idle (dead) connections on the
     first failure instead of lending them, one failed try each, to the next borrowers (a service retries a store
     failure 5 times: 8 dead connections would exhaust them)."""
-    from dprag.audit.storage import StoreUnavailableError
+    from dprag.audit.errors import StoreUnavailableError
 
     store = _pg_store(pg_url, "pool_flush_w", 3, timeout=5.0)
     log = StoreLog(store)
@@ -455,7 +456,7 @@ def test_postgres_pool_exhausted_is_a_retryable_error(tmp_path, pg_url):
     """pool=1, timeout 0.5 s: while one thread holds the only connection in a write transaction, another thread's
     read waits, then fails as retryable (StoreUnavailableError naming the pool), having changed nothing; once the
     holder commits, the read runs and sees its write."""
-    from dprag.audit.storage import StoreUnavailableError
+    from dprag.audit.errors import StoreUnavailableError
 
     store = _pg_store(pg_url, "pool_full_w", 1, timeout=0.5)
     log = StoreLog(store)

@@ -253,7 +253,7 @@ def test_coalition_probe_rerun_with_the_same_seed_is_identical(tmp_path, capsys)
 def test_probe_policy_generation_is_the_demos_unless_overridden():
     """Default: the demo's committed generation (answer-level voting with the seen selection, m = 30, M = 1,
     τ = 512); ``mechanism="pure-dp-rag"`` gives the pilot's 000 Alg. 5; an unknown name is refused."""
-    from dprag.accounting.errors import InvalidParameterError
+    from dprag.errors import InvalidParameterError
     from dprag.lab.demo import build_policy, default_config
 
     g = cp.probe_policy(4, 2).generation

@@ -13,12 +13,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dprag.accounting.errors import InvalidParameterError
 from dprag.audit import commitments as cm
 from dprag.audit.account import question_commitment, request_hash
 from dprag.audit.certify import certified_epsilons
 from dprag.audit.cli import main as dprag_main
 from dprag.audit.encoding import decode
+from dprag.errors import InvalidParameterError
 from dprag.lab.demo.calibration import tau_statistics, token_budget_accuracy
 from dprag.lab.demo.cli import main as demo_main
 from dprag.lab.demo.config import MECHANISMS, build_policy, default_config, mechanism_label, quick_config

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 from scipy import integrate, stats
 
-from dprag.accounting.errors import InvalidParameterError
 from dprag.audit.estimator import coalition_size, exact_window_search
+from dprag.errors import InvalidParameterError
 from dprag.lab.estimator_calibration import (
     ATTACK_PARAPHRASES,
     HONEST_THETA_GRID,

@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from dprag.accounting.errors import InvalidParameterError
 from dprag.accounting.rag.budget import certified_epsilon
 from dprag.accounting.rag.multi_query import SubsamplingMultiRAG
 from dprag.accounting.rag.single_query import PureDpRagParams
 from dprag.audit.toy import ToyGenerator, ToyRetriever
+from dprag.errors import InvalidParameterError
 from dprag.lab.experiments.cli import experiment
 from dprag.lab.experiments.methods import (
     METHODS,

@@ -9,7 +9,7 @@ import pytest
 from scipy.stats import norm
 
 from dprag.accounting import collusion
-from dprag.accounting.errors import InvalidParameterError
+from dprag.errors import InvalidParameterError
 from dprag.lab.auc import mann_whitney_auc
 from dprag.lab.leakage.adversaries import bayes_llr, midpoint_decision, pooled_mean, split_accounts, split_auc
 

@@ -11,7 +11,7 @@ import pytest
 from scipy.special import ndtr
 from scipy.stats import mannwhitneyu
 
-from dprag.accounting.errors import InvalidParameterError
+from dprag.errors import InvalidParameterError
 from dprag.lab.auc import delong_se, hanley_mcneil_se, mann_whitney_auc
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dprag.accounting.errors import InvalidParameterError
+from dprag.errors import InvalidParameterError
 from dprag.lab.leakage.montecarlo import run_cells
 from dprag.lab.leakage.scalar import ScalarCell, scalar_trials
 from dprag.lab.leakage.topk import TopKCell, topk_trials

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from dprag.accounting import collusion
-from dprag.accounting.errors import InvalidParameterError
+from dprag.errors import InvalidParameterError
 from dprag.lab.auc import mann_whitney_auc
 from dprag.lab.leakage.adversaries import split_auc
 from dprag.lab.leakage.scalar import ScalarCell, calibrate_sigma, group_size, scalar_trials

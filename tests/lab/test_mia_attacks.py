@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from dprag.accounting.collusion import auc_upper_bound
-from dprag.accounting.errors import InvalidParameterError
 from dprag.accounting.protocols import Prompt
 from dprag.audit.toy import ToyGenerator, ToyRetriever
+from dprag.errors import InvalidParameterError
 from dprag.lab.attacks.canary import ExposureCounter
 from dprag.lab.attacks.interrogation import (
     build_questions,

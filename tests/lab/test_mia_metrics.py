@@ -11,7 +11,7 @@ import pytest
 from scipy.special import ndtr
 from scipy.stats import mannwhitneyu, rankdata
 
-from dprag.accounting.errors import InvalidParameterError
+from dprag.errors import InvalidParameterError
 from dprag.lab.auc import Z975, auc, auc_ci, delong_se, hanley_mcneil_se, members_for_halfwidth, tpr_at_fpr
 
 

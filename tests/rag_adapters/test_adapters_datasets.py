@@ -8,8 +8,8 @@ from collections import Counter
 import pytest
 
 import dprag.rag_adapters.common as common
-from dprag.accounting.errors import InvalidParameterError, UnknownDocumentError
 from dprag.accounting.noise.source import RandomSource
+from dprag.errors import InvalidParameterError, UnknownDocumentError
 from dprag.rag_adapters.common import MissingDependencyError
 from dprag.rag_adapters.datasets import generate_clinic_corpus, load_jsonl, load_wiki_fanout
 from dprag.rag_adapters.datasets.clinic import CONDITIONS, GENERATOR_VERSION

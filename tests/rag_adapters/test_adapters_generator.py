@@ -8,8 +8,8 @@ import sys
 import numpy as np
 import pytest
 
-from dprag.accounting.errors import InvalidParameterError
 from dprag.accounting.protocols import DecodingSession, Generator, Prompt
+from dprag.errors import InvalidParameterError
 from dprag.rag_adapters.generator import ByteTokenizer, CausalLMGenerator, tiny_gpt2, tiny_llama
 from dprag.rag_adapters.prompting import SYSTEM_PROMPT
 

@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from dprag.accounting.errors import InvalidParameterError, UnknownDocumentError
 from dprag.accounting.protocols import Retriever
+from dprag.errors import InvalidParameterError, UnknownDocumentError
 from dprag.rag_adapters.embedder import EmbeddingCache
 from dprag.rag_adapters.index import ExactIndex, FaissFlatIndex, FaissHNSWIndex, top_k_desc
 from dprag.rag_adapters.retriever import DenseRetriever

@@ -2,7 +2,7 @@
 
 import pytest
 
-from dprag.accounting.errors import InvalidParameterError
+from dprag.errors import InvalidParameterError
 from dprag.rag_adapters.metrics import (
     best_rouge_l,
     contains_answer,

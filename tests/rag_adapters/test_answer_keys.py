@@ -3,8 +3,8 @@ expected keys for each rule, the alphabet invariant, and input errors."""
 
 import pytest
 
-from dprag.accounting.errors import InvalidParameterError
 from dprag.accounting.mechanisms.string_selection import ALPHABET
+from dprag.errors import InvalidParameterError
 from dprag.rag_adapters.answer_keys import answer_key
 
 Q_DRUG = "What medication does the clinic's protocol start patients with Lyme disease on?"

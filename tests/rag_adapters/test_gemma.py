@@ -9,8 +9,8 @@ minute on a busy 2-core machine.
 import numpy as np
 import pytest
 
-from dprag.accounting.errors import InvalidParameterError
 from dprag.accounting.protocols import Prompt
+from dprag.errors import InvalidParameterError
 from dprag.rag_adapters import gemma
 from dprag.rag_adapters.common import MissingDependencyError
 from dprag.rag_adapters.prompting import PromptFormat

@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from dprag.accounting.errors import InvalidParameterError
 from dprag.audit.cli import main
+from dprag.errors import InvalidParameterError
 from dprag.zk.batch import connect, prove_many
 from dprag.zk.field import R
 from dprag.zk.keys import ProvingKey

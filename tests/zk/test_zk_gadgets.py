@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dprag.accounting.errors import InvalidParameterError
+from dprag.errors import InvalidParameterError
 from dprag.zk.field import R, signed
 from dprag.zk.gadgets import compare, fixed_point, merkle, topk
 from dprag.zk.gadgets.bits import range_check, signed_range_check

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from dprag.accounting.errors import InvalidParameterError
+from dprag.errors import InvalidParameterError
 from dprag.zk import curve as C
 from dprag.zk import formats as F
 from dprag.zk.field import R

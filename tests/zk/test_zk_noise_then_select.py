@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dprag.accounting.errors import InvalidParameterError
+from dprag.errors import InvalidParameterError
 from dprag.zk.circuits import noise_then_select as nts
 from dprag.zk.field import R
 from dprag.zk.gadgets import topk

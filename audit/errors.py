@@ -1,11 +1,24 @@
-"""The provider service's errors (spec/protocol.md §5): refusals (decided before anything is embedded, charged or
-recorded; each carries the provider's signed refusal), a pending answer, an inconsistent service directory."""
+"""The wire's vocabulary: every error a provider answers an account with, one home (spec/protocol.md §5, spec/api.md).
+
+Refusals (``RequestError``, ``RateLimitError``) are decided before anything is embedded, charged or recorded and carry
+the provider's signed refusal; ``AnswerPendingError`` says a charged request's answer is pending; the store's
+``StoreError`` / ``StoreUnavailableError`` (503, retry); ``ServiceStateError`` a service directory that needs an
+operator. The HTTP API maps each to one status and error type; the account's client maps them back. The error
+hierarchy itself (``DpragError``, ``InvalidParameterError``, ...) is ``dprag.errors``.
+"""
 
 from __future__ import annotations
 
-from dprag.accounting.errors import BudgetExhaustedError, DpragError, InvalidParameterError
+from dprag.errors import BudgetExhaustedError, DpragError, InvalidParameterError
 
-__all__ = ["AnswerPendingError", "RateLimitError", "RequestError", "ServiceStateError"]
+__all__ = [
+    "AnswerPendingError",
+    "RateLimitError",
+    "RequestError",
+    "ServiceStateError",
+    "StoreError",
+    "StoreUnavailableError",
+]
 
 
 class RateLimitError(BudgetExhaustedError):
@@ -44,3 +57,13 @@ class AnswerPendingError(DpragError):
 
 class ServiceStateError(DpragError):
     """The service directory is inconsistent (e.g. a budget store holds less spend than the ledger)."""
+
+
+class StoreError(DpragError):
+    """The database refused an operation for a reason a retry does not cure (a constraint, a corrupt row). The
+    operation was rolled back."""
+
+
+class StoreUnavailableError(StoreError):
+    """The database could not complete an operation (connection lost, server restarting, lock timeout). The
+    operation was rolled back: retry it (the HTTP API answers 503 with Retry-After)."""
