@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .account import Request, qemb_commitment, question_commitment, verify_request
 from .errors import RequestError
+from .request import Request, qemb_commitment, question_commitment, verify_request
 
 MAX_QUESTION_CHARS = 4096
 

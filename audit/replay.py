@@ -24,7 +24,7 @@ import numpy as np
 
 from dprag.accounting.rag.common import top_k_padded
 
-from .account import request_hash
+from .request import request_hash
 from .retrieval import request_source
 
 

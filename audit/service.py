@@ -45,7 +45,6 @@ from dprag.errors import InvalidParameterError
 from dprag.zk.field import R as BN254_R
 
 from . import commitments as cm
-from .account import Request, request_hash
 from .admission import check_request
 from .atomic_files import write_atomically
 from .charges import ChargeRule
@@ -58,6 +57,7 @@ from .policy import Policy
 from .receipts import receipt_body, refusal_body, sign_receipt, sign_refusal
 from .release import ReleaseClock
 from .replay import recorded_top
+from .request import Request, request_hash
 from .retrieval import (
     float_exact_scores,
     noise_table,

@@ -74,8 +74,9 @@ def _round(
 ) -> dict:
     import json as _json
 
-    from dprag.audit.account import AccountClient, AccountKey
+    from dprag.audit.account import AccountClient
     from dprag.audit.api.toy import make_toy_directory
+    from dprag.audit.request import AccountKey
     from dprag.audit.toy import HashEmbedder
 
     d = work / f"r{k}"

@@ -51,10 +51,11 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from dprag.audit import commitments as cm  # noqa: E402
-from dprag.audit.account import AccountClient, AccountKey  # noqa: E402
+from dprag.audit.account import AccountClient  # noqa: E402
 from dprag.audit.api.client import RemoteService  # noqa: E402
 from dprag.audit.policy import Policy  # noqa: E402
 from dprag.audit.replay import recorded_top  # noqa: E402
+from dprag.audit.request import AccountKey  # noqa: E402
 from dprag.audit.service import ProviderService  # noqa: E402
 from dprag.audit.testing.live import launch, start_replica, stop_replicas  # noqa: E402
 from dprag.audit.testing.postgres import free_port  # noqa: E402

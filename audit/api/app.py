@@ -27,9 +27,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from dprag.errors import DpragError, InvalidParameterError
 
-from ..account import Request
 from ..encoding import EncodingError, loads_bounded
 from ..errors import AnswerPendingError, RateLimitError, RequestError, ServiceStateError, StoreUnavailableError
+from ..request import Request
 from . import schemas
 from .wire import API_VERSION, AUDITOR, MAX_BODY, AuthError, check_auth, error_body, tar_directory
 

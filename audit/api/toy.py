@@ -22,9 +22,9 @@ from pathlib import Path
 
 from dprag.errors import InvalidParameterError
 
-from ..account import AccountKey
 from ..encoding import loads_bounded
 from ..policy import Policy
+from ..request import AccountKey
 from ..toy import CLINIC, LEGAL, HashEmbedder, ToyGenerator
 from ..toy import toy_policy as _window_policy
 

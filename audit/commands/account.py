@@ -17,8 +17,9 @@ import click
 
 from dprag.errors import DpragError
 
-from ..account import AccountClient, AccountKey, ReceiptError, Request
+from ..account import AccountClient, ReceiptError
 from ..encoding import encode, loads_bounded
+from ..request import AccountKey, Request
 
 
 def _client(d: Path) -> AccountClient:

@@ -405,8 +405,8 @@ def _say(line: str) -> None:
 def fetch_cmd(url: str, key_file: Path | None, out: Path, max_read: str) -> int:
     """Download the bundle, cut at a freshly signed checkpoint, from a provider's HTTP API into OUT (regular files
     only, no links, nothing outside OUT); then run dprag audit verify OUT."""
-    from ..account import AccountKey
     from ..api.client import RemoteError, fetch_bundle
+    from ..request import AccountKey
 
     if out.exists() or out.is_symlink():
         raise click.UsageError(f"--out {out}: already exists (the bundle goes into a new directory)")

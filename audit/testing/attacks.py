@@ -21,10 +21,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ..account import AccountKey, Request, make_request
 from ..encoding import digest, encode
 from ..policy import Policy, SamplerSpec
 from ..receipts import sign_receipt
+from ..request import AccountKey, Request, make_request
 from ..service import ProviderService
 from .window import ACCOUNTS, SCRIPT, client, open_service, registry
 

@@ -19,12 +19,12 @@ from dprag.accounting.collusion import exact_sigma
 from dprag.audit.toy import ToyGenerator
 
 from .. import commitments as cm
-from ..account import AccountKey, make_request, request_hash
 from ..charges import ChargeRule, expected_charges
 from ..encoding import digest, encode
 from ..ledger.rfc6962 import hash_leaf
 from ..policy import CoalitionPolicy, GenerationPolicy, Policy, RetrievalPolicy, SamplerSpec
 from ..receipts import receipt_body, sign_receipt
+from ..request import AccountKey, make_request, request_hash
 from ..retrieval import noisy_top_k, request_source, retrieval_source, top_commitment
 from ..service import ProviderService
 

@@ -24,7 +24,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..account import request_hash
 from ..bundle import parse_leaves
 from ..commitments import new_seed, seed_commitment
 from ..encoding import decode, digest, encode
@@ -32,6 +31,7 @@ from ..ledger import NoteSigner
 from ..ledger.checkpoint import Checkpoint, sign_checkpoint
 from ..ledger.rfc6962 import hash_leaf, root_from_leaves
 from ..receipts import receipt_body, sign_receipt
+from ..request import request_hash
 from ..retrieval import top_commitment
 from ..verify import verify
 

@@ -16,8 +16,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..account import AccountClient, AccountKey
+from ..account import AccountClient
 from ..api.client import RemoteService
+from ..request import AccountKey
 from ..toy import HashEmbedder
 
 QUESTIONS = ("asthma protocol inhaler patient", "inhaler drug protocol", "garden weather rain", "contract court case")

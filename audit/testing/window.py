@@ -14,8 +14,9 @@ from pathlib import Path
 
 from dprag.accounting.noise.source import RandomSource
 
-from ..account import AccountClient, AccountKey
+from ..account import AccountClient
 from ..encoding import encode
+from ..request import AccountKey
 from ..service import ProviderService
 from ..toy import CLINIC, LEGAL, HashEmbedder, ToyGenerator, ToyTextGenerator, toy_policy
 

@@ -9,10 +9,10 @@ from functools import partial
 
 import numpy as np
 
-from ..account import question_commitment, request_hash
 from ..encoding import EncodingError, decode, decode_content, encode, excerpt
 from ..ledger import NoteVerifier
 from ..receipts import verify_receipt, verify_refusal
+from ..request import question_commitment, request_hash
 from ..retrieval import top_commitment
 from .inputs import AuditorInputs
 from .pool import fork_map

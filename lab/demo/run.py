@@ -13,10 +13,11 @@ from pathlib import Path
 
 import click
 
-from dprag.audit.account import AccountClient, AccountKey
+from dprag.audit.account import AccountClient
 from dprag.audit.encoding import encode
 from dprag.audit.history import chain_id
 from dprag.audit.ledger import NoteSigner
+from dprag.audit.request import AccountKey
 from dprag.audit.service import ProviderService
 from dprag.audit.verify import verify
 from dprag.errors import InvalidParameterError

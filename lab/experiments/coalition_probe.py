@@ -243,7 +243,8 @@ def run_window(
     every draw the service makes from its committed seed and h_req, is a function of ``seed``: a rerun gives
     the same answers and citations."""
     from dprag.accounting.noise.source import RandomSource
-    from dprag.audit.account import AccountClient, AccountKey
+    from dprag.audit.account import AccountClient
+    from dprag.audit.request import AccountKey
     from dprag.audit.service import ProviderService
 
     if directory.exists():

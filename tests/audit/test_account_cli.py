@@ -4,8 +4,8 @@ the auditor, whose verdict then counts them."""
 
 import json
 
-from dprag.audit.account import Request
 from dprag.audit.cli import main
+from dprag.audit.request import Request
 from dprag.audit.testing.window import open_service
 from dprag.audit.verify import verify
 

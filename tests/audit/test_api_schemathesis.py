@@ -27,9 +27,9 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from schemathesis import GenerationMode  # noqa: E402
 from schemathesis.checks import positive_data_acceptance  # noqa: E402
 
-from dprag.audit.account import REQUEST_DOMAIN, AccountKey, qemb_commitment, question_commitment  # noqa: E402
 from dprag.audit.api.wire import AUDITOR, auth_header  # noqa: E402
 from dprag.audit.encoding import encode  # noqa: E402
+from dprag.audit.request import REQUEST_DOMAIN, AccountKey, qemb_commitment, question_commitment  # noqa: E402
 
 EXAMPLES = int(os.environ.get("DPRAG_SCHEMATHESIS_EXAMPLES", "25"))
 _HEX = re.compile(r"^[0-9a-f]*$")

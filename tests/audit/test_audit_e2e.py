@@ -6,10 +6,10 @@ import shutil
 import numpy as np
 import pytest
 
-from dprag.audit.account import AccountKey, Request, make_request
 from dprag.audit.cli import main as cli_main
 from dprag.audit.encoding import decode, encode
 from dprag.audit.policy import Policy
+from dprag.audit.request import AccountKey, Request, make_request
 from dprag.audit.service import RateLimitError, RequestError
 from dprag.audit.testing.window import account_key, build_window, client, open_service, reopen_service, toy_policy
 from dprag.audit.verify import verify

@@ -132,7 +132,7 @@ def test_rule_counters_carry_over(three_epochs, tmp_path):
     alice.next_window("w2", w2.signer.vkey())
     served = alice.ask(w2, "asthma protocol inhaler patient 2")
     assert served.receipt["counter"] == 2
-    from dprag.audit.account import Request, make_request
+    from dprag.audit.request import Request, make_request
 
     old = make_request(fx.account_key("alice"), window="w2", account="alice", counter=1, question="q", qemb=None)
     with pytest.raises(RequestError, match="earlier window"):

@@ -88,7 +88,8 @@ def api(tmp_path_factory):
 
 @pytest.mark.parametrize("kind", sorted(DEEP))
 def test_a_deeply_nested_submission_is_a_400_malformed_and_records_nothing(api, kind, caplog):
-    from dprag.audit.account import AccountClient, AccountKey
+    from dprag.audit.account import AccountClient
+    from dprag.audit.request import AccountKey
     from dprag.audit.toy import HashEmbedder
 
     d, svc, tc = api

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from dprag.audit.account import request_hash
 from dprag.audit.api.toy import HOLD_ENV, make_toy_directory, open_toy_directory
 from dprag.audit.errors import StoreUnavailableError
+from dprag.audit.request import request_hash
 from dprag.audit.testing.live import start_replica, stop_replicas
 from dprag.audit.testing.load import audit_window, first_and_rest, run_accounts
 

@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 
 from dprag.audit import commitments as cm
-from dprag.audit.account import question_commitment, request_hash
 from dprag.audit.certify import certified_epsilons
 from dprag.audit.cli import main as dprag_main
 from dprag.audit.encoding import decode
+from dprag.audit.request import question_commitment, request_hash
 from dprag.errors import InvalidParameterError
 from dprag.lab.demo.calibration import tau_statistics, token_budget_accuracy
 from dprag.lab.demo.cli import main as demo_main
