@@ -75,9 +75,8 @@ def _round(
     import json as _json
 
     from dprag.audit.account import AccountClient
-    from dprag.audit.api.toy import make_toy_directory
     from dprag.audit.request import AccountKey
-    from dprag.audit.toy import HashEmbedder
+    from dprag.audit.toy import HashEmbedder, make_toy_directory
 
     d = work / f"r{k}"
     svc = make_toy_directory(d, store=store, accounts=ACCOUNTS, n=(per_round + COUNTED) // ACCOUNTS + 2)

@@ -43,8 +43,7 @@ from fastapi import Request as HttpRequest  # noqa: E402
 from fastapi.responses import JSONResponse  # noqa: E402
 
 from dprag.audit import commitments as cm  # noqa: E402
-from dprag.audit.api.toy import CLINIC, toy_policy  # noqa: E402
-from dprag.audit.toy import HashEmbedder, ToyGenerator  # noqa: E402
+from dprag.audit.toy import CLINIC, SERVE_TOY, HashEmbedder, ToyGenerator, toy_policy  # noqa: E402
 
 
 class _Docs:
@@ -88,7 +87,7 @@ def create_app(
 
 
 def _toy_pipeline():
-    policy = toy_policy()
+    policy = toy_policy(**SERVE_TOY)
     r, g = policy.retrieval, policy.generation
     emb = HashEmbedder(32)
     scale = 1 << 10

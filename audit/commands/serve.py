@@ -3,7 +3,7 @@
 - ``dprag serve --toy --dir D [--host H --port P] [--store URL] [--accounts N]``: a toy window (hash embedder, toy
   generator) made under D on first start (keys under D/accounts/, D/auditor.key), reopened afterwards; seconds.
   TEST ONLY: ``DPRAG_TEST_TOY_HOLD`` in the environment makes the toy generator hold the answers of chosen requests
-  after their record committed (``audit.api.toy.toy_generator``; the replica fault test kills a replica then).
+  after their record committed (``audit.toy.toy_generator``; the replica fault test kills a replica then).
 - ``dprag serve --dir D --generator NAME [--embedder NAME]``: a service directory made by the provider library
   (``ProviderService.create``), with its committed embedder (a ``dprag.embedders`` entry point; default: the one the
   directory's embedder.json names) and a ``dprag.generators`` entry point.
@@ -87,9 +87,9 @@ def _open(directory, toy, accounts, store, embedder, generator, auditor_key):
 
     akey = auditor_key.read_text().strip() if auditor_key else None
     if toy:
-        from ..api.toy import make_toy_directory, open_toy_directory, toy_generator
+        from ..toy import make_toy_directory, open_toy_directory, toy_generator
 
-        gen = toy_generator()  # TEST ONLY: DPRAG_TEST_TOY_HOLD makes it hold chosen answers (audit/api/toy.py)
+        gen = toy_generator()  # TEST ONLY: DPRAG_TEST_TOY_HOLD makes it hold chosen answers (audit/toy.py)
         fresh = not (directory / "service" / "config" / "policy.json").exists()
         svc = (
             make_toy_directory(directory, store=store, accounts=accounts, generator=gen)

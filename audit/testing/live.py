@@ -69,7 +69,7 @@ def start_replica(
     """``dprag serve`` as a child process (a replica); returns (Popen, url) once it answers. ``toy=False`` starts a
     replica of the window at ``directory`` with ``generator``, or, with ``store``, one started from the store alone (its
     directory materialised into ``directory``). ``env``: variables added to this process's environment for it (e.g.
-    the test-only ``DPRAG_TEST_TOY_HOLD`` of ``audit.api.toy``)."""
+    the test-only ``DPRAG_TEST_TOY_HOLD`` of ``audit.toy``)."""
     port = port or free_port()
     cmd = [sys.executable, "-m", "dprag", "serve", "--dir", str(directory), "--port", str(port), *extra]
     if toy:

@@ -17,12 +17,11 @@ import pytest
 
 from dprag.audit.account import AccountClient, ReceiptError
 from dprag.audit.api.client import RemoteError, RemoteService
-from dprag.audit.api.toy import make_toy_directory
 from dprag.audit.ledger import NoteSigner
 from dprag.audit.receipts import sign_receipt
 from dprag.audit.request import AccountKey
 from dprag.audit.testing.live import LiveServer
-from dprag.audit.toy import HashEmbedder
+from dprag.audit.toy import HashEmbedder, make_toy_directory
 from dprag.audit.verify import verify
 from dprag.errors import InvalidParameterError
 

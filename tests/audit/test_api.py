@@ -18,14 +18,13 @@ import pytest
 from dprag.audit.account import AccountClient
 from dprag.audit.api.app import create_app
 from dprag.audit.api.client import RemoteError, RemoteService, fetch_bundle
-from dprag.audit.api.toy import make_toy_directory
 from dprag.audit.api.wire import AUDITOR, auth_header, untar_bundle
 from dprag.audit.errors import RateLimitError, RequestError
 from dprag.audit.ledger import NoteVerifier
 from dprag.audit.receipts import verify_refusal
 from dprag.audit.request import AccountKey, Request
 from dprag.audit.testing.live import LiveServer
-from dprag.audit.toy import HashEmbedder
+from dprag.audit.toy import HashEmbedder, make_toy_directory
 from dprag.audit.verify import verify
 
 pytest.importorskip("fastapi")

@@ -50,7 +50,7 @@ CASES = sorted(
 @pytest.fixture(scope="module")
 def api_schema(tmp_path_factory):
     from dprag.audit.api.app import create_app
-    from dprag.audit.api.toy import make_toy_directory
+    from dprag.audit.toy import make_toy_directory
 
     d = tmp_path_factory.mktemp("fuzz")
     svc = make_toy_directory(d, n=40, accounts=4, seed=b"\x09" * 32)

@@ -14,13 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from dprag.audit.api.toy import make_toy_directory, toy_policy
 from dprag.audit.errors import ServiceStateError
 from dprag.audit.service import ProviderService
 from dprag.audit.storage import materialize
 from dprag.audit.storage.postgres import parse_url, url_with_credentials
 from dprag.audit.testing.load import toy_clients
-from dprag.audit.toy import HashEmbedder, ToyGenerator
+from dprag.audit.toy import SERVE_TOY, HashEmbedder, ToyGenerator, make_toy_directory, toy_policy
 from dprag.audit.verify import verify
 
 
@@ -31,7 +30,9 @@ def _two_windows(root: Path, store: str | None, successor_store: str | None = No
     for i in range(2):
         for c in clients:
             c.ask(w1, f"asthma inhaler protocol {c.account} {i}")
-    w2 = w1.next_window(root / "host1" / "w2", policy=toy_policy(window="toy-2", n=10), store=successor_store)
+    w2 = w1.next_window(
+        root / "host1" / "w2", policy=toy_policy(**{**SERVE_TOY, "window": "toy-2", "n": 10}), store=successor_store
+    )
     w1.close()
     for c in clients:
         c.next_window("toy-2", w2.signer.vkey())

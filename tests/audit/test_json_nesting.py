@@ -77,7 +77,7 @@ def api(tmp_path_factory):
     from fastapi.testclient import TestClient
 
     from dprag.audit.api.app import create_app
-    from dprag.audit.api.toy import make_toy_directory
+    from dprag.audit.toy import make_toy_directory
 
     d = tmp_path_factory.mktemp("toy")
     svc = make_toy_directory(d, n=4, accounts=2, seed=b"\x07" * 32)

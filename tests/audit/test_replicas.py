@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from dprag.audit.api.toy import HOLD_ENV, make_toy_directory, open_toy_directory
 from dprag.audit.errors import StoreUnavailableError
 from dprag.audit.request import request_hash
 from dprag.audit.testing.live import start_replica, stop_replicas
 from dprag.audit.testing.load import audit_window, first_and_rest, run_accounts
+from dprag.audit.toy import HOLD_ENV, make_toy_directory, open_toy_directory
 
 pytest.importorskip("fastapi")
 
@@ -204,7 +204,7 @@ def test_sigkill_a_replica_mid_request_and_restart_postgres_mid_load(tmp_path, p
     record, at the ledger positions A appended, charged once; every request is answered exactly once, none is
     charged twice, and the bundle PASSes.
 
-    A holds them with the toy generator's test-only hold (``DPRAG_TEST_TOY_HOLD``, audit/api/toy.py): it writes a
+    A holds them with the toy generator's test-only hold (``DPRAG_TEST_TOY_HOLD``, audit/toy.py): it writes a
     file and waits before generating the answers of HELD's first requests. The test waits (with a deadline) until
     the store shows those requests recorded without an answer, kills A, and restarts PostgreSQL at once."""
     d = tmp_path / "toy"

@@ -15,12 +15,12 @@ import numpy as np
 import pytest
 
 from dprag.accounting.stores.session import SessionBudgetStore
-from dprag.audit.api.toy import make_toy_directory, toy_policy
 from dprag.audit.encoding import decode
 from dprag.audit.errors import StoreError
 from dprag.audit.ledger import MemoryLog
 from dprag.audit.storage import Records, StoreLog, create_store, open_store
 from dprag.audit.testing.load import toy_clients
+from dprag.audit.toy import SERVE_TOY, make_toy_directory, toy_policy
 
 
 def _fresh(tmp_path: Path, url: str | None, name: str = "w"):
@@ -223,7 +223,7 @@ def test_only_the_record_commit_skips_the_sync_and_the_answer_commit_after_it_sy
                 served = c.ask(svc, f"asthma inhaler protocol {i}")
                 assert c.retry(svc).to_dict() == served.to_dict()
             svc._checkpoint()
-            svc.next_window(tmp_path / "toy-2", policy=toy_policy(window="toy-2", n=10)).close()
+            svc.next_window(tmp_path / "toy-2", policy=toy_policy(**{**SERVE_TOY, "window": "toy-2", "n": 10})).close()
         txns = _commits(statements)
         leaf = [t for t in txns if any(st.startswith("INSERT INTO ledger_leaf") for st in t["statements"])]
         answers = [t for t in txns if any("UPDATE served" in st for st in t["statements"])]
