@@ -74,7 +74,7 @@ def cli():
 def _fail(argv, message: str, code: int) -> int:
     """One line on stderr; under --json also a JSON error object on stdout (spec/protocol.md §8.11). The message
     may quote a file or a flag's value: it is made printable (one line, no control characters)."""
-    from .encoding import printable
+    from .protocol.encoding import printable
 
     message = printable(message)
     click.echo(f"error: {message}", err=True)

@@ -28,7 +28,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 def one(n: int, theta: float, dim: int) -> dict:
     from bench_estimator import synthetic
 
-    from dprag.audit.estimator import DEFAULT_WINDOW, coalition_size, resolve_window
+    from dprag.audit.verify.estimator import DEFAULT_WINDOW, coalition_size, resolve_window
 
     x, accounts = synthetic(n, dim)
     q = np.rint(x * 16384).astype(np.int16)

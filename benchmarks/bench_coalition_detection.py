@@ -32,7 +32,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-from dprag.audit.estimator import DEFAULT_THETA  # noqa: E402
+from dprag.audit.verify.estimator import DEFAULT_THETA  # noqa: E402
 from dprag.lab.estimator_probe import ProbeConfig, probe_detection, probe_table  # noqa: E402
 
 PARAPHRASES = (
@@ -91,7 +91,7 @@ def main(argv=None) -> None:
     ap.add_argument("--save", default=None)
     a = ap.parse_args(argv)
 
-    from dprag.audit.commitments import quantise_embeddings
+    from dprag.audit.protocol.commitments import quantise_embeddings
     from dprag.rag_adapters.embedder import EmbeddingCache, MiniLMEmbedder
 
     pool_texts, attack = texts()

@@ -35,7 +35,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-from dprag.audit.estimator import coalition_size  # noqa: E402
+from dprag.audit.verify.estimator import coalition_size  # noqa: E402
 
 
 def synthetic(n: int, dim: int, seed: int = 0):

@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import pymerkle  # noqa: E402  (baseline only)
 
-from dprag.audit.ledger import SqliteLog, verify_inclusion  # noqa: E402
+from dprag.audit.protocol.ledger import SqliteLog, verify_inclusion  # noqa: E402
 
 RECORD = 64
 

@@ -74,9 +74,9 @@ def _round(
 ) -> dict:
     import json as _json
 
-    from dprag.audit.account import AccountClient
-    from dprag.audit.request import AccountKey
-    from dprag.audit.toy import HashEmbedder, make_toy_directory
+    from dprag.audit.client.account import AccountClient
+    from dprag.audit.protocol.request import AccountKey
+    from dprag.audit.testing.toy import HashEmbedder, make_toy_directory
 
     d = work / f"r{k}"
     svc = make_toy_directory(d, store=store, accounts=ACCOUNTS, n=(per_round + COUNTED) // ACCOUNTS + 2)
@@ -143,7 +143,7 @@ def _round(
 
 def worker(store: str | None, per_round: int) -> int:
     """Serve rounds on command: each stdin line ``round K`` answers one JSON line."""
-    import dprag.audit.service as svc_mod
+    import dprag.audit.provider.service as svc_mod
 
     work = Path(tempfile.mkdtemp(prefix="dprag-bench-rp-"))
     print(json.dumps({"ready": True, "service": svc_mod.__file__}), flush=True)
@@ -268,7 +268,7 @@ def main(argv=None) -> int:
     pg = None
     try:
         if "postgresql" in engines:
-            from dprag.audit.testing.postgres import TempCluster
+            from tests.support.postgres import TempCluster
 
             pg = TempCluster(work / "pg")
             os.chmod(work, 0o755)

@@ -22,7 +22,7 @@ import time
 import numpy as np
 
 from dprag.accounting.noise.source import RandomSource
-from dprag.audit.retrieval import noise_table, noisy_top_k, noisy_top_k_words, retrieval_label, retrieval_noise
+from dprag.audit.protocol.retrieval import noise_table, noisy_top_k, noisy_top_k_words, retrieval_label, retrieval_noise
 
 
 def _times(fns, repeats):

@@ -46,10 +46,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from dprag.audit.testing.live import start_replica, stop_replicas, wait_ready  # noqa: E402
-from dprag.audit.testing.load import QUESTIONS, audit_window, first_and_rest, run_accounts  # noqa: E402
-from dprag.audit.testing.postgres import TempCluster, free_port  # noqa: E402
-from dprag.audit.toy import make_toy_directory  # noqa: E402
+from dprag.audit.testing.toy import make_toy_directory  # noqa: E402
+from tests.support.live import start_replica, stop_replicas, wait_ready  # noqa: E402
+from tests.support.load import QUESTIONS, audit_window, first_and_rest, run_accounts  # noqa: E402
+from tests.support.postgres import TempCluster, free_port  # noqa: E402
 
 #: --pin: the CPUs of the servers and of the load generator
 SERVER_CPUS, CLIENT_CPUS = {0}, {1}
@@ -137,8 +137,8 @@ def sqlite_floor(requests: int = 280, replays: int = 5) -> dict:
     import sqlite3
     import statistics
 
-    from dprag.audit.testing.load import toy_client
-    from dprag.audit.toy import open_toy_directory
+    from dprag.audit.testing.toy import open_toy_directory
+    from tests.support.load import toy_client
 
     work = Path(tempfile.mkdtemp(prefix="dprag-bench-floor-"))
     try:
@@ -283,7 +283,7 @@ def dprag_arm(
         stop_replicas(*procs)
     out = {"arm": f"dprag-{engine}", "replicas": replicas, **res.summary()}
     out["server_cpu_ms_per_request"] = round(1e3 * cpu / max(1, accounts * per_account), 3)
-    from dprag.audit.toy import open_toy_directory
+    from dprag.audit.testing.toy import open_toy_directory
 
     svc = open_toy_directory(d, store=pg.url if pg else None)
     try:

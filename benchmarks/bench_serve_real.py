@@ -50,16 +50,16 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from dprag.audit import commitments as cm  # noqa: E402
-from dprag.audit.account import AccountClient  # noqa: E402
-from dprag.audit.api.client import RemoteService  # noqa: E402
-from dprag.audit.policy import Policy  # noqa: E402
-from dprag.audit.replay import recorded_top  # noqa: E402
-from dprag.audit.request import AccountKey  # noqa: E402
-from dprag.audit.service import ProviderService  # noqa: E402
-from dprag.audit.testing.live import launch, start_replica, stop_replicas  # noqa: E402
-from dprag.audit.testing.postgres import free_port  # noqa: E402
+from dprag.audit.client.account import AccountClient  # noqa: E402
+from dprag.audit.client.remote import RemoteService  # noqa: E402
+from dprag.audit.protocol import commitments as cm  # noqa: E402
+from dprag.audit.protocol.policy import Policy  # noqa: E402
+from dprag.audit.protocol.replay import recorded_top  # noqa: E402
+from dprag.audit.protocol.request import AccountKey  # noqa: E402
+from dprag.audit.provider.service import ProviderService  # noqa: E402
 from dprag.audit.verify import verify  # noqa: E402
+from tests.support.live import launch, start_replica, stop_replicas  # noqa: E402
+from tests.support.postgres import free_port  # noqa: E402
 
 
 def _stats(lat: list[float], secs: float, n: int) -> dict:

@@ -38,10 +38,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from dprag.accounting.filters import IndividualRenyiFilter  # noqa: E402
-from dprag.audit.account import AccountClient  # noqa: E402
-from dprag.audit.service import ProviderService  # noqa: E402
+from dprag.audit.client.account import AccountClient  # noqa: E402
+from dprag.audit.provider.service import ProviderService  # noqa: E402
 from dprag.audit.testing import window as fx  # noqa: E402
-from dprag.audit.toy import HashEmbedder, ToyGenerator  # noqa: E402
+from dprag.audit.testing.toy import HashEmbedder, ToyGenerator  # noqa: E402
 
 PROBE = "asthma protocol inhaler patient dose"
 ANSWER = "patient 7 asthma protocol inhaler drug dose ANSWER: zorvatin 20 mg twice daily with spacer"

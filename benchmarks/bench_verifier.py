@@ -151,7 +151,7 @@ def main() -> None:
     if args.pss and not os.path.exists(f"/proc/{os.getpid()}/smaps_rollup"):
         print("bench_verifier.py: --pss needs /proc/<pid>/smaps_rollup (Linux >= 4.14)", file=sys.stderr)
         sys.exit(2)
-    from dprag.audit.testing.bulk import bulk_window
+    from tests.support.bulk import bulk_window
 
     root = args.keep or Path(tempfile.mkdtemp(prefix="dprag-bench-verifier-"))
     for n in (int(x) for x in args.queries.split(",")):

@@ -42,8 +42,8 @@ from fastapi import FastAPI  # noqa: E402
 from fastapi import Request as HttpRequest  # noqa: E402
 from fastapi.responses import JSONResponse  # noqa: E402
 
-from dprag.audit import commitments as cm  # noqa: E402
-from dprag.audit.toy import CLINIC, SERVE_TOY, HashEmbedder, ToyGenerator, toy_policy  # noqa: E402
+from dprag.audit.protocol import commitments as cm  # noqa: E402
+from dprag.audit.testing.toy import CLINIC, SERVE_TOY, HashEmbedder, ToyGenerator, toy_policy  # noqa: E402
 
 
 class _Docs:
@@ -109,9 +109,9 @@ def _window_pipeline(d: Path, generator: str | None, embedder: str | None, tenan
     from importlib.metadata import entry_points
 
     from dprag.accounting.rag.common import top_k_padded
-    from dprag.audit.encoding import decode
-    from dprag.audit.policy import Policy
-    from dprag.audit.serving_models import load_embedder, serving_generator
+    from dprag.audit.protocol.encoding import decode
+    from dprag.audit.protocol.policy import Policy
+    from dprag.audit.provider.models import load_embedder, serving_generator
 
     if generator is None:
         raise SystemExit("--dir needs --generator NAME (a dprag.generators entry point, as for dprag serve)")

@@ -40,8 +40,8 @@ _EXPORTS = {
     "PldAccountant": "dprag.accounting.composition",
     "RandomSource": "dprag.accounting.noise.source",
     # the audit protocol
-    "Policy": "dprag.audit.policy",
-    "ProviderService": "dprag.audit.service",
+    "Policy": "dprag.audit.protocol.policy",
+    "ProviderService": "dprag.audit.provider.service",
     "verify": "dprag.audit.verify",
     "Verdict": "dprag.audit.verify.verdict",
 }

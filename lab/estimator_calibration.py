@@ -38,7 +38,7 @@ from scipy.special import betainc
 from scipy.stats import beta as beta_dist
 
 from dprag.accounting.errors import check_positive_int
-from dprag.audit.estimator import NeighbourSearch, coalition_size_curve, unit_rows
+from dprag.audit.verify.estimator import NeighbourSearch, coalition_size_curve, unit_rows
 from dprag.errors import InvalidParameterError
 
 PATTERNS = ("P-A", "P-B", "P-C")

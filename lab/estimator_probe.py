@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dprag.accounting.errors import check_positive_int
-from dprag.audit.estimator import component_labels
+from dprag.audit.verify.estimator import component_labels
 from dprag.errors import InvalidParameterError
 from dprag.lab.estimator_calibration import cell_rng, check_grid
 

@@ -1,7 +1,7 @@
 """FAISS-backed neighbour search for the coalition-size estimator (R5; 002 §5.5 "approximate-nearest-neighbor
 proximity"; spec/estimator.md §3).
 
-``FaissWindowSearch`` implements ``audit.estimator.NeighbourSearch``: every pair of queries at most
+``FaissWindowSearch`` implements ``audit.verify.estimator.NeighbourSearch``: every pair of queries at most
 ``window`` ledger positions apart whose cosine is >= θ, found with ``faiss.IndexFlatIP.range_search`` over
 sliding blocks, in float32.
 
@@ -10,7 +10,7 @@ the float32 rounding is covered by a proven margin: for unit float64 rows u, w r
 summation order, ``|fl32(u·w) - u·w| <= (d + 2)·2^-24·(1 + O(d·2^-24))`` (Higham, *Accuracy and Stability
 of Numerical Algorithms*, §3.1: |fl(x·y) - x·y| <= γ_d Σ|x_k y_k| <= γ_d |x||y|, plus one rounding per
 component on conversion). The range search runs at ``θ - 2·(d + 2)·2^-24`` (twice the bound), so it returns
-a superset of the true links, with their float32 values and that bound; the estimator (audit/estimator.py)
+a superset of the true links, with their float32 values and that bound; the estimator (audit/verify/estimator.py)
 recomputes in float64 only the values within the bound of θ, and decides the last near-ties in exact
 integer arithmetic. The result is therefore identical to the numpy default
 (tested), only faster: float32 BLAS, and the threshold is applied inside FAISS's result handler instead of
@@ -58,7 +58,7 @@ class FaissWindowSearch:
         self, unit: np.ndarray, theta: float, window: int, positions: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray, float]:
         """(pairs, float32 inner products, their error bound ``float32_margin(d)``); see the protocol
-        ``audit.estimator.NeighbourSearch``."""
+        ``audit.verify.estimator.NeighbourSearch``."""
         faiss = self._faiss
         u = np.asarray(unit)
         if u.ndim != 2 or u.shape[1] == 0:

@@ -1,7 +1,7 @@
 """The real models as the audit commits to them: C_emb's embedder descriptor (spec/protocol.md §3, R1 of
 002 §5.3) and the text embedder the provider service calls.
 
-``embedder_descriptor(...)`` builds ``audit.commitments.EmbedderDescriptor`` for a served model pair:
+``embedder_descriptor(...)`` builds ``audit.protocol.commitments.EmbedderDescriptor`` for a served model pair:
 
 - ``model``: the embedder's name (``sentence-transformers/all-MiniLM-L6-v2`` for ``MiniLMEmbedder``);
 - ``weights_sha256``: ``directory_sha256(model_dir)`` -- the SHA-256 of spec/protocol.md §3 over the
@@ -13,7 +13,7 @@
 - ``tokenizer_sha256``: the same digest restricted to the tokenizer files (``TOKENIZER_FILES`` present in
   the directory).
 - ``dimension``, ``embedding_scale`` (2^10 by default), ``schema`` ({tenant: n_docs}).
-- ``prompt_template``: ``prompt_template_text(generator)`` -- the canonical JSON text (audit/encoding.py)
+- ``prompt_template``: ``prompt_template_text(generator)`` -- the canonical JSON text (audit/protocol/encoding.py)
   of the generator's exact prompt: its chat template text (the tokenizer's Jinja template for SmolLM2;
   the literal ChatML layout for the byte-tokenizer test models), the fixed wording of
   ``rag_adapters.prompting.PromptFormat`` (system prompt, user turn with / without context, history turn),
@@ -32,8 +32,8 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from dprag.audit.commitments import DEFAULT_EMBEDDING_SCALE, EmbedderDescriptor
-from dprag.audit.encoding import encode
+from dprag.audit.protocol.commitments import DEFAULT_EMBEDDING_SCALE, EmbedderDescriptor
+from dprag.audit.protocol.encoding import encode
 from dprag.errors import InvalidParameterError
 
 from .prompting import PromptFormat
@@ -75,7 +75,7 @@ def model_files(model_dir: str | os.PathLike, only: Sequence[str] | None = None)
 
 
 def directory_sha256(model_dir: str | os.PathLike, only: Sequence[str] | None = None, chunk: int = 1 << 22) -> str:
-    """``audit.commitments.files_sha256`` over the files of ``model_dir`` (see the module docstring),
+    """``audit.protocol.commitments.files_sha256`` over the files of ``model_dir`` (see the module docstring),
     streamed: a 0.5 GB checkpoint is never held in memory."""
     h = hashlib.sha256()
     for rel, path in model_files(model_dir, only):

@@ -20,7 +20,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from dprag.audit.commitments import EmbedderDescriptor
+from dprag.audit.protocol.commitments import EmbedderDescriptor
 from dprag.errors import InvalidParameterError
 
 from .audit_embedder import embedder_descriptor, prompt_template_text
@@ -171,7 +171,7 @@ def minilm_descriptor(
 
 
 class CorpusCachingEmbedder:
-    """``audit.service.TextEmbedder`` over an embedder: batches of >= 2 texts (tenant corpora) through the
+    """``audit.provider.service.TextEmbedder`` over an embedder: batches of >= 2 texts (tenant corpora) through the
     on-disk ``EmbeddingCache`` when the embedder has a ``fingerprint``; single texts (questions) directly.
 
     ``progress(total) -> callable(n_done_increment)`` is an optional progress-bar factory; corpora are then

@@ -10,7 +10,7 @@ on a copy of the tree laid out as it installs (``dprag/<floor>/...``, from pypro
   import statement, function-level ones included, parent packages and their children too);
 - no library module over 800 lines (the generated Poseidon constants aside);
 - no module imports another module's ``_private`` name or a ``_private`` module;
-- mypy with the strict flags of ``[tool.mypy]`` finds no error in accounting/, zk/ and audit/ledger/, and the
+- mypy with the strict flags of ``[tool.mypy]`` finds no error in accounting/, zk/ and audit/protocol/ledger/, and the
   override really is strict (an unannotated function there is an error).
 """
 
@@ -68,17 +68,41 @@ def tree(tmp_path_factory) -> Path:
 def test_the_floors_contract_holds(tree):
     p = _lint_imports(tree)
     assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-2000:]
-    assert "Contracts: 2 kept, 0 broken." in p.stdout
+    assert "Contracts: 3 kept, 0 broken." in p.stdout
+    assert "Audit roles: cli | commands > testing > provider | client | verify > protocol KEPT" in p.stdout
+
+
+@pytest.mark.parametrize(
+    "module,imported",
+    [
+        ("verify/ledger.py", "dprag.audit.provider import service"),  # the verifier on the provider
+        ("client/remote.py", "dprag.audit.provider.storage import base"),  # the client on the provider's store
+        ("protocol/encoding.py", "dprag.audit.verify import verdict"),  # the protocol on a role above it
+        ("provider/admission.py", "dprag.audit.client import account"),  # two roles side by side
+    ],
+)
+def test_an_import_across_the_audit_roles_breaks_the_contract(tmp_path, module, imported):
+    """The roles contract (audit-roles): provider, client and verify stand on protocol and never on each other; a
+    function-level import that crosses is named in the report."""
+    tree = _install_layout(tmp_path)
+    path = tree / "dprag" / "audit" / module
+    path.write_text(path.read_text() + f"\n\ndef _across():\n    from {imported}  # noqa: F401\n")
+    p = _lint_imports(tree)
+    assert p.returncode != 0
+    assert "Audit roles: cli | commands > testing > provider | client | verify > protocol BROKEN" in p.stdout
+    src = "dprag.audit." + module.removesuffix(".py").replace("/", ".")
+    dst = imported.replace(" import ", ".")
+    assert f"{src} -> {dst}" in p.stdout, p.stdout[-3000:]
 
 
 def test_an_upward_function_level_import_breaks_the_contract(tmp_path):
     tree = _install_layout(tmp_path)
     rdp = tree / "dprag" / "accounting" / "rdp.py"
-    rdp.write_text(rdp.read_text() + "\n\ndef _upward():\n    from dprag.audit import policy  # noqa: F401\n")
+    rdp.write_text(rdp.read_text() + "\n\ndef _upward():\n    from dprag.audit.protocol import policy  # noqa: F401\n")
     p = _lint_imports(tree)
     assert p.returncode != 0
     assert "BROKEN" in p.stdout
-    assert "dprag.accounting.rdp -> dprag.audit.policy" in p.stdout
+    assert "dprag.accounting.rdp -> dprag.audit.protocol.policy" in p.stdout
 
 
 _GRAPH_SCRIPT = """
@@ -193,11 +217,12 @@ def test_no_module_imports_another_modules_private_names():
     assert offenders == []
 
 
-STRICT = ["dprag/errors.py", "dprag/accounting", "dprag/zk", "dprag/audit/ledger"]
+STRICT = ["dprag/errors.py", "dprag/accounting", "dprag/zk", "dprag/audit/protocol/ledger"]
 
 
 def test_the_strict_floors_type_check(tree, tmp_path):
-    """mypy --strict (the flags of [tool.mypy]'s strict override) finds no error in accounting/, zk/, audit/ledger/."""
+    """mypy --strict (the flags of [tool.mypy]'s strict override) finds no error in accounting/, zk/,
+    audit/protocol/ledger/."""
     p = subprocess.run(
         [
             sys.executable,

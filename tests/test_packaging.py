@@ -53,7 +53,7 @@ def test_folder_refuses_its_old_top_level_name(floor):
 
 def test_one_error_class_under_one_name():
     code = (
-        "import dprag, dprag.accounting, dprag.audit.verify, dprag.audit.bundle as v\n"
+        "import dprag, dprag.accounting, dprag.audit.verify, dprag.audit.protocol.bundle as v\n"
         "assert dprag.DpragError is dprag.accounting.DpragError\n"
         "assert issubclass(v.BundleError, dprag.DpragError)\n"
         "import sys\n"

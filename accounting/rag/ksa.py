@@ -27,7 +27,7 @@ and the final answer is generated from the question and the released keywords on
 
 In the service the mechanism is the *single-query mechanism* of MuRAG / MuRAG-Ada (000 Alg. 1–2), exactly like
 000 Alg. 5 and answer-level voting: the per-document filter charges every document the policy's rule selects
-(spec/protocol.md §5.3 step 5, ``audit.charges``), and DP-KSA runs on Top-K of the charged documents, padded
+(spec/protocol.md §5.3 step 5, ``audit.protocol.charges``), and DP-KSA runs on Top-K of the charged documents, padded
 (000 Alg. 3), split uniformly at random among the m voters. Its randomness (the partition, FindBestK, the PTR
 noise) comes only from the request's committed ``generate`` stream (§5.2). Full statement and proof:
 spec/provider.md §3.
@@ -340,8 +340,8 @@ class DpKsaPureParameters:
 
     ``cost`` is the **pure** part, ε_em + ε_ptr, which the per-document filter charges; every use adds
     ``ptr_delta`` to the δ of each document it charges, which the policy accounts per document outside the
-    filter (``audit.certify.certified_epsilons``; spec/provider.md §3). Do not run it in a filter or accountant that
-    reads only ``cost``.
+    filter (``audit.protocol.certify.certified_epsilons``; spec/provider.md §3). Do not run it in a filter or
+    accountant that reads only ``cost``.
     """
 
     m: int

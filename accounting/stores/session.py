@@ -3,7 +3,8 @@
 A provider that serves from several threads, processes or hosts keeps every durable record of a request — the
 charge, the opening, the ledger leaf — in ONE database and commits them in ONE transaction (spec/provider.md §6).
 ``SessionBudgetStore`` is the budget store for that: it does not own a connection; it asks its ``sessions``
-callable for one and runs its statements there. The callable (the service's store, ``audit.storage``) yields the
+callable for one and runs its statements there. The callable (the service's store, ``audit.provider.storage``)
+yields the
 transaction the calling thread has open, so a charge made while serving joins the request's transaction and
 commits (or rolls back) with its ledger leaf; called outside any transaction it opens, and commits, one of its own,
 which serialises with every other writer of the database (SQLite: ``BEGIN IMMEDIATE``; PostgreSQL: the lock on the
@@ -39,7 +40,7 @@ FORMAT = "dprag-budget-store/2"
 class SqlSession(Protocol):
     """One connection inside a transaction (or in autocommit for a read): what the store needs of a driver. A session
     may also offer ``defer(sql, params)``: run a write whose rows are not needed, possibly with the transaction's next
-    statement (``audit.storage.Session.defer``); the spend writes use it where it exists."""
+    statement (``audit.provider.storage.Session.defer``); the spend writes use it where it exists."""
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         """Run one statement (``?`` placeholders); return its rows (empty for a statement without rows)."""

@@ -17,9 +17,9 @@ import click
 
 from dprag.errors import DpragError
 
-from ..account import AccountClient, ReceiptError
-from ..encoding import encode, loads_bounded
-from ..request import AccountKey, Request
+from ..client.account import AccountClient, ReceiptError
+from ..protocol.encoding import encode, loads_bounded
+from ..protocol.request import AccountKey, Request
 
 
 def _client(d: Path) -> AccountClient:
@@ -30,7 +30,7 @@ def _client(d: Path) -> AccountClient:
         raise click.UsageError(f"ACCOUNT_DIR {d}: not an account directory ({e})") from None
     embedder = None
     if cfg.get("embedder"):  # the account computes Q itself with the committed embedder (protocol §5.1)
-        from .. import serving_models
+        from ..provider import models as serving_models
 
         try:
             embedder = serving_models.load_embedder(cfg["embedder"])
@@ -97,7 +97,7 @@ def new_cmd(
         embedder = None
         click.echo("warning: --q-on-trust: the provider computes Q for every request of this account", err=True)
     if embedder is not None:
-        from .. import serving_models
+        from ..provider import models as serving_models
 
         try:
             serving_models.embedder_loader(embedder)  # the name must resolve; the model loads when a request is signed
@@ -155,7 +155,7 @@ def check_receipt_cmd(account_dir: Path, response: Path) -> int:
     try:
         proof = None
         if resp.get("consistency") is not None:
-            from ..ledger.proof import ConsistencyProof
+            from ..protocol.ledger.proof import ConsistencyProof
 
             proof = ConsistencyProof.from_json_dict(resp["consistency"])
         c.accept(req, resp["receipt"], resp.get("citations"), answer=resp.get("answer"), consistency=proof)
@@ -210,7 +210,7 @@ def ask_cmd(account_dir: Path, question: str, urls: tuple[str, ...], attempts: i
     """Sign the next request for QUESTION, send it over HTTP (resending the same signed bytes while the service is
     unavailable), check the answer, the citations and the receipt, keep the receipt; print the answer as one JSON
     object. Exit 0 answered, 1 refused or rejected (the reason on stderr), 2 unusable input."""
-    from ..api.client import RemoteError, RemoteService
+    from ..client.remote import RemoteError, RemoteService
 
     c = _client(account_dir)
     try:

@@ -18,11 +18,11 @@ import click
 
 from dprag.errors import DpragError
 
-from ..bundle import AuditorInputError, load_bundle
-from ..encoding import loads_bounded, printable
-from ..estimator import DEFAULT_THETA, DEFAULT_WINDOW
-from ..ledger.rfc6962 import root_from_leaves
+from ..protocol.bundle import AuditorInputError, load_bundle
+from ..protocol.encoding import loads_bounded, printable
+from ..protocol.ledger.rfc6962 import root_from_leaves
 from ..verify import verify
+from ..verify.estimator import DEFAULT_THETA, DEFAULT_WINDOW
 from ..verify.html import PASS_MEANING, large_epsilon_warning, render_html
 
 SCHEMA_ROOT = "dprag.ledger-root/1"
@@ -80,8 +80,8 @@ def _committed_embedder(bundle: Path):
     """With --corpus: the committed embedder, if it is installed (a ``dprag.embedders`` entry point named by the
     descriptor's model), to re-embed the corpus and compare the index (§8.3); None otherwise (fidelity on trust,
     the verdict's trust list says so). Read through the bundle's own safe reader."""
-    from .. import serving_models
-    from ..bundlefs import BundleDir, BundleFileError
+    from ..protocol.bundlefs import BundleDir, BundleFileError
+    from ..provider import models as serving_models
 
     try:
         with BundleDir.open(bundle) as d:
@@ -98,7 +98,7 @@ def _generator(name: str | None, corpus: Path | None):
     if corpus is None:
         raise click.UsageError("--replay-answers needs --corpus")
     if name == "toy":
-        from dprag.audit.toy import ToyGenerator
+        from dprag.audit.testing.toy import ToyGenerator
 
         return ToyGenerator()
     from importlib.metadata import entry_points
@@ -405,8 +405,8 @@ def _say(line: str) -> None:
 def fetch_cmd(url: str, key_file: Path | None, out: Path, max_read: str) -> int:
     """Download the bundle, cut at a freshly signed checkpoint, from a provider's HTTP API into OUT (regular files
     only, no links, nothing outside OUT); then run dprag audit verify OUT."""
-    from ..api.client import RemoteError, fetch_bundle
-    from ..request import AccountKey
+    from ..client.remote import RemoteError, fetch_bundle
+    from ..protocol.request import AccountKey
 
     if out.exists() or out.is_symlink():
         raise click.UsageError(f"--out {out}: already exists (the bundle goes into a new directory)")

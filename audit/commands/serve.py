@@ -3,7 +3,7 @@
 - ``dprag serve --toy --dir D [--host H --port P] [--store URL] [--accounts N]``: a toy window (hash embedder, toy
   generator) made under D on first start (keys under D/accounts/, D/auditor.key), reopened afterwards; seconds.
   TEST ONLY: ``DPRAG_TEST_TOY_HOLD`` in the environment makes the toy generator hold the answers of chosen requests
-  after their record committed (``audit.toy.toy_generator``; the replica fault test kills a replica then).
+  after their record committed (``audit.testing.toy.toy_generator``; the replica fault test kills a replica then).
 - ``dprag serve --dir D --generator NAME [--embedder NAME]``: a service directory made by the provider library
   (``ProviderService.create``), with its committed embedder (a ``dprag.embedders`` entry point; default: the one the
   directory's embedder.json names) and a ``dprag.generators`` entry point.
@@ -38,7 +38,9 @@ from dprag.errors import DpragError
     default=None,
     help="file holding the auditor's Ed25519 public key (hex)",
 )
-@click.option("--release-seconds", type=float, default=None, help="constant-time release period (audit/release.py)")
+@click.option(
+    "--release-seconds", type=float, default=None, help="constant-time release period (audit/provider/release.py)"
+)
 @click.option(
     "--threads",
     type=click.IntRange(1, 1024),
@@ -64,7 +66,7 @@ def serve(
     try:
         import uvicorn
 
-        from ..api.app import create_app
+        from ..provider.http.app import create_app
     except ImportError as e:
         raise click.UsageError(f"dprag serve needs the serve extra (pip install 'dprag[serve]'): {e}") from None
     try:
@@ -83,13 +85,13 @@ def serve(
 
 
 def _open(directory, toy, accounts, store, embedder, generator, auditor_key):
-    from ..service import ProviderService
+    from ..provider.service import ProviderService
 
     akey = auditor_key.read_text().strip() if auditor_key else None
     if toy:
-        from ..toy import make_toy_directory, open_toy_directory, toy_generator
+        from ..testing.toy import make_toy_directory, open_toy_directory, toy_generator
 
-        gen = toy_generator()  # TEST ONLY: DPRAG_TEST_TOY_HOLD makes it hold chosen answers (audit/toy.py)
+        gen = toy_generator()  # TEST ONLY: DPRAG_TEST_TOY_HOLD makes it hold chosen answers (audit/testing/toy.py)
         fresh = not (directory / "service" / "config" / "policy.json").exists()
         svc = (
             make_toy_directory(directory, store=store, accounts=accounts, generator=gen)
@@ -100,18 +102,18 @@ def _open(directory, toy, accounts, store, embedder, generator, auditor_key):
     if generator is None:
         raise click.UsageError("--generator NAME is required without --toy (a dprag.generators entry point)")
     if not (directory / "config" / "policy.json").exists() and store:  # a replica on another host
-        from ..storage import materialize
+        from ..provider.storage import materialize
 
         materialize(store, directory)
     from importlib.metadata import entry_points
 
-    from .. import serving_models
+    from ..provider import models as serving_models
 
     gens = {ep.name: ep for ep in entry_points(group="dprag.generators")}
     if generator not in gens:
         raise click.UsageError(f"--generator {generator}: no such dprag.generators entry point ({sorted(gens)})")
     if embedder is None:
-        from ..encoding import loads_bounded
+        from ..protocol.encoding import loads_bounded
 
         path = directory / "config" / "embedder.json"
         desc = loads_bounded(path.read_bytes(), what=str(path))

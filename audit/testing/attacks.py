@@ -21,11 +21,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ..encoding import digest, encode
-from ..policy import Policy, SamplerSpec
-from ..receipts import sign_receipt
-from ..request import AccountKey, Request, make_request
-from ..service import ProviderService
+from ..protocol.encoding import digest, encode
+from ..protocol.policy import Policy, SamplerSpec
+from ..protocol.receipts import sign_receipt
+from ..protocol.request import AccountKey, Request, make_request
+from ..provider.service import ProviderService
 from .window import ACCOUNTS, SCRIPT, client, open_service, registry
 
 
@@ -97,9 +97,9 @@ def _wipe_budgets(svc: ProviderService) -> ProviderService:
         s.execute("DELETE FROM budget_spend")
     svc.close()
     # constructed directly: the provider skips its own recovery check, which would refuse this state
-    from dprag.audit.toy import ToyGenerator
+    from dprag.audit.testing.toy import ToyGenerator
 
-    from ..toy import HashEmbedder
+    from .toy import HashEmbedder
 
     return ProviderService(d, embedder=HashEmbedder(32), generator=ToyGenerator())
 
@@ -195,9 +195,9 @@ def unbound_q(d: Path) -> AttackResult:
     shutil.rmtree(d, ignore_errors=True)
     honest = open_service(d / "svc")
     honest.close()
-    from dprag.audit.toy import ToyGenerator
+    from dprag.audit.testing.toy import ToyGenerator
 
-    from ..toy import HashEmbedder
+    from .toy import HashEmbedder
 
     svc = _ScaledQ(d / "svc", embedder=HashEmbedder(32), generator=ToyGenerator())
     clients = {a: client(svc, a) for a in svc.accounts}
@@ -234,9 +234,9 @@ class _Resampling(ProviderService):
 
 
 def resampled_answers(d: Path) -> AttackResult:
-    from dprag.audit.toy import ToyGenerator
+    from dprag.audit.testing.toy import ToyGenerator
 
-    from ..toy import HashEmbedder
+    from .toy import HashEmbedder
     from .window import CLINIC, LEGAL
 
     shutil.rmtree(d, ignore_errors=True)
@@ -266,7 +266,7 @@ SEEN = dict(mechanism="answer-vote", vote_selection="seen", vote_delta=1e-6)
 def _served_as(d: Path, committed: dict, served: Callable, replay: bool) -> tuple[Path, Path, dict]:
     """A toy window committed under ``toy_policy(**committed)`` whose provider serves ``served(rag_params)``
     instead (its own service, its own state); the accounts hand over their questions."""
-    from dprag.audit.toy import ToyGenerator
+    from dprag.audit.testing.toy import ToyGenerator
 
     from .window import CLINIC, LEGAL
 
@@ -330,9 +330,9 @@ def false_sampler_claim(d: Path) -> AttackResult:
     shutil.rmtree(d, ignore_errors=True)
     pol = toy_policy()
     bad = dataclasses.replace(pol, retrieval=dataclasses.replace(pol.retrieval, sampler=SamplerSpec(0.5, 64, 0.0)))
-    from dprag.audit.toy import ToyGenerator
+    from dprag.audit.testing.toy import ToyGenerator
 
-    from ..toy import HashEmbedder
+    from .toy import HashEmbedder
     from .window import CLINIC, LEGAL
 
     emb = HashEmbedder(32)
@@ -453,7 +453,7 @@ def _framing(kind: str) -> Callable[[Path], AttackResult]:
         if kind == "duplicate":
             extra = [encode(entry)]
         elif kind == "other_key":
-            from ..ledger import NoteSigner
+            from ..protocol.ledger import NoteSigner
 
             body = {k: v for k, v in entry["receipt"].items() if k != "sig"}
             extra = [

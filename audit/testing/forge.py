@@ -24,15 +24,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..bundle import parse_leaves
-from ..commitments import new_seed, seed_commitment
-from ..encoding import decode, digest, encode
-from ..ledger import NoteSigner
-from ..ledger.checkpoint import Checkpoint, sign_checkpoint
-from ..ledger.rfc6962 import hash_leaf, root_from_leaves
-from ..receipts import receipt_body, sign_receipt
-from ..request import request_hash
-from ..retrieval import top_commitment
+from ..protocol.bundle import parse_leaves
+from ..protocol.commitments import new_seed, seed_commitment
+from ..protocol.encoding import decode, digest, encode
+from ..protocol.ledger import NoteSigner
+from ..protocol.ledger.checkpoint import Checkpoint, sign_checkpoint
+from ..protocol.ledger.rfc6962 import hash_leaf, root_from_leaves
+from ..protocol.receipts import receipt_body, sign_receipt
+from ..protocol.request import request_hash
+from ..protocol.retrieval import top_commitment
 from ..verify import verify
 
 #: edit -> the checks of which at least one must name it (the verdict is FAIL, with a reason "<check>: ...")
@@ -247,7 +247,7 @@ class ForgeStats:
 
 
 def run_campaign(cases: int, seed: int, workdir: Path, *, on_case: Callable[[int], None] | None = None) -> ForgeStats:
-    from ..toy import ToyGenerator
+    from .toy import ToyGenerator
 
     bases = [base_window(workdir / f"base-{alg}", alg) for alg in ("murag", "murag-ada")]
     kinds = list(MUST_PASS) + list(MUST_FAIL)

@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..bundle import AuditorInputError
+from ..protocol.bundle import AuditorInputError
 from ..verify import verify
 
 BOUNDARY = [
@@ -181,7 +181,7 @@ def _mutate(rng: random.Random, case: Path) -> str:
         elif rel.endswith(".json"):
             p.write_bytes(_raw(_mutate_value(rng, json.loads(data))))
         elif rel.endswith("leaves.bin"):
-            from ..bundle import parse_leaves
+            from ..protocol.bundle import parse_leaves
 
             leaves = parse_leaves(data)
             j = rng.randrange(len(leaves))

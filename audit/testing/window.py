@@ -14,11 +14,11 @@ from pathlib import Path
 
 from dprag.accounting.noise.source import RandomSource
 
-from ..account import AccountClient
-from ..encoding import encode
-from ..request import AccountKey
-from ..service import ProviderService
-from ..toy import CLINIC, LEGAL, HashEmbedder, ToyGenerator, ToyTextGenerator, toy_policy
+from ..client.account import AccountClient
+from ..protocol.encoding import encode
+from ..protocol.request import AccountKey
+from ..provider.service import ProviderService
+from .toy import CLINIC, LEGAL, HashEmbedder, ToyGenerator, ToyTextGenerator, toy_policy
 
 ACCOUNTS = {"alice": "clinic", "bob": "clinic", "carol": "legal"}
 SCRIPT = [

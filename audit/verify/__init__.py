@@ -1,4 +1,4 @@
-"""Phase D: the verifier (spec/protocol.md §8), protocol version 2.
+"""Phase D: the verifier (spec/protocol.md §8), protocol version 3.
 
 ``verify(bundle, receipts=..., mode=..., key=..., trusted_checkpoint=...) -> Verdict`` runs the checks of §8 in
 the spec's order, one module each, named after what it checks (``files``, ``canonical``, ``commitments``,
@@ -21,12 +21,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from ..estimator import DEFAULT_THETA, DEFAULT_WINDOW
 from . import pool
 from .answers import check_8_9_answers
 from .canonical import check_8_2_canonical
 from .coalition import check_8_10_coalition, start_coalition
 from .commitments import check_8_3_commitments, check_8_3_pinned_key
+from .estimator import DEFAULT_THETA, DEFAULT_WINDOW
 from .files import check_8_1_files
 from .generation import check_8_9_generation
 from .history import check_8_10_history, read_history

@@ -1,13 +1,14 @@
 """§8.9 ``generation``, the answers (spec/protocol.md; ``--replay-answers GENERATOR --corpus DIR``): for every
 valid receipt whose account handed over its question, the answer is recomputed from the committed seed, the
-corpus and the question, and its hash must equal the signed h_answer (``audit/replay.py`` says what must match).
+corpus and the question, and its hash must equal the signed h_answer (``audit/protocol/replay.py`` says what must
+match).
 A policy whose generator cannot be replayed (``replayable: false``) has no answer compared."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..bundle import AuditorInputError
+from ..protocol.bundle import AuditorInputError
 from .run import Run, guarded
 from .scores import scores_of
 
@@ -31,7 +32,7 @@ def check_8_9_answers(
 def _replay_answers(run: Run, valid: list, generator, corpus: dict[str, list[str]]) -> None:
     """§8.9 (answers, optional): replay the answer of every receipt whose account handed over its question,
     with the committed corpus and the auditor's generator, and compare it with the signed h_answer."""
-    from ..replay import answer_hash, replay_answer
+    from ..protocol.replay import answer_hash, replay_answer
 
     if not run.policy.generation.replayable:
         # a hosted text generator (dp-ksa, replayable: false): nobody can re-run it, so no answer is compared

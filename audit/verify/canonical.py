@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..encoding import EncodingError, decode
+from ..protocol.encoding import EncodingError, decode
 from .pool import fork_map
 from .run import Run, guarded, is_int
 

@@ -14,9 +14,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..bundle import AuditorInputError
-from ..estimator import coalition_size, resolve_window
+from ..protocol.bundle import AuditorInputError
 from . import pool
+from .estimator import coalition_size, resolve_window
 from .run import Run, guarded
 
 

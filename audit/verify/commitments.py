@@ -9,10 +9,19 @@ import numpy as np
 
 from dprag.errors import DpragError
 
-from .. import commitments as cm
-from ..encoding import IDENTIFIER_RULE, EncodingError, decode, decode_content, digest, excerpt, hexbytes, is_identifier
-from ..ledger import NoteVerifier
-from ..policy import Policy
+from ..protocol import commitments as cm
+from ..protocol.encoding import (
+    IDENTIFIER_RULE,
+    EncodingError,
+    decode,
+    decode_content,
+    digest,
+    excerpt,
+    hexbytes,
+    is_identifier,
+)
+from ..protocol.ledger import NoteVerifier
+from ..protocol.policy import Policy
 from .run import Run, guarded, is_hex, is_int
 from .verdict import key_fingerprint
 
@@ -233,7 +242,7 @@ def embedder_fidelity(run: Run, corpus: dict[str, list[str]], embedder) -> None:
 
 def _check_history_fields(run: Run, g: dict) -> None:
     """§3.1: the genesis's place in its history, and what carried over (auditor/carry.json opens C_carry)."""
-    from ..history import carry_commitment
+    from ..protocol.chain import carry_commitment
 
     first = g["epoch"] == 0
     prev = g["prev"]

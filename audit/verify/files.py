@@ -1,5 +1,6 @@
-"""§8.1 ``files`` (spec/protocol.md): every file of the bundle was read safely (``audit/bundlefs.py``: relative to
-the bundle's directory descriptor, no links, regular files only, capped); each defect is a FAIL naming the file."""
+"""§8.1 ``files`` (spec/protocol.md): every file of the bundle was read safely (``audit/protocol/bundlefs.py``:
+relative to the bundle's directory descriptor, no links, regular files only, capped); each defect is a FAIL naming
+the file."""
 
 from __future__ import annotations
 

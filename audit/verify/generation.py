@@ -9,9 +9,9 @@ from typing import Any
 
 import numpy as np
 
-from ..charges import ChargeRule, expected_charges
-from ..encoding import EncodingError, digest
-from ..retrieval import request_source
+from ..protocol.charges import ChargeRule, expected_charges
+from ..protocol.encoding import EncodingError, digest
+from ..protocol.retrieval import request_source
 from .run import MAX_UNITS, Run, guarded, is_int
 from .scores import scores_of
 

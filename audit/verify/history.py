@@ -11,7 +11,7 @@ history:
 - what a window carries in (``auditor/carry.json``, opened against ``C_carry``) equals what its predecessor ended
   with: every account's last counter and every document's spend — a reset of spend or a counter FAILs;
 - documents only join: each window's ids, text hashes and index rows start with its predecessor's;
-- the chain constants hold (``audit.history.chain_violations``) and the embedder is the same model;
+- the chain constants hold (``audit.protocol.chain.chain_violations``) and the embedder is the same model;
 - with ``--key``, the pinned key is one of the history's keys; with ``--chain``, the chain id is the pinned one;
 - a receipt validly signed under one of the history's keys for a window not in the history is equivocation (FAIL),
   unless it is newer than the head: signed by the head's key after the head closed (a successor not handed over).
@@ -24,11 +24,11 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
-from ..bundle import AuditorInputError, Bundle, load_bundle
-from ..encoding import decode_content, excerpt
-from ..history import chain_id, chain_violations, embedder_violations, genesis_hash
-from ..ledger import NoteVerifier
-from ..receipts import verify_receipt
+from ..protocol.bundle import AuditorInputError, Bundle, load_bundle
+from ..protocol.chain import chain_id, chain_violations, embedder_violations, genesis_hash
+from ..protocol.encoding import decode_content, excerpt
+from ..protocol.ledger import NoteVerifier
+from ..protocol.receipts import verify_receipt
 from .inputs import AuditorInputs, check_version
 from .run import Run, guarded
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from ..encoding import printable
+from ..protocol.encoding import printable
 from .verdict import Verdict
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"

@@ -15,10 +15,10 @@ from typing import Any
 
 from dprag.errors import DpragError
 
-from ..bundle import AuditorInputError, load_bundle
-from ..commitments import PROTOCOL_VERSION
-from ..encoding import loads_bounded
-from ..ledger import NoteVerifier
+from ..protocol.bundle import AuditorInputError, load_bundle
+from ..protocol.commitments import PROTOCOL_VERSION
+from ..protocol.encoding import loads_bounded
+from ..protocol.ledger import NoteVerifier
 from .run import Run
 
 
@@ -89,7 +89,7 @@ def read_auditor_inputs(
     trusted = (
         None if trusted_checkpoint is None else read_auditor_file(trusted_checkpoint, "--trusted-checkpoint", 1 << 16)
     )
-    from ..ledger.witness import WitnessVerifier
+    from ..protocol.ledger.witness import WitnessVerifier
 
     wit = []
     for w in witnesses:

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from dprag.errors import DpragError
 
-from ..encoding import EncodingError
-from ..ledger import NoteVerifier, open_checkpoint
-from ..ledger.rfc6962 import CompactRange, hash_leaf
+from ..protocol.encoding import EncodingError
+from ..protocol.ledger import NoteVerifier, open_checkpoint
+from ..protocol.ledger.rfc6962 import CompactRange, hash_leaf
 from .run import Run, guarded
 
 
@@ -50,7 +50,7 @@ def check_8_5_witnesses(run: Run, witnesses: list, min_witnesses: int) -> None:
     """§8.5: the checkpoint covering the whole ledger carries >= min_witnesses valid witness cosignatures."""
     if not min_witnesses or run.genesis is None or run.key is None:
         return
-    from ..ledger.witness import cosignatures
+    from ..protocol.ledger.witness import cosignatures
 
     full = None
     for note in run.b.checkpoints:

@@ -22,7 +22,7 @@ def check_8_4_policy(run: Run) -> None:
             if (v["Z_idx"] is not None) != (t in run.policy.retrieval.zk_tenants):
                 raise DpragError(f"tenant {t!r}: genesis carries Z_idx exactly for the policy's zk tenants")
             if v["Z_idx"] is not None:
-                from ..zk_attest import index_commitment
+                from ..protocol.zk_attest import index_commitment
 
                 if int(index_commitment(v["q"], v["zk_blinding"])) != v["Z_idx"]:
                     raise DpragError(f"tenant {t!r}: Z_idx does not commit to the same index as C_idx")

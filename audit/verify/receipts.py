@@ -9,11 +9,11 @@ from functools import partial
 
 import numpy as np
 
-from ..encoding import EncodingError, decode, decode_content, encode, excerpt
-from ..ledger import NoteVerifier
-from ..receipts import verify_receipt, verify_refusal
-from ..request import question_commitment, request_hash
-from ..retrieval import top_commitment
+from ..protocol.encoding import EncodingError, decode, decode_content, encode, excerpt
+from ..protocol.ledger import NoteVerifier
+from ..protocol.receipts import verify_receipt, verify_refusal
+from ..protocol.request import question_commitment, request_hash
+from ..protocol.retrieval import top_commitment
 from .inputs import AuditorInputs
 from .pool import fork_map
 from .run import Run, guarded, is_hex, is_int

@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 from functools import partial
 
-from ..encoding import EncodingError, hexbytes
-from ..request import qemb_commitment, request_hash, verify_request
-from ..retrieval import top_commitment
+from ..protocol.encoding import EncodingError, hexbytes
+from ..protocol.request import qemb_commitment, request_hash, verify_request
+from ..protocol.retrieval import top_commitment
 from .pool import fork_map
 from .run import Run, guarded, is_hex
 

@@ -11,8 +11,8 @@ from functools import partial
 
 import numpy as np
 
-from ..encoding import EncodingError, hexbytes
-from ..retrieval import (
+from ..protocol.encoding import EncodingError, hexbytes
+from ..protocol.retrieval import (
     noise_table,
     noisy_top_k,
     noisy_top_k_rows,

@@ -10,10 +10,10 @@ import time
 from collections import Counter
 from collections.abc import Callable
 
-from ..bundle import Bundle
-from ..encoding import EncodingError, hexbytes
-from ..ledger import NoteVerifier
-from ..policy import Policy
+from ..protocol.bundle import Bundle
+from ..protocol.encoding import EncodingError, hexbytes
+from ..protocol.ledger import NoteVerifier
+from ..protocol.policy import Policy
 from .pool import cpu_seconds
 
 MAX_REASONS = 1000

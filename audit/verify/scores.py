@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..policy import Policy
+from ..protocol.policy import Policy
 from .run import Run
 
 

@@ -11,10 +11,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import commitments as cm
-from ..certify import certified_epsilons
-from ..charges import ChargeRule
-from ..encoding import printable, printable_tree
+from ..protocol import commitments as cm
+from ..protocol.certify import certified_epsilons
+from ..protocol.charges import ChargeRule
+from ..protocol.encoding import printable, printable_tree
 from . import pool
 from .inputs import AuditorInputs
 from .run import Run
@@ -407,7 +407,8 @@ def _history(run: Run) -> dict | None:
 
 def _earlier_policies(run: Run) -> tuple:
     """The policies of the history's windows before ``run``'s (the last), oldest first: the certified ε and δ are
-    taken over every window's policy, never the last one's alone (§3.1, ``audit.certify.certified_epsilons``)."""
+    taken over every window's policy, never the last one's alone (§3.1,
+    ``audit.protocol.certify.certified_epsilons``)."""
     h = run.history
     if h is None or h.single:
         return ()

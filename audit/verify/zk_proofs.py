@@ -8,8 +8,8 @@ import numpy as np
 
 from dprag.errors import DpragError
 
-from ..encoding import EncodingError, decode
-from ..retrieval import noise_table, retrieval_source
+from ..protocol.encoding import EncodingError, decode
+from ..protocol.retrieval import noise_table, retrieval_source
 from .run import Run, guarded, is_int
 
 
@@ -20,7 +20,7 @@ def check_8_8_proofs(run: Run, vk) -> None:
     the noise from the seed)."""
     if vk is None or not run.policy.retrieval.zk_tenants:  # no auditor key: the proofs are not relied on
         return
-    from .. import zk_attest
+    from ..protocol import zk_attest
 
     r = run.policy.retrieval
     table = noise_table(r.sigma, r.sampler.tail, r.sampler.precision_bits)

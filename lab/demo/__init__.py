@@ -6,7 +6,7 @@ What one run does (every step is the project's own code; nothing is simulated):
 1. **Data.** Three synthetic clinics, each its own tenant and private corpus: ``generate_clinic_corpus`` with
    three seeds (rag_adapters/datasets/clinic.py). Tenant ``clinic-a`` has citations (the retrieval channel)
    on, ``clinic-b`` off, and ``clinic-z`` -- a small **zk tenant** of 8 records -- has citations whose every
-   query carries a Groth16 proof of noise-then-select (audit/zk_attest.py).
+   query carries a Groth16 proof of noise-then-select (audit/protocol/zk_attest.py).
 2. **Accounts and traffic.** Honest accounts under each tenant ask one test-split question per clinic
    condition (the fact kind rotating drug / dose / test / interval); a *coalition* of colluding accounts of
    ``clinic-a`` asks paraphrases of one extraction probe -- "What is <patient>'s <secret kind>?" about the
@@ -25,7 +25,7 @@ What one run does (every step is the project's own code; nothing is simulated):
      ``--mechanism pure-dp-rag`` commits 000 Alg. 5 at the same ε_q instead, ``--mechanism pure-dp-rag-ext``
      000 Alg. 5 with public completion and the Non-RAG base measure (free in ε, committed in the policy). τ and
      the mechanism were chosen on a public calibration corpus, never on a tenant's data (spec/demo.md).
-4. **Serving** (``audit.service.ProviderService``): commitments (C_emb from ``audit_embedder``, C_idx, C_seed,
+4. **Serving** (``audit.provider.service.ProviderService``): commitments (C_emb from ``audit_embedder``, C_idx, C_seed,
    C_policy), every query through noise-then-select citations, per-document filter charges, the ledger and
    signed receipts; receipts go to ``DIR/receipts.jsonl`` (what the accounts hand to the auditor), the
    bundle to ``DIR/bundle``.

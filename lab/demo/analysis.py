@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 
 from dprag.accounting.protocols import Prompt
-from dprag.audit import commitments as cm
-from dprag.audit.encoding import decode
-from dprag.audit.estimator import coalition_clusters, coalition_size_curve
+from dprag.audit.protocol import commitments as cm
+from dprag.audit.protocol.encoding import decode
+from dprag.audit.verify.estimator import coalition_clusters, coalition_size_curve
 from dprag.lab.demo.config import PROBE_ANSWER_TOKENS, SCORE_CLIP, SCORE_SHIFT, DemoConfig, mechanism_label
 from dprag.lab.demo.models import Models
 from dprag.lab.demo.progress import NoBar

@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from dprag.audit.policy import Policy
+from dprag.audit.protocol.policy import Policy
 from dprag.errors import InvalidParameterError
 from dprag.lab.demo.config import DemoConfig
 
@@ -41,8 +41,8 @@ def auditor_zk_setup(cfg: DemoConfig, policy: Policy, schema: dict, dim: int, ou
     import hashlib
     import pickle
 
-    from dprag.audit import zk_attest
-    from dprag.audit.retrieval import noise_table
+    from dprag.audit.protocol import zk_attest
+    from dprag.audit.protocol.retrieval import noise_table
     from dprag.rag_adapters.common import cache_dir
     from dprag.zk.circuits.noise_then_select import PUBLIC_NAMES
     from dprag.zk.formats import vk_to_json, write_json

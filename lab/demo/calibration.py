@@ -14,7 +14,7 @@ import click
 import numpy as np
 
 from dprag.accounting.protocols import Prompt
-from dprag.audit import commitments as cm
+from dprag.audit.protocol import commitments as cm
 from dprag.lab.demo.config import SCORE_CLIP, SCORE_SHIFT, DemoPrivacy
 from dprag.lab.demo.models import load_models
 from dprag.lab.demo.progress import Progress
@@ -155,7 +155,7 @@ def answer_vote_grid(
     from dprag.accounting.mechanisms.string_selection import select_string
     from dprag.accounting.noise.source import RandomSource
     from dprag.accounting.rag.answer_vote import AnswerVoteParams
-    from dprag.audit.policy import normalizer as load_normalizer
+    from dprag.audit.protocol.policy import normalizer as load_normalizer
 
     norm = load_normalizer(normalizer)
     lists = _calibration_lists(embedder, corpus, tau, m, questions)

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from dprag.accounting.collusion import exact_sigma
-from dprag.audit.policy import CoalitionPolicy, GenerationPolicy, Policy, RetrievalPolicy, SamplerSpec
+from dprag.audit.protocol.policy import CoalitionPolicy, GenerationPolicy, Policy, RetrievalPolicy, SamplerSpec
 
 #: the paraphrases the colluding accounts ask (pairwise MiniLM cosine 0.90-0.97 on the clinic canaries)
 PROBE_TEMPLATES = (
@@ -43,7 +43,7 @@ class TenantSpec:
     citations: bool
     support: tuple[int, int] = (20, 30)
     #: a zk tenant (policy retrieval.zk_tenants): every query's citations carry a Groth16 proof of
-    #: noise-then-select over its committed index (audit/zk_attest.py); N <= 8 documents keeps the circuit
+    #: noise-then-select over its committed index (audit/protocol/zk_attest.py); N <= 8 documents keeps the circuit
     #: (~61k constraints at d = 384) in a 2^16 domain
     zk: bool = False
 

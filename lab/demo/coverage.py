@@ -25,7 +25,7 @@ from dprag.accounting.noise.source import RandomSource
 from dprag.accounting.rag.answer_vote import AnswerVoteParams
 from dprag.accounting.rag.multi_query import MuRAG, MuRAGAda
 from dprag.accounting.stores import MemoryBudgetStore
-from dprag.audit import commitments as cm
+from dprag.audit.protocol import commitments as cm
 from dprag.lab.demo.config import ADA_EDGES, SCORE_CLIP, SCORE_SHIFT
 
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from dprag.audit import commitments as cm
+from dprag.audit.protocol import commitments as cm
 from dprag.errors import InvalidParameterError
 
 
 @dataclass
 class Models:
-    embedder: object  # audit.service.TextEmbedder with .dim
+    embedder: object  # audit.provider.service.TextEmbedder with .dim
     generator: object
     descriptor: Callable[[dict], cm.EmbedderDescriptor]
     names: dict
@@ -20,7 +20,7 @@ class Models:
 def load_models(kind: str, progress) -> Models:
     """``real``: MiniLM + SmolLM2-135M-Instruct; ``tiny``: bag-of-words hash embedder + a random-weight
     tiny Llama (torch, no weights); ``toy``: hash embedder + the toy generator (no torch)."""
-    from dprag.audit.toy import HashEmbedder
+    from dprag.audit.testing.toy import HashEmbedder
     from dprag.rag_adapters.audit_embedder import prompt_template_text
     from dprag.rag_adapters.embedder import CorpusCachingEmbedder
 
@@ -60,7 +60,7 @@ def load_models(kind: str, progress) -> Models:
             gen.max_context_tokens = 96  # byte tokens: keep the random model's prompts short
             gname = "tiny random-weight Llama (byte tokenizer, contexts truncated to 96 bytes)"
         else:
-            from dprag.audit.toy import ToyGenerator
+            from dprag.audit.testing.toy import ToyGenerator
 
             gen = ToyGenerator(vocab_size=4096)
             gname = "toy generator (accounting.rag.toy)"

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from dprag.accounting.collusion import exact_sigma
-from dprag.audit.policy import Policy
+from dprag.audit.protocol.policy import Policy
 from dprag.lab.demo.analysis import DemoResult
 from dprag.lab.demo.config import SENSITIVITY, DemoConfig, DemoPrivacy, mechanism_line, retrieval_line
 from dprag.lab.demo.models import Models

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import click
 
-from dprag.audit.account import AccountClient
-from dprag.audit.encoding import encode
-from dprag.audit.history import chain_id
-from dprag.audit.ledger import NoteSigner
-from dprag.audit.request import AccountKey
-from dprag.audit.service import ProviderService
+from dprag.audit.client.account import AccountClient
+from dprag.audit.protocol.chain import chain_id
+from dprag.audit.protocol.encoding import encode
+from dprag.audit.protocol.ledger import NoteSigner
+from dprag.audit.protocol.request import AccountKey
+from dprag.audit.provider.service import ProviderService
 from dprag.audit.verify import verify
 from dprag.errors import InvalidParameterError
 from dprag.lab.demo.analysis import DemoResult, Served, analyse

@@ -157,7 +157,7 @@ class HnswCell:
 def hnsw_trials(cell: HnswCell, seed: bytes, start: int, stop: int) -> np.ndarray:
     """Rows [hits_in, hits_out, score_in, score_out]: hit count of the slot in the noisy top-K of the candidates
     and the pooled noisy score at the slot (−inf when the slot is not a candidate of that world)."""
-    from dprag.audit.retrieval import noise_table
+    from dprag.audit.protocol.retrieval import noise_table
 
     table = noise_table(cell.sigma, TABLE_TAIL, TABLE_BITS)
     m = cell.k * cell.n
@@ -178,7 +178,7 @@ def hnsw_trials(cell: HnswCell, seed: bytes, start: int, stop: int) -> np.ndarra
 
 def _hnsw_worlds(cfg: Config, dataset: str, log) -> dict:
     """Build the two HNSW indexes (target in / replaced) and search the probe once in each."""
-    from dprag.audit.commitments import integer_scores, quantise_embeddings
+    from dprag.audit.protocol.commitments import integer_scores, quantise_embeddings
     from dprag.rag_adapters.common import require, torch_threads
 
     t0 = time.perf_counter()
@@ -406,7 +406,7 @@ def rows_for(cfg: Config, cell, data: np.ndarray, seconds: float) -> list[dict]:
             }
         )
     elif cfg.mechanism == "topk":
-        from dprag.audit.retrieval import noise_table
+        from dprag.audit.protocol.retrieval import noise_table
 
         est = mann_whitney_auc(data[:, 0], data[:, 1])
         tv = noise_table(cell.sigma, TABLE_TAIL, TABLE_BITS).tv_distance

@@ -39,7 +39,7 @@ def load_dataset(name: str, corpus_seed: int):
 def tuning_backend(model: str, dataset, generator, kind: str, retriever=None):
     """A retriever over the tuning corpus that shares the test backend's embedder and the generator."""
     if kind == "words":
-        from dprag.audit.toy import ToyRetriever
+        from dprag.audit.testing.toy import ToyRetriever
 
         return ToyRetriever(dataset.documents)
     from dprag.rag_adapters.retriever import DenseRetriever
@@ -66,7 +66,7 @@ def build_backend(model: str, dataset, threads: int | None = None):
     if threads:
         os.environ["DPRAG_TORCH_THREADS"] = str(threads)
     if model == "toy":
-        from dprag.audit.toy import ToyGenerator, ToyRetriever
+        from dprag.audit.testing.toy import ToyGenerator, ToyRetriever
 
         return ToyRetriever(dataset.documents), ToyGenerator(vocab_size=1 << 16), "words"
     from dprag.rag_adapters.embedder import MiniLMEmbedder

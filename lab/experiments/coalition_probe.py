@@ -2,7 +2,7 @@
 spec/experiments-mia.md §5).
 
 k colluding accounts of one tenant try to extract one record's secret through each channel of the audited
-service (``audit.service.ProviderService``, the demo's committed policy: noise-then-select citations with the
+service (``audit.provider.service.ProviderService``, the demo's committed policy: noise-then-select citations with the
 calibrated discrete Gaussian, MuRAG generation with a per-document pure filter):
 
 * **citations** (retrieval channel): the target record's id is among the K citations of at least one of the
@@ -27,7 +27,7 @@ channel also ``rate_bound_prior`` = min(1, e^ε·k·probes·max_tokens/10^6 + δ
 6-digit secret is independent of the answers, each of which holds at most max_tokens distinct 6-digit
 strings), and ``advantage_bound`` = ``lemma_3_11_advantage_upper(ε, δ)``. Retrieval ε: the discrete Gaussian PLD of
 k·probes releases (``gdp.discrete_gaussian_epsilon``, the sampler's TV added to δ as the policy does);
-generation ε: the filter's replace-one guarantee (``audit.certify.certified_epsilons``; k does not enter).
+generation ε: the filter's replace-one guarantee (``audit.protocol.certify.certified_epsilons``; k does not enter).
 
 Outputs: ``coalition_probe.csv`` / ``.jsonl`` (rows, schema ``dprag.coalition-probe-row/1``), ``trials.jsonl``
 (schema ``dprag.coalition-probe-trial/1``: every answer and citation list), ``coalition_probe.png``,
@@ -52,7 +52,7 @@ from pathlib import Path
 import click
 import numpy as np
 
-from dprag.audit.certify import certified_epsilons
+from dprag.audit.protocol.certify import certified_epsilons
 from dprag.errors import DpragError, InvalidParameterError
 from dprag.lab.demo import MECHANISMS
 from dprag.lab.experiments.options import Fail
@@ -122,7 +122,7 @@ def probe_policy(
     from dataclasses import replace
 
     from dprag.accounting.collusion import exact_sigma
-    from dprag.audit.policy import CoalitionPolicy, Policy, RetrievalPolicy, SamplerSpec
+    from dprag.audit.protocol.policy import CoalitionPolicy, Policy, RetrievalPolicy, SamplerSpec
     from dprag.lab.demo import SCORE_CLIP, SCORE_SHIFT, SENSITIVITY, DemoPrivacy, generation_policy
 
     if mechanism is not None and mechanism not in MECHANISMS:
@@ -175,8 +175,8 @@ def probe_models(kind: str):
     if kind != "minilm-toy":
         m = load_models(kind, quiet)
         return _Models(m.embedder, m.generator, m.descriptor, m.names)
-    from dprag.audit import commitments as cm
-    from dprag.audit.toy import ToyGenerator
+    from dprag.audit.protocol import commitments as cm
+    from dprag.audit.testing.toy import ToyGenerator
     from dprag.rag_adapters.embedder import CorpusCachingEmbedder, MiniLMEmbedder
 
     emb = MiniLMEmbedder()
@@ -243,9 +243,9 @@ def run_window(
     every draw the service makes from its committed seed and h_req, is a function of ``seed``: a rerun gives
     the same answers and citations."""
     from dprag.accounting.noise.source import RandomSource
-    from dprag.audit.account import AccountClient
-    from dprag.audit.request import AccountKey
-    from dprag.audit.service import ProviderService
+    from dprag.audit.client.account import AccountClient
+    from dprag.audit.protocol.request import AccountKey
+    from dprag.audit.provider.service import ProviderService
 
     if directory.exists():
         shutil.rmtree(directory)

@@ -175,7 +175,7 @@ def build_world(corpus, member_ids: Sequence[int], nonmember_ids: Sequence[int])
 def build_backend(model: str, corpus, world: World):
     """(retriever over the world's corpus, generator): dense MiniLM + SmolLM2 / tiny Llama, or the toy pair."""
     if model == "toy":
-        from dprag.audit.toy import ToyGenerator, ToyRetriever
+        from dprag.audit.testing.toy import ToyGenerator, ToyRetriever
 
         return ToyRetriever(world.documents), ToyGenerator(vocab_size=1 << 16)
     from dprag.rag_adapters.embedder import EmbeddingCache, MiniLMEmbedder

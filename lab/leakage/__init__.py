@@ -6,7 +6,7 @@
 * ``montecarlo``: a Monte Carlo runner, local processes by default or a Dask cluster; every trial is seeded by
   (seed, cell, trial index), so the result never depends on where a trial ran.
 * ``scalar`` / ``topk``: the trial functions of the scalar mechanism M* and the multi-tenant top-K harness,
-  drawing noise with the library's own mechanisms (``accounting.mechanisms.additive``, ``audit.retrieval``).
+  drawing noise with the library's own mechanisms (``accounting.mechanisms.additive``, ``audit.protocol.retrieval``).
 
 Specification: spec/experiments-collusion.md.
 """

@@ -3,11 +3,12 @@
 Per trial (geometry from the trial's own stream, shared by both worlds of the pair): a probe q* uniform on the
 unit sphere of R^d, ``n_background`` background documents uniform on the sphere, and the target slot at a uniform
 position: x* = q* (target in) or x*' a unit vector orthogonal to q* (replaced; replace-one, cosine gap 1).
-Scores exactly as the provider serves them (``audit.service.ProviderService``): embeddings quantised at scale S
-(``audit.commitments.quantise_embeddings``), integer scores clip(E·Q, 0, S²) >> log2 S
-(``audit.commitments.integer_scores``), noise from the policy's discrete Gaussian table
-(``audit.retrieval.noise_table(σ, 10, 64)``), one value per document per query, then top-K of score + noise with
-ties to the smaller id (``audit.retrieval.noisy_top_k``'s rule; ``target_in_noisy_top_k`` is its vectorised
+Scores exactly as the provider serves them (``audit.provider.service.ProviderService``): embeddings quantised at scale S
+(``audit.protocol.commitments.quantise_embeddings``), integer scores clip(E·Q, 0, S²) >> log2 S
+(``audit.protocol.commitments.integer_scores``), noise from the policy's discrete Gaussian table
+(``audit.protocol.retrieval.noise_table(σ, 10, 64)``), one value per document per query, then top-K of score +
+noise with
+ties to the smaller id (``audit.protocol.retrieval.noisy_top_k``'s rule; ``target_in_noisy_top_k`` is its vectorised
 membership test, checked against it in tests/lab/test_leakage_topk.py). Noise first, select second.
 
 Regimes: ``same-tenant``: the k accounts query the victim tenant's index (n_background + 1 documents).
@@ -25,13 +26,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from dprag.accounting.errors import check_positive_int
-from dprag.audit.commitments import integer_scores, quantise_embeddings
-from dprag.audit.retrieval import noise_table
+from dprag.audit.protocol.commitments import integer_scores, quantise_embeddings
+from dprag.audit.protocol.retrieval import noise_table
 from dprag.errors import InvalidParameterError
 from dprag.lab.leakage.montecarlo import trial_rng, trial_source
 
 REGIMES = ("same-tenant", "external-m4")
-TABLE_TAIL, TABLE_BITS = 10.0, 64  # the policy's sampler (audit.policy.Policy.recommended)
+TABLE_TAIL, TABLE_BITS = 10.0, 64  # the policy's sampler (audit.protocol.policy.Policy.recommended)
 
 
 def score_sensitivity(scale: int) -> int:

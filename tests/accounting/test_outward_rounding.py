@@ -16,8 +16,8 @@ from dprag.accounting.events import PureDpEvent
 from dprag.accounting.filters import FilterBudget
 from dprag.accounting.mechanisms.sparse_vector import SparseVector
 from dprag.accounting.rag.single_query import PureDpRagParams, sparse_vote_cost
-from dprag.audit.certify import certified_epsilons
-from dprag.audit.policy import RECOMMENDED_V2, Policy
+from dprag.audit.protocol.certify import certified_epsilons
+from dprag.audit.protocol.policy import RECOMMENDED_V2, Policy
 
 TWO32 = 2**32
 
@@ -295,7 +295,7 @@ def test_murag_guarantee_is_not_below_the_exact_conversion():
     from dprag.accounting.rag.multi_query import MuRAG
     from dprag.accounting.rag.single_query import PureDpRagParams
     from dprag.accounting.stores import MemoryBudgetStore
-    from dprag.audit.toy import ToyGenerator, ToyRetriever
+    from dprag.audit.testing.toy import ToyGenerator, ToyRetriever
 
     docs = [f"doc {i} asthma" for i in range(8)]
     rag = PureDpRagParams.for_budget(2, 1.0, 4.0)

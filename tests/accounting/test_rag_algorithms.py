@@ -25,7 +25,7 @@ from dprag.accounting.rag.single_query import (
     vote_rag,
 )
 from dprag.accounting.stores import MemoryBudgetStore
-from dprag.audit.toy import ToyGenerator, ToyRetriever
+from dprag.audit.testing.toy import ToyGenerator, ToyRetriever
 from dprag.errors import InvalidParameterError
 
 

@@ -18,7 +18,7 @@ from dprag.accounting.rag.multi_query import MuRAG, MuRAGAda, NaiveMultiRAG
 from dprag.accounting.rag.single_query import PureDpRagParams
 from dprag.accounting.rdp import DEFAULT_ORDERS, rdp_curve
 from dprag.accounting.stores import MemoryBudgetStore
-from dprag.audit.toy import ToyGenerator, ToyRetriever
+from dprag.audit.testing.toy import ToyGenerator, ToyRetriever
 from dprag.errors import InvalidParameterError, UnsupportedEventError
 
 

@@ -17,7 +17,7 @@ from dprag.accounting.mechanisms.sparse_vector import SparseVector
 from dprag.accounting.noise.source import RandomSource
 from dprag.accounting.rag.single_query import calibrate_sparse_vote, dp_sparse_vote_rag
 from dprag.accounting.rdp import DEFAULT_ORDERS
-from dprag.audit.toy import ToyGenerator, ToyRetriever
+from dprag.audit.testing.toy import ToyGenerator, ToyRetriever
 from dprag.errors import InvalidParameterError
 
 mp = pytest.importorskip("mpmath")

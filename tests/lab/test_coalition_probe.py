@@ -13,9 +13,9 @@ import pytest
 
 from dprag.accounting import gdp
 from dprag.accounting.collusion import lemma_3_11_advantage_upper
-from dprag.audit.certify import certified_epsilons
 from dprag.audit.cli import main
-from dprag.audit.toy import HashEmbedder, ToyGenerator
+from dprag.audit.protocol.certify import certified_epsilons
+from dprag.audit.testing.toy import HashEmbedder, ToyGenerator
 from dprag.lab.experiments import coalition_probe as cp
 
 

@@ -13,11 +13,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dprag.audit import commitments as cm
-from dprag.audit.certify import certified_epsilons
 from dprag.audit.cli import main as dprag_main
-from dprag.audit.encoding import decode
-from dprag.audit.request import question_commitment, request_hash
+from dprag.audit.protocol import commitments as cm
+from dprag.audit.protocol.certify import certified_epsilons
+from dprag.audit.protocol.encoding import decode
+from dprag.audit.protocol.request import question_commitment, request_hash
 from dprag.errors import InvalidParameterError
 from dprag.lab.demo.calibration import tau_statistics, token_budget_accuracy
 from dprag.lab.demo.cli import main as demo_main
@@ -479,7 +479,7 @@ def test_directory_sha256_sees_every_byte_and_ignores_docs(tmp_path):
 
 
 def test_descriptor_binds_weights_tokenizer_and_prompt(tmp_path):
-    from dprag.audit.toy import ToyGenerator
+    from dprag.audit.testing.toy import ToyGenerator
 
     d = _model_dir(tmp_path)
     tmpl = prompt_template_text(ToyGenerator())
@@ -536,7 +536,7 @@ def test_corpus_caching_embedder_uses_the_disk_cache(tmp_path):
 
 
 def test_tau_statistics_against_a_brute_force_count():
-    from dprag.audit.toy import HashEmbedder
+    from dprag.audit.testing.toy import HashEmbedder
 
     corpus = generate_clinic_corpus("test-tau", n_conditions=2, support_min=20, support_max=21, n_distractors=5)
     emb = HashEmbedder(16)
@@ -561,7 +561,7 @@ def test_tau_statistics_against_a_brute_force_count():
 
 
 def test_token_budget_accuracy_runs_the_single_query_mechanism():
-    from dprag.audit.toy import HashEmbedder, ToyGenerator
+    from dprag.audit.testing.toy import HashEmbedder, ToyGenerator
 
     corpus = generate_clinic_corpus("test-tok", n_conditions=2, support_min=20, support_max=21, n_distractors=5)
     gen = ToyGenerator(vocab_size=4096)

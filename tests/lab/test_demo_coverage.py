@@ -4,8 +4,8 @@ import math
 
 import numpy as np
 
-from dprag.audit import commitments as cm
-from dprag.audit.toy import HashEmbedder, ToyGenerator
+from dprag.audit.protocol import commitments as cm
+from dprag.audit.testing.toy import HashEmbedder, ToyGenerator
 from dprag.lab.demo.calibration import calibration_corpus
 from dprag.lab.demo.config import ADA_EDGES, SCORE_CLIP, SCORE_SHIFT
 from dprag.lab.demo.coverage import Candidate, coverage_grid, demo_passes, release_grid

@@ -3,7 +3,7 @@
 import numpy as np
 
 from dprag.accounting.protocols import Prompt
-from dprag.audit.toy import ToyGenerator
+from dprag.audit.testing.toy import ToyGenerator
 from dprag.lab.demo.latency import Recording, latency_sample
 from dprag.rag_adapters.generator import tiny_llama
 

@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from dprag.audit.encoding import decode
+from dprag.audit.protocol.encoding import decode
 from dprag.lab import demo as D
 
 

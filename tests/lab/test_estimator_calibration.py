@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from scipy import integrate, stats
 
-from dprag.audit.estimator import coalition_size, exact_window_search
+from dprag.audit.verify.estimator import coalition_size, exact_window_search
 from dprag.errors import InvalidParameterError
 from dprag.lab.estimator_calibration import (
     ATTACK_PARAPHRASES,

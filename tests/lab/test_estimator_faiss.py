@@ -6,7 +6,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dprag.audit.estimator import NeighbourSearch, coalition_clusters, coalition_size, coalition_size_curve, link_pairs
+from dprag.audit.verify.estimator import (
+    NeighbourSearch,
+    coalition_clusters,
+    coalition_size,
+    coalition_size_curve,
+    link_pairs,
+)
 from dprag.errors import InvalidParameterError
 from dprag.lab.estimator_calibration import THETA_GRID, ToyConfig, toy_queries
 from dprag.rag_adapters.ann_links import FaissWindowSearch, float32_margin

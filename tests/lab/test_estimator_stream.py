@@ -8,7 +8,7 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from dprag.audit import estimator as E
+from dprag.audit.verify import estimator as E
 from dprag.errors import InvalidParameterError
 from dprag.lab.estimator_calibration import sphere
 from dprag.lab.estimator_probe import PLACEMENTS, ProbeConfig, probe_detection, probe_table, probe_trial

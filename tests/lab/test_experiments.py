@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from dprag.accounting.rag.budget import certified_epsilon
 from dprag.accounting.rag.multi_query import SubsamplingMultiRAG
 from dprag.accounting.rag.single_query import PureDpRagParams
-from dprag.audit.toy import ToyGenerator, ToyRetriever
+from dprag.audit.testing.toy import ToyGenerator, ToyRetriever
 from dprag.errors import InvalidParameterError
 from dprag.lab.experiments.cli import experiment
 from dprag.lab.experiments.methods import (
@@ -908,7 +908,7 @@ def test_coverage_check_counts_own_records_left_at_M1():
     """coverage_check.coverage serves the questions in order with the real MuRAG.select at M = 1: the first
     question about a topic takes its 24 records (10 reach the K = m = 10 voters), a repeat finds none, and a
     τ above every score leaves every question without records; ⌈T⌉ = 4 votes at (10, 1e-5)."""
-    from dprag.audit.toy import ToyRetriever
+    from dprag.audit.testing.toy import ToyRetriever
     from dprag.lab.experiments.coverage_check import coverage
 
     ds = toy_dataset(n_topics=3)
@@ -936,7 +936,7 @@ def test_coverage_check_for_murag_ada_spends_about_one_bin_per_question():
     ⌈T⌉ = ⌈1 + 2·ln(10^5)/9⌉ = 4): each topic's 24 records share the top toy score, so the released bin is
     exactly that topic's records (noisy prefix sum ≈ 24 > K = 10; a miss needs a discrete-Laplace(1) draw of
     ≥ 14, probability < 10^-5), 10 of them reach the voters, and a repeated question finds its topic spent."""
-    from dprag.audit.toy import ToyRetriever
+    from dprag.audit.testing.toy import ToyRetriever
     from dprag.lab.experiments.coverage_check import ada_coverage
 
     ds = toy_dataset(n_topics=3)

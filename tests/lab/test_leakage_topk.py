@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dprag.audit.retrieval import noise_table, noisy_top_k
+from dprag.audit.protocol.retrieval import noise_table, noisy_top_k
 from dprag.lab.auc import mann_whitney_auc
 from dprag.lab.leakage.bounds import certified_auc_bound
 from dprag.lab.leakage.topk import TopKCell, geometry, score_sensitivity, target_in_noisy_top_k, topk_trials

@@ -12,7 +12,7 @@ import pytest
 
 from dprag.accounting.collusion import auc_upper_bound
 from dprag.accounting.protocols import Prompt
-from dprag.audit.toy import ToyGenerator, ToyRetriever
+from dprag.audit.testing.toy import ToyGenerator, ToyRetriever
 from dprag.errors import InvalidParameterError
 from dprag.lab.attacks.canary import ExposureCounter
 from dprag.lab.attacks.interrogation import (

@@ -117,7 +117,7 @@ def test_mia_scores_are_written_before_the_cell_ends(tmp_path):
         if calls["n"] == 3:
             raise Stop
 
-    from dprag.audit.toy import ToyGenerator, ToyRetriever
+    from dprag.audit.testing.toy import ToyGenerator, ToyRetriever
     from dprag.lab.experiments.methods import Settings
     from dprag.rag_adapters.datasets.clinic import generate_clinic_corpus
 

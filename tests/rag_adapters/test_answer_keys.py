@@ -112,9 +112,9 @@ def test_v2_rules_beside_v1(answer, question, v1, v2):
 
 
 def test_v2_is_what_a_policy_names_and_v1_is_unchanged():
-    """Both are installed normalisers a policy can commit (audit.policy.normalizer resolves the entry points);
+    """Both are installed normalisers a policy can commit (audit.protocol.policy.normalizer resolves the entry points);
     v1 keeps its own rules (bundles made with it replay unchanged)."""
-    from dprag.audit.policy import normalizer
+    from dprag.audit.protocol.policy import normalizer
     from dprag.rag_adapters.answer_keys import NORMALIZERS, STOP_WORDS, STOP_WORDS_V2, answer_key_v2
 
     assert normalizer("answer-keys-v1") is answer_key and normalizer("answer-keys-v2") is answer_key_v2

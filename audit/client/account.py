@@ -1,0 +1,323 @@
+"""The account's client (spec/protocol.md §5.1, §5.4): ``AccountClient`` keeps the account's side of the protocol:
+its key, its counter, the receipts it received (appended durably, one JSON object per line), and the check that a
+receipt answers the request it sent. The signed request itself is ``audit.protocol.request``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from pathlib import Path
+
+import numpy as np
+
+from dprag.errors import DpragError, InvalidParameterError
+
+from ..protocol.encoding import EncodingError, encode, loads_bounded
+from ..protocol.request import AccountKey, Request, make_request
+
+
+class ReceiptError(DpragError):
+    """What the account was shown does not answer the request it claims to (wrong signature, window, request, answer,
+    citations, position, shape, or a checkpoint not shown consistent with the ones seen before). ``field`` names what
+    failed (``receipt.sig``, ``receipt.h_req``, ``receipt.h_answer``, ``pos``, ...) and ``rule`` the rule it broke."""
+
+    def __init__(self, field: str, rule: str):
+        self.field, self.rule = field, rule
+        super().__init__(f"{field}: {rule}")
+
+
+class AccountClient:
+    """The account's side: key, gapless counter, receipts kept durably (``directory``: state; None = memory).
+
+    ``embedder``: the committed embedder (anything with ``embed(texts) -> (n, d) floats``) and its scale; with
+    it the client computes Q itself and commits to it, so the provider cannot substitute another Q.
+    """
+
+    def __init__(
+        self,
+        account: str,
+        window: str,
+        key: AccountKey,
+        *,
+        provider_vkey: str | None = None,
+        embedder=None,
+        embedding_scale: int | None = None,
+        directory: str | os.PathLike | None = None,
+        nonces=None,
+    ):
+        """``nonces``: a RandomSource for the request nonces (tests only, for reproducible windows; default:
+        the OS CSPRNG — a predictable nonce makes h_q guessable)."""
+        self.account, self.window, self.key = account, window, key
+        self.provider_vkey = provider_vkey
+        self.embedder, self.embedding_scale = embedder, embedding_scale
+        self.dir = None if directory is None else Path(directory)
+        self.nonces = nonces
+        self.counter = 0
+        self.receipts: list[dict] = []
+        self.kept: dict[str, list[dict]] = {}  # incidents, forks, refusals (also on disk with a directory)
+        self._sent: dict[int, Request] = {}  # signed requests by counter: a retry resends the same bytes
+        self._head: tuple[int, str, dict] | None = None  # the largest checkpoint seen: (size, root, its receipt)
+        if self.dir is not None:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            rpath = self.dir / "receipts.jsonl"
+            if rpath.exists():
+                for i, line in enumerate(rpath.read_bytes().splitlines(), 1):
+                    if line.strip():
+                        self.receipts.append(loads_bounded(line, what=f"{rpath} line {i}"))
+            cpath = self.dir / "counter"
+            if cpath.exists():
+                self.counter = int(cpath.read_text())
+            for p in sorted((self.dir / "sent").glob("*.json")) if (self.dir / "sent").is_dir() else []:
+                req = Request.from_json(loads_bounded(p.read_bytes(), what=str(p)))
+                self._sent[int(req.signed["counter"])] = req
+            for name in ("incidents.jsonl", "forks.jsonl", "refusals.jsonl"):
+                if (self.dir / name).is_file():
+                    lines = (self.dir / name).read_bytes().splitlines()
+                    what = str(self.dir / name)
+                    self.kept[name] = [loads_bounded(x, what=what) for x in lines if x.strip()]
+            for e in self.receipts:
+                r = e["receipt"]
+                if self._head is None or r["size"] > self._head[0]:
+                    self._head = (r["size"], r["root"], r)
+
+    # -- requests ----------------------------------------------------------------------------------------
+    def request(self, question: str) -> Request:
+        """Sign the next request (the counter advances durably first, so a crash never reuses one)."""
+        qemb = None
+        if self.embedder is not None:
+            from ..protocol.commitments import embedding_bytes, quantise_embeddings
+
+            q = quantise_embeddings(np.asarray(self.embedder.embed([question]))[0:1], self.embedding_scale)[0]
+            qemb = embedding_bytes(q)
+        counter = self.counter + 1
+        signed = make_request(
+            self.key,
+            window=self.window,
+            account=self.account,
+            counter=counter,
+            question=question,
+            qemb=qemb,
+            nonce=None if self.nonces is None else self.nonces.bytes(16),
+        )
+        req = Request(signed, question, qemb)
+        if self.dir is not None:  # durable before it is sent: after a crash the client resends it, never re-signs
+            p = self.dir / "sent" / f"{counter}.json"
+            p.parent.mkdir(exist_ok=True)
+            p.write_bytes(
+                encode({"request": signed, "question": question, "qemb": None if qemb is None else qemb.hex()})
+            )
+        self._set_counter(counter)
+        self._sent[counter] = req
+        return req
+
+    def _set_counter(self, c: int) -> None:
+        self.counter = c
+        if self.dir is not None:
+            tmp = self.dir / "counter.tmp"
+            tmp.write_text(str(c))
+            os.replace(tmp, self.dir / "counter")
+
+    def ask(self, service, question: str):
+        """Send one request to ``service`` (a ProviderService), check the answer, the citations and the receipt
+        against each other and the ledger's history the client has seen (``accept``); return what was served."""
+        return self.send(service, self.request(question))
+
+    def send(self, service, req: Request):
+        """Send ``req`` (a new request, or a retry of the same signed bytes) and check what comes back. A signed
+        refusal (counter not consumed) frees the counter for the next request and is kept as evidence."""
+        from dprag.errors import BudgetExhaustedError
+
+        from ..protocol.receipts import verify_refusal
+
+        try:
+            if getattr(service, "serves_consistency", False):  # over HTTP: the proof from our head comes along
+                served = service.serve(req, since=None if self._head is None else self._head[0])
+            else:
+                served = service.serve(req)
+        except (InvalidParameterError, BudgetExhaustedError) as e:  # RequestError / RateLimitError: a refusal
+            refusal = getattr(e, "refusal", None)
+            if refusal is not None and self.provider_vkey is not None:
+                from ..protocol.ledger import NoteVerifier
+
+                try:
+                    body = verify_refusal(refusal, NoteVerifier.from_vkey(self.provider_vkey))
+                except (EncodingError, DpragError):
+                    body = None
+                if body is not None and body["h_req"] == req.h_req.hex() and req.signed["counter"] == self.counter:
+                    self._keep("refusals.jsonl", {"refusal": refusal, "request": req.signed})
+                    self._set_counter(self.counter - 1)  # not consumed: the next request reuses it
+            raise
+        return self._check_shown(service, req, served)
+
+    def fetch(self, service, counter: int):
+        """Fetch the stored answer of this client's request ``counter`` and check it exactly as ``send`` checks a
+        served one, before anything of it is shown: ``service.answer_unchecked(counter)`` (``RemoteService``: ``GET
+        /v1/answers/{counter}``) brings it, then ``accept`` checks the receipt's signature under the pinned provider
+        key, that it answers the request this client signed at ``counter`` (its counter and h_req), that the answer
+        hashes to its h_answer, that the citations open its h_top and the position shown is its ``pos``, and that its
+        checkpoint is consistent with the last one this client accepted (the proof is fetched from ``service``), or
+        keeps the fork. Returns what was fetched; otherwise raises ReceiptError (``field``, ``rule``), kept as an
+        incident (never as a receipt). A stored answer already accepted is accepted again without a second entry."""
+        if isinstance(counter, bool) or not isinstance(counter, int):
+            raise InvalidParameterError("counter", "must be an integer", counter)
+        req = self._sent.get(counter)
+        if req is None:
+            raise InvalidParameterError("counter", "no request of this client was signed for it", counter)
+        return self._check_shown(service, req, service.answer_unchecked(counter))
+
+    def _check_shown(self, service, req: Request, served):
+        """``accept`` what ``service`` returned for ``req`` (served or fetched), with the consistency proof from this
+        client's head to the receipt's size: the one that came along, else one asked of ``service``."""
+        proof = None
+        size = served.receipt.get("size") if isinstance(served.receipt, dict) else None
+        if self._head is not None and isinstance(size, int) and self._head[0] != size:
+            lo, hi = sorted((self._head[0], size))
+            try:
+                sent = getattr(served, "consistency", None)  # checked like any proof: a wrong one is refused below
+                proof = sent if sent is not None else service.ledger.consistency_proof(lo, hi)
+            except Exception:  # noqa: BLE001 - no proof is a refusal below
+                proof = None
+        self.accept(req, served.receipt, served.citations, answer=served.answer, consistency=proof, pos=served.pos)
+        return served
+
+    def retry(self, service, counter: int | None = None):
+        """Resend the signed request of ``counter`` (default: the last one) byte for byte: the provider returns the
+        stored answer, or finishes a request charged before a failure from its recorded selection."""
+        counter = self.counter if counter is None else int(counter)
+        req = self._sent.get(counter)
+        if req is None:
+            raise InvalidParameterError("counter", "no request of this client was signed for it", counter)
+        return self.send(service, req)
+
+    def next_window(self, window: str, provider_vkey: str) -> None:
+        """Follow the history to its next window (spec/protocol.md §3.1): its id and (after a rotation) its key. The
+        counter carries over; consistency is checked within each window's log, so the head seen is reset."""
+        self.window, self.provider_vkey = window, provider_vkey
+        self._head = None
+
+    # -- receipts ----------------------------------------------------------------------------------------
+    def accept(
+        self,
+        req: Request,
+        receipt: dict,
+        citations=None,
+        *,
+        answer: str,
+        consistency=None,
+        pos: int | None = None,
+    ) -> dict:
+        """Check everything the account is shown against the signed receipt before it is shown, then keep it:
+        the signature under the pinned key, that it answers ``req`` (its counter and h_req), that ``answer`` hashes to
+        ``h_answer``, that the ``citations`` shown open ``h_top`` (where the tenant's citation channel is off only the
+        empty list does: no citation may be shown), that the ledger position shown (``pos``, if given) is the one
+        signed, and that its checkpoint is consistent with every earlier one this client saw (``consistency``: the
+        RFC 6962 proof between the two sizes). Anything else raises ReceiptError (naming the field and the rule) and
+        is logged as an incident (``incidents.jsonl``); two receipts that cannot both be honest are kept as a fork
+        proof (``forks.jsonl``): hand them to the auditor."""
+        from ..protocol.ledger import NoteVerifier
+        from ..protocol.ledger.proof import verify_consistency
+        from ..protocol.receipts import verify_receipt
+
+        if self.provider_vkey is None:
+            raise ReceiptError("provider_key", "no provider key pinned: pass provider_vkey= to check receipts")
+        try:
+            verifier = NoteVerifier.from_vkey(self.provider_vkey)
+        except (EncodingError, DpragError) as e:
+            raise ReceiptError("provider_key", f"the pinned provider key is unusable ({e})") from None
+        try:
+            body = verify_receipt(receipt, verifier)
+        except (EncodingError, DpragError) as e:
+            why = str(e)
+            named = re.match(r"(receipt(?:\.\w+)?):", why)
+            field = "receipt.sig" if "signature" in why else named.group(1) if named else "receipt"
+            raise self._incident(req, receipt, field, f"receipt rejected: {why}") from None
+        for f in ("window", "account"):
+            if body[f] != getattr(self, f):
+                raise self._incident(req, receipt, f"receipt.{f}", f"receipt names another {f}")
+        if body["counter"] != req.signed["counter"]:
+            raise self._incident(req, receipt, "receipt.counter", "receipt answers another request (its counter)")
+        if body["h_req"] != req.h_req.hex():
+            raise self._incident(req, receipt, "receipt.h_req", "receipt answers another request (its h_req)")
+        if not isinstance(answer, str) or hashlib.sha256(answer.encode("utf-8")).hexdigest() != body["h_answer"]:
+            raise self._incident(
+                req, receipt, "receipt.h_answer", "the answer received is not the one the receipt signs (h_answer)"
+            )
+        if pos is not None and (isinstance(pos, bool) or pos != body["pos"]):
+            raise self._incident(req, receipt, "pos", "the ledger position shown is not the receipt's pos")
+        if citations is not None:
+            from ..protocol.retrieval import top_commitment
+
+            try:
+                ids = [int(i) for i in citations]
+                ok = top_commitment(ids, bytes.fromhex(body["nonce_top"])) == body["h_top"]
+            except (TypeError, ValueError, DpragError):
+                ok = False
+            if not ok:
+                raise self._incident(
+                    req, receipt, "receipt.h_top", "the citations shown do not open the receipt's h_top"
+                )
+        prior = next((e for e in self.receipts if e["receipt"]["counter"] == body["counter"]), None)
+        if prior is not None:
+            if prior["receipt"] == receipt:
+                return body  # the same receipt again (a retry): nothing new to keep
+            self._keep("forks.jsonl", {"kind": "two receipts for one request", "receipts": [prior["receipt"], receipt]})
+            raise self._incident(
+                req, receipt, "receipt", "a second, different receipt for a request already answered (kept)"
+            )
+        if self._head is not None and self._head[0] != body["size"]:
+            (s1, r1, rc1), (s2, r2, rc2) = sorted(
+                [self._head, (body["size"], body["root"], receipt)], key=lambda x: x[0]
+            )
+            try:
+                if consistency is None:
+                    raise ValueError("no consistency proof")
+                verify_consistency(s1, s2, list(consistency.hashes), bytes.fromhex(r1), bytes.fromhex(r2))
+            except Exception as e:  # noqa: BLE001 - any defect: the two checkpoints are not shown consistent
+                if consistency is not None:
+                    self._keep("forks.jsonl", {"kind": "inconsistent checkpoints", "receipts": [rc1, rc2]})
+                raise self._incident(
+                    req, receipt, "receipt.root", f"its checkpoint is not shown consistent with size {s1} ({e})"
+                ) from None
+        elif self._head is not None and self._head[1] != body["root"]:
+            self._keep("forks.jsonl", {"kind": "two roots for one size", "receipts": [self._head[2], receipt]})
+            raise self._incident(
+                req, receipt, "receipt.root", "its root differs from an earlier receipt's at the same size (a fork)"
+            )
+        entry = {
+            "receipt": receipt,
+            "top": None if citations is None else [int(i) for i in citations],
+            "request": req.signed,
+            "question": req.question,
+        }
+        self.receipts.append(entry)
+        self._keep("receipts.jsonl", entry)
+        if self._head is None or body["size"] > self._head[0]:
+            self._head = (body["size"], body["root"], receipt)
+        return body
+
+    def _incident(self, req: Request, receipt, field: str, why: str) -> ReceiptError:
+        self._keep("incidents.jsonl", {"field": field, "why": why, "request": req.signed, "receipt": receipt})
+        return ReceiptError(field, why)
+
+    def _keep(self, name: str, entry: dict) -> None:
+        """Append one JSON line durably (memory-only clients keep nothing on disk)."""
+        self.kept.setdefault(name, []).append(entry)
+        if self.dir is not None:
+            with open(self.dir / name, "ab") as f:
+                f.write(json.dumps(entry, sort_keys=True, ensure_ascii=False).encode("utf-8") + b"\n")
+                f.flush()
+                os.fsync(f.fileno())
+
+    def export_receipts(self, path: str | os.PathLike, *, include_questions: bool = False) -> Path:
+        """Write every kept receipt, with the citations shown and the signed request, as JSONL: what the account
+        hands the auditor. ``include_questions``: also the question texts (they open the requests' h_q), which
+        an auditor needs to replay the answers; the account decides."""
+        keep = ("receipt", "top", "request", "question") if include_questions else ("receipt", "top", "request")
+        p = Path(path)
+        lines = [encode({k: e[k] for k in keep if k in e}) for e in self.receipts]
+        lines += [encode({"refusal": e["refusal"]}) for e in self.kept.get("refusals.jsonl", [])]  # signed refusals
+        p.write_bytes(b"".join(x + b"\n" for x in lines))
+        return p

@@ -1,0 +1,218 @@
+"""The account's and the auditor's side of ``dprag serve`` over HTTP (stdlib ``urllib``; no extra dependency).
+
+``RemoteService(urls, account=..., key=...)`` stands where a ``ProviderService`` stands for ``AccountClient``:
+``serve(req)`` and ``ledger.consistency_proof(lo, hi)``, raising the same typed errors (``RequestError`` and
+``RateLimitError`` with the provider's signed refusal, ``AnswerPendingError``, ``StoreUnavailableError``). A request
+is resent, byte for byte, while the service answers 503, cannot be reached or cuts its response off (a replica
+killed, the database restarting), to the next URL of ``urls`` each time, up to ``attempts`` times: a retry of the
+same signed request is idempotent (spec/protocol.md §5.3), so every request is answered exactly once. What comes
+back is the service's word only: ``AccountClient`` checks it before anything is shown (``send``; ``fetch`` for a
+stored answer, which ``answer_unchecked`` merely transports).
+
+``fetch_bundle(url, out, auditor_key=...)``: the auditor downloads the bundle cut at a signed checkpoint.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from urllib.parse import urlencode
+
+from dprag.errors import DpragError, InvalidParameterError
+
+from ..protocol.encoding import EncodingError, loads_bounded
+from ..protocol.errors import AnswerPendingError, RateLimitError, RequestError, StoreUnavailableError
+from ..protocol.ledger.proof import ConsistencyProof
+from ..protocol.wire import AUDITOR, auth_header, untar_bundle
+
+__all__ = ["RemoteService", "RemoteError", "fetch_bundle"]
+
+
+class RemoteError(DpragError):
+    """The service answered with an error that is neither a refusal nor retryable (its status and body)."""
+
+    def __init__(self, status: int, body: dict | None, url: str):
+        self.status, self.body = status, body
+        err = (body or {}).get("error") or {}
+        super().__init__(f"{url}: HTTP {status} {err.get('type', '')}: {err.get('rule', '')}".strip())
+
+
+class _RemoteLedger:
+    def __init__(self, remote: RemoteService):
+        self._remote = remote
+
+    def consistency_proof(self, size1: int, size2: int) -> ConsistencyProof:
+        body = self._remote.get("/v1/consistency", {"first": int(size1), "second": int(size2)}, auth=True)
+        return ConsistencyProof.from_json_dict(body)
+
+
+class RemoteService:
+    """A provider's service at ``urls`` (one URL or several replicas), for one account (see module docstring)."""
+
+    def __init__(self, urls, *, account: str | None = None, key=None, attempts: int = 8, timeout: float = 120.0):
+        self.urls = [urls] if isinstance(urls, str) else list(urls)
+        if not self.urls or not all(isinstance(u, str) and u.startswith(("http://", "https://")) for u in self.urls):
+            raise InvalidParameterError("url", "must be one or more http(s):// URLs", urls)
+        self.urls = [u.rstrip("/") for u in self.urls]
+        self.account, self.key = account, key
+        self.attempts, self.timeout = int(attempts), float(timeout)
+        self._next = 0
+        self.ledger = _RemoteLedger(self)
+        #: ``serve(req, since=N)`` brings the consistency proof from size N with the answer (one round trip)
+        self.serves_consistency = True
+        #: how many sends were retries (503 or unreachable): for the fault tests and benchmarks
+        self.retries = 0
+
+    # -- transport ---------------------------------------------------------------------------------------------
+    def _url(self) -> str:
+        u = self.urls[self._next % len(self.urls)]
+        return u
+
+    def _call(self, method: str, path: str, body: bytes = b"", auth_as: str | None = None, raw: bool = False):
+        """(status, parsed JSON body or bytes), retried on 503 and on connection failures."""
+        pause = 0.05
+        last: Exception | None = None
+        for attempt in range(self.attempts):
+            url = self._url()
+            headers = {"Content-Type": "application/json"} if body else {}
+            if auth_as is not None:
+                key_id, sign = auth_as
+                headers["Authorization"] = auth_header(key_id, sign, method, path, body)
+            req = urllib.request.Request(url + path, data=body or None, method=method, headers=headers)
+            try:
+                try:
+                    with urllib.request.urlopen(req, timeout=self.timeout) as r:
+                        data, status = r.read(), r.status
+                    if raw:
+                        return status, data
+                    try:
+                        return status, loads_bounded(data, what="response")
+                    except EncodingError as e:  # not JSON, or nested too deep: the service's defect, not resent
+                        raise _malformed(status, f"a {status} response that is not JSON ({e})"[:300], url) from None
+                except urllib.error.HTTPError as e:
+                    data = e.read()  # a body cut off here is handled as below
+                    try:
+                        parsed = loads_bounded(data, what="response")
+                    except EncodingError:
+                        parsed = None
+                    if e.code != 503:
+                        return e.code, parsed
+                    last = _unavailable(parsed, url)
+            except (urllib.error.URLError, ConnectionError, TimeoutError, OSError) as e:
+                last = StoreUnavailableError(f"{url}: unreachable ({e})")
+            except http.client.HTTPException as e:
+                # a response cut off by a replica that died while sending it (IncompleteRead, a bad status line):
+                # whether or not the request was served, resending the same signed bytes is idempotent
+                last = StoreUnavailableError(f"{url}: the response was cut off ({e!r})")
+            if attempt < self.attempts - 1:
+                self.retries += 1
+                self._next += 1  # the next replica, if there are several
+                time.sleep(pause)
+                pause = min(2 * pause, 2.0)
+        assert last is not None
+        raise last
+
+    def _account_auth(self):
+        if self.account is None or self.key is None:
+            raise InvalidParameterError("key", "an account and its key are needed for this call")
+        return (self.account, self.key.sign)
+
+    def get(self, path: str, params: dict | None = None, *, auth: bool = False):
+        target = path + (f"?{urlencode(params)}" if params else "")
+        status, body = self._call("GET", target, auth_as=self._account_auth() if auth else None)
+        if status != 200:
+            raise RemoteError(status, body, self._url())
+        return body
+
+    # -- what AccountClient uses -------------------------------------------------------------------------------
+    def serve(self, req, since: int | None = None) -> _Served:
+        payload = json.dumps(
+            {"request": req.signed, "question": req.question, "qemb": None if req.qemb is None else req.qemb.hex()},
+            sort_keys=True,
+            separators=(",", ":"),
+        ).encode()
+        path = "/v1/requests" + (f"?since={int(since)}" if since else "")
+        status, body = self._call("POST", path, payload)
+        if status == 200:
+            proof = body.pop("consistency", None) if isinstance(body, dict) else None
+            served = _served(body, self._url())
+            if proof is not None:
+                try:
+                    served.consistency = ConsistencyProof.from_json_dict(proof)
+                except Exception:  # noqa: BLE001 - a malformed proof: the client asks for one itself
+                    served.consistency = None
+            return served
+        err = (body or {}).get("error") or {}
+        if status == 429:
+            e: Exception = RateLimitError(err.get("rule", "rate limited"))
+            e.refusal = err.get("refusal")
+            raise e
+        if status == 400 and err.get("type") == "refused":
+            e = RequestError(err.get("field") or "request", err.get("rule", "refused"))
+            e.refusal = err.get("refusal")
+            raise e
+        raise RemoteError(status, body, self._url())
+
+    def info(self) -> dict:
+        return self.get("/v1/info")
+
+    def answer_unchecked(self, counter: int) -> _Served:
+        """The raw transport call ``GET /v1/answers/{counter}``: the stored answer of this account's request
+        ``counter`` exactly as the service sent it, NOT checked (RemoteError 404 until it is stored). Never show it:
+        ``AccountClient.fetch(remote, counter)`` fetches it and checks it as a served answer is checked."""
+        return _served(self.get(f"/v1/answers/{int(counter)}", auth=True), self._url())
+
+    def checkpoint(self, size: int | None = None) -> dict:
+        return self.get("/v1/checkpoint", None if size is None else {"size": int(size)}, auth=True)
+
+
+def _unavailable(parsed, url: str) -> Exception:
+    err = (parsed or {}).get("error") or {}
+    if err.get("type") == "answer_pending":
+        return AnswerPendingError(int(err.get("pos", 0)))
+    return StoreUnavailableError(f"{url}: {err.get('type', 'unavailable')}: {err.get('rule', '')}")
+
+
+def _served(body, url: str) -> _Served:
+    """A 200 body of the wire form ``{answer, citations, receipt, pos}`` (its content is checked by the account)."""
+    if not isinstance(body, dict) or set(body) != set(_Served.__slots__) - {"consistency"}:
+        raise _malformed(200, "a 200 response that is not {answer, citations, receipt, pos}", url)
+    return _Served(**body)
+
+
+def _malformed(status: int, rule: str, url: str) -> RemoteError:
+    """A response the client cannot take (its body is not JSON, or not of the expected form): not resent."""
+    return RemoteError(status, {"error": {"type": "malformed", "field": "response", "rule": rule}}, url)
+
+
+class _Served:
+    """What a served request looks like to the account (the fields of ``ServedQuery``)."""
+
+    __slots__ = ("answer", "citations", "receipt", "pos", "consistency")
+
+    def __init__(self, answer: str, citations, receipt: dict, pos: int):
+        self.answer, self.citations, self.receipt, self.pos = answer, citations, receipt, pos
+        self.consistency = None
+
+    def to_dict(self) -> dict:
+        return {"answer": self.answer, "citations": self.citations, "receipt": self.receipt, "pos": self.pos}
+
+
+def fetch_bundle(url: str, out: Path, *, auditor_key=None, max_bytes: int = 8 << 30, public_only: bool = False) -> Path:
+    """Download the bundle (cut at a freshly signed checkpoint) into the new directory ``out``. ``auditor_key`` (an
+    ``AccountKey``-like signer) authenticates the confidential part; ``public_only`` fetches ``public/`` alone."""
+    remote = RemoteService(url)
+    part = "public" if public_only else "all"
+    auth = None if public_only else (AUDITOR, auditor_key.sign)
+    status, data = remote._call("GET", f"/v1/bundle?part={part}", auth_as=auth, raw=True)
+    if status != 200:
+        try:
+            body = loads_bounded(data, what="response")
+        except EncodingError:
+            body = None
+        raise RemoteError(status, body, url)
+    return untar_bundle(data, Path(out), max_bytes)

@@ -1,0 +1,74 @@
+"""The bundle a service exports (spec/protocol.md §7): ``public/``, the confidential ``auditor/`` and, for a window
+that continues a history, its predecessor's bundle under ``previous/`` (§3.1)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from ..protocol import commitments as cm
+from ..protocol.encoding import decode, encode
+from .atomic_files import write_atomically
+
+
+def export_bundle(svc: Any, out: str | os.PathLike) -> Path:
+    """Write the bundle (spec/protocol.md §7): ``public/`` and the confidential ``auditor/``; for a window that
+    continues a history, its predecessor's bundle under ``previous/`` (recursively, §3.1)."""
+    out = Path(out)
+    with svc.store.snapshot():  # one snapshot: the bundle is cut at a committed size
+        size = svc.ledger.size
+        (out / "public").mkdir(parents=True, exist_ok=True)
+        (out / "auditor" / "index").mkdir(parents=True, exist_ok=True)
+        (out / "auditor" / "docs").mkdir(parents=True, exist_ok=True)
+        leaves = list(svc.ledger.leaves(0, size))
+        write_atomically(out / "public" / "genesis.json", leaves[0])
+        write_atomically(out / "public" / "leaves.bin", b"".join(len(x).to_bytes(4, "big") + x for x in leaves))
+        notes = [note for _, note in svc.aud.checkpoints(size)]
+        write_atomically(out / "public" / "checkpoints.txt", b"~~~\n".join(notes))
+        write_atomically(out / "public" / "provider.vkey", svc.signer.vkey().encode())
+        salts = decode((svc.dir / "secret" / "salts.json").read_bytes(), what="salts")
+        write_atomically(out / "auditor" / "seed.hex", svc.seed.hex().encode(), private=True)
+        write_atomically(
+            out / "auditor" / "policy.json",
+            encode({"policy": svc.policy.to_dict(), "salt": salts["policy"]}),
+            private=True,
+        )
+        write_atomically(out / "auditor" / "embedder.json", (svc.dir / "config" / "embedder.json").read_bytes())
+        for t in svc.tenants:
+            write_atomically(out / "auditor" / "index" / f"{t}.i16", (svc.dir / "index" / f"{t}.i16").read_bytes())
+            docs = decode((svc.dir / "docs" / f"{t}.json").read_bytes(), what="documents")
+            write_atomically(
+                out / "auditor" / "docs" / f"{t}.json",
+                encode(
+                    {
+                        "ids": docs["ids"],
+                        "salts": salts["documents"][t],
+                        "text_sha256": [cm.text_hash(x).hex() for x in docs["texts"]],
+                        "index_salt": salts["index"][t],
+                        **({"zk_blinding": salts["zk"][t]} if t in salts.get("zk", {}) else {}),
+                    }
+                ),
+                private=True,
+            )
+        lines = [body for _, body in svc.aud.openings(size)]
+        write_atomically(out / "auditor" / "openings.jsonl", b"".join(b + b"\n" for b in lines), private=True)
+        proofs = [body for pos, body in svc.aud.proofs() if pos < size]
+        if svc.policy.retrieval.zk_tenants:
+            write_atomically(out / "auditor" / "proofs.jsonl", b"".join(b + b"\n" for b in proofs), private=True)
+        if svc.history is not None:  # what carried over, opened for the auditor (C_carry)
+            write_atomically(
+                out / "auditor" / "carry.json",
+                encode({"carry": svc.history["carry"], "salt": salts["carry"]}),
+                private=True,
+            )
+    if svc.history is not None:  # the earlier windows of the history, each in its predecessor's previous/
+        from .succession import predecessor_directory
+
+        prev_dir, prev_url = predecessor_directory(svc)
+        prev = type(svc)(prev_dir, embedder=svc.embedder, generator=svc._raw_generator, store=prev_url)
+        try:
+            prev.export_bundle(out / "previous")
+        finally:
+            prev.close()
+    return out

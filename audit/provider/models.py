@@ -1,0 +1,118 @@
+"""The provider's models as the service takes them: an embedder (a ``dprag.embedders`` name, an object with
+``embed(texts)`` or a callable) and a generator checked against the policy's mechanism (spec/provider.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from importlib.metadata import entry_points
+from typing import Protocol
+
+import numpy as np
+
+from dprag.accounting.rag.ksa import as_text_generator
+from dprag.errors import InvalidParameterError
+
+from ..protocol.policy import Policy
+
+
+class TextEmbedder(Protocol):
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Float embeddings, shape (len(texts), d)."""
+        ...
+
+
+class _CallableEmbedder:
+    """Wraps a plain callable ``texts -> (n, d) float vectors`` as a TextEmbedder."""
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        return np.asarray(self.fn(list(texts)), dtype=np.float64)
+
+
+EMBEDDER_GROUP = "dprag.embedders"
+
+
+def embedder_loader(name: str):
+    """The loader registered under the ``dprag.embedders`` entry points for ``name`` (not called: nothing is
+    loaded). ``"sentence-transformers/all-MiniLM-L6-v2"`` and ``"all-MiniLM-L6-v2"`` name the same model.
+    Unknown names raise ``InvalidParameterError`` naming ``embedder`` and listing the installed names."""
+    if not isinstance(name, str) or not name:
+        raise InvalidParameterError("embedder", "must be a non-empty name", name)
+    eps = {ep.name: ep for ep in entry_points(group=EMBEDDER_GROUP)}
+    key = name if name in eps else name.split("/", 1)[-1]
+    if key not in eps:
+        known = ", ".join(sorted(eps)) or "none installed"
+        raise InvalidParameterError(
+            "embedder", f"names no installed embedder ({EMBEDDER_GROUP} entry points: {known})", name
+        )
+    return eps[key].load()
+
+
+def load_embedder(name: str):
+    """An embedder by name (``embedder_loader(name)()``): e.g. ``"all-MiniLM-L6-v2"`` (sentence-transformers,
+    offline, from ``dprag.rag_adapters``). The object has ``embed(texts)``, ``dim`` and
+    ``descriptor(schema, prompt_template)`` (what C_emb commits to)."""
+    return embedder_loader(name)()
+
+
+def as_embedder(embedder) -> TextEmbedder:
+    """The provider's own embedder: a name (``load_embedder``), an object with ``embed(texts)``, or any callable
+    returning float vectors."""
+    if isinstance(embedder, str):
+        return load_embedder(embedder)
+    if hasattr(embedder, "embed"):
+        return embedder
+    if callable(embedder):
+        return _CallableEmbedder(embedder)
+    raise InvalidParameterError(
+        "embedder", "must have embed(texts) or be a callable texts -> float vectors", type(embedder).__name__
+    )
+
+
+_LOGIT_METHODS = ("start", "encode", "decode")
+
+
+def serving_generator(policy: Policy, generator):
+    """The generator the policy's mechanism can run on. ``pure-dp-rag`` votes on next-token logits: it needs an
+    ``accounting.protocols.Generator`` (``start``/``encode``/``decode``). ``dp-ksa`` and ``answer-vote`` need only
+    text: an object with ``generate``/``generate_many``, a LangChain runnable (``invoke``) or a callable
+    ``prompt_text -> str`` (``accounting.rag.ksa.as_text_generator``)."""
+    mech = policy.generation.mechanism
+    if mech == "pure-dp-rag":
+        missing = [m for m in _LOGIT_METHODS if not callable(getattr(generator, m, None))]
+        if missing:
+            raise InvalidParameterError(
+                "generator",
+                f"mechanism 'pure-dp-rag' votes on next-token logits, but the "
+                f"generator has no {', '.join(missing)}(); a generator that only "
+                f"returns text needs mechanism 'dp-ksa'",
+                type(generator).__name__,
+            )
+        if not declares_failure_free_sessions(generator):
+            raise InvalidParameterError(
+                "generator",
+                "mechanism 'pure-dp-rag' (000 Alg. 5) has no per-voter containment: a generator failure after the "
+                "charge that depends on one voter's documents would fail the whole answer on one corpus and not on "
+                "its neighbour (a channel no ε covers), so it is served only by a generator that declares "
+                "failure_free_sessions = True (spec/provider.md §3.5); serve 'answer-vote' or 'dp-ksa' instead",
+                type(generator).__name__,
+            )
+        return generator
+    return as_text_generator(generator)
+
+
+def declares_failure_free_sessions(generator) -> bool:
+    """Whether ``generator`` declares ``failure_free_sessions = True`` (``accounting.protocols.Generator``): its
+    ``start``, ``logits`` and ``advance`` never raise for a batch of at most the mechanism's m prompts within the
+    public prompt bounds the service checks before the charge, whatever the documents. Only ``True`` itself counts
+    (not a truthy value), so a generator that merely has an attribute of that name does not qualify."""
+    return getattr(generator, "failure_free_sessions", False) is True
+
+
+def prompt_template_of(generator) -> str:
+    """What C_emb binds for the generator's prompt when the descriptor is built here."""
+    t = getattr(generator, "prompt_template", None)
+    return t if isinstance(t, str) and t else f"{type(generator).__module__}.{type(generator).__qualname__}"
