@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 import anyio.to_thread
-from fastapi import FastAPI, Query
+from fastapi import APIRouter, FastAPI, Query
 from fastapi import Path as PathParam
 from fastapi import Request as HttpRequest
 from fastapi.exceptions import RequestValidationError
@@ -48,10 +48,64 @@ def _error(status: int, kind: str, rule: str, field: str | None = None, headers=
     return JSONResponse(error_body(kind, rule, field, **extra), status_code=status, headers=headers)
 
 
-def _refusal(e: RequestError | RateLimitError) -> JSONResponse:
-    if isinstance(e, RateLimitError):
-        return _error(429, "rate_limited", e.rule, e.field, refusal=e.refusal)
+#: Retry the same signed request (503)
+RETRY = {"Retry-After": "1"}
+
+
+# -- one handler per error type: what each error of the wire's vocabulary answers (spec/api.md) ---------------------
+async def _refused(request: HttpRequest, e: RequestError) -> JSONResponse:
     return _error(400, "refused", e.rule, e.field, refusal=e.refusal)
+
+
+async def _rate_limited(request: HttpRequest, e: RateLimitError) -> JSONResponse:
+    return _error(429, "rate_limited", e.rule, e.field, refusal=e.refusal)
+
+
+async def _pending(request: HttpRequest, e: AnswerPendingError) -> JSONResponse:
+    log.warning("answer of ledger position %d pending (operator log only): %s", e.pos, e.cause)
+    return _error(503, "answer_pending", str(e), None, headers=RETRY, pos=e.pos)
+
+
+async def _store_unavailable(request: HttpRequest, e: StoreUnavailableError) -> JSONResponse:
+    return _error(503, "store_unavailable", str(e)[:300], None, headers=RETRY)
+
+
+async def _invalid_parameter(request: HttpRequest, e: InvalidParameterError) -> JSONResponse:
+    return _error(400, "refused", e.rule, e.field)
+
+
+async def _service_state(request: HttpRequest, e: ServiceStateError) -> JSONResponse:
+    log.error("service state: %s", e)
+    return _error(500, "service_state", "the provider's state needs an operator; nothing was released")
+
+
+async def _malformed(request: HttpRequest, exc: RequestValidationError) -> JSONResponse:
+    first = exc.errors()[0] if exc.errors() else {}
+    field = ".".join(str(x) for x in first.get("loc", ())[1:]) or None
+    return _error(400, "malformed", str(first.get("msg", "invalid request")), field)
+
+
+async def _http(request: HttpRequest, exc: StarletteHTTPException) -> JSONResponse:
+    kind = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+    return _error(exc.status_code, kind, str(exc.detail), headers=getattr(exc, "headers", None))
+
+
+async def _internal(request: HttpRequest, exc: Exception) -> JSONResponse:
+    log.exception("internal error serving %s %s", request.method, request.url.path)
+    return _error(500, "internal", f"the provider failed ({type(exc).__name__}); nothing about it is public")
+
+
+HANDLERS = {
+    RequestError: _refused,
+    RateLimitError: _rate_limited,
+    AnswerPendingError: _pending,
+    StoreUnavailableError: _store_unavailable,
+    InvalidParameterError: _invalid_parameter,
+    ServiceStateError: _service_state,
+    RequestValidationError: _malformed,
+    StarletteHTTPException: _http,
+    Exception: _internal,
+}
 
 
 def create_app(svc, *, auditor_key: str | None = None, threads: int | None = None) -> FastAPI:
@@ -60,15 +114,6 @@ def create_app(svc, *, auditor_key: str | None = None, threads: int | None = Non
     service's blocking calls run at once in this process (None: anyio's default, 40); the others queue."""
     if threads is not None and not (isinstance(threads, int) and 1 <= threads <= 1024):
         raise InvalidParameterError("threads", "must be an integer in [1, 1024]", threads)
-    limiter: list = []
-
-    async def run_in_threadpool(fn, *args):
-        if threads is None:
-            return await anyio.to_thread.run_sync(fn, *args)
-        if not limiter:  # made inside the event loop, on first use
-            limiter.append(anyio.CapacityLimiter(threads))
-        return await anyio.to_thread.run_sync(fn, *args, limiter=limiter[0])
-
     app = FastAPI(
         title="dprag provider API",
         version=API_VERSION,
@@ -77,182 +122,186 @@ def create_app(svc, *, auditor_key: str | None = None, threads: int | None = Non
         docs_url=None,
         redoc_url=None,
     )
-    app.state.svc = svc
     accounts = {a: v["key"] for a, v in svc.accounts.items()}
-
-    def keys(key_id: str) -> str | None:
-        return auditor_key if key_id == AUDITOR else accounts.get(key_id)
-
-    async def _body(request: HttpRequest) -> bytes | JSONResponse:
-        declared = request.headers.get("content-length")
-        if declared is not None and (not declared.isdigit() or int(declared) > MAX_BODY):
-            return _error(413, "too_large", f"the body must be at most {MAX_BODY} bytes", "body")
-        data = b""
-        async for chunk in request.stream():
-            data += chunk
-            if len(data) > MAX_BODY:
-                return _error(413, "too_large", f"the body must be at most {MAX_BODY} bytes", "body")
-        return data
-
-    async def _authed(request: HttpRequest, body: bytes = b"") -> str | JSONResponse:
-        target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
-        try:
-            return check_auth(request.headers.get("authorization"), request.method, target, body, keys)
-        except AuthError as e:
-            challenge = {"WWW-Authenticate": "Dprag-Ed25519"}
-            return _error(401, "unauthenticated", e.rule, "authorization", headers=challenge)
-
-    @app.exception_handler(RequestValidationError)
-    async def _invalid(request: HttpRequest, exc: RequestValidationError) -> JSONResponse:
-        first = exc.errors()[0] if exc.errors() else {}
-        field = ".".join(str(x) for x in first.get("loc", ())[1:]) or None
-        return _error(400, "malformed", str(first.get("msg", "invalid request")), field)
-
-    @app.exception_handler(StarletteHTTPException)
-    async def _http(request: HttpRequest, exc: StarletteHTTPException) -> JSONResponse:
-        kind = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
-        return _error(exc.status_code, kind, str(exc.detail), headers=getattr(exc, "headers", None))
-
-    @app.exception_handler(Exception)
-    async def _internal(request: HttpRequest, exc: Exception) -> JSONResponse:
-        log.exception("internal error serving %s %s", request.method, request.url.path)
-        return _error(500, "internal", f"the provider failed ({type(exc).__name__}); nothing about it is public")
-
-    @app.get("/v1/info", responses=schemas.responses("Info"), tags=["public"])
-    async def info() -> JSONResponse:
-        """The window this service serves: what an account pins (provider key, chain id) and the API version."""
-        return JSONResponse(
-            {
-                "api": API_VERSION,
-                "window": svc.policy.window,
-                "origin": svc.origin,
-                "provider_key": svc.signer.vkey(),
-                "chain": svc.chain_id,
-                "epoch": svc.epoch,
-                "tenants": sorted(svc.tenants),
-            }
-        )
-
-    @app.post(
-        "/v1/requests",
-        openapi_extra=schemas.request_body("Submission"),
-        responses=schemas.responses("Served", 400, 413, 429, 503),
-        tags=["account"],
-    )
-    async def submit(request: HttpRequest, since: int | None = Query(None, ge=1, le=MAX_INT)) -> Response:
-        """Submit an account-signed request, or retry one: the same signed bytes again return the stored answer
-        (or finish one charged before a failure). A refusal carries the provider's signed refusal. ``since``: the
-        size of the account's last receipt; the answer then carries the consistency proof from it to its receipt's."""
-        body = await _body(request)
-        if isinstance(body, JSONResponse):
-            return body
-        try:
-            req = Request.from_json(loads_bounded(body, what="body"))
-            if not isinstance(req.question, str):
-                raise EncodingError("question: must be a string")
-        except (ValueError, EncodingError, DpragError, UnicodeDecodeError) as e:
-            return _error(400, "malformed", str(e)[:300], "body")
-
-        def work():  # one hop to the worker thread: the answer, then the consistency proof from ``since``
-            served = svc.serve(req)
-            size = served.receipt.get("size")
-            if since is None or not isinstance(size, int) or since == size:
-                return served, None
-            try:
-                return served, svc.ledger.consistency_proof(*sorted((since, size))).to_json_dict()
-            except DpragError:
-                return served, None  # a size the ledger does not have: the client's own check refuses the receipt
-
-        try:
-            served, proof = await run_in_threadpool(work)
-        except (RequestError, RateLimitError) as e:
-            return _refusal(e)
-        except AnswerPendingError as e:
-            log.warning("answer of ledger position %d pending (operator log only): %s", e.pos, e.cause)
-            return _error(503, "answer_pending", str(e), None, headers={"Retry-After": "1"}, pos=e.pos)
-        except StoreUnavailableError as e:
-            return _error(503, "store_unavailable", str(e)[:300], None, headers={"Retry-After": "1"})
-        except InvalidParameterError as e:
-            return _error(400, "refused", e.rule, e.field)
-        except ServiceStateError as e:
-            log.error("service state: %s", e)
-            return _error(500, "service_state", "the provider's state needs an operator; nothing was released")
-        out = served.to_dict()
-        if proof is not None:
-            out["consistency"] = proof
-        return JSONResponse(out)
-
-    @app.get("/v1/answers/{counter}", responses=schemas.responses("Served", 400, 401, 404), tags=["account"])
-    async def answer(request: HttpRequest, counter: int = PathParam(ge=1, le=MAX_INT)) -> Response:
-        """The stored answer and receipt of the authenticated account's request ``counter`` (404 until stored)."""
-        who = await _authed(request)
-        if isinstance(who, JSONResponse):
-            return who
-        if who == AUDITOR:
-            return _error(404, "not_found", "no stored answer for this account and counter", "counter")
-        raw = await run_in_threadpool(svc.aud.served, who, counter)
-        stored = loads_bounded(raw, what="stored answer") if raw else None
-        if not stored or not stored.get("served"):
-            return _error(404, "not_found", "no stored answer for this account and counter", "counter")
-        return JSONResponse(stored["served"])
-
-    @app.get("/v1/checkpoint", responses=schemas.responses("Checkpoint", 400, 401, 404), tags=["account"])
-    async def checkpoint(request: HttpRequest, size: int | None = Query(None, ge=1, le=MAX_INT)) -> Response:
-        """A signed checkpoint note of the ledger (the latest, or of ``size``)."""
-        who = await _authed(request)
-        if isinstance(who, JSONResponse):
-            return who
-        notes = dict(await run_in_threadpool(svc.aud.checkpoints, 2**62))
-        if not notes:
-            return _error(404, "not_found", "no checkpoint is signed yet", "size")
-        size = max(notes) if size is None else size
-        if size not in notes:
-            return _error(404, "not_found", "no checkpoint of that size was signed", "size")
-        return JSONResponse({"size": size, "note": notes[size].decode()})
-
-    @app.get("/v1/consistency", responses=schemas.responses("Consistency", 400, 401, 503), tags=["account"])
-    async def consistency(
-        request: HttpRequest, first: int = Query(ge=1, le=MAX_INT), second: int = Query(ge=1, le=MAX_INT)
-    ) -> Response:
-        """The RFC 6962 consistency proof between ledger sizes ``first`` <= ``second`` (both signed sizes or less)."""
-        who = await _authed(request)
-        if isinstance(who, JSONResponse):
-            return who
-        try:
-            proof = await run_in_threadpool(svc.ledger.consistency_proof, first, second)
-        except StoreUnavailableError as e:  # transient (a restarting database): retryable, never a refusal
-            return _error(503, "store_unavailable", str(e)[:300], None, headers={"Retry-After": "1"})
-        except DpragError as e:
-            return _error(400, "refused", str(e)[:300], "first")
-        return JSONResponse(proof.to_json_dict())
-
-    @app.get("/v1/bundle", responses=schemas.responses("Archive", 400, 401, 404, 503), tags=["auditor"])
-    async def bundle(request: HttpRequest, part: str = "all") -> Response:
-        """The bundle cut at a freshly signed checkpoint, as a tar archive: ``part=public`` (anyone) or ``all`` (the
-        confidential ``auditor/`` part too, authenticated by the auditor's key)."""
-        if part not in ("public", "all"):
-            return _error(400, "malformed", "part must be 'public' or 'all'", "part")
-        if part == "all":
-            if auditor_key is None:
-                return _error(404, "not_found", "this service has no auditor key configured", "part")
-            who = await _authed(request)
-            if isinstance(who, JSONResponse):
-                return who
-            if who != AUDITOR:
-                return _error(401, "unauthenticated", "only the auditor's key may fetch the confidential part", "key")
-
-        def export() -> bytes:
-            tmp = Path(tempfile.mkdtemp(prefix="dprag-bundle-"))
-            try:
-                out = svc.export_bundle(tmp / "bundle")
-                return tar_directory(out, only="public" if part == "public" else None)
-            finally:
-                shutil.rmtree(tmp, ignore_errors=True)
-
-        try:
-            data = await run_in_threadpool(export)
-        except StoreUnavailableError as e:
-            return _error(503, "store_unavailable", str(e)[:300], None, headers={"Retry-After": "1"})
-        return Response(data, media_type="application/x-tar")
-
+    app.state.svc = svc
+    app.state.auditor_key = auditor_key
+    app.state.keys = lambda key_id: auditor_key if key_id == AUDITOR else accounts.get(key_id)
+    app.state.threads = threads
+    app.state.limiter = None  # made inside the event loop, on first use
+    for kind, handler in HANDLERS.items():
+        app.add_exception_handler(kind, handler)
+    app.include_router(router)
     return app
+
+
+async def run_in_threadpool(request: HttpRequest, fn, *args):
+    """``fn(*args)`` in the worker thread pool, at most ``threads`` at once (create_app)."""
+    state = request.app.state
+    if state.threads is None:
+        return await anyio.to_thread.run_sync(fn, *args)
+    if state.limiter is None:
+        state.limiter = anyio.CapacityLimiter(state.threads)
+    return await anyio.to_thread.run_sync(fn, *args, limiter=state.limiter)
+
+
+async def _body(request: HttpRequest) -> bytes | JSONResponse:
+    declared = request.headers.get("content-length")
+    if declared is not None and (not declared.isdigit() or int(declared) > MAX_BODY):
+        return _error(413, "too_large", f"the body must be at most {MAX_BODY} bytes", "body")
+    data = b""
+    async for chunk in request.stream():
+        data += chunk
+        if len(data) > MAX_BODY:
+            return _error(413, "too_large", f"the body must be at most {MAX_BODY} bytes", "body")
+    return data
+
+
+async def _authed(request: HttpRequest, body: bytes = b"") -> str | JSONResponse:
+    target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+    try:
+        return check_auth(request.headers.get("authorization"), request.method, target, body, request.app.state.keys)
+    except AuthError as e:
+        challenge = {"WWW-Authenticate": "Dprag-Ed25519"}
+        return _error(401, "unauthenticated", e.rule, "authorization", headers=challenge)
+
+
+router = APIRouter()
+
+
+@router.get("/v1/info", responses=schemas.responses("Info", 503), tags=["public"])
+async def info(request: HttpRequest) -> JSONResponse:
+    """The window this service serves: what an account pins (provider key, chain id) and the API version."""
+    svc = request.app.state.svc
+
+    def read() -> dict:
+        return {
+            "api": API_VERSION,
+            "window": svc.policy.window,
+            "origin": svc.origin,
+            "provider_key": svc.signer.vkey(),
+            "chain": svc.chain_id,
+            "epoch": svc.epoch,
+            "tenants": sorted(svc.tenants),
+        }
+
+    return JSONResponse(await run_in_threadpool(request, read))
+
+
+@router.post(
+    "/v1/requests",
+    openapi_extra=schemas.request_body("Submission"),
+    responses=schemas.responses("Served", 400, 413, 429, 503),
+    tags=["account"],
+)
+async def submit(request: HttpRequest, since: int | None = Query(None, ge=1, le=MAX_INT)) -> Response:
+    """Submit an account-signed request, or retry one: the same signed bytes again return the stored answer
+    (or finish one charged before a failure). A refusal carries the provider's signed refusal. ``since``: the
+    size of the account's last receipt; the answer then carries the consistency proof from it to its receipt's."""
+    svc = request.app.state.svc
+    body = await _body(request)
+    if isinstance(body, JSONResponse):
+        return body
+    try:
+        req = Request.from_json(loads_bounded(body, what="body"))
+        if not isinstance(req.question, str):
+            raise EncodingError("question: must be a string")
+    except (ValueError, EncodingError, DpragError, UnicodeDecodeError) as e:
+        return _error(400, "malformed", str(e)[:300], "body")
+
+    def work():  # one hop to the worker thread: the answer, then the consistency proof from ``since``
+        served = svc.serve(req)
+        size = served.receipt.get("size")
+        if since is None or not isinstance(size, int) or since == size:
+            return served, None
+        try:
+            return served, svc.ledger.consistency_proof(*sorted((since, size))).to_json_dict()
+        except StoreUnavailableError:
+            raise
+        except DpragError:
+            return served, None  # a size the ledger does not have: the client's own check refuses the receipt
+
+    served, proof = await run_in_threadpool(request, work)  # a refusal or a failure: its handler (HANDLERS)
+    out = served.to_dict()
+    if proof is not None:
+        out["consistency"] = proof
+    return JSONResponse(out)
+
+
+@router.get("/v1/answers/{counter}", responses=schemas.responses("Served", 400, 401, 404), tags=["account"])
+async def answer(request: HttpRequest, counter: int = PathParam(ge=1, le=MAX_INT)) -> Response:
+    """The stored answer and receipt of the authenticated account's request ``counter`` (404 until stored)."""
+    who = await _authed(request)
+    if isinstance(who, JSONResponse):
+        return who
+    if who == AUDITOR:
+        return _error(404, "not_found", "no stored answer for this account and counter", "counter")
+    raw = await run_in_threadpool(request, request.app.state.svc.aud.served, who, counter)
+    stored = loads_bounded(raw, what="stored answer") if raw else None
+    if not stored or not stored.get("served"):
+        return _error(404, "not_found", "no stored answer for this account and counter", "counter")
+    return JSONResponse(stored["served"])
+
+
+@router.get("/v1/checkpoint", responses=schemas.responses("Checkpoint", 400, 401, 404), tags=["account"])
+async def checkpoint(request: HttpRequest, size: int | None = Query(None, ge=1, le=MAX_INT)) -> Response:
+    """A signed checkpoint note of the ledger (the latest, or of ``size``)."""
+    who = await _authed(request)
+    if isinstance(who, JSONResponse):
+        return who
+    notes = dict(await run_in_threadpool(request, request.app.state.svc.aud.checkpoints, 2**62))
+    if not notes:
+        return _error(404, "not_found", "no checkpoint is signed yet", "size")
+    size = max(notes) if size is None else size
+    if size not in notes:
+        return _error(404, "not_found", "no checkpoint of that size was signed", "size")
+    return JSONResponse({"size": size, "note": notes[size].decode()})
+
+
+@router.get("/v1/consistency", responses=schemas.responses("Consistency", 400, 401, 503), tags=["account"])
+async def consistency(
+    request: HttpRequest, first: int = Query(ge=1, le=MAX_INT), second: int = Query(ge=1, le=MAX_INT)
+) -> Response:
+    """The RFC 6962 consistency proof between ledger sizes ``first`` <= ``second`` (both signed sizes or less)."""
+    who = await _authed(request)
+    if isinstance(who, JSONResponse):
+        return who
+
+    def prove() -> dict | str:
+        try:
+            return request.app.state.svc.ledger.consistency_proof(first, second).to_json_dict()
+        except StoreUnavailableError:
+            raise  # transient (a restarting database): retryable (its handler), never a refusal
+        except DpragError as e:
+            return str(e)[:300]
+
+    proof = await run_in_threadpool(request, prove)
+    if isinstance(proof, str):
+        return _error(400, "refused", proof, "first")
+    return JSONResponse(proof)
+
+
+@router.get("/v1/bundle", responses=schemas.responses("Archive", 400, 401, 404, 503), tags=["auditor"])
+async def bundle(request: HttpRequest, part: str = "all") -> Response:
+    """The bundle cut at a freshly signed checkpoint, as a tar archive: ``part=public`` (anyone) or ``all`` (the
+    confidential ``auditor/`` part too, authenticated by the auditor's key)."""
+    if part not in ("public", "all"):
+        return _error(400, "malformed", "part must be 'public' or 'all'", "part")
+    if part == "all":
+        if request.app.state.auditor_key is None:
+            return _error(404, "not_found", "this service has no auditor key configured", "part")
+        who = await _authed(request)
+        if isinstance(who, JSONResponse):
+            return who
+        if who != AUDITOR:
+            return _error(401, "unauthenticated", "only the auditor's key may fetch the confidential part", "key")
+    svc = request.app.state.svc
+
+    def export() -> bytes:
+        tmp = Path(tempfile.mkdtemp(prefix="dprag-bundle-"))
+        try:
+            out = svc.export_bundle(tmp / "bundle")
+            return tar_directory(out, only="public" if part == "public" else None)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    return Response(await run_in_threadpool(request, export), media_type="application/x-tar")
