@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import importlib
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 _EXPORTS = {
     # errors (one hierarchy: every library error is a DpragError)
