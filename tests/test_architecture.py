@@ -10,8 +10,8 @@ on a copy of the tree laid out as it installs (``dprag/<floor>/...``, from pypro
   import statement, function-level ones included, parent packages and their children too);
 - no library module over 800 lines (the generated Poseidon constants aside);
 - no module imports another module's ``_private`` name or a ``_private`` module;
-- mypy with the strict flags of ``[tool.mypy]`` finds no error in accounting/, zk/ and audit/protocol/ledger/, and the
-  override really is strict (an unannotated function there is an error).
+- mypy with the strict flags of ``[tool.mypy]`` finds no error in accounting/, zk/ and audit/{protocol,client,verify}/,
+  and the override really is strict (an unannotated function there is an error).
 """
 
 from __future__ import annotations
@@ -65,6 +65,7 @@ def tree(tmp_path_factory) -> Path:
     return _install_layout(tmp_path_factory.mktemp("installed"))
 
 
+@pytest.mark.integration
 def test_the_floors_contract_holds(tree):
     p = _lint_imports(tree)
     assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-2000:]
@@ -81,6 +82,7 @@ def test_the_floors_contract_holds(tree):
         ("provider/admission.py", "dprag.audit.client import account"),  # two roles side by side
     ],
 )
+@pytest.mark.integration
 def test_an_import_across_the_audit_roles_breaks_the_contract(tmp_path, module, imported):
     """The roles contract (audit-roles): provider, client and verify stand on protocol and never on each other; a
     function-level import that crosses is named in the report."""
@@ -95,6 +97,7 @@ def test_an_import_across_the_audit_roles_breaks_the_contract(tmp_path, module, 
     assert f"{src} -> {dst}" in p.stdout, p.stdout[-3000:]
 
 
+@pytest.mark.integration
 def test_an_upward_function_level_import_breaks_the_contract(tmp_path):
     tree = _install_layout(tmp_path)
     rdp = tree / "dprag" / "accounting" / "rdp.py"
@@ -107,7 +110,7 @@ def test_an_upward_function_level_import_breaks_the_contract(tmp_path):
 
 _GRAPH_SCRIPT = """
 import json, grimp
-g = grimp.build_graph("dprag", cache_dir=None)
+g = grimp.build_graph("dprag", cache_dir=None, exclude_type_checking_imports=True)
 print(json.dumps({m: sorted(g.find_modules_directly_imported_by(m)) for m in sorted(g.modules)}))
 """
 
@@ -168,12 +171,14 @@ def _cycles(graph: dict[str, list[str]]) -> list[list[str]]:
     return found
 
 
+@pytest.mark.integration
 def test_no_import_cycle_among_dprags_modules(tree):
     graph = _module_graph(tree)
     assert len(graph) > 100 and "dprag.audit.verify" in graph
     assert _cycles(graph) == []
 
 
+@pytest.mark.integration
 def test_the_cycle_finder_finds_a_cycle_hidden_in_a_function(tmp_path):
     tree = _install_layout(tmp_path)
     errors = tree / "dprag" / "accounting" / "rounding.py"
@@ -217,12 +222,20 @@ def test_no_module_imports_another_modules_private_names():
     assert offenders == []
 
 
-STRICT = ["dprag/errors.py", "dprag/accounting", "dprag/zk", "dprag/audit/protocol/ledger"]
+STRICT = [
+    "dprag/errors.py",
+    "dprag/accounting",
+    "dprag/zk",
+    "dprag/audit/protocol",
+    "dprag/audit/client",
+    "dprag/audit/verify",
+]
 
 
+@pytest.mark.integration
 def test_the_strict_floors_type_check(tree, tmp_path):
-    """mypy --strict (the flags of [tool.mypy]'s strict override) finds no error in accounting/, zk/,
-    audit/protocol/ledger/."""
+    """mypy --strict (the flags of [tool.mypy]'s strict override) finds no error in accounting/, zk/ and the audit
+    floor's protocol/, client/ and verify/."""
     p = subprocess.run(
         [
             sys.executable,
@@ -243,6 +256,7 @@ def test_the_strict_floors_type_check(tree, tmp_path):
     assert "Success: no issues found" in p.stdout
 
 
+@pytest.mark.integration
 def test_the_type_check_is_strict(tree, tmp_path):
     # an unannotated function in a strict floor must be an error, so the override really applies
     gdp = tree / "dprag" / "accounting" / "rounding.py"

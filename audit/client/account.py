@@ -9,7 +9,9 @@ import hashlib
 import json
 import os
 import re
+from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import numpy as np
 
@@ -17,6 +19,16 @@ from dprag.errors import DpragError, InvalidParameterError
 
 from ..protocol.encoding import EncodingError, encode, loads_bounded
 from ..protocol.request import AccountKey, Request, make_request
+
+if TYPE_CHECKING:
+    from dprag.accounting.noise.stream import RandomStream
+
+    from ..protocol.ledger.proof import ConsistencyProof
+
+    class _Embedder(Protocol):
+        """The committed embedder as the client uses it: ``embed(texts) -> (n, d) floats``."""
+
+        def embed(self, texts: list[str], /) -> Any: ...
 
 
 class ReceiptError(DpragError):
@@ -43,10 +55,10 @@ class AccountClient:
         key: AccountKey,
         *,
         provider_vkey: str | None = None,
-        embedder=None,
+        embedder: _Embedder | None = None,
         embedding_scale: int | None = None,
-        directory: str | os.PathLike | None = None,
-        nonces=None,
+        directory: str | os.PathLike[str] | None = None,
+        nonces: RandomStream | None = None,
     ):
         """``nonces``: a RandomSource for the request nonces (tests only, for reproducible windows; default:
         the OS CSPRNG — a predictable nonce makes h_q guessable)."""
@@ -56,10 +68,11 @@ class AccountClient:
         self.dir = None if directory is None else Path(directory)
         self.nonces = nonces
         self.counter = 0
-        self.receipts: list[dict] = []
-        self.kept: dict[str, list[dict]] = {}  # incidents, forks, refusals (also on disk with a directory)
+        self.receipts: list[dict[str, Any]] = []
+        self.kept: dict[str, list[dict[str, Any]]] = {}  # incidents, forks, refusals (also on disk with a directory)
         self._sent: dict[int, Request] = {}  # signed requests by counter: a retry resends the same bytes
-        self._head: tuple[int, str, dict] | None = None  # the largest checkpoint seen: (size, root, its receipt)
+        # the largest checkpoint seen: (size, root, its receipt)
+        self._head: tuple[int, str, dict[str, Any]] | None = None
         if self.dir is not None:
             self.dir.mkdir(parents=True, exist_ok=True)
             rpath = self.dir / "receipts.jsonl"
@@ -90,7 +103,8 @@ class AccountClient:
         if self.embedder is not None:
             from ..protocol.commitments import embedding_bytes, quantise_embeddings
 
-            q = quantise_embeddings(np.asarray(self.embedder.embed([question]))[0:1], self.embedding_scale)[0]
+            scale = cast(int, self.embedding_scale)  # given with the embedder (None would fail here)
+            q = quantise_embeddings(np.asarray(self.embedder.embed([question]))[0:1], scale)[0]
             qemb = embedding_bytes(q)
         counter = self.counter + 1
         signed = make_request(
@@ -120,12 +134,12 @@ class AccountClient:
             tmp.write_text(str(c))
             os.replace(tmp, self.dir / "counter")
 
-    def ask(self, service, question: str):
+    def ask(self, service: Any, question: str) -> Any:
         """Send one request to ``service`` (a ProviderService), check the answer, the citations and the receipt
         against each other and the ledger's history the client has seen (``accept``); return what was served."""
         return self.send(service, self.request(question))
 
-    def send(self, service, req: Request):
+    def send(self, service: Any, req: Request) -> Any:
         """Send ``req`` (a new request, or a retry of the same signed bytes) and check what comes back. A signed
         refusal (counter not consumed) frees the counter for the next request and is kept as evidence."""
         from dprag.errors import BudgetExhaustedError
@@ -152,7 +166,7 @@ class AccountClient:
             raise
         return self._check_shown(service, req, served)
 
-    def fetch(self, service, counter: int):
+    def fetch(self, service: Any, counter: int) -> Any:
         """Fetch the stored answer of this client's request ``counter`` and check it exactly as ``send`` checks a
         served one, before anything of it is shown: ``service.answer_unchecked(counter)`` (``RemoteService``: ``GET
         /v1/answers/{counter}``) brings it, then ``accept`` checks the receipt's signature under the pinned provider
@@ -168,7 +182,7 @@ class AccountClient:
             raise InvalidParameterError("counter", "no request of this client was signed for it", counter)
         return self._check_shown(service, req, service.answer_unchecked(counter))
 
-    def _check_shown(self, service, req: Request, served):
+    def _check_shown(self, service: Any, req: Request, served: Any) -> Any:
         """``accept`` what ``service`` returned for ``req`` (served or fetched), with the consistency proof from this
         client's head to the receipt's size: the one that came along, else one asked of ``service``."""
         proof = None
@@ -183,7 +197,7 @@ class AccountClient:
         self.accept(req, served.receipt, served.citations, answer=served.answer, consistency=proof, pos=served.pos)
         return served
 
-    def retry(self, service, counter: int | None = None):
+    def retry(self, service: Any, counter: int | None = None) -> Any:
         """Resend the signed request of ``counter`` (default: the last one) byte for byte: the provider returns the
         stored answer, or finishes a request charged before a failure from its recorded selection."""
         counter = self.counter if counter is None else int(counter)
@@ -202,13 +216,13 @@ class AccountClient:
     def accept(
         self,
         req: Request,
-        receipt: dict,
-        citations=None,
+        receipt: dict[str, Any],
+        citations: Iterable[Any] | None = None,
         *,
         answer: str,
-        consistency=None,
+        consistency: ConsistencyProof | None = None,
         pos: int | None = None,
-    ) -> dict:
+    ) -> dict[str, Any]:
         """Check everything the account is shown against the signed receipt before it is shown, then keep it:
         the signature under the pinned key, that it answers ``req`` (its counter and h_req), that ``answer`` hashes to
         ``h_answer``, that the ``citations`` shown open ``h_top`` (where the tenant's citation channel is off only the
@@ -286,7 +300,7 @@ class AccountClient:
             raise self._incident(
                 req, receipt, "receipt.root", "its root differs from an earlier receipt's at the same size (a fork)"
             )
-        entry = {
+        entry: dict[str, Any] = {
             "receipt": receipt,
             "top": None if citations is None else [int(i) for i in citations],
             "request": req.signed,
@@ -298,11 +312,11 @@ class AccountClient:
             self._head = (body["size"], body["root"], receipt)
         return body
 
-    def _incident(self, req: Request, receipt, field: str, why: str) -> ReceiptError:
+    def _incident(self, req: Request, receipt: Any, field: str, why: str) -> ReceiptError:
         self._keep("incidents.jsonl", {"field": field, "why": why, "request": req.signed, "receipt": receipt})
         return ReceiptError(field, why)
 
-    def _keep(self, name: str, entry: dict) -> None:
+    def _keep(self, name: str, entry: dict[str, Any]) -> None:
         """Append one JSON line durably (memory-only clients keep nothing on disk)."""
         self.kept.setdefault(name, []).append(entry)
         if self.dir is not None:
@@ -311,7 +325,7 @@ class AccountClient:
                 f.flush()
                 os.fsync(f.fileno())
 
-    def export_receipts(self, path: str | os.PathLike, *, include_questions: bool = False) -> Path:
+    def export_receipts(self, path: str | os.PathLike[str], *, include_questions: bool = False) -> Path:
         """Write every kept receipt, with the citations shown and the signed request, as JSONL: what the account
         hands the auditor. ``include_questions``: also the question texts (they open the requests' h_q), which
         an auditor needs to replay the answers; the account decides."""

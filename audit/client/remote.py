@@ -19,7 +19,9 @@ import json
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, cast
 from urllib.parse import urlencode
 
 from dprag.errors import DpragError, InvalidParameterError
@@ -29,13 +31,24 @@ from ..protocol.errors import AnswerPendingError, RateLimitError, RequestError, 
 from ..protocol.ledger.proof import ConsistencyProof
 from ..protocol.wire import AUDITOR, auth_header, untar_bundle
 
+if TYPE_CHECKING:
+    from ..protocol.request import Request
+
+    class _Signer(Protocol):
+        """An ``AccountKey``-like signer: ``sign(message) -> signature bytes``."""
+
+        def sign(self, message: bytes, /) -> bytes: ...
+
+    #: (key id, its sign function): what an authenticated call signs with
+    _Auth = tuple[str, Callable[[bytes], bytes]]
+
 __all__ = ["RemoteService", "RemoteError", "fetch_bundle"]
 
 
 class RemoteError(DpragError):
     """The service answered with an error that is neither a refusal nor retryable (its status and body)."""
 
-    def __init__(self, status: int, body: dict | None, url: str):
+    def __init__(self, status: int, body: dict[str, Any] | None, url: str):
         self.status, self.body = status, body
         err = (body or {}).get("error") or {}
         super().__init__(f"{url}: HTTP {status} {err.get('type', '')}: {err.get('rule', '')}".strip())
@@ -53,7 +66,15 @@ class _RemoteLedger:
 class RemoteService:
     """A provider's service at ``urls`` (one URL or several replicas), for one account (see module docstring)."""
 
-    def __init__(self, urls, *, account: str | None = None, key=None, attempts: int = 8, timeout: float = 120.0):
+    def __init__(
+        self,
+        urls: str | Iterable[str],
+        *,
+        account: str | None = None,
+        key: _Signer | None = None,
+        attempts: int = 8,
+        timeout: float = 120.0,
+    ):
         self.urls = [urls] if isinstance(urls, str) else list(urls)
         if not self.urls or not all(isinstance(u, str) and u.startswith(("http://", "https://")) for u in self.urls):
             raise InvalidParameterError("url", "must be one or more http(s):// URLs", urls)
@@ -72,7 +93,9 @@ class RemoteService:
         u = self.urls[self._next % len(self.urls)]
         return u
 
-    def _call(self, method: str, path: str, body: bytes = b"", auth_as: str | None = None, raw: bool = False):
+    def _call(
+        self, method: str, path: str, body: bytes = b"", auth_as: _Auth | None = None, raw: bool = False
+    ) -> tuple[int, Any]:
         """(status, parsed JSON body or bytes), retried on 503 and on connection failures."""
         pause = 0.05
         last: Exception | None = None
@@ -116,12 +139,12 @@ class RemoteService:
         assert last is not None
         raise last
 
-    def _account_auth(self):
+    def _account_auth(self) -> _Auth:
         if self.account is None or self.key is None:
             raise InvalidParameterError("key", "an account and its key are needed for this call")
         return (self.account, self.key.sign)
 
-    def get(self, path: str, params: dict | None = None, *, auth: bool = False):
+    def get(self, path: str, params: dict[str, Any] | None = None, *, auth: bool = False) -> Any:
         target = path + (f"?{urlencode(params)}" if params else "")
         status, body = self._call("GET", target, auth_as=self._account_auth() if auth else None)
         if status != 200:
@@ -129,7 +152,7 @@ class RemoteService:
         return body
 
     # -- what AccountClient uses -------------------------------------------------------------------------------
-    def serve(self, req, since: int | None = None) -> _Served:
+    def serve(self, req: Request, since: int | None = None) -> _Served:
         payload = json.dumps(
             {"request": req.signed, "question": req.question, "qemb": None if req.qemb is None else req.qemb.hex()},
             sort_keys=True,
@@ -148,7 +171,7 @@ class RemoteService:
             return served
         err = (body or {}).get("error") or {}
         if status == 429:
-            e: Exception = RateLimitError(err.get("rule", "rate limited"))
+            e: RateLimitError | RequestError = RateLimitError(err.get("rule", "rate limited"))
             e.refusal = err.get("refusal")
             raise e
         if status == 400 and err.get("type") == "refused":
@@ -157,8 +180,8 @@ class RemoteService:
             raise e
         raise RemoteError(status, body, self._url())
 
-    def info(self) -> dict:
-        return self.get("/v1/info")
+    def info(self) -> dict[str, Any]:
+        return cast("dict[str, Any]", self.get("/v1/info"))
 
     def answer_unchecked(self, counter: int) -> _Served:
         """The raw transport call ``GET /v1/answers/{counter}``: the stored answer of this account's request
@@ -166,18 +189,19 @@ class RemoteService:
         ``AccountClient.fetch(remote, counter)`` fetches it and checks it as a served answer is checked."""
         return _served(self.get(f"/v1/answers/{int(counter)}", auth=True), self._url())
 
-    def checkpoint(self, size: int | None = None) -> dict:
-        return self.get("/v1/checkpoint", None if size is None else {"size": int(size)}, auth=True)
+    def checkpoint(self, size: int | None = None) -> dict[str, Any]:
+        params = None if size is None else {"size": int(size)}
+        return cast("dict[str, Any]", self.get("/v1/checkpoint", params, auth=True))
 
 
-def _unavailable(parsed, url: str) -> Exception:
+def _unavailable(parsed: Any, url: str) -> Exception:
     err = (parsed or {}).get("error") or {}
     if err.get("type") == "answer_pending":
         return AnswerPendingError(int(err.get("pos", 0)))
     return StoreUnavailableError(f"{url}: {err.get('type', 'unavailable')}: {err.get('rule', '')}")
 
 
-def _served(body, url: str) -> _Served:
+def _served(body: Any, url: str) -> _Served:
     """A 200 body of the wire form ``{answer, citations, receipt, pos}`` (its content is checked by the account)."""
     if not isinstance(body, dict) or set(body) != set(_Served.__slots__) - {"consistency"}:
         raise _malformed(200, "a 200 response that is not {answer, citations, receipt, pos}", url)
@@ -194,20 +218,22 @@ class _Served:
 
     __slots__ = ("answer", "citations", "receipt", "pos", "consistency")
 
-    def __init__(self, answer: str, citations, receipt: dict, pos: int):
+    def __init__(self, answer: str, citations: Any, receipt: dict[str, Any], pos: int):
         self.answer, self.citations, self.receipt, self.pos = answer, citations, receipt, pos
-        self.consistency = None
+        self.consistency: ConsistencyProof | None = None
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"answer": self.answer, "citations": self.citations, "receipt": self.receipt, "pos": self.pos}
 
 
-def fetch_bundle(url: str, out: Path, *, auditor_key=None, max_bytes: int = 8 << 30, public_only: bool = False) -> Path:
+def fetch_bundle(
+    url: str, out: Path, *, auditor_key: _Signer | None = None, max_bytes: int = 8 << 30, public_only: bool = False
+) -> Path:
     """Download the bundle (cut at a freshly signed checkpoint) into the new directory ``out``. ``auditor_key`` (an
     ``AccountKey``-like signer) authenticates the confidential part; ``public_only`` fetches ``public/`` alone."""
     remote = RemoteService(url)
     part = "public" if public_only else "all"
-    auth = None if public_only else (AUDITOR, auditor_key.sign)
+    auth = None if public_only else (AUDITOR, cast("_Signer", auditor_key).sign)  # needed unless public_only
     status, data = remote._call("GET", f"/v1/bundle?part={part}", auth_as=auth, raw=True)
     if status != 200:
         try:

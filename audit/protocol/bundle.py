@@ -47,7 +47,8 @@ BundleError = AuditorInputError  # the name version 1 used
 
 def parse_leaves(data: bytes) -> list[bytes]:
     """leaves.bin: u32be(len) || bytes, repeated. Raises ValueError naming the defect."""
-    out, i = [], 0
+    out: list[bytes] = []
+    i = 0
     while i < len(data):
         if i + 4 > len(data):
             raise ValueError("truncated length prefix")
@@ -201,7 +202,7 @@ def _named_tenants(b: Bundle) -> dict[str, int]:
     try:
         g = loads_bounded(b.leaves[0], what="genesis") if b.leaves else None
         tenants = g.get("tenants") if isinstance(g, dict) else None
-        out = {}
+        out: dict[str, int] = {}
         for t in tenants if isinstance(tenants, list) else []:
             name, n = (t.get("tenant"), t.get("n_docs")) if isinstance(t, dict) else (None, None)
             if is_identifier(name) and isinstance(n, int) and not isinstance(n, bool) and 0 < n < (1 << 31):

@@ -31,7 +31,8 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from typing import cast
 
 from dprag.errors import DpragError
 
@@ -43,6 +44,8 @@ _CHUNK = 1 << 20
 _MAX_READ = 0x7FFFF000  # Linux returns at most this much from one read()
 
 _O_BASE = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0)
+#: ``errno.errorcode``, typed as what it is asked here: an OSError's errno, which may be None
+_ERRNO_NAMES = cast("Mapping[int | None, str]", errno.errorcode)
 
 
 def show(path: str, limit: int = 80) -> str:
@@ -124,7 +127,7 @@ class BundleDir:
     # -- root -------------------------------------------------------------------------------------------
 
     @classmethod
-    def open(cls, path: str | os.PathLike, *, budget: int | None = None) -> BundleDir:
+    def open(cls, path: str | os.PathLike[str], *, budget: int | None = None) -> BundleDir:
         """Open the bundle root (the auditor's path; followed like any command-line path). ``budget``: the
         most bytes all reads together may take (None: only the per-file caps)."""
         if not hasattr(os, "O_NOFOLLOW") or os.open not in os.supports_dir_fd:
@@ -140,7 +143,7 @@ class BundleDir:
             raise BundleRootError(str(p), "bundle path is not a directory") from None
         except OSError as e:
             raise BundleRootError(
-                str(p), f"cannot open the bundle directory ({errno.errorcode.get(e.errno, e.errno)})"
+                str(p), f"cannot open the bundle directory ({_ERRNO_NAMES.get(e.errno, e.errno)})"
             ) from None
         return cls(fd, str(p), budget)
 
@@ -152,10 +155,10 @@ class BundleDir:
     def __enter__(self) -> BundleDir:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def __del__(self):  # pragma: no cover - best effort
+    def __del__(self) -> None:  # pragma: no cover - best effort
         try:
             self.close()
         except Exception:
@@ -176,7 +179,7 @@ class BundleDir:
         except NotADirectoryError:
             raise BundleFileError(relpath, "a path component is not a directory") from None
         except OSError as e:
-            raise BundleFileError(relpath, f"cannot stat ({errno.errorcode.get(e.errno, e.errno)})") from None
+            raise BundleFileError(relpath, f"cannot stat ({_ERRNO_NAMES.get(e.errno, e.errno)})") from None
 
     def _open_at(self, dirfd: int, name: str, relpath: str, comp: str, directory: bool) -> int:
         """Open one entry of ``dirfd`` of the required type, refusing anything else without blocking.
@@ -201,7 +204,7 @@ class BundleDir:
                 raise BundleFileError(relpath, f"{what} a symlink (refused)") from None
             if e.errno == errno.ENOTDIR:
                 raise BundleFileError(relpath, f"{what} not a directory (refused: must be {want})") from None
-            raise BundleFileError(relpath, f"cannot open ({errno.errorcode.get(e.errno, e.errno)})") from None
+            raise BundleFileError(relpath, f"cannot open ({_ERRNO_NAMES.get(e.errno, e.errno)})") from None
         try:
             fst = os.fstat(fd)
             ok = stat.S_ISDIR(fst.st_mode) if directory else stat.S_ISREG(fst.st_mode)
@@ -274,7 +277,7 @@ class BundleDir:
         except BlockingIOError:
             raise BundleFileError(relpath, "would block (refused)") from None
         except OSError as e:
-            raise BundleFileError(relpath, f"read failed ({errno.errorcode.get(e.errno, e.errno)})") from None
+            raise BundleFileError(relpath, f"read failed ({_ERRNO_NAMES.get(e.errno, e.errno)})") from None
         finally:
             os.close(fd)
 
@@ -290,7 +293,7 @@ class BundleDir:
             except FileNotFoundError:
                 raise BundleFileError(relpath, "missing") from None
         shown = relpath
-        names = []
+        names: list[str] = []
         try:
             with os.scandir(fd) as it:
                 for entry in it:
@@ -303,7 +306,7 @@ class BundleDir:
                         )
                     names.append(name)
         except OSError as e:
-            raise BundleFileError(shown, f"cannot list ({errno.errorcode.get(e.errno, e.errno)})") from None
+            raise BundleFileError(shown, f"cannot list ({_ERRNO_NAMES.get(e.errno, e.errno)})") from None
         finally:
             os.close(fd)
         return sorted(names)

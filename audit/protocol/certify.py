@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from dprag.accounting import gdp
@@ -83,7 +83,7 @@ def certified_epsilons(policy: Policy, earlier: Sequence[Policy] = ()) -> dict[s
         # answer-vote seen: the seen selection's δ) to its δ (basic composition inside the pure filter,
         # spec/provider.md §3.3); the filter admits at most max(limit // rag_units) such charges over the windows
         uses = max_charges_per_doc(windows)
-        up = lambda x: math.nextafter(x, math.inf)  # noqa: E731
+        up: Callable[[float], float] = lambda x: math.nextafter(x, math.inf)  # noqa: E731
         delta_gen_ar = up(uses * per_use)
         # replace-one = remove then add: (ε, δ) then (ε, δ) gives (2ε, δ + e^ε·δ)
         delta_gen = up(delta_gen_ar + up(up(math.exp(eps_gen_ar)) * delta_gen_ar))

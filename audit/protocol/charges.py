@@ -9,6 +9,7 @@ charges a recovery record restores, so the two can never disagree about the rule
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
@@ -37,7 +38,8 @@ class ChargeRule:
         rag = int(probe.cost_units(policy.rag_charge())[0])  # the ε part of an (ε, δ) cost (filter_charge)
         thr = None
         if g.algorithm == "murag-ada":
-            thr = int(probe.cost_units(DiscreteLaplaceEvent(1.0 / g.epsilon_thr, 1))[0])
+            # epsilon_thr is set for "murag-ada" (Policy.validate)
+            thr = int(probe.cost_units(DiscreteLaplaceEvent(1.0 / cast(float, g.epsilon_thr), 1))[0])
         return cls(limit=int(np.asarray(budget.limits)[0]), rag_units=rag, thr_units=thr)
 
 
@@ -56,15 +58,16 @@ def expected_charges(
     s = np.asarray(scores, dtype=np.int64)
     k = g.m * g.docs_per_voter
     if g.algorithm == "murag":
-        ids = np.flatnonzero((s > g.tau) & (spent + rule.rag_units <= rule.limit))
+        ids = np.flatnonzero((s > cast(int, g.tau)) & (spent + rule.rag_units <= rule.limit))
         return [(rule.rag_units, ids.astype(np.int64))], None
     edges = np.asarray(g.edges, dtype=np.float64)
     sf = s.astype(np.float64)
     in_range = np.flatnonzero(sf >= edges[-1])
     bins = assign_bins(np.minimum(sf[in_range], edges[0]), edges)
     active = spent[in_range] + rule.thr_units <= rule.limit
-    release = noisy_prefix_sums(bin_counts(bins, edges.size - 1, active), k, g.epsilon_thr, select_source)
+    # MuRAG-Ada: epsilon_thr and thr_units are set (Policy.validate, ChargeRule.of)
+    release = noisy_prefix_sums(bin_counts(bins, edges.size - 1, active), k, cast(float, g.epsilon_thr), select_source)
     thr_ids = np.sort(in_range[release.charged_documents(bins, active)]).astype(np.int64)
     after = spent[thr_ids] + rule.thr_units
     rag_ids = thr_ids[after + rule.rag_units <= rule.limit]
-    return [(rule.thr_units, thr_ids), (rule.rag_units, rag_ids)], int(release.bins_released)
+    return [(cast(int, rule.thr_units), thr_ids), (rule.rag_units, rag_ids)], int(release.bins_released)

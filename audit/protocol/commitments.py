@@ -10,8 +10,10 @@ import hashlib
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from dprag.errors import InvalidParameterError
 
@@ -46,7 +48,7 @@ def quantise_embeddings(emb: np.ndarray, scale: int = DEFAULT_EMBEDDING_SCALE) -
         raise InvalidParameterError("embeddings", "must be finite")
     norms = np.linalg.norm(e, axis=1, keepdims=True)
     norms[norms == 0] = 1.0
-    q = np.rint(scale * e / norms)  # numpy rounds half to even
+    q: npt.NDArray[np.float64] = np.rint(scale * e / norms)  # numpy rounds half to even
     return np.clip(q, -32768, 32767).astype(np.int16)
 
 
@@ -83,7 +85,7 @@ def index_leaf_hash(q_doc_row: np.ndarray) -> bytes:
 def integer_scores(q_docs: np.ndarray, q_query: np.ndarray, clip: tuple[int, int], shift: int) -> np.ndarray:
     """s_i = clip(Σ_j E_i[j]·Q[j], lo, hi) >> shift, exactly, as int64 (§4)."""
     lo, hi = clip
-    dots = np.asarray(q_docs, dtype=np.int64) @ np.asarray(q_query, dtype=np.int64).reshape(-1)
+    dots: npt.NDArray[np.int64] = np.asarray(q_docs, dtype=np.int64) @ np.asarray(q_query, dtype=np.int64).reshape(-1)
     return np.right_shift(np.clip(dots, lo, hi), shift)
 
 
@@ -99,7 +101,7 @@ class EmbedderDescriptor:
     schema: Mapping[str, int]
     embedding_scale: int = DEFAULT_EMBEDDING_SCALE
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "model": self.model,
             "weights_sha256": self.weights_sha256,
@@ -171,8 +173,8 @@ def genesis_record(
     tenants: Mapping[str, tuple[int, str, str]],
     accounts: Mapping[str, tuple[str, str]],
     zk: Mapping[str, str] | None = None,
-    history: Mapping | None = None,
-) -> dict:
+    history: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
     """Ledger leaf 0 (§3). ``tenants``: tenant -> (n_docs, C_idx, C_docs); ``accounts``: the account registry,
     account -> (tenant, account key hex); ``zk``: tenant -> Z_idx (decimal) for the policy's zk tenants. One provider
     key per window: rotating it opens a new window."""
@@ -199,5 +201,5 @@ def genesis_record(
     }
 
 
-def genesis_bytes(record: dict) -> bytes:
+def genesis_bytes(record: dict[str, Any]) -> bytes:
     return encode(record)

@@ -25,7 +25,7 @@ import json
 import math
 import re
 import unicodedata
-from typing import Any
+from typing import Any, NoReturn, TypeGuard
 
 from dprag.errors import DpragError, InvalidParameterError
 
@@ -63,7 +63,7 @@ IDENTIFIER_RULE = "1-64 characters of [A-Za-z0-9_.-]"
 _IDENTIFIER = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
 
-def is_identifier(x: Any) -> bool:
+def is_identifier(x: Any) -> TypeGuard[str]:
     """Whether ``x`` is a name by ``IDENTIFIER_RULE``."""
     return isinstance(x, str) and _IDENTIFIER.fullmatch(x) is not None
 
@@ -128,7 +128,7 @@ def parse_real(s: Any, field: str = "real") -> float:
 # ---------------------------------------------------------------------------------------------------------
 
 
-def _where(trail: list) -> str:
+def _where(trail: list[str | int]) -> str:
     """``$.a.b[3]`` for the trail of keys / indices (keys that are not short identifiers are quoted)."""
     parts = ["$"]
     for t in trail:
@@ -141,7 +141,7 @@ def _where(trail: list) -> str:
     return "".join(parts)
 
 
-def _check_str(s: str, trail: list, what: str | None) -> None:
+def _check_str(s: str, trail: list[str | int], what: str | None) -> None:
     m = _SURROGATE.search(s)
     if m is not None:
         what = f"key {excerpt(s)}" if what is None else what
@@ -156,7 +156,7 @@ def _utf16_order(k: str) -> bytes:
     return k.encode("utf-16-be")
 
 
-def _emit(value: Any, trail: list, out: list[str]) -> None:
+def _emit(value: Any, trail: list[str | int], out: list[str]) -> None:
     if value is None:
         out.append("null")
     elif value is True:
@@ -221,7 +221,8 @@ def _plain(value: Any, depth: int) -> bool:
     if t is str:
         return value.isascii() or _SURROGATE.search(value) is None
     if t is int:
-        return -MAX_SAFE_INT <= value <= MAX_SAFE_INT
+        in_range: bool = -MAX_SAFE_INT <= value <= MAX_SAFE_INT
+        return in_range
     if value is None or t is bool:
         return True
     if depth >= MAX_DEPTH:
@@ -236,7 +237,8 @@ def _plain(value: Any, depth: int) -> bool:
             return True
         kinds = set(map(type, value))
         if kinds == {int}:  # id lists: checked at C speed
-            return -MAX_SAFE_INT <= min(value) and max(value) <= MAX_SAFE_INT
+            ids_in_range: bool = -MAX_SAFE_INT <= min(value) and max(value) <= MAX_SAFE_INT
+            return ids_in_range
         if kinds == {str}:
             return all(v.isascii() or _SURROGATE.search(v) is None for v in value)
         return all(_plain(v, depth + 1) for v in value)
@@ -315,8 +317,8 @@ class _Refused(Exception):
     """Raised inside the parser's hooks; converted to EncodingError outside it."""
 
 
-def _pairs(pairs: list[tuple[str, Any]]) -> dict:
-    out: dict = {}
+def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
     for k, v in pairs:
         if k in out:
             raise _Refused(f"duplicate key {excerpt(k)}")
@@ -333,11 +335,11 @@ def _parse_int(s: str) -> int:
     return v
 
 
-def _refuse_float(s: str):
+def _refuse_float(s: str) -> NoReturn:
     raise _Refused(f"JSON float {excerpt(s)} is not allowed (reals are float.hex() strings)")
 
 
-def _refuse_const(s: str):
+def _refuse_const(s: str) -> NoReturn:
     raise _Refused(f"JSON constant {s} is not allowed")
 
 

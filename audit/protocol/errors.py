@@ -9,6 +9,8 @@ hierarchy itself (``DpragError``, ``InvalidParameterError``, ...) is ``dprag.err
 
 from __future__ import annotations
 
+from typing import Any
+
 from dprag.errors import BudgetExhaustedError, DpragError, InvalidParameterError
 
 __all__ = [
@@ -27,7 +29,7 @@ class RateLimitError(BudgetExhaustedError):
     ``refusal``: the provider's signed refusal (spec/protocol.md §5.1; the counter is not consumed)."""
 
     field = "request.counter"
-    refusal: dict | None = None
+    refusal: dict[str, Any] | None = None
 
     @property
     def rule(self) -> str:
@@ -38,7 +40,7 @@ class RequestError(InvalidParameterError):
     """A request was refused before anything was embedded, recorded or spent (signature, window, counter,
     question). ``refusal``: the provider's signed refusal, when the request can be named (its h_req)."""
 
-    refusal: dict | None = None
+    refusal: dict[str, Any] | None = None
 
 
 class AnswerPendingError(DpragError):

@@ -9,8 +9,9 @@ parameters only, never a leading-order approximation.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from dprag.accounting.errors import check_delta, check_epsilon, check_positive_int
 from dprag.accounting.events import ComposedEvent, DiscreteLaplaceEvent
@@ -21,13 +22,19 @@ from .policy_parts import RELATION, CoalitionPolicy, GenerationPolicy, Retrieval
 from .recommended import RECOMMENDED_V2  # noqa: F401  (RECOMMENDED_V2 re-exported)
 from .recommended import recommended as _recommended
 
+if TYPE_CHECKING:
+    from dprag.accounting.events import PrivacyEvent
+    from dprag.accounting.rag.answer_vote import AnswerVoteParams, Normalizer
+    from dprag.accounting.rag.ksa import DpKsaPureParameters
+    from dprag.accounting.rag.single_query import PureDpRagParams
+
 _VOTE_KEYS = {"epsilon", "threshold", "key_words", "normalizer"}
 #: optional keys of generation.answer_vote, each present only when not its default (canonical bytes unchanged)
 _VOTE_OPTIONAL = {"selection", "delta", "abstain_empty"}
 VOTE_SELECTIONS = ("universal", "seen")
 
 
-def _answer_vote_fields(v) -> dict:
+def _answer_vote_fields(v: Any) -> dict[str, Any]:
     if v is None:
         return {}
     if not isinstance(v, dict) or not _VOTE_KEYS <= set(v) or not set(v) <= _VOTE_KEYS | _VOTE_OPTIONAL:
@@ -36,7 +43,7 @@ def _answer_vote_fields(v) -> dict:
             "generation.answer_vote: must be {epsilon, threshold, key_words, normalizer} with "
             "optional {selection, delta, abstain_empty}, or null" + (f" (unknown keys {extra})" if extra else "")
         )
-    out = {
+    out: dict[str, Any] = {
         "vote_epsilon": parse_real(v["epsilon"], "generation.answer_vote.epsilon"),
         "vote_threshold": parse_real(v["threshold"], "generation.answer_vote.threshold"),
         "key_words": v["key_words"],
@@ -67,7 +74,7 @@ def _answer_vote_fields(v) -> dict:
     return out
 
 
-def _check_answer_vote_selection(g) -> None:
+def _check_answer_vote_selection(g: GenerationPolicy) -> None:
     """The answer-vote selection fields: strict types; δ in (0, 1) with "seen" only, within the seen selection's
     own rule for this ε (``seen_key_selection.check_parameters``); only with mechanism "answer-vote"."""
     if g.mechanism != "answer-vote":
@@ -96,7 +103,7 @@ def _check_answer_vote_selection(g) -> None:
     from dprag.accounting.mechanisms.seen_key_selection import check_parameters
 
     try:
-        check_parameters(g.vote_epsilon, d)
+        check_parameters(cast(float, g.vote_epsilon), d)  # refuses a non-number itself
     except InvalidParameterError as e:
         raise InvalidParameterError(
             f"generation.answer_vote.{'epsilon' if e.field == 'epsilon' else 'delta'}", e.rule, e.value
@@ -106,7 +113,7 @@ def _check_answer_vote_selection(g) -> None:
 _KSA_KEYS = {"epsilon_em", "epsilon_ptr", "delta", "max_keywords", "response_tokens", "replayable"}
 
 
-def _dp_ksa_fields(v) -> dict:
+def _dp_ksa_fields(v: Any) -> dict[str, Any]:
     if v is None:
         return {}
     if not isinstance(v, dict) or set(v) != _KSA_KEYS:
@@ -124,7 +131,7 @@ def _dp_ksa_fields(v) -> dict:
 EM_PRIORS = ("uniform", "non-rag")
 
 
-def _check_extensions(g) -> None:
+def _check_extensions(g: GenerationPolicy) -> None:
     """The 000 Alg. 5 extension fields: strict types, and only with mechanism "pure-dp-rag"."""
     if not isinstance(g.public_completion, bool):
         raise InvalidParameterError("generation.public_completion", "must be true or false", g.public_completion)
@@ -139,10 +146,10 @@ def _check_extensions(g) -> None:
             raise InvalidParameterError("generation.em_prior", "needs mechanism 'pure-dp-rag'", g.em_prior)
 
 
-def _extension_fields(g: dict) -> dict:
+def _extension_fields(g: dict[str, Any]) -> dict[str, Any]:
     """The optional extension keys of a canonical generation object (absent = default; present = non-default,
     checked strictly: a JSON bool, one of the two prior names)."""
-    out = {}
+    out: dict[str, Any] = {}
     if "public_completion" in g:
         v = g["public_completion"]
         if v is not True:  # false is the default and must be absent (canonical); 1 is not a JSON bool
@@ -160,20 +167,20 @@ def _extension_fields(g: dict) -> dict:
     return out
 
 
-def _check_real_positive(field: str, v) -> float:
+def _check_real_positive(field: str, v: object) -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise InvalidParameterError(field, "must be a finite real number > 0 (nats)", v)
     return check_epsilon(field, v)
 
 
-def _check_count(field: str, v, hi: int = 4096) -> int:
-    check_positive_int(field, v)
+def _check_count(field: str, v: object, hi: int = 4096) -> int:
+    check_positive_int(field, cast(int, v))  # refuses a non-integer itself
     if not isinstance(v, int) or v > hi:
         raise InvalidParameterError(field, f"must be an integer in [1, {hi}]", v)
     return v
 
 
-def normalizer(name: str):
+def normalizer(name: str) -> Normalizer | None:
     """The public normaliser a policy names: "basic" (accounting.rag.answer_vote.basic_key) or a
     ``dprag.normalizers`` entry point (the demo's "answer-keys-v1" is rag_adapters.answer_keys.answer_key)."""
     if name == "basic":
@@ -182,7 +189,7 @@ def normalizer(name: str):
 
     for ep in entry_points(group="dprag.normalizers"):
         if ep.name == name:
-            return ep.load()
+            return cast("Normalizer", ep.load())
     raise InvalidParameterError("generation.normalizer", "names no installed normaliser (dprag.normalizers)", name)
 
 
@@ -258,8 +265,9 @@ class Policy:
         check_epsilon("generation.epsilon_token", g.epsilon_token)
         check_positive_int("generation.max_private_tokens", g.max_private_tokens)
         if g.mechanism == "answer-vote":
-            check_epsilon("generation.vote_epsilon", g.vote_epsilon)
-            check_positive_int("generation.key_words", g.key_words)
+            # the check_* helpers refuse None (or any non-number) themselves; the casts are for the type checker
+            check_epsilon("generation.vote_epsilon", cast(float, g.vote_epsilon))
+            check_positive_int("generation.key_words", cast(int, g.key_words))
             if not isinstance(g.normalizer, str) or not g.normalizer:
                 raise InvalidParameterError("generation.normalizer", "must name a public normaliser", g.normalizer)
             _check_answer_vote_selection(g)
@@ -279,7 +287,7 @@ class Policy:
         if g.mechanism == "dp-ksa":
             _check_real_positive("generation.dp_ksa.epsilon_em", g.ksa_epsilon_em)
             _check_real_positive("generation.dp_ksa.epsilon_ptr", g.ksa_epsilon_ptr)
-            if not g.ksa_epsilon_ptr >= 2.0**-47:
+            if not cast(float, g.ksa_epsilon_ptr) >= 2.0**-47:  # a real number > 0 (just checked)
                 raise InvalidParameterError(
                     "generation.dp_ksa.epsilon_ptr", "must be at least 2^-47 nats", g.ksa_epsilon_ptr
                 )
@@ -301,7 +309,7 @@ class Policy:
         if g.algorithm == "murag-ada":
             if not g.edges or len(g.edges) < 2 or any(a <= b for a, b in zip(g.edges, g.edges[1:], strict=False)):
                 raise InvalidParameterError("generation.edges", "must be >= 2 strictly decreasing integers")
-            check_epsilon("generation.epsilon_thr", g.epsilon_thr)
+            check_epsilon("generation.epsilon_thr", cast(float, g.epsilon_thr))  # refuses None itself
         return self
 
     # -- canonical object ------------------------------------------------------------------------------------
@@ -344,8 +352,9 @@ class Policy:
                 "answer_vote": None
                 if g.mechanism != "answer-vote"
                 else {
-                    "epsilon": real(g.vote_epsilon),
-                    "threshold": real(g.vote_threshold),
+                    # set for mechanism "answer-vote" (validate)
+                    "epsilon": real(cast(float, g.vote_epsilon)),
+                    "threshold": real(cast(float, g.vote_threshold)),
                     "key_words": g.key_words,
                     "normalizer": g.normalizer,
                     # present only when not the default (universal, no δ, false): canonical bytes unchanged
@@ -358,10 +367,10 @@ class Policy:
                     {}
                     if g.mechanism != "dp-ksa"
                     else {
-                        "dp_ksa": {
-                            "epsilon_em": real(g.ksa_epsilon_em),
-                            "epsilon_ptr": real(g.ksa_epsilon_ptr),
-                            "delta": real(g.ksa_delta),
+                        "dp_ksa": {  # set for mechanism "dp-ksa" (validate)
+                            "epsilon_em": real(cast(float, g.ksa_epsilon_em)),
+                            "epsilon_ptr": real(cast(float, g.ksa_epsilon_ptr)),
+                            "delta": real(cast(float, g.ksa_delta)),
                             "max_keywords": g.ksa_max_keywords,
                             "response_tokens": g.ksa_response_tokens,
                             "replayable": g.ksa_replayable,
@@ -427,7 +436,7 @@ class Policy:
             s = r["sampler"]
             if s.get("kind") != "table":
                 raise EncodingError("retrieval.sampler.kind: must be 'table'")
-            opt = lambda v, f: None if v is None else parse_real(v, f)  # noqa: E731
+            opt: Callable[[Any, str], float | None] = lambda v, f: None if v is None else parse_real(v, f)  # noqa: E731
             pol = cls(
                 version=d["version"],
                 window=d["window"],
@@ -480,7 +489,9 @@ class Policy:
         return pol
 
     # -- what the verdict certifies --------------------------------------------------------------------------
-    def rag_params(self):
+    def rag_params(self) -> PureDpRagParams | AnswerVoteParams | DpKsaPureParameters:
+        """The committed single-query mechanism (``accounting.rag.mechanism.SingleQueryMechanism``). The fields of
+        ``generation`` a mechanism reads are set for that mechanism (``validate``; its constructor checks them)."""
         from dprag.accounting.rag.single_query import PureDpRagParams
 
         g = self.generation
@@ -489,11 +500,11 @@ class Policy:
 
             return DpKsaPureParameters(
                 g.m,
-                g.ksa_epsilon_em,
-                g.ksa_epsilon_ptr,
-                g.ksa_delta,
-                max_keywords=g.ksa_max_keywords,
-                response_tokens=g.ksa_response_tokens,
+                cast(float, g.ksa_epsilon_em),
+                cast(float, g.ksa_epsilon_ptr),
+                cast(float, g.ksa_delta),
+                max_keywords=cast(int, g.ksa_max_keywords),
+                response_tokens=cast(int, g.ksa_response_tokens),
                 max_tokens=g.max_tokens,
             )
         if g.mechanism == "answer-vote":
@@ -501,11 +512,11 @@ class Policy:
 
             return AnswerVoteParams(
                 g.m,
-                g.vote_epsilon,
-                threshold=g.vote_threshold,
+                cast(float, g.vote_epsilon),
+                threshold=cast(float, g.vote_threshold),
                 max_tokens=g.max_tokens,
-                max_key_words=g.key_words,
-                normalizer=normalizer(g.normalizer),
+                max_key_words=cast(int, g.key_words),
+                normalizer=normalizer(cast(str, g.normalizer)),
                 abstain_empty=g.abstain_empty,
                 selection=g.vote_selection,
                 delta=0.0 if g.vote_delta is None else g.vote_delta,
@@ -521,7 +532,7 @@ class Policy:
             em_prior=g.em_prior,
         )
 
-    def rag_charge(self):
+    def rag_charge(self) -> PrivacyEvent:
         """The event the per-document filter counts for one RAG charge: the mechanism's cost, or its ε part for
         an (ε, δ) cost (answer-vote's seen selection; its δ is added per charge outside the filter:
         ``accounting.rag.mechanism.filter_charge``, spec/provider.md §3.3)."""
@@ -539,10 +550,11 @@ class Policy:
             return g.vote_delta
         return None
 
-    def query_cost(self):
+    def query_cost(self) -> PrivacyEvent:
         """The event each touched document is charged per query (ε_thr + ε_RAG for MuRAG-Ada), as the pure
         filter counts it (the ε part of an (ε, δ) cost)."""
         cost = self.rag_charge()
         if self.generation.algorithm == "murag-ada":
-            cost = ComposedEvent((DiscreteLaplaceEvent(1.0 / self.generation.epsilon_thr, 1), cost))
+            # epsilon_thr is set for "murag-ada" (validate)
+            cost = ComposedEvent((DiscreteLaplaceEvent(1.0 / cast(float, self.generation.epsilon_thr), 1), cost))
         return cost

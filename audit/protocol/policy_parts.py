@@ -5,6 +5,7 @@ that ``audit.protocol.policy.Policy`` holds (re-exported there; ``Policy.from_di
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from .encoding import real
 
@@ -19,7 +20,7 @@ class SamplerSpec:
     precision_bits: int
     tv: float
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"kind": "table", "tail": real(self.tail), "precision_bits": self.precision_bits, "tv": real(self.tv)}
 
 

@@ -74,13 +74,13 @@ def receipt_body(
     }
 
 
-def sign_receipt(body: dict, signer: NoteSigner) -> dict:
+def sign_receipt(body: dict[str, Any], signer: NoteSigner) -> dict[str, Any]:
     signed = dict(body)
     signed["sig"] = signer.sign(DOMAIN + encode(body)).hex()
     return signed
 
 
-def verify_receipt(receipt: Any, verifier: NoteVerifier) -> dict:
+def verify_receipt(receipt: Any, verifier: NoteVerifier) -> dict[str, Any]:
     """Check shape and signature; return the body (without "sig"). Raises EncodingError on any defect."""
     if not isinstance(receipt, dict):
         raise EncodingError("receipt: must be a JSON object")
@@ -102,7 +102,7 @@ def verify_receipt(receipt: Any, verifier: NoteVerifier) -> dict:
     return body
 
 
-def _check_signature(sig_hex: Any, domain: bytes, body: dict, verifier: NoteVerifier, what: str) -> None:
+def _check_signature(sig_hex: Any, domain: bytes, body: dict[str, Any], verifier: NoteVerifier, what: str) -> None:
     """The provider's Ed25519 signature over ``domain || canonical(body)``; EncodingError naming ``what`` if not."""
     sig = hexbytes(sig_hex, f"{what}.sig", 64)
     try:
@@ -119,11 +119,11 @@ def refusal_body(*, window: str, h_req: str, field: str, rule: str) -> dict[str,
     return {"type": "refusal", "window": window, "h_req": h_req, "field": field, "rule": rule, "consumed": False}
 
 
-def sign_refusal(body: dict, signer: NoteSigner) -> dict:
+def sign_refusal(body: dict[str, Any], signer: NoteSigner) -> dict[str, Any]:
     return {**body, "sig": signer.sign(REFUSAL_DOMAIN + encode(body)).hex()}
 
 
-def verify_refusal(refusal: Any, verifier: NoteVerifier) -> dict:
+def verify_refusal(refusal: Any, verifier: NoteVerifier) -> dict[str, Any]:
     """Shape and signature of a signed refusal; returns the body. Raises EncodingError on any defect."""
     if (
         not isinstance(refusal, dict)

@@ -6,12 +6,16 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from dprag.accounting.errors import check_delta, check_epsilon, check_positive_int
 from dprag.errors import InvalidParameterError
 
 from .policy_parts import CoalitionPolicy, GenerationPolicy, RetrievalPolicy, SamplerSpec
+
+if TYPE_CHECKING:
+    from .policy import Policy
 
 #: the arguments of ``Policy.recommended`` that give its defaults before issue 25 (000 Alg. 5, token level, m = 20
 #: voters, 32 tokens; ε ≈ 7.1 composed): ``Policy.recommended(window, **RECOMMENDED_V2)``
@@ -28,7 +32,7 @@ RECOMMENDED_V2: dict[str, Any] = {
 
 
 def recommended(
-    cls: type,
+    cls: type[Policy],
     window: str,
     *,
     citations_for: tuple[str, ...] = (),
@@ -65,7 +69,7 @@ def recommended(
     vote_delta: float | None = None,
     abstain_empty: bool | None = None,
     public_ids_for: tuple[str, ...] = (),
-) -> Any:  # a Policy (cls)
+) -> Policy:
     """A well-formed policy from the quantities a provider decides, with documented, sound defaults.
 
     The defaults are the best-known settings (issue 25), chosen on public data and never on a provider's corpus
@@ -147,7 +151,28 @@ def recommended(
 
     tv = noise_table(sigma, 10.0, 64).tv_distance
     tv = math.nextafter(max(tv, 1e-300), 1.0)
-    to_units = lambda c: int(round(c * embedding_scale))  # noqa: E731
+    to_units: Callable[[float], int] = lambda c: int(round(c * embedding_scale))  # noqa: E731
+    mechanism_fields: dict[str, Any] = (
+        {}
+        if mechanism == "pure-dp-rag"
+        else dict(
+            mechanism=mechanism,
+            ksa_epsilon_em=ksa_epsilon_em,
+            ksa_epsilon_ptr=ksa_epsilon_ptr,
+            ksa_delta=ksa_delta,
+            ksa_max_keywords=ksa_max_keywords,
+            ksa_response_tokens=ksa_response_tokens,
+            ksa_replayable=generator_replayable,
+        )
+        if mechanism == "dp-ksa"
+        else dict(
+            mechanism=mechanism,
+            vote_epsilon=vote_epsilon,
+            vote_threshold=vote_threshold,
+            key_words=key_words,
+            normalizer=normalizer,
+        )
+    )
     gen = GenerationPolicy(
         algorithm=algorithm,
         m=voters,
@@ -164,27 +189,7 @@ def recommended(
         vote_selection=vote_selection,
         vote_delta=vote_delta,
         abstain_empty=abstain_empty,
-        **(
-            {}
-            if mechanism == "pure-dp-rag"
-            else dict(
-                mechanism=mechanism,
-                ksa_epsilon_em=ksa_epsilon_em,
-                ksa_epsilon_ptr=ksa_epsilon_ptr,
-                ksa_delta=ksa_delta,
-                ksa_max_keywords=ksa_max_keywords,
-                ksa_response_tokens=ksa_response_tokens,
-                ksa_replayable=generator_replayable,
-            )
-            if mechanism == "dp-ksa"
-            else dict(
-                mechanism=mechanism,
-                vote_epsilon=vote_epsilon,
-                vote_threshold=vote_threshold,
-                key_words=key_words,
-                normalizer=normalizer,
-            )
-        ),
+        **mechanism_fields,
     )
     return cls(
         window=window,

@@ -19,6 +19,7 @@ says the answer text is on trust (spec/provider.md §4) — its charges and ε a
 from __future__ import annotations
 
 import hashlib
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -26,6 +27,11 @@ from dprag.accounting.rag.common import top_k_padded
 
 from .request import request_hash
 from .retrieval import request_source
+
+if TYPE_CHECKING:
+    from dprag.accounting.protocols import Retriever
+
+    from .policy import Policy
 
 
 class _Documents:
@@ -41,7 +47,7 @@ class _Documents:
         return self.texts[int(doc_id)]
 
 
-def recorded_top(policy, opening: dict, scores: np.ndarray) -> np.ndarray:
+def recorded_top(policy: Policy, opening: dict[str, Any], scores: np.ndarray) -> np.ndarray:
     """The documents the answer of an opened request is generated from: its RAG-charged documents (the last
     charge's ids), Top-m·docs_per_voter by the exact scores, padded (000 Alg. 3). The provider finishing a recorded
     request (``ProviderService._finish``) and the auditor replaying it use this one rule."""
@@ -52,7 +58,13 @@ def recorded_top(policy, opening: dict, scores: np.ndarray) -> np.ndarray:
 
 
 def replay_answer(
-    policy, seed: bytes, opening: dict, scores: np.ndarray, texts: list[str], question: str, generator
+    policy: Policy,
+    seed: bytes,
+    opening: dict[str, Any],
+    scores: np.ndarray,
+    texts: list[str],
+    question: str,
+    generator: Any,  # a Generator; for the text mechanisms also a callable or LangChain runnable
 ) -> str:
     """The answer the committed mechanism gives for one opened request (see the module docstring)."""
     g = policy.generation
@@ -64,7 +76,7 @@ def replay_answer(
     ans = policy.rag_params().respond(
         question,
         top,
-        _Documents(texts),
+        cast("Retriever", _Documents(texts)),  # respond reads the given documents by id, never scores
         generator,
         source=request_source(seed, "generate", request_hash(opening["request"])),
     )

@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
@@ -44,7 +44,7 @@ def qemb_commitment(nonce: bytes, qemb: bytes) -> str:
     return hashlib.sha256(QEMB_DOMAIN + bytes(nonce) + bytes(qemb)).hexdigest()
 
 
-def request_hash(signed_request: dict) -> bytes:
+def request_hash(signed_request: dict[str, Any]) -> bytes:
     """h_req = H(canonical(signed request, signature included)): the request's name everywhere (§5.2)."""
     return hashlib.sha256(encode(signed_request)).digest()
 
@@ -86,7 +86,7 @@ def make_request(
     question: str,
     qemb: bytes | None,
     nonce: bytes | None = None,
-) -> dict:
+) -> dict[str, Any]:
     """A signed request (§5.1). ``qemb``: Q bytes the account computed itself, or None (then Q is on trust)."""
     if not isinstance(counter, int) or isinstance(counter, bool) or not 1 <= counter <= MAX_COUNTER:
         raise InvalidParameterError("counter", "must be an integer in [1, 2^53)", counter)
@@ -107,7 +107,7 @@ def make_request(
     return {**body, "sig": key.sign(REQUEST_DOMAIN + encode(body)).hex()}
 
 
-def verify_request(req: Any, account_vkey: str) -> dict:
+def verify_request(req: Any, account_vkey: str) -> dict[str, Any]:
     """Shape and signature of a signed request; returns it. Raises EncodingError on any defect."""
     if not isinstance(req, dict) or set(req) != {*REQUEST_FIELDS, "sig"} or req.get("type") != "request":
         raise EncodingError("request: wrong set of fields or type")
@@ -136,7 +136,7 @@ def verify_request(req: Any, account_vkey: str) -> dict:
 class Request:
     """What an account sends: the signed request, the question, and Q (when the account computed it)."""
 
-    signed: dict
+    signed: dict[str, Any]
     question: str
     qemb: bytes | None
 
@@ -150,14 +150,14 @@ class Request:
 
     @property
     def account(self) -> str:
-        return self.signed["account"]
+        return cast(str, self.signed["account"])  # a non-empty string (verify_request)
 
     @property
     def h_req(self) -> bytes:
         return request_hash(self.signed)
 
 
-def load_request(data: bytes) -> dict:
+def load_request(data: bytes) -> dict[str, Any]:
     """Decode a canonical signed request (the shape only; the signature is checked against a registry)."""
     req = decode(data, what="request")
     if not isinstance(req, dict):

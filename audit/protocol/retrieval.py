@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import hashlib
 import struct
+from collections.abc import Sequence
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 
@@ -176,7 +178,7 @@ def noisy_top_k_words(
     cand = np.flatnonzero(w >= np.uint64(thr)) if thr else np.arange(n)
     if cand.size > n // 4:
         return noisy_top_k(s, sample_words(table, w), k)
-    v = s[cand] + sample_words(table, w[cand])
+    v: np.ndarray = s[cand] + sample_words(table, w[cand])
     keep = v >= l0
     cand, v = cand[keep], v[keep]
     order = np.lexsort((cand, -v))[:k]
@@ -208,7 +210,7 @@ def noisy_top_k_rows(scores: np.ndarray, noise: np.ndarray, k: int) -> np.ndarra
     return out
 
 
-def top_commitment(ids: np.ndarray, nonce: bytes) -> str:
+def top_commitment(ids: np.ndarray | Sequence[int], nonce: bytes) -> str:
     """h_top = H(u32be(K) || nonce || ids as u32be), hex (§5 step 4)."""
     if len(nonce) != 16:
         raise InvalidParameterError("nonce_top", "must be 16 bytes")
@@ -228,5 +230,5 @@ def float_exact_scores(q_docs_f64: np.ndarray, q_query: np.ndarray, clip: tuple[
     return np.right_shift(np.clip(dots.astype(np.int64), lo, hi), shift)
 
 
-def parse_nonce(s, field: str) -> bytes:
+def parse_nonce(s: Any, field: str) -> bytes:
     return hexbytes(s, field, 16)

@@ -18,7 +18,9 @@ import io
 import re
 import tarfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -47,14 +49,28 @@ def auth_message(method: str, target: str, ts: int, body: bytes) -> bytes:
     return AUTH_DOMAIN + f"{method.upper()}\n{target}\n{int(ts)}\n{hashlib.sha256(body).hexdigest()}".encode()
 
 
-def auth_header(key_id: str, sign, method: str, target: str, body: bytes = b"", now: float | None = None) -> str:
+def auth_header(
+    key_id: str,
+    sign: Callable[[bytes], bytes],
+    method: str,
+    target: str,
+    body: bytes = b"",
+    now: float | None = None,
+) -> str:
     """The Authorization header for ``key_id`` (``sign(message) -> signature bytes``)."""
     ts = int(time.time() if now is None else now)
     sig = sign(auth_message(method, target, ts, body))
     return f"{AUTH_SCHEME} key={key_id}, ts={ts}, sig={sig.hex()}"
 
 
-def check_auth(header: str | None, method: str, target: str, body: bytes, keys, now: float | None = None) -> str:
+def check_auth(
+    header: str | None,
+    method: str,
+    target: str,
+    body: bytes,
+    keys: Callable[[str], str | None],
+    now: float | None = None,
+) -> str:
     """The key id that signed ``header`` for this exact request, or AuthError. ``keys(key_id)`` gives the Ed25519
     public key (hex) registered under an id, or None."""
     if not header:
@@ -75,7 +91,7 @@ def check_auth(header: str | None, method: str, target: str, body: bytes, keys, 
     return key_id
 
 
-def error_body(kind: str, rule: str, field: str | None = None, **extra) -> dict:
+def error_body(kind: str, rule: str, field: str | None = None, **extra: Any) -> dict[str, Any]:
     """Every error the API returns: ``{"error": {"type", "field", "rule", ...}}`` (spec/api.md)."""
     return {"error": {"type": kind, "field": field, "rule": rule, **extra}}
 

@@ -29,18 +29,25 @@ from __future__ import annotations
 
 import secrets
 from functools import lru_cache
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from dprag.errors import InvalidParameterError
 from dprag.zk.circuits import noise_then_select as nts
+from dprag.zk.field import R
 from dprag.zk.formats import proof_from_json, proof_to_json
+
+if TYPE_CHECKING:
+    from dprag.zk.keys import ProvingKey, VerifyingKey
+
+    from .policy import Policy
 
 VALUE_BITS = 12  # quantised embeddings at scale 2^10 lie in [-1024, 1024]
 MAX_ZK_DOCS = 64
 
 
-def circuit_params(policy, n_docs: int, dim: int, noise_bound: int) -> dict:
+def circuit_params(policy: Policy, n_docs: int, dim: int, noise_bound: int) -> dict[str, int]:
     r = policy.retrieval
     if n_docs > MAX_ZK_DOCS:
         raise InvalidParameterError(
@@ -62,11 +69,11 @@ def circuit_params(policy, n_docs: int, dim: int, noise_bound: int) -> dict:
 
 
 @lru_cache(maxsize=8)
-def _circuit(key: tuple) -> nts.Circuit:
+def _circuit(key: tuple[tuple[str, int], ...]) -> nts.Circuit:
     return nts.build(**dict(key))
 
 
-def circuit(policy, n_docs: int, dim: int, noise_bound: int) -> nts.Circuit:
+def circuit(policy: Policy, n_docs: int, dim: int, noise_bound: int) -> nts.Circuit:
     return _circuit(tuple(sorted(circuit_params(policy, n_docs, dim, noise_bound).items())))
 
 
@@ -76,7 +83,7 @@ def index_commitment(q_rows: np.ndarray, blinding: int) -> str:
     return str(nts.index_commitment([[int(v) for v in row] for row in np.asarray(q_rows)], int(blinding), VALUE_BITS))
 
 
-def setup_for(policy, n_docs: int, dim: int, noise_bound: int):
+def setup_for(policy: Policy, n_docs: int, dim: int, noise_bound: int) -> tuple[ProvingKey, VerifyingKey]:
     """DEVELOPMENT-ONLY setup (the auditor's): (proving key for the provider, verification key to keep)."""
     from dprag.zk.setup import setup
 
@@ -85,13 +92,21 @@ def setup_for(policy, n_docs: int, dim: int, noise_bound: int):
 
 
 def prove(
-    pk, policy, E: np.ndarray, Q: np.ndarray, z: np.ndarray, top: list[int], noise_bound: int, *, blinding: int
-) -> dict:
+    pk: ProvingKey,
+    policy: Policy,
+    E: np.ndarray,
+    Q: np.ndarray,
+    z: np.ndarray,
+    top: list[int],
+    noise_bound: int,
+    *,
+    blinding: int,
+) -> dict[str, Any]:
     """One query's proof record: fresh salts (CSPRNG) and the snarkjs proof.json object. ``blinding`` is the
     tenant's index blinding scalar, the one its genesis Z_idx = ``index_commitment(E, blinding)`` was made with (it
     is not part of the record: the auditor has it from its confidential files)."""
     circ = circuit(policy, E.shape[0], E.shape[1], noise_bound)
-    salt_q, salt_k = secrets.randbelow(nts.R - 1) + 1, secrets.randbelow(nts.R - 1) + 1
+    salt_q, salt_k = secrets.randbelow(R - 1) + 1, secrets.randbelow(R - 1) + 1
     Er = [[int(v) for v in row] for row in E]
     w = circ.witness(Er, [int(v) for v in Q], [int(v) for v in z], salt_q, salt_k, blinding=int(blinding))
     if nts.select(Er, [int(v) for v in Q], [int(v) for v in z], circ.params) != list(top):
@@ -99,7 +114,9 @@ def prove(
     return {"salt_q": str(salt_q), "salt_k": str(salt_k), "proof": proof_to_json(nts.prove(pk, w))}
 
 
-def public_inputs(z_idx: int, record: dict, Q: np.ndarray, z: np.ndarray, top: list[int], noise_bits: int) -> list[int]:
+def public_inputs(
+    z_idx: int, record: dict[str, Any], Q: np.ndarray, z: np.ndarray, top: list[int], noise_bits: int
+) -> list[int]:
     salt_q, salt_k = int(record["salt_q"]), int(record["salt_k"])
     return [
         z_idx,
@@ -109,14 +126,25 @@ def public_inputs(z_idx: int, record: dict, Q: np.ndarray, z: np.ndarray, top: l
     ]
 
 
-def check(vk, policy, z_idx: int, record: dict, Q, z, top, n_docs: int, dim: int, noise_bound: int) -> bool:
+def check(
+    vk: VerifyingKey,
+    policy: Policy,
+    z_idx: int,
+    record: dict[str, Any],
+    Q: np.ndarray,
+    z: np.ndarray,
+    top: list[int],
+    n_docs: int,
+    dim: int,
+    noise_bound: int,
+) -> bool:
     """Verify one proof record against the auditor's key and the recomputed public inputs."""
     p = circuit_params(policy, n_docs, dim, noise_bound)
     if not isinstance(record, dict) or set(record) != {"pos", "salt_q", "salt_k", "proof"}:
         return False
     for s in ("salt_q", "salt_k"):
         v = record[s]
-        if not isinstance(v, str) or not v.isdigit() or len(v) > 80 or not 0 < int(v) < nts.R:
+        if not isinstance(v, str) or not v.isdigit() or len(v) > 80 or not 0 < int(v) < R:
             return False
     raw = record["proof"]
     # every field bound (spec/protocol.md §8.8): snarkjs's proof.json and nothing else, on BN254 ("bn128")

@@ -18,8 +18,9 @@ the verifier reads from the bundle in all (None: the per-file caps genesis impli
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from . import pool
 from .answers import check_8_9_answers
@@ -53,10 +54,10 @@ def verify(
     window: str | None = None,
     trusted_checkpoint: str | Path | None = None,
     corpus: dict[str, list[str]] | None = None,
-    embedder=None,
-    witnesses: list[str | Path] = (),
+    embedder: Any = None,
+    witnesses: Sequence[str | Path] = (),
     min_witnesses: int | None = None,
-    replay_generator=None,
+    replay_generator: object = None,
     zk_vkey: str | Path | None = None,
     theta: float = DEFAULT_THETA,
     coalition_window: int | None = DEFAULT_WINDOW,

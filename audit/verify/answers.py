@@ -6,15 +6,25 @@ A policy whose generator cannot be replayed (``replayable: false``) has no answe
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any, cast
 
 from ..protocol.bundle import AuditorInputError
+from ..protocol.policy import Policy
 from .run import Run, guarded
 from .scores import scores_of
 
+#: a valid receipt of this window (``receipts.Evidence.valid``): (its line, its body, its citations or None, the
+#: question its account handed over or None)
+ValidReceipt = tuple[int, dict[str, Any], Any, str | None]
+
 
 def check_8_9_answers(
-    run: Run, valid: list, generator, corpus: dict[str, list[str]] | None, children: tuple[Callable | None, ...] = ()
+    run: Run,
+    valid: Sequence[ValidReceipt],
+    generator: object,
+    corpus: dict[str, list[str]] | None,
+    children: tuple[Callable[[], object] | None, ...] = (),
 ) -> None:
     """§8.9 (answers, optional): nothing without a generator; the corpus is then the auditor's input (exit 2
     without it, once the background ``children`` are reaped)."""
@@ -29,23 +39,27 @@ def check_8_9_answers(
 
 
 @guarded("generation")
-def _replay_answers(run: Run, valid: list, generator, corpus: dict[str, list[str]]) -> None:
+def _replay_answers(run: Run, valid: Sequence[ValidReceipt], generator: object, corpus: dict[str, list[str]]) -> None:
     """§8.9 (answers, optional): replay the answer of every receipt whose account handed over its question,
     with the committed corpus and the auditor's generator, and compare it with the signed h_answer."""
     from ..protocol.replay import answer_hash, replay_answer
 
-    if not run.policy.generation.replayable:
+    # verify() replays the answers only with a policy and the committed seed
+    policy, seed = cast(Policy, run.policy), cast(bytes, run.seed)
+    if not policy.generation.replayable:
         # a hosted text generator (dp-ksa, replayable: false): nobody can re-run it, so no answer is compared
         # (a mismatch would FAIL an honest provider); the verdict's trust list says what that leaves on trust
         run.checked["answers_replayed"] = 0
         run.checked["answers_not_replayable"] = sum(1 for _, _, _, q in valid if q is not None)
         return
-    done, replayed = 0, set()
+    done = 0
+    replayed: set[int] = set()
     for k, body, _, question in valid:
         pos = body["pos"]
         if pos in replayed:  # one replay per ledger position, however many receipt lines name it (§8.9)
             continue
-        rec, op = run.records[pos], run.openings.get(pos)
+        # rec is read only for a position §8.7 accepted (``run.queries``), whose record is never None
+        rec, op = cast("dict[str, Any]", run.records[pos]), run.openings.get(pos)
         texts = corpus.get(body["tenant"]) if corpus else None
         if (
             question is None
@@ -56,7 +70,7 @@ def _replay_answers(run: Run, valid: list, generator, corpus: dict[str, list[str
         ):
             continue
         replayed.add(pos)
-        got = answer_hash(replay_answer(run.policy, run.seed, op, scores_of(run, pos), texts, question, generator))
+        got = answer_hash(replay_answer(policy, seed, op, scores_of(run, pos), texts, question, generator))
         if got != body["h_answer"]:
             run.fail(
                 "generation",

@@ -5,7 +5,7 @@ their lines (``Openings``)."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, cast
 
 from ..protocol.encoding import EncodingError, decode
 from .pool import fork_map
@@ -67,7 +67,8 @@ def check_8_2_canonical(run: Run) -> None:
             run.records.append(None)
             run.fail("canonical", str(e))
     last = 0
-    got = fork_map(_opening_pos, [(raw, f"opening line {k}") for k, raw in enumerate(run.b.openings_lines)])
+    opening_lines = [(raw, f"opening line {k}") for k, raw in enumerate(run.b.openings_lines)]
+    got = cast("list[tuple[str | None, Any]]", fork_map(_opening_pos, opening_lines))  # serial path: never None
     for k, (err, pos) in enumerate(got):
         if err is not None:
             run.fail("canonical", err)

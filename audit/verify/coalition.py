@@ -11,10 +11,12 @@ only if exactly those accounts colluded, never as certified."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any, cast
 
 import numpy as np
 
 from ..protocol.bundle import AuditorInputError
+from ..protocol.policy import Policy
 from . import pool
 from .estimator import coalition_size, resolve_window
 from .run import Run, guarded
@@ -27,7 +29,9 @@ class CoalitionWindowRequired(AuditorInputError):
     auditor_input = True
 
 
-def _coalition_task(embs, accts, poss, theta, window) -> tuple[int, int, int]:
+def _coalition_task(
+    embs: np.ndarray, accts: list[str], poss: list[int], theta: float, window: int | None
+) -> tuple[int, int, int]:
     span = max(1, int(poss[-1] - poss[0]))
     w = resolve_window(window, poss, embs.shape[1])
     if window is None and w < span:
@@ -35,15 +39,18 @@ def _coalition_task(embs, accts, poss, theta, window) -> tuple[int, int, int]:
     return coalition_size(embs, accts, theta, w, positions=poss), w, span
 
 
-def coalition_inputs(run: Run, with_prefix: bool = True) -> tuple[np.ndarray, list, list] | None:
+def coalition_inputs(run: Run, with_prefix: bool = True) -> tuple[np.ndarray, list[str], list[int]] | None:
     """(Q of every query leaf as an int16 matrix, their accounts, their positions), or None if there is nothing
     to estimate (no query, or Q of several dimensions). In a history (§3.1) the positions are global (the earlier
     windows' sizes added) and ``with_prefix`` puts the earlier windows' queries first: the estimate covers the
     whole history."""
-    accts, poss, dims = [], [], set()
+    accts: list[str] = []
+    poss: list[int] = []
+    dims: set[int] = set()
     seen: set[tuple[str, bytes]] = set()
+    records = cast("list[dict[str, Any]]", run.records)  # the query leaves' records are §8.7's, never None
     for i in run.queries:
-        rec = run.records[i]
+        rec = records[i]
         if rec["type"] != "query":
             continue
         key = (rec["tenant"], run.qembs[i])
@@ -51,7 +58,7 @@ def coalition_inputs(run: Run, with_prefix: bool = True) -> tuple[np.ndarray, li
             continue  # an exact repeat: the same citations as the first, no new release (module docstring)
         seen.add(key)
         dims.add(len(run.qembs[i]) // 2)  # int16 entries (§8.7 checked them)
-        accts.append(run.records[i]["account"])
+        accts.append(records[i]["account"])
         poss.append(i)
     if not poss and with_prefix and run.coalition_prefix is not None:
         return run.coalition_prefix  # no query in this window: the earlier windows' estimate
@@ -74,7 +81,7 @@ def _coalition_estimate(run: Run, theta: float, window: int | None) -> tuple[int
     return None if got is None else _coalition_task(*got, theta, window)
 
 
-def start_coalition(run: Run, theta: float, window: int | None) -> Callable | None:
+def start_coalition(run: Run, theta: float, window: int | None) -> Callable[[], Any] | None:
     """The coalition estimate (BLAS-bound) needs only the checked openings: started in a fresh process beside the
     generation check (after the retrieval replay, whose workers already fill the cores: a lower peak); None
     where §8.10 computes it in line (a small window, one worker, or anything unexpected: the check reports it)."""
@@ -88,7 +95,9 @@ def start_coalition(run: Run, theta: float, window: int | None) -> Callable | No
 
 
 @guarded("coalition")
-def check_8_10_coalition(run: Run, theta: float, window: int | None, background=None) -> int | None:
+def check_8_10_coalition(
+    run: Run, theta: float, window: int | None, background: Callable[[], Any] | None = None
+) -> int | None:
     """ĉ <= k_max. ``background``: the estimate started in a fresh process beside the other checks (its
     (ĉ, window), or None if the child failed: then it is computed here, raising what it raises). The checked
     Q (``run.qembs``) go afterwards (memory at scale)."""
@@ -103,16 +112,17 @@ def check_8_10_coalition(run: Run, theta: float, window: int | None, background=
                 f"--coalition-window is required: the history's queries span {span} ledger positions, more than the "
                 f"estimator compares by default (at most {w}); choose a window, which the verdict names"
             )
-        k_max = run.policy.coalition.k_max
+        policy = cast(Policy, run.policy)  # verify() runs §8.10 only with a policy
+        k_max = policy.coalition.k_max
         run.checked["coalition_window"] = w
         run.checked["coalition_window_covers_history"] = w >= span
         if c_hat > k_max:
-            r = run.policy.retrieval
+            r = policy.retrieval
             try:
                 from dprag.accounting import gdp
 
                 e_k = gdp.discrete_gaussian_epsilon(
-                    r.sigma, r.sensitivity, c_hat * r.n, run.policy.coalition.delta_policy, sampler_tv=r.sampler.tv
+                    r.sigma, r.sensitivity, c_hat * r.n, policy.coalition.delta_policy, sampler_tv=r.sampler.tv
                 ).epsilon
                 if_colluded = f"; the retrieval ε for k = {c_hat} would be {e_k:.4g}"
             except Exception:  # noqa: BLE001 - the finding stands without the figure

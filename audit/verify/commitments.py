@@ -5,6 +5,8 @@ is the pinned one."""
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 import numpy as np
 
 from dprag.errors import DpragError
@@ -27,7 +29,7 @@ from .verdict import key_fingerprint
 
 
 @guarded("commitments")
-def check_8_3_commitments(run: Run, corpus: dict[str, list[str]] | None, reembedder=None) -> None:
+def check_8_3_commitments(run: Run, corpus: dict[str, list[str]] | None, reembedder: Any = None) -> None:
     """§8.3: sets ``run.genesis``, ``run.key``, ``run.seed``, ``run.policy`` (not yet checked: §8.4),
     ``run.tenants`` and ``run.accounts`` from what opens its commitment. With ``corpus`` and the committed
     embedder ``reembedder`` (``embedder_fidelity``), the index is re-embedded from the texts."""
@@ -123,7 +125,7 @@ def check_8_3_commitments(run: Run, corpus: dict[str, list[str]] | None, reembed
                 raise EncodingError(f"auditor/index/{name}.i16 is missing")
             if not is_int(dim, 1, 1 << 16) or len(data) != 2 * n_docs * dim:
                 raise EncodingError(f"auditor/index/{name}.i16 has the wrong size")
-            q = np.frombuffer(data, dtype="<i2").reshape(n_docs, dim)
+            q = np.frombuffer(data, dtype="<i2").reshape(n_docs, cast(int, dim))  # is_int checked dim
             docs = decode(b.docs_files.get(name, b"null"), what=f"auditor/docs/{name}.json")
             if not isinstance(docs, dict) or set(docs) - {"zk_blinding"} != {
                 "ids",
@@ -202,7 +204,7 @@ def check_8_3_commitments(run: Run, corpus: dict[str, list[str]] | None, reembed
         embedder_fidelity(run, corpus, reembedder)
 
 
-def embedder_fidelity(run: Run, corpus: dict[str, list[str]], embedder) -> None:
+def embedder_fidelity(run: Run, corpus: dict[str, list[str]], embedder: Any) -> None:
     """§8.3 with ``--corpus`` and the committed embedder installed: the embedder must be the committed one (its own
     descriptor equals the opened one, schema aside), and every committed index row must be its quantised output on
     the document's text, each coordinate within ±1 (float rounding across machines can move a value that sits on a
@@ -240,7 +242,7 @@ def embedder_fidelity(run: Run, corpus: dict[str, list[str]], embedder) -> None:
         run.checked["documents_reembedded"] += int(ten["n"])
 
 
-def _check_history_fields(run: Run, g: dict) -> None:
+def _check_history_fields(run: Run, g: dict[str, Any]) -> None:
     """§3.1: the genesis's place in its history, and what carried over (auditor/carry.json opens C_carry)."""
     from ..protocol.chain import carry_commitment
 
@@ -294,7 +296,7 @@ def _check_history_fields(run: Run, g: dict) -> None:
         run.fail("commitments", f"auditor/carry.json: {e}")
 
 
-def _version_text(v) -> str:
+def _version_text(v: object) -> str:
     return str(v) if is_int(v, -(1 << 53), 1 << 53) else excerpt(v)
 
 

@@ -42,9 +42,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Sequence
 from fractions import Fraction
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
+import numpy.typing as npt
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
@@ -59,6 +60,8 @@ MAX_DIM = 1 << 16
 
 #: a tile of the exact search holds at most this many float64 similarities (16 MiB)
 _TILE_ELEMS = 1 << 21
+
+_H = TypeVar("_H", bound=Hashable)
 
 
 @runtime_checkable
@@ -83,7 +86,7 @@ class NeighbourSearch(Protocol):
 # ---------------------------------------------------------------------------------------------------------
 
 
-def _check_embeddings(embeddings, n_expected: int | None = None) -> np.ndarray:
+def _check_embeddings(embeddings: npt.ArrayLike, n_expected: int | None = None) -> np.ndarray:
     e = np.asarray(embeddings)
     if e.dtype == bool or not (np.issubdtype(e.dtype, np.integer) or np.issubdtype(e.dtype, np.floating)):
         raise InvalidParameterError("embeddings", "must be an integer or floating-point array", str(e.dtype))
@@ -105,7 +108,7 @@ def _check_embeddings(embeddings, n_expected: int | None = None) -> np.ndarray:
     return e
 
 
-def _check_theta(theta, field: str = "theta") -> float:
+def _check_theta(theta: Any, field: str = "theta") -> float:
     if isinstance(theta, bool):
         raise InvalidParameterError(field, "must be a real number in (0, 1]", theta)
     try:
@@ -117,7 +120,7 @@ def _check_theta(theta, field: str = "theta") -> float:
     return t
 
 
-def _check_positions(positions, n: int) -> np.ndarray:
+def _check_positions(positions: npt.ArrayLike | None, n: int) -> np.ndarray:
     if positions is None:
         return np.arange(n, dtype=np.int64)
     p = np.asarray(positions)
@@ -131,7 +134,7 @@ def _check_positions(positions, n: int) -> np.ndarray:
     return p
 
 
-def _account_codes(accounts: Sequence[Hashable], n: int) -> tuple[np.ndarray, list]:
+def _account_codes(accounts: Sequence[_H], n: int) -> tuple[np.ndarray, list[_H]]:
     if isinstance(accounts, (str, bytes)):
         raise InvalidParameterError("accounts", "must be a sequence of account ids, not a single string")
     try:
@@ -140,7 +143,7 @@ def _account_codes(accounts: Sequence[Hashable], n: int) -> tuple[np.ndarray, li
         raise InvalidParameterError("accounts", "must be a sequence of account ids", type(accounts).__name__) from None
     if len(accts) != n:
         raise InvalidParameterError("accounts", "must have one account id per embedding row", (len(accts), n))
-    index: dict = {}
+    index: dict[_H, int] = {}
     try:
         codes = np.fromiter((index.setdefault(a, len(index)) for a in accts), dtype=np.int64, count=n)
     except TypeError:
@@ -162,7 +165,8 @@ def unit_rows(embeddings: np.ndarray) -> np.ndarray:
     x = np.ldexp(x, -e[:, None])
     n = np.sqrt(np.einsum("ij,ij->i", x, x))
     n[n == 0] = 1.0
-    return x / n[:, None]
+    unit: np.ndarray = x / n[:, None]
+    return unit
 
 
 def _int_rows(raw: np.ndarray, rows: np.ndarray) -> dict[int, list[int]]:
@@ -191,7 +195,8 @@ def _same_rows(raw: np.ndarray, pairs: np.ndarray) -> np.ndarray:
     _, row_class = np.unique(sub, axis=0, return_inverse=True)  # equal rows <-> equal class
     row_class = row_class.reshape(-1)
     nonzero = (sub != 0).any(axis=1)
-    return (row_class[where[:, 0]] == row_class[where[:, 1]]) & nonzero[where[:, 0]]
+    same: np.ndarray = (row_class[where[:, 0]] == row_class[where[:, 1]]) & nonzero[where[:, 0]]
+    return same
 
 
 def exact_links(raw: np.ndarray, pairs: np.ndarray, theta: float) -> np.ndarray:
@@ -284,7 +289,9 @@ class _Candidates:
     """Candidate pairs (unique, i < j, inside the window) with cosine estimates ``cos`` and per-pair error
     bounds ``err`` (0 for float64 values computed here; a search's declared bound for its own values)."""
 
-    def __init__(self, raw: np.ndarray, unit: np.ndarray, pairs: np.ndarray, cos: np.ndarray | None, err: float = 0.0):
+    def __init__(
+        self, raw: np.ndarray, unit: np.ndarray | _RowUnit, pairs: np.ndarray, cos: np.ndarray | None, err: float = 0.0
+    ):
         self.raw, self.unit, self.pairs = raw, unit, pairs
         if cos is None:
             cos = _pair_dots(unit, pairs)
@@ -313,7 +320,7 @@ class _Candidates:
         return linked
 
 
-def _pair_dots(unit: np.ndarray, pairs: np.ndarray, chunk: int = 1 << 16) -> np.ndarray:
+def _pair_dots(unit: np.ndarray | _RowUnit, pairs: np.ndarray, chunk: int = 1 << 16) -> np.ndarray:
     out = np.empty(pairs.shape[0])
     for s in range(0, pairs.shape[0], chunk):
         p = pairs[s : s + chunk]
@@ -327,7 +334,7 @@ def _candidates(
     theta_lo: float,
     window: int,
     positions: np.ndarray,
-    search: Callable | None,
+    search: Callable[..., Any] | None,  # a NeighbourSearch: its answer is validated here
     block: int = 1024,
 ) -> _Candidates:
     """Run the neighbour search at ``theta_lo`` and normalise its answer (validated, deduplicated,
@@ -373,7 +380,7 @@ def link_pairs(
     window: int,
     block: int = 1024,
     *,
-    positions: Sequence[int] | None = None,
+    positions: Sequence[int] | np.ndarray | None = None,
     search: NeighbourSearch | None = None,
 ) -> np.ndarray:
     """All linked pairs (i, j), i < j, ``pos_j - pos_i <= window`` and cos(e_i, e_j) >= θ exactly, as an
@@ -386,23 +393,28 @@ def link_pairs(
     unit = unit_rows(raw)
     cand = _candidates(raw, unit, theta - MARGIN, window, pos, search, block)
     links = cand.pairs[cand.linked(theta)]
-    return links[np.lexsort((links[:, 1], links[:, 0]))]
+    ordered: np.ndarray = links[np.lexsort((links[:, 1], links[:, 0]))]
+    return ordered
 
 
 def _components(n: int, pairs: np.ndarray) -> np.ndarray:
     if pairs.shape[0] == 0:
         return np.arange(n)
     g = coo_matrix((np.ones(pairs.shape[0], dtype=np.int8), (pairs[:, 0], pairs[:, 1])), shape=(n, n))
-    return connected_components(g, directed=False)[1]
+    labels: np.ndarray = connected_components(g, directed=False)[1]
+    return labels
 
 
 def _distinct_accounts(labels: np.ndarray, codes: np.ndarray, n_accounts: int) -> np.ndarray:
     """Number of distinct accounts of every component label (labels compact 0..L-1)."""
     key = np.unique(labels.astype(np.int64) * n_accounts + codes)
-    return np.bincount(key // n_accounts, minlength=int(labels.max()) + 1 if labels.size else 0)
+    counts: np.ndarray = np.bincount(key // n_accounts, minlength=int(labels.max()) + 1 if labels.size else 0)
+    return counts
 
 
-def _prepare(embeddings, accounts, window, positions):
+def _prepare(
+    embeddings: npt.ArrayLike, accounts: Sequence[str], window: int | None, positions: npt.ArrayLike | None
+) -> tuple[np.ndarray, np.ndarray, list[str], int, np.ndarray]:
     n = len(accounts) if hasattr(accounts, "__len__") else None
     raw = _check_embeddings(embeddings, n)
     codes, names = _account_codes(accounts, raw.shape[0])
@@ -436,7 +448,7 @@ def float32_margin(dim: int) -> float:
     return 2.0 * (check_positive_int("dim", dim) + 2) * 2.0**-24
 
 
-def band_pairs(positions: Sequence[int], window: int) -> int:
+def band_pairs(positions: Sequence[int] | np.ndarray, window: int) -> int:
     """Number of pairs i < j with ``positions[j] - positions[i] <= window`` (positions strictly increasing)."""
     pos = _check_positions(positions, len(positions))
     window = check_positive_int("window", window)
@@ -444,7 +456,7 @@ def band_pairs(positions: Sequence[int], window: int) -> int:
     return int((ends - np.arange(pos.size) - 1).sum())
 
 
-def default_window(positions: Sequence[int], dim: int, budget: int = DEFAULT_PAIR_DIM_BUDGET) -> int:
+def default_window(positions: Sequence[int] | np.ndarray, dim: int, budget: int = DEFAULT_PAIR_DIM_BUDGET) -> int:
     """The default window for queries at ``positions``: the whole audit window (the span of the positions,
     so every pair is compared) when ``band_pairs · dim <= budget``, else the largest window that fits."""
     pos = _check_positions(positions, len(positions))
@@ -462,7 +474,7 @@ def default_window(positions: Sequence[int], dim: int, budget: int = DEFAULT_PAI
     return lo
 
 
-def resolve_window(window: int | None, positions: Sequence[int], dim: int) -> int:
+def resolve_window(window: int | None, positions: Sequence[int] | np.ndarray, dim: int) -> int:
     """``window`` checked, or ``default_window`` when it is None (``DEFAULT_WINDOW``)."""
     if window is None:
         return default_window(positions, dim)
@@ -475,7 +487,7 @@ class _RowUnit:
     def __init__(self, raw: np.ndarray):
         self.raw = raw
 
-    def __getitem__(self, idx) -> np.ndarray:
+    def __getitem__(self, idx: Any) -> np.ndarray:
         return unit_rows(self.raw[idx])
 
 

@@ -5,12 +5,13 @@ spend exceeds its budget. The answers' replay is ``answers``."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from ..protocol.charges import ChargeRule, expected_charges
 from ..protocol.encoding import EncodingError, digest
+from ..protocol.policy import Policy
 from ..protocol.retrieval import request_source
 from .run import MAX_UNITS, Run, guarded, is_int
 from .scores import scores_of
@@ -23,7 +24,7 @@ def _opened_charges(charge: Any, n_docs: int) -> tuple[list[tuple[int, np.ndarra
         or not isinstance(charge["charges"], list)
     ):
         raise EncodingError("malformed charge opening")
-    out = []
+    out: list[tuple[int, np.ndarray]] = []
     for c in charge["charges"]:
         if (
             not isinstance(c, dict)
@@ -50,13 +51,15 @@ def _opened_charges(charge: Any, n_docs: int) -> tuple[list[tuple[int, np.ndarra
 @guarded("generation")
 def check_8_9_generation(run: Run) -> None:
     """§8.9: every charge replayed on the per-document filter, in ledger order."""
-    pol = run.policy
+    # verify() runs §8.9 only with a policy and the committed seed; the query leaves' records are §8.7's, never None
+    pol, seed = cast(Policy, run.policy), cast(bytes, run.seed)
+    records = cast("list[dict[str, Any]]", run.records)
     rule = ChargeRule.of(pol)
     spent = {t: np.zeros(v["n"], dtype=np.int64) for t, v in run.tenants.items()}
     for t, units in ((run.carry or {}).get("spend") or {}).items():  # spend carried over from earlier windows
         spent[t][: len(units)] = np.asarray(units, dtype=np.int64)
     for done, i in enumerate(run.queries):
-        rec, op = run.records[i], run.openings[i]
+        rec, op = records[i], run.openings[i]
         t = rec["tenant"]
         try:
             if digest(op.get("charge")) != rec["h_charge"]:
@@ -65,7 +68,7 @@ def check_8_9_generation(run: Run) -> None:
             if op["charge"]["algorithm"] != pol.generation.algorithm:
                 raise EncodingError("the charge's algorithm differs from the policy")
             want, want_bins = expected_charges(
-                pol, rule, scores_of(run, i), spent[t], request_source(run.seed, "select", bytes.fromhex(rec["h_req"]))
+                pol, rule, scores_of(run, i), spent[t], request_source(seed, "select", bytes.fromhex(rec["h_req"]))
             )
             if bins != want_bins:
                 raise EncodingError(f"bins_released {bins!r} differs from the committed-seed release {want_bins}")

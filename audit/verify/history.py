@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, cast
 
 import numpy as np
 
@@ -45,14 +47,14 @@ class History:
             b = b.previous
         self.bundles = chain[::-1]
         self.progress = progress
-        self.summaries: list[dict] = []  # per window, after its checks: what the history check compares
+        self.summaries: list[dict[str, Any]] = []  # per window, after its checks: what the history check compares
         self.last: Run | None = None
         self.receipt_lines: dict[int, list[tuple[int, bytes]]] = {}  # window index -> its receipts
         self.reasons: list[str] = []
         self.newer = 0
-        self.earlier_checked: Counter = Counter()  # the earlier windows' counts, added to the head's (§8.10)
+        self.earlier_checked: Counter[str] = Counter()  # the earlier windows' counts, added to the head's (§8.10)
         self.receipts_file_empty = False
-        self.coalition_inputs: list[tuple[np.ndarray, list, list]] = []
+        self.coalition_inputs: list[tuple[np.ndarray, list[str], list[int]]] = []
         self.offset = 0  # global ledger position of the current window's leaf 0 (coalition positions)
 
     @property
@@ -70,7 +72,8 @@ class History:
             run = Run(b, self.progress)
             run.history = self
             if data is not None:
-                given.receipts = self.receipt_lines.get(k, [])
+                # the window's (line number, line) pairs: read_receipts takes them as well as the file's bytes
+                given.receipts = cast(Any, self.receipt_lines.get(k, []))
             if self.coalition_inputs:
                 run.coalition_prefix = _concat(self.coalition_inputs)
             self.last = run
@@ -88,7 +91,7 @@ class History:
         keys: list[tuple[int, NoteVerifier]] = []
         for k, b in enumerate(self.bundles):
             try:
-                g = decode_content(b.leaves[0], what="genesis") if b.leaves else None
+                g: Any = decode_content(b.leaves[0], what="genesis") if b.leaves else None
                 windows[str(g["window"])] = k
                 keys.append((k, NoteVerifier.from_vkey(g["provider_key"])))
             except Exception:  # noqa: BLE001 - a malformed genesis FAILs in its window's own checks
@@ -204,7 +207,7 @@ def check_8_10_history(
         _check_link(run, a, b, cid)
 
 
-def _check_link(run: Run, a: dict, b: dict, cid: str | None) -> None:
+def _check_link(run: Run, a: dict[str, Any], b: dict[str, Any], cid: str | None) -> None:
     ga, gb = a["genesis"], b["genesis"]
     wa, wb = ga.get("window"), gb.get("window")
     where = f"window {excerpt(wb)} after {excerpt(wa)}"
@@ -246,11 +249,11 @@ def _check_link(run: Run, a: dict, b: dict, cid: str | None) -> None:
 
 
 # ----------------------------------------------------------------------------------------------------------------
-def _concat(parts: list[tuple[np.ndarray, list, list]]) -> tuple[np.ndarray, list, list]:
+def _concat(parts: list[tuple[np.ndarray, list[str], list[int]]]) -> tuple[np.ndarray, list[str], list[int]]:
     return np.concatenate([p[0] for p in parts]), [a for p in parts for a in p[1]], [x for p in parts for x in p[2]]
 
 
-def _window_coalition_inputs(run: Run, offset: int):
+def _window_coalition_inputs(run: Run, offset: int) -> tuple[np.ndarray, list[str], list[int]] | None:
     from .coalition import coalition_inputs
 
     try:
@@ -263,7 +266,7 @@ def _window_coalition_inputs(run: Run, offset: int):
     return embs, accts, [offset + p for p in poss]
 
 
-def _signed_by(rc, key: NoteVerifier) -> bool:
+def _signed_by(rc: Any, key: NoteVerifier) -> bool:
     if not isinstance(rc, dict):
         return False
     try:
@@ -280,14 +283,14 @@ def _closed(b: Bundle) -> bool:
         return False
 
 
-def _last_leaf(run: Run):
+def _last_leaf(run: Run) -> Any:
     try:
         return decode_content(run.b.leaves[-1]) if run.n > 1 else None
     except Exception:  # noqa: BLE001
         return None
 
 
-def _embedder(run: Run):
+def _embedder(run: Run) -> Any:
     try:
         return decode_content(run.b.embedder_bytes) if run.b.embedder_bytes is not None else None
     except Exception:  # noqa: BLE001
@@ -295,7 +298,7 @@ def _embedder(run: Run):
 
 
 def _text_hashes(run: Run) -> dict[str, list[str]]:
-    out = {}
+    out: dict[str, list[str]] = {}
     for t, data in run.b.docs_files.items():
         try:
             out[t] = list(decode_content(data)["text_sha256"])
@@ -304,12 +307,14 @@ def _text_hashes(run: Run) -> dict[str, list[str]]:
     return out
 
 
-def _in_window(reason: str, window) -> str:
+def _in_window(reason: str, window: Any) -> str:
     check, _, what = reason.partition(": ")
     return f"{check}: window {excerpt(window)}: {what}"
 
 
-def read_history(bundle_path, progress, max_read: int | None = None) -> History:
+def read_history(
+    bundle_path: str | Path, progress: Callable[[str, int], None] | None, max_read: int | None = None
+) -> History:
     """The bundle at ``bundle_path`` with every earlier window of its history (``previous/``), reading at most
     ``max_read`` bytes in all (the auditor's cap; None: the per-file caps genesis implies)."""
     if max_read is not None and (isinstance(max_read, bool) or not isinstance(max_read, int) or max_read < 1):

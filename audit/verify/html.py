@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import html
 import math
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -135,7 +136,7 @@ def _section(title: str, *content: Any, id: str | None = None) -> _Markup:
     return _el("section", _el("h2", title), content, id=id)
 
 
-def _banner(d: dict, public: bool) -> _Markup:
+def _banner(d: dict[str, Any], public: bool) -> _Markup:
     word = str(d.get("verdict"))
     passed = word == "PASS"
     if passed:
@@ -159,7 +160,7 @@ def _banner(d: dict, public: bool) -> _Markup:
     )
 
 
-def _notice(d: dict, public: bool) -> _Markup:
+def _notice(d: dict[str, Any], public: bool) -> _Markup:
     if not public:
         return _el(
             "aside",
@@ -181,7 +182,7 @@ def _notice(d: dict, public: bool) -> _Markup:
     )
 
 
-def _channels(d: dict, passed: bool) -> list:
+def _channels(d: dict[str, Any], passed: bool) -> list[_Markup]:
     ch = d.get("channels") or {}
     if not ch:
         return [_el("p", "No channel was certified (no usable policy).")]
@@ -226,7 +227,7 @@ def _channels(d: dict, passed: bool) -> list:
     return out
 
 
-def _warnings(d: dict, passed: bool) -> _Markup | None:
+def _warnings(d: dict[str, Any], passed: bool) -> _Markup | None:
     items = list(d.get("warnings") or [])
     big = large_epsilon_warning(d.get("epsilon")) if passed else None
     if big:
@@ -238,7 +239,7 @@ def _warnings(d: dict, passed: bool) -> _Markup | None:
     return _section("Meaning and warnings" if passed else "Warnings", meaning, listed, id="warnings")
 
 
-def _reasons(d: dict, public: bool) -> _Markup | None:
+def _reasons(d: dict[str, Any], public: bool) -> _Markup | None:
     if d.get("verdict") == "PASS":
         return None
     if public:
@@ -258,7 +259,7 @@ def _reasons(d: dict, public: bool) -> _Markup | None:
     )
 
 
-def _rejected(d: dict, public: bool) -> _Markup:
+def _rejected(d: dict[str, Any], public: bool) -> _Markup:
     r = d.get("rejected_evidence")
     if public or not isinstance(r, list):
         text = f"{_num(r)} item(s) of account evidence were rejected (not held against the provider); their text is "
@@ -267,7 +268,7 @@ def _rejected(d: dict, public: bool) -> _Markup:
     return _section("Rejected evidence (not held against the provider)", _el("ul", items), id="rejected")
 
 
-def _kv_table(items, header: tuple[str, str] | None = None) -> _Markup:
+def _kv_table(items: Iterable[tuple[Any, Any]], header: tuple[str, str] | None = None) -> _Markup:
     rows = [_el("tr", _el("th", header[0]), _el("th", header[1]))] if header else []
     for k, v in items:
         if isinstance(v, (list, tuple)):
@@ -276,7 +277,7 @@ def _kv_table(items, header: tuple[str, str] | None = None) -> _Markup:
     return _el("table", rows, class_="kv")
 
 
-def _provenance(d: dict) -> _Markup:
+def _provenance(d: dict[str, Any]) -> _Markup:
     pinned = "pinned by the auditor" if d.get("key_pinned") else "NOT pinned: taken from the bundle"
     items = [("provider key", f"{_num(d.get('provider_key'))} ({pinned})")]
     if d.get("trusted_checkpoint") is not None:
@@ -289,7 +290,7 @@ def _provenance(d: dict) -> _Markup:
     return _kv_table(items)
 
 
-def _coalition(d: dict, public: bool) -> list:
+def _coalition(d: dict[str, Any], public: bool) -> list[_Markup]:
     c = d.get("checked") or {}
     ch = d.get("channels") or {}
     k_max = d.get("k_max")
@@ -321,7 +322,7 @@ def _coalition(d: dict, public: bool) -> list:
     return [_el("table", rows, class_="coalition"), note]
 
 
-def _checked(d: dict, public: bool) -> _Markup:
+def _checked(d: dict[str, Any], public: bool) -> _Markup:
     c = d.get("checked") or {}
     seconds = {} if public else d.get("seconds") or {}
     keys = list(c) + [k for k in seconds if k not in c]
@@ -340,7 +341,7 @@ def _checked(d: dict, public: bool) -> _Markup:
 # ---------------------------------------------------------------------------------------------------------
 
 
-def _spend(spend: dict | None) -> list:
+def _spend(spend: dict[str, Any] | None) -> list[_Markup | None]:
     if spend is None:
         return [_el("p", "Withheld: per-document spend is a function of the charges, which only the auditor sees.")]
     if not spend:
@@ -374,7 +375,7 @@ def _spend(spend: dict | None) -> list:
     ]
 
 
-def _spend_stats(v: Any) -> dict:
+def _spend_stats(v: Any) -> dict[str, Any]:
     """Bin counts (0, ≤10% … ≤100%, over) and summary of one tenant's spend (its units against the limit)."""
     limit = int(v.get("limit", 0)) if isinstance(v, dict) else 0
     s = np.asarray(v.get("spent", []) if isinstance(v, dict) else [], dtype=np.float64)
@@ -397,7 +398,7 @@ def _pct(f: float) -> str:
     return "—" if not math.isfinite(f) else f"{100 * f:.1f}%"
 
 
-def _histogram(tenant: str, s: dict) -> _Markup:
+def _histogram(tenant: str, s: dict[str, Any]) -> _Markup:
     """One tenant's documents per spent-share bin, as an inline SVG bar chart (labelled counts)."""
     w, h, left, right, top, bottom = 340, 200, 34, 8, 30, 44
     pw, ph = w - left - right, h - top - bottom

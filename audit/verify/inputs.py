@@ -9,17 +9,23 @@ from __future__ import annotations
 import os
 import stat
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dprag.errors import DpragError
 
-from ..protocol.bundle import AuditorInputError, load_bundle
+from ..protocol.bundle import AuditorInputError, Bundle, load_bundle
 from ..protocol.commitments import PROTOCOL_VERSION
 from ..protocol.encoding import loads_bounded
 from ..protocol.ledger import NoteVerifier
 from .run import Run
+
+if TYPE_CHECKING:
+    from dprag.zk.keys import VerifyingKey
+
+    from ..protocol.ledger.witness import WitnessVerifier
 
 
 @dataclass
@@ -30,9 +36,9 @@ class AuditorInputs:
 
     pinned: str | None
     trusted: bytes | None
-    witnesses: list
+    witnesses: list[WitnessVerifier]
     min_witnesses: int
-    zk_vkey: Any
+    zk_vkey: VerifyingKey | None
     receipts: bytes | None
 
     def trusted_for(self, last: bool) -> tuple[bytes | None, str | None]:
@@ -41,7 +47,7 @@ class AuditorInputs:
         return (self.trusted, self.pinned) if last else (None, None)
 
 
-def read_auditor_file(path, what: str, cap: int) -> bytes:
+def read_auditor_file(path: str | os.PathLike[str], what: str, cap: int) -> bytes:
     """The auditor's own file (``--receipts``, ``--key``, ``--trusted-checkpoint``): a regular file (the auditor
     may keep it behind a link), read without blocking and at most ``cap`` bytes; else exit 2 naming the flag."""
     try:
@@ -68,7 +74,16 @@ def read_auditor_file(path, what: str, cap: int) -> bytes:
 
 
 def read_auditor_inputs(
-    *, mode, samples, theta, key, trusted_checkpoint, witnesses, min_witnesses, zk_vkey, receipts
+    *,
+    mode: str,
+    samples: int | None,
+    theta: float,
+    key: str | Path | None,
+    trusted_checkpoint: str | Path | None,
+    witnesses: Iterable[str | Path],
+    min_witnesses: int | None,
+    zk_vkey: str | Path | None,
+    receipts: str | Path | None,
 ) -> AuditorInputs:
     """The auditor's flags and files, checked in this order; the first defect is exit 2 naming its flag."""
     if mode not in ("full", "sampled"):
@@ -91,7 +106,7 @@ def read_auditor_inputs(
     )
     from ..protocol.ledger.witness import WitnessVerifier
 
-    wit = []
+    wit: list[WitnessVerifier] = []
     for w in witnesses:
         text = read_auditor_file(w, "--witness", 4096).decode("utf-8", "replace").strip()
         try:
@@ -100,7 +115,7 @@ def read_auditor_inputs(
             raise AuditorInputError(f"--witness {w}: not a witness verifier key ({e})") from None
     if min_witnesses is None:
         min_witnesses = 1 if wit else 0
-    vk = None
+    vk: VerifyingKey | None = None
     if zk_vkey is not None:
         from dprag.zk.formats import FormatError, vk_from_json
 
@@ -114,7 +129,7 @@ def read_auditor_inputs(
     return AuditorInputs(pinned, trusted, wit, min_witnesses, vk, receipts_data)
 
 
-def check_version(b) -> None:
+def check_version(b: Bundle) -> None:
     """A well-formed genesis of a version newer than this verifier's is the auditor's problem (exit 2)."""
     version = b.version
     if isinstance(version, int) and not isinstance(version, bool) and version > PROTOCOL_VERSION:
@@ -124,7 +139,7 @@ def check_version(b) -> None:
         )
 
 
-def read_bundle(bundle_path, progress: Callable[[str, int], None] | None) -> Run:
+def read_bundle(bundle_path: str | Path, progress: Callable[[str, int], None] | None) -> Run:
     """The bundle at ``bundle_path`` (``load_bundle``: §8.1's safe reads, its defects kept for §8.1), as the
     state the checks share. A well-formed genesis of a NEWER version is exit 2: the auditor needs another
     verifier; an older version (a downgrade) or a damaged version field is a FAIL of the commitments check

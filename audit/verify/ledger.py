@@ -5,12 +5,17 @@ the whole ledger carries at least ``--min-witnesses`` valid witness cosignatures
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from dprag.errors import DpragError
 
 from ..protocol.encoding import EncodingError
-from ..protocol.ledger import NoteVerifier, open_checkpoint
+from ..protocol.ledger import Checkpoint, NoteVerifier, open_checkpoint
 from ..protocol.ledger.rfc6962 import CompactRange, hash_leaf
 from .run import Run, guarded
+
+if TYPE_CHECKING:
+    from ..protocol.ledger.witness import WitnessVerifier
 
 
 def _prefix_roots(leaf_hashes: list[bytes], sizes: set[int]) -> dict[int, bytes]:
@@ -26,8 +31,8 @@ def _prefix_roots(leaf_hashes: list[bytes], sizes: set[int]) -> dict[int, bytes]
     return out
 
 
-def _open_checkpoints(run: Run, notes: list[bytes], origin: str, key: NoteVerifier, what: str):
-    opened = []
+def _open_checkpoints(run: Run, notes: list[bytes], origin: str, key: NoteVerifier, what: str) -> list[Checkpoint]:
+    opened: list[Checkpoint] = []
     for k, note in enumerate(notes):
         try:
             cp, _ = open_checkpoint(note, origin, key)
@@ -46,7 +51,7 @@ def _opens(note: bytes, origin: str, vkey: str) -> bool:
 
 
 @guarded("ledger")
-def check_8_5_witnesses(run: Run, witnesses: list, min_witnesses: int) -> None:
+def check_8_5_witnesses(run: Run, witnesses: list[WitnessVerifier], min_witnesses: int) -> None:
     """§8.5: the checkpoint covering the whole ledger carries >= min_witnesses valid witness cosignatures."""
     if not min_witnesses or run.genesis is None or run.key is None:
         return

@@ -18,9 +18,14 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from types import EllipsisType
+from typing import IO, TYPE_CHECKING, Any, cast
 
-_TASK: Callable | None = None
+if TYPE_CHECKING:
+    from multiprocessing.connection import Connection
+    from multiprocessing.process import BaseProcess
+
+_TASK: Callable[[Any], Any] | None = None
 #: below this many items a map runs in this process (forking costs ~0.1 s)
 FORK_MIN_ITEMS = 4096
 _FORK_CHUNK = 512
@@ -36,9 +41,10 @@ def _worker_init() -> None:
         pass
 
 
-def _run_chunk(chunk: list) -> tuple[bool, list]:
+def _run_chunk(chunk: list[Any]) -> tuple[bool, list[Any]]:
     try:
-        return True, [_TASK(x) for x in chunk]
+        task = cast("Callable[[Any], Any]", _TASK)  # set by _forked before the pool forks
+        return True, [task(x) for x in chunk]
     except BaseException:  # noqa: BLE001 — the parent redoes the map in-process, which raises the same error
         return False, []
 
@@ -62,7 +68,7 @@ def _current() -> WorkerPool | None:
     return getattr(_LOCAL, "pool", None)
 
 
-def _pool_worker(conn, inherited: list) -> None:
+def _pool_worker(conn: Connection, inherited: list[Connection]) -> None:
     """A worker of ``WorkerPool``: receives a task (b"t" + pickled callable), then chunks (b"c" + pickled
     items), answering each with the pickled ((ok, results), its CPU seconds so far); b"x" or EOF ends it."""
     import pickle
@@ -70,7 +76,7 @@ def _pool_worker(conn, inherited: list) -> None:
     for c in inherited:  # the verifier's ends of the workers started before this one
         c.close()
     _worker_init()
-    fn = None
+    fn: Any = None  # the task; None (unpicklable) makes every chunk fail
     while True:
         try:
             msg = conn.recv_bytes()
@@ -111,8 +117,8 @@ class WorkerPool:
 
     def __init__(self, workers: int):
         ctx = mp.get_context("fork")
-        self.conns: list = []
-        self.procs: list = []
+        self.conns: list[Connection] = []
+        self.procs: list[BaseProcess] = []
         self.cpu: dict[int, float] = {}  # worker -> its CPU seconds at its last answer
         gc.freeze()  # the workers' collector never walks (so never writes) the inherited heap
         try:
@@ -126,7 +132,7 @@ class WorkerPool:
         finally:
             gc.unfreeze()
 
-    def map(self, fn, items: list, size: int) -> tuple[str, list | None]:
+    def map(self, fn: Callable[[Any], Any], items: list[Any], size: int) -> tuple[str, list[Any] | None]:
         """("ok", results), ("unfit", None) if the task does not pickle or exceeds ``POOL_TASK_MAX``, or
         ("failed", None) if a worker raised or died (a dead worker closes the pool)."""
         import pickle
@@ -145,11 +151,11 @@ class WorkerPool:
                 c.send_bytes(task)
             del task
             starts = iter(enumerate(range(0, len(items), size)))
-            out: list = [None] * (-(-len(items) // size))
-            busy: dict = {}  # connection -> (worker, chunk number)
+            out: list[Any] = [None] * (-(-len(items) // size))
+            busy: dict[Connection, tuple[int, int]] = {}  # connection -> (worker, chunk number)
             failed = False
 
-            def feed(w: int, c) -> None:
+            def feed(w: int, c: Connection) -> None:
                 nxt = None if failed else next(starts, None)
                 if nxt is not None:
                     k, a = nxt
@@ -159,7 +165,7 @@ class WorkerPool:
             for w, c in enumerate(self.conns):
                 feed(w, c)
             while busy:
-                for c in wait(list(busy)):
+                for c in cast("list[Connection]", wait(list(busy))):  # the connections of busy
                     (ok, part), cpu = pickle.loads(c.recv_bytes())
                     w, k = busy.pop(c)
                     self.cpu[w] = cpu
@@ -188,13 +194,13 @@ class WorkerPool:
         self.conns, self.procs, self.cpu = [], [], {}  # reaped: their CPU is now in RUSAGE_CHILDREN
 
 
-def start_pool(bundle_path, receipts) -> WorkerPool | None:
+def start_pool(bundle_path: str | os.PathLike[str], receipts: str | os.PathLike[str] | None) -> WorkerPool | None:
     """The worker pool, if a map may fork: several workers, ``fork`` available, and a bundle or receipts file
     of at least ``FORK_MIN_ITEMS`` short records (sizes from ``stat``, nothing read: a guess that decides
     where the work runs, never what it finds)."""
     if workers() < 2 or "fork" not in mp.get_all_start_methods():
         return None
-    sizes = []
+    sizes: list[int] = []
     for path, follow in (
         (Path(bundle_path) / "public" / "leaves.bin", False),
         (Path(bundle_path) / "auditor" / "openings.jsonl", False),
@@ -220,7 +226,7 @@ def close_pool() -> None:
 
 
 @contextmanager
-def running(bundle_path, receipts) -> Iterator[None]:
+def running(bundle_path: str | os.PathLike[str], receipts: str | os.PathLike[str] | None) -> Iterator[None]:
     """The worker pool of one call of ``verify``, forked now (``start_pool``), before anything is read, and
     closed at the end; a nested ``verify`` (e.g. from a progress callback) uses the running pool."""
     depth = getattr(_LOCAL, "depth", 0)
@@ -250,7 +256,14 @@ def cpu_seconds() -> float:
     return time.process_time() + c.ru_utime + c.ru_stime + (sum(pool.cpu.values()) if pool is not None else 0.0)
 
 
-def fork_map(fn, items: list, *, serial=..., chunk: int | None = None, min_items: int | None = None) -> list | None:
+def fork_map(
+    fn: Callable[[Any], Any],
+    items: list[Any],
+    *,
+    serial: Callable[[Any], Any] | EllipsisType | None = ...,
+    chunk: int | None = None,
+    min_items: int | None = None,
+) -> list[Any] | None:
     """``[fn(x) for x in items]`` on the machine's cores, in forked worker processes (Ed25519 verification,
     canonical decoding and hashing hold the GIL, so threads do not help): those of the pool ``verify``
     started before reading the bundle (``WorkerPool``: ``fn`` is pickled to them, with the context it
@@ -279,7 +292,7 @@ def fork_map(fn, items: list, *, serial=..., chunk: int | None = None, min_items
     return None if serial is None else [serial(x) for x in items]
 
 
-def background(task: Callable, *args) -> Callable[[], Any]:
+def background(task: Callable[..., Any], *args: Any) -> Callable[[], Any]:
     """Start ``task(*args)`` (a module-level function: it is pickled by name) in a fresh Python process (not a
     fork: a long-lived fork would end up holding a copy of every page the verifier touches meanwhile); the
     arguments go pickled through its stdin (fed by a thread, so this returns at once) and the result comes back
@@ -303,24 +316,26 @@ def background(task: Callable, *args) -> Callable[[], Any]:
     except Exception:  # noqa: BLE001
         return lambda: None
 
-    def feed():
+    def feed() -> None:
         try:
-            proc.stdin.write(payload.pop())
-            proc.stdin.close()
+            stdin = cast("IO[bytes]", proc.stdin)  # stdin=PIPE
+            stdin.write(payload.pop())
+            stdin.close()
         except OSError:
             pass
 
     writer = threading.Thread(target=feed, daemon=True)
     writer.start()
-    done: list = []
+    done: list[Any] = []
 
-    def result():
+    def result() -> Any:
         if done:
             return done[0]
         out = None
         try:
-            data = proc.stdout.read()
-            proc.stdout.close()
+            stdout = cast("IO[bytes]", proc.stdout)  # stdout=PIPE
+            data = stdout.read()
+            stdout.close()
             writer.join()
             if proc.wait() == 0 and data:
                 out = pickle.loads(data)
@@ -343,13 +358,13 @@ def task_main() -> None:
     sys.stdout.buffer.flush()
 
 
-def _forked(fn, items: list, workers: int, size: int) -> list | None:
+def _forked(fn: Callable[[Any], Any], items: list[Any], workers: int, size: int) -> list[Any] | None:
     global _TASK
     _TASK = fn
     gc.freeze()
     try:
         with mp.get_context("fork").Pool(workers, initializer=_worker_init) as pool:
-            out: list = []
+            out: list[Any] = []
             chunks = [items[a : a + size] for a in range(0, len(items), size)]
             for ok, part in pool.imap(_run_chunk, chunks):
                 if not ok:

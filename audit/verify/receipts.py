@@ -6,6 +6,7 @@ receipt FAILs the bundle if the ledger contradicts it (truncation, a fork, anoth
 from __future__ import annotations
 
 from functools import partial
+from typing import Any, cast
 
 import numpy as np
 
@@ -18,12 +19,15 @@ from .inputs import AuditorInputs
 from .pool import fork_map
 from .run import Run, guarded, is_hex, is_int
 
+#: a valid receipt: (its line, its signed body, the account's citations or None, the question or None)
+_Valid = tuple[int, dict[str, Any], list[int] | None, str | None]
+
 
 class Evidence:
     """The receipts file's valid receipts of this window, each (line, body, citations or None, question or
     None); ``given``: a receipts file was given; ``empty``: it holds no receipt."""
 
-    def __init__(self, valid: list[tuple[int, dict, list | None, str | None]], given: bool, empty: bool):
+    def __init__(self, valid: list[_Valid], given: bool, empty: bool):
         self.valid, self.given, self.empty = valid, given, empty
 
     def sizes(self) -> set[int]:
@@ -50,15 +54,16 @@ class _ReceiptCtx:
     def __init__(self, run: Run):
         self.genesis, self.key = run.genesis, run.key
 
-    def __getstate__(self) -> dict:
-        return {"genesis": self.genesis, "vkey": None if self.key is None else self.genesis["provider_key"]}
+    def __getstate__(self) -> dict[str, Any]:
+        vkey = None if self.key is None else cast("dict[str, Any]", self.genesis)["provider_key"]  # key: genesis
+        return {"genesis": self.genesis, "vkey": vkey}
 
-    def __setstate__(self, state: dict) -> None:
+    def __setstate__(self, state: dict[str, Any]) -> None:
         self.genesis = state["genesis"]
         self.key = None if state["vkey"] is None else NoteVerifier.from_vkey(state["vkey"])
 
 
-def _one_receipt(run: Run | _ReceiptCtx, line: bytes) -> tuple[dict, list | None, str | None] | str:
+def _one_receipt(run: Run | _ReceiptCtx, line: bytes) -> tuple[dict[str, Any], list[int] | None, str | None] | str:
     """One receipt line: (body, citations) if it is valid provider-signed evidence, else the rejection. The line is
     read by content (``decode_content``: any JSON formatting, but no duplicate key, float or lone surrogate)."""
     try:
@@ -66,7 +71,7 @@ def _one_receipt(run: Run | _ReceiptCtx, line: bytes) -> tuple[dict, list | None
             obj = decode(line, what="receipt line")  # the common case, canonical as the client wrote it: fast
         except EncodingError:
             obj = decode_content(line, what="receipt line")  # reformatted by a JSON tool: read by content
-        extra = {}
+        extra: dict[str, Any] = {}
         if isinstance(obj, dict) and "receipt" in obj:
             if set(obj) - {"receipt", "top", "request", "question"}:
                 raise EncodingError("unknown fields beside receipt / top / request / question")
@@ -100,7 +105,7 @@ def _one_receipt(run: Run | _ReceiptCtx, line: bytes) -> tuple[dict, list | None
 
 
 @guarded("receipts")
-def parse_receipts(run: Run, data: bytes | list) -> list[tuple[int, dict, list | None, str | None]]:
+def parse_receipts(run: Run, data: bytes | list[tuple[int, bytes]]) -> list[_Valid]:
     """Valid provider-signed receipts of this window; everything else is rejected evidence, never a FAIL.
     ``data``: the receipts file, or (a history's window) the (line number, line) pairs naming this window."""
     if isinstance(data, list):
@@ -111,9 +116,9 @@ def parse_receipts(run: Run, data: bytes | list) -> list[tuple[int, dict, list |
             lines.pop()
         numbered = list(enumerate(lines))
     numbered = _take_refusals(run, numbered)
-    lines = dict(numbered)
+    line_of = dict(numbered)
     seen: dict[bytes, int] = {}
-    todo = []
+    todo: list[int] = []
     for k, line in numbered:
         if line in seen:
             run.rejected.append(f"receipt {k}: duplicates receipt {seen[line]}")
@@ -121,9 +126,11 @@ def parse_receipts(run: Run, data: bytes | list) -> list[tuple[int, dict, list |
             seen[line] = k
             todo.append(k)
     run.checked["receipts_handed_in"] = len(numbered)
-    valid = []
+    valid: list[_Valid] = []
     signed_bodies: dict[bytes, int] = {}  # one receipt is one piece of evidence, however often it is handed in
-    for k, res in zip(todo, fork_map(partial(_one_receipt, _ReceiptCtx(run)), [lines[k] for k in todo]), strict=False):
+    task = partial(_one_receipt, _ReceiptCtx(run))
+    results = cast("list[Any]", fork_map(task, [line_of[k] for k in todo]))  # a serial path: never None
+    for k, res in zip(todo, results, strict=False):
         if isinstance(res, str):
             run.rejected.append(f"receipt {k}: {res}")
             continue
@@ -133,14 +140,14 @@ def parse_receipts(run: Run, data: bytes | list) -> list[tuple[int, dict, list |
             continue
         signed_bodies[content] = k
         valid.append((k, *res))
-    run.progress("receipts", len(lines))
+    run.progress("receipts", len(line_of))
     return valid
 
 
-def _take_refusals(run: Run, numbered: list) -> list:
+def _take_refusals(run: Run, numbered: list[tuple[int, bytes]]) -> list[tuple[int, bytes]]:
     """The account's signed refusals (``{"refusal": ...}`` lines, spec/protocol.md §5.1) go to ``run.refusals``
     (h_req -> line) when valid for this window; an invalid one is rejected evidence. Returns the other lines."""
-    rest = []
+    rest: list[tuple[int, bytes]] = []
     for k, line in numbered:
         if b'"refusal"' not in line:
             rest.append((k, line))
@@ -172,9 +179,10 @@ def check_8_6_receipts(run: Run, evidence: Evidence, keep: bool) -> None:
     for i, rec in enumerate(run.records):  # a request the provider refused (counter not consumed) yet recorded
         h = rec.get("h_req") if i and isinstance(rec, dict) else None
         if isinstance(h, str) and h in run.refusals:
+            line = run.refusals[cast("dict[str, Any]", rec)["h_req"]]  # rec is a dict: h is its h_req
             run.fail(
                 "receipts",
-                f"receipt {run.refusals[rec['h_req']]}: the provider signed a refusal of the request it recorded at "
+                f"receipt {line}: the provider signed a refusal of the request it recorded at "
                 f"leaf {i} (a refusal says the counter was not consumed)",
             )
     _against_the_ledger(run, evidence.valid)
@@ -183,9 +191,9 @@ def check_8_6_receipts(run: Run, evidence: Evidence, keep: bool) -> None:
 
 
 @guarded("receipts")
-def _against_the_ledger(run: Run, valid: list[tuple[int, dict, list | None, str | None]]) -> None:
+def _against_the_ledger(run: Run, valid: list[_Valid]) -> None:
     n = run.n
-    by_pos: dict[int, tuple[int, dict]] = {}
+    by_pos: dict[int, tuple[int, dict[str, Any]]] = {}
     by_request: dict[tuple[str, int], tuple[int, int]] = {}
     for k, body, top, _ in valid:
         pos, size = body["pos"], body["size"]

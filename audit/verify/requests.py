@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import json
 from functools import partial
+from typing import Any, cast
 
 from ..protocol.encoding import EncodingError, hexbytes
+from ..protocol.policy import Policy
 from ..protocol.request import qemb_commitment, request_hash, verify_request
 from ..protocol.retrieval import top_commitment
 from .pool import fork_map
@@ -20,7 +22,11 @@ LEAF_KEYS = {"type", "h_req", "h_top", "h_charge"}
 OPENING_KEYS = {"pos", "kind", "request", "qemb", "top", "nonce_top", "charge"}
 
 
-def _request_leaf(run: Run, i: int) -> tuple[str, str] | tuple[bool, bytes, str, int] | None:
+#: what ``_request_leaf`` returns for one leaf: None, (check, reason), or (confirmed, Q, account, counter)
+_LeafResult = tuple[str, str] | tuple[bool, bytes, str, int] | None
+
+
+def _request_leaf(run: Run | _LeafView, i: int) -> _LeafResult:
     """§8.7 for one leaf, without shared state (run in the forked workers). Returns None (no record),
     (check, reason) on a defect, else (whether the account committed to Q, Q's bytes, the account, its counter)."""
     rec = run.records[i]
@@ -50,7 +56,9 @@ def _request_leaf(run: Run, i: int) -> tuple[str, str] | tuple[bool, bytes, str,
         return "requests", f"leaf {i}: the account's registered tenant is not committed"
     if not is_hex(op["nonce_top"], 16):
         return "canonical", f"leaf {i}: the opening's nonce_top must be 16 bytes of hex"
-    released = acct["tenant"] in run.policy.retrieval.enabled_tenants
+    # verify() runs §8.7 only with a policy and a genesis (``_RequestCtx`` copies them from the run)
+    policy, genesis = cast(Policy, run.policy), cast("dict[str, Any]", run.genesis)
+    released = acct["tenant"] in policy.retrieval.enabled_tenants
     if not released:
         if op["top"] is not None:
             return "retrieval", f"leaf {i}: citations recorded where the retrieval channel is off"
@@ -58,16 +66,16 @@ def _request_leaf(run: Run, i: int) -> tuple[str, str] | tuple[bool, bytes, str,
             return "retrieval", f"leaf {i}: h_top does not commit to the empty list where the retrieval channel is off"
     try:
         req = verify_request(signed, acct["key"])
-        if req["window"] != run.genesis["window"]:
+        if req["window"] != genesis["window"]:
             raise EncodingError("the request names another window")
         if request_hash(req).hex() != rec["h_req"]:
             raise EncodingError("h_req does not match the opened request")
         qb = hexbytes(op.get("qemb"), "qemb", 2 * run.tenants[acct["tenant"]]["dim"])
         if req["h_qemb"] is None:
-            return False, qb, name, req["counter"]
+            return False, qb, cast(str, name), req["counter"]
         if qemb_commitment(bytes.fromhex(req["nonce"]), qb) != req["h_qemb"]:
             raise EncodingError("the opened Q is not the one the account committed to (h_qemb)")
-        return True, qb, name, req["counter"]
+        return True, qb, cast(str, name), req["counter"]
     except EncodingError as e:
         return "requests", f"leaf {i}: {e}"
 
@@ -85,14 +93,14 @@ class _LeafView:
     """What ``_request_leaf`` reads of the run, for one leaf parsed in a worker from its canonical bytes (the
     parent accepted them, so ``json.loads`` gives the values the parent holds)."""
 
-    def __init__(self, ctx: _RequestCtx, i: int, rec: dict | None, op: dict | None):
-        self.records = {i: rec}
-        self.openings = {} if op is None else {i: op}
+    def __init__(self, ctx: _RequestCtx, i: int, rec: dict[str, Any] | None, op: dict[str, Any] | None):
+        self.records: dict[int, dict[str, Any] | None] = {i: rec}
+        self.openings: dict[int, dict[str, Any]] = {} if op is None else {i: op}
         self.accounts, self.tenants, self.policy, self.genesis = ctx.accounts, ctx.tenants, ctx.policy, ctx.genesis
         self.n = ctx.n
 
 
-def _request_in_worker(ctx: _RequestCtx, item: tuple[int, bytes | None, bytes | None]):
+def _request_in_worker(ctx: _RequestCtx, item: tuple[int, bytes | None, bytes | None]) -> _LeafResult:
     """§8.7 for one leaf from its raw leaf and opening line (in a worker)."""
     i, leaf, line = item
     view = _LeafView(ctx, i, None if leaf is None else json.loads(leaf), None if line is None else json.loads(line))
@@ -111,11 +119,14 @@ def check_8_7_requests(run: Run) -> None:
     def raw(i: int) -> tuple[int, bytes | None, bytes | None]:
         return i, None if run.records[i] is None else run.b.leaves[i], run.openings.line(i)
 
-    results = fork_map(
-        partial(_request_in_worker, _RequestCtx(run)),
-        [raw(i) for i in positions],
-        serial=lambda item: _request_leaf(run, item[0]),
-    )
+    results = cast(
+        "list[_LeafResult]",
+        fork_map(
+            partial(_request_in_worker, _RequestCtx(run)),
+            [raw(i) for i in positions],
+            serial=lambda item: _request_leaf(run, item[0]),
+        ),
+    )  # a serial path is given: never None
     for i, res in zip(positions, results, strict=False):
         if res is None:
             continue
@@ -126,7 +137,7 @@ def check_8_7_requests(run: Run) -> None:
         run.qembs[i] = res[1]
         # the checks after this one read the account, tenant and counter the opening binds (not the public leaf)
         rec = run.records[i] = {
-            **run.records[i],
+            **cast("dict[str, Any]", run.records[i]),
             "account": res[2],
             "tenant": run.accounts[res[2]]["tenant"],
             "counter": res[3],

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import secrets
 from functools import partial
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -25,10 +26,18 @@ from .pool import fork_map
 from .run import Run, guarded, is_int
 from .scores import ScoreCache, Scorer, scores_of
 
+if TYPE_CHECKING:
+    from dprag.accounting.noise.table import DiscreteGaussianTable
+
+    from ..protocol.policy import Policy
+
 #: retrieval jobs (up to 256 leaves each) below which the replay runs in this process
 FORK_MIN_JOBS = 8
 #: tenants of at least this many documents: the replay maps only the noise words that can reach the top K
 LARGE_TENANT = 1 << 14
+
+#: a retrieval job: (tenant, keep its scores, [(pos, h_req, h_top, its opening line)])
+_Job = tuple[str, bool, list[tuple[int, str, str, bytes | None]]]
 
 
 @guarded("retrieval")
@@ -38,38 +47,44 @@ def check_8_8_retrieval(run: Run, chosen: list[int]) -> None:
     pass of the table's sampler over the concatenated streams, a row-wise top-K), run in the forked workers;
     the reasons come out in ledger order, exactly as the leaf-by-leaf replay words them. The workers hand
     back the scores (compact) while the cache has room, so the generation check does not score again."""
-    r = run.policy.retrieval
+    r = cast("Policy", run.policy).retrieval  # §8.8 runs on a policy §8.4 accepted
+    records = cast("list[dict[str, Any]]", run.records)  # the chosen leaves are well-formed queries (§8.7)
     table = noise_table(r.sigma, r.sampler.tail, r.sampler.precision_bits) if chosen else None
     if chosen and run.scores is None:
         run.scores = ScoreCache(run)
     cache = run.scores
-    plans, jobs, room = [], [], cache.budget if cache is not None else 0
+    plans: list[tuple[list[int], list[tuple[int, str | None]], list[int]]] = []
+    jobs: list[_Job] = []
+    room = cache.budget if cache is not None else 0
+    scored = cast("ScoreCache", cache)  # made above whenever a leaf is chosen
     for a in range(0, len(chosen), ScoreCache.BLOCK):
         block = chosen[a : a + ScoreCache.BLOCK]
         found: list[tuple[int, str | None]] = []
         groups: dict[str, list[int]] = {}
         for i in block:
-            rec = run.records[i]
+            rec = records[i]
             if rec["tenant"] not in r.enabled_tenants or rec["type"] != "query":
                 found.append((i, None))  # no citations released (§8.7 already refused any recorded here)
             else:  # missing citations are found in the job (the opening is parsed there)
                 groups.setdefault(rec["tenant"], []).append(i)
-        ids = []
+        ids: list[int] = []
         for t, group in groups.items():
             n = run.tenants[t]["n"]
-            step = cache.rows_for(n)
+            step = scored.rows_for(n)
             for c in range(0, len(group), step):
                 ps = group[c : c + step]
-                size = len(ps) * n * (cache.dtype(0).itemsize if cache.dtype else 8)
+                size = len(ps) * n * (scored.dtype(0).itemsize if scored.dtype else 8)
                 keep = size <= room
                 room -= size if keep else 0
                 ids.append(len(jobs))
                 jobs.append(
-                    (t, keep, [(i, run.records[i]["h_req"], run.records[i]["h_top"], run.openings.line(i)) for i in ps])
+                    (t, keep, [(i, records[i]["h_req"], records[i]["h_top"], run.openings.line(i)) for i in ps])
                 )
         plans.append((block, found, ids))
     ctx = _RetrievalCtx(run, table, {job[0] for job in jobs})
-    results = fork_map(partial(_retrieval_job, ctx), jobs, chunk=1, min_items=FORK_MIN_JOBS)
+    results = cast(  # fn is the serial path too: never None
+        "list[Any]", fork_map(partial(_retrieval_job, ctx), jobs, chunk=1, min_items=FORK_MIN_JOBS)
+    )
     del ctx
     for block, found, ids in plans:
         if any(results[j] is None for j in ids):
@@ -79,7 +94,7 @@ def check_8_8_retrieval(run: Run, chosen: list[int]) -> None:
                 got, compact = results[j]
                 found.extend(got)
                 if compact is not None:
-                    cache.keep_compact([x[0] for x in jobs[j][2]], compact)
+                    scored.keep_compact([x[0] for x in jobs[j][2]], compact)
                 results[j] = None
             for i, what in sorted(found, key=lambda x: x[0]):
                 if what is None:
@@ -93,21 +108,21 @@ class _RetrievalCtx:
     """What ``_retrieval_job`` reads of the run (pickled to the workers): the policy, the seed, the noise
     table, each tenant's size, and a ``Scorer`` holding the index of the tenants the jobs score."""
 
-    def __init__(self, run: Run, table, tenants: set[str]):
-        self.policy, self.seed, self.table = run.policy, run.seed, table
+    def __init__(self, run: Run, table: DiscreteGaussianTable | None, tenants: set[str]):
+        self.policy, self.seed, self.table = cast("Policy", run.policy), cast(bytes, run.seed), table
         self.tenants = {t: {"n": run.tenants[t]["n"]} for t in tenants}
-        self.scores = Scorer(run.policy, {t: run.tenants[t]["qf"] for t in tenants})
+        self.scores = Scorer(self.policy, {t: run.tenants[t]["qf"] for t in tenants})
 
 
-def _retrieval_job(run: _RetrievalCtx, job) -> tuple[list[tuple[int, str | None]], np.ndarray | None] | None:
+def _retrieval_job(run: _RetrievalCtx, job: _Job) -> tuple[list[tuple[int, str | None]], np.ndarray | None] | None:
     """§8.8 for up to 256 leaves of one tenant (in a worker), each (pos, h_req, h_top, its opening line):
     [(pos, reason or None)] and, if asked, their compact scores; None on anything unexpected (the parent then
     replays those leaves one by one)."""
     try:
         t, keep, leaves = job
-        r, cache, table = run.policy.retrieval, run.scores, run.table
+        r, cache, table = run.policy.retrieval, run.scores, cast("DiscreteGaussianTable", run.table)  # jobs: a table
         n = run.tenants[t]["n"]
-        ops = [json.loads(x[3]) for x in leaves]  # canonical lines (§8.2), whose Q §8.7 checked
+        ops = [json.loads(cast(bytes, x[3])) for x in leaves]  # canonical lines (§8.2), whose Q §8.7 checked
         scores = cache.score_rows(t, [bytes.fromhex(op["qemb"]) for op in ops])
         words = np.empty((len(leaves), n), dtype=np.uint64)
         for k, op in enumerate(ops):
@@ -133,19 +148,20 @@ def _retrieval_job(run: _RetrievalCtx, job) -> tuple[list[tuple[int, str | None]
         return None
 
 
-def _retrieval_one_by_one(run: Run, block: list[int], table) -> None:
+def _retrieval_one_by_one(run: Run, block: list[int], table: DiscreteGaussianTable | None) -> None:
     """§8.8 leaf by leaf (the plain replay; the vectorised path falls back to it on anything unexpected)."""
-    r = run.policy.retrieval
+    r = cast("Policy", run.policy).retrieval
     for i in block:
-        rec, op = run.records[i], run.openings[i]
+        rec, op = cast("dict[str, Any]", run.records[i]), run.openings[i]
         try:
             if rec["tenant"] not in r.enabled_tenants or rec["type"] != "query":
                 run.ok("retrieval")
                 continue
             if op.get("top") is None:
                 raise EncodingError("citations missing for a tenant with the retrieval channel on")
-            z = table.sample(
-                run.tenants[rec["tenant"]]["n"], retrieval_source(run.seed, rec["tenant"], bytes.fromhex(op["qemb"]))
+            z = cast("DiscreteGaussianTable", table).sample(  # a table whenever a leaf is chosen
+                run.tenants[rec["tenant"]]["n"],
+                retrieval_source(cast(bytes, run.seed), rec["tenant"], bytes.fromhex(op["qemb"])),
             )
             what = _retrieval_leaf(rec, op, noisy_top_k(scores_of(run, i), z, r.K))
             if what is not None:
@@ -155,7 +171,7 @@ def _retrieval_one_by_one(run: Run, block: list[int], table) -> None:
             run.fail("retrieval", f"leaf {i}: {e}")
 
 
-def _retrieval_leaf(rec: dict, op: dict, expected: np.ndarray) -> str | None:
+def _retrieval_leaf(rec: dict[str, Any], op: dict[str, Any], expected: np.ndarray) -> str | None:
     """§8.8 for one leaf, given the replayed top-K: None if it conforms, else what is wrong."""
     top = op["top"]
     if (
@@ -189,7 +205,7 @@ def sample_leaves(queries: list[int], mode: str, samples: int | None) -> tuple[l
     positions = list(queries)
     if mode != "sampled":
         return positions, None
-    k = min(samples, len(positions))
+    k = min(cast(int, samples), len(positions))  # sampled mode: --samples >= 1 (inputs.py)
     chosen = sorted(_sample(positions, k))
     guarantee = (
         f"sampled {k} of {len(positions)} query records: a β-fraction of non-conforming records "

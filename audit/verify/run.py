@@ -9,12 +9,20 @@ import json
 import time
 from collections import Counter
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, cast
 
 from ..protocol.bundle import Bundle
 from ..protocol.encoding import EncodingError, hexbytes
 from ..protocol.ledger import NoteVerifier
 from ..protocol.policy import Policy
 from .pool import cpu_seconds
+
+if TYPE_CHECKING:
+    from .history import History
+    from .scores import ScoreCache
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 MAX_REASONS = 1000
 MAX_UNITS = 1 << 62
@@ -23,33 +31,36 @@ MAX_UNITS = 1 << 62
 class Run:
     """What the checks share: the parsed bundle, the reasons, the counts."""
 
+    #: set by ``history.check_8_10_history`` only (read with ``getattr``): the verdict's chain, windows and epoch
+    history_info: dict[str, Any]
+
     def __init__(self, b: Bundle, progress: Callable[[str, int], None] | None):
         self.b = b
         self.reasons: list[str] = []
         self.rejected: list[str] = []
-        self.checked: Counter = Counter()
+        self.checked: Counter[str] = Counter()
         self.progress = progress or (lambda step, n: None)
-        self.records: list[dict | None] = []
-        self.genesis: dict | None = None
+        self.records: list[dict[str, Any] | None] = []
+        self.genesis: dict[str, Any] | None = None
         self.policy: Policy | None = None
         self.seed: bytes | None = None
         self.key: NoteVerifier | None = None
-        self.tenants: dict[str, dict] = {}
-        self.accounts: dict[str, dict] = {}
+        self.tenants: dict[str, dict[str, Any]] = {}
+        self.accounts: dict[str, dict[str, Any]] = {}
         self.openings = Openings(b.openings_lines)  # pos -> the opening, parsed on demand from its line
         self.qembs: dict[int, bytes] = {}  # pos -> Q (int16 little-endian) of the leaves §8.7 accepted
         self.queries: list[int] = []  # positions of well-formed query / recovery leaves with a valid request
-        self.scores = None  # the scores of §4 (a scores.ScoreCache), made by their first reader
+        self.scores: ScoreCache | None = None  # the scores of §4 (a scores.ScoreCache), made by their first reader
         self.leaf_hashes: list[bytes] = []
         self.prefix_roots: dict[int, bytes] = {}
         # one history per corpus (§3.1): what this window starts from (auditor/carry.json, opened against C_carry),
         # what it ends with (the replayed counters and spend), and the earlier windows' coalition inputs
-        self.carry: dict | None = None
+        self.carry: dict[str, Any] | None = None
         self.refusals: dict[str, int] = {}  # h_req -> receipts line: signed refusals an account handed over
         self.final_counters: dict[str, int] = {}
         self.final_spend: dict[str, list[int]] = {}
-        self.coalition_prefix: tuple | None = None
-        self.history = None  # the verify.history.History this window belongs to (None: a single window)
+        self.coalition_prefix: tuple[Any, ...] | None = None
+        self.history: History | None = None  # the verify.history.History this window belongs to (None: a single window)
         self.timings: dict[str, float] = {}
         self.cpu: dict[str, float] = {}
 
@@ -71,7 +82,7 @@ class Run:
         self.openings.drop()
 
 
-def is_hex(v, length: int) -> bool:
+def is_hex(v: Any, length: int) -> bool:
     try:
         hexbytes(v, "h", length)
         return True
@@ -79,7 +90,7 @@ def is_hex(v, length: int) -> bool:
         return False
 
 
-def is_int(v, lo: int = 0, hi: int = MAX_UNITS) -> bool:
+def is_int(v: Any, lo: int = 0, hi: int = MAX_UNITS) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and lo <= v <= hi
 
 
@@ -97,12 +108,13 @@ class Openings:
         k = self.line_of.get(pos)
         return None if k is None else self.lines[k]
 
-    def get(self, pos: int, default=None):
+    def get(self, pos: int, default: Any = None) -> Any:
         line = self.line(pos)
         return default if line is None else json.loads(line)
 
-    def __getitem__(self, pos: int) -> dict:
-        return json.loads(self.lines[self.line_of[pos]])
+    def __getitem__(self, pos: int) -> dict[str, Any]:
+        op: dict[str, Any] = json.loads(self.lines[self.line_of[pos]])
+        return op
 
     def __contains__(self, pos: int) -> bool:
         return pos in self.line_of
@@ -112,17 +124,21 @@ class Openings:
         self.lines, self.line_of = [], {}
 
 
-def guarded(check: str):
+def guarded(
+    check: str,
+) -> Callable[[Callable[Concatenate[Run, _P], _R]], Callable[Concatenate[Run, _P], _R | None]]:
     """Decorator of a check reporting as ``check``: an exception it did not anticipate is a FAIL of that check,
     never a crash (the input is the provider's, so a crash would let it turn FAIL into 'unusable'); its wall
     and CPU seconds add to ``run.timings[check]`` and ``run.cpu[check]``. The wrapped check returns None then."""
 
-    def wrap(fn):
+    def wrap(fn: Callable[Concatenate[Run, _P], _R]) -> Callable[Concatenate[Run, _P], _R | None]:
+        call = cast("Callable[..., _R]", fn)  # guarded_check passes its positional arguments through
+
         @functools.wraps(fn)
-        def guarded_check(run: Run, *args):
+        def guarded_check(run: Run, *args: Any) -> _R | None:
             t0, c0 = time.perf_counter(), cpu_seconds()
             try:
-                return fn(run, *args)
+                return call(run, *args)
             except Exception as e:  # noqa: BLE001 — deliberately total: see the docstring
                 if getattr(e, "auditor_input", False):
                     raise  # the auditor must supply an input (exit 2), not a defect of the bundle
@@ -132,6 +148,6 @@ def guarded(check: str):
                 run.timings[check] = run.timings.get(check, 0.0) + time.perf_counter() - t0
                 run.cpu[check] = run.cpu.get(check, 0.0) + cpu_seconds() - c0
 
-        return guarded_check
+        return cast("Callable[Concatenate[Run, _P], _R | None]", guarded_check)
 
     return wrap

@@ -4,6 +4,8 @@ query scored once, kept compact within a memory budget, §8 item 13)."""
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 import numpy as np
 
 from ..protocol.policy import Policy
@@ -28,7 +30,8 @@ class Scorer:
         """int64 scores of the given query embeddings (bytes of Q, already checked by §8.7), computed now."""
         qs = np.frombuffer(b"".join(qembs), dtype="<i2")
         dots = qs.reshape(len(qembs), -1).astype(np.float64) @ self.qf[tenant].T
-        return np.right_shift(np.clip(dots.astype(np.int64), *self.clip), self.shift)
+        out: np.ndarray = np.right_shift(np.clip(dots.astype(np.int64), *self.clip), self.shift)
+        return out
 
     def compact(self, s: np.ndarray) -> np.ndarray:
         return s if self.dtype is None else (s - self.base).astype(self.dtype)
@@ -42,7 +45,8 @@ class ScoreCache(Scorer):
     BUDGET = 384 << 20
 
     def __init__(self, run: Run, budget: int | None = None):
-        super().__init__(run.policy, {t: v["qf"] for t, v in run.tenants.items()})
+        # made by the checks after §8.7, which run only with a policy
+        super().__init__(cast(Policy, run.policy), {t: v["qf"] for t, v in run.tenants.items()})
         self.run = run
         self.budget = self.BUDGET if budget is None else budget
         self.rows: dict[int, tuple[int, int]] = {}  # pos -> (block id, row)
@@ -54,7 +58,7 @@ class ScoreCache(Scorer):
     def _score(self, positions: list[int]) -> np.ndarray:
         """int64 scores of the given positions (one tenant), computed now."""
         run = self.run
-        return self.score_rows(run.records[positions[0]]["tenant"], [run.qembs[p] for p in positions])
+        return self.score_rows(_records(run)[positions[0]]["tenant"], [run.qembs[p] for p in positions])
 
     def _keep(self, positions: list[int], s: np.ndarray) -> None:
         self.keep_compact(positions, self.compact(s))
@@ -74,7 +78,7 @@ class ScoreCache(Scorer):
         got = self.rows.get(p)
         if got is None or got[0] not in self.blocks:
             return None
-        m = self.blocks[got[0]][got[1]]
+        m: np.ndarray = self.blocks[got[0]][got[1]]
         return m if self.dtype is None else m.astype(np.int64) + self.base
 
     def rows_for(self, n_docs: int) -> int:
@@ -83,7 +87,7 @@ class ScoreCache(Scorer):
 
     def many(self, positions: list[int]) -> np.ndarray:
         """int64 scores of ``positions`` (all of one tenant) as a matrix, scoring the missing ones at once."""
-        n = self.run.tenants[self.run.records[positions[0]]["tenant"]]["n"]
+        n = self.run.tenants[_records(self.run)[positions[0]]["tenant"]]["n"]
         out = np.empty((len(positions), n), dtype=np.int64)
         missing = []
         for k, p in enumerate(positions):
@@ -106,19 +110,25 @@ class ScoreCache(Scorer):
         if row is None:
             # score the block of queries of this tenant that follow p in ledger order (the order the checks
             # consume them in), so that a sequential pass scores each block once
-            run, t = self.run, self.run.records[p]["tenant"]
+            run, records = self.run, _records(self.run)
+            t = records[p]["tenant"]
             k = self.order.get(p)
             step = self.rows_for(run.tenants[t]["n"])
             nxt = (
                 [p]
                 if k is None
-                else [q for q in run.queries[k : k + step] if run.records[q]["tenant"] == t and self._row(q) is None]
+                else [q for q in run.queries[k : k + step] if records[q]["tenant"] == t and self._row(q) is None]
             )
             if nxt[0] != p:
                 nxt.insert(0, p)
             self._keep(nxt, self._score(nxt))
             row = self._row(p)
-        return row
+        return cast(np.ndarray, row)  # the block just kept holds p (the budget never drops the newest block)
+
+
+def _records(run: Run) -> list[dict[str, Any]]:
+    """``run.records`` as the scores read them: the records of query leaves §8.7 accepted, never None."""
+    return cast("list[dict[str, Any]]", run.records)
 
 
 def scores_of(run: Run, i: int) -> np.ndarray:

@@ -9,12 +9,13 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from ..protocol import commitments as cm
 from ..protocol.certify import certified_epsilons
 from ..protocol.charges import ChargeRule
 from ..protocol.encoding import printable, printable_tree
+from ..protocol.policy import Policy
 from . import pool
 from .inputs import AuditorInputs
 from .run import Run
@@ -52,26 +53,26 @@ class Verdict:
     epsilon: float | None
     delta: float | None
     k_max: int | None
-    channels: dict
-    attestation: dict
+    channels: dict[str, Any]
+    attestation: dict[str, Any]
     reasons: list[str]
-    checked: dict
+    checked: dict[str, Any]
     mode: str
     guarantee: str | None = None
     rejected_evidence: list[str] = field(default_factory=list)
     provider_key: str | None = None
     key_pinned: bool = False
     trusted_checkpoint: int | None = None
-    trust: tuple = TRUST
-    timings: dict = field(default_factory=dict)
+    trust: tuple[str, ...] = TRUST
+    timings: dict[str, float] = field(default_factory=dict)
     #: CPU seconds per check (this process and its workers): for benchmarks on a shared machine, not in the JSON
-    cpu_seconds: dict = field(default_factory=dict)
+    cpu_seconds: dict[str, float] = field(default_factory=dict)
     #: the history audited: {"window", "size", "root"} (None where leaf 0 or the ledger is unusable)
-    history: dict | None = None
+    history: dict[str, Any] | None = None
     #: the per-document spend the generation check replayed (``Run.final_spend``, carried spend included), for the
     #: auditor's HTML page: {tenant: {"limit": the budget in filter units, "spent": [units per document, index
     #: order]}}; {} where the check did not finish. Not in the JSON, nor public: it is a function of the charges
-    spend: dict = field(default_factory=dict)
+    spend: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         """Every string a verdict carries may come from the bundle or the receipts (a tenant, a file name, a window):
@@ -109,13 +110,13 @@ class Verdict:
 
     def warnings(self) -> list[str]:
         """What the headline's PASS leans on that the auditor did not pin or confirm."""
-        out = []
+        out: list[str] = []
         if self.verdict != "PASS":
             return out
         c = self.checked
         if not self.key_pinned:
             out.append("the provider key was not pinned (--key): a wholesale rewrite under a new key would PASS too")
-        if (self.history or {}).get("chain") and not self.history.get("chain_pinned"):
+        if (self.history or {}).get("chain") and not cast("dict[str, Any]", self.history).get("chain_pinned"):
             out.append("the chain id was not pinned (--chain): a fresh history under the same key would PASS too")
         if c.get("receipts_handed_in") is None:
             out.append("no account receipts were given (--receipts): nothing ties this ledger to what accounts saw")
@@ -133,7 +134,7 @@ class Verdict:
         names = {r.split(":", 1)[0] for r in self.reasons}
         return [c for c in CHECK_ORDER if c in names] + sorted(names - set(CHECK_ORDER))
 
-    def to_public_json(self) -> dict:
+    def to_public_json(self) -> dict[str, Any]:
         """The verdict as it may be published (spec/protocol.md §8, "What a published verdict carries"): only what
         is a function of the committed policy, the public ledger and the auditor's own inputs. Left out: the
         reasons' and rejected evidence's text (they quote documents, charges, tenants), the coalition estimate (a
@@ -150,7 +151,7 @@ class Verdict:
             out["headline"] = "FAIL — " + ", ".join(out["failed_checks"]) + " (the reasons are with the auditor)"
         return out
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "schema": SCHEMA,
             "protocol_version": PROTOCOL_VERSION,
@@ -190,7 +191,7 @@ ATTESTATION_GENERATION_TEXT_ONLY = (
 )
 
 
-def answer_vote_statement(policy) -> str:
+def answer_vote_statement(policy: Policy) -> str:
     """Which answer-vote selection the committed policy runs, and where its δ is (the verdict's wording)."""
     g = policy.generation
     empty = " Voters whose documents are all the empty padding abstain (abstain_empty)." if g.abstain_empty else ""
@@ -210,7 +211,7 @@ def answer_vote_statement(policy) -> str:
     )
 
 
-def generation_trust(policy) -> tuple[tuple, str | None]:
+def generation_trust(policy: Policy | None) -> tuple[tuple[str, ...], str | None]:
     """(extra trust statements, generation attestation or None) for the committed generation mechanism."""
     if policy is not None and not policy.generation.replayable:
         return (TRUST_TEXT_ONLY,), ATTESTATION_GENERATION_TEXT_ONLY
@@ -224,7 +225,7 @@ def key_fingerprint(vkey: str) -> str:
     return hashlib.sha256(vkey.encode()).hexdigest()[:16]
 
 
-def start_certify(run: Run) -> Callable | None:
+def start_certify(run: Run) -> Callable[[], Any] | None:
     """The certified ε depends on the policy alone: computed in a fresh process beside the checks (a fixed ~3 s
     CPU cost); None where ``conclude`` computes it in line."""
     if run.policy is None or run.n < pool.FORK_MIN_ITEMS:
@@ -232,7 +233,7 @@ def start_certify(run: Run) -> Callable | None:
     return pool.background(certified_epsilons, run.policy, _earlier_policies(run))
 
 
-def _public_attestation(text):
+def _public_attestation(text: Any) -> Any:
     """An attestation line as it may be published: the zk lines without tenants, sizes or counts."""
     if isinstance(text, str) and text.startswith("groth16 + replay:"):
         return (
@@ -245,7 +246,7 @@ def _public_attestation(text):
     return text
 
 
-def _retrieval_attestation(run: Run, vk) -> str:
+def _retrieval_attestation(run: Run, vk: Any) -> str:
     """The retrieval channel's attestation: replay, or Groth16 proofs and replay for the zk tenants (§8.8)."""
     if run.policy is None or not run.policy.retrieval.zk_tenants:
         return ATTESTATION_RETRIEVAL
@@ -269,7 +270,7 @@ def _retrieval_attestation(run: Run, vk) -> str:
 def conclude(
     run: Run,
     given: AuditorInputs,
-    certify: Callable | None,
+    certify: Callable[[], Any] | None,
     *,
     mode: str,
     guarantee: str | None,
@@ -386,7 +387,7 @@ def _check_rank(reason: str) -> int:
     return CHECK_ORDER.index(name) if name in CHECK_ORDER else len(CHECK_ORDER)
 
 
-def _spend(run: Run) -> dict:
+def _spend(run: Run) -> dict[str, Any]:
     """Per tenant, the budget limit and every document's spent units as the generation check replayed them."""
     if run.policy is None or not run.final_spend:
         return {}
@@ -394,7 +395,7 @@ def _spend(run: Run) -> dict:
     return {t: {"limit": limit, "spent": s} for t, s in run.final_spend.items()}
 
 
-def _history(run: Run) -> dict | None:
+def _history(run: Run) -> dict[str, Any] | None:
     """The history the verdict covers: its window id, ledger size and root (what two auditors compare), and for a
     history of several windows its chain id and windows, oldest first."""
     if run.genesis is None or not run.n:
@@ -405,7 +406,7 @@ def _history(run: Run) -> dict | None:
     return out
 
 
-def _earlier_policies(run: Run) -> tuple:
+def _earlier_policies(run: Run) -> tuple[Policy, ...]:
     """The policies of the history's windows before ``run``'s (the last), oldest first: the certified ε and δ are
     taken over every window's policy, never the last one's alone (§3.1,
     ``audit.protocol.certify.certified_epsilons``)."""

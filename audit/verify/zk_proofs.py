@@ -4,39 +4,48 @@ Groth16 proof of noise-then-select that verifies under the auditor's own key, wi
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any, cast
+
 import numpy as np
 
 from dprag.errors import DpragError
 
 from ..protocol.encoding import EncodingError, decode
+from ..protocol.policy import Policy
 from ..protocol.retrieval import noise_table, retrieval_source
 from .run import Run, guarded, is_int
 
+if TYPE_CHECKING:
+    from dprag.zk.keys import VerifyingKey
+
 
 @guarded("retrieval")
-def check_8_8_proofs(run: Run, vk) -> None:
+def check_8_8_proofs(run: Run, vk: VerifyingKey | None) -> None:
     """§8.8 (zk): every query of a zk tenant carries a Groth16 proof of noise-then-select that verifies under the
     auditor's key with public inputs recomputed here (Z_idx of genesis, Q and the citations from the opening,
     the noise from the seed)."""
-    if vk is None or not run.policy.retrieval.zk_tenants:  # no auditor key: the proofs are not relied on
+    # verify() runs §8.8 only with a policy and the committed seed; the query leaves' records are §8.7's, never None
+    policy, seed = cast(Policy, run.policy), cast(bytes, run.seed)
+    leaves = cast("list[dict[str, Any]]", run.records)
+    if vk is None or not policy.retrieval.zk_tenants:  # no auditor key: the proofs are not relied on
         return
     from ..protocol import zk_attest
 
-    r = run.policy.retrieval
+    r = policy.retrieval
     table = noise_table(r.sigma, r.sampler.tail, r.sampler.precision_bits)
-    records = {}
+    records: dict[int, Any] = {}  # pos -> its proof record
     for k, line in enumerate(run.b.proofs_lines or []):
         try:
             rec = decode(line, what=f"proof line {k}")
             pos = rec.get("pos") if isinstance(rec, dict) else None
             if not is_int(pos, 1, run.n - 1) or pos in records:
                 raise EncodingError(f"proof line {k}: pos must be a distinct ledger position")
-            records[pos] = rec
+            records[cast(int, pos)] = rec  # is_int checked it
         except EncodingError as e:
             run.fail("retrieval", str(e))
     done = 0
     for i in run.queries:
-        rec = run.records[i]
+        rec = leaves[i]
         if rec["type"] != "query" or rec["tenant"] not in r.zk_tenants:
             continue
         ten, op = run.tenants[rec["tenant"]], run.openings[i]
@@ -44,11 +53,11 @@ def check_8_8_proofs(run: Run, vk) -> None:
             run.fail("retrieval", f"leaf {i}: no Groth16 proof for a query of zk tenant {rec['tenant']!r}")
             continue
         Q = np.frombuffer(bytes.fromhex(op["qemb"]), dtype="<i2")
-        z = table.sample(ten["n"], retrieval_source(run.seed, rec["tenant"], bytes.fromhex(op["qemb"])))
+        z = table.sample(ten["n"], retrieval_source(seed, rec["tenant"], bytes.fromhex(op["qemb"])))
         try:
             ok = zk_attest.check(
                 vk,
-                run.policy,
+                policy,
                 ten["Z_idx"],
                 records[i],
                 Q,
