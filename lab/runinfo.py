@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import platform
 import subprocess
+from functools import lru_cache
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
@@ -46,8 +47,10 @@ def package_versions(packages: tuple[str, ...] = PACKAGES) -> dict[str, str | No
     return out
 
 
+@lru_cache(maxsize=1)
 def source_commit() -> str | None:
-    """``git describe --always --dirty`` of the checkout this package was loaded from, or None."""
+    """``git describe --always --dirty`` of the checkout this package was loaded from, or None (asked once per
+    process: every run record of one process names the same checkout)."""
     here = Path(__file__).resolve().parent
     try:
         p = subprocess.run(

@@ -43,6 +43,7 @@ def test_every_python_folder_is_a_package():
             assert (py.parent / "__init__.py").exists(), f"{py.parent} has modules but no __init__.py"
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("floor", FLOORS)
 def test_folder_refuses_its_old_top_level_name(floor):
     # run from the repository root, where the folder is importable by path
@@ -51,6 +52,7 @@ def test_folder_refuses_its_old_top_level_name(floor):
     assert f"import dprag.{floor}" in p.stderr
 
 
+@pytest.mark.integration
 def test_one_error_class_under_one_name():
     code = (
         "import dprag, dprag.accounting, dprag.audit.verify, dprag.audit.protocol.bundle as v\n"
@@ -84,6 +86,7 @@ def _tracked_copy(dest: Path) -> None:
         shutil.copy2(src, dest / rel)
 
 
+@pytest.mark.integration
 @pytest.mark.skipif(shutil.which("git") is None, reason="git is needed to list the tracked files")
 def test_wheel_holds_only_the_dprag_namespace(tmp_path):
     src = tmp_path / "src"

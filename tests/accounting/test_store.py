@@ -269,6 +269,7 @@ def _child_charge():
     raise SystemExit(0 if r.n_admitted == 2 else 3)
 
 
+@pytest.mark.integration
 def test_forked_child_reconnects_and_parent_keeps_working(tmp_path):
     s = SqliteBudgetStore(tmp_path / "fork.db", 10)
     f = IndividualRenyiFilter(s, 1.0)

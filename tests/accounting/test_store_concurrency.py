@@ -18,6 +18,8 @@ from dprag.accounting.events import GaussianEvent, LaplaceEvent
 from dprag.accounting.filters import FilterBudget, IndividualRenyiFilter
 from dprag.accounting.stores import SqliteBudgetStore
 
+pytestmark = pytest.mark.integration  # starts servers or processes (CONTRIBUTING.md)
+
 N_DOCS, WORKERS, CHARGES = 24, 6, 120
 EVENTS = (GaussianEvent(4.0), GaussianEvent(6.0), LaplaceEvent(3.0))
 BUDGET = FilterBudget.for_queries(30, GaussianEvent(4.0))  # ~30 of the costliest charges per document

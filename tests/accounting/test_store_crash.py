@@ -28,6 +28,8 @@ from dprag.accounting.events import GaussianEvent
 from dprag.accounting.filters import FilterBudget, IndividualRenyiFilter
 from dprag.accounting.stores import SqliteBudgetStore
 
+pytestmark = pytest.mark.integration  # starts servers or processes (CONTRIBUTING.md)
+
 ROOT = Path(__file__).resolve().parents[2]
 N_DOCS, M, K_PER_CHARGE, BATCH = 300, 40, 6, 3
 SIGMAS = (2.0, 3.0, 5.0)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-#: the store engines every store test runs on
-ENGINES = ["sqlite", "postgresql"]
+#: the store engines every store test runs on (PostgreSQL: a server of the session, so the integration tier)
+ENGINES = ["sqlite", pytest.param("postgresql", marks=pytest.mark.integration)]
 
 
 @pytest.fixture(params=ENGINES)

@@ -13,11 +13,14 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from dprag.audit.protocol.bundle import BundleError
 from dprag.audit.protocol.encoding import decode
 from dprag.audit.testing.window import open_service, reopen_service
 from dprag.audit.verify import verify
+
+pytestmark = pytest.mark.integration  # starts servers or processes (CONTRIBUTING.md)
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -24,6 +24,7 @@ def _run(args):
     )
 
 
+@pytest.mark.integration
 def test_json_output_subprocess():
     p = _run(BASE + ["--json"])
     assert p.returncode == 0, p.stderr
@@ -124,6 +125,7 @@ def test_bad_input_exits_2_with_message(override, needle, capsys):
     assert err["schema"] == "dprag.error/1" and err["exit_code"] == 2 and needle in err["error"]
 
 
+@pytest.mark.integration
 def test_bad_input_subprocess_exit_code_and_usage_errors():
     p = _run(["accounting", "collusion", "--k", "0", "--eps-acc", "1", "--delta-acc", "1e-6", "--n", "10", "--json"])
     assert p.returncode == 2 and "'--k': must be an integer >= 1" in p.stderr
@@ -134,6 +136,7 @@ def test_bad_input_subprocess_exit_code_and_usage_errors():
     assert p.returncode == 2 and "Missing option" in p.stderr
 
 
+@pytest.mark.integration
 def test_sensitivity_help_names_the_relation_each_value_covers():
     p = _run(["accounting", "collusion", "--help"])
     text = " ".join(p.stdout.split())

@@ -22,6 +22,7 @@ def _run(capsys, tmp_path, *args):
     return rc, [json.loads(x) for x in cap.out.splitlines() if x.strip()], cap.err
 
 
+@pytest.mark.integration
 def test_scalar_json_rows_files_and_gates(tmp_path, capsys):
     rc, rows, err = _run(
         capsys,
@@ -79,6 +80,7 @@ def test_p1_slope_matches_an_independent_weighted_fit():
     assert gates(flat)["P1"][0]["pass"] is False
 
 
+@pytest.mark.integration
 def test_topk_json_rows(tmp_path, capsys):
     rc, rows, err = _run(
         capsys,
@@ -122,6 +124,7 @@ def test_bad_input_one_line_exit_2(tmp_path, capsys, args, flag):
     assert len(err.strip().splitlines()) == 1 and flag in err, err
 
 
+@pytest.mark.integration
 def test_hnsw_synthetic_tiny(tmp_path, capsys):
     pytest.importorskip("faiss")
     rc, rows, err = _run(

@@ -168,6 +168,7 @@ def test_coalition_probe_bad_input_one_line_exit_2(tmp_path, capsys, args, needl
     assert rc == 2 and len(err) == 1 and needle in err[0]
 
 
+@pytest.mark.integration
 def test_coalition_probe_toy_cli(tmp_path, capsys):
     out = tmp_path / "cp"
     rc = main(
@@ -207,6 +208,7 @@ def test_probe_policy_valid_up_to_k20():
         assert pol.coalition.delta_policy > k * pol.retrieval.delta_acc  # 002 §5.6 rule, checked by validate()
 
 
+@pytest.mark.integration
 def test_coalition_probe_rerun_with_the_same_seed_is_identical(tmp_path, capsys):
     """Account keys and request nonces derive from the seed, so every h_req and every draw the service makes
     from its committed seed and h_req repeat: the same seed gives the same answers and citations, another

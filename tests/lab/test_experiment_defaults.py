@@ -3,6 +3,7 @@
 import json
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from dprag.lab.experiments.cli import experiment, method_overrides, tuning_seed
@@ -50,6 +51,7 @@ def test_the_tuning_corpus_defaults_to_a_disjoint_one():
     assert tuning_seed("clinic", 0, "test") is None and tuning_seed("clinic", 0, "7") == 7
 
 
+@pytest.mark.integration
 def test_a_run_with_no_flags_uses_the_defaults_and_records_them(tmp_path):
     out = tmp_path / "run"
     r = CliRunner().invoke(

@@ -239,6 +239,7 @@ def test_tuning_picks_the_better_threshold_on_dev():
 
 
 # -- CLI -------------------------------------------------------------------------------------------------
+@pytest.mark.integration
 def test_cli_privacy_utility_end_to_end_on_toy(tmp_path):
     out = tmp_path / "run"
     r = CliRunner().invoke(
@@ -372,6 +373,7 @@ def test_every_registered_method_is_documented():
         assert f"{name} " in table, name
 
 
+@pytest.mark.integration
 def test_dprag_root_cli_finds_the_experiment_command(tmp_path, capsys):
     # through the installed entry point dprag.commands: experiment = rag_adapters.experiments.cli:experiment
     from dprag.audit.cli import main
@@ -448,6 +450,7 @@ def test_documents_per_voter_sets_k_and_the_cell_reports_m():
     assert [q.used for q in single.questions] == [3, 3, 3]
 
 
+@pytest.mark.integration
 def test_cli_m_grid_is_tuned_on_dev(tmp_path):
     out = tmp_path / "run"
     r = CliRunner().invoke(
@@ -530,6 +533,7 @@ def test_murag_gnmax_answers_the_toy_corpus_within_budget():
     assert cell.accuracy == 1.0 and cell.derived["tokens"] == 3
 
 
+@pytest.mark.integration
 def test_public_completion_reaches_every_pure_dp_method(tmp_path):
     ds = toy_dataset()
     for flag in (False, True):
@@ -575,6 +579,7 @@ def test_public_completion_reaches_every_pure_dp_method(tmp_path):
     assert run["public_completion"] is True and run["em_prior"] == "non-rag"
 
 
+@pytest.mark.integration
 def test_report_prints_every_cell_with_counts_and_fisher_p(tmp_path):
     from scipy.stats import hypergeom
 
@@ -680,6 +685,7 @@ def test_answer_vote_history_reuses_released_answers_but_never_a_fallback():
     assert [q.history_pairs for q in none.questions] == [0] * 9  # no fallback was recorded for reuse
 
 
+@pytest.mark.integration
 def test_answer_vote_seen_selection_reports_its_delta(tmp_path):
     """``--answer-selection seen``: the grid has no base-measure threshold t, each cell reports
     (ε_total, M·δ_q) with δ_q = --delta / --M (the individual basic-composition filter), and the derived
@@ -777,6 +783,7 @@ def test_tuning_runs_in_the_dev_context_and_every_cell_names_the_rule():
     assert nonrag.tuning == "none (a single setting)"
 
 
+@pytest.mark.integration
 def test_cli_tuning_corpus_must_be_disjoint_and_is_reported(tmp_path):
     out = tmp_path / "run"
     r = CliRunner().invoke(

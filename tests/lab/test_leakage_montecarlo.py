@@ -11,6 +11,8 @@ from dprag.lab.leakage.montecarlo import run_cells
 from dprag.lab.leakage.scalar import ScalarCell, scalar_trials
 from dprag.lab.leakage.topk import TopKCell, topk_trials
 
+pytestmark = pytest.mark.integration  # starts servers or processes (CONTRIBUTING.md)
+
 CELLS = [ScalarCell(k, 20, 2.0, 1e-6, 10.0, rhos=(0.5,)) for k in (1, 3)]
 
 

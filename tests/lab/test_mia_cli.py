@@ -11,6 +11,7 @@ import pytest
 from dprag.audit.cli import main
 
 
+@pytest.mark.integration
 def test_mia_toy_run_writes_rows_with_schema(tmp_path, capsys):
     out = tmp_path / "run"
     rc = main(
@@ -58,6 +59,7 @@ def test_mia_toy_run_writes_rows_with_schema(tmp_path, capsys):
     assert (out / "mia_roc.png").stat().st_size > 1000 and (out / "questions.jsonl").exists()
 
 
+@pytest.mark.integration
 def test_mia_batch_gives_the_same_scores_and_streams_them(tmp_path, capsys):
     """--batch only groups targets: Non-Private-RAG decodes a group in one generation batch, the private
     pipelines still answer one query at a time in the same order, so every target's answers and score are
@@ -175,6 +177,7 @@ def test_mia_bad_input_one_line_exit_2(tmp_path, capsys, args, needle):
     assert rc == 2 and len(err) == 1 and needle in err[0] and err[0].startswith("error:")
 
 
+@pytest.mark.integration
 def test_a_stopped_run_keeps_its_record_of_parameters(tmp_path, monkeypatch):
     """run.json is written before the first query (status "running"): a run stopped mid-way still has its
     parameters, seed, targets and versions beside the scores it kept; a stale record of an earlier run in the

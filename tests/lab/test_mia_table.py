@@ -31,6 +31,7 @@ def test_partial_rows_by_hand():
     assert row["auc_ci_lo"] <= row["auc"] <= row["auc_ci_hi"]
 
 
+@pytest.mark.integration
 def test_finished_and_stopped_runs(tmp_path, capsys):
     out = tmp_path / "run"
     assert (
@@ -91,6 +92,7 @@ def test_bad_run_dir_one_line_exit_2(tmp_path, capsys, setup):
     assert rc == 2 and len(err) == 1 and ("run_dir" in err[0] or "RUN_DIRS" in err[0])
 
 
+@pytest.mark.integration
 def test_stopped_run_exposures_replay_the_runs_own_counter(tmp_path, capsys, monkeypatch):
     """With run.json (written at the start) a stopped run's partial rows get the exposure figures by replaying the
     canary counter over the stored answers and retrieved ids. Over a whole run's scores they must equal the
@@ -141,6 +143,7 @@ def test_stopped_run_exposures_replay_the_runs_own_counter(tmp_path, capsys, mon
             assert part[method][f] == pytest.approx(w[f]), (method, f)
 
 
+@pytest.mark.integration
 def test_run_json_whose_targets_disagree_with_its_seed_is_refused(tmp_path, capsys):
     """A run.json edited to name other targets (or copied beside another run's scores) would make the replayed
     exposures count the wrong records: mia-table refuses it, one line on stderr, exit 2."""

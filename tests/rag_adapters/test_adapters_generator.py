@@ -168,6 +168,7 @@ def test_bad_inputs():
         gen.generate(PROMPTS[0], 0)
 
 
+@pytest.mark.integration
 def test_importing_adapters_does_not_import_torch():
     code = (
         "import sys, dprag.rag_adapters, dprag.rag_adapters.metrics, dprag.rag_adapters.datasets; "

@@ -337,6 +337,7 @@ POSITIVE = [
 ]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("schema, output", POSITIVE)
 def test_real_output_validates(outputs, schema, output):
     objs = getattr(outputs, output)

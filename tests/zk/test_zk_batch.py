@@ -18,6 +18,8 @@ from dprag.zk.r1cs import ConstraintSystem
 from dprag.zk.setup import setup
 from dprag.zk.verify import verify
 
+pytestmark = pytest.mark.integration  # a Dask LocalCluster (processes, listening sockets) per module
+
 distributed = pytest.importorskip("distributed", reason="the Dask path needs dask.distributed (dev extra)")
 
 UNREACHABLE = "tcp://127.0.0.1:1"  # port 1 (tcpmux): nothing listens there on this machine

@@ -58,6 +58,7 @@ def test_msm_matches_naive_sum(ks, seed):
     assert C.g1_msm(pts, ks) == exp
 
 
+@pytest.mark.integration
 def test_msm_large_windows_and_inverse_pairs():
     rng = random.Random(7)
     pts = [C.g1_mul(C.G1_GEN, rng.randrange(1, R)) for _ in range(600)]
@@ -69,6 +70,7 @@ def test_msm_large_windows_and_inverse_pairs():
     assert C.msm_many([("g1", pts, ks)], workers=2)[0] == exp
 
 
+@pytest.mark.integration
 def test_g2_msm_matches_naive_sum():
     rng = random.Random(3)
     pts = [C.g2_mul(C.G2_GEN, rng.randrange(1, R)) for _ in range(20)]

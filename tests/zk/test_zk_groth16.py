@@ -176,6 +176,7 @@ def test_setup_docstring_says_development_only():
     assert setup(_circuit()).development is True
 
 
+@pytest.mark.integration
 def test_prove_many_in_processes(keyed):
     from dprag.zk.batch import prove_many
 

@@ -24,6 +24,8 @@ from dprag.zk.r1cs import ConstraintSystem
 from dprag.zk.setup import setup
 from dprag.zk.verify import verify
 
+pytestmark = pytest.mark.integration  # starts servers or processes (CONTRIBUTING.md)
+
 REPO = Path(__file__).resolve().parents[2]
 CACHE = REPO / ".cache"
 SNARKJS_VERSION = "0.7.6"

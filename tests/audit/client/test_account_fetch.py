@@ -25,6 +25,8 @@ from dprag.audit.verify import verify
 from dprag.errors import InvalidParameterError
 from tests.support.live import LiveServer
 
+pytestmark = pytest.mark.integration  # starts servers or processes (CONTRIBUTING.md)
+
 pytest.importorskip("fastapi")
 
 

@@ -320,6 +320,7 @@ def _spawn(args):
     )
 
 
+@pytest.mark.integration
 def test_several_processes_append_to_one_log(tmp_path):
     """4 processes append concurrently (single appends and batches) while this process keeps publishing
     (size, root) pairs; afterwards the log is one consistent append-only sequence: every record exactly
@@ -359,6 +360,7 @@ def test_several_processes_append_to_one_log(tmp_path):
     log.close()
 
 
+@pytest.mark.integration
 def test_processes_race_to_create_a_new_log(tmp_path):
     """Several processes opening a not-yet-existing path at once: exactly one creates the schema, all
     append, nothing is lost."""
@@ -382,6 +384,7 @@ log.append(b"w" + sys.argv[2].encode())
 """
 
 
+@pytest.mark.integration
 def test_processes_released_together_all_open_a_new_log(tmp_path):
     """The same race made likely: 6 processes import first, then are released together onto one new path.
 
@@ -430,6 +433,7 @@ while True:
 """
 
 
+@pytest.mark.integration
 def test_sigkill_mid_append_never_tears_the_tree(tmp_path):
     """A writer appends 4999-leaf batches of a fixed sequence; it is SIGKILLed at seeded random moments and
     restarted 6 times. After every kill the log opens with a full integrity check, holds an exact prefix

@@ -148,6 +148,7 @@ def hostile():
     server.server_close()
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("status", [200, 404])
 @pytest.mark.parametrize("kind", sorted(DEEP))
 def test_a_hostile_servers_deep_json_is_the_clients_typed_error(hostile, status, kind):

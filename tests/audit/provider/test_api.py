@@ -27,6 +27,8 @@ from dprag.audit.testing.toy import HashEmbedder, make_toy_directory
 from dprag.audit.verify import verify
 from tests.support.live import LiveServer
 
+pytestmark = pytest.mark.integration  # starts servers or processes (CONTRIBUTING.md)
+
 pytest.importorskip("fastapi")
 
 

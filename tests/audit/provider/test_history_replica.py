@@ -22,6 +22,8 @@ from dprag.audit.testing.toy import SERVE_TOY, HashEmbedder, ToyGenerator, make_
 from dprag.audit.verify import verify
 from tests.support.load import toy_clients
 
+pytestmark = pytest.mark.integration  # starts servers or processes (CONTRIBUTING.md)
+
 
 def _two_windows(root: Path, store: str | None, successor_store: str | None = None):
     """Window toy-1 (2 requests per account), closed into toy-2 (1 more each); returns the clients and toy-2."""

@@ -296,6 +296,7 @@ def test_embedder_entry_point_lookup_and_its_error(tmp_path):
     assert not (tmp_path / "svc").exists()
 
 
+@pytest.mark.integration
 def test_audit_does_not_import_the_adapters_floor():
     import subprocess
     import sys
@@ -351,6 +352,7 @@ def test_minilm_by_name_serves_and_verifies(tmp_path, monkeypatch):
     assert v.checked["queries_with_account_confirmed_q"] == 1
 
 
+@pytest.mark.integration
 def test_readme_text_only_provider_example(tmp_path):
     # README "A provider's pipeline": a hosted LLM as a bare callable, string ids, dp-ksa; then the auditor's CLI
     import re

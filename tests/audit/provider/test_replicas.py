@@ -22,6 +22,8 @@ from dprag.audit.testing.toy import HOLD_ENV, make_toy_directory, open_toy_direc
 from tests.support.live import start_replica, stop_replicas
 from tests.support.load import audit_window, first_and_rest, run_accounts
 
+pytestmark = pytest.mark.integration  # starts servers or processes (CONTRIBUTING.md)
+
 pytest.importorskip("fastapi")
 
 

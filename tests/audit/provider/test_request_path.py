@@ -238,6 +238,7 @@ def test_only_the_record_commit_skips_the_sync_and_the_answer_commit_after_it_sy
         svc.close()
 
 
+@pytest.mark.integration
 def test_postgresql_lets_only_the_record_transaction_commit_without_the_flush(tmp_path, pg_url):
     """PostgreSQL: the server's own ``synchronous_commit`` inside each transaction of the request path — off in the
     record transaction only (its commit returns before the WAL flush), on in the answer's, which commits after it

@@ -164,6 +164,7 @@ def _append_in_process(d: str, url: str | None, k: int, out) -> None:
     out.put(k)
 
 
+@pytest.mark.integration
 def test_writers_in_processes_serialise_on_the_tail(tmp_path, store_url):
     d, store = _fresh(tmp_path, store_url)
     q = mp.get_context("spawn").Queue()
@@ -181,6 +182,7 @@ def test_writers_in_processes_serialise_on_the_tail(tmp_path, store_url):
     store.close()
 
 
+@pytest.mark.integration
 def test_a_second_window_cannot_take_over_a_schema(tmp_path, pg_url):
     taken = f"taken_w_{secrets.token_hex(4)}"  # fresh even on a reused server ($DPRAG_TEST_PG)
     d1 = tmp_path / "a"
@@ -304,6 +306,7 @@ def test_sqlite_writes_share_one_connection_and_survive_its_failure(tmp_path):
         seen[-1].execute("SELECT 1")  # close() closes the writer connection too
 
 
+@pytest.mark.integration
 def test_a_forked_child_writes_on_its_own_connection(tmp_path, store_url):
     """A store object inherited through fork: the child's writes run on a connection of its own (SQLite forbids
     using one across fork; two processes on one PostgreSQL socket would interleave their protocol messages), and the
@@ -347,6 +350,7 @@ def _admin(pg_url: str):
     return conn
 
 
+@pytest.mark.integration
 def test_postgres_threads_share_a_bounded_pool(tmp_path, pg_url):
     """16 threads reading and appending at once through one store object with pool=3: every statement ran on one of
     at most 3 server backends (each named by the server: ``pg_backend_pid()``), more than one was used (the pool is
@@ -389,6 +393,7 @@ def test_postgres_threads_share_a_bounded_pool(tmp_path, pg_url):
     admin.close()
 
 
+@pytest.mark.integration
 def test_postgres_pool_replaces_a_connection_the_server_killed(tmp_path, pg_url):
     """pool=1: the server terminates the store's backend three times over. Each time the next operation fails as
     retryable (StoreUnavailableError, nothing committed) and the one after it runs on a new backend — the dead
@@ -414,6 +419,7 @@ def test_postgres_pool_replaces_a_connection_the_server_killed(tmp_path, pg_url)
     admin.close()
 
 
+@pytest.mark.integration
 def test_postgres_pool_forgets_its_idle_connections_when_one_fails(tmp_path, pg_url):
     """pool=3, three idle connections, then the server terminates all three backends (what a restart does). The next
     operation fails as retryable; the one after it runs — the pool closed the other idle (dead) connections on the
@@ -452,6 +458,7 @@ def test_postgres_pool_forgets_its_idle_connections_when_one_fails(tmp_path, pg_
     admin.close()
 
 
+@pytest.mark.integration
 def test_postgres_pool_exhausted_is_a_retryable_error(tmp_path, pg_url):
     """pool=1, timeout 0.5 s: while one thread holds the only connection in a write transaction, another thread's
     read waits, then fails as retryable (StoreUnavailableError naming the pool), having changed nothing; once the

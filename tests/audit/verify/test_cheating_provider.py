@@ -23,6 +23,7 @@ def alarm():
     signal.signal(signal.SIGALRM, old)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("name", sorted(ATTACKS))
 def test_attack_is_caught(tmp_path, name, alarm):
     res = ATTACKS[name].run(tmp_path)

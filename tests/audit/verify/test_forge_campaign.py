@@ -14,6 +14,8 @@ import pytest
 
 from dprag.audit.testing.forge import MUST_FAIL, MUST_PASS
 
+pytestmark = pytest.mark.integration  # starts servers or processes (CONTRIBUTING.md)
+
 
 def _campaign(tmp_path, cases: int, seed: int) -> None:
     # a fresh process, so the peak memory is the campaign's own (not that of a test session that loaded models)

@@ -10,6 +10,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.integration  # starts servers or processes (CONTRIBUTING.md)
+
 
 def _campaign(tmp_path, cases: int, seed: int, timeout: float) -> dict:
     # a fresh process, so the peak memory is the campaign's own (not that of a test session that loaded models)

@@ -66,6 +66,7 @@ def evil_bundle(tmp_path_factory):
     return bundle, d / "receipts.jsonl"
 
 
+@pytest.mark.integration
 def test_rule_output_escapes_every_bundle_string(evil_bundle):
     """v2: a tenant name with ANSI escapes made a FAILing bundle show `PASS 0.41 1e-06` on a terminal (exit 1).
     Every output (terminal, --json, --public) shows only printable text, and the first line is the FAIL."""
@@ -125,6 +126,7 @@ def coalition_window(tmp_path_factory):
     return bundle
 
 
+@pytest.mark.integration
 def test_rule_a_published_verdict_carries_no_private_statistic(coalition_window):
     """v2: the verdict JSON carried the coalition estimate (a function of the private queries no DP mechanism
     released) and per-check seconds (a timing channel); there was no form of the verdict safe to publish.
@@ -171,6 +173,7 @@ def _peak(bundle, receipts) -> tuple[str, int, str]:
     return verdict, int(mib), reasons
 
 
+@pytest.mark.integration
 def test_rule_the_verifier_reads_only_files_genesis_names(tmp_path):
     """v2: four sparse 256 MiB files that genesis does not name raised the verifier's peak memory from 142 to
     1,166 MiB and the bundle still PASSed. Only the files the spec names are read, each at most the size genesis
@@ -197,6 +200,7 @@ def test_rule_the_verifier_reads_only_files_genesis_names(tmp_path):
     assert mib < base_mib + 128, (base_mib, mib)
 
 
+@pytest.mark.integration
 def test_rule_the_auditor_caps_what_is_read(tmp_path):
     """--max-read: a bundle that needs more than the auditor's cap is the auditor's exit 2 naming the flag, read
     no further; within the cap the verdict is unchanged."""
@@ -211,6 +215,7 @@ def test_rule_the_auditor_caps_what_is_read(tmp_path):
     assert p.returncode == 2 and "--max-read" in p.stderr
 
 
+@pytest.mark.integration
 def test_rule_one_receipt_handed_in_many_times_is_replayed_once(tmp_path):
     """v2: one receipt handed in 1,000 times (each line with a different `top`) gave 1,000 answer replays. Lines
     are deduplicated by their signed body, and each ledger position is replayed once."""
@@ -350,6 +355,7 @@ svc.close()
 """
 
 
+@pytest.mark.integration
 @pytest.mark.skipif(shutil.which("strace") is None, reason="needs strace (Debian package strace) to count fsyncs")
 def test_rule_a_serve_makes_the_same_fsyncs_whether_or_not_a_document_is_charged(tmp_path):
     """The same claim at the operating system: the number of fsync / fdatasync calls of one whole serve (ledger,

@@ -43,6 +43,8 @@ FLAGS = (
     "--disable-sync",
 )
 
+pytestmark = pytest.mark.integration  # starts servers or processes (CONTRIBUTING.md)
+
 
 def chromium(page: Path, *args: str) -> str:
     """Run headless Chromium on ``file://page`` with a fresh profile; its stdout."""

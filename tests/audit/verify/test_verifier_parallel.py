@@ -18,6 +18,8 @@ import dprag.audit.verify.scores as scores
 from dprag.audit.verify import verify
 from tests.support.bulk import bulk_window
 
+pytestmark = pytest.mark.integration  # starts servers or processes (CONTRIBUTING.md)
+
 
 @pytest.fixture(scope="module")
 def window(tmp_path_factory):
