@@ -45,22 +45,26 @@ class LyingMemoryLimited(MemoryLimited):
     failure_free_sessions = True
 
 
+def _create(directory, generator, *, long_record: bool = False, **policy):
+    """A toy window served by ``generator`` (the clinic's first record replaced by LONG_RECORD on request)."""
+    clinic = list(fx.CLINIC)
+    if long_record:
+        clinic[0] = LONG_RECORD
+    return ProviderService.create(
+        directory,
+        policy=fx.toy_policy(**policy),  # default: murag, pure-dp-rag
+        embedder=HashEmbedder(32),
+        seed=b"\x05" * 32,
+        generator=generator,
+        tenants={"clinic": clinic, "legal": fx.LEGAL},
+        accounts=fx.registry(fx.ACCOUNTS),
+    )
+
+
 def _outcome(tmp_path, name: str, corpus_with_long_record: bool, generator) -> tuple:
     """What an account sees of one asthma question and two retries, on D (with the long record) or D′ (without)."""
-    clinic = list(fx.CLINIC)
-    if corpus_with_long_record:
-        clinic[0] = LONG_RECORD
-    emb = HashEmbedder(32)
     try:
-        svc = ProviderService.create(
-            tmp_path / name,
-            policy=fx.toy_policy(),  # murag, pure-dp-rag
-            embedder=emb,
-            seed=b"\x05" * 32,
-            generator=generator,
-            tenants={"clinic": clinic, "legal": fx.LEGAL},
-            accounts=fx.registry(fx.ACCOUNTS),
-        )
+        svc = _create(tmp_path / name, generator, long_record=corpus_with_long_record)
     except InvalidParameterError as e:
         return ("refused before anything was written", e.field, (tmp_path / name / "state").exists())
     alice = fx.client(svc, "alice")
@@ -89,14 +93,7 @@ def test_rule_no_generator_failure_after_the_charge_depends_on_a_document(tmp_pa
 
 def test_the_refusal_names_the_field_and_the_rule(tmp_path):
     with pytest.raises(InvalidParameterError) as err:
-        ProviderService.create(
-            tmp_path / "svc",
-            policy=fx.toy_policy(),
-            embedder=HashEmbedder(32),
-            generator=MemoryLimited(),
-            tenants={"clinic": fx.CLINIC},
-            accounts=fx.registry({"alice": "clinic"}),
-        )
+        _create(tmp_path / "svc", MemoryLimited())
     assert err.value.field == "generator"
     assert "failure_free_sessions" in str(err.value) and "answer-vote" in str(err.value)
     assert not (tmp_path / "svc").exists() or not any((tmp_path / "svc").rglob("*.sqlite"))
@@ -124,16 +121,7 @@ def test_only_the_value_true_declares(value):
 
 def test_text_mechanisms_need_no_declaration(tmp_path):
     """answer-vote and dp-ksa contain each voter's failure (accounting.rag.common.voter_responses): not refused."""
-    pol = fx.toy_policy(mechanism="answer-vote")
-    svc = ProviderService.create(
-        tmp_path / "svc",
-        policy=pol,
-        embedder=HashEmbedder(32),
-        generator=MemoryLimited(),
-        tenants={"clinic": fx.CLINIC, "legal": fx.LEGAL},
-        accounts=fx.registry(fx.ACCOUNTS),
-    )
-    svc.close()
+    _create(tmp_path / "svc", MemoryLimited(), mechanism="answer-vote").close()
 
 
 def test_the_local_model_adapter_declares_nothing():
@@ -188,17 +176,7 @@ def test_a_pending_answer_names_no_exception(tmp_path):
 
     bodies = []
     for name, gen in (("mem", LyingMemoryLimited()), ("quote", Quoting())):
-        clinic = list(fx.CLINIC)
-        clinic[0] = LONG_RECORD
-        svc = ProviderService.create(
-            tmp_path / name,
-            policy=fx.toy_policy(),
-            embedder=HashEmbedder(32),
-            seed=b"\x05" * 32,
-            generator=gen,
-            tenants={"clinic": clinic, "legal": fx.LEGAL},
-            accounts=fx.registry(fx.ACCOUNTS),
-        )
+        svc = _create(tmp_path / name, gen, long_record=True)
         alice = fx.client(svc, "alice")
         req = alice.request("asthma protocol inhaler patient")
         wire = {"request": req.signed, "question": req.question, "qemb": None if req.qemb is None else req.qemb.hex()}
