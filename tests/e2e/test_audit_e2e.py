@@ -8,9 +8,9 @@ import pytest
 
 from dprag.audit.cli import main as cli_main
 from dprag.audit.protocol.encoding import decode, encode
+from dprag.audit.protocol.errors import RateLimitError, RequestError
 from dprag.audit.protocol.policy import Policy
 from dprag.audit.protocol.request import AccountKey, Request, make_request
-from dprag.audit.provider.service import RateLimitError, RequestError
 from dprag.audit.testing.window import account_key, build_window, client, open_service, reopen_service, toy_policy
 from dprag.audit.verify import verify
 from dprag.errors import BudgetExhaustedError, InvalidParameterError

@@ -13,8 +13,9 @@ import pytest
 from dprag.audit.client.account import AccountClient, ReceiptError
 from dprag.audit.protocol import commitments as cm
 from dprag.audit.protocol.encoding import encode
+from dprag.audit.protocol.errors import AnswerPendingError, RateLimitError, RequestError
 from dprag.audit.protocol.receipts import verify_refusal
-from dprag.audit.provider.service import AnswerPendingError, ProviderService, RateLimitError, RequestError
+from dprag.audit.provider.service import ProviderService
 from dprag.audit.testing import window as fx
 from dprag.audit.testing.toy import HashEmbedder, ToyGenerator, ToyTextGenerator
 from dprag.audit.verify import verify

@@ -73,7 +73,7 @@ def test_discrete_gaussian_as_zcdp_both_ways():
 
 
 def test_budget_exhausted_is_one_documented_hierarchy():
-    from dprag.audit.provider.service import RateLimitError
+    from dprag.audit.protocol.errors import RateLimitError
 
     assert issubclass(RateLimitError, BudgetExhaustedError) and issubclass(BudgetExhaustedError, DpragError)
     assert "rate limit" in BudgetExhaustedError.__doc__ or "query allowance" in BudgetExhaustedError.__doc__

@@ -282,8 +282,8 @@ def test_rule_a_lone_surrogate_question_is_a_typed_refusal(tmp_path):
     """v2: a lone-surrogate question made serve() raise UnicodeEncodeError (not a dprag error) — from the
     question commitment, before any check. It is a RequestError naming the question, signed as a refusal that
     consumed nothing; nothing is embedded or recorded."""
+    from dprag.audit.protocol.errors import RequestError
     from dprag.audit.protocol.request import Request, make_request
-    from dprag.audit.provider.service import RequestError
 
     svc = fx.open_service(tmp_path / "svc")
     size = svc.ledger.size

@@ -13,8 +13,9 @@ import pytest
 
 from dprag.audit.protocol.chain import chain_id
 from dprag.audit.protocol.encoding import encode
+from dprag.audit.protocol.errors import RequestError
 from dprag.audit.protocol.ledger import NoteSigner
-from dprag.audit.provider.service import ProviderService, RequestError
+from dprag.audit.provider.service import ProviderService
 from dprag.audit.testing import window as fx
 from dprag.audit.verify import verify
 from dprag.errors import InvalidParameterError

@@ -1,0 +1,187 @@
+"""The provider's window: its state, loaded from the window's directory (spec/provider.md §6).
+
+``Window`` holds what one process serves a window with — the committed policy, the embedder and generator, the
+registry, the origin, seed and signing key, each tenant's index, retriever and per-document filter, the store, its
+ledger and records — and the operations on that state that every role of the service shares (the closed check,
+the chain id and epoch, the committed checkpoint, the per-document spend). The request path is ``serving``; the
+façade that opens, continues, exports and attests windows is ``service.ProviderService``.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import numpy as np
+
+from dprag.accounting.filters import FilterBudget, IndividualRenyiFilter
+from dprag.accounting.noise.source import RandomSource
+from dprag.accounting.protocols import Generator
+from dprag.accounting.rag.multi_query import MuRAG, MuRAGAda, RetrievalParams
+from dprag.accounting.stores.session import SessionBudgetStore
+from dprag.errors import InvalidParameterError
+
+from ..protocol.charges import ChargeRule
+from ..protocol.encoding import decode
+from ..protocol.errors import ServiceStateError
+from ..protocol.ledger import NoteSigner
+from ..protocol.policy import Policy
+from ..protocol.retrieval import (
+    float_exact_scores,
+    noise_table,
+)
+from .group_commit import GroupCommitter
+from .models import TextEmbedder, as_embedder, serving_generator
+from .release import ReleaseClock
+from .storage import Records, ServiceStore, StoreLog, open_store
+
+
+class TenantRetriever:
+    """accounting.protocols.Retriever over one tenant's index; ``for_query`` gives the view of one request (its exact
+    integer scores, §4), so concurrent requests never share per-query state."""
+
+    def __init__(self, documents: list[str], q_docs: np.ndarray, clip, shift, question=None, scores=None):
+        self.docs = documents
+        self.q_docs_f64 = q_docs if question is not None else q_docs.astype(np.float64)
+        self.clip, self.shift = tuple(clip), int(shift)
+        self._current: tuple[str, np.ndarray] | None = None if question is None else (question, scores)
+
+    def __len__(self) -> int:
+        return len(self.docs)
+
+    def for_query(self, question: str, q_query: np.ndarray) -> TenantRetriever:
+        s = float_exact_scores(self.q_docs_f64, q_query, self.clip, self.shift)
+        return TenantRetriever(self.docs, self.q_docs_f64, self.clip, self.shift, question, s)
+
+    def scores(self, query: str) -> np.ndarray:
+        if self._current is None or self._current[0] != query:
+            raise ServiceStateError("scores requested for a question that is not being served")
+        return self._current[1].astype(np.float64)
+
+    def document(self, doc_id: int) -> str:
+        return self.docs[int(doc_id)]
+
+
+class Window:
+    """The state of one audit window in this process (``__init__`` loads it from the window's directory)."""
+
+    def __init__(
+        self,
+        d: Path,
+        *,
+        embedder: TextEmbedder,
+        generator: Generator,
+        store: str | None = None,
+        _store: ServiceStore | None = None,
+    ):
+        """Every random choice of serving comes from the committed seed and the signed request (§5.2)."""
+        if not (d / "config" / "policy.json").exists():
+            raise InvalidParameterError("directory", "is not a dprag service directory", str(d))
+        self.dir = d
+        self.policy = Policy.from_dict(decode((d / "config" / "policy.json").read_bytes(), what="policy")).validate()
+        self.embedder, self.generator = as_embedder(embedder), serving_generator(self.policy, generator)
+        self._raw_generator = generator  # the committed model itself: its context window bounds the question
+        self.embedder_descriptor = decode((d / "config" / "embedder.json").read_bytes(), what="embedder")
+        self.accounts: dict[str, dict] = decode((d / "config" / "accounts.json").read_bytes(), what="accounts")
+        self.origin = decode((d / "config" / "meta.json").read_bytes())["origin"]
+        self.seed = bytes.fromhex((d / "secret" / "seed.hex").read_text())
+        self.signer = NoteSigner.from_skey((d / "secret" / "provider.skey").read_text())
+        tenants = decode((d / "config" / "tenants.json").read_bytes(), what="tenants")
+        r, g = self.policy.retrieval, self.policy.generation
+        #: the window's one database (audit.provider.storage): ledger, auditor records, per-document spend
+        self.store: ServiceStore = _store if _store is not None else open_store(d, store)
+        self.ledger = StoreLog(self.store)
+        self.aud = Records(self.store)
+        self.release = ReleaseClock()  # constant-time release: off until the provider sets its period
+        # group commit (audit/provider/group_commit.py): the record transactions, and the answer transactions
+        self._records, self._answers = GroupCommitter(self._record_batch), GroupCommitter(self._store_answers)
+        # the committed sampler TV must bound the table's real one; the epsilon_acc claim (a PLD of the discrete
+        # Gaussian, seconds) was checked when create() committed this policy, and the verifier re-certifies it
+        self.policy.check_claims(epsilon_acc=False)
+        self.table = noise_table(r.sigma, r.sampler.tail, r.sampler.precision_bits)
+        self.budget = FilterBudget.for_queries(g.max_queries_per_doc, self.policy.query_cost(), mode="pure")
+        self.rule = ChargeRule.of(self.policy)
+        self.rag_params = self.policy.rag_params()
+        self.tenants: dict[str, dict] = {}
+        for t, meta in tenants.items():
+            q = np.frombuffer((d / "index" / f"{t}.i16").read_bytes(), dtype="<i2").reshape(
+                meta["n_docs"], meta["dimension"]
+            )
+            docs = decode((d / "docs" / f"{t}.json").read_bytes(), what="documents")["texts"]
+            retr = TenantRetriever(docs, q, r.score_clip, r.score_shift)
+            flt = IndividualRenyiFilter(SessionBudgetStore(self.store.sessions, t, len(docs)), self.budget)
+            self.tenants[t] = {"q": q, "retriever": retr, "filter": flt}
+        hist = d / "config" / "history.json"
+        self.history: dict | None = decode(hist.read_bytes(), what="history") if hist.exists() else None
+        #: each account's last counter of the earlier windows (counters carry over, §3.1)
+        self._carried: dict[str, int] = dict(self.history["carry"]["counters"]) if self.history else {}
+
+    def _algorithm(self, tenant: str, source: RandomSource, retriever: TenantRetriever):
+        """MuRAG / MuRAG-Ada for one request, drawing from that request's committed-seed stream: a shallow copy of the
+        tenant's algorithm (built and checked once) with the request's scores view and stream, the only per-request
+        state the algorithms hold (they write none of their own after __init__)."""
+        ten = self.tenants[tenant]
+        algo = copy.copy(ten.get("algorithm") or ten.setdefault("algorithm", self._new_algorithm(tenant, retriever)))
+        algo.retriever, algo.source = retriever, source
+        return algo
+
+    def _new_algorithm(self, tenant: str, retriever: TenantRetriever, source: RandomSource | None = None):
+        ten, g = self.tenants[tenant], self.policy.generation
+        if g.algorithm == "murag":
+            return MuRAG(
+                retriever,
+                self.generator,
+                ten["filter"],
+                self.rag_params,
+                tau=g.tau,
+                retrieval=RetrievalParams(g.docs_per_voter),
+                source=source,
+            )
+        return MuRAGAda(
+            retriever,
+            self.generator,
+            ten["filter"],
+            self.rag_params,
+            edges=g.edges,
+            epsilon_thr=g.epsilon_thr,
+            retrieval=RetrievalParams(g.docs_per_voter),
+            source=source,
+        )
+
+    def close(self) -> None:
+        self.store.close()
+
+    # -- Phase B ---------------------------------------------------------------------------------------------
+    def _closed(self, tail: tuple[int, bytes | None] | None = None) -> bool:
+        """Whether the ledger (or the one of ``tail``: its size and last leaf) ends in the close leaf."""
+        size, last = self.ledger.tail() if tail is None else tail  # one statement: the size and the last leaf
+        return size > 1 and last is not None and json.loads(last).get("type") == "close"
+
+    # -- one history per corpus (§3.1) ------------------------------------------------------------------------
+    @property
+    def chain_id(self) -> str:
+        """The history's name (hex H(the first window's genesis)): what auditors and clients pin."""
+        from ..protocol.chain import chain_id
+
+        return self.history["chain"] if self.history else chain_id(self.ledger.leaf(0))
+
+    @property
+    def epoch(self) -> int:
+        return int(self.history["epoch"]) if self.history else 0
+
+    def _spent(self, tenant: str) -> np.ndarray:
+        ten = self.tenants[tenant]
+        return ten["filter"].spent_units(np.arange(len(ten["retriever"])))[:, 0].astype(np.int64)
+
+    def _checkpoint(self) -> tuple[int, bytes]:
+        """Sign a checkpoint of the committed ledger (its current size) and keep it; never inside a write
+        transaction, so what is signed is committed (Ed25519 is deterministic: two replicas signing one size write
+        the same note)."""
+        if self.store.in_transaction:
+            raise ServiceStateError("a checkpoint is signed over committed state only (outside a write transaction)")
+        with self.store.snapshot():
+            size = self.ledger.size
+            root = self.ledger.root(size)
+        self.aud.put_checkpoint(size, self.ledger.checkpoint(self.signer, self.origin, size=size))
+        return size, root
