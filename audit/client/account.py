@@ -120,9 +120,7 @@ class AccountClient:
         if self.dir is not None:  # durable before it is sent: after a crash the client resends it, never re-signs
             p = self.dir / "sent" / f"{counter}.json"
             p.parent.mkdir(exist_ok=True)
-            p.write_bytes(
-                encode({"request": signed, "question": question, "qemb": None if qemb is None else qemb.hex()})
-            )
+            p.write_bytes(encode(req.to_json()))
         self._set_counter(counter)
         self._sent[counter] = req
         return req

@@ -153,11 +153,7 @@ class RemoteService:
 
     # -- what AccountClient uses -------------------------------------------------------------------------------
     def serve(self, req: Request, since: int | None = None) -> _Served:
-        payload = json.dumps(
-            {"request": req.signed, "question": req.question, "qemb": None if req.qemb is None else req.qemb.hex()},
-            sort_keys=True,
-            separators=(",", ":"),
-        ).encode()
+        payload = json.dumps(req.to_json(), sort_keys=True, separators=(",", ":")).encode()
         path = "/v1/requests" + (f"?since={int(since)}" if since else "")
         status, body = self._call("POST", path, payload)
         if status == 200:

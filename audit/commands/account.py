@@ -129,7 +129,7 @@ def request_cmd(account_dir: Path, question: str) -> int:
     """Sign the next request for QUESTION; print it (one JSON object) for the provider, keep it pending."""
     c = _client(account_dir)
     req = c.request(question)
-    body = {"request": req.signed, "question": req.question, "qemb": None if req.qemb is None else req.qemb.hex()}
+    body = req.to_json()
     (account_dir / "pending").mkdir(exist_ok=True)
     (account_dir / "pending" / f"{req.signed['counter']}.json").write_bytes(encode(body))
     click.echo(encode(body).decode())

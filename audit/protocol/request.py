@@ -148,6 +148,14 @@ class Request:
         q = obj["qemb"]
         return cls(obj["request"], obj["question"], None if q is None else hexbytes(q, "qemb"))
 
+    def to_json(self) -> dict[str, Any]:
+        """The wire form ``from_json`` reads: ``{"request", "question", "qemb": hex | null}``."""
+        return {
+            "request": self.signed,
+            "question": self.question,
+            "qemb": None if self.qemb is None else self.qemb.hex(),
+        }
+
     @property
     def account(self) -> str:
         return cast(str, self.signed["account"])  # a non-empty string (verify_request)

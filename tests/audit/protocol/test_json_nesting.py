@@ -111,7 +111,7 @@ def test_a_deeply_nested_submission_is_a_400_malformed_and_records_nothing(api, 
         embedding_scale=svc.embedder_descriptor["embedding_scale"],
     )
     req = c.request(f"asthma protocol inhaler after {kind}")
-    wire = {"request": req.signed, "question": req.question, "qemb": None if req.qemb is None else req.qemb.hex()}
+    wire = req.to_json()
     ok = tc.post("/v1/requests", content=json.dumps(wire).encode(), headers={"Content-Type": "application/json"})
     assert ok.status_code == 200, ok.text[:300]
     assert svc.ledger.size > size

@@ -179,7 +179,7 @@ def test_a_pending_answer_names_no_exception(tmp_path):
         svc = _create(tmp_path / name, gen, long_record=True)
         alice = fx.client(svc, "alice")
         req = alice.request("asthma protocol inhaler patient")
-        wire = {"request": req.signed, "question": req.question, "qemb": None if req.qemb is None else req.qemb.hex()}
+        wire = req.to_json()
         with TestClient(create_app(svc)) as http:
             r = http.post("/v1/requests", content=json.dumps(wire).encode())
         with pytest.raises(AnswerPendingError) as err:

@@ -79,7 +79,7 @@ def test_each_error_type_has_one_answer(toy, monkeypatch, error, status, kind, e
         embedding_scale=svc.embedder_descriptor["embedding_scale"],
     )
     req = client.request("asthma protocol inhaler patient")
-    wire = {"request": req.signed, "question": req.question, "qemb": None if req.qemb is None else req.qemb.hex()}
+    wire = req.to_json()
     with TestClient(create_app(svc), raise_server_exceptions=False) as http:
         r = http.post("/v1/requests", json=wire)
     assert r.status_code == status, r.text
