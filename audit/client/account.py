@@ -330,6 +330,9 @@ class AccountClient:
         keep = ("receipt", "top", "request", "question") if include_questions else ("receipt", "top", "request")
         p = Path(path)
         lines = [encode({k: e[k] for k in keep if k in e}) for e in self.receipts]
-        lines += [encode({"refusal": e["refusal"]}) for e in self.kept.get("refusals.jsonl", [])]  # signed refusals
+        # signed refusals, with the request each names: the auditor checks the refusal's rule against the log
+        lines += [
+            encode({k: e[k] for k in ("refusal", "request") if k in e}) for e in self.kept.get("refusals.jsonl", [])
+        ]
         p.write_bytes(b"".join(x + b"\n" for x in lines))
         return p

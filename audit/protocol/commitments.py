@@ -127,7 +127,10 @@ def files_sha256(paths: Iterable[tuple[str, bytes]]) -> str:
     return h.hexdigest()
 
 
-PROTOCOL_VERSION = 3
+PROTOCOL_VERSION = 4
+#: the last version before this one: refused with exit 2 naming it and the release that reads it (§8.11)
+PREVIOUS_VERSION = 3
+PREVIOUS_RELEASE = "dprag 0.3.0"
 POLICY_DOMAIN = b"dprag/v2/policy\x00"
 DOC_DOMAIN = b"dprag/v2/doc\x00"
 SALT_BYTES = 16
@@ -203,3 +206,17 @@ def genesis_record(
 
 def genesis_bytes(record: dict[str, Any]) -> bytes:
     return encode(record)
+
+
+def one_text_one_budget(field: str, ids: list[str], texts: list[str]) -> None:
+    """One text, one budget (spec/protocol.md §3): a tenant holds each text once, so a copy of a document under
+    another id cannot get a filter of its own. Refused naming both ids."""
+    first: dict[bytes, str] = {}
+    for i, x in zip(ids, texts, strict=True):
+        j = first.setdefault(text_hash(x), i)
+        if j != i:
+            raise InvalidParameterError(
+                field,
+                f"documents {j!r} and {i!r} have the same text (one text, one budget: a copy would be charged "
+                "to a filter of its own)",
+            )

@@ -30,6 +30,9 @@ class RateLimitError(BudgetExhaustedError):
 
     field = "request.counter"
     refusal: dict[str, Any] | None = None
+    #: the refusal's rule (``receipts.REFUSAL_CODES``) and the log size its decision read
+    code: str = "rate"
+    snapshot: int | None = None
 
     @property
     def rule(self) -> str:
@@ -38,9 +41,13 @@ class RateLimitError(BudgetExhaustedError):
 
 class RequestError(InvalidParameterError):
     """A request was refused before anything was embedded, recorded or spent (signature, window, counter,
-    question). ``refusal``: the provider's signed refusal, when the request can be named (its h_req)."""
+    question). ``refusal``: the provider's signed refusal, when the request can be named (its h_req); ``code``
+    and ``snapshot``: the rule it names (``receipts.REFUSAL_CODES``; None: a rule of the request alone, from
+    ``field``) and the log size its decision read (None: the log is read when the refusal is signed)."""
 
     refusal: dict[str, Any] | None = None
+    code: str | None = None
+    snapshot: int | None = None
 
 
 class AnswerPendingError(DpragError):

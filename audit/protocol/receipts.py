@@ -1,14 +1,17 @@
-"""Signed query-time receipts ρ_q (R2; spec/protocol.md §5.4) and signed refusals (§5.1), protocol version 3.
+"""Signed query-time receipts ρ_q (R2; spec/protocol.md §5.4) and signed refusals (§5.1), protocol version 4.
 
 ρ_q names the window and binds one signed request (``h_req``, the account's counter) to exactly one ledger
-leaf (``pos`` and the leaf's RFC 6962 hash), to a checkpoint (size, root) that includes it, to the
+leaf (``pos`` and the leaf's RFC 6962 hash), to the log at the size that leaf made (``size = pos + 1`` and the
+root of that prefix: fixed once the leaf commits, so no signed byte depends on when the answer finished), to the
 citations shown (``h_top``) and to the answer (``h_answer``). Signature: Ed25519 by the provider's note key
-over ``b"dprag/receipt/v3\\n" || canonical(ρ_q without "sig")``. ``h_top`` and ``nonce_top`` are always present
+over ``b"dprag/receipt/v4\\n" || canonical(ρ_q without "sig")``. ``h_top`` and ``nonce_top`` are always present
 (where the tenant's citation channel is off, ``h_top`` commits to the empty list: no citation may be shown).
 
 A refusal is the provider's signed statement that it refused a request before anything was embedded, charged or
 recorded, and that the request's counter was not consumed (``"consumed": false``): the account may sign another
-request for that counter. A refusal for a request the ledger holds contradicts the ledger (FAIL, §8.6).
+request for that counter. It names the rule (``code``, one of ``REFUSAL_CODES``) and the log it read (``size``,
+``root``, one snapshot): the verifier FAILs it only if the same request sits below that size, or the rule is false
+of the log at that size (§8.6), so an account that resends a refused request later cannot frame the provider.
 
 A receipt is evidence against the provider that signed it: two valid receipts for one position that
 differ, or one that contradicts the bundle, prove misbehaviour (spec/protocol.md §8.6).
@@ -24,8 +27,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from .encoding import EncodingError, encode, hexbytes
 from .ledger.checkpoint import NoteSigner, NoteVerifier
 
-DOMAIN = b"dprag/receipt/v3\n"
-REFUSAL_DOMAIN = b"dprag/refusal/v3\n"
+DOMAIN = b"dprag/receipt/v4\n"
+REFUSAL_DOMAIN = b"dprag/refusal/v4\n"
 FIELDS = (
     "window",
     "account",
@@ -96,8 +99,8 @@ def verify_receipt(receipt: Any, verifier: NoteVerifier) -> dict[str, Any]:
     for f in ("pos", "size", "counter"):
         if isinstance(body[f], bool) or not isinstance(body[f], int) or body[f] < 0:
             raise EncodingError(f"receipt.{f}: must be a non-negative integer")
-    if not body["pos"] < body["size"]:
-        raise EncodingError("receipt: pos must be < size")
+    if body["size"] != body["pos"] + 1:
+        raise EncodingError("receipt: size must be pos + 1 (a receipt is signed at the log its leaf made)")
     _check_signature(receipt["sig"], DOMAIN, body, verifier, "receipt")
     return body
 
@@ -111,12 +114,32 @@ def _check_signature(sig_hex: Any, domain: bytes, body: dict[str, Any], verifier
         raise EncodingError(f"{what}: signature does not verify under the provider key") from None
 
 
-REFUSAL_FIELDS = ("window", "h_req", "field", "rule", "consumed")
+REFUSAL_FIELDS = ("window", "h_req", "field", "rule", "code", "consumed", "size", "root")
+#: what a refusal's ``code`` may name. Rules of the request alone (``request``: its shape, signature, account or
+#: window; ``question``: the question, its Q or its size in tokens) hold at every size; the others are facts
+#: about the log at the refusal's size that the verifier checks when the account hands in the request:
+#: ``counter`` (the request's counter is not the account's next one), ``counter-used`` (another request holds
+#: that counter), ``carried`` (an earlier window used it), ``rate`` (the counter is above the policy's n),
+#: ``closed`` (the window's log ends with its close record).
+REFUSAL_CODES = ("request", "question", "counter", "counter-used", "carried", "rate", "closed")
 
 
-def refusal_body(*, window: str, h_req: str, field: str, rule: str) -> dict[str, Any]:
-    """A refusal decided before anything was embedded, charged or recorded: the counter is not consumed."""
-    return {"type": "refusal", "window": window, "h_req": h_req, "field": field, "rule": rule, "consumed": False}
+def refusal_body(*, window: str, h_req: str, field: str, rule: str, code: str, size: int, root: str) -> dict[str, Any]:
+    """A refusal decided before anything was embedded, charged or recorded (the counter is not consumed), on the
+    log of ``size`` leaves with ``root`` (the snapshot the decision read)."""
+    if code not in REFUSAL_CODES:
+        raise ValueError(f"refusal code {code!r} is not one of {REFUSAL_CODES}")
+    return {
+        "type": "refusal",
+        "window": window,
+        "h_req": h_req,
+        "field": field,
+        "rule": rule,
+        "code": code,
+        "consumed": False,
+        "size": int(size),
+        "root": root,
+    }
 
 
 def sign_refusal(body: dict[str, Any], signer: NoteSigner) -> dict[str, Any]:
@@ -135,7 +158,12 @@ def verify_refusal(refusal: Any, verifier: NoteVerifier) -> dict[str, Any]:
     for f in ("window", "field", "rule"):
         if not isinstance(body[f], str):
             raise EncodingError(f"refusal.{f}: must be a string")
+    if body["code"] not in REFUSAL_CODES:
+        raise EncodingError(f"refusal.code: must be one of {', '.join(REFUSAL_CODES)}")
     hexbytes(body["h_req"], "refusal.h_req", 32)
+    hexbytes(body["root"], "refusal.root", 32)
+    if isinstance(body["size"], bool) or not isinstance(body["size"], int) or body["size"] < 1:
+        raise EncodingError("refusal.size: must be a positive integer")
     if body["consumed"] is not False:
         raise EncodingError("refusal.consumed: must be false (a refusal never consumes the counter)")
     _check_signature(refusal["sig"], REFUSAL_DOMAIN, body, verifier, "refusal")

@@ -108,6 +108,7 @@ class ProviderService(Serving):
                 raise InvalidParameterError(f"tenants[{t}]", "corpus is empty")
             if len(set(ids)) != len(ids) or not all(isinstance(x, str) for x in texts):
                 raise InvalidParameterError(f"tenants[{t}]", "document ids must be unique and texts strings")
+            cm.one_text_one_budget(f"tenants[{t}]", ids, texts)
             if policy.retrieval.K > len(texts) and t in policy.retrieval.enabled_tenants:
                 raise InvalidParameterError("retrieval.K", f"exceeds tenant {t}'s corpus size {len(texts)}")
             corpora[t] = (ids, texts)

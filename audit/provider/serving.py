@@ -65,13 +65,28 @@ class Serving(Window):
 
     def _refuse(self, exc: RequestError | RateLimitError, signed) -> RequestError | RateLimitError:
         """Attach the signed refusal (§5.1: decided before anything was embedded, charged or recorded; the
-        counter is not consumed) to ``exc``; a request too malformed to name (no h_req) gets none."""
+        counter is not consumed) to ``exc``; a request too malformed to name (no h_req) gets none. The refusal
+        names its rule and the log it read: the size the decision read (``exc.snapshot``) or, for a rule of the
+        request alone, the committed head now."""
         try:
             h = request_hash(signed).hex() if isinstance(signed, dict) else None
         except Exception:  # noqa: BLE001 - an unencodable request has no name to refuse
             h = None
         if h is not None:
-            body = refusal_body(window=self.policy.window, h_req=h, field=exc.field, rule=exc.rule)
+            code = exc.code or ("question" if exc.field.startswith(("question", "qemb")) else "request")
+            if exc.snapshot is None:
+                size, root = self.ledger.head()
+            else:
+                size, root = exc.snapshot, self.ledger.root(exc.snapshot)
+            body = refusal_body(
+                window=self.policy.window,
+                h_req=h,
+                field=exc.field,
+                rule=exc.rule,
+                code=code,
+                size=size,
+                root=root.hex(),
+            )
             exc.refusal = sign_refusal(body, self.signer)
         return exc
 
@@ -92,26 +107,46 @@ class Serving(Window):
         ``h_req``: the request's hash (hex)."""
         acct, counter = req.account, req.signed["counter"]
         size, last_leaf, prior, recorded_last = self.aud.admission(acct, counter)  # one statement
+
+        def refused(exc: RequestError | RateLimitError, code: str) -> RequestError | RateLimitError:
+            exc.code, exc.snapshot = code, size  # the rule, true of the log of ``size`` leaves this read
+            return exc
+
         if self._closed((size, last_leaf)):
-            raise RequestError("request.window", f"window {self.policy.window} is closed: send it to its successor")
+            raise refused(
+                RequestError("request.window", f"window {self.policy.window} is closed: send it to its successor"),
+                "closed",
+            )
         if prior is not None:
             old = decode(prior, what="served")
             if old["h_req"] != h_req:
-                raise RequestError(
-                    "request.counter", f"{counter} was already used by another request (a client signs one per counter)"
+                raise refused(
+                    RequestError(
+                        "request.counter",
+                        f"{counter} was already used by another request (a client signs one per counter)",
+                    ),
+                    "counter-used",
                 )
             return ("served" if old.get("served") else "recorded"), old
         last = max(recorded_last, self._carried.get(acct, 0))
         if counter <= self._carried.get(acct, 0):
-            raise RequestError("request.counter", f"{counter} was used in an earlier window (counters carry over)")
+            raise refused(
+                RequestError("request.counter", f"{counter} was used in an earlier window (counters carry over)"),
+                "carried",
+            )
         if counter <= last:
             raise ServiceStateError(f"counter {counter} of {acct!r} is below its last recorded {last} but not served")
         if counter > self.policy.retrieval.n:
-            raise RateLimitError(
-                f"account {acct!r} has used its {self.policy.retrieval.n} queries of window {self.policy.window}"
+            raise refused(
+                RateLimitError(
+                    f"account {acct!r} has used its {self.policy.retrieval.n} queries of window {self.policy.window}"
+                ),
+                "rate",
             )
         if counter != last + 1:
-            raise RequestError("request.counter", f"must be the next counter {last + 1} (gapless)", counter)
+            raise refused(
+                RequestError("request.counter", f"must be the next counter {last + 1} (gapless)", counter), "counter"
+            )
         return "new", None
 
     def serve(self, req: Request) -> ServedQuery:
@@ -241,17 +276,26 @@ class Serving(Window):
         }
         self.aud.put_opening(pos, encode(opening))
         leaf = encode({"type": "query", "h_req": h_req.hex(), "h_top": h_top, "h_charge": digest(charge)})
-        got = self.ledger.append(leaf)
+        got, root = self.ledger.append_with_root(leaf)
         if got != pos:
             raise ServiceStateError(f"ledger position moved inside the transaction ({got} != {pos})")
-        return self.served_row(pos, signed, leaf, nonce.hex(), top, h_req=h_req), opening
+        return self.served_row(pos, signed, leaf, nonce.hex(), top, h_req=h_req, root=root), opening
 
     def served_row(
-        self, pos: int, signed: dict, leaf: bytes, nonce_top: str, top: list | None, *, h_req: bytes | None = None
+        self,
+        pos: int,
+        signed: dict,
+        leaf: bytes,
+        nonce_top: str,
+        top: list | None,
+        *,
+        root: bytes,
+        h_req: bytes | None = None,
     ) -> dict:
         """The served-table row of a recorded request, its answer not yet stored: the ledger position, the receipt
-        body's fields that the leaf fixes (the checkpoint is signed after the commit, ``_finish``), the citations.
-        ``h_req``: the request's hash, if the caller has it."""
+        body's fields that the leaf fixes — all but ``h_answer``: the log it made (size pos + 1, ``root``), so no
+        signed byte depends on when the answer is stored (``_finish``) — and the citations. ``h_req``: the
+        request's hash, if the caller has it."""
         h_req_hex = (request_hash(signed) if h_req is None else h_req).hex()
         body = receipt_body(
             window=self.policy.window,
@@ -265,7 +309,7 @@ class Serving(Window):
             pos=pos,
             leaf_hash=hash_leaf(leaf).hex(),
             size=pos + 1,
-            root="0" * 64,
+            root=root.hex(),
         )
         return {"h_req": h_req_hex, "pos": pos, "receipt_body": body, "top": top, "served": None}
 
@@ -308,8 +352,9 @@ class Serving(Window):
 
     def _store_answers(self, items: list[tuple]) -> list[tuple[bytes, ServedQuery, bytes]]:
         """One transaction without the tail lock (no ledger row): the checkpoint of the committed head (N > each pos),
-        each answer with its receipt at it (the first stored answer wins). Per item (record, answer, account, counter,
-        the row's bytes if known): (the stored bytes, our served answer, our bytes)."""
+        each answer with its receipt, signed at its own leaf's size (pos + 1; the first stored answer wins). Per
+        item (record, answer, account, counter, the row's bytes if known): (the stored bytes, our served answer,
+        our bytes)."""
         out = []
         with self.store.write(tail=False):
             size, root = self.ledger.head()  # read once: the note and every receipt carry the same root
@@ -318,7 +363,9 @@ class Serving(Window):
                 if not size > record["pos"]:
                     raise ServiceStateError(f"ledger position {record['pos']} is not below the committed size {size}")
                 h_answer = hashlib.sha256(text.encode("utf-8")).hexdigest()
-                body = {**record["receipt_body"], "h_answer": h_answer, "size": size, "root": root.hex()}
+                # signed at the log its leaf made (size pos + 1, recorded with the leaf): whatever was appended while
+                # the answer was generated, no signed byte tells when the work ended
+                body = {**record["receipt_body"], "h_answer": h_answer}
                 served = ServedQuery(text, record["top"], sign_receipt(body, self.signer), record["pos"])
                 mine = encode({**record, "served": served.to_dict()})
                 kept = self.aud.store_answer(acct, counter, mine, unless_stored=_has_answer, expect=expect)

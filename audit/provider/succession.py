@@ -55,6 +55,10 @@ def next_window(
             raise InvalidParameterError(
                 f"add_documents[{t}]", "ids already in the corpus (documents only join)", clash[:3]
             )
+        if not all(isinstance(x, str) for x in new_docs.values()):
+            raise InvalidParameterError(f"add_documents[{t}]", "texts must be strings")
+        joined = {**have, **new_docs}
+        cm.one_text_one_budget(f"add_documents[{t}]", list(joined), list(joined.values()))
         have.update(new_docs)
     accounts = {a: (v["tenant"], v["key"]) for a, v in svc.accounts.items()}
     for a, spec in (add_accounts or {}).items():

@@ -29,7 +29,7 @@ from ..protocol.commitments import new_seed, seed_commitment
 from ..protocol.encoding import decode, digest, encode
 from ..protocol.ledger import NoteSigner
 from ..protocol.ledger.checkpoint import Checkpoint, sign_checkpoint
-from ..protocol.ledger.rfc6962 import hash_leaf, root_from_leaves
+from ..protocol.ledger.rfc6962 import CompactRange, hash_leaf, root_from_leaves
 from ..protocol.receipts import receipt_body, sign_receipt
 from ..protocol.request import request_hash
 from ..protocol.retrieval import top_commitment
@@ -87,6 +87,15 @@ class Forged:
 
 def _queries(f: Forged) -> list[int]:
     return sorted(p for p in f.openings if f.openings[p].get("kind") == "query")
+
+
+def _prefix_roots(leaves: list[bytes]) -> dict[int, bytes]:
+    """The RFC 6962 root of every prefix of ``leaves`` (size -> root), in one pass."""
+    cr, out = CompactRange(), {}
+    for k, leaf in enumerate(leaves, start=1):
+        cr.append_leaf_hash(hash_leaf(leaf))
+        out[k] = cr.root()
+    return out
 
 
 def _edit(kind: str, f: Forged, rng: random.Random, n_docs: dict[str, int], tenant_of: dict[str, str]) -> bool:
@@ -204,7 +213,8 @@ def forge(base: Base, kind: str, rng: random.Random, out: Path) -> tuple[Path, P
     (b / "public" / "checkpoints.txt").write_bytes(sign_checkpoint(Checkpoint(base.origin, n, root, ()), base.signer))
     (b / "auditor" / "seed.hex").write_text(f.seed_hex)
     (b / "auditor" / "openings.jsonl").write_bytes(b"".join(encode(f.openings[p]) + b"\n" for p in sorted(f.openings)))
-    # re-sign every receipt at the new head; the accounts' requests and questions are what they were
+    # re-sign every receipt at its leaf's size (pos + 1); the accounts' requests and questions are what they were
+    roots_at = _prefix_roots(f.leaves)
     pos_of = {request_hash(f.openings[p]["request"]).hex(): p for p in _queries(f)}
     lines = []
     for line in base.lines:
@@ -224,8 +234,8 @@ def forge(base: Base, kind: str, rng: random.Random, out: Path) -> tuple[Path, P
             h_answer=f.answers.get(r["h_req"], r["h_answer"]),
             pos=p,
             leaf_hash=hash_leaf(f.leaves[p]).hex(),
-            size=n,
-            root=root.hex(),
+            size=p + 1,
+            root=roots_at[p + 1].hex(),
         )
         lines.append(encode({**line, "receipt": sign_receipt(body, base.signer), "top": op["top"]}))
     receipts = out / "receipts.jsonl"

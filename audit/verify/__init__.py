@@ -1,4 +1,4 @@
-"""Phase D: the verifier (spec/protocol.md §8), protocol version 3.
+"""Phase D: the verifier (spec/protocol.md §8), protocol version 4.
 
 ``verify(bundle, receipts=..., mode=..., key=..., trusted_checkpoint=...) -> Verdict`` runs the checks of §8 in
 the spec's order, one module each, named after what it checks (``files``, ``canonical``, ``commitments``,

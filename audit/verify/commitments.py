@@ -51,7 +51,7 @@ def check_8_3_commitments(run: Run, corpus: dict[str, list[str]] | None, reembed
         or not isinstance(g["window"], str)
         or not isinstance(g["provider_key"], str)
     ):
-        run.fail("commitments", "ledger leaf 0 is not a well-formed version-3 genesis record")
+        run.fail("commitments", "ledger leaf 0 is not a well-formed version-4 genesis record")
         return
     if g.get("version") != cm.PROTOCOL_VERSION:
         run.fail(
@@ -157,12 +157,27 @@ def check_8_3_commitments(run: Run, corpus: dict[str, list[str]] | None, reembed
             hashes = [bytes.fromhex(h) for h in docs["text_sha256"]]
             if cm.documents_commitment([bytes.fromhex(s) for s in docs["salts"]], docs["ids"], hashes) != t["C_docs"]:
                 raise EncodingError(f"auditor/docs/{name}.json does not open C_docs")
+            first_of: dict[bytes, int] = {}
+            for i, h in enumerate(hashes):  # one text, one budget: a copy under another id would get its own filter
+                j = first_of.setdefault(h, i)
+                if j != i:
+                    run.fail(
+                        "commitments",
+                        f"tenant {excerpt(name)}: documents {excerpt(docs['ids'][j])} and {excerpt(docs['ids'][i])} "
+                        "have the same text (text_sha256): one text, one budget",
+                    )
             if corpus is not None and name in corpus:
-                texts = corpus[name]
-                if len(texts) != n_docs or any(cm.text_hash(x) != h for x, h in zip(texts, hashes, strict=False)):
+                # the head window's corpus is the whole corpus; an earlier window committed its prefix (documents
+                # only join, at the end of the index: §3.1)
+                texts, head = corpus[name], run.history is None or run.history.is_last(run)
+                if (
+                    len(texts) < n_docs
+                    or (head and len(texts) != n_docs)
+                    or any(cm.text_hash(x) != h for x, h in zip(texts[:n_docs], hashes, strict=False))
+                ):
                     raise EncodingError(f"the corpus given for tenant {name!r} is not the committed one (C_docs)")
                 given_ids = getattr(corpus, "ids", {}).get(name)
-                if given_ids is not None and list(given_ids) != list(docs["ids"]):
+                if given_ids is not None and list(given_ids)[:n_docs] != list(docs["ids"]):
                     raise EncodingError(f"the corpus given for tenant {name!r} has other document ids (C_docs)")
                 run.ok("corpus")
             run.tenants[name] = {
@@ -226,8 +241,9 @@ def embedder_fidelity(run: Run, corpus: dict[str, list[str]], embedder: Any) -> 
     scale = int(committed["embedding_scale"])
     for t, ten in run.tenants.items():
         texts = corpus.get(t)
-        if texts is None or len(texts) != ten["n"]:
+        if texts is None or len(texts) < ten["n"]:
             continue
+        texts = texts[: ten["n"]]  # the prefix this window committed (§8.3 checked it opens C_docs)
         q = cm.quantise_embeddings(np.asarray(embedder.embed(list(texts)), dtype=np.float64), scale)
         if q.shape != ten["q"].shape:
             run.fail("commitments", f"embedder fidelity: tenant {t!r}: the embedder's output has another shape")

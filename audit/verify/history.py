@@ -52,6 +52,7 @@ class History:
         self.receipt_lines: dict[int, list[tuple[int, bytes]]] = {}  # window index -> its receipts
         self.reasons: list[str] = []
         self.newer = 0
+        self.refusal_lines = 0  # lines of the receipts file that are signed refusals (counted apart from receipts)
         self.earlier_checked: Counter[str] = Counter()  # the earlier windows' counts, added to the head's (§8.10)
         self.receipts_file_empty = False
         self.coalition_inputs: list[tuple[np.ndarray, list[str], list[int]]] = []
@@ -104,6 +105,8 @@ class History:
         for k, line in enumerate(lines):
             try:
                 obj = decode_content(line, what="receipt line")
+                if isinstance(obj, dict) and "refusal" in obj and "receipt" not in obj:
+                    self.refusal_lines += 1
                 rc = obj.get("receipt", obj.get("refusal", obj)) if isinstance(obj, dict) else obj
                 name = rc.get("window") if isinstance(rc, dict) else None
                 name = name if isinstance(name, str) else None  # a malformed window: rejected by its window
@@ -177,7 +180,10 @@ def check_8_10_history(
             sum(len(v) for v in history.receipt_lines.values())
             + history.newer
             + sum(1 for r in history.reasons if r.startswith("receipts:"))
+            - history.refusal_lines
         )
+        if history.refusal_lines:
+            run.checked["refusals_handed_in"] = history.refusal_lines
     if history.newer:
         run.checked["receipts_newer_than_bundle"] = run.checked.get("receipts_newer_than_bundle", 0) + history.newer
     s = history.summaries

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from dprag.errors import DpragError
 
 from ..protocol.bundle import AuditorInputError, Bundle, load_bundle
-from ..protocol.commitments import PROTOCOL_VERSION
+from ..protocol.commitments import PREVIOUS_RELEASE, PREVIOUS_VERSION, PROTOCOL_VERSION
 from ..protocol.encoding import loads_bounded
 from ..protocol.ledger import NoteVerifier
 from .run import Run
@@ -130,8 +130,14 @@ def read_auditor_inputs(
 
 
 def check_version(b: Bundle) -> None:
-    """A well-formed genesis of a version newer than this verifier's is the auditor's problem (exit 2)."""
+    """A well-formed genesis of a version newer than this verifier's, or of the version before it (whose format
+    this verifier no longer reads), is the auditor's problem (exit 2)."""
     version = b.version
+    if isinstance(version, int) and not isinstance(version, bool) and version == PREVIOUS_VERSION:
+        raise AuditorInputError(
+            f"the bundle is protocol version {version}, which this verifier (version {PROTOCOL_VERSION}) no longer "
+            f"reads: verify it with {PREVIOUS_RELEASE}, the last release that reads version {version}"
+        )
     if isinstance(version, int) and not isinstance(version, bool) and version > PROTOCOL_VERSION:
         raise AuditorInputError(
             f"the bundle is protocol version {version!r}, newer than this verifier's {PROTOCOL_VERSION}: "

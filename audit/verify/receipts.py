@@ -31,8 +31,12 @@ class Evidence:
         self.valid, self.given, self.empty = valid, given, empty
 
     def sizes(self) -> set[int]:
-        """The ledger sizes the valid receipts were signed at (§8.5 computes the roots of those prefixes)."""
-        return {r[1]["size"] for r in self.valid}
+        """The ledger sizes the valid receipts and refusals were signed at (§8.5 computes the roots of those
+        prefixes)."""
+        return {r[1]["size"] for r in self.valid} | self.refusal_sizes
+
+    #: the sizes the valid signed refusals name (set by ``read_receipts``)
+    refusal_sizes: set[int] = set()
 
 
 def read_receipts(run: Run, given: AuditorInputs) -> Evidence:
@@ -44,7 +48,9 @@ def read_receipts(run: Run, given: AuditorInputs) -> Evidence:
     empty = not data if isinstance(data, list) else not data.strip()
     if isinstance(data, list) and run.history is not None:  # routed by the history: the file's own emptiness,
         empty = run.history.receipts_file_empty and run.history.is_last(run)  # reported once, by the last window
-    return Evidence(parse_receipts(run, data) or [], given=True, empty=empty)
+    evidence = Evidence(parse_receipts(run, data) or [], given=True, empty=empty)
+    evidence.refusal_sizes = {body["size"] for _, body, _ in run.refusals}
+    return evidence
 
 
 class _ReceiptCtx:
@@ -145,8 +151,9 @@ def parse_receipts(run: Run, data: bytes | list[tuple[int, bytes]]) -> list[_Val
 
 
 def _take_refusals(run: Run, numbered: list[tuple[int, bytes]]) -> list[tuple[int, bytes]]:
-    """The account's signed refusals (``{"refusal": ...}`` lines, spec/protocol.md §5.1) go to ``run.refusals``
-    (h_req -> line) when valid for this window; an invalid one is rejected evidence. Returns the other lines."""
+    """The account's signed refusals (``{"refusal": ..., "request"?: ...}`` lines, spec/protocol.md §5.1) go to
+    ``run.refusals`` (line, body, the account's request or None) when valid for this window; an invalid one is
+    rejected evidence. Returns the other lines."""
     rest: list[tuple[int, bytes]] = []
     for k, line in numbered:
         if b'"refusal"' not in line:
@@ -154,7 +161,7 @@ def _take_refusals(run: Run, numbered: list[tuple[int, bytes]]) -> list[tuple[in
             continue
         try:
             obj = decode_content(line, what="refusal line")
-            if not isinstance(obj, dict) or set(obj) != {"refusal"}:
+            if not isinstance(obj, dict) or "refusal" not in obj or set(obj) - {"refusal", "request"}:
                 rest.append((k, line))
                 continue
             if run.key is None or run.genesis is None:
@@ -162,10 +169,92 @@ def _take_refusals(run: Run, numbered: list[tuple[int, bytes]]) -> list[tuple[in
             body = verify_refusal(obj["refusal"], run.key)
             if body["window"] != run.genesis["window"]:
                 raise EncodingError(f"names window {excerpt(body['window'])}, not this one")
-            run.refusals[body["h_req"]] = k
+            req = obj.get("request")
+            if req is not None and (not isinstance(req, dict) or request_hash(req).hex() != body["h_req"]):
+                raise EncodingError("the request the account supplied is not the one the refusal names")
+            run.refusals.append((k, body, req))
         except EncodingError as e:
             run.rejected.append(f"receipt {k}: {e}")
     return rest
+
+
+def _counters_below(run: Run, account: str, size: int) -> dict[int, str]:
+    """The account's recorded counters in the leaves below ``size``: counter -> h_req (from the openings)."""
+    out: dict[int, str] = {}
+    for pos in range(1, min(size, run.n)):
+        op = run.openings.get(pos)
+        req = op.get("request") if isinstance(op, dict) else None
+        if isinstance(req, dict) and req.get("account") == account and is_int(req.get("counter"), 1):
+            rec = run.records[pos]
+            out[req["counter"]] = rec.get("h_req", "") if isinstance(rec, dict) else ""
+    return out
+
+
+def _refusal_rule_is_false(run: Run, body: dict[str, Any], req: dict[str, Any], below: dict[int, str]) -> str | None:
+    """Why the refusal's rule is false of the log at its size (None: it holds, or it is a rule of the request
+    alone). ``below``: the account's recorded counters below that size."""
+    code, size, raw = body["code"], body["size"], req.get("counter")
+    carried = int(((run.carry or {}).get("counters") or {}).get(req.get("account"), 0) or 0)
+    if not is_int(raw, 1):
+        return None  # the request's shape is a rule of the request alone
+    counter = cast(int, raw)
+    last = max([carried, *below])
+    if code == "counter" and counter == last + 1:
+        return f"it refused counter {counter} as not the account's next, which it was at size {size}"
+    if code == "counter-used" and (below.get(counter) in (None, body["h_req"])):
+        return f"it refused counter {counter} as used by another request, which no leaf below size {size} is"
+    if code == "carried" and counter > carried:
+        return f"it refused counter {counter} as used in an earlier window, which carried only {carried}"
+    if code == "rate" and run.policy is not None and counter <= run.policy.retrieval.n:
+        return f"it refused counter {counter} as over the policy's n = {run.policy.retrieval.n}, which it is not"
+    if code == "closed":
+        rec = run.records[size - 1] if size - 1 < len(run.records) else None
+        if not (isinstance(rec, dict) and rec.get("type") == "close"):
+            return f"it refused the request as after the window's close, but the log at size {size} is open"
+    return None
+
+
+@guarded("receipts")
+def _check_refusals(run: Run) -> None:
+    """§8.6, the signed refusals the accounts handed in: each FAILs only if the log contradicts it at the size it
+    names — the same request sits below that size, its root is not the ledger's there, or (with the account's
+    request) its rule is false of the log at that size. A refusal of a request the log holds at or above that size
+    is an honest history (the account resent a refused request later: it cannot frame the provider)."""
+    if not run.refusals:
+        return
+    pos_of: dict[str, int] = {}
+    for i, rec in enumerate(run.records):
+        h = rec.get("h_req") if i and isinstance(rec, dict) else None
+        if isinstance(h, str):
+            pos_of.setdefault(h, i)
+    below_cache: dict[tuple[str, int], dict[int, str]] = {}
+    for k, body, req in run.refusals:
+        size = body["size"]
+        if size > run.n:
+            run.checked["refusals_newer_than_bundle"] += 1
+            continue
+        if run.prefix_roots.get(size) != bytes.fromhex(body["root"]):
+            run.fail(
+                "receipts", f"receipt {k}: a signed refusal's root is not the ledger's root at size {size} (a fork)"
+            )
+            continue
+        pos = pos_of.get(body["h_req"])
+        if pos is not None and pos < size:
+            run.fail(
+                "receipts",
+                f"receipt {k}: the provider signed a refusal at size {size} of the request its log held at leaf {pos} "
+                "(a refusal says the counter was not consumed)",
+            )
+            continue
+        if isinstance(req, dict) and isinstance(req.get("account"), str):
+            key = (req["account"], size)
+            if key not in below_cache:
+                below_cache[key] = _counters_below(run, req["account"], size)
+            why = _refusal_rule_is_false(run, body, req, below_cache[key])
+            if why is not None:
+                run.fail("receipts", f"receipt {k}: a signed refusal's rule is false of the log: {why}")
+                continue
+        run.ok("refusals")
 
 
 @guarded("receipts")
@@ -176,15 +265,7 @@ def check_8_6_receipts(run: Run, evidence: Evidence, keep: bool) -> None:
         return
     if evidence.empty:
         run.rejected.append("the receipts file holds no receipt")
-    for i, rec in enumerate(run.records):  # a request the provider refused (counter not consumed) yet recorded
-        h = rec.get("h_req") if i and isinstance(rec, dict) else None
-        if isinstance(h, str) and h in run.refusals:
-            line = run.refusals[cast("dict[str, Any]", rec)["h_req"]]  # rec is a dict: h is its h_req
-            run.fail(
-                "receipts",
-                f"receipt {line}: the provider signed a refusal of the request it recorded at "
-                f"leaf {i} (a refusal says the counter was not consumed)",
-            )
+    _check_refusals(run)
     _against_the_ledger(run, evidence.valid)
     if not keep:
         evidence.valid = []

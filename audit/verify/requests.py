@@ -41,7 +41,7 @@ def _request_leaf(run: Run | _LeafView, i: int) -> _LeafResult:
         or set(rec) != LEAF_KEYS
         or not all(is_hex(rec[k], 32) for k in ("h_req", "h_charge", "h_top"))
     ):
-        return "canonical", f"leaf {i}: not a well-formed version-3 query record"
+        return "canonical", f"leaf {i}: not a well-formed version-4 query record"
     op = run.openings.get(i)
     if op is None:
         return "requests", f"leaf {i}: no opening in auditor/openings.jsonl"

@@ -56,7 +56,8 @@ class Run:
         # one history per corpus (§3.1): what this window starts from (auditor/carry.json, opened against C_carry),
         # what it ends with (the replayed counters and spend), and the earlier windows' coalition inputs
         self.carry: dict[str, Any] | None = None
-        self.refusals: dict[str, int] = {}  # h_req -> receipts line: signed refusals an account handed over
+        #: the signed refusals an account handed over: (receipts line, refusal body, the account's request or None)
+        self.refusals: list[tuple[int, dict[str, Any], dict[str, Any] | None]] = []
         self.final_counters: dict[str, int] = {}
         self.final_spend: dict[str, list[int]] = {}
         self.coalition_prefix: tuple[Any, ...] | None = None

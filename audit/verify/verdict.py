@@ -43,7 +43,8 @@ TRUST = (
     "answers released off the ledger to accounts that keep their receipts back are invisible to any verifier.",
     "a fork shown to auditors who never compare checkpoints (pin --trusted-checkpoint, or use witnesses).",
     "a fresh history started by the same key over the same corpus (spend and counters from zero) unless the auditor "
-    "pins the chain id (--chain); a document removed and re-added under another id (--corpus catches exact copies).",
+    "pins the chain id (--chain); a document re-added under another id with its text changed (an exact copy FAILs "
+    "commitments: one text, one budget).",
 )
 
 
@@ -97,6 +98,8 @@ class Verdict:
             parts.append("no receipts given")
         else:
             parts.append(f"{c.get('receipts_accepted', 0)}/{handed} receipts")
+            if c.get("refusals_handed_in"):
+                parts.append(f"{c.get('refusals', 0)}/{c['refusals_handed_in']} refusals checked")
         q = c.get("queries", 0)
         parts.append(f"{c.get('queries_with_account_confirmed_q', 0)}/{q} Q confirmed")
         h = self.history or {}
@@ -357,6 +360,8 @@ PUBLIC_COUNTS = frozenset(
         "receipts_handed_in",
         "receipts_accepted",
         "receipts_newer_than_bundle",
+        "refusals_handed_in",
+        "refusals_newer_than_bundle",
         "history_windows",
         "coalition_window",
         "coalition_window_covers_history",

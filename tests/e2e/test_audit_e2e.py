@@ -330,9 +330,18 @@ def test_rule_an_older_protocol_version_is_a_fail_not_unusable(window, tmp_path,
 
 
 def test_rule_a_newer_protocol_version_is_exit_2_naming_the_version(window, tmp_path, capsys):
-    bad = _with_genesis_version(window, tmp_path, 4, "v4")
+    bad = _with_genesis_version(window, tmp_path, 5, "v5")
     assert cli_main(["audit", "verify", str(bad)]) == 2
-    assert "protocol version 4, newer than this verifier's 3" in capsys.readouterr().err
+    assert "protocol version 5, newer than this verifier's 4" in capsys.readouterr().err
+
+
+def test_rule_a_version_3_bundle_is_exit_2_naming_the_release_that_reads_it(window, tmp_path, capsys):
+    """Version 3 (a chain of window logs, receipts signed at the head) is not read by a version-4 verifier: the
+    auditor's problem (exit 2, one line naming the version and the release that reads it), not a verdict."""
+    bad = _with_genesis_version(window, tmp_path, 3, "v3")
+    assert cli_main(["audit", "verify", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "protocol version 3" in err and "dprag 0.3.0" in err and len(err.strip().splitlines()) == 1
 
 
 def test_cli_ledger_root_and_leaves(window, capsys):

@@ -290,7 +290,7 @@ def test_rule_a_crash_after_the_charge_rolls_the_charge_back_with_the_leaf(tmp_p
         raise KeyboardInterrupt("power cut after the charge")
 
     monkeypatch.setattr(svc.tenants["clinic"]["filter"].store, "_charge", charge_then_note)
-    monkeypatch.setattr(svc.ledger, "append", crash)
+    monkeypatch.setattr(svc.ledger, "append_with_root", crash)
     req = alice.request("asthma protocol inhaler patient 1")
     with pytest.raises(KeyboardInterrupt):
         svc.serve(req)
@@ -324,7 +324,7 @@ def test_rule_there_is_no_recovery_record(tmp_path):
     bundle = svc.export_bundle(tmp_path / "bundle")
     svc.close()
     v = verify(bundle)
-    assert v.verdict == "FAIL" and any("not a well-formed version-3 query record" in r for r in v.reasons)
+    assert v.verdict == "FAIL" and any("not a well-formed version-4 query record" in r for r in v.reasons)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -715,7 +715,9 @@ def test_rule_a_signed_refusal_of_a_recorded_request_is_evidence(tmp_path):
     alice.export_receipts(receipts)
     bundle = svc.export_bundle(tmp_path / "bundle")
     v = verify(bundle, receipts=receipts)
-    assert v.verdict == "FAIL" and any("signed a refusal of the request it recorded" in r for r in v.reasons)
+    assert v.verdict == "FAIL" and any(
+        "signed a refusal at size" in r and "its log held at leaf 1" in r for r in v.reasons
+    )
     forged = dict(lie, rule="forged by the account")  # the signature no longer verifies
     receipts.write_bytes(encode({"receipt": served.receipt}) + b"\n" + encode({"refusal": forged}) + b"\n")
     v = verify(bundle, receipts=receipts)

@@ -4,7 +4,7 @@
 and genesis), then serves ``n_queries`` account-signed requests by the rules of spec/protocol.md §5.3 —
 the same functions the service uses (``retrieval``, ``charges``, ``receipts``, ``encoding``) — but appends
 the leaves in one batch and signs one checkpoint at the end, instead of a durable commit and a checkpoint
-per query. The receipts name that final checkpoint (size > pos, as §5.4 allows). The bundle must PASS.
+per query. Each receipt names its leaf's size (pos + 1) and that prefix's root (§5.4). The bundle must PASS.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from dprag.accounting.collusion import exact_sigma
 from dprag.audit.protocol import commitments as cm
 from dprag.audit.protocol.charges import ChargeRule, expected_charges
 from dprag.audit.protocol.encoding import digest, encode
-from dprag.audit.protocol.ledger.rfc6962 import hash_leaf
+from dprag.audit.protocol.ledger.rfc6962 import CompactRange, hash_leaf
 from dprag.audit.protocol.policy import CoalitionPolicy, GenerationPolicy, Policy, RetrievalPolicy, SamplerSpec
 from dprag.audit.protocol.receipts import receipt_body, sign_receipt
 from dprag.audit.protocol.request import AccountKey, make_request, request_hash
@@ -165,9 +165,15 @@ def bulk_window(
         for pos, body in openings:
             svc.aud.put_opening(pos, body)
         svc.ledger.append_many(leaves)
-    size, root = svc._checkpoint()
+    svc._checkpoint()
+    # every receipt at its leaf's size (pos + 1, spec/protocol.md §5.4): the prefix roots in one pass
+    cr = CompactRange()
+    for leaf in svc.ledger.leaves(0, base):
+        cr.append_leaf_hash(hash_leaf(leaf))
     lines = []
     for a, c, h_req, h_top, nonce_top, pos, lh in pending:
+        cr.append_leaf_hash(bytes.fromhex(lh))
+        size, root = cr.size, cr.root()
         body = receipt_body(
             window=pol.window,
             account=a,

@@ -144,6 +144,14 @@ class StoreLog(MerkleLog):
                 raise LedgerCorruptError(f"stored hash at position {pos} does not match the leaves")
 
     def _append_leaves(self, leaves: list[bytes]) -> int:
+        return self._append(leaves)[0]
+
+    def append_with_root(self, leaf: bytes) -> tuple[int, bytes]:
+        """Append one leaf; its position and the root of the log it makes (size position + 1), from the frontier
+        the append computes anyway (no store read): what a receipt signs (spec/protocol.md §5.4)."""
+        return self._append([bytes(leaf)])
+
+    def _append(self, leaves: list[bytes]) -> tuple[int, bytes]:
         with self.store.write() as s:
             size = self.size  # under the tail lock: read once per transaction
             known = self._frontier
@@ -166,4 +174,4 @@ class StoreLog(MerkleLog):
             s.tail_size = size + len(leaves)
             s.after_commit.append(lambda n=frontier.size, h=frontier.hashes: self._remember(n, h))
             s.after_commit.append(lambda: self._cache_nodes(dict(enumerate(hashes, start=first_pos))))
-            return size
+            return size, frontier.root()
