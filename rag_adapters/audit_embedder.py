@@ -140,6 +140,7 @@ def embedder_descriptor(
     schema: Mapping[str, int],
     embedding_scale: int = DEFAULT_EMBEDDING_SCALE,
     weights_sha256: str | None = None,
+    entry_point: str | None = None,
 ) -> EmbedderDescriptor:
     """The descriptor C_emb binds, for an embedder whose files live in ``model_dir``."""
     present = [name for name in TOKENIZER_FILES if any(Path(model_dir).rglob(name))]
@@ -153,4 +154,5 @@ def embedder_descriptor(
         tokenizer_sha256=directory_sha256(model_dir, only=present),
         schema=dict(schema),
         embedding_scale=int(embedding_scale),
+        entry_point=entry_point,
     )

@@ -27,6 +27,8 @@ from .audit_embedder import embedder_descriptor, prompt_template_text
 from .common import cache_dir, check_texts, corpus_hash, file_sha256, package_dir, require, torch_threads
 
 MINILM_ID = "sentence-transformers/all-MiniLM-L6-v2"
+#: the ``dprag.embedders`` entry point that loads it (pyproject.toml): what the descriptor names for an auditor
+MINILM_ENTRY_POINT = "all-MiniLM-L6-v2"
 
 
 @runtime_checkable
@@ -79,6 +81,7 @@ class MiniLMEmbedder:
         model files and of the tokenizer files, the dimension, the scale, the generator's prompt template)."""
         return embedder_descriptor(
             model=MINILM_ID,
+            entry_point=MINILM_ENTRY_POINT,
             model_dir=self.model_dir,
             dimension=self.dim,
             prompt_template=prompt_template,
@@ -163,6 +166,7 @@ def minilm_descriptor(
     """C_emb's descriptor of ``rag_adapters.embedder.MiniLMEmbedder`` served with ``generator``."""
     return embedder_descriptor(
         model=MINILM_ID,
+        entry_point=MINILM_ENTRY_POINT,
         model_dir=embedder.model_dir,
         dimension=embedder.dim,
         prompt_template=prompt_template_text(generator, generator_dir=generator_dir),

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     #: (key id, its sign function): what an authenticated call signs with
     _Auth = tuple[str, Callable[[bytes], bytes]]
 
-__all__ = ["RemoteService", "RemoteError", "fetch_bundle"]
+__all__ = ["RemoteService", "RemoteError", "collect_consistency", "fetch_bundle"]
 
 
 class RemoteError(DpragError):
@@ -238,3 +238,23 @@ def fetch_bundle(
             body = None
         raise RemoteError(status, body, url)
     return untar_bundle(data, Path(out), max_bytes)
+
+
+def collect_consistency(url: str, bundle_size: int, receipt_sizes: list[int], *, auditor_key: _Signer) -> list[bytes]:
+    """The consistency proofs from ``bundle_size`` to each receipt size beyond it (``GET /v1/consistency``, as the
+    auditor), as the lines of a bundle's ``auditor/consistency.jsonl`` (spec/protocol.md §8.6): a receipt signed
+    beyond the bundle is checked with one, and without one the verdict is INCOMPLETE. A size the provider cannot
+    prove (its log does not extend the bundle's to it) gets no line: the verdict then names it."""
+    remote = RemoteService(url)
+    out = []
+    for size in sorted({s for s in receipt_sizes if s > bundle_size}):
+        target = f"/v1/consistency?{urlencode({'first': int(bundle_size), 'second': int(size)})}"
+        status, body = remote._call("GET", target, auth_as=(AUDITOR, auditor_key.sign))
+        if status != 200 or not isinstance(body, dict):
+            continue
+        try:
+            proof = ConsistencyProof.from_json_dict(body)
+        except Exception:  # noqa: BLE001 - not a proof: the verdict names the unproven size
+            continue
+        out.append(json.dumps(proof.to_json_dict(), sort_keys=True, separators=(",", ":")).encode())
+    return out

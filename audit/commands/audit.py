@@ -85,9 +85,10 @@ def _committed_embedder(bundle: Path):
 
     try:
         with BundleDir.open(bundle) as d:
-            model = loads_bounded(d.read("auditor/embedder.json", 1 << 20), what="auditor/embedder.json").get("model")
-        return serving_models.load_embedder(model)
-    except (BundleFileError, ValueError, AttributeError, DpragError, OSError):
+            opening = loads_bounded(d.read("auditor/embedder.json", 1 << 20), what="auditor/embedder.json")
+        entry_point = opening["descriptor"]["entry_point"]
+        return serving_models.load_embedder(entry_point) if isinstance(entry_point, str) else None
+    except (BundleFileError, ValueError, AttributeError, KeyError, TypeError, DpragError, OSError):
         return None
 
 
@@ -297,10 +298,10 @@ def verify_cmd(
         _write_page(html_file, render_html(v, public=as_public).encode(), private=not as_public)
     if as_public:
         _say(json.dumps(v.to_public_json(), sort_keys=True))
-        return 0 if v.verdict == "PASS" else 1
+        return _exit(v)
     if as_json:
         _say(json.dumps(v.to_json(), sort_keys=True))
-        return 0 if v.verdict == "PASS" else 1
+        return _exit(v)
     _say(v.headline())
     for w in v.warnings():
         _say(f"  warning: {w}")
@@ -318,6 +319,9 @@ def verify_cmd(
             f"  generation channel: ε={ch['generation']['epsilon']:.6g} "
             f"δ={ch['generation'].get('delta', 0.0):.3g} — {ch['generation']['covers']}"
         )
+    elif v.verdict == "INCOMPLETE":
+        for r in v.incomplete[1:]:
+            _say(f"  incomplete: {r}")
     else:
         for r in v.reasons[1:]:
             _say(f"  {r}")
@@ -336,7 +340,15 @@ def verify_cmd(
     for r in v.rejected_evidence:
         _say(f"  rejected evidence (not held against the provider): {r}")
     _say("  checked: " + ", ".join(f"{k}={n}" for k, n in sorted(v.checked.items())))
-    return 0 if v.verdict == "PASS" else 1
+    return _exit(v)
+
+
+#: the verify command's exit codes (spec/protocol.md §8.11): 3 for INCOMPLETE, never PASS's 0 nor FAIL's 1
+EXIT_CODES = {"PASS": 0, "FAIL": 1, "INCOMPLETE": 3}
+
+
+def _exit(v) -> int:
+    return EXIT_CODES.get(v.verdict, 1)
 
 
 def _check_html_target(path: Path | None) -> None:
@@ -402,7 +414,15 @@ def _say(line: str) -> None:
 @click.option(
     "--max-read", "max_read", default="8G", show_default=True, metavar="BYTES", help="refuse a larger archive"
 )
-def fetch_cmd(url: str, key_file: Path | None, out: Path, max_read: str) -> int:
+@click.option(
+    "--receipts",
+    "receipts_files",
+    multiple=True,
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="the accounts' receipts (JSONL; repeatable): collect a consistency proof from the bundle to every receipt "
+    "signed beyond it (needs --key)",
+)
+def fetch_cmd(url: str, key_file: Path | None, out: Path, max_read: str, receipts_files: tuple[Path, ...]) -> int:
     """Download the bundle, cut at a freshly signed checkpoint, from a provider's HTTP API into OUT (regular files
     only, no links, nothing outside OUT); then run dprag audit verify OUT."""
     from ..client.remote import RemoteError, fetch_bundle
@@ -410,6 +430,9 @@ def fetch_cmd(url: str, key_file: Path | None, out: Path, max_read: str) -> int:
 
     if out.exists() or out.is_symlink():
         raise click.UsageError(f"--out {out}: already exists (the bundle goes into a new directory)")
+    if receipts_files and key_file is None:
+        raise click.UsageError("--receipts needs --key (the consistency proofs are fetched as the auditor)")
+    sizes = [s for f in receipts_files for s in _receipt_sizes(f)]
     key = None
     if key_file is not None:
         try:
@@ -422,8 +445,36 @@ def fetch_cmd(url: str, key_file: Path | None, out: Path, max_read: str) -> int:
         raise click.UsageError(f"--url {url}: {e}") from None
     except DpragError as e:
         raise click.UsageError(f"--url {url}: {e}") from None
+    if sizes and key is not None:
+        from ..client.remote import collect_consistency
+
+        n = len(load_bundle(out).leaves)
+        lines = collect_consistency(url, n, sizes, auditor_key=key)
+        (out / "auditor" / "consistency.jsonl").write_bytes(b"".join(x + b"\n" for x in lines))
+        beyond = len({s for s in sizes if s > n})
+        _say(f"consistency proofs: {len(lines)} of {beyond} receipt sizes beyond the bundle's {n}")
     _say(f"bundle -> {out}" + ("" if key else " (public part only)"))
     return 0
+
+
+def _receipt_sizes(path: Path) -> list[int]:
+    """The sizes the receipts of a receipts file were signed at (lines that are not receipts are skipped: the
+    verifier reports them)."""
+    out = []
+    try:
+        text = path.read_bytes()
+    except OSError as e:
+        raise click.UsageError(f"--receipts {path}: unreadable ({e.strerror})") from None
+    for line in text.splitlines():
+        try:
+            obj = loads_bounded(line, what="receipt line")
+        except ValueError:
+            continue
+        rc = obj.get("receipt", obj) if isinstance(obj, dict) else None
+        size = rc.get("size") if isinstance(rc, dict) else None
+        if isinstance(size, int) and not isinstance(size, bool) and size > 0:
+            out.append(size)
+    return out
 
 
 @audit.group("ledger")

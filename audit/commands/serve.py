@@ -116,8 +116,8 @@ def _open(directory, toy, accounts, store, embedder, generator, auditor_key):
         from ..protocol.encoding import loads_bounded
 
         path = directory / "config" / "embedder.json"
-        desc = loads_bounded(path.read_bytes(), what=str(path))
-        embedder = {"hash-bow-32": "toy-hash-32"}.get(desc.get("model"), desc.get("model"))
+        desc = loads_bounded(path.read_bytes(), what=str(path))["descriptor"]
+        embedder = desc.get("entry_point") or desc.get("model")
     try:
         emb = serving_models.load_embedder(embedder)
     except DpragError as e:

@@ -15,10 +15,13 @@ from pathlib import Path
 
 from dprag.errors import DpragError
 
-from .bundlefs import BundleDir, BundleFileError, ReadBudgetError, show
+from .bundlefs import BundleDir, BundleFileError, FramingError, ReadBudgetError, show
 from .encoding import loads_bounded
 
 MAX_LEAF_BYTES = 1 << 24
+#: the bytes a verification reads in all when the auditor gives no ``--max-read`` (16 GiB: a 3·10^6-query log with
+#: its openings fits; every file is also under its own cap, ``CAPS``)
+DEFAULT_MAX_READ = 1 << 34
 CAPS = {  # bytes; generous for a 10^6-query window, bounded for any input
     "public/genesis.json": 1 << 26,
     "public/leaves.bin": 1 << 34,
@@ -31,6 +34,7 @@ CAPS = {  # bytes; generous for a 10^6-query window, bounded for any input
     "index": 1 << 34,
     "docs": 1 << 30,
     "auditor/carry.json": 1 << 34,
+    "auditor/consistency.jsonl": 1 << 30,
 }
 #: the most windows a history bundle may nest (previous/previous/...): each is one audit window
 MAX_WINDOWS = 256
@@ -76,6 +80,8 @@ class Bundle:
     embedder_bytes: bytes | None = None
     openings_lines: list[bytes] = field(default_factory=list)
     proofs_lines: list[bytes] | None = None  # auditor/proofs.jsonl (zk tenants only), None if absent
+    #: auditor/consistency.jsonl: consistency proofs from the bundle's size to later receipts' (the fetch's)
+    consistency_lines: list[bytes] = field(default_factory=list)
     index_files: dict[str, bytes] = field(default_factory=dict)
     docs_files: dict[str, bytes] = field(default_factory=dict)
     carry_bytes: bytes | None = None  # auditor/carry.json (a window that continues a history), None if absent
@@ -95,11 +101,11 @@ class Bundle:
 
 def load_bundle(path: str | Path, max_read: int | None = None) -> Bundle:
     """Read the files the spec names (§7); defects become ``Bundle.defects`` (FAIL reasons), never exceptions.
-    ``max_read``: the auditor's cap on the bytes read in all (``--max-read``); a bundle that needs more is the
-    auditor's exit 2 (raise the cap), not a FAIL."""
+    ``max_read``: the auditor's cap on the bytes read in all (``--max-read``; default ``DEFAULT_MAX_READ``); a
+    bundle that needs more is the auditor's exit 2 (raise the cap), not a FAIL."""
     p = Path(path)
     try:
-        d = BundleDir.open(p, budget=max_read)
+        d = BundleDir.open(p, budget=DEFAULT_MAX_READ if max_read is None else max_read)
     except BundleFileError as e:
         raise AuditorInputError(f"{p}: not a readable bundle directory ({e})") from None
     try:
@@ -138,12 +144,18 @@ def _load(d: BundleDir, p: Path, prefix: str) -> Bundle:
             b.defects.append(f"files: {e}")
             return None
 
-    raw = read("public/leaves.bin", CAPS["public/leaves.bin"])
-    if raw is not None:
-        try:
-            b.leaves = parse_leaves(raw)
-        except ValueError as e:
-            b.defects.append(f"files: public/leaves.bin: {e}")
+    try:  # parsed as it is read: a framing defect stops the reading (a file of zeros costs one chunk)
+        b.leaves = d.read_framed(prefix + "public/leaves.bin", CAPS["public/leaves.bin"], MAX_LEAF_BYTES)
+        if not b.leaves:
+            raise FramingError("empty ledger (no genesis leaf)")
+    except FramingError as e:
+        b.defects.append(f"files: public/leaves.bin: {e}")
+    except ReadBudgetError as e:
+        raise AuditorInputError(
+            f"--max-read {d.budget}: the bundle needs more bytes than the auditor's cap ({e}); raise the cap"
+        ) from None
+    except BundleFileError as e:
+        b.defects.append(f"files: {e}")
     b.genesis_file = read("public/genesis.json", CAPS["public/genesis.json"])
     cps = read("public/checkpoints.txt", CAPS["public/checkpoints.txt"])
     b.checkpoints = [c for c in cps.split(b"~~~\n") if c] if cps is not None else []
@@ -157,6 +169,9 @@ def _load(d: BundleDir, p: Path, prefix: str) -> Bundle:
     b.openings_lines = [ln for ln in ops.split(b"\n") if ln] if ops is not None else []
     if _exists(d, b, prefix + "auditor/carry.json"):
         b.carry_bytes = read("auditor/carry.json", CAPS["auditor/carry.json"])
+    if _exists(d, b, prefix + "auditor/consistency.jsonl"):  # collected by the auditor's fetch (§8.6)
+        cons = read("auditor/consistency.jsonl", CAPS["auditor/consistency.jsonl"])
+        b.consistency_lines = [ln for ln in cons.split(b"\n") if ln] if cons is not None else []
     if _exists(d, b, prefix + "auditor/proofs.jsonl"):
         pr = read("auditor/proofs.jsonl", CAPS["auditor/openings.jsonl"])
         b.proofs_lines = [ln for ln in pr.split(b"\n") if ln] if pr is not None else []
@@ -217,7 +232,9 @@ def _named_tenants(b: Bundle) -> dict[str, int]:
 def _dimension(embedder_bytes: bytes | None) -> int | None:
     """The committed embedding dimension (auditor/embedder.json), if readable: it sizes each index file."""
     try:
-        dim = loads_bounded(embedder_bytes, what="embedder").get("dimension") if embedder_bytes else None
+        opening = loads_bounded(embedder_bytes, what="embedder") if embedder_bytes else None
+        desc = opening.get("descriptor") if isinstance(opening, dict) else None
+        dim = desc.get("dimension") if isinstance(desc, dict) else None
     except (ValueError, RecursionError, AttributeError):
         return None
     return dim if isinstance(dim, int) and not isinstance(dim, bool) and 0 < dim <= (1 << 16) else None

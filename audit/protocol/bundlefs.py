@@ -65,6 +65,10 @@ class BundleFileError(DpragError):
         super().__init__(f"{show(path)}: {rule}")
 
 
+class FramingError(ValueError):
+    """A framed file's records are malformed (``BundleDir.read_framed``): a defect of the file's content."""
+
+
 class ReadBudgetError(BundleFileError):
     """A read would pass the total read budget the auditor set (``BundleDir.open(budget=)``)."""
 
@@ -274,6 +278,62 @@ class BundleDir:
                 )
             self.bytes_read += got
             return b"".join(chunks)
+        except BlockingIOError:
+            raise BundleFileError(relpath, "would block (refused)") from None
+        except OSError as e:
+            raise BundleFileError(relpath, f"read failed ({_ERRNO_NAMES.get(e.errno, e.errno)})") from None
+        finally:
+            os.close(fd)
+
+    def read_framed(self, relpath: str, cap: int, max_record: int) -> list[bytes]:
+        """The records of the framed file ``relpath`` (``u32be(len) || bytes``, repeated), read in chunks and
+        parsed as they arrive: the first framing defect — an empty record, one over ``max_record`` bytes, one that
+        runs past the end — stops the reading (``FramingError``, naming the record), so a file of zeros costs one
+        chunk, not its size. The same refusals as ``read`` (missing, special, symlinked, over ``cap``, over the
+        read budget); memory is the records kept plus one chunk."""
+        if isinstance(cap, bool) or not isinstance(cap, int) or cap < 0:
+            raise ValueError(f"cap: must be an integer >= 0, got {cap!r}")
+        try:
+            fd = self._resolve(relpath, directory=False)
+        except FileNotFoundError:
+            raise BundleFileError(relpath, "missing") from None
+        try:
+            size = os.fstat(fd).st_size
+            if size > cap:
+                raise BundleFileError(relpath, f"is {size} bytes, larger than the cap of {cap} bytes")
+            limit = cap if self.budget is None else min(cap, self.budget - self.bytes_read)
+            out: list[bytes] = []
+            buf, got = b"", 0
+            while True:
+                chunk = os.read(fd, min(_MAX_READ, max(_CHUNK, 4 + max_record)))
+                got += len(chunk)
+                if got > cap:
+                    raise BundleFileError(relpath, f"holds more than the cap of {cap} bytes")
+                if got > limit:
+                    raise ReadBudgetError(
+                        relpath, f"exceeds the bundle's remaining read budget ({self.budget} bytes in all)"
+                    )
+                buf = buf + chunk if buf else chunk
+                i = 0
+                while len(buf) - i >= 4:
+                    n = int.from_bytes(buf[i : i + 4], "big")
+                    if n == 0:  # a record is a JSON object: stopping here keeps zeros from becoming 10^5+ records
+                        raise FramingError(f"leaf {len(out)} is empty")
+                    if n > max_record:
+                        raise FramingError(f"leaf {len(out)} runs past the end of the file")
+                    if len(buf) - i - 4 < n:
+                        break
+                    out.append(buf[i + 4 : i + 4 + n])
+                    i += 4 + n
+                buf = buf[i:]
+                if not chunk:
+                    break
+            self.bytes_read += got
+            if buf:
+                raise FramingError(
+                    "truncated length prefix" if len(buf) < 4 else f"leaf {len(out)} runs past the end of the file"
+                )
+            return out
         except BlockingIOError:
             raise BundleFileError(relpath, "would block (refused)") from None
         except OSError as e:

@@ -25,7 +25,15 @@ from .policy import Policy
 
 CARRY_DOMAIN = b"dprag/v3/carry\x00"
 #: embedder descriptor fields that may not change along a history (the schema, documents per tenant, may grow)
-EMBEDDER_CONSTANTS = ("model", "weights_sha256", "dimension", "embedding_scale", "prompt_template", "tokenizer_sha256")
+EMBEDDER_CONSTANTS = (
+    "model",
+    "entry_point",
+    "weights_sha256",
+    "dimension",
+    "embedding_scale",
+    "prompt_template",
+    "tokenizer_sha256",
+)
 
 
 def chain_id(first_genesis: bytes) -> str:

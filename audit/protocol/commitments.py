@@ -10,14 +10,14 @@ import hashlib
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
 
 from dprag.errors import InvalidParameterError
 
-from .encoding import digest, encode, hexbytes
+from .encoding import encode, hexbytes
 from .ledger.rfc6962 import hash_leaf, root_from_leaves
 
 SEED_DOMAIN = b"dprag/seed/v1"
@@ -100,10 +100,14 @@ class EmbedderDescriptor:
     tokenizer_sha256: str
     schema: Mapping[str, int]
     embedding_scale: int = DEFAULT_EMBEDDING_SCALE
+    #: the ``dprag.embedders`` entry point that re-runs the model (what an auditor with ``--corpus`` loads to
+    #: re-embed it); None for a provider's own embedder that is not installed as one
+    entry_point: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "model": self.model,
+            "entry_point": self.entry_point,
             "weights_sha256": self.weights_sha256,
             "dimension": self.dimension,
             "embedding_scale": self.embedding_scale,
@@ -112,9 +116,33 @@ class EmbedderDescriptor:
             "schema": dict(sorted(self.schema.items())),
         }
 
-    @property
-    def commitment(self) -> str:
-        return digest(self.to_dict())
+    def commitment(self, salt: bytes) -> str:
+        """C_emb of this descriptor under ``salt`` (``embedder_commitment``)."""
+        return embedder_commitment(salt, self.to_dict())
+
+
+EMBEDDER_DOMAIN = b"dprag/v4/embedder\x00"
+
+
+def embedder_commitment(salt: bytes, descriptor: Mapping[str, Any]) -> str:
+    """C_emb = H("dprag/v4/embedder\\0" || salt || canonical(descriptor)), hex: hiding like the other public
+    commitments, so an observer cannot confirm a guessed embedder (§3). The salt is the auditor's
+    (auditor/embedder.json)."""
+    if len(salt) != SALT_BYTES:
+        raise InvalidParameterError("embedder salt", f"must be {SALT_BYTES} bytes")
+    return hashlib.sha256(EMBEDDER_DOMAIN + bytes(salt) + encode(dict(descriptor))).hexdigest()
+
+
+def embedder_opening(descriptor: EmbedderDescriptor, salt: bytes) -> dict[str, Any]:
+    """What opens C_emb (the provider's config/embedder.json, the auditor's auditor/embedder.json)."""
+    return {"descriptor": descriptor.to_dict(), "salt": bytes(salt).hex()}
+
+
+def descriptor_of(opening: Any) -> dict[str, Any] | None:
+    """The descriptor inside an embedder opening, or None if it is not one (the verifier reports it)."""
+    if isinstance(opening, dict) and isinstance(opening.get("descriptor"), dict):
+        return cast("dict[str, Any]", opening["descriptor"])
+    return None
 
 
 def files_sha256(paths: Iterable[tuple[str, bytes]]) -> str:

@@ -152,6 +152,7 @@ class ProviderService(Serving):
             # Z_idx's blinding scalar per zk tenant (uniform in the BN254 scalar field; decimal)
             "zk": {t: str(secrets.randbelow(BN254_R)) for t in policy.retrieval.zk_tenants},
             "carry": cm.new_salt().hex(),
+            "embedder": cm.new_salt().hex(),
         }
         for sub in ("secret", "config", "index", "docs", "state"):
             (d / sub).mkdir(parents=True, exist_ok=True)
@@ -159,7 +160,8 @@ class ProviderService(Serving):
         write_atomically(d / "secret" / "provider.skey", signer.skey().encode(), private=True)
         write_atomically(d / "secret" / "salts.json", encode(salts), private=True)
         write_atomically(d / "config" / "policy.json", policy.to_bytes())
-        write_atomically(d / "config" / "embedder.json", encode(embedder_descriptor.to_dict()))
+        emb_salt = bytes.fromhex(salts["embedder"])
+        write_atomically(d / "config" / "embedder.json", encode(cm.embedder_opening(embedder_descriptor, emb_salt)))
         write_atomically(
             d / "config" / "accounts.json", encode({a: {"tenant": t, "key": k} for a, (t, k) in registry.items()})
         )
@@ -204,7 +206,7 @@ class ProviderService(Serving):
         genesis = cm.genesis_record(
             policy.window,
             signer.vkey(),
-            embedder_descriptor.commitment,
+            embedder_descriptor.commitment(emb_salt),
             c_policy,
             cm.seed_commitment(seed),
             tenant_meta,

@@ -82,7 +82,8 @@ class Window:
         self.policy = Policy.from_dict(decode((d / "config" / "policy.json").read_bytes(), what="policy")).validate()
         self.embedder, self.generator = as_embedder(embedder), serving_generator(self.policy, generator)
         self._raw_generator = generator  # the committed model itself: its context window bounds the question
-        self.embedder_descriptor = decode((d / "config" / "embedder.json").read_bytes(), what="embedder")
+        # the descriptor C_emb commits to (config/embedder.json opens it with its salt)
+        self.embedder_descriptor = decode((d / "config" / "embedder.json").read_bytes(), what="embedder")["descriptor"]
         self.accounts: dict[str, dict] = decode((d / "config" / "accounts.json").read_bytes(), what="accounts")
         self.origin = decode((d / "config" / "meta.json").read_bytes())["origin"]
         self.seed = bytes.fromhex((d / "secret" / "seed.hex").read_text())

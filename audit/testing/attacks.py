@@ -435,12 +435,15 @@ def _file_attack(kind: str) -> Callable[[Path], AttackResult]:
 
 def equivocation_other_window(d: Path) -> AttackResult:
     """The provider signs, under the audited history's key, a receipt for a window the history does not hold (a
-    second history it keeps for other accounts): v2 listed it as rejected evidence; v3 FAILs it (item 22)."""
+    second history it keeps for other accounts): v2 listed it as rejected evidence; v3 FAILed it (item 22), which
+    also FAILed an honest provider audited before it closed the window (threat model item 33). v4: signed by the
+    head's key it may be a window after the audited head, so the verdict is INCOMPLETE — never PASS — until a
+    later bundle shows that window."""
     svc, clients = _honest(d, rounds=1)
     entry = clients["alice"].receipts[0]
     body = {k: v for k, v in entry["receipt"].items() if k != "sig"}
     extra = [encode({"receipt": sign_receipt(dict(body, window="another"), svc.signer), "top": entry["top"]})]
-    return AttackResult(_export(svc, d), _receipts(d, clients, extra), check="receipts")
+    return AttackResult(_export(svc, d), _receipts(d, clients, extra), expect="INCOMPLETE")
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -582,7 +585,7 @@ def run_attacks(workdir: str | os.PathLike, names=None) -> list[dict]:
                 "item": a.item,
                 "verdict": v.verdict,
                 "expect": res.expect,
-                "caught": v.verdict == res.expect and (res.expect == "PASS" or named),
+                "caught": v.verdict == res.expect and (res.expect != "FAIL" or named),
                 "reasons": v.reasons[:3],
                 "rejected_evidence": v.rejected_evidence[:3],
             }

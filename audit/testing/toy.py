@@ -73,6 +73,7 @@ class HashEmbedder:
         h = hashlib.sha256(f"dprag.HashEmbedder/{self.dimension}".encode()).hexdigest()
         return EmbedderDescriptor(
             model=f"hash-bow-{self.dimension}",
+            entry_point="toy-hash-32" if self.dimension == 32 else None,
             weights_sha256=h,
             dimension=self.dimension,
             prompt_template=prompt_template,

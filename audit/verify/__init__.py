@@ -82,11 +82,11 @@ def verify(
             trusted_size = check_8_5_ledger(run, evidence.sizes() | {run.n - 1}, *given.trusted_for(last))
             check_8_5_witnesses(run, given.witnesses, given.min_witnesses if last else 0)
             check_8_6_receipts(run, evidence, replay_generator is not None)
-            guarantee = coalition = None
+            coalition = None
             if run.policy is not None and run.genesis is not None:
                 check_8_7_requests(run)
                 if run.seed is not None:  # steps 8 and 9 replay from the committed seed
-                    chosen, guarantee = sample_leaves(run.queries, mode, samples)
+                    chosen = sample_leaves(run.queries, mode, samples, history.sampled)
                     check_8_8_retrieval(run, chosen)
                     if last:
                         pool.release()  # the last map is done: the idle workers go before the coalition estimate
@@ -100,7 +100,7 @@ def verify(
             elif not run.reasons:
                 run.fail("commitments", "no usable policy or genesis: nothing can be certified")
         check_8_10_history(run, history, given, chain, window)
-        return conclude(run, given, certify, mode=mode, guarantee=guarantee, trusted_size=trusted_size)
+        return conclude(run, given, certify, mode=mode, sampled=history.sampled, trusted_size=trusted_size)
 
 
 #: verify()'s keyword arguments that are the auditor's inputs (read_auditor_inputs)

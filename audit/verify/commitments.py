@@ -17,7 +17,6 @@ from ..protocol.encoding import (
     EncodingError,
     decode,
     decode_content,
-    digest,
     excerpt,
     hexbytes,
     is_identifier,
@@ -96,8 +95,16 @@ def check_8_3_commitments(run: Run, corpus: dict[str, list[str]] | None, reembed
     embedder = None
     if b.embedder_bytes is not None:
         try:
-            embedder = decode(b.embedder_bytes, what="auditor/embedder.json")
-            if not isinstance(embedder, dict) or digest(embedder) != g["C_emb"]:
+            opening = decode(b.embedder_bytes, what="auditor/embedder.json")
+            if (
+                not isinstance(opening, dict)
+                or set(opening) != {"descriptor", "salt"}
+                or not isinstance(opening["descriptor"], dict)
+                or not is_hex(opening["salt"], cm.SALT_BYTES)
+            ):
+                raise EncodingError("must be {descriptor, salt} (the salted opening of C_emb)")
+            embedder = opening["descriptor"]
+            if cm.embedder_commitment(bytes.fromhex(opening["salt"]), embedder) != g["C_emb"]:
                 raise EncodingError("the embedder descriptor does not open C_emb")
         except EncodingError as e:
             run.fail("commitments", f"auditor/embedder.json: {e}")
@@ -217,6 +224,8 @@ def check_8_3_commitments(run: Run, corpus: dict[str, list[str]] | None, reembed
     _check_history_fields(run, g)
     if corpus is not None and reembedder is not None:
         embedder_fidelity(run, corpus, reembedder)
+    elif corpus is not None:  # the corpus without the committed embedder: the verdict says nothing was re-embedded
+        run.checked["documents_reembedded"] += 0
 
 
 def embedder_fidelity(run: Run, corpus: dict[str, list[str]], embedder: Any) -> None:
@@ -225,7 +234,7 @@ def embedder_fidelity(run: Run, corpus: dict[str, list[str]], embedder: Any) -> 
     the document's text, each coordinate within ±1 (float rounding across machines can move a value that sits on a
     rounding boundary by one step; a different text or model moves hundreds). Checked documents are counted
     (``checked.documents_reembedded``); without the embedder, fidelity stays on trust (threat model)."""
-    committed = decode_content(run.b.embedder_bytes) if run.b.embedder_bytes is not None else None
+    committed = cm.descriptor_of(decode_content(run.b.embedder_bytes)) if run.b.embedder_bytes is not None else None
     if not isinstance(committed, dict):
         return
     try:

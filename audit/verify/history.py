@@ -14,7 +14,9 @@ history:
 - the chain constants hold (``audit.protocol.chain.chain_violations``) and the embedder is the same model;
 - with ``--key``, the pinned key is one of the history's keys; with ``--chain``, the chain id is the pinned one;
 - a receipt validly signed under one of the history's keys for a window not in the history is equivocation (FAIL),
-  unless it is newer than the head: signed by the head's key after the head closed (a successor not handed over).
+  unless the head's key signed it: a window after the audited head (the head closed after the bundle was cut, or
+  its successor was not handed over), which this bundle cannot check — the verdict is INCOMPLETE, never PASS and
+  never a FAIL of an honest provider audited mid-window.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import Any, cast
 
 import numpy as np
 
+from ..protocol import commitments as cm
 from ..protocol.bundle import AuditorInputError, Bundle, load_bundle
 from ..protocol.chain import chain_id, chain_violations, embedder_violations, genesis_hash
 from ..protocol.encoding import decode_content, excerpt
@@ -53,6 +56,8 @@ class History:
         self.reasons: list[str] = []
         self.newer = 0
         self.refusal_lines = 0  # lines of the receipts file that are signed refusals (counted apart from receipts)
+        self.sampled: list[tuple[int, int]] = []  # sampled mode: (s, N) of each window's sample
+        self.incomplete: list[str] = []  # the earlier windows' INCOMPLETE causes, naming their windows
         self.earlier_checked: Counter[str] = Counter()  # the earlier windows' counts, added to the head's (§8.10)
         self.receipts_file_empty = False
         self.coalition_inputs: list[tuple[np.ndarray, list[str], list[int]]] = []
@@ -118,8 +123,12 @@ class History:
             signer = next((w for w, key in keys if _signed_by(rc if name else None, key)), None)
             if signer is None:
                 self.receipt_lines.setdefault(head, []).append((k, line))
-            elif signer == head and head_closed:
-                self.newer += 1  # for the successor of a closed head, not handed over: not checked here
+            elif signer == head:  # a window after the audited head: not checkable here (INCOMPLETE)
+                self.newer += 1
+                where = "its successor, not handed over" if head_closed else "the head closed after this bundle was cut"
+                self.incomplete.append(
+                    f"receipt {k} names window {excerpt(name)}, after the audited head ({where}): fetch a later bundle"
+                )
             else:
                 self.reasons.append(
                     f"receipts: receipt {k}: validly signed by the history's key for window {excerpt(name)}, which is "
@@ -147,6 +156,7 @@ class History:
         if not self.is_last(run):
             self.earlier_checked.update({k: v for k, v in run.checked.items() if k not in WINDOW_WIDE})
             self.reasons += [_in_window(r, g.get("window")) for r in run.reasons]
+            self.incomplete += [f"window {excerpt(g.get('window'))}: {r}" for r in run.incomplete]
             self.offset += run.n
             got = _window_coalition_inputs(run, self.offset - run.n)
             if got is not None:
@@ -173,6 +183,7 @@ def check_8_10_history(
     """§8.10 history (module docstring): the windows bind into one history. Its reasons go to ``run`` (the last
     window's), with the earlier windows' own reasons, each naming its window."""
     run.reasons[:0] = history.reasons
+    run.incomplete[:0] = history.incomplete
     run.checked.update(history.earlier_checked)  # what was checked counts over the whole history
     run.checked["history_windows"] = len(history.bundles)
     if history.newer or history.receipt_lines or history.receipts_file_empty:
@@ -298,7 +309,7 @@ def _last_leaf(run: Run) -> Any:
 
 def _embedder(run: Run) -> Any:
     try:
-        return decode_content(run.b.embedder_bytes) if run.b.embedder_bytes is not None else None
+        return cm.descriptor_of(decode_content(run.b.embedder_bytes)) if run.b.embedder_bytes is not None else None
     except Exception:  # noqa: BLE001
         return None
 
@@ -322,7 +333,7 @@ def read_history(
     bundle_path: str | Path, progress: Callable[[str, int], None] | None, max_read: int | None = None
 ) -> History:
     """The bundle at ``bundle_path`` with every earlier window of its history (``previous/``), reading at most
-    ``max_read`` bytes in all (the auditor's cap; None: the per-file caps genesis implies)."""
+    ``max_read`` bytes in all (the auditor's cap; None: ``bundle.DEFAULT_MAX_READ``, beside the per-file caps)."""
     if max_read is not None and (isinstance(max_read, bool) or not isinstance(max_read, int) or max_read < 1):
         raise AuditorInputError(f"--max-read must be a positive number of bytes, got {max_read!r}")
     return History(load_bundle(bundle_path, max_read), progress)

@@ -242,6 +242,18 @@ def _warnings(d: dict[str, Any], passed: bool) -> _Markup | None:
 def _reasons(d: dict[str, Any], public: bool) -> _Markup | None:
     if d.get("verdict") == "PASS":
         return None
+    if d.get("verdict") == "INCOMPLETE":  # no defect found, but evidence handed in could not be checked: no guarantee
+        items = [] if public else d.get("incomplete") or []
+        return _section(
+            "Why the verdict is incomplete",
+            _el(
+                "p",
+                "No defect was found, but evidence handed in could not be checked against this bundle, so no ε or δ "
+                "is stated: fetch a later bundle, or the consistency proofs (dprag audit fetch --receipts FILE).",
+            ),
+            _el("ol", [_el("li", r) for r in items]) if items else None,
+            id="reasons",
+        )
     if public:
         checks = d.get("failed_checks") or []
         return _section(

@@ -12,6 +12,7 @@ import numpy as np
 
 from ..protocol.encoding import EncodingError, decode, decode_content, encode, excerpt
 from ..protocol.ledger import NoteVerifier
+from ..protocol.ledger.proof import ConsistencyProof, verify_consistency
 from ..protocol.receipts import verify_receipt, verify_refusal
 from ..protocol.request import question_commitment, request_hash
 from ..protocol.retrieval import top_commitment
@@ -271,17 +272,57 @@ def check_8_6_receipts(run: Run, evidence: Evidence, keep: bool) -> None:
         evidence.valid = []
 
 
+def _consistency_proofs(run: Run) -> dict[tuple[int, int], tuple[bytes, ...]]:
+    """auditor/consistency.jsonl (what ``dprag audit fetch --receipts`` collected): (size1, size2) -> hashes. A
+    malformed line is skipped: a receipt it was meant for stays unproven (INCOMPLETE), never a FAIL."""
+    out: dict[tuple[int, int], tuple[bytes, ...]] = {}
+    for line in run.b.consistency_lines:
+        try:
+            p = ConsistencyProof.from_json_dict(decode_content(line, what="consistency proof"))
+            out[(p.size1, p.size2)] = p.hashes
+        except Exception:  # noqa: BLE001 - not a proof: it proves nothing
+            continue
+    return out
+
+
+def _newer(run: Run, k: int, body: dict[str, Any], proofs: dict[tuple[int, int], tuple[bytes, ...]]) -> None:
+    """A valid receipt signed at a size beyond the bundle's (§8.6). A window that ends with its close record can
+    have no later leaf: the receipt proves a rollback before the close, or a fork (FAIL). Otherwise the receipt is
+    checked with a consistency proof from the bundle's size to its own (its root must extend the audited log);
+    without a valid one the verdict is INCOMPLETE, naming both sizes — never PASS."""
+    n, size = run.n, body["size"]
+    last = run.records[n - 1] if run.records else None
+    if isinstance(last, dict) and last.get("type") == "close":
+        run.fail(
+            "receipts",
+            f"receipt {k}: signed at size {size}, but this window closed at size {n}: nothing follows a close "
+            "(a rollback before the close, or a fork)",
+        )
+        return
+    hashes, root_n = proofs.get((n, size)), run.prefix_roots.get(n)
+    if hashes is not None and root_n is not None:
+        try:
+            verify_consistency(n, size, list(hashes), root_n, bytes.fromhex(body["root"]))
+            run.checked["receipts_newer_than_bundle"] += 1
+            return
+        except Exception:  # noqa: BLE001 - a proof that does not verify proves nothing (INCOMPLETE below)
+            pass
+    run.incomplete.append(
+        f"receipt {k} was signed at size {size}, beyond the bundle's size {n}, and no consistency proof from {n} to "
+        f"{size} came with the bundle: fetch a later bundle, or the proof (dprag audit fetch --receipts FILE)"
+    )
+
+
 @guarded("receipts")
 def _against_the_ledger(run: Run, valid: list[_Valid]) -> None:
     n = run.n
+    proofs = _consistency_proofs(run) if any(body["size"] > n for _, body, _, _ in valid) else {}
     by_pos: dict[int, tuple[int, dict[str, Any]]] = {}
     by_request: dict[tuple[str, int], tuple[int, int]] = {}
     for k, body, top, _ in valid:
         pos, size = body["pos"], body["size"]
         if size > n:
-            # newer than the audited head: an honest provider keeps serving after it exports (the verdict says how
-            # many; an auditor who needs them checked asks for a later bundle, which must extend this one)
-            run.checked["receipts_newer_than_bundle"] = run.checked.get("receipts_newer_than_bundle", 0) + 1
+            _newer(run, k, body, proofs)
             continue
         if run.prefix_roots.get(size) != bytes.fromhex(body["root"]):
             run.fail("receipts", f"receipt {k}: its signed root is not the ledger's root at size {size} (a fork)")

@@ -198,20 +198,13 @@ def _sample(items: list[int], k: int) -> list[int]:
     return pool[:k]
 
 
-def sample_leaves(queries: list[int], mode: str, samples: int | None) -> tuple[list[int], str | None]:
-    """The query leaves §8.8 replays, and the sampled mode's guarantee (None in full mode): ``full`` checks
-    every leaf; ``sampled`` checks ``samples`` leaves drawn uniformly without replacement by the verifier's own
-    CSPRNG, and "a β-fraction of non-conforming records is detected with probability >= 1 - (1 - β)^s"."""
+def sample_leaves(queries: list[int], mode: str, samples: int | None, sampled: list[tuple[int, int]]) -> list[int]:
+    """The query leaves §8.8 replays: ``full`` checks every leaf; ``sampled`` checks ``samples`` leaves drawn
+    uniformly without replacement by the verifier's own CSPRNG, and appends the sample's size ``(s, N)`` (s of the
+    N query leaves) to ``sampled`` (``sampling_guarantee`` states what the samples detect)."""
     positions = list(queries)
     if mode != "sampled":
-        return positions, None
+        return positions
     k = min(cast(int, samples), len(positions))  # sampled mode: --samples >= 1 (inputs.py)
-    chosen = sorted(_sample(positions, k))
-    guarantee = (
-        f"sampled {k} of {len(positions)} query records: a β-fraction of non-conforming records "
-        f"is detected with probability >= {1 - (1 - 0.01) ** k:.4f} (β=0.01), "
-        f"{1 - (1 - 0.05) ** k:.4f} (β=0.05)"
-    )
-    if k == len(positions):
-        guarantee += "; the sample covers every record (as full mode)"
-    return chosen, guarantee
+    sampled.append((k, len(positions)))
+    return sorted(_sample(positions, k))

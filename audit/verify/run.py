@@ -37,6 +37,8 @@ class Run:
     def __init__(self, b: Bundle, progress: Callable[[str, int], None] | None):
         self.b = b
         self.reasons: list[str] = []
+        #: what the verdict could not check with what it was given (INCOMPLETE when there is no FAIL reason)
+        self.incomplete: list[str] = []
         self.rejected: list[str] = []
         self.checked: Counter[str] = Counter()
         self.progress = progress or (lambda step, n: None)

@@ -61,6 +61,8 @@ class Verdict:
     mode: str
     guarantee: str | None = None
     rejected_evidence: list[str] = field(default_factory=list)
+    #: why an INCOMPLETE verdict is not a PASS: evidence handed in that this bundle cannot check (empty otherwise)
+    incomplete: list[str] = field(default_factory=list)
     provider_key: str | None = None
     key_pinned: bool = False
     trusted_checkpoint: int | None = None
@@ -78,19 +80,34 @@ class Verdict:
     def __post_init__(self) -> None:
         """Every string a verdict carries may come from the bundle or the receipts (a tenant, a file name, a window):
         each is made printable (``encoding.printable``) before any output, terminal, JSON, report or HTML, shows it."""
-        for name in ("channels", "attestation", "reasons", "guarantee", "rejected_evidence", "trust", "history"):
+        for name in (
+            "channels",
+            "attestation",
+            "reasons",
+            "incomplete",
+            "guarantee",
+            "rejected_evidence",
+            "trust",
+            "history",
+        ):
             setattr(self, name, printable_tree(getattr(self, name)))
         self.spend = {printable(str(t)): v for t, v in self.spend.items()}  # the tenants; the units are numbers
 
     def headline(self) -> str:
         """The verdict's first line: PASS ε δ with what the auditor pinned and how much account evidence there is,
         or FAIL with its root cause (the first reason in the spec's check order)."""
+        if self.verdict == "INCOMPLETE":
+            more = len(self.incomplete) - 1
+            tail = f" (+{more} further item{'s' if more != 1 else ''} below)" if more else ""
+            return f"INCOMPLETE — {self.incomplete[0] if self.incomplete else 'nothing recorded'}{tail}"
         if self.verdict != "PASS":
             first = self.reasons[0] if self.reasons else "no reason recorded"
             more = len(self.reasons) - 1
             return f"FAIL — {first}" + (f" (+{more} further reason{'s' if more != 1 else ''} below)" if more else "")
         c = self.checked
         parts = ["key pinned" if self.key_pinned else "key NOT pinned"]
+        if self.mode == "sampled":  # a sampled audit says so first, with what its sample detects
+            parts.insert(0, f"SAMPLED ({self.guarantee})" if self.guarantee else "SAMPLED")
         if self.trusted_checkpoint is not None:
             parts.append(f"checkpoint {self.trusted_checkpoint} pinned")
         handed = c.get("receipts_handed_in")
@@ -128,6 +145,11 @@ class Verdict:
         q, conf = c.get("queries", 0), c.get("queries_with_account_confirmed_q", 0)
         if q and conf < q:
             out.append(f"Q on trust for {q - conf} of {q} queries (their accounts did not commit to Q)")
+        if "documents_reembedded" in c and not c["documents_reembedded"]:
+            out.append(
+                "--corpus was given but no document was re-embedded (documents_reembedded: 0): the committed "
+                "embedder (auditor/embedder.json's entry_point) is not installed, so the index's fidelity is on trust"
+            )
         if c.get("coalition_window_covers_history") is False:
             out.append(f"the coalition estimate covers a window of {c.get('coalition_window')} ledger positions only")
         return out
@@ -150,7 +172,12 @@ class Verdict:
         out["rejected_evidence"] = len(self.rejected_evidence)
         # the zk tenants, their sizes and their proof counts are the hidden policy and the private traffic's
         out["attestation"] = {k: _public_attestation(v) for k, v in self.attestation.items()}
-        if self.verdict != "PASS":
+        if self.verdict == "INCOMPLETE":
+            out["headline"] = (
+                "INCOMPLETE — receipts beyond the audited log without a consistency proof (the sizes are with the "
+                "auditor)"
+            )
+        elif self.verdict != "PASS":
             out["headline"] = "FAIL — " + ", ".join(out["failed_checks"]) + " (the reasons are with the auditor)"
         return out
 
@@ -165,6 +192,7 @@ class Verdict:
             "channels": self.channels,
             "attestation": self.attestation,
             "reasons": self.reasons,
+            "incomplete": self.incomplete,
             "checked": self.checked,
             "mode": self.mode,
             "guarantee": self.guarantee,
@@ -270,13 +298,47 @@ def _retrieval_attestation(run: Run, vk: Any) -> str:
     )
 
 
+def detection_bound(beta: float, sampled: list[tuple[int, int]]) -> float:
+    """The probability, at least, that a sample catches one of the non-conforming records when they are a
+    β-fraction of all the query records of ``sampled`` [(s_w, N_w) per window, each window sampled uniformly
+    without replacement]. One window: 1 − (1 − β)^s (sampling without replacement misses less often than with).
+    Several: the records may sit in the window sampled most thinly, r = min s_w / N_w; each window misses its B_w
+    bad records with probability ≤ (1 − B_w/N_w)^{s_w} ≤ exp(−r·B_w), so all miss with probability
+    ≤ exp(−r·β·N), N = Σ N_w."""
+    live = [(s, n) for s, n in sampled if n]
+    if not live:
+        return 1.0
+    if len(live) == 1:
+        s, _ = live[0]
+        return 1.0 - (1.0 - beta) ** s
+    total = sum(n for _, n in live)
+    ratio = min(s / n for s, n in live)
+    return 1.0 - math.exp(-ratio * beta * total)
+
+
+def sampling_guarantee(sampled: list[tuple[int, int]]) -> str | None:
+    """The sampled mode's guarantee over the whole history (None in full mode: nothing was sampled)."""
+    if not sampled:
+        return None
+    k, n = sum(s for s, _ in sampled), sum(n for _, n in sampled)
+    out = (
+        f"sampled {k} of {n} query records: a β-fraction of non-conforming records is detected with probability "
+        f">= {detection_bound(0.01, sampled):.4f} (β=0.01), {detection_bound(0.05, sampled):.4f} (β=0.05)"
+    )
+    if len(sampled) > 1:
+        out += f", over the {len(sampled)} windows of the history"
+    if k == n:
+        out += "; the sample covers every record (as full mode)"
+    return out
+
+
 def conclude(
     run: Run,
     given: AuditorInputs,
     certify: Callable[[], Any] | None,
     *,
     mode: str,
-    guarantee: str | None,
+    sampled: list[tuple[int, int]],
     trusted_size: int | None,
 ) -> Verdict:
     """The verdict: PASS iff no check gave a reason, with the certified ε and δ of the committed policy
@@ -296,9 +358,11 @@ def conclude(
         if not math.isfinite(cert["epsilon"]):
             run.fail("policy", "the committed parameters certify no finite ε")
         eps, delta = cert["epsilon"], cert["delta"]
-    verdict = "PASS" if not run.reasons else "FAIL"
+    # FAIL: a defect; INCOMPLETE: none found, but evidence handed in could not be checked against this bundle (a
+    # receipt beyond it without a consistency proof): no guarantee is stated until it is; PASS: neither
+    verdict = "FAIL" if run.reasons else ("INCOMPLETE" if run.incomplete else "PASS")
     run.reasons.sort(key=_check_rank)  # stable: the root cause (earliest check) first, cascades after
-    if verdict == "FAIL":
+    if verdict != "PASS":
         eps = delta = None
     attestation = {"retrieval": _retrieval_attestation(run, given.zk_vkey), "generation": ATTESTATION_GENERATION}
     extra_trust, gen_attestation = generation_trust(run.policy)
@@ -314,9 +378,10 @@ def conclude(
         trust=TRUST + extra_trust,
         attestation=attestation,
         reasons=run.reasons,
+        incomplete=run.incomplete if verdict == "INCOMPLETE" else [],
         checked=dict(run.checked),
         mode=mode,
-        guarantee=guarantee,
+        guarantee=sampling_guarantee(sampled),
         rejected_evidence=run.rejected,
         provider_key=None if vk is None else key_fingerprint(vk),
         key_pinned=given.pinned is not None,

