@@ -93,7 +93,7 @@ class RemoteService:
         u = self.urls[self._next % len(self.urls)]
         return u
 
-    def _call(
+    def call(
         self, method: str, path: str, body: bytes = b"", auth_as: _Auth | None = None, raw: bool = False
     ) -> tuple[int, Any]:
         """(status, parsed JSON body or bytes), retried on 503 and on connection failures."""
@@ -146,7 +146,7 @@ class RemoteService:
 
     def get(self, path: str, params: dict[str, Any] | None = None, *, auth: bool = False) -> Any:
         target = path + (f"?{urlencode(params)}" if params else "")
-        status, body = self._call("GET", target, auth_as=self._account_auth() if auth else None)
+        status, body = self.call("GET", target, auth_as=self._account_auth() if auth else None)
         if status != 200:
             raise RemoteError(status, body, self._url())
         return body
@@ -155,7 +155,7 @@ class RemoteService:
     def serve(self, req: Request, since: int | None = None) -> _Served:
         payload = json.dumps(req.to_json(), sort_keys=True, separators=(",", ":")).encode()
         path = "/v1/requests" + (f"?since={int(since)}" if since else "")
-        status, body = self._call("POST", path, payload)
+        status, body = self.call("POST", path, payload)
         if status == 200:
             proof = body.pop("consistency", None) if isinstance(body, dict) else None
             served = _served(body, self._url())
@@ -230,7 +230,7 @@ def fetch_bundle(
     remote = RemoteService(url)
     part = "public" if public_only else "all"
     auth = None if public_only else (AUDITOR, cast("_Signer", auditor_key).sign)  # needed unless public_only
-    status, data = remote._call("GET", f"/v1/bundle?part={part}", auth_as=auth, raw=True)
+    status, data = remote.call("GET", f"/v1/bundle?part={part}", auth_as=auth, raw=True)
     if status != 200:
         try:
             body = loads_bounded(data, what="response")
@@ -249,7 +249,7 @@ def collect_consistency(url: str, bundle_size: int, receipt_sizes: list[int], *,
     out = []
     for size in sorted({s for s in receipt_sizes if s > bundle_size}):
         target = f"/v1/consistency?{urlencode({'first': int(bundle_size), 'second': int(size)})}"
-        status, body = remote._call("GET", target, auth_as=(AUDITOR, auditor_key.sign))
+        status, body = remote.call("GET", target, auth_as=(AUDITOR, auditor_key.sign))
         if status != 200 or not isinstance(body, dict):
             continue
         try:

@@ -54,8 +54,8 @@ def check_tokens(self: Any, question: str) -> None:
     """§5.1: the question's size in tokens, from public quantities only (the question, the committed template,
     docs_per_voter, the documents' token cap, max_tokens), so that no voter prompt can overflow the committed
     generator's context window after the charge. Generators without a window (toy, hosted) are not checked."""
-    bound_of = getattr(self._raw_generator, "prompt_token_bound", None)
-    window = getattr(self._raw_generator, "max_positions", None)
+    bound_of = getattr(self.committed_generator, "prompt_token_bound", None)
+    window = getattr(self.committed_generator, "max_positions", None)
     if bound_of is None or window is None:
         return
     g = self.policy.generation
@@ -64,6 +64,6 @@ def check_tokens(self: Any, question: str) -> None:
         raise RequestError(
             "question",
             f"is too long for the committed generator: a voter prompt with {g.docs_per_voter} document(s) of at "
-            f"most {getattr(self._raw_generator, 'max_context_tokens', '?')} tokens and {g.max_tokens} answer "
+            f"most {getattr(self.committed_generator, 'max_context_tokens', '?')} tokens and {g.max_tokens} answer "
             f"tokens needs up to {need} tokens, over the context window of {window}",
         )

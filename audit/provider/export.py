@@ -66,7 +66,7 @@ def export_bundle(svc: Any, out: str | os.PathLike) -> Path:
         from .succession import predecessor_directory
 
         prev_dir, prev_url = predecessor_directory(svc)
-        prev = type(svc)(prev_dir, embedder=svc.embedder, generator=svc._raw_generator, store=prev_url)
+        prev = type(svc)(prev_dir, embedder=svc.embedder, generator=svc.committed_generator, store=prev_url)
         try:
             prev.export_bundle(out / "previous")
         finally:

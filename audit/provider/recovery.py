@@ -33,7 +33,7 @@ def check_spend(svc: Any) -> None:
     """Raise ServiceStateError unless every tenant's stored spend equals the ledger's (one read snapshot)."""
     with svc.store.snapshot():
         replayed = replayed_units(svc)
-        stored = {t: svc._spent(t) for t in svc.tenants}
+        stored = {t: svc.spent_units(t) for t in svc.tenants}
         served = svc.aud.served_count()
         size = svc.ledger.size
     for t in svc.tenants:

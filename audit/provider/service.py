@@ -227,7 +227,7 @@ class ProviderService(Serving):
         from .storage import publish_files
 
         publish_files(svc.store, d)  # a replica sharing only the database URL materialises its directory from these
-        svc._checkpoint()
+        svc.checkpoint_now()
         return svc
 
     @staticmethod

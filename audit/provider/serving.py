@@ -112,7 +112,7 @@ class Serving(Window):
             exc.code, exc.snapshot = code, size  # the rule, true of the log of ``size`` leaves this read
             return exc
 
-        if self._closed((size, last_leaf)):
+        if self.is_closed((size, last_leaf)):
             raise refused(
                 RequestError("request.window", f"window {self.policy.window} is closed: send it to its successor"),
                 "closed",
@@ -128,8 +128,8 @@ class Serving(Window):
                     "counter-used",
                 )
             return ("served" if old.get("served") else "recorded"), old
-        last = max(recorded_last, self._carried.get(acct, 0))
-        if counter <= self._carried.get(acct, 0):
+        last = max(recorded_last, self.carried_counters.get(acct, 0))
+        if counter <= self.carried_counters.get(acct, 0):
             raise refused(
                 RequestError("request.counter", f"{counter} was used in an earlier window (counters carry over)"),
                 "carried",

@@ -77,18 +77,18 @@ def next_window(
     if bad:
         raise InvalidParameterError("embedder", "changes what a history keeps constant: " + "; ".join(bad))
     with svc.store.write():  # no request is recorded while the window closes: the carry is the ledger's last word
-        if svc._closed():
+        if svc.is_closed():
             raise _state_error(f"window {svc.policy.window} is already closed")
         size = svc.ledger.size
         counters = {}
         for _pos, body in svc.aud.openings(size):
             signed = json.loads(body)["request"]
             counters[signed["account"]] = max(counters.get(signed["account"], 0), int(signed["counter"]))
-        for a, c in svc._carried.items():
+        for a, c in svc.carried_counters.items():
             counters[a] = max(counters.get(a, 0), int(c))
         carry = {
             "counters": {a: int(c) for a, c in sorted(counters.items())},
-            "spend": {t: [int(x) for x in svc._spent(t)] for t in sorted(svc.tenants)},
+            "spend": {t: [int(x) for x in svc.spent_units(t)] for t in sorted(svc.tenants)},
         }
         history = {
             "chain": svc.chain_id,
@@ -104,7 +104,7 @@ def next_window(
             policy=policy,
             embedder=svc.embedder,
             embedder_descriptor=embedder_descriptor,
-            generator=svc._raw_generator,
+            generator=svc.committed_generator,
             tenants=tenants,
             accounts=accounts,
             seed=seed,
@@ -113,7 +113,7 @@ def next_window(
             _history=history,
         )
         svc.ledger.append(encode(close_record(nxt.ledger.leaf(0))))
-    svc._checkpoint()
+    svc.checkpoint_now()
     return nxt
 
 

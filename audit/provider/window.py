@@ -81,7 +81,7 @@ class Window:
         self.dir = d
         self.policy = Policy.from_dict(decode((d / "config" / "policy.json").read_bytes(), what="policy")).validate()
         self.embedder, self.generator = as_embedder(embedder), serving_generator(self.policy, generator)
-        self._raw_generator = generator  # the committed model itself: its context window bounds the question
+        self.committed_generator = generator  # the committed model itself: its context window bounds the question
         # the descriptor C_emb commits to (config/embedder.json opens it with its salt)
         self.embedder_descriptor = decode((d / "config" / "embedder.json").read_bytes(), what="embedder")["descriptor"]
         self.accounts: dict[str, dict] = decode((d / "config" / "accounts.json").read_bytes(), what="accounts")
@@ -116,7 +116,7 @@ class Window:
         hist = d / "config" / "history.json"
         self.history: dict | None = decode(hist.read_bytes(), what="history") if hist.exists() else None
         #: each account's last counter of the earlier windows (counters carry over, §3.1)
-        self._carried: dict[str, int] = dict(self.history["carry"]["counters"]) if self.history else {}
+        self.carried_counters: dict[str, int] = dict(self.history["carry"]["counters"]) if self.history else {}
 
     def _algorithm(self, tenant: str, source: RandomSource, retriever: TenantRetriever):
         """MuRAG / MuRAG-Ada for one request, drawing from that request's committed-seed stream: a shallow copy of the
@@ -154,7 +154,7 @@ class Window:
         self.store.close()
 
     # -- Phase B ---------------------------------------------------------------------------------------------
-    def _closed(self, tail: tuple[int, bytes | None] | None = None) -> bool:
+    def is_closed(self, tail: tuple[int, bytes | None] | None = None) -> bool:
         """Whether the ledger (or the one of ``tail``: its size and last leaf) ends in the close leaf."""
         size, last = self.ledger.tail() if tail is None else tail  # one statement: the size and the last leaf
         return size > 1 and last is not None and json.loads(last).get("type") == "close"
@@ -171,11 +171,11 @@ class Window:
     def epoch(self) -> int:
         return int(self.history["epoch"]) if self.history else 0
 
-    def _spent(self, tenant: str) -> np.ndarray:
+    def spent_units(self, tenant: str) -> np.ndarray:
         ten = self.tenants[tenant]
         return ten["filter"].spent_units(np.arange(len(ten["retriever"])))[:, 0].astype(np.int64)
 
-    def _checkpoint(self) -> tuple[int, bytes]:
+    def checkpoint_now(self) -> tuple[int, bytes]:
         """Sign a checkpoint of the committed ledger (its current size) and keep it; never inside a write
         transaction, so what is signed is committed (Ed25519 is deterministic: two replicas signing one size write
         the same note)."""

@@ -83,7 +83,7 @@ def _append(svc: ProviderService, leaf: bytes, opening: dict | None) -> int:
     if opening is not None:
         svc.aud.put_opening(pos, _raw({**opening, "pos": pos}))
     svc.ledger.append(leaf)
-    svc._checkpoint()
+    svc.checkpoint_now()
     return pos
 
 

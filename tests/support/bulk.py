@@ -165,7 +165,7 @@ def bulk_window(
         for pos, body in openings:
             svc.aud.put_opening(pos, body)
         svc.ledger.append_many(leaves)
-    svc._checkpoint()
+    svc.checkpoint_now()
     # every receipt at its leaf's size (pos + 1, spec/protocol.md §5.4): the prefix roots in one pass
     cr = CompactRange()
     for leaf in svc.ledger.leaves(0, base):

@@ -164,7 +164,7 @@ def audit_window(svc, res: LoadResult, out: Path) -> dict:
         for ch in op["charge"]["charges"]:
             if len(set(ch["ids"])) != len(ch["ids"]):
                 twice += 1
-    charged = sum(int(np.sum(svc._spent(t) > 0)) for t in svc.tenants)
+    charged = sum(int(np.sum(svc.spent_units(t) > 0)) for t in svc.tenants)
     bundle = svc.export_bundle(out / "bundle")
     receipts = out / "receipts.jsonl"
     receipts.write_bytes(b"".join(json.dumps(e).encode() + b"\n" for c in res.clients.values() for e in c.receipts))

@@ -234,6 +234,11 @@ class MemoryLog(MerkleLog):
     def size(self) -> int:
         return len(self._leaves)
 
+    @property
+    def levels(self) -> list[list[bytes]]:
+        """The perfect-subtree hashes, one list per level (leaf hashes first): what ``verify_integrity`` compares."""
+        return self._levels
+
     def _append_leaves(self, leaves: list[bytes]) -> int:
         sha = TREE_HASH
         with self._lock:
@@ -266,9 +271,9 @@ class MemoryLog(MerkleLog):
         """Recompute every stored hash from the leaves (O(n)); return the size checked."""
         with self._lock:
             fresh = MemoryLog(self._leaves)
-            if len(fresh._levels) != len(self._levels):
+            if len(fresh.levels) != len(self._levels):
                 raise LedgerCorruptError("stored tree height does not match the leaves")
-            for lv, (want, got) in enumerate(zip(fresh._levels, self._levels, strict=False)):
+            for lv, (want, got) in enumerate(zip(fresh.levels, self._levels, strict=False)):
                 if want != got:
                     i = next(
                         (j for j, (x, y) in enumerate(zip(want, got, strict=False)) if x != y), min(len(want), len(got))

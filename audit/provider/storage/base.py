@@ -78,15 +78,20 @@ class Session:
     def dialect(self) -> str:
         return self._store.dialect
 
+    @property
+    def has_pending(self) -> bool:
+        """Whether deferred writes wait for ``flush`` (the commit flushes them first)."""
+        return bool(self._pending)
+
     def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         if self._pending:
             self.flush()
-        return self._store._run(self._conn, sql, params)
+        return self._store.run_sql(self._conn, sql, params)
 
     def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         if self._pending:
             self.flush()
-        self._store._run_many(self._conn, sql, rows)
+        self._store.run_sql_many(self._conn, sql, rows)
 
     def defer(self, sql: str, params: Sequence[Any] = ()) -> None:
         """A write (``INSERT INTO t`` / ``UPDATE t``) whose result the caller does not need. Where the store batches
@@ -122,10 +127,10 @@ class Session:
     def _run_batch(self, batch: list[tuple[str, str, Sequence[Any]]]) -> list[tuple[Any, ...]]:
         """One statement: every write but the last as a ``WITH`` sub-statement, the last as the main one."""
         if len(batch) == 1:
-            return self._store._run(self._conn, batch[0][1], batch[0][2])
+            return self._store.run_sql(self._conn, batch[0][1], batch[0][2])
         *first, (_, last, _) = batch
         sql = "WITH " + ", ".join(f"w{i} AS ({q})" for i, (_, q, _) in enumerate(first)) + " " + last
-        return self._store._run(self._conn, sql, [x for _, _, p in batch for x in p])
+        return self._store.run_sql(self._conn, sql, [x for _, _, p in batch for x in p])
 
     def one(self, sql: str, params: Sequence[Any] = ()) -> tuple[Any, ...] | None:
         rows = self.execute(sql, params)
@@ -178,10 +183,10 @@ class ServiceStore(ABC):
     def _rollback(self, conn: Any) -> None: ...
 
     @abstractmethod
-    def _run(self, conn: Any, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]: ...
+    def run_sql(self, conn: Any, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]: ...
 
     @abstractmethod
-    def _run_many(self, conn: Any, sql: str, rows: Sequence[Sequence[Any]]) -> None: ...
+    def run_sql_many(self, conn: Any, sql: str, rows: Sequence[Sequence[Any]]) -> None: ...
 
     @abstractmethod
     def _driver_error(self, exc: BaseException) -> bool:
@@ -284,7 +289,7 @@ class ServiceStore(ABC):
             loc.session, loc.depth = sess, 1
             try:
                 yield sess
-                if sess._pending:
+                if sess.has_pending:
                     sess.flush()
                 self._commit(conn)
             except BaseException as e:

@@ -161,7 +161,7 @@ class PostgresServiceStore(ServiceStore):
             kw.update(host=p["host"], port=p["port"])
         conn = pg8000.dbapi.connect(**kw)
         conn.autocommit = True  # BEGIN / COMMIT are ours
-        conn.dprag_prepared = OrderedDict()  # SQL -> its prepared statement on this connection (``_run``)
+        conn.dprag_prepared = OrderedDict()  # SQL -> its prepared statement on this connection (``run_sql``)
         cur = conn.cursor()
         if self._creating:
             cur.execute(f'CREATE SCHEMA IF NOT EXISTS "{self.schema}"')
@@ -282,7 +282,7 @@ class PostgresServiceStore(ServiceStore):
     def _rollback(self, conn: Any) -> None:
         conn.cursor().execute("ROLLBACK")
 
-    def _run(self, conn: Any, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+    def run_sql(self, conn: Any, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
         """One statement. Without parameters: the simple query protocol (one round trip). With: a statement this
         connection prepared the first time it ran that SQL, then bound and executed in one round trip (the driver's
         unnamed statements cost three: parse, describe, bind and execute)."""
@@ -305,9 +305,9 @@ class PostgresServiceStore(ServiceStore):
         ctx = conn.execute_named(name, make_params(conn.py_types, tuple(params)), columns, input_funcs, sql)
         return [] if ctx.rows is None else [tuple(r) for r in ctx.rows]
 
-    def _run_many(self, conn: Any, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+    def run_sql_many(self, conn: Any, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         for r in rows:  # one prepared statement, one round trip per row
-            self._run(conn, sql, r)
+            self.run_sql(conn, sql, r)
 
     def _driver_error(self, exc: BaseException) -> bool:
         import pg8000.dbapi

@@ -186,10 +186,10 @@ class SqliteServiceStore(ServiceStore):
         finally:
             self._release()
 
-    def _run(self, conn: sqlite3.Connection, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+    def run_sql(self, conn: sqlite3.Connection, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
         return conn.execute(sql, tuple(params)).fetchall()
 
-    def _run_many(self, conn: sqlite3.Connection, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+    def run_sql_many(self, conn: sqlite3.Connection, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         conn.executemany(sql, [tuple(r) for r in rows])
 
     def _driver_error(self, exc: BaseException) -> bool:

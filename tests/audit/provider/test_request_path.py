@@ -222,7 +222,7 @@ def test_only_the_record_commit_skips_the_sync_and_the_answer_commit_after_it_sy
             for i in range(3):
                 served = c.ask(svc, f"asthma inhaler protocol {i}")
                 assert c.retry(svc).to_dict() == served.to_dict()
-            svc._checkpoint()
+            svc.checkpoint_now()
             svc.next_window(tmp_path / "toy-2", policy=toy_policy(**{**SERVE_TOY, "window": "toy-2", "n": 10})).close()
         txns = _commits(statements)
         leaf = [t for t in txns if any(st.startswith("INSERT INTO ledger_leaf") for st in t["statements"])]

@@ -251,12 +251,12 @@ def test_the_next_window_stays_on_its_engine(tmp_path, store_url):
     the successor's spend is the predecessor's (carried)."""
     w1 = fx.open_service(tmp_path / "w1", store=store_url, n=4)
     fx.client(w1, "alice").ask(w1, "asthma protocol inhaler patient 0")
-    spent = w1._spent("clinic").copy()
+    spent = w1.spent_units("clinic").copy()
     w2 = w1.next_window(tmp_path / "w2", policy=fx.toy_policy(window="w2", n=4))
     assert w2.store.dialect == w1.store.dialect
     if store_url is not None:
         assert w2.store.schema != w1.store.schema
-    assert (w2._spent("clinic") == spent).all() and spent.sum() > 0
+    assert (w2.spent_units("clinic") == spent).all() and spent.sum() > 0
     w1.close()
     w2.close()
 

@@ -186,7 +186,7 @@ def test_rule_a_fork_of_the_history_fails(tmp_path):
         policy=fx.toy_policy(window="w2b", n=4),
         embedder=w2.embedder,
         embedder_descriptor=None,
-        generator=w2._raw_generator,
+        generator=w2.committed_generator,
         tenants={t: dict(zip(d["ids"], d["texts"], strict=True)) for t, d in _docs(tmp_path / "f2").items()},
         accounts={a: (v["tenant"], v["key"]) for a, v in w2.accounts.items()},
         signer=w2.signer,
