@@ -325,10 +325,7 @@ def verify_cmd(
     else:
         for r in v.reasons[1:]:
             _say(f"  {r}")
-    _say(
-        f"  provider key: {v.provider_key} "
-        f"({'pinned by the auditor' if v.key_pinned else 'NOT pinned: taken from the bundle'})"
-    )
+    _say(f"  provider key: {v.provider_key} ({_key_provenance(v)})")
     if v.trusted_checkpoint is not None:
         _say(f"  extends the trusted checkpoint of size {v.trusted_checkpoint}")
     for ch, text in v.attestation.items():
@@ -341,6 +338,22 @@ def verify_cmd(
         _say(f"  rejected evidence (not held against the provider): {r}")
     _say("  checked: " + ", ".join(f"{k}={n}" for k, n in sorted(v.checked.items())))
     return _exit(v)
+
+
+def _key_provenance(v) -> str:
+    """How the head window's key is known: pinned by the auditor, authenticated by rotation from the key the
+    auditor pinned (naming it and the windows it signed), or taken from the bundle."""
+    if not v.key_pinned:
+        return "NOT pinned: taken from the bundle"
+    h = v.history or {}
+    signed, windows, keys = h.get("pinned_key_windows"), h.get("windows") or [], h.get("keys") or []
+    if not signed or (windows and signed[-1] == windows[-1]):
+        return "pinned by the auditor"
+    by_window = ", ".join(f"{w}: {k}" for w, k in zip(windows, keys, strict=False))
+    return (
+        f"NOT the pinned key: the auditor pinned the key of window(s) {', '.join(map(str, signed))}; each later key "
+        f"was authenticated by a rotation the key before it signed (keys by window: {by_window})"
+    )
 
 
 #: the verify command's exit codes (spec/protocol.md §8.11): 3 for INCOMPLETE, never PASS's 0 nor FAIL's 1

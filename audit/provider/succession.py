@@ -43,6 +43,11 @@ def next_window(
     bad = chain_violations(svc.policy, policy)
     if bad:
         raise InvalidParameterError("policy", "changes what a history keeps constant: " + "; ".join(bad))
+    earlier = [*((svc.history or {}).get("windows") or []), svc.policy.window]
+    if policy.window in earlier:
+        raise InvalidParameterError(
+            "policy.window", f"{policy.window!r} is already a window of this history (each window has its own id)"
+        )
     add_documents = dict(add_documents or {})
     tenants: dict[str, dict[str, str]] = {}
     for t in svc.tenants:
@@ -93,6 +98,7 @@ def next_window(
         history = {
             "chain": svc.chain_id,
             "epoch": svc.epoch + 1,
+            "windows": earlier,  # every window of the history so far, oldest first: an id is never reused
             "prev": {"window": svc.policy.window, "size": size, "root": svc.ledger.root(size).hex()},
             "carry": carry,
             "previous_dir": str(svc.dir.resolve()),

@@ -36,6 +36,7 @@ from ..protocol.ledger import NoteVerifier
 from ..protocol.receipts import verify_receipt
 from .inputs import AuditorInputs, check_version
 from .run import Run, guarded
+from .verdict import key_fingerprint
 
 
 class History:
@@ -201,12 +202,19 @@ def check_8_10_history(
     first = s[0]["genesis_bytes"]
     cid = chain_id(first) if first else None
     epoch = s[-1]["genesis"].get("epoch")
+    windows = [w if isinstance(w, str) else None for w in (x["genesis"].get("window") for x in s)]
+    vkeys = [x["genesis"].get("provider_key") for x in s]
     run.history_info = {  # typed as the verdict's schema says: a malformed genesis' values are not copied out
         "chain": cid,
-        "windows": [w if isinstance(w, str) else None for w in (x["genesis"].get("window") for x in s)],
+        "windows": windows,
         "epoch": epoch if isinstance(epoch, int) and not isinstance(epoch, bool) else None,
         "chain_pinned": False,
+        "window_pinned": window is not None,
+        "keys": [key_fingerprint(k) if isinstance(k, str) else None for k in vkeys],
     }
+    if given.pinned is not None:
+        run.history_info["pinned_key_windows"] = [w for w, k in zip(windows, vkeys, strict=True) if k == given.pinned]
+    _check_windows(run, s, windows)
     if window is not None and s[-1]["genesis"].get("window") != window:
         head = excerpt(s[-1]["genesis"].get("window"))
         run.fail("commitments", f"the bundle's head window is {head}, not the {excerpt(window)} the auditor expects")
@@ -224,10 +232,44 @@ def check_8_10_history(
         _check_link(run, a, b, cid)
 
 
+def _check_windows(run: Run, s: list[dict[str, Any]], windows: list[str | None]) -> None:
+    """Each window of a history has its own id (receipts are routed by it: a reused id sent the first window's
+    receipts to the last), and a bundle whose oldest window is not epoch 0 lacks its start (``previous/`` dropped:
+    the earlier windows' spend is not checked, and the chain id the genesis names is not the one computed here)."""
+    seen: set[str] = set()
+    for w in windows:
+        if w is not None and w in seen:
+            run.fail("history", f"window id {excerpt(w)} appears twice in the history (each window has its own id)")
+        if w is not None:
+            seen.add(w)
+    first = s[0]["genesis"]
+    if first.get("epoch") not in (0, None) or first.get("chain") is not None:
+        run.fail(
+            "history",
+            f"the oldest window handed over, {excerpt(first.get('window'))}, is epoch "
+            f"{_int_text(first.get('epoch'))} of a history whose earlier windows are missing (previous/ dropped): "
+            "their spend cannot be checked",
+        )
+
+
+def _int_text(v: Any) -> str:
+    return str(v) if isinstance(v, int) and not isinstance(v, bool) and abs(v) < 1 << 53 else excerpt(v)
+
+
 def _check_link(run: Run, a: dict[str, Any], b: dict[str, Any], cid: str | None) -> None:
     ga, gb = a["genesis"], b["genesis"]
     wa, wb = ga.get("window"), gb.get("window")
     where = f"window {excerpt(wb)} after {excerpt(wa)}"
+    registry = {
+        x.get("account"): (x.get("tenant"), x.get("key")) for x in (gb.get("accounts") or []) if isinstance(x, dict)
+    }
+    for x in ga.get("accounts") or []:  # accounts only join: a name keeps its key and its tenant
+        if isinstance(x, dict) and registry.get(x.get("account")) != (x.get("tenant"), x.get("key")):
+            run.fail(
+                "history",
+                f"{where}: account {excerpt(x.get('account'))} is re-keyed, moved to another tenant or dropped "
+                "(accounts only join: a name keeps its key and tenant)",
+            )
     if gb.get("chain") != cid or gb.get("epoch") != (ga.get("epoch") or 0) + 1:
         run.fail("history", f"{where}: names another chain or epoch than its predecessor's")
     last = a["last_leaf"]

@@ -138,6 +138,8 @@ class Verdict:
             out.append("the provider key was not pinned (--key): a wholesale rewrite under a new key would PASS too")
         if (self.history or {}).get("chain") and not cast("dict[str, Any]", self.history).get("chain_pinned"):
             out.append("the chain id was not pinned (--chain): a fresh history under the same key would PASS too")
+        if (self.history or {}).get("chain") and not cast("dict[str, Any]", self.history).get("window_pinned"):
+            out.append("the head window was not pinned (--window): an earlier window's bundle would PASS too")
         if c.get("receipts_handed_in") is None:
             out.append("no account receipts were given (--receipts): nothing ties this ledger to what accounts saw")
         elif c.get("receipts_accepted", 0) == 0:

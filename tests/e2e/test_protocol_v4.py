@@ -482,3 +482,91 @@ def test_rule_an_honest_provider_audited_mid_window_is_incomplete_not_equivocati
     assert "names window 'w2', after the audited head" in v.headline(), v.headline()
     v = verify(later, receipts=receipts)
     assert v.verdict == "PASS" and v.checked["receipts_accepted"] == 2, v.reasons
+
+
+# ------------------------------------------------------------------------------------------------------------
+# the seams between windows (until the one log replaces them: docs/design/protocol-v4-one-log.md)
+# ------------------------------------------------------------------------------------------------------------
+def test_rule_a_window_id_is_never_reused(tmp_path, monkeypatch):
+    """w1 → w2 → w1: v3's next_window allowed it, receipts were routed by window name and the first w1's landed in
+    the last one, so a rollback that FAILs otherwise PASSed. v4's provider refuses the id, and the verifier FAILs a
+    history that holds one twice."""
+    from dprag.audit.provider import succession
+
+    w1 = fx.open_service(tmp_path / "a1")
+    w2 = w1.next_window(tmp_path / "a2", policy=fx.toy_policy(window="w2"))
+    with pytest.raises(InvalidParameterError, match=r"policy.window: 'w1' is already a window of this history"):
+        w2.next_window(tmp_path / "a3", policy=fx.toy_policy(window="w1"))
+    assert not (tmp_path / "a3").exists()
+    real = succession.next_window
+
+    def reusing(svc, directory, **kw):  # the provider's own code, without the refusal
+        monkeypatch.setattr(svc, "history", {**svc.history, "windows": []})
+        return real(svc, directory, **kw)
+
+    monkeypatch.setattr(succession, "next_window", reusing)
+    w3 = reusing(w2, tmp_path / "a3", policy=fx.toy_policy(window="w1"))
+    bundle = w3.export_bundle(tmp_path / "bundle")
+    for s in (w1, w2, w3):
+        s.close()
+    v = verify(bundle)
+    assert v.verdict == "FAIL" and any("window id 'w1' appears twice" in r for r in v.reasons), v.reasons
+
+
+def test_rule_a_history_without_its_start_fails(tmp_path):
+    """v3 verified an epoch-1 head alone (previous/ dropped) as PASS, hiding w1's spend, and printed a chain id that
+    is not the one the genesis names. v4 FAILs a bundle whose oldest window is not epoch 0."""
+    import shutil
+
+    w1 = fx.open_service(tmp_path / "w1")
+    w2 = w1.next_window(tmp_path / "w2", policy=fx.toy_policy(window="w2"))
+    bundle = w2.export_bundle(tmp_path / "bundle")
+    w1.close()
+    w2.close()
+    assert verify(bundle).verdict == "PASS"
+    shutil.rmtree(bundle / "previous")
+    v = verify(bundle)
+    assert v.verdict == "FAIL", v.headline()
+    assert any("epoch 1 of a history whose earlier windows are missing (previous/ dropped)" in r for r in v.reasons)
+
+
+def test_rule_accounts_keep_their_key_and_tenant_across_windows(tmp_path):
+    """In w2 the provider registers alice's name (and carried counter) under a key it holds, and moves carol to
+    another tenant: v3 PASSed. v4 FAILs the history naming each account (accounts only join)."""
+    from dprag.audit.protocol.request import AccountKey
+
+    w1 = fx.open_service(tmp_path / "w1")
+    fx.client(w1, "alice").ask(w1, "asthma protocol inhaler patient")
+    w1.accounts["alice"] = {**w1.accounts["alice"], "key": AccountKey.generate().vkey}  # the provider's own key
+    w1.accounts["carol"] = {**w1.accounts["carol"], "tenant": "clinic"}
+    w2 = w1.next_window(tmp_path / "w2", policy=fx.toy_policy(window="w2"))
+    bundle = w2.export_bundle(tmp_path / "bundle")
+    w1.close()
+    w2.close()
+    v = verify(bundle)
+    assert v.verdict == "FAIL", v.headline()
+    for name in ("alice", "carol"):
+        assert any(f"account '{name}' is re-keyed, moved to another tenant" in r for r in v.reasons), v.reasons
+
+
+def test_rule_the_verdict_names_the_key_the_auditor_pinned_after_a_rotation(tmp_path, monkeypatch, capsys):
+    """After a rotation v3 printed the new key as "(pinned by the auditor)" and said nothing of an unpinned head
+    window. v4 names the windows the pinned key signed and each window's key, and warns when --window is not given."""
+    from dprag.audit.cli import main
+
+    monkeypatch.setenv("DPRAG_VERIFY_WORKERS", "1")
+    w1 = fx.open_service(tmp_path / "w1")
+    w2 = w1.next_window(tmp_path / "w2", policy=fx.toy_policy(window="w2"), signer=NoteSigner("w2", b"\x09" * 32))
+    bundle = w2.export_bundle(tmp_path / "bundle")
+    key = tmp_path / "w1.vkey"
+    key.write_text(w1.signer.vkey())
+    w1.close()
+    w2.close()
+    assert main(["audit", "verify", str(bundle), "--key", str(key)]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "NOT the pinned key: the auditor pinned the key of window(s) w1" in out and "pinned by the auditor)" not in out
+    )
+    assert "warning: the head window was not pinned (--window)" in out
+    assert main(["audit", "verify", str(bundle), "--key", str(key), "--window", "w2"]) == 0
+    assert "the head window was not pinned" not in capsys.readouterr().out
