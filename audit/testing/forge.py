@@ -15,6 +15,7 @@ prints its statistics as JSON.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import random
 import shutil
@@ -47,9 +48,18 @@ MUST_FAIL: dict[str, tuple[str, ...]] = {
     "leaf_swap": ("requests",),  # two requests of one account recorded in the other order
     "answer_swap": ("generation",),  # one receipt's h_answer for another text (caught by answer replay)
     "seed_swap": ("retrieval", "generation"),  # a new s_W with C_seed re-derived: the releases no longer replay
+    # signed refusals the provider adds (spec/protocol.md §5.1 and §8.6), handed in by the account they name:
+    "refusal_of_recorded": ("receipts",),  # a refusal at a size above the leaf that holds the request
+    "refusal_false_rule": ("receipts",),  # "not the next counter" at the size just below the request's leaf
+    "refusal_fork": ("receipts",),  # a refusal signed at another root than the ledger's at its size
 }
 #: edits that re-derive an honest window: must PASS
 MUST_PASS = ("identity",)
+#: what an account can do with no provider key, on an honest window: none may FAIL it (an account cannot frame an
+#: honest provider): its receipts and refusals (the base holds the framing sequence: counter 2 refused before
+#: counter 1, then served) reordered, replayed, or dropped, a refusal handed in again beside the receipt of the
+#: same request, and lines of another window of the provider's
+ACCOUNT_KINDS = ("acct_reorder", "acct_replay", "acct_drop", "acct_refusal_with_receipt", "acct_other_window")
 
 
 @dataclass
@@ -67,14 +77,31 @@ def base_window(d: Path, algorithm: str) -> Base:
     from .window import CLINIC, LEGAL, build_window
 
     w = build_window(d, algorithm=algorithm, rounds=2, close=False)
+    _framing_sequence(w)
     lines = []
     for c in w.clients.values():
         p = c.export_receipts(d / f"r-{c.account}.jsonl", include_questions=True)
         lines += [decode(x) for x in p.read_bytes().splitlines() if x]
     svc = w.service
-    base = Base(w.bundle, lines, svc.signer, svc.origin, {"clinic": list(CLINIC), "legal": list(LEGAL)})
+    bundle = svc.export_bundle(d / "bundle-with-framing")  # after the framing sequence's leaves
+    base = Base(bundle, lines, svc.signer, svc.origin, {"clinic": list(CLINIC), "legal": list(LEGAL)})
     svc.close()
     return base
+
+
+def _framing_sequence(w) -> None:
+    """alice sends her next counter + 1 first (a signed refusal: "must be the next counter"), then her next counter,
+    then the refused bytes again, which are served: the refusal stays in her evidence (an honest window)."""
+    from ..protocol.errors import RequestError
+
+    alice = w.clients["alice"]
+    first, second = alice.request("asthma protocol inhaler patient again"), alice.request("inhaler drug protocol again")
+    try:
+        w.service.serve(second)
+    except RequestError as e:
+        alice._keep("refusals.jsonl", {"refusal": e.refusal, "request": second.signed})
+    alice.send(w.service, first)
+    alice.send(w.service, second)
 
 
 @dataclass
@@ -101,8 +128,8 @@ def _prefix_roots(leaves: list[bytes]) -> dict[int, bytes]:
 def _edit(kind: str, f: Forged, rng: random.Random, n_docs: dict[str, int], tenant_of: dict[str, str]) -> bool:
     """Apply ``kind`` to ``f``; False when this window offers nothing to edit (the case is skipped)."""
     qs = _queries(f)
-    if kind == "identity":
-        return True
+    if kind == "identity" or kind.startswith("refusal_"):
+        return True  # a refusal kind re-derives the window and adds its refusal after (``forge``)
     if kind in ("charge_drop", "charge_add", "charge_units"):
         cands = [
             (p, i)
@@ -238,9 +265,61 @@ def forge(base: Base, kind: str, rng: random.Random, out: Path) -> tuple[Path, P
             root=roots_at[p + 1].hex(),
         )
         lines.append(encode({**line, "receipt": sign_receipt(body, base.signer), "top": op["top"]}))
+    lines += [encode(x) for x in base.lines if "refusal" in x]  # the accounts' own refusals: signed, kept
+    if kind.startswith("refusal_"):
+        lines.append(_forged_refusal(kind, f, base, roots_at, rng))
     receipts = out / "receipts.jsonl"
     receipts.write_bytes(b"".join(x + b"\n" for x in lines))
     return b, receipts
+
+
+def _forged_refusal(kind: str, f: Forged, base: Base, roots_at: dict[int, bytes], rng: random.Random) -> bytes:
+    """A refusal line the provider signs with its own key, handed in (with the request it names) by the account."""
+    from ..protocol.receipts import refusal_body, sign_refusal
+
+    qs = [p for p in _queries(f) if p >= 2]
+    p = rng.choice(qs)
+    req = f.openings[p]["request"]
+    size = {"refusal_of_recorded": p + 1, "refusal_false_rule": p, "refusal_fork": p}[kind]
+    if kind == "refusal_fork":
+        root = hashlib.sha256(b"another log %d" % rng.getrandbits(52)).hexdigest()
+    else:
+        root = roots_at[size].hex()
+    body = refusal_body(
+        window=req["window"],
+        h_req=request_hash(req).hex(),
+        field="request.counter",
+        rule=f"must be the next counter {req['counter'] + 1} (gapless)",
+        code="counter",
+        size=size,
+        root=root,
+    )
+    return encode({"refusal": sign_refusal(body, base.signer), "request": req})
+
+
+def account_case(base: Base, kind: str, rng: random.Random, out: Path, other: Base) -> Path:
+    """The receipts file an account (no provider key) makes of the base window's evidence, by ``kind``."""
+    lines = [encode(x) for x in base.lines]
+    if kind == "acct_reorder":
+        rng.shuffle(lines)
+    elif kind == "acct_replay":
+        lines += [rng.choice(lines) for _ in range(rng.randint(1, 4))]
+        rng.shuffle(lines)
+    elif kind == "acct_drop":
+        lines = rng.sample(lines, rng.randint(0, len(lines)))
+    elif kind == "acct_refusal_with_receipt":
+        refusals = [x for x in base.lines if "refusal" in x]
+        lines += [encode({"refusal": r["refusal"], "request": r["request"]}) for r in refusals * 2]
+        rng.shuffle(lines)
+    elif kind == "acct_other_window":  # another window of the provider's, not this one's evidence
+        lines += [encode(x) for x in rng.sample(other.lines, min(3, len(other.lines)))]
+        rng.shuffle(lines)
+    else:
+        raise ValueError(f"unknown account kind {kind!r}")
+    out.mkdir(parents=True, exist_ok=True)
+    p = out / "account-receipts.jsonl"
+    p.write_bytes(b"".join(x + b"\n" for x in lines))
+    return p
 
 
 @dataclass
@@ -249,6 +328,7 @@ class ForgeStats:
     skipped: int = 0  # an edit the window offered nothing for
     by_kind: dict = field(default_factory=dict)  # kind -> {"FAIL": n, "PASS": n}
     escaped: list = field(default_factory=list)  # (case, kind, verdict, reasons): a must-FAIL edit that did not
+    framed: list = field(default_factory=list)  # (case, kind, reasons): an account-side kind that FAILed the honest
     tracebacks: list = field(default_factory=list)
     seconds: float = 0.0
     max_seconds: float = 0.0  # the slowest case (forging and verifying); a case over 10 s counts as a hang
@@ -260,7 +340,7 @@ def run_campaign(cases: int, seed: int, workdir: Path, *, on_case: Callable[[int
     from .toy import ToyGenerator
 
     bases = [base_window(workdir / f"base-{alg}", alg) for alg in ("murag", "murag-ada")]
-    kinds = list(MUST_PASS) + list(MUST_FAIL)
+    kinds = list(MUST_PASS) + list(MUST_FAIL) + list(ACCOUNT_KINDS)
     rng = random.Random(seed)
     st = ForgeStats()
     t0 = time.perf_counter()
@@ -270,13 +350,20 @@ def run_campaign(cases: int, seed: int, workdir: Path, *, on_case: Callable[[int
         st.cases += 1
         t_case = time.perf_counter()
         try:
+            if kind in ACCOUNT_KINDS:  # the honest window, the account's doing only: never a FAIL
+                receipts = account_case(base, kind, rng, workdir / "case", bases[1 - bases.index(base)])
+                v = verify(base.bundle, receipts=receipts)
+                st.by_kind.setdefault(kind, {"FAIL": 0, "PASS": 0, "INCOMPLETE": 0})[v.verdict] += 1
+                if v.verdict == "FAIL":
+                    st.framed.append((c, kind, v.reasons[:3]))
+                continue
             got = forge(base, kind, rng, workdir / "case")
             if got is None:
                 st.skipped += 1
                 continue
             bundle, receipts = got
             v = verify(bundle, receipts=receipts, corpus=base.corpus, replay_generator=ToyGenerator())
-            tally = st.by_kind.setdefault(kind, {"FAIL": 0, "PASS": 0})
+            tally = st.by_kind.setdefault(kind, {"FAIL": 0, "PASS": 0, "INCOMPLETE": 0})
             tally[v.verdict] += 1
             if kind in MUST_PASS:
                 if v.verdict != "PASS":
@@ -315,6 +402,8 @@ def main(argv=None) -> int:
                 "by_kind": st.by_kind,
                 "escaped": st.escaped[:20],
                 "n_escaped": len(st.escaped),
+                "framed": st.framed[:20],
+                "n_framed": len(st.framed),
                 "tracebacks": st.tracebacks[:10],
                 "n_tracebacks": len(st.tracebacks),
                 "seconds": round(st.seconds, 1),
@@ -326,7 +415,7 @@ def main(argv=None) -> int:
             default=str,
         )
     )
-    return 0 if not (st.escaped or st.tracebacks or st.slow_over_10s) else 1
+    return 0 if not (st.escaped or st.framed or st.tracebacks or st.slow_over_10s) else 1
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from dprag.audit.testing.forge import MUST_FAIL, MUST_PASS
+from dprag.audit.testing.forge import ACCOUNT_KINDS, MUST_FAIL, MUST_PASS
 
 pytestmark = pytest.mark.integration  # starts servers or processes (CONTRIBUTING.md)
 
@@ -29,16 +29,18 @@ def _campaign(tmp_path, cases: int, seed: int) -> None:
     st = json.loads(p.stdout)
     assert st["n_tracebacks"] == 0, st["tracebacks"][:3]
     assert st["n_escaped"] == 0, st["escaped"][:3]  # no must-FAIL edit passed or FAILed under another check only
+    assert st["n_framed"] == 0, st["framed"][:3]  # no account-side kind FAILed the honest window
     assert st["cases"] == cases and st["slow_over_10s"] == 0 and st["peak_rss_mib"] < 1024
-    kinds = set(MUST_FAIL) | set(MUST_PASS)
+    kinds = set(MUST_FAIL) | set(MUST_PASS) | set(ACCOUNT_KINDS)
     assert set(st["by_kind"]) == kinds, set(st["by_kind"]) ^ kinds  # every edit was exercised
     assert all(v["PASS"] == 0 for k, v in st["by_kind"].items() if k in MUST_FAIL)
     assert all(v["FAIL"] == 0 and v["PASS"] > 0 for k, v in st["by_kind"].items() if k in MUST_PASS)
+    assert all(v["FAIL"] == 0 for k, v in st["by_kind"].items() if k in ACCOUNT_KINDS)
     assert p.returncode == 0
 
 
 def test_forge_slice(tmp_path):
-    _campaign(tmp_path, 10 * (len(MUST_FAIL) + len(MUST_PASS)), 3)
+    _campaign(tmp_path, 10 * (len(MUST_FAIL) + len(MUST_PASS) + len(ACCOUNT_KINDS)), 3)
 
 
 @pytest.mark.slow
