@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from dprag.errors import DpragError
 
@@ -133,9 +134,13 @@ def _exists(d: BundleDir, b: Bundle, rel: str) -> bool:
 def _load(d: BundleDir, p: Path, prefix: str) -> Bundle:
     b = Bundle(root=p, prefix=prefix)
 
-    def read(rel: str, cap: int) -> bytes | None:
+    def read(rel: str, cap: int, framed: bool = False) -> Any:
+        """The file's bytes (``framed``: its records, parsed as they are read), or None with its defect kept."""
         try:
-            return d.read(prefix + rel, cap)
+            return d.read_framed(prefix + rel, cap, MAX_LEAF_BYTES) if framed else d.read(prefix + rel, cap)
+        except FramingError as e:
+            b.defects.append(f"files: {rel}: {e}")
+            return None
         except ReadBudgetError as e:
             raise AuditorInputError(
                 f"--max-read {d.budget}: the bundle needs more bytes than the auditor's cap ({e}); raise the cap"
@@ -144,18 +149,11 @@ def _load(d: BundleDir, p: Path, prefix: str) -> Bundle:
             b.defects.append(f"files: {e}")
             return None
 
-    try:  # parsed as it is read: a framing defect stops the reading (a file of zeros costs one chunk)
-        b.leaves = d.read_framed(prefix + "public/leaves.bin", CAPS["public/leaves.bin"], MAX_LEAF_BYTES)
-        if not b.leaves:
-            raise FramingError("empty ledger (no genesis leaf)")
-    except FramingError as e:
-        b.defects.append(f"files: public/leaves.bin: {e}")
-    except ReadBudgetError as e:
-        raise AuditorInputError(
-            f"--max-read {d.budget}: the bundle needs more bytes than the auditor's cap ({e}); raise the cap"
-        ) from None
-    except BundleFileError as e:
-        b.defects.append(f"files: {e}")
+    # parsed as it is read: a framing defect stops the reading (a file of zeros costs one chunk)
+    leaves = read("public/leaves.bin", CAPS["public/leaves.bin"], framed=True)
+    if leaves == []:
+        b.defects.append("files: public/leaves.bin: empty ledger (no genesis leaf)")
+    b.leaves = leaves or []
     b.genesis_file = read("public/genesis.json", CAPS["public/genesis.json"])
     cps = read("public/checkpoints.txt", CAPS["public/checkpoints.txt"])
     b.checkpoints = [c for c in cps.split(b"~~~\n") if c] if cps is not None else []

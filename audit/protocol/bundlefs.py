@@ -28,6 +28,7 @@ hard link to a file elsewhere on the same file system is a regular file and is r
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
@@ -248,19 +249,7 @@ class BundleDir:
         """The bytes of the regular file ``relpath``; BundleFileError if it is missing, is not a regular file
         (or a component is not a directory), is a symlink anywhere on the path, or holds more than ``cap``
         bytes (at most cap + 1 bytes are ever read)."""
-        if isinstance(cap, bool) or not isinstance(cap, int) or cap < 0:
-            raise ValueError(f"cap: must be an integer >= 0, got {cap!r}")
-        try:
-            fd = self._resolve(relpath, directory=False)
-        except FileNotFoundError:
-            raise BundleFileError(relpath, "missing") from None
-        try:
-            limit = cap
-            if self.budget is not None:
-                limit = min(cap, self.budget - self.bytes_read)
-            size = os.fstat(fd).st_size
-            if size > cap:
-                raise BundleFileError(relpath, f"is {size} bytes, larger than the cap of {cap} bytes")
+        with self._capped(relpath, cap) as (fd, size, limit):
             chunks, got = [], 0
             while got <= limit:
                 # ask for everything fstat announced (plus one byte to see EOF or growth) in one read, so a
@@ -270,20 +259,8 @@ class BundleDir:
                     break
                 chunks.append(b)
                 got += len(b)
-            if got > cap:
-                raise BundleFileError(relpath, f"holds more than the cap of {cap} bytes")
-            if got > limit:
-                raise ReadBudgetError(
-                    relpath, f"exceeds the bundle's remaining read budget ({self.budget} bytes in all)"
-                )
-            self.bytes_read += got
+            self._count(relpath, got, cap, limit)
             return b"".join(chunks)
-        except BlockingIOError:
-            raise BundleFileError(relpath, "would block (refused)") from None
-        except OSError as e:
-            raise BundleFileError(relpath, f"read failed ({_ERRNO_NAMES.get(e.errno, e.errno)})") from None
-        finally:
-            os.close(fd)
 
     def read_framed(self, relpath: str, cap: int, max_record: int) -> list[bytes]:
         """The records of the framed file ``relpath`` (``u32be(len) || bytes``, repeated), read in chunks and
@@ -291,28 +268,14 @@ class BundleDir:
         runs past the end — stops the reading (``FramingError``, naming the record), so a file of zeros costs one
         chunk, not its size. The same refusals as ``read`` (missing, special, symlinked, over ``cap``, over the
         read budget); memory is the records kept plus one chunk."""
-        if isinstance(cap, bool) or not isinstance(cap, int) or cap < 0:
-            raise ValueError(f"cap: must be an integer >= 0, got {cap!r}")
-        try:
-            fd = self._resolve(relpath, directory=False)
-        except FileNotFoundError:
-            raise BundleFileError(relpath, "missing") from None
-        try:
-            size = os.fstat(fd).st_size
-            if size > cap:
-                raise BundleFileError(relpath, f"is {size} bytes, larger than the cap of {cap} bytes")
-            limit = cap if self.budget is None else min(cap, self.budget - self.bytes_read)
+        with self._capped(relpath, cap) as (fd, _size, limit):
             out: list[bytes] = []
             buf, got = b"", 0
             while True:
                 chunk = os.read(fd, min(_MAX_READ, max(_CHUNK, 4 + max_record)))
                 got += len(chunk)
-                if got > cap:
-                    raise BundleFileError(relpath, f"holds more than the cap of {cap} bytes")
                 if got > limit:
-                    raise ReadBudgetError(
-                        relpath, f"exceeds the bundle's remaining read budget ({self.budget} bytes in all)"
-                    )
+                    self._count(relpath, got, cap, limit)  # raises: over the cap or the budget
                 buf = buf + chunk if buf else chunk
                 i = 0
                 while len(buf) - i >= 4:
@@ -328,18 +291,44 @@ class BundleDir:
                 buf = buf[i:]
                 if not chunk:
                     break
-            self.bytes_read += got
+            self._count(relpath, got, cap, limit)
             if buf:
                 raise FramingError(
                     "truncated length prefix" if len(buf) < 4 else f"leaf {len(out)} runs past the end of the file"
                 )
             return out
+
+    @contextlib.contextmanager
+    def _capped(self, relpath: str, cap: int) -> Iterator[tuple[int, int, int]]:
+        """The open regular file ``relpath`` (fd, its announced size, the bytes it may take: its cap within the
+        remaining read budget), refused when fstat already announces more than ``cap``; OS errors become
+        BundleFileError naming the file; the descriptor is closed after."""
+        if isinstance(cap, bool) or not isinstance(cap, int) or cap < 0:
+            raise ValueError(f"cap: must be an integer >= 0, got {cap!r}")
+        try:
+            fd = self._resolve(relpath, directory=False)
+        except FileNotFoundError:
+            raise BundleFileError(relpath, "missing") from None
+        try:
+            limit = cap if self.budget is None else min(cap, self.budget - self.bytes_read)
+            size = os.fstat(fd).st_size
+            if size > cap:
+                raise BundleFileError(relpath, f"is {size} bytes, larger than the cap of {cap} bytes")
+            yield fd, size, limit
         except BlockingIOError:
             raise BundleFileError(relpath, "would block (refused)") from None
         except OSError as e:
             raise BundleFileError(relpath, f"read failed ({_ERRNO_NAMES.get(e.errno, e.errno)})") from None
         finally:
             os.close(fd)
+
+    def _count(self, relpath: str, got: int, cap: int, limit: int) -> None:
+        """Count ``got`` bytes read of ``relpath`` against its cap and the read budget (refused past either)."""
+        if got > cap:
+            raise BundleFileError(relpath, f"holds more than the cap of {cap} bytes")
+        if got > limit:
+            raise ReadBudgetError(relpath, f"exceeds the bundle's remaining read budget ({self.budget} bytes in all)")
+        self.bytes_read += got
 
     def listdir(self, relpath: str = ".", *, max_entries: int = MAX_DIR_ENTRIES) -> list[str]:
         """Sorted names in the directory ``relpath`` ("." is the root). Names that are not printable UTF-8

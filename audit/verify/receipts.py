@@ -299,18 +299,25 @@ def _newer(run: Run, k: int, body: dict[str, Any], proofs: dict[tuple[int, int],
             "(a rollback before the close, or a fork)",
         )
         return
-    hashes, root_n = proofs.get((n, size)), run.prefix_roots.get(n)
-    if hashes is not None and root_n is not None:
-        try:
-            verify_consistency(n, size, list(hashes), root_n, bytes.fromhex(body["root"]))
-            run.checked["receipts_newer_than_bundle"] += 1
-            return
-        except Exception:  # noqa: BLE001 - a proof that does not verify proves nothing (INCOMPLETE below)
-            pass
+    if _proves(proofs.get((n, size)), n, size, run.prefix_roots.get(n), body["root"]):
+        run.checked["receipts_newer_than_bundle"] += 1
+        return
     run.incomplete.append(
         f"receipt {k} was signed at size {size}, beyond the bundle's size {n}, and no consistency proof from {n} to "
         f"{size} came with the bundle: fetch a later bundle, or the proof (dprag audit fetch --receipts FILE)"
     )
+
+
+def _proves(hashes: tuple[bytes, ...] | None, n: int, size: int, root_n: bytes | None, root_hex: str) -> bool:
+    """Whether ``hashes`` is a consistency proof from the bundle's root at ``n`` to the receipt's at ``size``; a
+    proof that does not verify proves nothing (the caller's verdict is then INCOMPLETE, never a FAIL)."""
+    if hashes is None or root_n is None:
+        return False
+    try:
+        verify_consistency(n, size, list(hashes), root_n, bytes.fromhex(root_hex))
+    except Exception:  # noqa: BLE001 - any defect of the proof: not a proof
+        return False
+    return True
 
 
 @guarded("receipts")
