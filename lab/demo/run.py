@@ -227,6 +227,7 @@ def run_demo(
         mode="full",
         key=out / "provider.vkey",
         chain=(out / "chain.id").read_text().strip(),
+        window=head_window(bundle),  # the window the demo audits: an earlier window's bundle cannot stand in
         theta=p.theta,
         coalition_window=p.window,
         zk_vkey=None if zk is None else zk.vk_path,
@@ -368,3 +369,8 @@ def _jsonable(x):
     if isinstance(x, (list, tuple)):
         return [_jsonable(v) for v in x]
     return x
+
+
+def head_window(bundle: Path) -> str:
+    """The head window's id, as the bundle's genesis names it (the auditor pins it: ``--window``)."""
+    return str(json.loads((Path(bundle) / "public" / "genesis.json").read_bytes())["window"])
