@@ -179,16 +179,23 @@ def _take_refusals(run: Run, numbered: list[tuple[int, bytes]]) -> list[tuple[in
     return rest
 
 
-def _counters_below(run: Run, account: str, size: int) -> dict[int, str]:
-    """The account's recorded counters in the leaves below ``size``: counter -> h_req (from the openings)."""
-    out: dict[int, str] = {}
-    for pos in range(1, min(size, run.n)):
+def _requests_by_account(run: Run) -> dict[str, list[tuple[int, int, str]]]:
+    """Every recorded request as (pos, counter, h_req) per account, in ledger order: the openings are parsed once
+    for all the refusals handed in, not once per refusal."""
+    out: dict[str, list[tuple[int, int, str]]] = {}
+    for pos in range(1, run.n):
         op = run.openings.get(pos)
         req = op.get("request") if isinstance(op, dict) else None
-        if isinstance(req, dict) and req.get("account") == account and is_int(req.get("counter"), 1):
+        if isinstance(req, dict) and isinstance(req.get("account"), str) and is_int(req.get("counter"), 1):
             rec = run.records[pos]
-            out[req["counter"]] = rec.get("h_req", "") if isinstance(rec, dict) else ""
+            h = rec.get("h_req", "") if isinstance(rec, dict) else ""
+            out.setdefault(req["account"], []).append((pos, req["counter"], h))
     return out
+
+
+def _counters_below(recorded: list[tuple[int, int, str]], size: int) -> dict[int, str]:
+    """The account's recorded counters in the leaves below ``size``: counter -> h_req."""
+    return {c: h for pos, c, h in recorded if pos < size}
 
 
 def _refusal_rule_is_false(run: Run, body: dict[str, Any], req: dict[str, Any], below: dict[int, str]) -> str | None:
@@ -228,7 +235,7 @@ def _check_refusals(run: Run) -> None:
         h = rec.get("h_req") if i and isinstance(rec, dict) else None
         if isinstance(h, str):
             pos_of.setdefault(h, i)
-    below_cache: dict[tuple[str, int], dict[int, str]] = {}
+    by_account: dict[str, list[tuple[int, int, str]]] | None = None  # parsed at the first refusal with a request
     for k, body, req in run.refusals:
         size = body["size"]
         if size > run.n:
@@ -248,10 +255,10 @@ def _check_refusals(run: Run) -> None:
             )
             continue
         if isinstance(req, dict) and isinstance(req.get("account"), str):
-            key = (req["account"], size)
-            if key not in below_cache:
-                below_cache[key] = _counters_below(run, req["account"], size)
-            why = _refusal_rule_is_false(run, body, req, below_cache[key])
+            if by_account is None:
+                by_account = _requests_by_account(run)
+            below = _counters_below(by_account.get(req["account"], []), size)
+            why = _refusal_rule_is_false(run, body, req, below)
             if why is not None:
                 run.fail("receipts", f"receipt {k}: a signed refusal's rule is false of the log: {why}")
                 continue
