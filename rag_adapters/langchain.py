@@ -90,8 +90,9 @@ class PrivateRetriever(BaseRetriever):
 
 
 def _tenant(service: Any, account: str) -> str | None:
-    accounts = getattr(service, "accounts", None)
-    return accounts[account]["tenant"] if accounts and account in accounts else None
+    registry = getattr(service, "registry", None)  # an in-process service; over HTTP the tenant is not known here
+    entry = registry.get(account) if registry is not None else None
+    return None if entry is None else str(entry.tenant)
 
 
 def _public_ids(service: Any, tenant: str) -> list[str] | None:

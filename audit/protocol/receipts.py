@@ -121,7 +121,7 @@ REFUSAL_FIELDS = ("window", "h_req", "field", "rule", "code", "consumed", "size"
 #: ``counter`` (the request's counter is not the account's next one), ``counter-used`` (another request holds
 #: that counter), ``carried`` (an earlier window used it), ``rate`` (the counter is above the policy's n),
 #: ``closed`` (the window's log ends with its close record).
-REFUSAL_CODES = ("request", "question", "counter", "counter-used", "carried", "rate", "closed")
+REFUSAL_CODES = ("request", "question", "counter", "counter-used", "carried", "rate", "closed", "revoked")
 
 
 def refusal_body(*, window: str, h_req: str, field: str, rule: str, code: str, size: int, root: str) -> dict[str, Any]:

@@ -19,10 +19,12 @@ def check_request(self: Any, req: Request) -> str:
         raise RequestError("request", "must be an audit.client.account.Request")
     signed = req.signed
     acct = signed.get("account") if isinstance(signed, dict) else None
-    if not isinstance(acct, str) or acct not in self.accounts:
-        raise RequestError("request.account", "is not registered in this window's genesis", acct)
+    if not isinstance(acct, str):
+        raise RequestError("request.account", "must be the name of a registered account", acct)
     try:
-        verify_request(signed, self.accounts[acct]["key"])
+        entry = _entry(self, acct, signed)
+    except RequestError:
+        raise
     except Exception as e:  # noqa: BLE001 - EncodingError: a malformed or forged request
         raise RequestError("request", str(e)) from None
     if signed["window"] != self.policy.window:
@@ -37,7 +39,7 @@ def check_request(self: Any, req: Request) -> str:
     nonce = bytes.fromhex(signed["nonce"])
     if question_commitment(nonce, q) != signed["h_q"]:
         raise RequestError("question", "does not match the request's h_q")
-    tenant = self.accounts[acct]["tenant"]
+    tenant = entry.tenant
     dim = self.tenants[tenant]["q"].shape[1]
     if req.qemb is not None:
         if signed["h_qemb"] is None or qemb_commitment(nonce, req.qemb) != signed["h_qemb"]:
@@ -48,6 +50,31 @@ def check_request(self: Any, req: Request) -> str:
         raise RequestError("qemb", "the request commits to a query embedding but none was sent")
     check_tokens(self, q)
     return tenant
+
+
+def _entry(self: Any, acct: str, signed: dict) -> Any:
+    """The account's registry entry, its request's signature checked under its current key. What this process read
+    of the registry may be behind another replica's (an account added, revoked or re-keyed since): on a miss it
+    re-reads the registry's leaves once before refusing (spec/protocol.md §3.2)."""
+    for fresh in (False, True):
+        if fresh:
+            self.refresh_state()
+        entry = self.registry.get(acct)
+        if entry is None:
+            if fresh:
+                raise RequestError("request.account", "is not registered in this log", acct)
+            continue
+        if entry.revoked is not None:
+            exc = RequestError("request.account", f"{acct!r} was revoked at leaf {entry.revoked}")
+            exc.code = "revoked"
+            raise exc
+        try:
+            verify_request(signed, entry.key)
+            return entry
+        except Exception:
+            if fresh:
+                raise
+    raise AssertionError("unreachable")
 
 
 def check_tokens(self: Any, question: str) -> None:

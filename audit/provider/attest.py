@@ -27,7 +27,7 @@ def attest_window(svc, proving_key, *, tenant: str | None = None) -> int:
             continue
         op = json.loads(body)
         rec = json.loads(svc.ledger.leaf(pos))
-        t = svc.accounts[op["request"]["account"]]["tenant"]
+        t = svc.registry[op["request"]["account"]].tenant
         if rec.get("type") != "query" or t not in zk_tenants or op.get("top") is None:
             continue
         E = svc.tenants[t]["q"]

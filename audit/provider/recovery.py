@@ -22,7 +22,7 @@ def replayed_units(svc: Any) -> dict[str, np.ndarray]:
         spent[t][: len(units)] = np.asarray(units, dtype=np.int64)
     for _pos, body in svc.aud.openings(size):
         op = json.loads(body)
-        tenant = svc.accounts[op["request"]["account"]]["tenant"]
+        tenant = svc.registry[op["request"]["account"]].tenant
         for ch in op["charge"]["charges"]:
             if ch["ids"]:
                 spent[tenant][np.asarray(ch["ids"], dtype=np.int64)] += ch["cost"]["epsilon_units"]

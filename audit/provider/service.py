@@ -224,6 +224,7 @@ class ProviderService(Serving):
                     for v in np.unique(units[units > 0]):
                         svc.tenants[t]["filter"].store.charge(np.flatnonzero(units == v), np.array([int(v)]))
             svc.ledger.append(encode(genesis))
+        svc.registry.chain = svc.chain_id
         from .storage import publish_files
 
         publish_files(svc.store, d)  # a replica sharing only the database URL materialises its directory from these
@@ -279,6 +280,49 @@ class ProviderService(Serving):
         if path is None or not path.is_file():
             return np.zeros((0, dim), dtype="<i2")
         return np.frombuffer(path.read_bytes(), dtype="<i2").reshape(-1, dim)
+
+    # -- the registry, in the log (spec/protocol.md §3.2) --------------------------------------------------------
+    def add_account(self, name: str, tenant: str, key: str) -> int:
+        """Register an account (``key``: its Ed25519 public key, ``AccountKey.vkey``) by an ``account`` leaf.
+        Returns the leaf's position; the account may ask from the next position on. A name joins once, a revoked
+        name never rejoins, a key belongs to one account ever (``InvalidParameterError`` naming the rule)."""
+        from ..protocol.registry import account_leaf
+
+        return self._append_state_leaf(account_leaf(name, tenant, key))
+
+    def revoke_account(self, name: str) -> int:
+        """End an account for good by an ``account-revoke`` leaf: its later requests are refused (code
+        ``revoked``), its earlier receipts stay evidence. Returns the leaf's position."""
+        from ..protocol.registry import revoke_leaf
+
+        return self._append_state_leaf(revoke_leaf(name))
+
+    def rotate_account_key(self, leaf: Mapping) -> int:
+        """Append an account's own key rotation (``AccountClient.rotation_leaf``: signed by its current key); the
+        provider cannot re-key an account. Returns the leaf's position."""
+        return self._append_state_leaf(dict(leaf))
+
+    def _append_state_leaf(self, rec: dict) -> int:
+        """Check ``rec`` against the registry as of the log's tail and append it, in one write transaction."""
+        import copy
+
+        from ..protocol.registry import RegistryError
+
+        with self.store.write():  # serialised with every request: the rule reads the registry at this position
+            size, _ = self.ledger.tail()
+            self.refresh_state()
+            if self.is_closed():
+                raise ServiceStateError(f"window {self.policy.window} is closed")
+            trial = copy.deepcopy(self.registry)
+            try:
+                trial.apply(size, rec, self.tenants)
+            except RegistryError as e:
+                raise InvalidParameterError(f"{rec.get('type', 'leaf')}.{e.field}", e.rule) from None
+            pos = self.ledger.append(encode(rec))
+            self.aud.put_state_leaf(pos, rec["type"])
+        self.refresh_state()
+        self.checkpoint_now()
+        return pos
 
     def next_window(self, directory: str | os.PathLike, **kw) -> ProviderService:
         """Close this window and open its successor (``succession.next_window``, spec/protocol.md §3.1)."""

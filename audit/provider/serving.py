@@ -96,7 +96,7 @@ class Serving(Window):
         q_query = cm.quantise_embeddings(
             np.asarray(self.embedder.embed([req.question]))[0:1], self.embedder_descriptor["embedding_scale"]
         )[0]
-        if q_query.shape[0] != self.tenants[self.accounts[req.account]["tenant"]]["q"].shape[1]:
+        if q_query.shape[0] != self.tenants[self.registry[req.account].tenant]["q"].shape[1]:
             raise ServiceStateError("query embedding dimension differs from the index")
         return q_query
 
@@ -106,7 +106,8 @@ class Serving(Window):
         rate) otherwise. Reads only: run before the write transaction (to refuse early) and again inside it.
         ``h_req``: the request's hash (hex)."""
         acct, counter = req.account, req.signed["counter"]
-        size, last_leaf, prior, recorded_last = self.aud.admission(acct, counter)  # one statement
+        size, last_leaf, prior, recorded_last, state_pos = self.aud.admission(acct, counter)  # one statement
+        self.refresh_state(state_pos)  # another replica appended registry leaves: read them first
 
         def refused(exc: RequestError | RateLimitError, code: str) -> RequestError | RateLimitError:
             exc.code, exc.snapshot = code, size  # the rule, true of the log of ``size`` leaves this read
@@ -117,6 +118,9 @@ class Serving(Window):
                 RequestError("request.window", f"window {self.policy.window} is closed: send it to its successor"),
                 "closed",
             )
+        entry = self.registry.get(acct)
+        if entry is not None and entry.revoked is not None and entry.revoked < size:
+            raise refused(RequestError("request.account", f"{acct!r} was revoked at leaf {entry.revoked}"), "revoked")
         if prior is not None:
             old = decode(prior, what="served")
             if old["h_req"] != h_req:
@@ -300,7 +304,7 @@ class Serving(Window):
         body = receipt_body(
             window=self.policy.window,
             account=signed["account"],
-            tenant=self.accounts[signed["account"]]["tenant"],
+            tenant=self.registry[signed["account"]].tenant,
             counter=signed["counter"],
             h_req=h_req_hex,
             h_top=json.loads(leaf)["h_top"],
@@ -326,7 +330,7 @@ class Serving(Window):
             raise ServiceStateError(f"no opening stored for ledger position {pos}")
         signed = op["request"]
         acct, counter = signed["account"], signed["counter"]
-        tenant = self.accounts[acct]["tenant"]
+        tenant = self.registry[acct].tenant
         ten = self.tenants[tenant]
         h_req = fresh.get("h_req") or request_hash(signed)
         question = record.get("question")

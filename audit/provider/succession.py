@@ -65,10 +65,15 @@ def next_window(
         joined = {**have, **new_docs}
         cm.one_text_one_budget(f"add_documents[{t}]", list(joined), list(joined.values()))
         have.update(new_docs)
-    accounts = {a: (v["tenant"], v["key"]) for a, v in svc.accounts.items()}
+    svc.refresh_state()
+    # the registry carries over with each account's current key; a revoked account does not (and never rejoins)
+    accounts = {a: (e.tenant, e.key) for a, e in svc.registry.entries.items() if e.revoked is None}
+    gone = {a for a, e in svc.registry.entries.items() if e.revoked is not None}
     for a, spec in (add_accounts or {}).items():
-        if a in accounts:
-            raise InvalidParameterError(f"add_accounts[{a}]", "is already registered (accounts only join)")
+        if a in accounts or a in gone:
+            raise InvalidParameterError(
+                f"add_accounts[{a}]", "is already registered (accounts only join; a revoked name never rejoins)"
+            )
         accounts[a] = spec
     if embedder_descriptor is None:
         schema = {t: len(v) for t, v in tenants.items()}

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import json
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +28,7 @@ from ..protocol.encoding import decode
 from ..protocol.errors import ServiceStateError
 from ..protocol.ledger import NoteSigner
 from ..protocol.policy import Policy
+from ..protocol.registry import Registry
 from ..protocol.retrieval import (
     float_exact_scores,
     noise_table,
@@ -84,7 +86,9 @@ class Window:
         self.committed_generator = generator  # the committed model itself: its context window bounds the question
         # the descriptor C_emb commits to (config/embedder.json opens it with its salt)
         self.embedder_descriptor = decode((d / "config" / "embedder.json").read_bytes(), what="embedder")["descriptor"]
-        self.accounts: dict[str, dict] = decode((d / "config" / "accounts.json").read_bytes(), what="accounts")
+        #: the genesis registry (config/accounts.json); the live one, with the registry leaves applied, is
+        #: ``registry`` (spec/protocol.md §3.2)
+        self.genesis_accounts: dict[str, dict] = decode((d / "config" / "accounts.json").read_bytes(), what="accounts")
         self.origin = decode((d / "config" / "meta.json").read_bytes())["origin"]
         self.seed = bytes.fromhex((d / "secret" / "seed.hex").read_text())
         self.signer = NoteSigner.from_skey((d / "secret" / "provider.skey").read_text())
@@ -117,6 +121,32 @@ class Window:
         self.history: dict | None = decode(hist.read_bytes(), what="history") if hist.exists() else None
         #: each account's last counter of the earlier windows (counters carry over, §3.1)
         self.carried_counters: dict[str, int] = dict(self.history["carry"]["counters"]) if self.history else {}
+        self._state_lock = threading.Lock()
+        started = self.store.records_exist()  # create() sets the chain once genesis is appended
+        self.registry = Registry.from_genesis(
+            self.chain_id if started else "", {a: (v["tenant"], v["key"]) for a, v in self.genesis_accounts.items()}
+        )
+        self.state_pos = 0  # the last state leaf applied to ``registry`` (0: genesis only)
+        if started:
+            self.refresh_state()
+
+    def account_key(self, name: str) -> str | None:
+        """The account's current key (None: not registered), re-reading the registry's leaves once on a miss."""
+        entry = self.registry.get(name)
+        if entry is None:
+            self.refresh_state()
+            entry = self.registry.get(name)
+        return None if entry is None else entry.key
+
+    def refresh_state(self, upto: int | None = None) -> None:
+        """Apply the state leaves this process has not read yet (another replica appended them), in log order.
+        ``upto``: the last state leaf's position if the caller read it (nothing to read when it is not newer)."""
+        if upto is not None and upto <= self.state_pos:
+            return
+        with self._state_lock:
+            for pos, leaf in self.aud.state_leaves(self.state_pos):
+                self.registry.apply(pos, json.loads(leaf), self.tenants)  # the leaf was checked when appended
+                self.state_pos = pos
 
     def _algorithm(self, tenant: str, source: RandomSource, retriever: TenantRetriever):
         """MuRAG / MuRAG-Ada for one request, drawing from that request's committed-seed stream: a shallow copy of the

@@ -53,7 +53,7 @@ class Attack:
 def _honest(d: Path, rounds: int = 2, **kw):
     shutil.rmtree(d, ignore_errors=True)
     svc = open_service(d / "svc", **kw)
-    clients = {a: client(svc, a) for a in svc.accounts}
+    clients = {a: client(svc, a) for a in svc.registry}
     for i in range(rounds):
         for acct, q in SCRIPT:
             if acct in clients:
@@ -178,7 +178,9 @@ def grind_invented_account(d: Path) -> AttackResult:
         "asthma protocol",
         None,
     )
-    svc.accounts["mallory"] = {"tenant": "clinic", "key": mallory.vkey}  # only in its own memory, not genesis
+    from ..protocol.registry import AccountEntry
+
+    svc.registry.entries["mallory"] = AccountEntry("clinic", [(0, mallory.vkey)], 0)  # only in its own memory
     svc.serve(req)
     return AttackResult(_export(svc, d), _receipts(d, clients), check="requests")
 
@@ -200,7 +202,7 @@ def unbound_q(d: Path) -> AttackResult:
     from .toy import HashEmbedder
 
     svc = _ScaledQ(d / "svc", embedder=HashEmbedder(32), generator=ToyGenerator())
-    clients = {a: client(svc, a) for a in svc.accounts}
+    clients = {a: client(svc, a) for a in svc.registry}
     for acct, q in SCRIPT:
         clients[acct].ask(svc, q)
     return AttackResult(_export(svc, d), _receipts(d, clients), check="requests")
@@ -242,7 +244,7 @@ def resampled_answers(d: Path) -> AttackResult:
     shutil.rmtree(d, ignore_errors=True)
     open_service(d / "svc").close()
     svc = _Resampling(d / "svc", embedder=HashEmbedder(32), generator=ToyGenerator())
-    clients = {a: client(svc, a) for a in svc.accounts}
+    clients = {a: client(svc, a) for a in svc.registry}
     for i in range(3):
         for acct, q in SCRIPT:
             clients[acct].ask(svc, f"{q} {i}")
@@ -273,7 +275,7 @@ def _served_as(d: Path, committed: dict, served: Callable, replay: bool) -> tupl
     shutil.rmtree(d, ignore_errors=True)
     svc = open_service(d / "svc", **committed)
     svc.rag_params = served(svc.rag_params)
-    clients = {a: client(svc, a) for a in svc.accounts}
+    clients = {a: client(svc, a) for a in svc.registry}
     for i in range(2):
         for acct, q in SCRIPT:
             clients[acct].ask(svc, f"{q} {i}")
@@ -346,7 +348,7 @@ def false_sampler_claim(d: Path) -> AttackResult:
             tenants={"clinic": CLINIC, "legal": LEGAL},
             accounts=registry(ACCOUNTS),
         )
-        clients = {a: client(svc, a) for a in svc.accounts}
+        clients = {a: client(svc, a) for a in svc.registry}
         for acct, q in SCRIPT:
             clients[acct].ask(svc, q)
     return AttackResult(_export(svc, d), _receipts(d, clients), check="policy")
@@ -362,7 +364,7 @@ def _coalition(spacing: int) -> Callable[[Path], AttackResult]:
         n_honest = max(1, (spacing * 8 + 19) // 20)
         honest = [f"h{i}" for i in range(n_honest)]
         svc = open_service(d / "svc", accounts={**{a: "clinic" for a in colluders + honest}}, k_max=5)
-        clients = {a: client(svc, a) for a in svc.accounts}
+        clients = {a: client(svc, a) for a in svc.registry}
         words = ["garden", "weather", "rain", "note", "soup", "lunch", "menu", "court", "memo", "case"]
         h = 0
         for i, a in enumerate(colluders):

@@ -222,6 +222,7 @@ def check_8_3_commitments(run: Run, corpus: dict[str, list[str]] | None, reembed
             continue
         run.accounts[a["account"]] = a
     _check_history_fields(run, g)
+    _registry_leaves(run, g)
     if corpus is not None and reembedder is not None:
         embedder_fidelity(run, corpus, reembedder)
     elif corpus is not None:  # the corpus without the committed embedder: the verdict says nothing was re-embedded
@@ -334,3 +335,26 @@ def check_8_3_pinned_key(run: Run, pinned: str | None) -> None:
             "the provider key is not the pinned one (bundle key "
             f"{key_fingerprint(run.genesis['provider_key'])}, pinned {key_fingerprint(pinned)})",
         )
+
+
+def _registry_leaves(run: Run, g: dict[str, Any]) -> None:
+    """§3.2: the registry's leaves, in log order, each under the one rule the provider applied when it appended it
+    (``audit.protocol.registry.Registry.apply``): ``run.registry`` is the registry they build, and ``run.accounts``
+    gains each account that joined by a leaf (its tenant and first key)."""
+    from ..protocol.chain import chain_id
+    from ..protocol.registry import TYPES, Registry, RegistryError
+
+    chain = g.get("chain") if isinstance(g.get("chain"), str) else chain_id(run.b.leaves[0])
+    reg = Registry.from_genesis(chain, {a: (v["tenant"], v["key"]) for a, v in run.accounts.items()})
+    for i, rec in enumerate(run.records):
+        if i == 0 or not isinstance(rec, dict) or rec.get("type") not in TYPES:
+            continue
+        try:
+            reg.apply(i, rec, run.tenants)
+        except RegistryError as e:
+            run.fail("commitments", f"leaf {i}: a registry leaf breaks its rule: {e}")
+            continue
+        if rec["type"] == "account":
+            run.accounts[rec["account"]] = {"account": rec["account"], "tenant": rec["tenant"], "key": rec["key"]}
+        run.ok("registry_leaves")
+    run.registry = reg

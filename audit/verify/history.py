@@ -142,6 +142,8 @@ class History:
             {
                 "genesis_bytes": run.b.leaves[0] if run.b.leaves else b"",
                 "genesis": g,
+                # name -> (tenant, current key, revoked) as the window's registry leaves left it (§3.2)
+                "registry": _final_registry(run, g),
                 "policy": run.policy,
                 "embedder": _embedder(run),
                 "n": run.n,
@@ -263,11 +265,15 @@ def _check_link(run: Run, a: dict[str, Any], b: dict[str, Any], cid: str | None)
     registry = {
         x.get("account"): (x.get("tenant"), x.get("key")) for x in (gb.get("accounts") or []) if isinstance(x, dict)
     }
-    for x in ga.get("accounts") or []:  # accounts only join: a name keeps its key and its tenant
-        if isinstance(x, dict) and registry.get(x.get("account")) != (x.get("tenant"), x.get("key")):
+    # accounts only join: a name keeps its tenant, and the key its own rotation leaves gave it (§3.2); a revoked
+    # name never rejoins
+    for name, (tenant, key, revoked) in a["registry"].items():
+        if revoked and name in registry:
+            run.fail("history", f"{where}: account {excerpt(name)} was revoked and rejoins (a revoked name never does)")
+        elif not revoked and registry.get(name) != (tenant, key):
             run.fail(
                 "history",
-                f"{where}: account {excerpt(x.get('account'))} is re-keyed, moved to another tenant or dropped "
+                f"{where}: account {excerpt(name)} is re-keyed, moved to another tenant or dropped "
                 "(accounts only join: a name keeps its key and tenant)",
             )
     if gb.get("chain") != cid or gb.get("epoch") != (ga.get("epoch") or 0) + 1:
@@ -340,6 +346,14 @@ def _closed(b: Bundle) -> bool:
         return len(b.leaves) > 1 and decode_content(b.leaves[-1]).get("type") == "close"
     except Exception:  # noqa: BLE001
         return False
+
+
+def _final_registry(run: Run, g: dict[str, Any]) -> dict[str, tuple[Any, Any, bool]]:
+    if run.registry is not None:
+        return {a: (e.tenant, e.key, e.revoked is not None) for a, e in run.registry.entries.items()}
+    return {
+        x.get("account"): (x.get("tenant"), x.get("key"), False) for x in g.get("accounts") or [] if isinstance(x, dict)
+    }
 
 
 def _last_leaf(run: Run) -> Any:

@@ -202,6 +202,11 @@ def _refusal_rule_is_false(run: Run, body: dict[str, Any], req: dict[str, Any], 
     """Why the refusal's rule is false of the log at its size (None: it holds, or it is a rule of the request
     alone). ``below``: the account's recorded counters below that size."""
     code, size, raw = body["code"], body["size"], req.get("counter")
+    if code == "revoked":
+        entry = run.registry.get(req.get("account")) if run.registry is not None else None
+        if entry is None or entry.revoked is None or entry.revoked >= size:
+            return f"it refused the request as of a revoked account, which no leaf below size {size} revoked"
+        return None
     carried = int(((run.carry or {}).get("counters") or {}).get(req.get("account"), 0) or 0)
     if not is_int(raw, 1):
         return None  # the request's shape is a rule of the request alone

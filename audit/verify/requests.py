@@ -13,6 +13,7 @@ from typing import Any, cast
 
 from ..protocol.encoding import EncodingError, hexbytes
 from ..protocol.policy import Policy
+from ..protocol.registry import TYPES as REGISTRY_TYPES
 from ..protocol.request import qemb_commitment, request_hash, verify_request
 from ..protocol.retrieval import top_commitment
 from .pool import fork_map
@@ -32,6 +33,8 @@ def _request_leaf(run: Run | _LeafView, i: int) -> _LeafResult:
     rec = run.records[i]
     if rec is None:
         return None
+    if rec.get("type") in REGISTRY_TYPES:
+        return None  # §3.2: checked in log order by §8.3 (run.registry)
     if rec.get("type") == "close" and set(rec) == {"type", "next"} and is_hex(rec["next"], 32):
         if i != run.n - 1:
             return "requests", f"leaf {i}: leaves follow the close record (a closed window takes no request)"
@@ -50,8 +53,15 @@ def _request_leaf(run: Run | _LeafView, i: int) -> _LeafResult:
     signed = op.get("request")
     name = signed.get("account") if isinstance(signed, dict) else None
     acct = run.accounts.get(name) if isinstance(name, str) else None
-    if acct is None:
-        return "requests", f"leaf {i}: the opened request's account is not in the genesis registry"
+    entry = run.registry.get(name) if acct is not None and run.registry is not None else None
+    if acct is None or entry is None:
+        return "requests", f"leaf {i}: the opened request's account is not in the registry"
+    if not entry.active_at(i):
+        return "requests", (
+            f"leaf {i}: account {name!r} may not ask here (it joined at leaf {entry.joined}"
+            + ("" if entry.revoked is None else f" and was revoked at leaf {entry.revoked}")
+            + ")"
+        )
     if acct["tenant"] not in run.tenants:
         return "requests", f"leaf {i}: the account's registered tenant is not committed"
     if not is_hex(op["nonce_top"], 16):
@@ -65,7 +75,7 @@ def _request_leaf(run: Run | _LeafView, i: int) -> _LeafResult:
         if top_commitment([], bytes.fromhex(op["nonce_top"])) != rec["h_top"]:
             return "retrieval", f"leaf {i}: h_top does not commit to the empty list where the retrieval channel is off"
     try:
-        req = verify_request(signed, acct["key"])
+        req = verify_request(signed, entry.key_at(i))
         if req["window"] != genesis["window"]:
             raise EncodingError("the request names another window")
         if request_hash(req).hex() != rec["h_req"]:
@@ -86,6 +96,7 @@ class _RequestCtx:
 
     def __init__(self, run: Run):
         self.accounts, self.policy, self.genesis, self.n = run.accounts, run.policy, run.genesis, run.n
+        self.registry = run.registry
         self.tenants = {t: {"dim": v["dim"]} for t, v in run.tenants.items()}
 
 
@@ -97,6 +108,7 @@ class _LeafView:
         self.records: dict[int, dict[str, Any] | None] = {i: rec}
         self.openings: dict[int, dict[str, Any]] = {} if op is None else {i: op}
         self.accounts, self.tenants, self.policy, self.genesis = ctx.accounts, ctx.tenants, ctx.policy, ctx.genesis
+        self.registry = ctx.registry
         self.n = ctx.n
 
 

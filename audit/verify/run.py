@@ -15,6 +15,7 @@ from ..protocol.bundle import Bundle
 from ..protocol.encoding import EncodingError, hexbytes
 from ..protocol.ledger import NoteVerifier
 from ..protocol.policy import Policy
+from ..protocol.registry import Registry
 from .pool import cpu_seconds
 
 if TYPE_CHECKING:
@@ -49,6 +50,8 @@ class Run:
         self.key: NoteVerifier | None = None
         self.tenants: dict[str, dict[str, Any]] = {}
         self.accounts: dict[str, dict[str, Any]] = {}
+        #: the registry as the log builds it (genesis, then its registry leaves, §3.2); None before §8.3 reads it
+        self.registry: Registry | None = None
         self.openings = Openings(b.openings_lines)  # pos -> the opening, parsed on demand from its line
         self.qembs: dict[int, bytes] = {}  # pos -> Q (int16 little-endian) of the leaves §8.7 accepted
         self.queries: list[int] = []  # positions of well-formed query / recovery leaves with a valid request

@@ -537,8 +537,11 @@ def test_rule_accounts_keep_their_key_and_tenant_across_windows(tmp_path):
 
     w1 = fx.open_service(tmp_path / "w1")
     fx.client(w1, "alice").ask(w1, "asthma protocol inhaler patient")
-    w1.accounts["alice"] = {**w1.accounts["alice"], "key": AccountKey.generate().vkey}  # the provider's own key
-    w1.accounts["carol"] = {**w1.accounts["carol"], "tenant": "clinic"}
+    from dprag.audit.protocol.registry import AccountEntry
+
+    # in its own memory: the provider's own key for alice, and carol moved
+    w1.registry.entries["alice"] = AccountEntry("clinic", [(0, AccountKey.generate().vkey)], 0)
+    w1.registry.entries["carol"] = AccountEntry("clinic", [(0, w1.registry["carol"].key)], 0)
     w2 = w1.next_window(tmp_path / "w2", policy=fx.toy_policy(window="w2"))
     bundle = w2.export_bundle(tmp_path / "bundle")
     w1.close()

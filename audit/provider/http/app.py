@@ -122,10 +122,9 @@ def create_app(svc, *, auditor_key: str | None = None, threads: int | None = Non
         docs_url=None,
         redoc_url=None,
     )
-    accounts = {a: v["key"] for a, v in svc.accounts.items()}
     app.state.svc = svc
     app.state.auditor_key = auditor_key
-    app.state.keys = lambda key_id: auditor_key if key_id == AUDITOR else accounts.get(key_id)
+    app.state.keys = lambda key_id: auditor_key if key_id == AUDITOR else svc.account_key(key_id)
     app.state.threads = threads
     app.state.limiter = None  # made inside the event loop, on first use
     for kind, handler in HANDLERS.items():

@@ -55,14 +55,15 @@ class Records:
             row = s.one("SELECT body FROM served WHERE pos = ?", (pos,))
         return None if row is None else bytes(row[0])
 
-    def admission(self, account: str, counter: int) -> tuple[int, bytes | None, bytes | None, int]:
+    def admission(self, account: str, counter: int) -> tuple[int, bytes | None, bytes | None, int, int]:
         """What admitting a request reads, in ONE statement: the ledger's size and last leaf (None if empty; is the
-        window closed?), ``served(account, counter)`` and ``last_counter(account)``. Under the tail lock the size is
-        kept for the rest of the transaction (``Session.tail_size``), as ``StoreLog`` does."""
+        window closed?), ``served(account, counter)``, ``last_counter(account)`` and the position of the last state
+        leaf (0: none; a replica that loaded less re-reads the registry). Under the tail lock the size is kept for
+        the rest of the transaction (``Session.tail_size``), as ``StoreLog`` does."""
         with self.store.read() as s:
             row = s.one(
                 "SELECT t.size, l.data, (SELECT body FROM served WHERE account = ? AND counter = ?), "
-                "(SELECT max(counter) FROM served WHERE account = ?) "
+                "(SELECT max(counter) FROM served WHERE account = ?), (SELECT max(pos) FROM state_leaf) "
                 "FROM ledger_tail t LEFT JOIN ledger_leaf l ON l.idx = t.size - 1 WHERE t.one = 1",
                 (account, counter, account),
             )
@@ -72,7 +73,23 @@ class Records:
             last,
             None if row[2] is None else bytes(row[2]),
             0 if row[3] is None else int(row[3]),
+            0 if row[4] is None else int(row[4]),
         )
+
+    # -- state leaves (the registry's, spec/protocol.md §3.2) -------------------------------------------------
+    def put_state_leaf(self, pos: int, kind: str) -> None:
+        with self.store.write() as s:
+            s.defer("INSERT INTO state_leaf (pos, kind) VALUES (?, ?)", (pos, kind))
+
+    def state_leaves(self, after: int) -> list[tuple[int, bytes]]:
+        """The state leaves at positions above ``after``, in log order, with their bytes (one statement)."""
+        with self.store.read() as s:
+            rows = s.execute(
+                "SELECT l.idx, l.data FROM state_leaf t JOIN ledger_leaf l ON l.idx = t.pos WHERE t.pos > ? "
+                "ORDER BY t.pos",
+                (after,),
+            )
+        return [(int(p), bytes(b)) for p, b in rows]
 
     def last_counter(self, account: str) -> int:
         """The account's highest recorded counter in this window (0 if none)."""

@@ -2,10 +2,11 @@
 
 Everything a window writes while serving lives here: the ledger (``ledger_leaf``, ``ledger_node``, and the one-row
 ``ledger_tail`` that every write transaction locks first), the auditor's records (``opening``, ``checkpoint``,
-``served``, ``zk_proof``), the window's files (``window_file``: its configuration, corpus, index and secrets, from
-which a replica on another host materialises its directory) and the per-document spend (``budget_meta``,
-``budget_spend``; written by ``accounting.stores.session.SessionBudgetStore``). The ledger tables are append-only:
-a trigger refuses UPDATE and DELETE on both engines.
+``served``, ``zk_proof``; ``state_leaf``, the positions of the registry's leaves), the window's files
+(``window_file``: its configuration, corpus, index and secrets, from which a replica on another host materialises
+its directory) and the per-document spend (``budget_meta``, ``budget_spend``; written by
+``accounting.stores.session.SessionBudgetStore``). The ledger tables are append-only: a trigger refuses UPDATE and
+DELETE on both engines.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ _TABLES = [
     "CREATE TABLE IF NOT EXISTS served (account TEXT NOT NULL, counter BIGINT NOT NULL, pos BIGINT NOT NULL UNIQUE, "
     "body {blob} NOT NULL, PRIMARY KEY (account, counter))",
     "CREATE TABLE IF NOT EXISTS zk_proof (pos BIGINT PRIMARY KEY, body {blob} NOT NULL)",
+    # the positions of the log's state leaves (the registry's, spec/protocol.md §3.2): what a replica re-reads
+    "CREATE TABLE IF NOT EXISTS state_leaf (pos BIGINT PRIMARY KEY, kind TEXT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS window_file (path TEXT PRIMARY KEY, data {blob} NOT NULL)",
     "CREATE TABLE IF NOT EXISTS budget_meta (tenant TEXT NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL, "
     "PRIMARY KEY (tenant, key))",

@@ -101,7 +101,7 @@ def test_a_deeply_nested_submission_is_a_400_malformed_and_records_nothing(api, 
     assert svc.ledger.size == size
     assert "Traceback" not in caplog.text and "RecursionError" not in caplog.text
     # the app still serves a normal request afterwards
-    account = sorted(svc.accounts)[sorted(DEEP).index(kind)]  # one account per case: each signs counter 1
+    account = sorted(svc.registry)[sorted(DEEP).index(kind)]  # one account per case: each signs counter 1
     c = AccountClient(
         account,
         svc.policy.window,

@@ -54,7 +54,7 @@ def api_schema(tmp_path_factory):
 
     d = tmp_path_factory.mktemp("fuzz")
     svc = make_toy_directory(d, n=40, accounts=4, seed=b"\x09" * 32)
-    keys = {a: AccountKey.from_hex((d / "accounts" / a / "account.key").read_text().strip()) for a in svc.accounts}
+    keys = {a: AccountKey.from_hex((d / "accounts" / a / "account.key").read_text().strip()) for a in svc.registry}
     keys[AUDITOR] = AccountKey.from_hex((d / "auditor.key").read_text().strip())
     STATE.update(svc=svc, keys=keys, window=svc.policy.window, stats={"calls": 0, "by_status": {}})
     app = create_app(svc, auditor_key=keys[AUDITOR].vkey)

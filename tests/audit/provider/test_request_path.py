@@ -118,12 +118,12 @@ def test_a_failing_deferred_write_rolls_back_the_whole_transaction(tmp_path, sto
 def test_admission_reads_what_the_separate_reads_read(tmp_path, store_url):
     d, store = _fresh(tmp_path, store_url)
     log, aud = StoreLog(store), Records(store)
-    assert aud.admission("alice", 1) == (0, None, None, 0)
+    assert aud.admission("alice", 1) == (0, None, None, 0, 0)
     log.append_many([b"genesis", b'{"type":"query"}'])
     aud.put_served("alice", 1, 1, b"row")
-    assert aud.admission("alice", 1) == (2, b'{"type":"query"}', b"row", 1)
-    assert aud.admission("alice", 2) == (2, b'{"type":"query"}', None, aud.last_counter("alice"))
-    assert aud.admission("bob", 1) == (2, b'{"type":"query"}', None, 0)
+    assert aud.admission("alice", 1) == (2, b'{"type":"query"}', b"row", 1, 0)
+    assert aud.admission("alice", 2) == (2, b'{"type":"query"}', None, aud.last_counter("alice"), 0)
+    assert aud.admission("bob", 1) == (2, b'{"type":"query"}', None, 0, 0)
     assert log.tail() == (2, b'{"type":"query"}')
     store.close()
 

@@ -293,7 +293,7 @@ def _answers(directory, **kw) -> list[str]:
     from dprag.audit.testing.window import SCRIPT, client, open_service
 
     svc = open_service(directory, **kw)
-    clients = {a: client(svc, a) for a in svc.accounts}
+    clients = {a: client(svc, a) for a in svc.registry}
     out = [clients[a].ask(svc, f"{q} {i}").answer for i in range(2) for a, q in SCRIPT]
     svc.close()
     return out

@@ -188,7 +188,7 @@ def test_rule_a_fork_of_the_history_fails(tmp_path):
         embedder_descriptor=None,
         generator=w2.committed_generator,
         tenants={t: dict(zip(d["ids"], d["texts"], strict=True)) for t, d in _docs(tmp_path / "f2").items()},
-        accounts={a: (v["tenant"], v["key"]) for a, v in w2.accounts.items()},
+        accounts={a: (e.tenant, e.key) for a, e in w2.registry.entries.items()},
         signer=w2.signer,
         _history={k: hist[k] for k in ("chain", "epoch", "prev", "carry", "previous_dir")},
     )
