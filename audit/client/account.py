@@ -10,6 +10,7 @@ import json
 import os
 import re
 from collections.abc import Iterable
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
@@ -64,6 +65,9 @@ class AccountClient:
         the OS CSPRNG — a predictable nonce makes h_q guessable)."""
         self.account, self.window, self.key = account, window, key
         self.provider_vkey = provider_vkey
+        #: the provider keys this client trusts, with the leaf position each took effect at: the pinned one, then
+        #: each rotation it followed (``follow_rotations``; spec/protocol.md §3.3)
+        self.key_eras: list[tuple[int, str]] = [] if provider_vkey is None else [(0, provider_vkey)]
         self.embedder, self.embedding_scale = embedder, embedding_scale
         self.dir = None if directory is None else Path(directory)
         self.nonces = nonces
@@ -91,6 +95,12 @@ class AccountClient:
                     lines = (self.dir / name).read_bytes().splitlines()
                     what = str(self.dir / name)
                     self.kept[name] = [loads_bounded(x, what=what) for x in lines if x.strip()]
+            kpath = self.dir / "provider_keys.json"
+            if kpath.is_file() and provider_vkey is not None:
+                eras = [(int(p), str(k)) for p, k in loads_bounded(kpath.read_bytes(), what=str(kpath))]
+                if eras and eras[0][1] == provider_vkey:  # followed from the key pinned now
+                    self.key_eras = eras
+                    self.provider_vkey = eras[-1][1]
             for e in self.receipts:
                 r = e["receipt"]
                 if self._head is None or r["size"] > self._head[0]:
@@ -152,10 +162,10 @@ class AccountClient:
         except (InvalidParameterError, BudgetExhaustedError) as e:  # RequestError / RateLimitError: a refusal
             refusal = getattr(e, "refusal", None)
             if refusal is not None and self.provider_vkey is not None:
-                from ..protocol.ledger import NoteVerifier
-
+                self._follow_if_rotated(service, refusal)
                 try:
-                    body = verify_refusal(refusal, NoteVerifier.from_vkey(self.provider_vkey))
+                    size = refusal.get("size") if isinstance(refusal, dict) else None
+                    body = self._keys().verifying(size, partial(verify_refusal, refusal), "refusal")
                 except (EncodingError, DpragError):
                     body = None
                 if body is not None and body["h_req"] == req.h_req.hex() and req.signed["counter"] == self.counter:
@@ -192,6 +202,7 @@ class AccountClient:
                 proof = sent if sent is not None else service.ledger.consistency_proof(lo, hi)
             except Exception:  # noqa: BLE001 - no proof is a refusal below
                 proof = None
+        self._follow_if_rotated(service, served.receipt)
         self.accept(req, served.receipt, served.citations, answer=served.answer, consistency=proof, pos=served.pos)
         return served
 
@@ -204,10 +215,74 @@ class AccountClient:
             raise InvalidParameterError("counter", "no request of this client was signed for it", counter)
         return self.send(service, req)
 
+    def _keys(self) -> Any:
+        """The key chain this client trusts (``provider_keys.KeyChain``), or None with no key pinned."""
+        from ..protocol.ledger import NoteVerifier
+        from ..protocol.provider_keys import KeyChain
+
+        if not self.key_eras:
+            return None
+        return KeyChain("", [(p, NoteVerifier.from_vkey(k)) for p, k in self.key_eras])
+
+    def follow_rotations(self, history: dict[str, Any]) -> int:
+        """Follow the provider's key rotations (``service.key_history()``, ``GET /v1/keys``) from the key this
+        client trusts: each rotation's proof must open under the key before it (``provider_keys.follow``); the
+        keys followed are kept (``provider_keys.json``). Returns how many were followed; ReceiptError if a proof
+        does not hold (kept as an incident)."""
+        from ..protocol.ledger import NoteVerifier
+        from ..protocol.provider_keys import follow
+
+        if not self.key_eras:
+            raise ReceiptError("provider_key", "no provider key pinned: nothing to follow a rotation from")
+        done = 0
+        rotations = history.get("rotations") if isinstance(history, dict) else None
+        for proof in sorted(rotations or [], key=lambda r: r.get("pos", 0) if isinstance(r, dict) else 0):
+            if not isinstance(proof, dict) or not isinstance(proof.get("pos"), int):
+                continue
+            if proof["pos"] <= self.key_eras[-1][0]:
+                continue
+            try:
+                pos, new = follow(NoteVerifier.from_vkey(self.key_eras[-1][1]), str(history.get("origin")), proof)
+            except (EncodingError, DpragError) as e:
+                self._keep("incidents.jsonl", {"field": "rotation", "rule": str(e), "proof": proof})
+                raise ReceiptError("rotation", f"a key rotation does not follow from the trusted key: {e}") from None
+            self.key_eras.append((pos, new.vkey()))
+            self.provider_vkey = new.vkey()
+            done += 1
+        if done and self.dir is not None:
+            tmp = self.dir / "provider_keys.json.tmp"
+            tmp.write_bytes(encode([[p, k] for p, k in self.key_eras]))
+            os.replace(tmp, self.dir / "provider_keys.json")
+        return done
+
+    def _follow_if_rotated(self, service: Any, signed: Any) -> None:
+        """A receipt or refusal that no trusted key signed: follow the service's rotations first, if it has any."""
+        keys = self._keys()
+        history = getattr(service, "key_history", None)
+        if keys is None or not callable(history) or not isinstance(signed, dict):
+            return
+        from ..protocol.encoding import encode as enc
+
+        body = {k: v for k, v in signed.items() if k != "sig"}
+        try:
+            sig = bytes.fromhex(str(signed.get("sig")))
+        except ValueError:
+            return
+        from ..protocol.receipts import DOMAIN, REFUSAL_DOMAIN
+
+        domain = DOMAIN if signed.get("type") == "receipt" else REFUSAL_DOMAIN
+        if any(v.verify(domain + enc(body), sig) for _, v in keys.eras):
+            return
+        try:
+            self.follow_rotations(history())
+        except Exception:  # noqa: BLE001 - no history, or one that does not follow: the check below refuses
+            return
+
     def next_window(self, window: str, provider_vkey: str) -> None:
         """Follow the history to its next window (spec/protocol.md §3.1): its id and (after a rotation) its key. The
         counter carries over; consistency is checked within each window's log, so the head seen is reset."""
         self.window, self.provider_vkey = window, provider_vkey
+        self.key_eras = [(0, provider_vkey)]
         self._head = None
 
     # -- receipts ----------------------------------------------------------------------------------------
@@ -229,18 +304,18 @@ class AccountClient:
         RFC 6962 proof between the two sizes). Anything else raises ReceiptError (naming the field and the rule) and
         is logged as an incident (``incidents.jsonl``); two receipts that cannot both be honest are kept as a fork
         proof (``forks.jsonl``): hand them to the auditor."""
-        from ..protocol.ledger import NoteVerifier
         from ..protocol.ledger.proof import verify_consistency
         from ..protocol.receipts import verify_receipt
 
         if self.provider_vkey is None:
             raise ReceiptError("provider_key", "no provider key pinned: pass provider_vkey= to check receipts")
         try:
-            verifier = NoteVerifier.from_vkey(self.provider_vkey)
+            keys = self._keys()
         except (EncodingError, DpragError) as e:
             raise ReceiptError("provider_key", f"the pinned provider key is unusable ({e})") from None
         try:
-            body = verify_receipt(receipt, verifier)
+            size = receipt.get("size") if isinstance(receipt, dict) else None
+            body = keys.verifying(size, partial(verify_receipt, receipt), "receipt")
         except (EncodingError, DpragError) as e:
             why = str(e)
             named = re.match(r"(receipt(?:\.\w+)?):", why)

@@ -179,6 +179,11 @@ class RemoteService:
     def info(self) -> dict[str, Any]:
         return cast("dict[str, Any]", self.get("/v1/info"))
 
+    def key_history(self) -> dict[str, Any]:
+        """``GET /v1/keys``: the provider's keys along the log, each rotation with the proof that follows it
+        (unchecked here: ``AccountClient.follow_rotations`` checks every proof from the key it trusts)."""
+        return cast("dict[str, Any]", self.get("/v1/keys"))
+
     def answer_unchecked(self, counter: int) -> _Served:
         """The raw transport call ``GET /v1/answers/{counter}``: the stored answer of this account's request
         ``counter`` exactly as the service sent it, NOT checked (RemoteError 404 until it is stored). Never show it:

@@ -347,6 +347,15 @@ def _key_provenance(v) -> str:
         return "NOT pinned: taken from the bundle"
     h = v.history or {}
     signed, windows, keys = h.get("pinned_key_windows"), h.get("windows") or [], h.get("keys") or []
+    if h.get("pinned_key") is not None and h.get("pinned_key") == v.provider_key:
+        return "pinned by the auditor"
+    rotations = h.get("key_rotations") or []
+    if signed and windows and signed[-1] == windows[-1] and rotations:
+        steps = ", ".join(f"leaf {r['pos']}: {r['key']}" for r in rotations)
+        return (
+            f"NOT the pinned key: the auditor pinned {h.get('pinned_key')}; the head's key was authenticated by "
+            f"rotation leaves each signed by the key before it ({steps})"
+        )
     if not signed or (windows and signed[-1] == windows[-1]):
         return "pinned by the auditor"
     by_window = ", ".join(f"{w}: {k}" for w, k in zip(windows, keys, strict=False))

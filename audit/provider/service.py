@@ -26,6 +26,7 @@ import os
 import re
 import secrets
 from collections.abc import Mapping, Sequence
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -35,14 +36,22 @@ from dprag.errors import InvalidParameterError
 from dprag.zk.field import R as BN254_R
 
 from ..protocol import commitments as cm
-from ..protocol.encoding import IDENTIFIER_RULE, encode, is_identifier
+from ..protocol.encoding import IDENTIFIER_RULE, EncodingError, encode, is_identifier
 from ..protocol.errors import ServiceStateError
-from ..protocol.ledger import NoteSigner
+from ..protocol.ledger import Checkpoint, NoteSigner, NoteVerifier, open_checkpoint
 from ..protocol.policy import Policy
 from .atomic_files import write_atomically
 from .models import TextEmbedder, as_embedder, prompt_template_of, serving_generator
 from .serving import Serving
 from .storage import create_store
+
+
+def _opened(note: bytes, origin: str, key: NoteVerifier) -> Checkpoint:
+    """The checkpoint ``note`` opened under ``key``; EncodingError if it does not open."""
+    try:
+        return open_checkpoint(note, origin, key)[0]
+    except Exception as e:  # noqa: BLE001 - the checkpoint module's typed errors
+        raise EncodingError(str(e)) from None
 
 
 def _check_id(field: str, value: str) -> str:
@@ -224,7 +233,7 @@ class ProviderService(Serving):
                     for v in np.unique(units[units > 0]):
                         svc.tenants[t]["filter"].store.charge(np.flatnonzero(units == v), np.array([int(v)]))
             svc.ledger.append(encode(genesis))
-        svc.registry.chain = svc.chain_id
+        svc.registry.chain = svc.keys.chain = svc.chain_id
         from .storage import publish_files
 
         publish_files(svc.store, d)  # a replica sharing only the database URL materialises its directory from these
@@ -302,6 +311,56 @@ class ProviderService(Serving):
         provider cannot re-key an account. Returns the leaf's position."""
         return self._append_state_leaf(dict(leaf))
 
+    def rotate_key(self, signer: NoteSigner | None = None) -> int:
+        """Rotate the provider's note key (spec/protocol.md §3.3): a ``key`` leaf naming the new key, signed by the
+        current one; the checkpoint of the size that first covers it is signed by both; every later checkpoint,
+        receipt and refusal by the new key. ``signer``: the new key (default: a fresh one). Every replica of the
+        store follows it before it signs again (the new key is committed with the leaf). Returns the leaf's position."""
+        import copy
+
+        from ..protocol.ledger import sign_checkpoint
+        from ..protocol.provider_keys import KeyLeafError, key_leaf
+
+        new = signer or NoteSigner.generate(self.signer.name)
+        with self.store.write() as s:
+            self.refresh_state()
+            if self.is_closed():
+                raise ServiceStateError(f"window {self.policy.window} is closed")
+            old = self.signer
+            rec = key_leaf(old, self.keys.chain, new.vkey())
+            size, _ = self.ledger.tail()
+            try:
+                copy.deepcopy(self.keys).apply(size, rec)
+            except KeyLeafError as e:
+                raise InvalidParameterError(f"signer.{e.field}", e.rule) from None
+            pos, root = self.ledger.append_with_root(encode(rec))
+            self.aud.put_state_leaf(pos, "key")
+            # the first checkpoint covering it, signed by both keys, commits with the leaf
+            both = sign_checkpoint(Checkpoint(self.origin, pos + 1, root, ()), new, old)
+            self.aud.put_checkpoint(pos + 1, both, replace=True)
+            s.execute(  # a replica on another host reads the new key from here (Window._signer_for)
+                "INSERT INTO window_file (path, data) VALUES (?, ?) "
+                "ON CONFLICT (path) DO UPDATE SET data = excluded.data",
+                ("secret/provider.skey", new.skey().encode()),
+            )
+        write_atomically(self.dir / "secret" / "provider.skey", new.skey().encode(), private=True)
+        self.refresh_state()
+        self.checkpoint_now()
+        return pos
+
+    def key_history(self) -> dict:
+        """The provider's keys along the log (``GET /v1/keys``): genesis's, then a ``rotation_proof`` per rotation,
+        which a client or witness holding the outgoing key follows (``provider_keys.follow``)."""
+        from ..protocol.provider_keys import rotation_proof
+
+        self.refresh_state()
+        out = []
+        for pos, _old, _new in self.keys.rotations():
+            note = self.checkpoint_note(pos + 1)
+            proof = self.ledger.inclusion_proof(pos, pos + 1).hashes
+            out.append(rotation_proof(self.keys.chain, pos, self.ledger.leaf(pos), note, list(proof)))
+        return {"origin": self.origin, "genesis_key": self.keys.eras[0][1].vkey(), "rotations": out}
+
     def _append_state_leaf(self, rec: dict) -> int:
         """Check ``rec`` against the registry as of the log's tail and append it, in one write transaction."""
         import copy
@@ -358,10 +417,15 @@ class ProviderService(Serving):
         return notes[size]
 
     def add_cosignature(self, cosigned: bytes) -> None:
-        """Keep a witness-cosigned copy of one of this window's checkpoints (it replaces the stored note)."""
-        from ..protocol.ledger import open_checkpoint
+        """Keep a witness-cosigned copy of one of this log's checkpoints (it replaces the stored note); the
+        provider's signature on it is the key's in effect at its size (§3.3)."""
+        from ..protocol.ledger.checkpoint import Checkpoint, parse_note
 
-        cp, _ = open_checkpoint(cosigned, self.origin, self.signer.verifier())
+        try:
+            claimed = Checkpoint.parse(parse_note(bytes(cosigned))[0]).size
+            cp = self.keys.verifying(claimed, partial(_opened, bytes(cosigned), self.origin), "cosigned")
+        except Exception as e:  # noqa: BLE001 - any defect: not a checkpoint of this log
+            raise InvalidParameterError("cosigned", f"is not a checkpoint signed by this log's key ({e})") from None
         if cp.size > self.ledger.size or self.ledger.root(cp.size) != cp.root:
             raise InvalidParameterError("cosigned", "is not a checkpoint of this ledger")
         self.aud.put_checkpoint(cp.size, bytes(cosigned), replace=True)

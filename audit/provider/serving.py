@@ -76,6 +76,7 @@ class Serving(Window):
             code = exc.code or ("question" if exc.field.startswith(("question", "qemb")) else "request")
             if exc.snapshot is None:
                 size, root = self.ledger.head()
+                self.refresh_state()  # a rotation below ``size``: sign with the key in effect there (§3.3)
             else:
                 size, root = exc.snapshot, self.ledger.root(exc.snapshot)
             body = refusal_body(
@@ -355,17 +356,19 @@ class Serving(Window):
         return ServedQuery(**decode(kept, what="served")["served"])
 
     def _store_answers(self, items: list[tuple]) -> list[tuple[bytes, ServedQuery, bytes]]:
-        """One transaction without the tail lock (no ledger row): the checkpoint of the committed head (N > each pos),
-        each answer with its receipt, signed at its own leaf's size (pos + 1; the first stored answer wins). Per
-        item (record, answer, account, counter, the row's bytes if known): (the stored bytes, our served answer,
-        our bytes)."""
+        """One transaction without the tail lock (no ledger row): the checkpoint of the largest log the batch's
+        receipts name, each answer with its receipt, signed at its own leaf's size (pos + 1; the first stored answer
+        wins). Per item (record, answer, account, counter, the row's bytes if known): (the stored bytes, our served
+        answer, our bytes)."""
         out = []
         with self.store.write(tail=False):
-            size, root = self.ledger.head()  # read once: the note and every receipt carry the same root
+            # the checkpoint of the largest log a receipt of this batch names (size pos + 1, its root recorded with
+            # the leaf): no read, and this process's key is at least the one in effect there, since it read the
+            # log's key leaves when it recorded that leaf (§3.3)
+            last = max((it[0] for it in items), key=lambda r: r["pos"])["receipt_body"]
+            size, root = int(last["size"]), bytes.fromhex(last["root"])
             self.aud.put_checkpoint(size, sign_checkpoint(Checkpoint(self.origin, size, root, ()), self.signer))
             for record, text, acct, counter, expect in items:
-                if not size > record["pos"]:
-                    raise ServiceStateError(f"ledger position {record['pos']} is not below the committed size {size}")
                 h_answer = hashlib.sha256(text.encode("utf-8")).hexdigest()
                 # signed at the log its leaf made (size pos + 1, recorded with the leaf): whatever was appended while
                 # the answer was generated, no signed byte tells when the work ended

@@ -21,13 +21,14 @@ from dprag.accounting.noise.source import RandomSource
 from dprag.accounting.protocols import Generator
 from dprag.accounting.rag.multi_query import MuRAG, MuRAGAda, RetrievalParams
 from dprag.accounting.stores.session import SessionBudgetStore
-from dprag.errors import InvalidParameterError
+from dprag.errors import DpragError, InvalidParameterError
 
 from ..protocol.charges import ChargeRule
 from ..protocol.encoding import decode
 from ..protocol.errors import ServiceStateError
 from ..protocol.ledger import NoteSigner
 from ..protocol.policy import Policy
+from ..protocol.provider_keys import KeyChain
 from ..protocol.registry import Registry
 from ..protocol.retrieval import (
     float_exact_scores,
@@ -123,12 +124,18 @@ class Window:
         self.carried_counters: dict[str, int] = dict(self.history["carry"]["counters"]) if self.history else {}
         self._state_lock = threading.Lock()
         started = self.store.records_exist()  # create() sets the chain once genesis is appended
+        chain = self.chain_id if started else ""
         self.registry = Registry.from_genesis(
-            self.chain_id if started else "", {a: (v["tenant"], v["key"]) for a, v in self.genesis_accounts.items()}
+            chain, {a: (v["tenant"], v["key"]) for a, v in self.genesis_accounts.items()}
         )
-        self.state_pos = 0  # the last state leaf applied to ``registry`` (0: genesis only)
+        #: the provider's keys along the log (§3.3); ``signer`` signs with the current one
+        self.keys = KeyChain.from_genesis(chain, self.genesis_key() if started else self.signer.vkey())
+        self.state_pos = 0  # the last state leaf applied (0: genesis only)
         if started:
             self.refresh_state()
+
+    def genesis_key(self) -> str:
+        return str(json.loads(self.ledger.leaf(0))["provider_key"])
 
     def account_key(self, name: str) -> str | None:
         """The account's current key (None: not registered), re-reading the registry's leaves once on a miss."""
@@ -145,8 +152,32 @@ class Window:
             return
         with self._state_lock:
             for pos, leaf in self.aud.state_leaves(self.state_pos):
-                self.registry.apply(pos, json.loads(leaf), self.tenants)  # the leaf was checked when appended
+                rec = json.loads(leaf)  # each leaf was checked by its rule when it was appended
+                try:
+                    if rec.get("type") == "key":
+                        self.keys.apply(pos, rec)
+                        self.signer = self._signer_for(self.keys.current.vkey())
+                    else:
+                        self.registry.apply(pos, rec, self.tenants)
+                except DpragError as e:  # RegistryError, KeyLeafError: the store was written around the rule
+                    raise ServiceStateError(f"the log's leaf {pos} breaks its rule ({e}): the store is corrupt") from e
                 self.state_pos = pos
+
+    def _signer_for(self, vkey: str) -> NoteSigner:
+        """The signing key of ``vkey``: this process's own, ``secret/provider.skey``, or (a replica that has not
+        written it yet) the copy the rotation committed to the store (``window_file``)."""
+        if self.signer.vkey() == vkey:
+            return self.signer
+        candidates = [(self.dir / "secret" / "provider.skey").read_text()]
+        with self.store.read() as s:
+            row = s.one("SELECT data FROM window_file WHERE path = ?", ("secret/provider.skey",))
+        if row is not None:
+            candidates.append(bytes(row[0]).decode())
+        for skey in candidates:
+            signer = NoteSigner.from_skey(skey)
+            if signer.vkey() == vkey:
+                return signer
+        raise ServiceStateError("the log rotated to a provider key this replica cannot find (secret/provider.skey)")
 
     def _algorithm(self, tenant: str, source: RandomSource, retriever: TenantRetriever):
         """MuRAG / MuRAG-Ada for one request, drawing from that request's committed-seed stream: a shallow copy of the
@@ -214,5 +245,6 @@ class Window:
         with self.store.snapshot():
             size = self.ledger.size
             root = self.ledger.root(size)
+            self.refresh_state()  # a rotation below ``size``: sign with the key in effect there (§3.3)
         self.aud.put_checkpoint(size, self.ledger.checkpoint(self.signer, self.origin, size=size))
         return size, root

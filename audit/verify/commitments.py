@@ -66,8 +66,6 @@ def check_8_3_commitments(run: Run, corpus: dict[str, list[str]] | None, reembed
         run.key = NoteVerifier.from_vkey(g["provider_key"])
     except (DpragError, TypeError, ValueError) as e:
         run.fail("commitments", f"genesis provider_key unusable ({e})")
-    if b.vkey is not None and b.vkey != g["provider_key"]:
-        run.fail("commitments", "public/provider.vkey differs from the genesis provider_key")
     # the seed
     try:
         run.seed = hexbytes(b.seed_hex, "auditor/seed.hex", cm.SEED_BYTES) if b.seed_hex is not None else None
@@ -222,7 +220,7 @@ def check_8_3_commitments(run: Run, corpus: dict[str, list[str]] | None, reembed
             continue
         run.accounts[a["account"]] = a
     _check_history_fields(run, g)
-    _registry_leaves(run, g)
+    _state_leaves(run, g)
     if corpus is not None and reembedder is not None:
         embedder_fidelity(run, corpus, reembedder)
     elif corpus is not None:  # the corpus without the committed embedder: the verdict says nothing was re-embedded
@@ -328,7 +326,10 @@ def _version_text(v: object) -> str:
 
 @guarded("commitments")
 def check_8_3_pinned_key(run: Run, pinned: str | None) -> None:
-    """§8.3 with ``--key``: the genesis provider key is the one the auditor pinned."""
+    """§8.3 with ``--key``: the genesis provider key, or one its rotation leaves authenticated (§3.3), is the one the
+    auditor pinned."""
+    if pinned is not None and run.keys is not None and any(v.vkey() == pinned for _, v in run.keys.eras):
+        return
     if pinned is not None and run.genesis is not None and run.genesis["provider_key"] != pinned:
         run.fail(
             "commitments",
@@ -337,17 +338,27 @@ def check_8_3_pinned_key(run: Run, pinned: str | None) -> None:
         )
 
 
-def _registry_leaves(run: Run, g: dict[str, Any]) -> None:
-    """§3.2: the registry's leaves, in log order, each under the one rule the provider applied when it appended it
-    (``audit.protocol.registry.Registry.apply``): ``run.registry`` is the registry they build, and ``run.accounts``
-    gains each account that joined by a leaf (its tenant and first key)."""
+def _state_leaves(run: Run, g: dict[str, Any]) -> None:
+    """§3.2 and §3.3: the registry's and the provider key's leaves, in log order, each under the one rule the
+    provider applied when it appended it (``Registry.apply``, ``KeyChain.apply``): ``run.registry`` and ``run.keys``
+    are what they build, and ``run.accounts`` gains each account that joined by a leaf (its tenant and first key)."""
     from ..protocol.chain import chain_id
+    from ..protocol.provider_keys import KeyChain, KeyLeafError
     from ..protocol.registry import TYPES, Registry, RegistryError
 
     chain = g.get("chain") if isinstance(g.get("chain"), str) else chain_id(run.b.leaves[0])
     reg = Registry.from_genesis(chain, {a: (v["tenant"], v["key"]) for a, v in run.accounts.items()})
+    keys = KeyChain.from_genesis(chain, g["provider_key"]) if run.key is not None else None
     for i, rec in enumerate(run.records):
-        if i == 0 or not isinstance(rec, dict) or rec.get("type") not in TYPES:
+        kind = rec.get("type") if i and isinstance(rec, dict) else None
+        if kind == "key" and keys is not None:
+            try:
+                keys.apply(i, rec)
+                run.ok("key_leaves")
+            except KeyLeafError as e:
+                run.fail("commitments", f"leaf {i}: a provider key rotation breaks its rule: {e}")
+            continue
+        if kind not in TYPES:
             continue
         try:
             reg.apply(i, rec, run.tenants)
@@ -357,4 +368,6 @@ def _registry_leaves(run: Run, g: dict[str, Any]) -> None:
         if rec["type"] == "account":
             run.accounts[rec["account"]] = {"account": rec["account"], "tenant": rec["tenant"], "key": rec["key"]}
         run.ok("registry_leaves")
-    run.registry = reg
+    run.registry, run.keys = reg, keys
+    if keys is not None and run.b.vkey is not None and run.b.vkey != keys.current.vkey():
+        run.fail("commitments", "public/provider.vkey is not the log's current provider key (after its rotations)")

@@ -206,6 +206,8 @@ def check_8_10_history(
     epoch = s[-1]["genesis"].get("epoch")
     windows = [w if isinstance(w, str) else None for w in (x["genesis"].get("window") for x in s)]
     vkeys = [x["genesis"].get("provider_key") for x in s]
+    if run.keys is not None:  # the head window's key after its own rotations (§3.3)
+        vkeys[-1] = run.keys.current.vkey()
     run.history_info = {  # typed as the verdict's schema says: a malformed genesis' values are not copied out
         "chain": cid,
         "windows": windows,
@@ -214,8 +216,17 @@ def check_8_10_history(
         "window_pinned": window is not None,
         "keys": [key_fingerprint(k) if isinstance(k, str) else None for k in vkeys],
     }
+    if run.keys is not None and run.keys.rotations():
+        run.history_info["key_rotations"] = [
+            {"pos": pos, "key": key_fingerprint(new.vkey())} for pos, _, new in run.keys.rotations()
+        ]
     if given.pinned is not None:
-        run.history_info["pinned_key_windows"] = [w for w, k in zip(windows, vkeys, strict=True) if k == given.pinned]
+        run.history_info["pinned_key"] = key_fingerprint(given.pinned)
+        run.history_info["pinned_key_windows"] = [
+            w
+            for w, x, k in zip(windows, s, vkeys, strict=True)
+            if given.pinned in (k, x["genesis"].get("provider_key"))
+        ]
     _check_windows(run, s, windows)
     if window is not None and s[-1]["genesis"].get("window") != window:
         head = excerpt(s[-1]["genesis"].get("window"))
@@ -225,7 +236,7 @@ def check_8_10_history(
             run.fail("commitments", f"the history's chain id {str(cid)[:16]} is not the pinned {pinned_chain[:16]}")
         run.history_info["chain_pinned"] = True
     if given.pinned is not None and not history.single:
-        keys = [x["genesis"].get("provider_key") for x in s]
+        keys = [x["genesis"].get("provider_key") for x in s] + vkeys
         if given.pinned not in keys:
             run.fail("commitments", "the pinned provider key is the key of no window of the history")
     if history.single:

@@ -11,7 +11,9 @@ from dprag.errors import DpragError
 
 from ..protocol.encoding import EncodingError
 from ..protocol.ledger import Checkpoint, NoteVerifier, open_checkpoint
+from ..protocol.ledger.checkpoint import parse_note
 from ..protocol.ledger.rfc6962 import CompactRange, hash_leaf
+from ..protocol.provider_keys import KeyChain
 from .run import Run, guarded
 
 if TYPE_CHECKING:
@@ -31,15 +33,57 @@ def _prefix_roots(leaf_hashes: list[bytes], sizes: set[int]) -> dict[int, bytes]
     return out
 
 
-def _open_checkpoints(run: Run, notes: list[bytes], origin: str, key: NoteVerifier, what: str) -> list[Checkpoint]:
+def _note_size(note: bytes) -> int | None:
+    """The size a checkpoint note claims (unverified: it picks the key to verify it with, §3.3)."""
+    try:
+        return Checkpoint.parse(parse_note(note)[0]).size
+    except (DpragError, EncodingError, ValueError, UnicodeError):
+        return None
+
+
+def open_under(keys: KeyChain, note: bytes, origin: str) -> Checkpoint:
+    """The checkpoint ``note`` opened under a key valid at its size (§3.3); EncodingError otherwise."""
+
+    def check(key: NoteVerifier) -> Checkpoint:
+        try:
+            return open_checkpoint(note, origin, key)[0]
+        except (DpragError, ValueError, UnicodeError) as e:
+            raise EncodingError(str(e)) from None
+
+    return keys.verifying(_note_size(note), check, "checkpoint")
+
+
+def _open_checkpoints(run: Run, notes: list[bytes], origin: str, keys: KeyChain, what: str) -> list[Checkpoint]:
     opened: list[Checkpoint] = []
     for k, note in enumerate(notes):
         try:
-            cp, _ = open_checkpoint(note, origin, key)
-            opened.append(cp)
+            opened.append(open_under(keys, note, origin))
         except (DpragError, EncodingError, ValueError, UnicodeError) as e:
             run.fail("ledger", f"{what} {k}: {e}")
     return opened
+
+
+def _check_rotations(run: Run, keys: KeyChain, origin: str) -> None:
+    """§3.3: the first checkpoint covering each rotation leaf (size p + 1) is in the bundle, signed by both keys."""
+    for pos, old, new in keys.rotations():
+        both = False
+        for note in run.b.checkpoints:
+            if _note_size(note) != pos + 1:
+                continue
+            try:
+                open_checkpoint(note, origin, old)
+                open_checkpoint(note, origin, new)
+                both = True
+            except (DpragError, ValueError, UnicodeError):
+                continue
+        if both:
+            run.ok("key_rotations")
+        else:
+            run.fail(
+                "ledger",
+                f"the provider key rotation at leaf {pos} has no checkpoint of size {pos + 1} signed by both the "
+                "outgoing and the incoming key",
+            )
 
 
 def _opens(note: bytes, origin: str, vkey: str) -> bool:
@@ -53,15 +97,15 @@ def _opens(note: bytes, origin: str, vkey: str) -> bool:
 @guarded("ledger")
 def check_8_5_witnesses(run: Run, witnesses: list[WitnessVerifier], min_witnesses: int) -> None:
     """§8.5: the checkpoint covering the whole ledger carries >= min_witnesses valid witness cosignatures."""
-    if not min_witnesses or run.genesis is None or run.key is None:
+    if not min_witnesses or run.genesis is None or run.keys is None:
         return
     from ..protocol.ledger.witness import cosignatures
 
     full = None
     for note in run.b.checkpoints:
         try:
-            cp, _ = open_checkpoint(note, f"dprag/{run.genesis['window']}", run.key)
-        except (DpragError, ValueError, UnicodeError):
+            cp = open_under(run.keys, note, f"dprag/{run.genesis['window']}")
+        except (DpragError, EncodingError, ValueError, UnicodeError):
             continue
         if cp.size == run.n:
             full = note
@@ -90,10 +134,11 @@ def check_8_5_ledger(run: Run, receipt_sizes: set[int], trusted: bytes | None, p
     n = run.n
     run.leaf_hashes = [hash_leaf(x) for x in run.b.leaves]
     run.progress("ledger", n)
-    if run.key is None or run.genesis is None:
+    if run.keys is None or run.genesis is None:
         return None
     origin = f"dprag/{run.genesis['window']}"
-    cps = _open_checkpoints(run, run.b.checkpoints, origin, run.key, "checkpoint")
+    cps = _open_checkpoints(run, run.b.checkpoints, origin, run.keys, "checkpoint")
+    _check_rotations(run, run.keys, origin)
     trusted_cp = None
     if trusted is not None:
         if pinned is not None and pinned != run.genesis["provider_key"] and _opens(trusted, origin, pinned):
@@ -103,7 +148,7 @@ def check_8_5_ledger(run: Run, receipt_sizes: set[int], trusted: bytes | None, p
                 "rewritten under another key",
             )
             return None
-        got = _open_checkpoints(run, [trusted], origin, run.key, "trusted checkpoint")
+        got = _open_checkpoints(run, [trusted], origin, run.keys, "trusted checkpoint")
         trusted_cp = got[0] if got else None
     sizes = {c.size for c in cps if c.size <= n} | {n} | {s for s in receipt_sizes if s <= n}
     if trusted_cp is not None and trusted_cp.size <= n:

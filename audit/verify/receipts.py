@@ -59,15 +59,7 @@ class _ReceiptCtx:
     the key travels as its vkey (its Ed25519 key object does not pickle) and is parsed again there."""
 
     def __init__(self, run: Run):
-        self.genesis, self.key = run.genesis, run.key
-
-    def __getstate__(self) -> dict[str, Any]:
-        vkey = None if self.key is None else cast("dict[str, Any]", self.genesis)["provider_key"]  # key: genesis
-        return {"genesis": self.genesis, "vkey": vkey}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.genesis = state["genesis"]
-        self.key = None if state["vkey"] is None else NoteVerifier.from_vkey(state["vkey"])
+        self.genesis, self.keys = run.genesis, run.keys  # KeyChain pickles its keys as vkeys
 
 
 def _one_receipt(run: Run | _ReceiptCtx, line: bytes) -> tuple[dict[str, Any], list[int] | None, str | None] | str:
@@ -86,9 +78,10 @@ def _one_receipt(run: Run | _ReceiptCtx, line: bytes) -> tuple[dict[str, Any], l
             extra = {k: obj[k] for k in ("request", "question") if k in obj}
         else:
             rc, top = obj, None
-        if run.key is None or run.genesis is None:
+        if run.keys is None or run.genesis is None:
             raise EncodingError("no provider key to check it against")
-        body = verify_receipt(rc, run.key)
+        size = rc.get("size") if isinstance(rc, dict) else None
+        body = run.keys.verifying(size, lambda key: verify_receipt(rc, key), "receipt")
         if body["window"] != run.genesis["window"]:
             raise EncodingError(f"names window {excerpt(body['window'])}, not this one")
         if top is not None and (not isinstance(top, list) or not all(is_int(x, 0, (1 << 32) - 1) for x in top)):
@@ -151,6 +144,10 @@ def parse_receipts(run: Run, data: bytes | list[tuple[int, bytes]]) -> list[_Val
     return valid
 
 
+def _refusal_under(refusal: Any, key: NoteVerifier) -> dict[str, Any]:
+    return verify_refusal(refusal, key)
+
+
 def _take_refusals(run: Run, numbered: list[tuple[int, bytes]]) -> list[tuple[int, bytes]]:
     """The account's signed refusals (``{"refusal": ..., "request"?: ...}`` lines, spec/protocol.md §5.1) go to
     ``run.refusals`` (line, body, the account's request or None) when valid for this window; an invalid one is
@@ -165,9 +162,11 @@ def _take_refusals(run: Run, numbered: list[tuple[int, bytes]]) -> list[tuple[in
             if not isinstance(obj, dict) or "refusal" not in obj or set(obj) - {"refusal", "request"}:
                 rest.append((k, line))
                 continue
-            if run.key is None or run.genesis is None:
+            if run.keys is None or run.genesis is None:
                 raise EncodingError("no provider key to check it against")
-            body = verify_refusal(obj["refusal"], run.key)
+            rf = obj["refusal"]
+            size = rf.get("size") if isinstance(rf, dict) else None
+            body = run.keys.verifying(size, partial(_refusal_under, rf), "refusal")
             if body["window"] != run.genesis["window"]:
                 raise EncodingError(f"names window {excerpt(body['window'])}, not this one")
             req = obj.get("request")

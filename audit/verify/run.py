@@ -15,6 +15,7 @@ from ..protocol.bundle import Bundle
 from ..protocol.encoding import EncodingError, hexbytes
 from ..protocol.ledger import NoteVerifier
 from ..protocol.policy import Policy
+from ..protocol.provider_keys import KeyChain
 from ..protocol.registry import Registry
 from .pool import cpu_seconds
 
@@ -52,6 +53,8 @@ class Run:
         self.accounts: dict[str, dict[str, Any]] = {}
         #: the registry as the log builds it (genesis, then its registry leaves, §3.2); None before §8.3 reads it
         self.registry: Registry | None = None
+        #: the provider's keys along the log (genesis's, then its rotation leaves, §3.3); None before §8.3
+        self.keys: KeyChain | None = None
         self.openings = Openings(b.openings_lines)  # pos -> the opening, parsed on demand from its line
         self.qembs: dict[int, bytes] = {}  # pos -> Q (int16 little-endian) of the leaves §8.7 accepted
         self.queries: list[int] = []  # positions of well-formed query / recovery leaves with a valid request

@@ -370,7 +370,8 @@ def conclude(
     extra_trust, gen_attestation = generation_trust(run.policy)
     if gen_attestation:
         attestation["generation"] = gen_attestation
-    vk = run.genesis["provider_key"] if run.genesis else None
+    # the head's key: genesis's, or the last a rotation leaf named (§3.3)
+    vk = run.keys.current.vkey() if run.keys is not None else run.genesis["provider_key"] if run.genesis else None
     return Verdict(
         verdict=verdict,
         epsilon=eps,

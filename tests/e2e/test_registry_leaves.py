@@ -111,6 +111,7 @@ def _forged_leaf_bundle(tmp_path, leaf: dict, *, then_ask: str | None = None):
     with svc.store.write():
         pos = svc.ledger.append(encode(leaf))
         svc.aud.put_state_leaf(pos, leaf["type"])
+    svc.state_pos = pos  # its own process never applies the rule it broke
     svc.checkpoint_now()
     return svc
 
@@ -222,3 +223,184 @@ def test_the_registry_rule_on_its_own():
     assert reg["alice"].active_at(9) is False and reg["alice"].active_at(8) is True
     with pytest.raises(RegistryError, match="revoked"):
         reg.apply(10, {"type": "account-revoke", "account": "alice"}, {"t"})
+
+
+# ------------------------------------------------------------------------------------------------------------
+# the provider's key rotates inside the log (§3.3)
+# ------------------------------------------------------------------------------------------------------------
+def _rotated(tmp_path):
+    """alice asks, the provider rotates its key, bob asks; the receipts of both, and the rotation's position."""
+    svc = fx.open_service(tmp_path / "svc")
+    alice, bob = fx.client(svc, "alice"), fx.client(svc, "bob")
+    alice.ask(svc, "asthma protocol inhaler patient")
+    old = svc.signer
+    pos = svc.rotate_key()
+    assert svc.signer.vkey() != old.vkey()
+    bob.provider_vkey = svc.signer.vkey()  # (the client following a rotation is tested on its own)
+    bob.ask(svc, "garden weather rain note")
+    return svc, old, pos, alice.receipts + bob.receipts
+
+
+def test_a_rotated_key_verifies_pass_with_the_dual_signed_checkpoint(tmp_path):
+    svc, old, pos, receipts = _rotated(tmp_path)
+    from dprag.audit.protocol.ledger import open_checkpoint
+
+    note = svc.checkpoint_note(pos + 1)
+    open_checkpoint(note, svc.origin, old.verifier())  # the first checkpoint covering it: signed by both keys
+    open_checkpoint(note, svc.origin, svc.signer.verifier())
+    bundle = svc.export_bundle(tmp_path / "bundle")
+    svc.close()
+    v = verify(bundle, receipts=_write(tmp_path / "r.jsonl", receipts), key=_vkey(tmp_path, old.vkey()))
+    assert v.verdict == "PASS", v.reasons
+    assert v.checked["key_leaves"] == 1 and v.checked["key_rotations"] == 1 and v.checked["receipts_accepted"] == 2
+
+
+def _vkey(tmp_path, vkey: str) -> str:
+    p = tmp_path / "pinned.vkey"
+    p.write_text(vkey)
+    return str(p)
+
+
+def test_a_retired_key_signing_past_its_rotation_is_evidence_not_a_receipt(tmp_path):
+    """After the rotation the old key signs a receipt for a later leaf (a thief holding it, or the provider): the
+    verifier does not accept it as evidence of a release (it is listed, naming the retirement)."""
+    svc, old, pos, receipts = _rotated(tmp_path)
+    from dprag.audit.protocol.receipts import sign_receipt
+
+    late = receipts[-1]["receipt"]
+    assert late["size"] > pos + 1
+    forged = sign_receipt({k: v for k, v in late.items() if k != "sig"}, old)
+    bundle = svc.export_bundle(tmp_path / "bundle")
+    svc.close()
+    v = verify(bundle, receipts=_write(tmp_path / "r.jsonl", [{"receipt": forged}]))
+    assert v.verdict == "PASS" and v.checked["receipts_accepted"] == 0, v.reasons
+    assert any(f"retired at leaf {pos}" in r for r in v.rejected_evidence), v.rejected_evidence
+
+
+def test_a_rotation_the_old_key_did_not_sign_or_without_the_dual_checkpoint_fails(tmp_path):
+    from dprag.audit.protocol.ledger import Checkpoint, NoteSigner, sign_checkpoint
+    from dprag.audit.protocol.provider_keys import key_leaf
+
+    # the provider appends a rotation signed by the new key itself (it lost, or never had, the old one)
+    svc = fx.open_service(tmp_path / "a" / "svc")
+    new = NoteSigner.generate("other")
+    leaf = key_leaf(new, svc.chain_id, new.vkey())
+    with svc.store.write():
+        p, root = svc.ledger.append_with_root(encode(leaf))
+    svc.aud.put_checkpoint(p + 1, sign_checkpoint(Checkpoint(svc.origin, p + 1, root, ()), svc.signer))
+    bundle = svc.export_bundle(tmp_path / "a" / "bundle")
+    svc.close()
+    v = verify(bundle)
+    assert v.verdict == "FAIL" and any("rotation breaks its rule: sig" in r for r in v.reasons), v.reasons
+    # an honest rotation leaf, but the checkpoint that first covers it signed by the new key alone
+    svc = fx.open_service(tmp_path / "b" / "svc")
+    pos = svc.rotate_key()
+    cp = Checkpoint(svc.origin, pos + 1, svc.ledger.root(pos + 1), ())
+    svc.aud.put_checkpoint(pos + 1, sign_checkpoint(cp, svc.signer), replace=True)
+    bundle = svc.export_bundle(tmp_path / "b" / "bundle")
+    svc.close()
+    v = verify(bundle)
+    assert v.verdict == "FAIL" and any(f"rotation at leaf {pos} has no checkpoint" in r for r in v.reasons), v.reasons
+
+
+def test_a_replica_follows_a_rotation_before_it_signs_again(tmp_path):
+    a = fx.open_service(tmp_path / "svc")
+    b = ProviderService.open(tmp_path / "svc", embedder=a.embedder, generator=a.committed_generator)
+    old = b.signer.vkey()
+    a.rotate_key()
+    c = fx.client(b, "carol")
+    c.provider_vkey = a.signer.vkey()
+    c.ask(b, "contract dispute court case")  # b signs the receipt and the checkpoint with the new key
+    assert b.signer.vkey() == a.signer.vkey() != old
+    bundle = b.export_bundle(tmp_path / "bundle")
+    a.close()
+    b.close()
+    v = verify(bundle, receipts=_write(tmp_path / "r.jsonl", c.receipts))
+    assert v.verdict == "PASS" and v.checked["receipts_accepted"] == 1, v.reasons
+
+
+def test_the_verdict_names_the_pinned_key_and_the_rotation_that_authenticated_the_head_key(tmp_path):
+    """Pinned the genesis key, the head's key is the rotated one: the CLI does not call it "pinned by the auditor"."""
+    from dprag.audit.commands.audit import _key_provenance
+    from dprag.audit.verify.verdict import key_fingerprint
+
+    svc, old, pos, receipts = _rotated(tmp_path)
+    new = svc.signer.vkey()
+    bundle = svc.export_bundle(tmp_path / "bundle")
+    svc.close()
+    v = verify(bundle, key=_vkey(tmp_path, old.vkey()))
+    assert v.verdict == "PASS" and v.provider_key == key_fingerprint(new), v.reasons
+    assert v.history["key_rotations"] == [{"pos": pos, "key": key_fingerprint(new)}]
+    said = _key_provenance(v)
+    assert said.startswith("NOT the pinned key") and f"leaf {pos}" in said, said
+    v = verify(bundle, key=_vkey(tmp_path, new))
+    assert v.verdict == "PASS" and _key_provenance(v) == "pinned by the auditor"
+    from dprag.audit.protocol.ledger import NoteSigner
+
+    v = verify(bundle, key=_vkey(tmp_path, NoteSigner.generate("x").vkey()))
+    assert v.verdict == "FAIL" and any("not the pinned one" in r for r in v.reasons), v.reasons
+
+
+def test_an_account_client_follows_a_rotation_from_the_key_it_pinned(tmp_path):
+    """The client pinned the genesis key; after a rotation its next receipt is signed by the new key: it follows
+    the rotation through the proof the service gives (a dual-signed checkpoint including the leaf) and accepts."""
+    svc = fx.open_service(tmp_path / "svc")
+    alice = fx.client(svc, "alice", directory=tmp_path / "alice")
+    alice.ask(svc, "asthma protocol inhaler patient")
+    svc.rotate_key()
+    alice.ask(svc, "inhaler drug protocol")
+    assert alice.provider_vkey == svc.signer.vkey() and len(alice.key_eras) == 2
+    again = fx.client(svc, "alice", directory=tmp_path / "alice")  # restarted: the followed key is kept
+    assert again.provider_vkey == svc.signer.vkey()
+    svc.close()
+
+
+def test_an_account_client_refuses_a_rotation_its_pinned_key_did_not_sign(tmp_path):
+    """A provider (or a thief of the new key) shows a key history whose rotation the pinned key never signed: the
+    client refuses it, keeps the incident, and accepts no receipt of the new key."""
+    from dprag.audit.client.account import ReceiptError
+    from dprag.audit.protocol.ledger import NoteSigner
+
+    svc = fx.open_service(tmp_path / "svc")
+    alice = fx.client(svc, "alice")
+    pinned = alice.provider_vkey
+    svc.rotate_key()
+    history = svc.key_history()
+    thief = NoteSigner.generate("thief")
+    from dprag.audit.protocol.provider_keys import key_leaf
+
+    forged = dict(history["rotations"][0], leaf=encode(key_leaf(thief, svc.chain_id, thief.vkey())).hex())
+    with pytest.raises(ReceiptError, match="does not follow"):
+        alice.follow_rotations({**history, "rotations": [forged]})
+    assert alice.provider_vkey == pinned and len(alice.key_eras) == 1
+    assert alice.kept["incidents.jsonl"]
+    svc.close()
+
+
+def test_a_witness_follows_a_rotation_only_through_its_inclusion_under_the_old_key(tmp_path):
+    from dprag.audit.protocol.ledger.errors import SignatureError
+    from dprag.audit.protocol.ledger.witness import Witness, WitnessSigner
+
+    svc = fx.open_service(tmp_path / "svc")
+    genesis_key = svc.signer.verifier()
+    with pytest.raises(Exception, match="state file"):
+        Witness(WitnessSigner.generate("w"), svc.origin, genesis_key)  # no state file outside tests
+    state = tmp_path / "witness.json"
+    w = Witness(WitnessSigner.generate("w"), svc.origin, genesis_key, state=state)
+    fx.client(svc, "alice").ask(svc, "asthma protocol inhaler patient")
+    w.cosign(svc.checkpoint_note())
+    seen = w.size
+    pos = svc.rotate_key()
+    bob = fx.client(svc, "bob")
+    bob.ask(svc, "garden weather rain note")  # a leaf after the rotation: its checkpoint has the new key only
+    head = svc.checkpoint_note()
+    with pytest.raises(SignatureError):
+        w.cosign(head, svc.ledger.consistency_proof(seen, svc.ledger.size).hashes)  # the new key: not followed yet
+    proof = svc.key_history()["rotations"][0]
+    w.follow_rotation(proof, svc.ledger.consistency_proof(seen, pos + 1).hashes)
+    assert w.log.vkey() == svc.signer.vkey()
+    cosigned = w.cosign(head, svc.ledger.consistency_proof(pos + 1, svc.ledger.size).hashes)
+    svc.add_cosignature(cosigned)
+    restarted = Witness(w.signer, svc.origin, genesis_key, state=state)  # started with the genesis key again
+    assert restarted.log.vkey() == svc.signer.vkey()
+    svc.close()

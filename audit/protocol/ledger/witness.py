@@ -126,9 +126,11 @@ class Witness:
     """A witness for one log: it cosigns a checkpoint only if it is consistent with the last one it cosigned
     (an RFC 9162 consistency proof), so two auditors holding its cosignatures hold one history.
 
-    ``state``: a file holding the last cosigned (size, root), read at start and replaced durably (written, fsynced,
-    renamed) *before* a cosignature is returned — a witness restarted from it never cosigns a fork of what it
-    cosigned before. Without it the state lives in memory only (tests)."""
+    ``state``: a file holding the last cosigned (size, root) and the log key the witness follows, read at start and
+    replaced durably (written, fsynced, renamed) *before* a cosignature is returned — a witness restarted from it
+    never cosigns a fork of what it cosigned before, nor forgets a rotation it followed. A witness refuses to start
+    without it unless ``ephemeral=True`` (tests only: a witness that forgets on restart can be made to cosign a
+    fork)."""
 
     def __init__(
         self,
@@ -137,7 +139,12 @@ class Witness:
         log_verifier: NoteVerifier,
         *,
         state: str | os.PathLike[str] | None = None,
+        ephemeral: bool = False,
     ):
+        if state is None and not ephemeral:
+            raise KeyFormatError(
+                "state", "a witness needs its state file (the last checkpoint it cosigned); ephemeral=True in tests"
+            )
         self.signer, self.origin, self.log = signer, log_origin, log_verifier
         self.size = 0
         self.root: bytes | None = None
@@ -147,16 +154,50 @@ class Witness:
             if data.get("origin") != log_origin:
                 raise KeyFormatError("witness state", f"belongs to log {data.get('origin')!r}, not {log_origin!r}")
             self.size, self.root = int(data["size"]), bytes.fromhex(data["root"])
+            if data.get("key"):  # a rotation it followed (follow_rotation) outlives a restart
+                self.log = NoteVerifier.from_vkey(data["key"])
 
     def _persist(self, size: int, root: bytes) -> None:
         if self.state is None:
             return
         tmp = self.state.with_name(self.state.name + ".tmp")
         with open(tmp, "w") as f:
-            f.write(json.dumps({"origin": self.origin, "size": size, "root": root.hex()}))
+            f.write(json.dumps({"origin": self.origin, "size": size, "root": root.hex(), "key": self.log.vkey()}))
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self.state)
+
+    def follow_rotation(self, proof: dict, consistency: list[bytes] | tuple[bytes, ...] = ()) -> NoteVerifier:
+        """Follow the log's key rotation (spec/protocol.md §3.3) before cosigning past it: the rotation leaf must be
+        included under the dual-signed checkpoint that first covers it, which opens under the key this witness
+        follows and is consistent (``consistency``: the proof from the last cosigned size) with what it cosigned
+        before. Then the incoming key is the one it follows (kept in its state). SignatureError otherwise."""
+        from ..encoding import EncodingError
+        from ..provider_keys import follow
+        from .checkpoint import open_checkpoint
+        from .proof import verify_consistency
+
+        try:
+            pos, new = follow(self.log, self.origin, proof)
+        except EncodingError as e:
+            raise SignatureError(f"the rotation does not follow from the key this witness follows: {e}") from None
+        cp, _ = open_checkpoint(proof["checkpoint"].encode("utf-8"), self.origin, self.log)
+        if cp.size < self.size:
+            raise SignatureError(
+                f"the rotation's checkpoint (size {cp.size}) is below the one cosigned at size {self.size}: the old "
+                "key signed past its rotation"
+            )
+        if self.root is not None and self.size > 0:
+            try:
+                verify_consistency(self.size, cp.size, list(consistency), self.root, cp.root)
+            except Exception as e:  # noqa: BLE001 - the proof module's typed errors: not an extension
+                raise SignatureError(
+                    f"the rotation's checkpoint is not consistent with size {self.size}: {e}"
+                ) from None
+        self.log = new
+        self._persist(cp.size, cp.root)
+        self.size, self.root = cp.size, cp.root
+        return new
 
     def cosign(
         self, note: bytes, consistency: list[bytes] | tuple[bytes, ...] = (), *, timestamp: int | None = None

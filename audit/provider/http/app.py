@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 import anyio.to_thread
-from fastapi import APIRouter, FastAPI, Query
+from fastapi import APIRouter, Depends, FastAPI, Query
 from fastapi import Path as PathParam
 from fastapi import Request as HttpRequest
 from fastapi.exceptions import RequestValidationError
@@ -164,7 +164,20 @@ async def _authed(request: HttpRequest, body: bytes = b"") -> str | JSONResponse
         return _error(401, "unauthenticated", e.rule, "authorization", headers=challenge)
 
 
-router = APIRouter()
+def _known_query(request: HttpRequest) -> None:
+    """Every query parameter is one the endpoint declares: an unknown one is a 400 naming it (FastAPI would ignore
+    it, so a client's typo — ``?sinse=`` — would pass silently)."""
+    route = request.scope.get("route")
+    dependant = getattr(route, "dependant", None)
+    known = {p.alias for p in dependant.query_params} if dependant is not None else set()
+    for name in request.query_params:
+        if name not in known:
+            raise RequestValidationError(
+                [{"loc": ("query", name[:64]), "msg": "is not a parameter of this endpoint", "type": "extra_forbidden"}]
+            )
+
+
+router = APIRouter(dependencies=[Depends(_known_query)])
 
 
 @router.get("/v1/info", responses=schemas.responses("Info", 503), tags=["public"])
@@ -254,6 +267,13 @@ async def checkpoint(request: HttpRequest, size: int | None = Query(None, ge=1, 
     if size not in notes:
         return _error(404, "not_found", "no checkpoint of that size was signed", "size")
     return JSONResponse({"size": size, "note": notes[size].decode()})
+
+
+@router.get("/v1/keys", responses=schemas.responses("Keys", 503), tags=["public"])
+async def keys(request: HttpRequest) -> JSONResponse:
+    """The provider's keys along the log: genesis's, then each rotation with the proof that follows it from the
+    outgoing key (spec/protocol.md §3.3). Public: a rotation is a leaf of the public log."""
+    return JSONResponse(await run_in_threadpool(request, request.app.state.svc.key_history))
 
 
 @router.get("/v1/consistency", responses=schemas.responses("Consistency", 400, 401, 503), tags=["account"])

@@ -66,6 +66,32 @@ BODIES = {
         "properties": {"size": {"type": "integer", "minimum": 1}, "note": {"type": "string"}},
     },
     "Consistency": {"type": "object", "description": "audit.protocol.ledger.ConsistencyProof.to_json_dict()"},
+    "Keys": {
+        "type": "object",
+        "description": "the provider's keys along the log (spec/protocol.md §3.3): genesis's, then each rotation with "
+        "what a party holding the outgoing key needs to follow it (audit.protocol.provider_keys.follow)",
+        "required": ["origin", "genesis_key", "rotations"],
+        "additionalProperties": False,
+        "properties": {
+            "origin": {"type": "string"},
+            "genesis_key": {"type": "string"},
+            "rotations": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "required": ["chain", "pos", "leaf", "checkpoint", "inclusion"],
+                    "additionalProperties": False,
+                    "properties": {
+                        "chain": {"type": "string"},
+                        "pos": {"type": "integer", "minimum": 1},
+                        "leaf": {"type": "string"},
+                        "checkpoint": {"type": "string"},
+                        "inclusion": {"type": "array", "items": {"type": "string"}},
+                    },
+                },
+            },
+        },
+    },
     "Error": {
         "type": "object",
         "required": ["error"],

@@ -38,7 +38,7 @@ def test_witness_refuses_a_fork_and_a_rollback(tmp_path):
     a = open_service(tmp_path / "a")
     alice = client(a, "alice")
     alice.ask(a, "asthma one")
-    wit = Witness(WitnessSigner.generate("w"), a.origin, a.signer.verifier())
+    wit = Witness(WitnessSigner.generate("w"), a.origin, a.signer.verifier(), ephemeral=True)
     wit.cosign(a.checkpoint_note())
     n1 = a.ledger.size
     alice.ask(a, "asthma two")

@@ -225,6 +225,7 @@ def test_the_published_openapi_document_is_the_committed_one(toy):
         "/v1/answers/{counter}",
         "/v1/checkpoint",
         "/v1/consistency",
+        "/v1/keys",
         "/v1/bundle",
     }
 
@@ -384,3 +385,37 @@ def _fetch_with_receipts(d, svc, url, tmp_path, capsys) -> None:
     forged = encode({"size1": n, "size2": later[-1].receipt["size"], "hashes": []})
     (early / "auditor" / "consistency.jsonl").write_bytes(forged + b"\n")
     assert main(["audit", "verify", str(early), "--receipts", str(receipts)]) == 3
+
+
+def test_an_account_follows_a_key_rotation_over_http(tmp_path):
+    """The provider rotates its key (spec/protocol.md §3.3); the account's client, which pinned the old key, gets a
+    receipt signed by the new one over HTTP, follows the rotation through ``GET /v1/keys`` (the dual-signed
+    checkpoint and the leaf's inclusion under it) and accepts; an auditor who pinned the old key gets PASS."""
+
+    d = tmp_path / "toy"
+    svc = make_toy_directory(d, n=12, accounts=2, seed=b"\x07" * 32)
+    name = sorted(svc.registry)[0]
+    old = svc.signer.vkey()
+    with LiveServer(create_app(svc)) as url:
+        alice = _client(d, svc, name)
+        remote = RemoteService(url, account=name, key=_key(d, name))
+        alice.send(remote, alice.request("asthma protocol inhaler patient"))
+        pos = svc.rotate_key()
+        keys = remote.key_history()
+        assert [r["pos"] for r in keys["rotations"]] == [pos] and keys["genesis_key"] == old
+        alice.send(remote, alice.request("garden weather rain"))
+        assert alice.provider_vkey == svc.signer.vkey() != old
+    receipts = tmp_path / "r.jsonl"
+    alice.export_receipts(receipts)
+    (tmp_path / "old.vkey").write_text(old)
+    bundle = svc.export_bundle(tmp_path / "bundle")
+    svc.close()
+    v = verify(bundle, receipts=receipts, key=tmp_path / "old.vkey")
+    assert v.verdict == "PASS" and v.checked["receipts_accepted"] == 2, v.reasons
+
+
+def test_an_unknown_query_parameter_is_refused_naming_it(toy):
+    """A typo in a query parameter (``?sinse=``) is a 400 naming it, never silently ignored."""
+    d, svc, url = toy
+    status, body = _http("GET", url + "/v1/info?sinse=3")
+    assert status == 400 and body["error"]["field"] == "sinse" and body["error"]["type"] == "malformed", body
