@@ -35,6 +35,7 @@ CAPS = {  # bytes; generous for a 10^6-query window, bounded for any input
     "index": 1 << 34,
     "docs": 1 << 30,
     "auditor/carry.json": 1 << 34,
+    "auditor/epochs.json": 1 << 26,
     "auditor/consistency.jsonl": 1 << 30,
 }
 #: the most windows a history bundle may nest (previous/previous/...): each is one audit window
@@ -86,6 +87,7 @@ class Bundle:
     index_files: dict[str, bytes] = field(default_factory=dict)
     docs_files: dict[str, bytes] = field(default_factory=dict)
     carry_bytes: bytes | None = None  # auditor/carry.json (a window that continues a history), None if absent
+    epochs_bytes: bytes | None = None  # auditor/epochs.json (a log with policy leaves, §3.4), None if absent
     defects: list[str] = field(default_factory=list)  # "files: ..." reasons
     #: the window before this one in the history (``previous/``, §3.1), read the same way; None for the first
     previous: Bundle | None = None
@@ -165,6 +167,8 @@ def _load(d: BundleDir, p: Path, prefix: str) -> Bundle:
     b.embedder_bytes = read("auditor/embedder.json", CAPS["auditor/embedder.json"])
     ops = read("auditor/openings.jsonl", CAPS["auditor/openings.jsonl"])
     b.openings_lines = [ln for ln in ops.split(b"\n") if ln] if ops is not None else []
+    if _exists(d, b, prefix + "auditor/epochs.json"):  # the epochs after genesis's (§3.4)
+        b.epochs_bytes = read("auditor/epochs.json", CAPS["auditor/epochs.json"])
     if _exists(d, b, prefix + "auditor/carry.json"):
         b.carry_bytes = read("auditor/carry.json", CAPS["auditor/carry.json"])
     if _exists(d, b, prefix + "auditor/consistency.jsonl"):  # collected by the auditor's fetch (§8.6)

@@ -33,9 +33,10 @@ def attest_window(svc, proving_key, *, tenant: str | None = None) -> int:
         E = svc.tenants[t]["q"]
         qb = bytes.fromhex(op["qemb"])
         Q = np.frombuffer(qb, dtype="<i2")
-        z = svc.table.sample(E.shape[0], retrieval_source(svc.seed, t, qb))
+        ep = svc.epoch_at(pos)  # the epoch's seed and policy (spec/protocol.md §3.4)
+        z = svc.table.sample(E.shape[0], retrieval_source(ep.seed, t, qb))
         blinding = int(decode((svc.dir / "secret" / "salts.json").read_bytes(), what="salts")["zk"][t])
-        record = prove(proving_key, svc.policy, E, Q, z, op["top"], svc.table.support_bound, blinding=blinding)
+        record = prove(proving_key, ep.policy, E, Q, z, op["top"], svc.table.support_bound, blinding=blinding)
         svc.aud.put_proof(pos, encode({"pos": pos, **record}))
         done += 1
     return done

@@ -28,13 +28,33 @@ def export_bundle(svc: Any, out: str | os.PathLike) -> Path:
         write_atomically(out / "public" / "checkpoints.txt", b"~~~\n".join(notes))
         write_atomically(out / "public" / "provider.vkey", svc.signer.vkey().encode())
         salts = decode((svc.dir / "secret" / "salts.json").read_bytes(), what="salts")
-        write_atomically(out / "auditor" / "seed.hex", svc.seed.hex().encode(), private=True)
+        genesis = svc.epochs[0]  # genesis's policy and seed; the later epochs' go to auditor/epochs.json
+        write_atomically(out / "auditor" / "seed.hex", genesis.seed.hex().encode(), private=True)
         write_atomically(
             out / "auditor" / "policy.json",
-            encode({"policy": svc.policy.to_dict(), "salt": salts["policy"]}),
+            encode({"policy": genesis.policy.to_dict(), "salt": salts["policy"]}),
             private=True,
         )
         write_atomically(out / "auditor" / "embedder.json", (svc.dir / "config" / "embedder.json").read_bytes())
+        later = [ep for ep in svc.epochs[1:] if ep.pos < size]  # the epochs the cut holds (§3.4)
+        if later:
+            sec = {e["epoch"]: e for e in decode(svc.stored_file("secret/epochs.json"), what="epochs")}
+            write_atomically(
+                out / "auditor" / "epochs.json",
+                encode(
+                    [
+                        {
+                            "epoch": ep.number,
+                            "pos": ep.pos,
+                            "policy": ep.policy.to_dict(),
+                            "salt": sec[ep.number]["salt"],
+                            "seed": ep.seed.hex(),
+                        }
+                        for ep in later
+                    ]
+                ),
+                private=True,
+            )
         for t in svc.tenants:
             write_atomically(out / "auditor" / "index" / f"{t}.i16", (svc.dir / "index" / f"{t}.i16").read_bytes())
             docs = decode((svc.dir / "docs" / f"{t}.json").read_bytes(), what="documents")

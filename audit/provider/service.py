@@ -36,7 +36,7 @@ from dprag.errors import InvalidParameterError
 from dprag.zk.field import R as BN254_R
 
 from ..protocol import commitments as cm
-from ..protocol.encoding import IDENTIFIER_RULE, EncodingError, encode, is_identifier
+from ..protocol.encoding import IDENTIFIER_RULE, EncodingError, decode, encode, is_identifier
 from ..protocol.errors import ServiceStateError
 from ..protocol.ledger import Checkpoint, NoteSigner, NoteVerifier, open_checkpoint
 from ..protocol.policy import Policy
@@ -344,6 +344,55 @@ class ProviderService(Serving):
                 ("secret/provider.skey", new.skey().encode()),
             )
         write_atomically(self.dir / "secret" / "provider.skey", new.skey().encode(), private=True)
+        self.refresh_state()
+        self.checkpoint_now()
+        return pos
+
+    def set_policy(self, policy: Policy, *, seed: bytes | None = None) -> int:
+        """Start the next epoch (spec/protocol.md §3.4) by a ``policy`` leaf committing ``policy`` (salted) and a
+        fresh seed (``seed``: tests only). The policy may change only what an epoch may (``chain_violations``: ε_q
+        with M keeping the filter's limit, k_max down, n up, the uncertified generation fields) and keeps the
+        window's name; every certified quantity is then taken over all epochs. Requests recorded before the leaf are
+        finished under their own epoch. Returns the leaf's position."""
+        from ..protocol.chain import chain_violations
+
+        policy.validate().check_claims()
+        bad = [v for v in chain_violations(self.policy, policy) if not v.startswith("window")]
+        if policy.window != self.policy.window:
+            bad.append("window (an epoch keeps the log's name)")
+        for t in policy.retrieval.enabled_tenants:
+            if t not in self.tenants:
+                bad.append(f"retrieval.enabled_tenants names an unknown tenant {t!r}")
+        if bad:
+            raise InvalidParameterError("policy", "changes what an epoch may not: " + "; ".join(bad))
+        seed = cm.new_seed() if seed is None else seed
+        salt = cm.new_salt()
+        with self.store.write() as s:
+            self.refresh_state()
+            if self.is_closed():
+                raise ServiceStateError(f"window {self.policy.window} is closed")
+            k = len(self.epochs)
+            pub = decode(self.stored_file("config/epochs.json"), what="epochs") if k > 1 else []
+            sec = decode(self.stored_file("secret/epochs.json"), what="epochs") if k > 1 else []
+            rec = {
+                "type": "policy",
+                "epoch": k,
+                "C_policy": cm.policy_commitment(salt, policy.to_bytes()),
+                "C_seed": cm.seed_commitment(seed),
+            }
+            pos = self.ledger.append(encode(rec))
+            self.aud.put_state_leaf(pos, "policy")
+            files = {
+                "config/epochs.json": encode([*pub, {"epoch": k, "pos": pos, "policy": policy.to_dict()}]),
+                "secret/epochs.json": encode([*sec, {"epoch": k, "seed": seed.hex(), "salt": salt.hex()}]),
+            }
+            s.executemany(  # committed with the leaf: every replica loads the epoch from here (Window._load_epoch)
+                "INSERT INTO window_file (path, data) VALUES (?, ?) "
+                "ON CONFLICT (path) DO UPDATE SET data = excluded.data",
+                list(files.items()),
+            )
+        for path, data in files.items():
+            write_atomically(self.dir / path, data, private=path.startswith("secret/"))
         self.refresh_state()
         self.checkpoint_now()
         return pos

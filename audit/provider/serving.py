@@ -35,7 +35,7 @@ from ..protocol.retrieval import (
 )
 from .admission import check_request
 from .group_commit import BatchFailed, GroupCommitter
-from .window import TenantRetriever, Window
+from .window import Epoch, TenantRetriever, Window
 
 
 def _has_answer(row: bytes) -> bool:
@@ -223,12 +223,13 @@ class Serving(Window):
         noise-then-select top-K (None where the tenant's citations are off)."""
         qb = cm.embedding_bytes(q_query)
         retriever = self.tenants[tenant]["retriever"].for_query(req.question, q_query)
-        r, top = self.policy.retrieval, None
+        ep = self.epochs[-1]  # the newest epoch; the record transaction prepares again if a policy leaf came since
+        r, top = ep.policy.retrieval, None
         if tenant in r.enabled_tenants:
             scores = retriever.scores(req.question)
-            z = self.table.sample(len(scores), retrieval_source(self.seed, tenant, qb))
+            z = self.table.sample(len(scores), retrieval_source(ep.seed, tenant, qb))
             top = [int(i) for i in noisy_top_k(scores, z, r.K)]  # noise first, then select
-        return qb, retriever, top
+        return qb, retriever, top, ep.number
 
     def _record_batch(self, items: list[tuple]) -> list[tuple[str, object]]:
         """One write transaction for ``items`` = [(req, h_req, tenant, prepared), ...], in order: each admitted again
@@ -244,7 +245,9 @@ class Serving(Window):
                 except (RequestError, RateLimitError) as e:
                     state, stored = "refused", e
                 fresh = state == "new"
-                out.append(("fresh", self._record(req, h_req, tenant, *prepared)) if fresh else (state, stored))
+                if fresh and prepared[3] != self.epochs[-1].number:  # a policy leaf since: its noise and its K
+                    prepared = self._prepare(req, tenant, np.frombuffer(prepared[0], dtype="<i2"))
+                out.append(("fresh", self._record(req, h_req, tenant, *prepared[:3])) if fresh else (state, stored))
         return out
 
     def _record(
@@ -337,16 +340,16 @@ class Serving(Window):
         question = record.get("question")
         if question is None:
             raise ServiceStateError(f"the question of ledger position {pos} was not kept")
+        ep = self.epoch_at(pos)  # recorded under it, finished under it (§3.4)
         if fresh.get("view") is not None:  # the same exact integer scores (float_exact_scores == integer_scores, §4)
             scores = fresh["view"].scores(question)
         else:
             q_query = np.frombuffer(bytes.fromhex(op["qemb"]), dtype="<i2")
-            scores = cm.integer_scores(
-                ten["q"], q_query, self.policy.retrieval.score_clip, self.policy.retrieval.score_shift
-            )
-        top = recorded_top(self.policy, op, scores)
+            r = ep.policy.retrieval
+            scores = cm.integer_scores(ten["q"], q_query, r.score_clip, r.score_shift)
+        top = recorded_top(ep.policy, op, scores)
         try:
-            ans = self._generate(question, top, ten["retriever"], h_req)
+            ans = self._generate(question, top, ten["retriever"], h_req, ep)
         except Exception as e:  # noqa: BLE001 - any failure after the charge: nothing released, one outcome for all
             raise AnswerPendingError(pos, cause=type(e).__name__) from None
         item = (record, ans.text, acct, counter, fresh.get("bytes"))  # with the answers finished meanwhile
@@ -395,9 +398,9 @@ class Serving(Window):
             "charges": charges,
         }
 
-    def _generate(self, question: str, top: np.ndarray, retriever, h_req: bytes):
+    def _generate(self, question: str, top: np.ndarray, retriever, h_req: bytes, ep: Epoch):
         """§5.3 step 7: the answer from the recorded selection's documents ``top``, drawn from the request's
-        committed ``generate`` stream only."""
-        return self.rag_params.respond(
-            question, top, retriever, self.generator, source=request_source(self.seed, "generate", h_req)
+        committed ``generate`` stream only, under the epoch it was recorded in."""
+        return ep.rag_params.respond(
+            question, top, retriever, ep.generator, source=request_source(ep.seed, "generate", h_req)
         )

@@ -12,7 +12,9 @@ from __future__ import annotations
 import copy
 import json
 import threading
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -38,6 +40,24 @@ from .group_commit import GroupCommitter
 from .models import TextEmbedder, as_embedder, serving_generator
 from .release import ReleaseClock
 from .storage import Records, ServiceStore, StoreLog, open_store
+
+
+@dataclass
+class Epoch:
+    """One epoch of the log (spec/protocol.md §3.4): the policy and seed its leaf committed (``pos``: the policy
+    leaf's position, 0 for genesis's), and what serving under them uses. A request belongs to the epoch of its
+    position, before and after the next policy leaf (a request recorded under it is finished under it)."""
+
+    number: int
+    pos: int
+    policy: Policy
+    seed: bytes
+    generator: Any
+    budget: FilterBudget
+    rule: ChargeRule
+    rag_params: Any
+    filters: dict[str, IndividualRenyiFilter]
+    algorithms: dict[str, Any] = field(default_factory=dict)
 
 
 class TenantRetriever:
@@ -94,7 +114,7 @@ class Window:
         self.seed = bytes.fromhex((d / "secret" / "seed.hex").read_text())
         self.signer = NoteSigner.from_skey((d / "secret" / "provider.skey").read_text())
         tenants = decode((d / "config" / "tenants.json").read_bytes(), what="tenants")
-        r, g = self.policy.retrieval, self.policy.generation
+        r = self.policy.retrieval
         #: the window's one database (audit.provider.storage): ledger, auditor records, per-document spend
         self.store: ServiceStore = _store if _store is not None else open_store(d, store)
         self.ledger = StoreLog(self.store)
@@ -106,9 +126,6 @@ class Window:
         # Gaussian, seconds) was checked when create() committed this policy, and the verifier re-certifies it
         self.policy.check_claims(epsilon_acc=False)
         self.table = noise_table(r.sigma, r.sampler.tail, r.sampler.precision_bits)
-        self.budget = FilterBudget.for_queries(g.max_queries_per_doc, self.policy.query_cost(), mode="pure")
-        self.rule = ChargeRule.of(self.policy)
-        self.rag_params = self.policy.rag_params()
         self.tenants: dict[str, dict] = {}
         for t, meta in tenants.items():
             q = np.frombuffer((d / "index" / f"{t}.i16").read_bytes(), dtype="<i2").reshape(
@@ -116,8 +133,10 @@ class Window:
             )
             docs = decode((d / "docs" / f"{t}.json").read_bytes(), what="documents")["texts"]
             retr = TenantRetriever(docs, q, r.score_clip, r.score_shift)
-            flt = IndividualRenyiFilter(SessionBudgetStore(self.store.sessions, t, len(docs)), self.budget)
-            self.tenants[t] = {"q": q, "retriever": retr, "filter": flt}
+            self.tenants[t] = {"q": q, "retriever": retr}
+        #: the log's epochs (spec/protocol.md §3.4): genesis's policy and seed, then one per policy leaf
+        self.epochs: list[Epoch] = []
+        self._use(self._epoch(0, 0, self.policy, self.seed))
         hist = d / "config" / "history.json"
         self.history: dict | None = decode(hist.read_bytes(), what="history") if hist.exists() else None
         #: each account's last counter of the earlier windows (counters carry over, §3.1)
@@ -136,6 +155,55 @@ class Window:
 
     def genesis_key(self) -> str:
         return str(json.loads(self.ledger.leaf(0))["provider_key"])
+
+    def _epoch(self, number: int, pos: int, policy: Policy, seed: bytes) -> Epoch:
+        """An epoch's serving state: its policy and seed, and what they make (generator, filters, algorithm)."""
+        g = policy.generation
+        budget = FilterBudget.for_queries(g.max_queries_per_doc, policy.query_cost(), mode="pure")
+        filters = {
+            t: IndividualRenyiFilter(SessionBudgetStore(self.store.sessions, t, len(v["retriever"])), budget)
+            for t, v in self.tenants.items()
+        }
+        generator = serving_generator(policy, self.committed_generator)
+        return Epoch(number, pos, policy, seed, generator, budget, ChargeRule.of(policy), policy.rag_params(), filters)
+
+    def _use(self, ep: Epoch) -> None:
+        """Serve new requests under ``ep`` (the newest epoch)."""
+        self.epochs.append(ep)
+        self.policy, self.seed, self.generator = ep.policy, ep.seed, ep.generator
+        self.budget, self.rule, self.rag_params = ep.budget, ep.rule, ep.rag_params
+        for t, v in self.tenants.items():
+            v["filter"] = ep.filters[t]
+
+    def epoch_at(self, pos: int) -> Epoch:
+        """The epoch of the leaf at ``pos``: the last whose policy leaf lies below it."""
+        for ep in reversed(self.epochs):
+            if ep.pos < pos or ep.number == 0:
+                return ep
+        return self.epochs[0]
+
+    def stored_file(self, path: str) -> bytes:
+        """A file of this log as its store holds it (``window_file``: committed with the leaf that made it), else
+        the local copy."""
+        with self.store.read() as s:
+            row = s.one("SELECT data FROM window_file WHERE path = ?", (path,))
+        return bytes(row[0]) if row is not None else (self.dir / path).read_bytes()
+
+    def _load_epoch(self, pos: int, rec: dict) -> None:
+        """Apply the policy leaf ``rec`` at ``pos``: the epoch's policy and seed, opened against its commitments."""
+        from ..protocol import commitments as cm
+
+        k = rec["epoch"]
+        if k != len(self.epochs):
+            raise ServiceStateError(f"the policy leaf at {pos} opens epoch {k}, not the next one {len(self.epochs)}")
+        pub = decode(self.stored_file("config/epochs.json"), what="epochs")
+        sec = decode(self.stored_file("secret/epochs.json"), what="epochs")
+        policy = Policy.from_dict(pub[k - 1]["policy"]).validate()
+        seed, salt = bytes.fromhex(sec[k - 1]["seed"]), bytes.fromhex(sec[k - 1]["salt"])
+        opens = cm.policy_commitment(salt, policy.to_bytes()) == rec["C_policy"]
+        if not opens or cm.seed_commitment(seed) != rec["C_seed"]:
+            raise ServiceStateError(f"epoch {k}'s stored policy or seed does not open the leaf at {pos}")
+        self._use(self._epoch(k, pos, policy, seed))
 
     def account_key(self, name: str) -> str | None:
         """The account's current key (None: not registered), re-reading the registry's leaves once on a miss."""
@@ -157,6 +225,8 @@ class Window:
                     if rec.get("type") == "key":
                         self.keys.apply(pos, rec)
                         self.signer = self._signer_for(self.keys.current.vkey())
+                    elif rec.get("type") == "policy":
+                        self._load_epoch(pos, rec)
                     else:
                         self.registry.apply(pos, rec, self.tenants)
                 except DpragError as e:  # RegistryError, KeyLeafError: the store was written around the rule
@@ -179,32 +249,36 @@ class Window:
                 return signer
         raise ServiceStateError("the log rotated to a provider key this replica cannot find (secret/provider.skey)")
 
-    def _algorithm(self, tenant: str, source: RandomSource, retriever: TenantRetriever):
+    def _algorithm(self, tenant: str, source: RandomSource, retriever: TenantRetriever, ep: Epoch | None = None):
         """MuRAG / MuRAG-Ada for one request, drawing from that request's committed-seed stream: a shallow copy of the
-        tenant's algorithm (built and checked once) with the request's scores view and stream, the only per-request
-        state the algorithms hold (they write none of their own after __init__)."""
-        ten = self.tenants[tenant]
-        algo = copy.copy(ten.get("algorithm") or ten.setdefault("algorithm", self._new_algorithm(tenant, retriever)))
+        tenant's algorithm of the epoch (built and checked once) with the request's scores view and stream, the only
+        per-request state the algorithms hold (they write none of their own after __init__)."""
+        ep = ep or self.epochs[-1]
+        algos = ep.algorithms
+        algo = copy.copy(algos.get(tenant) or algos.setdefault(tenant, self._new_algorithm(tenant, retriever, ep=ep)))
         algo.retriever, algo.source = retriever, source
         return algo
 
-    def _new_algorithm(self, tenant: str, retriever: TenantRetriever, source: RandomSource | None = None):
-        ten, g = self.tenants[tenant], self.policy.generation
+    def _new_algorithm(
+        self, tenant: str, retriever: TenantRetriever, source: RandomSource | None = None, ep: Epoch | None = None
+    ):
+        ep = ep or self.epochs[-1]
+        g = ep.policy.generation
         if g.algorithm == "murag":
             return MuRAG(
                 retriever,
-                self.generator,
-                ten["filter"],
-                self.rag_params,
+                ep.generator,
+                ep.filters[tenant],
+                ep.rag_params,
                 tau=g.tau,
                 retrieval=RetrievalParams(g.docs_per_voter),
                 source=source,
             )
         return MuRAGAda(
             retriever,
-            self.generator,
-            ten["filter"],
-            self.rag_params,
+            ep.generator,
+            ep.filters[tenant],
+            ep.rag_params,
             edges=g.edges,
             epsilon_thr=g.epsilon_thr,
             retrieval=RetrievalParams(g.docs_per_voter),

@@ -223,13 +223,13 @@ def many_releases(d: Path) -> AttackResult:
 
 
 class _Resampling(ProviderService):
-    def _generate(self, question, top, retriever, h_req):
+    def _generate(self, question, top, retriever, h_req, ep):
         """Re-sample with fresh randomness until the answer differs from the committed one (up to 400 draws)."""
         from dprag.accounting.noise.source import RandomSource
 
-        committed = super()._generate(question, top, retriever, h_req)
+        committed = super()._generate(question, top, retriever, h_req, ep)
         for _ in range(400):
-            other = self.rag_params.respond(question, top, retriever, self.generator, source=RandomSource.system())
+            other = ep.rag_params.respond(question, top, retriever, ep.generator, source=RandomSource.system())
             if other.text != committed.text:
                 return other
         return committed
@@ -274,7 +274,7 @@ def _served_as(d: Path, committed: dict, served: Callable, replay: bool) -> tupl
 
     shutil.rmtree(d, ignore_errors=True)
     svc = open_service(d / "svc", **committed)
-    svc.rag_params = served(svc.rag_params)
+    svc.rag_params = svc.epochs[-1].rag_params = served(svc.rag_params)
     clients = {a: client(svc, a) for a in svc.registry}
     for i in range(2):
         for acct, q in SCRIPT:

@@ -44,8 +44,9 @@ def _replay_answers(run: Run, valid: Sequence[ValidReceipt], generator: object, 
     with the committed corpus and the auditor's generator, and compare it with the signed h_answer."""
     from ..protocol.replay import answer_hash, replay_answer
 
-    # verify() replays the answers only with a policy and the committed seed
-    policy, seed = cast(Policy, run.policy), cast(bytes, run.seed)
+    # verify() replays the answers only with every epoch's policy and seed; replayable is a mechanism's property,
+    # and the mechanism is one of the log's constants (§3.4)
+    policy = cast(Policy, run.policy)
     if not policy.generation.replayable:
         # a hosted text generator (dp-ksa, replayable: false): nobody can re-run it, so no answer is compared
         # (a mismatch would FAIL an honest provider); the verdict's trust list says what that leaves on trust
@@ -70,7 +71,12 @@ def _replay_answers(run: Run, valid: Sequence[ValidReceipt], generator: object, 
         ):
             continue
         replayed.add(pos)
-        got = answer_hash(replay_answer(policy, seed, op, scores_of(run, pos), texts, question, generator))
+        ep = run.epoch_at(pos)
+        got = answer_hash(
+            replay_answer(
+                cast(Policy, ep.policy), cast(bytes, ep.seed), op, scores_of(run, pos), texts, question, generator
+            )
+        )
         if got != body["h_answer"]:
             run.fail(
                 "generation",

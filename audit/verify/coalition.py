@@ -112,8 +112,9 @@ def check_8_10_coalition(
                 f"--coalition-window is required: the history's queries span {span} ledger positions, more than the "
                 f"estimator compares by default (at most {w}); choose a window, which the verdict names"
             )
-        policy = cast(Policy, run.policy)  # verify() runs §8.10 only with a policy
-        k_max = policy.coalition.k_max
+        policy = cast(Policy, run.policy)  # verify() runs §8.10 only with a policy (the last epoch's; n only rises)
+        # the largest k_max of any epoch (it may only fall, §3.4): what the certified ε assumes
+        k_max = max([policy.coalition.k_max, *(ep.policy.coalition.k_max for ep in run.epochs if ep.policy)])
         run.checked["coalition_window"] = w
         run.checked["coalition_window_covers_history"] = w >= span
         if c_hat > k_max:

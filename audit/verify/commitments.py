@@ -23,7 +23,7 @@ from ..protocol.encoding import (
 )
 from ..protocol.ledger import NoteVerifier
 from ..protocol.policy import Policy
-from .run import Run, guarded, is_hex, is_int
+from .run import EpochView, Run, guarded, is_hex, is_int
 from .verdict import key_fingerprint
 
 
@@ -338,6 +338,51 @@ def check_8_3_pinned_key(run: Run, pinned: str | None) -> None:
         )
 
 
+POLICY_LEAF_KEYS = {"type", "epoch", "C_policy", "C_seed"}
+EPOCH_KEYS = {"epoch", "pos", "policy", "salt", "seed"}
+
+
+def _epoch_openings(run: Run) -> dict[int, dict[str, Any]]:
+    """auditor/epochs.json (§3.4): epoch -> its opening (policy, salt, seed, and the position of its leaf)."""
+    if run.b.epochs_bytes is None:
+        return {}
+    try:
+        items = decode(run.b.epochs_bytes, what="auditor/epochs.json")
+        if not isinstance(items, list) or not all(isinstance(e, dict) and set(e) == EPOCH_KEYS for e in items):
+            raise EncodingError(f"auditor/epochs.json: must be a list of {sorted(EPOCH_KEYS)}")
+        return {e["epoch"]: e for e in items if is_int(e["epoch"], 1)}
+    except EncodingError as e:
+        run.fail("commitments", str(e))
+        return {}
+
+
+def _policy_leaf(run: Run, i: int, rec: dict[str, Any], openings: dict[int, dict[str, Any]]) -> None:
+    """§3.4: a policy leaf opens the next epoch; its policy and seed open its commitments (else that epoch has none,
+    and the checks that replay it cannot PASS)."""
+    k = len(run.epochs)
+    policy, seed = None, None
+    try:
+        if set(rec) != POLICY_LEAF_KEYS or not all(is_hex(rec[f], 32) for f in ("C_policy", "C_seed")):
+            raise EncodingError(f"not a well-formed policy leaf {sorted(POLICY_LEAF_KEYS)}")
+        if rec["epoch"] != k:
+            raise EncodingError(f"opens epoch {excerpt(rec['epoch'])}, not the next one {k}")
+        op = openings.get(k)
+        if op is None or op["pos"] != i:
+            raise EncodingError(f"auditor/epochs.json holds no opening of epoch {k} at this position")
+        salt = hexbytes(op["salt"], "epoch salt", cm.SALT_BYTES)
+        pol = Policy.from_dict(op["policy"])
+        if cm.policy_commitment(salt, pol.to_bytes()) != rec["C_policy"]:
+            raise EncodingError("its policy does not open C_policy")
+        sd = hexbytes(op["seed"], "epoch seed", cm.SEED_BYTES)
+        if cm.seed_commitment(sd) != rec["C_seed"]:
+            raise EncodingError("its seed does not open C_seed")
+        policy, seed = pol, sd
+        run.ok("epochs")
+    except (EncodingError, DpragError) as e:
+        run.fail("commitments", f"leaf {i}: epoch {k}: {e}")
+    run.epochs.append(EpochView(k, i, policy, seed))
+
+
 def _state_leaves(run: Run, g: dict[str, Any]) -> None:
     """§3.2 and §3.3: the registry's and the provider key's leaves, in log order, each under the one rule the
     provider applied when it appended it (``Registry.apply``, ``KeyChain.apply``): ``run.registry`` and ``run.keys``
@@ -349,8 +394,13 @@ def _state_leaves(run: Run, g: dict[str, Any]) -> None:
     chain = g.get("chain") if isinstance(g.get("chain"), str) else chain_id(run.b.leaves[0])
     reg = Registry.from_genesis(chain, {a: (v["tenant"], v["key"]) for a, v in run.accounts.items()})
     keys = KeyChain.from_genesis(chain, g["provider_key"]) if run.key is not None else None
+    epochs = _epoch_openings(run)
+    run.epochs = [EpochView(0, 0, run.policy, run.seed)]
     for i, rec in enumerate(run.records):
         kind = rec.get("type") if i and isinstance(rec, dict) else None
+        if kind == "policy":
+            _policy_leaf(run, i, rec, epochs)
+            continue
         if kind == "key" and keys is not None:
             try:
                 keys.apply(i, rec)

@@ -52,15 +52,17 @@ def _opened_charges(charge: Any, n_docs: int) -> tuple[list[tuple[int, np.ndarra
 def check_8_9_generation(run: Run) -> None:
     """§8.9: every charge replayed on the per-document filter, in ledger order."""
     # verify() runs §8.9 only with a policy and the committed seed; the query leaves' records are §8.7's, never None
-    pol, seed = cast(Policy, run.policy), cast(bytes, run.seed)
     records = cast("list[dict[str, Any]]", run.records)
-    rule = ChargeRule.of(pol)
+    rules = {ep.number: ChargeRule.of(cast(Policy, ep.policy)) for ep in run.epochs}  # the limit is a constant
+    rule = rules[run.epochs[-1].number] if run.epochs else ChargeRule.of(cast(Policy, run.policy))
     spent = {t: np.zeros(v["n"], dtype=np.int64) for t, v in run.tenants.items()}
     for t, units in ((run.carry or {}).get("spend") or {}).items():  # spend carried over from earlier windows
         spent[t][: len(units)] = np.asarray(units, dtype=np.int64)
     for done, i in enumerate(run.queries):
         rec, op = records[i], run.openings[i]
         t = rec["tenant"]
+        ep = run.epoch_at(i)  # the epoch's policy and seed (§3.4)
+        pol, seed = cast(Policy, ep.policy), cast(bytes, ep.seed)
         try:
             if digest(op.get("charge")) != rec["h_charge"]:
                 raise EncodingError("h_charge does not match the opened charges")
@@ -68,7 +70,11 @@ def check_8_9_generation(run: Run) -> None:
             if op["charge"]["algorithm"] != pol.generation.algorithm:
                 raise EncodingError("the charge's algorithm differs from the policy")
             want, want_bins = expected_charges(
-                pol, rule, scores_of(run, i), spent[t], request_source(seed, "select", bytes.fromhex(rec["h_req"]))
+                pol,
+                rules[ep.number],
+                scores_of(run, i),
+                spent[t],
+                request_source(seed, "select", bytes.fromhex(rec["h_req"])),
             )
             if bins != want_bins:
                 raise EncodingError(f"bins_released {bins!r} differs from the committed-seed release {want_bins}")

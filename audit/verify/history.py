@@ -145,6 +145,8 @@ class History:
                 # name -> (tenant, current key, revoked) as the window's registry leaves left it (§3.2)
                 "registry": _final_registry(run, g),
                 "policy": run.policy,
+                # every epoch's policy, oldest first (§3.4): certified quantities are taken over all of them
+                "policies": [ep.policy for ep in run.epochs if ep.policy is not None] if run.policy is not None else [],
                 "embedder": _embedder(run),
                 "n": run.n,
                 "root_before_close": run.prefix_roots.get(run.n - 1),

@@ -17,7 +17,7 @@ from ..protocol.registry import TYPES as REGISTRY_TYPES
 from ..protocol.request import qemb_commitment, request_hash, verify_request
 from ..protocol.retrieval import top_commitment
 from .pool import fork_map
-from .run import Run, guarded, is_hex
+from .run import EpochView, Run, guarded, is_hex
 
 LEAF_KEYS = {"type", "h_req", "h_top", "h_charge"}
 OPENING_KEYS = {"pos", "kind", "request", "qemb", "top", "nonce_top", "charge"}
@@ -33,7 +33,7 @@ def _request_leaf(run: Run | _LeafView, i: int) -> _LeafResult:
     rec = run.records[i]
     if rec is None:
         return None
-    if rec.get("type") in REGISTRY_TYPES or rec.get("type") == "key":
+    if rec.get("type") in REGISTRY_TYPES or rec.get("type") in ("key", "policy"):
         return None  # §3.2: checked in log order by §8.3 (run.registry)
     if rec.get("type") == "close" and set(rec) == {"type", "next"} and is_hex(rec["next"], 32):
         if i != run.n - 1:
@@ -66,8 +66,8 @@ def _request_leaf(run: Run | _LeafView, i: int) -> _LeafResult:
         return "requests", f"leaf {i}: the account's registered tenant is not committed"
     if not is_hex(op["nonce_top"], 16):
         return "canonical", f"leaf {i}: the opening's nonce_top must be 16 bytes of hex"
-    # verify() runs §8.7 only with a policy and a genesis (``_RequestCtx`` copies them from the run)
-    policy, genesis = cast(Policy, run.policy), cast("dict[str, Any]", run.genesis)
+    # verify() runs §8.7 only with every epoch's policy and a genesis (``_RequestCtx`` copies them from the run)
+    policy, genesis = cast(Policy, run.epoch_at(i).policy), cast("dict[str, Any]", run.genesis)
     released = acct["tenant"] in policy.retrieval.enabled_tenants
     if not released:
         if op["top"] is not None:
@@ -96,7 +96,7 @@ class _RequestCtx:
 
     def __init__(self, run: Run):
         self.accounts, self.policy, self.genesis, self.n = run.accounts, run.policy, run.genesis, run.n
-        self.registry = run.registry
+        self.registry, self.epochs = run.registry, run.epochs
         self.tenants = {t: {"dim": v["dim"]} for t, v in run.tenants.items()}
 
 
@@ -108,8 +108,11 @@ class _LeafView:
         self.records: dict[int, dict[str, Any] | None] = {i: rec}
         self.openings: dict[int, dict[str, Any]] = {} if op is None else {i: op}
         self.accounts, self.tenants, self.policy, self.genesis = ctx.accounts, ctx.tenants, ctx.policy, ctx.genesis
-        self.registry = ctx.registry
+        self.registry, self.epochs = ctx.registry, ctx.epochs
         self.n = ctx.n
+
+    def epoch_at(self, pos: int) -> EpochView:
+        return Run.epoch_at(cast(Run, self), pos)
 
 
 def _request_in_worker(ctx: _RequestCtx, item: tuple[int, bytes | None, bytes | None]) -> _LeafResult:
@@ -124,7 +127,6 @@ def check_8_7_requests(run: Run) -> None:
     """§8.7, every leaf checked in the worker pool: the accepted leaves go to ``run.queries`` (ledger order) and
     their Q to ``run.qembs``."""
     last_counter: dict[str, int] = dict((run.carry or {}).get("counters") or {})  # counters carry over (§3.1)
-    n_limit = run.policy.retrieval.n if run.policy else None
     confirmed = 0
     positions = list(range(1, run.n))
 
@@ -162,7 +164,8 @@ def check_8_7_requests(run: Run) -> None:
                 "was next (counters are gapless and increasing)",
             )
         last_counter[rec["account"]] = rec["counter"]
-        if n_limit is not None and rec["counter"] > n_limit:
+        n_limit = run.policy_at(i).retrieval.n  # a cap over the log, which an epoch may only raise (§3.4)
+        if rec["counter"] > n_limit:
             run.fail("rate", f"account {rec['account']!r} made more than n = {n_limit} queries")
         run.queries.append(i)
         run.ok("requests")

@@ -36,8 +36,8 @@ FORK_MIN_JOBS = 8
 #: tenants of at least this many documents: the replay maps only the noise words that can reach the top K
 LARGE_TENANT = 1 << 14
 
-#: a retrieval job: (tenant, keep its scores, [(pos, h_req, h_top, its opening line)])
-_Job = tuple[str, bool, list[tuple[int, str, str, bytes | None]]]
+#: a retrieval job: (tenant, epoch, keep its scores, [(pos, h_req, h_top, its opening line)])
+_Job = tuple[str, int, bool, list[tuple[int, str, str, bytes | None]]]
 
 
 @guarded("retrieval")
@@ -47,7 +47,7 @@ def check_8_8_retrieval(run: Run, chosen: list[int]) -> None:
     pass of the table's sampler over the concatenated streams, a row-wise top-K), run in the forked workers;
     the reasons come out in ledger order, exactly as the leaf-by-leaf replay words them. The workers hand
     back the scores (compact) while the cache has room, so the generation check does not score again."""
-    r = cast("Policy", run.policy).retrieval  # §8.8 runs on a policy §8.4 accepted
+    r = cast("Policy", run.policy).retrieval  # §8.8 runs on the policies §8.4 accepted; σ is a constant (§3.4)
     records = cast("list[dict[str, Any]]", run.records)  # the chosen leaves are well-formed queries (§8.7)
     table = noise_table(r.sigma, r.sampler.tail, r.sampler.precision_bits) if chosen else None
     if chosen and run.scores is None:
@@ -60,15 +60,15 @@ def check_8_8_retrieval(run: Run, chosen: list[int]) -> None:
     for a in range(0, len(chosen), ScoreCache.BLOCK):
         block = chosen[a : a + ScoreCache.BLOCK]
         found: list[tuple[int, str | None]] = []
-        groups: dict[str, list[int]] = {}
+        groups: dict[tuple[str, int], list[int]] = {}
         for i in block:
-            rec = records[i]
-            if rec["tenant"] not in r.enabled_tenants or rec["type"] != "query":
+            rec, ep = records[i], run.epoch_at(i)
+            if rec["tenant"] not in cast("Policy", ep.policy).retrieval.enabled_tenants or rec["type"] != "query":
                 found.append((i, None))  # no citations released (§8.7 already refused any recorded here)
             else:  # missing citations are found in the job (the opening is parsed there)
-                groups.setdefault(rec["tenant"], []).append(i)
+                groups.setdefault((rec["tenant"], ep.number), []).append(i)
         ids: list[int] = []
-        for t, group in groups.items():
+        for (t, k), group in groups.items():
             n = run.tenants[t]["n"]
             step = scored.rows_for(n)
             for c in range(0, len(group), step):
@@ -78,7 +78,7 @@ def check_8_8_retrieval(run: Run, chosen: list[int]) -> None:
                 room -= size if keep else 0
                 ids.append(len(jobs))
                 jobs.append(
-                    (t, keep, [(i, records[i]["h_req"], records[i]["h_top"], run.openings.line(i)) for i in ps])
+                    (t, k, keep, [(i, records[i]["h_req"], records[i]["h_top"], run.openings.line(i)) for i in ps])
                 )
         plans.append((block, found, ids))
     ctx = _RetrievalCtx(run, table, {job[0] for job in jobs})
@@ -94,7 +94,7 @@ def check_8_8_retrieval(run: Run, chosen: list[int]) -> None:
                 got, compact = results[j]
                 found.extend(got)
                 if compact is not None:
-                    scored.keep_compact([x[0] for x in jobs[j][2]], compact)
+                    scored.keep_compact([x[0] for x in jobs[j][3]], compact)
                 results[j] = None
             for i, what in sorted(found, key=lambda x: x[0]):
                 if what is None:
@@ -109,7 +109,9 @@ class _RetrievalCtx:
     table, each tenant's size, and a ``Scorer`` holding the index of the tenants the jobs score."""
 
     def __init__(self, run: Run, table: DiscreteGaussianTable | None, tenants: set[str]):
-        self.policy, self.seed, self.table = cast("Policy", run.policy), cast(bytes, run.seed), table
+        self.policy, self.table = cast("Policy", run.policy), table
+        #: epoch -> (its K, its seed) (§3.4; the other retrieval parameters are the log's constants)
+        self.epochs = {ep.number: (cast("Policy", ep.policy).retrieval.K, cast(bytes, ep.seed)) for ep in run.epochs}
         self.tenants = {t: {"n": run.tenants[t]["n"]} for t in tenants}
         self.scores = Scorer(self.policy, {t: run.tenants[t]["qf"] for t in tenants})
 
@@ -119,21 +121,22 @@ def _retrieval_job(run: _RetrievalCtx, job: _Job) -> tuple[list[tuple[int, str |
     [(pos, reason or None)] and, if asked, their compact scores; None on anything unexpected (the parent then
     replays those leaves one by one)."""
     try:
-        t, keep, leaves = job
+        t, epoch, keep, leaves = job
         r, cache, table = run.policy.retrieval, run.scores, cast("DiscreteGaussianTable", run.table)  # jobs: a table
+        K, seed = run.epochs[epoch]
         n = run.tenants[t]["n"]
         ops = [json.loads(cast(bytes, x[3])) for x in leaves]  # canonical lines (§8.2), whose Q §8.7 checked
         scores = cache.score_rows(t, [bytes.fromhex(op["qemb"]) for op in ops])
         words = np.empty((len(leaves), n), dtype=np.uint64)
         for k, op in enumerate(ops):
-            words[k] = retrieval_source(run.seed, t, bytes.fromhex(op["qemb"])).uint64(n)
+            words[k] = retrieval_source(seed, t, bytes.fromhex(op["qemb"])).uint64(n)
         if n >= LARGE_TENANT:  # map only the words that can reach the top K (bit-identical, retrieval.py)
             span = (r.score_clip[0] >> r.score_shift, r.score_clip[1] >> r.score_shift)
             expected = np.stack(
-                [noisy_top_k_words(scores[k], words[k], table, r.K, score_range=span) for k in range(len(leaves))]
+                [noisy_top_k_words(scores[k], words[k], table, K, score_range=span) for k in range(len(leaves))]
             )
         else:
-            expected = noisy_top_k_rows(scores, sample_words(table, words), r.K)
+            expected = noisy_top_k_rows(scores, sample_words(table, words), K)
         out = [
             (
                 x[0],
@@ -150,9 +153,9 @@ def _retrieval_job(run: _RetrievalCtx, job: _Job) -> tuple[list[tuple[int, str |
 
 def _retrieval_one_by_one(run: Run, block: list[int], table: DiscreteGaussianTable | None) -> None:
     """§8.8 leaf by leaf (the plain replay; the vectorised path falls back to it on anything unexpected)."""
-    r = cast("Policy", run.policy).retrieval
     for i in block:
         rec, op = cast("dict[str, Any]", run.records[i]), run.openings[i]
+        r = run.policy_at(i).retrieval
         try:
             if rec["tenant"] not in r.enabled_tenants or rec["type"] != "query":
                 run.ok("retrieval")
@@ -161,7 +164,7 @@ def _retrieval_one_by_one(run: Run, block: list[int], table: DiscreteGaussianTab
                 raise EncodingError("citations missing for a tenant with the retrieval channel on")
             z = cast("DiscreteGaussianTable", table).sample(  # a table whenever a leaf is chosen
                 run.tenants[rec["tenant"]]["n"],
-                retrieval_source(cast(bytes, run.seed), rec["tenant"], bytes.fromhex(op["qemb"])),
+                retrieval_source(run.seed_at(i), rec["tenant"], bytes.fromhex(op["qemb"])),
             )
             what = _retrieval_leaf(rec, op, noisy_top_k(scores_of(run, i), z, r.K))
             if what is not None:

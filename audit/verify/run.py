@@ -9,6 +9,7 @@ import json
 import time
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, cast
 
 from ..protocol.bundle import Bundle
@@ -28,6 +29,17 @@ _R = TypeVar("_R")
 
 MAX_REASONS = 1000
 MAX_UNITS = 1 << 62
+
+
+@dataclass
+class EpochView:
+    """One epoch of the log as the verifier opened it (spec/protocol.md §3.4): its number, the position of its
+    policy leaf (0: genesis), its policy and its seed (None where they do not open)."""
+
+    number: int
+    pos: int
+    policy: Policy | None
+    seed: bytes | None
 
 
 class Run:
@@ -53,6 +65,8 @@ class Run:
         self.accounts: dict[str, dict[str, Any]] = {}
         #: the registry as the log builds it (genesis, then its registry leaves, §3.2); None before §8.3 reads it
         self.registry: Registry | None = None
+        #: the log's epochs, oldest first (§3.4): genesis's, then one per policy leaf (set by §8.3)
+        self.epochs: list[EpochView] = []
         #: the provider's keys along the log (genesis's, then its rotation leaves, §3.3); None before §8.3
         self.keys: KeyChain | None = None
         self.openings = Openings(b.openings_lines)  # pos -> the opening, parsed on demand from its line
@@ -72,6 +86,20 @@ class Run:
         self.history: History | None = None  # the verify.history.History this window belongs to (None: a single window)
         self.timings: dict[str, float] = {}
         self.cpu: dict[str, float] = {}
+
+    def epoch_at(self, pos: int) -> EpochView:
+        """The epoch of the leaf at ``pos``: the last whose policy leaf lies below it."""
+        for ep in reversed(self.epochs):
+            if ep.pos < pos or ep.number == 0:
+                return ep
+        raise IndexError("no epoch read yet")
+
+    def policy_at(self, pos: int) -> Policy:
+        """The policy of the leaf at ``pos`` (the checks after §8.4 run only with every epoch's policy)."""
+        return cast(Policy, self.epoch_at(pos).policy)
+
+    def seed_at(self, pos: int) -> bytes:
+        return cast(bytes, self.epoch_at(pos).seed)
 
     def fail(self, check: str, what: str) -> None:
         if len(self.reasons) < MAX_REASONS:

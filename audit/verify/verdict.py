@@ -484,6 +484,8 @@ def _earlier_policies(run: Run) -> tuple[Policy, ...]:
     taken over every window's policy, never the last one's alone (§3.1,
     ``audit.protocol.certify.certified_epsilons``)."""
     h = run.history
-    if h is None or h.single:
-        return ()
-    return tuple(s["policy"] for s in h.summaries[: len(h.bundles) - 1] if s["policy"] is not None)
+    windows: tuple[Policy, ...] = ()
+    if h is not None and not h.single:
+        windows = tuple(p for s in h.summaries[: len(h.bundles) - 1] for p in s["policies"])
+    # and the head window's own epochs before its last (§3.4)
+    return windows + tuple(ep.policy for ep in run.epochs[:-1] if ep.policy is not None)

@@ -25,7 +25,7 @@ def check_8_8_proofs(run: Run, vk: VerifyingKey | None) -> None:
     auditor's key with public inputs recomputed here (Z_idx of genesis, Q and the citations from the opening,
     the noise from the seed)."""
     # verify() runs §8.8 only with a policy and the committed seed; the query leaves' records are §8.7's, never None
-    policy, seed = cast(Policy, run.policy), cast(bytes, run.seed)
+    policy = cast(Policy, run.policy)  # the zk tenants and σ are the log's constants (§3.4)
     leaves = cast("list[dict[str, Any]]", run.records)
     if vk is None or not policy.retrieval.zk_tenants:  # no auditor key: the proofs are not relied on
         return
@@ -53,11 +53,11 @@ def check_8_8_proofs(run: Run, vk: VerifyingKey | None) -> None:
             run.fail("retrieval", f"leaf {i}: no Groth16 proof for a query of zk tenant {rec['tenant']!r}")
             continue
         Q = np.frombuffer(bytes.fromhex(op["qemb"]), dtype="<i2")
-        z = table.sample(ten["n"], retrieval_source(seed, rec["tenant"], bytes.fromhex(op["qemb"])))
+        z = table.sample(ten["n"], retrieval_source(run.seed_at(i), rec["tenant"], bytes.fromhex(op["qemb"])))
         try:
             ok = zk_attest.check(
                 vk,
-                policy,
+                run.policy_at(i),
                 ten["Z_idx"],
                 records[i],
                 Q,

@@ -149,7 +149,7 @@ def serve(directory, policy: Policy, rounds: int = 3, served_params=None):
         accounts=registry(ACCOUNTS),
     )
     if served_params is not None:
-        svc.rag_params = served_params
+        svc.rag_params = svc.epochs[-1].rag_params = served_params  # the epoch serving uses
     clients = {a: client(svc, a) for a in ACCOUNTS}
     answers = []
     for i in range(rounds):

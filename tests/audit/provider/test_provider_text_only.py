@@ -168,8 +168,8 @@ def test_answer_other_than_the_committed_mechanism_fails_on_replay(tmp_path):
     svc = fx.open_text_service(tmp_path / "svc")
     honest = svc._generate
 
-    def leak(question, top, retriever, h_req):  # answers with the best document's text instead of DP-KSA's
-        ans = honest(question, top, retriever, h_req)
+    def leak(question, top, retriever, h_req, ep):  # answers with the best document's text instead of DP-KSA's
+        ans = honest(question, top, retriever, h_req, ep)
         best = int(top[0])
         return dataclasses.replace(ans, text=fx.CLINIC[best] if best >= 0 else ans.text)
 
