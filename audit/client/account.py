@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from dprag.accounting.noise.stream import RandomStream
 
     from ..protocol.ledger.proof import ConsistencyProof
+    from ..protocol.provider_keys import KeyChain
 
     class _Embedder(Protocol):
         """The committed embedder as the client uses it: ``embed(texts) -> (n, d) floats``."""
@@ -165,7 +166,8 @@ class AccountClient:
                 self._follow_if_rotated(service, refusal)
                 try:
                     size = refusal.get("size") if isinstance(refusal, dict) else None
-                    body = self._keys().verifying(size, partial(verify_refusal, refusal), "refusal")
+                    keys = self._keys()
+                    body = None if keys is None else keys.verifying(size, partial(verify_refusal, refusal), "refusal")
                 except (EncodingError, DpragError):
                     body = None
                 if body is not None and body["h_req"] == req.h_req.hex() and req.signed["counter"] == self.counter:
@@ -215,7 +217,7 @@ class AccountClient:
             raise InvalidParameterError("counter", "no request of this client was signed for it", counter)
         return self.send(service, req)
 
-    def _keys(self) -> Any:
+    def _keys(self) -> KeyChain | None:
         """The key chain this client trusts (``provider_keys.KeyChain``), or None with no key pinned."""
         from ..protocol.ledger import NoteVerifier
         from ..protocol.provider_keys import KeyChain
@@ -315,7 +317,8 @@ class AccountClient:
             raise ReceiptError("provider_key", f"the pinned provider key is unusable ({e})") from None
         try:
             size = receipt.get("size") if isinstance(receipt, dict) else None
-            body = keys.verifying(size, partial(verify_receipt, receipt), "receipt")
+            chain = cast("KeyChain", keys)  # a key is pinned (checked above)
+            body: dict[str, Any] = chain.verifying(size, partial(verify_receipt, receipt), "receipt")
         except (EncodingError, DpragError) as e:
             why = str(e)
             named = re.match(r"(receipt(?:\.\w+)?):", why)

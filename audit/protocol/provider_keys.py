@@ -192,3 +192,17 @@ def follow(old: NoteVerifier, origin: str, proof: Any) -> tuple[int, NoteVerifie
         raise
     except (DpragError, ValueError, TypeError, AttributeError, UnicodeError) as e:
         raise EncodingError(f"rotation proof: {e}") from None
+
+
+def witness_follow(witness: Any, proof: Any, consistency: list[bytes] | tuple[bytes, ...] = ()) -> NoteVerifier:
+    """A witness follows a rotation only through its proof (spec/protocol.md §3.3): ``follow`` from the key it follows
+    (the leaf's inclusion under the dual-signed checkpoint, the outgoing key's signature naming the incoming key),
+    then ``Witness.rotate`` (that checkpoint extends what it cosigned). SignatureError otherwise."""
+    from .ledger.errors import SignatureError
+
+    try:
+        _, new = follow(witness.log, witness.origin, proof)
+    except EncodingError as e:
+        raise SignatureError(f"the rotation does not follow from the key this witness follows: {e}") from None
+    witness.rotate(proof["checkpoint"].encode("utf-8"), new, consistency)
+    return new

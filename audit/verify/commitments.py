@@ -391,13 +391,16 @@ def _state_leaves(run: Run, g: dict[str, Any]) -> None:
     from ..protocol.provider_keys import KeyChain, KeyLeafError
     from ..protocol.registry import TYPES, Registry, RegistryError
 
-    chain = g.get("chain") if isinstance(g.get("chain"), str) else chain_id(run.b.leaves[0])
+    chain: str = g["chain"] if isinstance(g.get("chain"), str) else chain_id(run.b.leaves[0])
     reg = Registry.from_genesis(chain, {a: (v["tenant"], v["key"]) for a, v in run.accounts.items()})
     keys = KeyChain.from_genesis(chain, g["provider_key"]) if run.key is not None else None
     epochs = _epoch_openings(run)
     run.epochs = [EpochView(0, 0, run.policy, run.seed)]
-    for i, rec in enumerate(run.records):
-        kind = rec.get("type") if i and isinstance(rec, dict) else None
+    for i, leaf in enumerate(run.records):
+        kind = leaf.get("type") if i and isinstance(leaf, dict) else None
+        if kind is None:
+            continue
+        rec = cast("dict[str, Any]", leaf)  # a parsed leaf with a type
         if kind == "policy":
             _policy_leaf(run, i, rec, epochs)
             continue

@@ -361,7 +361,7 @@ def _closed(b: Bundle) -> bool:
         return False
 
 
-def _final_registry(run: Run, g: dict[str, Any]) -> dict[str, tuple[Any, Any, bool]]:
+def _final_registry(run: Run, g: dict[str, Any]) -> dict[Any, tuple[Any, Any, bool]]:
     if run.registry is not None:
         return {a: (e.tenant, e.key, e.revoked is not None) for a, e in run.registry.entries.items()}
     return {

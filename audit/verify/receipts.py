@@ -202,7 +202,8 @@ def _refusal_rule_is_false(run: Run, body: dict[str, Any], req: dict[str, Any], 
     alone). ``below``: the account's recorded counters below that size."""
     code, size, raw = body["code"], body["size"], req.get("counter")
     if code == "revoked":
-        entry = run.registry.get(req.get("account")) if run.registry is not None else None
+        name = req.get("account")
+        entry = run.registry.get(name) if run.registry is not None and isinstance(name, str) else None
         if entry is None or entry.revoked is None or entry.revoked >= size:
             return f"it refused the request as of a revoked account, which no leaf below size {size} revoked"
         return None

@@ -53,7 +53,7 @@ def _request_leaf(run: Run | _LeafView, i: int) -> _LeafResult:
     signed = op.get("request")
     name = signed.get("account") if isinstance(signed, dict) else None
     acct = run.accounts.get(name) if isinstance(name, str) else None
-    entry = run.registry.get(name) if acct is not None and run.registry is not None else None
+    entry = run.registry.get(cast(str, name)) if acct is not None and run.registry is not None else None
     if acct is None or entry is None:
         return "requests", f"leaf {i}: the opened request's account is not in the registry"
     if not entry.active_at(i):

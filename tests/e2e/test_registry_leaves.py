@@ -397,7 +397,12 @@ def test_a_witness_follows_a_rotation_only_through_its_inclusion_under_the_old_k
     with pytest.raises(SignatureError):
         w.cosign(head, svc.ledger.consistency_proof(seen, svc.ledger.size).hashes)  # the new key: not followed yet
     proof = svc.key_history()["rotations"][0]
-    w.follow_rotation(proof, svc.ledger.consistency_proof(seen, pos + 1).hashes)
+    from dprag.audit.protocol.provider_keys import witness_follow
+
+    forged = dict(proof, leaf=encode({**json.loads(bytes.fromhex(proof["leaf"])), "sig": "00" * 64}).hex())
+    with pytest.raises(SignatureError, match="does not follow"):
+        witness_follow(w, forged, svc.ledger.consistency_proof(seen, pos + 1).hashes)
+    witness_follow(w, proof, svc.ledger.consistency_proof(seen, pos + 1).hashes)
     assert w.log.vkey() == svc.signer.vkey()
     cosigned = w.cosign(head, svc.ledger.consistency_proof(pos + 1, svc.ledger.size).hashes)
     svc.add_cosignature(cosigned)
