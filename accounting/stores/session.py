@@ -117,6 +117,16 @@ class SessionBudgetStore(BudgetStore):
                 )
             return stored, meta.get("descriptor")
 
+    def grow(self, n_docs: int) -> None:
+        """Documents joined the corpus at the end of its index: the store covers ``n_docs`` documents from now on,
+        each new one at zero spend (a corpus only grows: fewer than today raises ``InvalidParameterError``)."""
+        n = check_positive_int("n_docs", n_docs)
+        if n < self._n_docs:
+            raise InvalidParameterError("n_docs", f"a corpus only grows (it has {self._n_docs} documents)", n)
+        with self._sessions(True) as s:
+            s.execute("UPDATE budget_meta SET value = ? WHERE tenant = ? AND key = 'n_docs'", (str(n), self._tenant))
+        self._n_docs = n
+
     def _bind(self, limits: npt.NDArray[np.int64], descriptor: str) -> None:
         with self._sessions(True) as s:
             row = s.execute("SELECT value FROM budget_meta WHERE tenant = ? AND key = 'descriptor'", (self._tenant,))

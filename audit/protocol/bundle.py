@@ -212,8 +212,9 @@ DOCS_OVERHEAD = 1 << 16
 
 
 def _named_tenants(b: Bundle) -> dict[str, int]:
-    """Tenant -> n_docs as leaf 0 (genesis) names them; names that are not identifiers are left out (the
-    commitments check FAILs them), and nothing when leaf 0 is unusable (nothing of a tenant is read)."""
+    """Tenant -> its documents as leaf 0 (genesis) names them plus the documents leaves' counts; names that are not
+    identifiers are left out (the commitments check FAILs them), and nothing when leaf 0 is unusable (nothing of a
+    tenant is read)."""
     from .encoding import is_identifier
 
     try:
@@ -226,6 +227,13 @@ def _named_tenants(b: Bundle) -> dict[str, int]:
                 out[name] = n
             if len(out) >= MAX_TENANTS:
                 break
+        for leaf in b.leaves[1:]:  # the documents leaves add to a tenant's size (§3.5)
+            if b'"type":"documents"' not in leaf:
+                continue
+            rec = loads_bounded(leaf, what="leaf")
+            name, count = (rec.get("tenant"), rec.get("count")) if isinstance(rec, dict) else (None, None)
+            if name in out and isinstance(count, int) and not isinstance(count, bool) and 0 < count < (1 << 31):
+                out[name] = min(out[name] + count, (1 << 31) - 1)
         return out
     except (ValueError, RecursionError):
         return {}

@@ -55,17 +55,29 @@ def export_bundle(svc: Any, out: str | os.PathLike) -> Path:
                 ),
                 private=True,
             )
+        # each tenant as the cut holds it: genesis's documents, then those of the documents leaves below ``size``
+        count = {x["tenant"]: x["n_docs"] for x in decode(leaves[0], what="genesis")["tenants"]}
+        for leaf in leaves[1:]:
+            if b'"type":"documents"' in leaf:  # a documents leaf (§3.5)
+                rec = decode(leaf, what="leaf")
+                if rec.get("type") == "documents":
+                    count[rec["tenant"]] += rec["count"]
+        salts = decode(svc.stored_file("secret/salts.json"), what="salts")
         for t in svc.tenants:
-            write_atomically(out / "auditor" / "index" / f"{t}.i16", (svc.dir / "index" / f"{t}.i16").read_bytes())
-            docs = decode((svc.dir / "docs" / f"{t}.json").read_bytes(), what="documents")
+            n, dim = count[t], int(svc.tenants[t]["q"].shape[1])
+            index = svc.stored_file(f"index/{t}.i16")[: 2 * n * dim]
+            write_atomically(out / "auditor" / "index" / f"{t}.i16", index)
+            docs = decode(svc.stored_file(f"docs/{t}.json"), what="documents")
+            additions = [a for a in (salts.get("index_additions") or {}).get(t, []) if a["pos"] < size]
             write_atomically(
                 out / "auditor" / "docs" / f"{t}.json",
                 encode(
                     {
-                        "ids": docs["ids"],
-                        "salts": salts["documents"][t],
-                        "text_sha256": [cm.text_hash(x).hex() for x in docs["texts"]],
+                        "ids": docs["ids"][:n],
+                        "salts": salts["documents"][t][:n],
+                        "text_sha256": [cm.text_hash(x).hex() for x in docs["texts"][:n]],
                         "index_salt": salts["index"][t],
+                        **({"additions": additions} if additions else {}),
                         **({"zk_blinding": salts["zk"][t]} if t in salts.get("zk", {}) else {}),
                     }
                 ),

@@ -397,6 +397,75 @@ class ProviderService(Serving):
         self.checkpoint_now()
         return pos
 
+    def add_documents(self, tenant: str, documents: Mapping[str, str]) -> int:
+        """Append documents to ``tenant``'s index by a ``documents`` leaf (spec/protocol.md §3.5): ``documents`` maps
+        the provider's new ids to texts, appended in the given order (index positions never move); each starts at
+        zero spend. The leaf commits the tenant's whole index after the addition (C_idx, salted) and the new
+        documents (C_docs); a text the tenant already holds, an id it already has, or a zk tenant (its index is
+        fixed by Z_idx) is refused naming the rule, with nothing appended. Returns the leaf's position."""
+        field = f"add_documents[{tenant}]"
+        if tenant not in self.tenants:
+            raise InvalidParameterError("tenant", "is not a tenant of this log (a tenant joins at genesis)", tenant)
+        if tenant in self.policy.retrieval.zk_tenants:
+            raise InvalidParameterError("tenant", "is a zk tenant: its index is fixed by Z_idx", tenant)
+        if not isinstance(documents, Mapping) or not documents:
+            raise InvalidParameterError(field, "must map at least one new document id to its text")
+        ids, texts = [str(k) for k in documents], list(documents.values())
+        if not all(isinstance(x, str) for x in texts):
+            raise InvalidParameterError(field, "texts must be strings")
+        scale = self.embedder_descriptor["embedding_scale"]
+        dim = self.tenants[tenant]["q"].shape[1]
+        e = np.asarray(self.embedder.embed(texts))  # outside the transaction: the embedder is deterministic
+        if e.shape != (len(texts), dim):
+            raise InvalidParameterError("embedder", f"returned shape {e.shape}, expected ({len(texts)}, {dim})")
+        q_add = cm.quantise_embeddings(e, scale)
+        doc_salts, index_salt = [cm.new_salt() for _ in ids], cm.new_salt()
+        with self.store.write() as s:
+            self.refresh_state()  # the tenant as the log has it now (another replica may have added documents)
+            if self.is_closed():
+                raise ServiceStateError(f"window {self.policy.window} is closed")
+            docs = decode(self.stored_file(f"docs/{tenant}.json"), what="documents")
+            clash = sorted(set(ids) & set(docs["ids"]))
+            if clash:
+                raise InvalidParameterError(field, "ids already in the corpus (documents only join)", clash[:3])
+            cm.one_text_one_budget(field, [*docs["ids"], *ids], [*docs["texts"], *texts])
+            first = len(docs["ids"])
+            q = np.concatenate([self.tenants[tenant]["q"].astype(np.int16), q_add])
+            salts = decode(self.stored_file("secret/salts.json"), what="salts")
+            salts["documents"][tenant] = [*salts["documents"][tenant], *(x.hex() for x in doc_salts)]
+            rec = {
+                "type": "documents",
+                "tenant": tenant,
+                "first": first,
+                "count": len(ids),
+                "C_idx": cm.index_commitment(q, index_salt),
+                "C_docs": cm.documents_commitment(doc_salts, ids, [cm.text_hash(x) for x in texts]),
+            }
+            pos = self.ledger.append(encode(rec))
+            self.aud.put_state_leaf(pos, "documents")
+            self.spend_store(tenant, first).grow(int(q.shape[0]))  # the new documents start at zero spend
+            salts.setdefault("index_additions", {}).setdefault(tenant, []).append(
+                {"pos": pos, "salt": index_salt.hex()}
+            )
+            tmeta = decode(self.stored_file("config/tenants.json"), what="tenants")
+            tmeta[tenant]["n_docs"] = int(q.shape[0])
+            files = {
+                f"index/{tenant}.i16": cm.embedding_bytes(q),
+                f"docs/{tenant}.json": encode({"ids": [*docs["ids"], *ids], "texts": [*docs["texts"], *texts]}),
+                "config/tenants.json": encode(tmeta),
+                "secret/salts.json": encode(salts),
+            }
+            s.executemany(  # committed with the leaf: every replica loads the tenant from here
+                "INSERT INTO window_file (path, data) VALUES (?, ?) "
+                "ON CONFLICT (path) DO UPDATE SET data = excluded.data",
+                list(files.items()),
+            )
+        for path, data in files.items():
+            write_atomically(self.dir / path, data, private=path.startswith("secret/"))
+        self.refresh_state()
+        self.checkpoint_now()
+        return pos
+
     def key_history(self) -> dict:
         """The provider's keys along the log (``GET /v1/keys``): genesis's, then a ``rotation_proof`` per rotation,
         which a client or witness holding the outgoing key follows (``provider_keys.follow``)."""

@@ -127,11 +127,16 @@ class Window:
         self.policy.check_claims(epsilon_acc=False)
         self.table = noise_table(r.sigma, r.sampler.tail, r.sampler.precision_bits)
         self.tenants: dict[str, dict] = {}
+        # each tenant as genesis committed it; the documents leaves (refresh_state) add the rest in log order
+        at_genesis = (
+            {x["tenant"]: x["n_docs"] for x in json.loads(self.ledger.leaf(0))["tenants"]}
+            if self.store.records_exist()
+            else {t: meta["n_docs"] for t, meta in tenants.items()}
+        )
         for t, meta in tenants.items():
-            q = np.frombuffer((d / "index" / f"{t}.i16").read_bytes(), dtype="<i2").reshape(
-                meta["n_docs"], meta["dimension"]
-            )
-            docs = decode((d / "docs" / f"{t}.json").read_bytes(), what="documents")["texts"]
+            n = at_genesis[t]
+            q = np.frombuffer((d / "index" / f"{t}.i16").read_bytes(), dtype="<i2").reshape(-1, meta["dimension"])[:n]
+            docs = decode((d / "docs" / f"{t}.json").read_bytes(), what="documents")["texts"][:n]
             retr = TenantRetriever(docs, q, r.score_clip, r.score_shift)
             self.tenants[t] = {"q": q, "retriever": retr}
         #: the log's epochs (spec/protocol.md §3.4): genesis's policy and seed, then one per policy leaf
@@ -161,8 +166,7 @@ class Window:
         g = policy.generation
         budget = FilterBudget.for_queries(g.max_queries_per_doc, policy.query_cost(), mode="pure")
         filters = {
-            t: IndividualRenyiFilter(SessionBudgetStore(self.store.sessions, t, len(v["retriever"])), budget)
-            for t, v in self.tenants.items()
+            t: IndividualRenyiFilter(self.spend_store(t, len(v["retriever"])), budget) for t, v in self.tenants.items()
         }
         generator = serving_generator(policy, self.committed_generator)
         return Epoch(number, pos, policy, seed, generator, budget, ChargeRule.of(policy), policy.rag_params(), filters)
@@ -205,6 +209,38 @@ class Window:
             raise ServiceStateError(f"epoch {k}'s stored policy or seed does not open the leaf at {pos}")
         self._use(self._epoch(k, pos, policy, seed))
 
+    def spend_store(self, tenant: str, n: int) -> SessionBudgetStore:
+        """The tenant's per-document spend rows for ``n`` documents; the store may already cover documents a later
+        documents leaf added (this process replays the leaves from genesis after a restart)."""
+        try:
+            return SessionBudgetStore(self.store.sessions, tenant, n)
+        except InvalidParameterError:
+            st = SessionBudgetStore(self.store.sessions, tenant, None)
+            if st.n_docs < n:
+                raise
+            return st
+
+    def _load_documents(self, pos: int, rec: dict) -> None:
+        """Apply the documents leaf ``rec`` at ``pos``: the tenant's index and documents grow (the rows below
+        ``first`` are the ones served so far), and every epoch's filter and algorithm over it are rebuilt."""
+        t = rec["tenant"]
+        ten = self.tenants[t]
+        n0, dim = ten["q"].shape
+        if rec["first"] != n0:
+            raise ServiceStateError(f"the documents leaf at {pos} appends at {rec['first']}, not at {n0}")
+        n = n0 + int(rec["count"])
+        data = self.stored_file(f"index/{t}.i16")
+        q = np.frombuffer(data, dtype="<i2").reshape(-1, dim)[:n]
+        if q.shape[0] != n or not np.array_equal(q[:n0], ten["q"]):
+            raise ServiceStateError(f"the stored index of tenant {t} does not extend the one served (leaf {pos})")
+        docs = decode(self.stored_file(f"docs/{t}.json"), what="documents")["texts"][:n]
+        r = self.policy.retrieval
+        ten["q"], ten["retriever"] = q, TenantRetriever(docs, q, r.score_clip, r.score_shift)
+        for ep in self.epochs:
+            ep.filters[t] = IndividualRenyiFilter(self.spend_store(t, n), ep.budget)
+            ep.algorithms.pop(t, None)
+        ten["filter"] = self.epochs[-1].filters[t]
+
     def account_key(self, name: str) -> str | None:
         """The account's current key (None: not registered), re-reading the registry's leaves once on a miss."""
         entry = self.registry.get(name)
@@ -227,6 +263,8 @@ class Window:
                         self.signer = self._signer_for(self.keys.current.vkey())
                     elif rec.get("type") == "policy":
                         self._load_epoch(pos, rec)
+                    elif rec.get("type") == "documents":
+                        self._load_documents(pos, rec)
                     else:
                         self.registry.apply(pos, rec, self.tenants)
                 except DpragError as e:  # RegistryError, KeyLeafError: the store was written around the rule

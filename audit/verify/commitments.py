@@ -128,19 +128,31 @@ def check_8_3_commitments(run: Run, corpus: dict[str, list[str]] | None, reembed
             data = b.index_files.get(name)
             if data is None:
                 raise EncodingError(f"auditor/index/{name}.i16 is missing")
-            if not is_int(dim, 1, 1 << 16) or len(data) != 2 * n_docs * dim:
+            # the whole index the bundle's cut holds: genesis's rows, then those of its documents leaves (§3.5)
+            if not is_int(dim, 1, 1 << 16):
                 raise EncodingError(f"auditor/index/{name}.i16 has the wrong size")
-            q = np.frombuffer(data, dtype="<i2").reshape(n_docs, cast(int, dim))  # is_int checked dim
+            width = 2 * cast(int, dim)  # is_int checked it
+            if len(data) % width or len(data) < n_docs * width:
+                raise EncodingError(f"auditor/index/{name}.i16 has the wrong size")
+            total = len(data) // width
+            q = np.frombuffer(data, dtype="<i2").reshape(total, width // 2)
             docs = decode(b.docs_files.get(name, b"null"), what=f"auditor/docs/{name}.json")
-            if not isinstance(docs, dict) or set(docs) - {"zk_blinding"} != {
+            if not isinstance(docs, dict) or set(docs) - {"zk_blinding", "additions"} != {
                 "ids",
                 "salts",
                 "text_sha256",
                 "index_salt",
             }:
                 raise EncodingError(
-                    f"auditor/docs/{name}.json: must be {{ids, salts, text_sha256, index_salt}} (+ zk_blinding)"
+                    f"auditor/docs/{name}.json: must be {{ids, salts, text_sha256, index_salt}} (+ zk_blinding, "
+                    "additions)"
                 )
+            additions = docs.get("additions", [])
+            if not isinstance(additions, list) or not all(
+                isinstance(a, dict) and set(a) == {"pos", "salt"} and is_int(a["pos"], 1) and is_hex(a["salt"], 16)
+                for a in additions
+            ):
+                raise EncodingError(f'auditor/docs/{name}.json: additions must be [{{"pos", "salt"}}]')
             zk_blinding = docs.get("zk_blinding")
             if ("Z_idx" in t) != (zk_blinding is not None) or (
                 zk_blinding is not None
@@ -149,18 +161,19 @@ def check_8_3_commitments(run: Run, corpus: dict[str, list[str]] | None, reembed
                 raise EncodingError(f"auditor/docs/{name}.json: zk_blinding (decimal) exactly for a tenant with Z_idx")
             if not is_hex(docs["index_salt"], cm.SALT_BYTES):
                 raise EncodingError(f"auditor/docs/{name}.json: index_salt must be {cm.SALT_BYTES} bytes of hex")
-            if cm.index_commitment(q, bytes.fromhex(docs["index_salt"])) != t["C_idx"]:
+            if cm.index_commitment(q[:n_docs], bytes.fromhex(docs["index_salt"])) != t["C_idx"]:
                 raise EncodingError(f"auditor/index/{name}.i16 does not open C_idx")
-            docs = {k: v for k, v in docs.items() if k not in ("index_salt", "zk_blinding")}
+            docs = {k: v for k, v in docs.items() if k not in ("index_salt", "zk_blinding", "additions")}
             if (
-                any(not isinstance(docs[k], list) or len(docs[k]) != n_docs for k in docs)
+                any(not isinstance(docs[k], list) or len(docs[k]) != total for k in docs)
                 or not all(isinstance(x, str) for x in docs["ids"])
                 or not all(is_hex(s, cm.SALT_BYTES) for s in docs["salts"])
                 or not all(is_hex(h, 32) for h in docs["text_sha256"])
             ):
                 raise EncodingError(f"auditor/docs/{name}.json: must hold n_docs ids, salts and text hashes")
             hashes = [bytes.fromhex(h) for h in docs["text_sha256"]]
-            if cm.documents_commitment([bytes.fromhex(s) for s in docs["salts"]], docs["ids"], hashes) != t["C_docs"]:
+            doc_salts = [bytes.fromhex(s) for s in docs["salts"]]
+            if cm.documents_commitment(doc_salts[:n_docs], docs["ids"][:n_docs], hashes[:n_docs]) != t["C_docs"]:
                 raise EncodingError(f"auditor/docs/{name}.json does not open C_docs")
             first_of: dict[bytes, int] = {}
             for i, h in enumerate(hashes):  # one text, one budget: a copy under another id would get its own filter
@@ -176,19 +189,23 @@ def check_8_3_commitments(run: Run, corpus: dict[str, list[str]] | None, reembed
                 # only join, at the end of the index: §3.1)
                 texts, head = corpus[name], run.history is None or run.history.is_last(run)
                 if (
-                    len(texts) < n_docs
-                    or (head and len(texts) != n_docs)
-                    or any(cm.text_hash(x) != h for x, h in zip(texts[:n_docs], hashes, strict=False))
+                    len(texts) < total
+                    or (head and len(texts) != total)
+                    or any(cm.text_hash(x) != h for x, h in zip(texts[:total], hashes, strict=False))
                 ):
                     raise EncodingError(f"the corpus given for tenant {name!r} is not the committed one (C_docs)")
                 given_ids = getattr(corpus, "ids", {}).get(name)
-                if given_ids is not None and list(given_ids)[:n_docs] != list(docs["ids"]):
+                if given_ids is not None and list(given_ids)[:total] != list(docs["ids"]):
                     raise EncodingError(f"the corpus given for tenant {name!r} has other document ids (C_docs)")
                 run.ok("corpus")
             run.tenants[name] = {
                 "q": q,
                 "qf": q.astype(np.float64),
-                "n": n_docs,
+                "n": total,  # the whole cut; the documents leaves commit the rows above genesis's (_documents_leaf)
+                "sizes": [(0, n_docs)],  # (position, committed documents from there on), §3.5
+                "salts": doc_salts,
+                "hashes": hashes,
+                "additions": {a["pos"]: a["salt"] for a in additions},
                 "dim": dim,
                 "ids": docs["ids"],
                 "Z_idx": int(t["Z_idx"]) if "Z_idx" in t else None,
@@ -383,6 +400,39 @@ def _policy_leaf(run: Run, i: int, rec: dict[str, Any], openings: dict[int, dict
     run.epochs.append(EpochView(k, i, policy, seed))
 
 
+DOCUMENTS_LEAF_KEYS = {"type", "tenant", "first", "count", "C_idx", "C_docs"}
+
+
+def _documents_leaf(run: Run, i: int, rec: dict[str, Any]) -> None:
+    """§3.5: a documents leaf appends ``count`` documents at the end of its tenant's index; C_idx opens over the whole
+    index after the addition (with the addition's salt), C_docs over the new documents alone."""
+    try:
+        if set(rec) != DOCUMENTS_LEAF_KEYS or not all(is_hex(rec[f], 32) for f in ("C_idx", "C_docs")):
+            raise EncodingError(f"not a well-formed documents leaf {sorted(DOCUMENTS_LEAF_KEYS)}")
+        ten = run.tenants.get(rec["tenant"]) if isinstance(rec["tenant"], str) else None
+        if ten is None:
+            raise EncodingError(f"names tenant {excerpt(rec['tenant'])}, which genesis does not commit")
+        first, count = rec["first"], rec["count"]
+        have = ten["sizes"][-1][1]
+        if first != have or not is_int(count, 1, 1 << 31) or first + count > ten["n"]:
+            raise EncodingError(
+                f"appends at {excerpt(first)}, not at the tenant's {have} documents, or past the bundle's"
+            )
+        salt = ten["additions"].get(i)
+        if salt is None:
+            raise EncodingError("the bundle holds no index salt for this addition (auditor/docs additions)")
+        end = first + count
+        if cm.index_commitment(ten["q"][:end], bytes.fromhex(salt)) != rec["C_idx"]:
+            raise EncodingError("the index after the addition does not open C_idx")
+        ids, salts, hashes = ten["ids"][first:end], ten["salts"][first:end], ten["hashes"][first:end]
+        if cm.documents_commitment(salts, ids, hashes) != rec["C_docs"]:
+            raise EncodingError("the added documents do not open C_docs")
+        ten["sizes"].append((i, end))
+        run.ok("documents_leaves")
+    except EncodingError as e:
+        run.fail("commitments", f"leaf {i}: {e}")
+
+
 def _state_leaves(run: Run, g: dict[str, Any]) -> None:
     """§3.2 and §3.3: the registry's and the provider key's leaves, in log order, each under the one rule the
     provider applied when it appended it (``Registry.apply``, ``KeyChain.apply``): ``run.registry`` and ``run.keys``
@@ -404,6 +454,9 @@ def _state_leaves(run: Run, g: dict[str, Any]) -> None:
         if kind == "policy":
             _policy_leaf(run, i, rec, epochs)
             continue
+        if kind == "documents":
+            _documents_leaf(run, i, rec)
+            continue
         if kind == "key" and keys is not None:
             try:
                 keys.apply(i, rec)
@@ -422,5 +475,11 @@ def _state_leaves(run: Run, g: dict[str, Any]) -> None:
             run.accounts[rec["account"]] = {"account": rec["account"], "tenant": rec["tenant"], "key": rec["key"]}
         run.ok("registry_leaves")
     run.registry, run.keys = reg, keys
+    for t, v in run.tenants.items():
+        if v["sizes"][-1][1] != v["n"]:
+            run.fail(
+                "commitments",
+                f"tenant {excerpt(t)}: the bundle holds {v['n']} documents, the log commits {v['sizes'][-1][1]}",
+            )
     if keys is not None and run.b.vkey is not None and run.b.vkey != keys.current.vkey():
         run.fail("commitments", "public/provider.vkey is not the log's current provider key (after its rotations)")

@@ -66,14 +66,15 @@ def check_8_9_generation(run: Run) -> None:
         try:
             if digest(op.get("charge")) != rec["h_charge"]:
                 raise EncodingError("h_charge does not match the opened charges")
-            got, bins = _opened_charges(op["charge"], run.tenants[t]["n"])
+            n = run.n_docs_at(t, i)  # the tenant's documents at this position (§3.5)
+            got, bins = _opened_charges(op["charge"], n)
             if op["charge"]["algorithm"] != pol.generation.algorithm:
                 raise EncodingError("the charge's algorithm differs from the policy")
             want, want_bins = expected_charges(
                 pol,
                 rules[ep.number],
-                scores_of(run, i),
-                spent[t],
+                scores_of(run, i)[:n],
+                spent[t][:n],
                 request_source(seed, "select", bytes.fromhex(rec["h_req"])),
             )
             if bins != want_bins:

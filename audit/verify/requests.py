@@ -33,7 +33,7 @@ def _request_leaf(run: Run | _LeafView, i: int) -> _LeafResult:
     rec = run.records[i]
     if rec is None:
         return None
-    if rec.get("type") in REGISTRY_TYPES or rec.get("type") in ("key", "policy"):
+    if rec.get("type") in REGISTRY_TYPES or rec.get("type") in ("key", "policy", "documents"):
         return None  # §3.2: checked in log order by §8.3 (run.registry)
     if rec.get("type") == "close" and set(rec) == {"type", "next"} and is_hex(rec["next"], 32):
         if i != run.n - 1:

@@ -36,8 +36,8 @@ FORK_MIN_JOBS = 8
 #: tenants of at least this many documents: the replay maps only the noise words that can reach the top K
 LARGE_TENANT = 1 << 14
 
-#: a retrieval job: (tenant, epoch, keep its scores, [(pos, h_req, h_top, its opening line)])
-_Job = tuple[str, int, bool, list[tuple[int, str, str, bytes | None]]]
+#: a retrieval job: (tenant, epoch, its documents then, keep its scores, [(pos, h_req, h_top, its opening line)])
+_Job = tuple[str, int, int, bool, list[tuple[int, str, str, bytes | None]]]
 
 
 @guarded("retrieval")
@@ -60,16 +60,15 @@ def check_8_8_retrieval(run: Run, chosen: list[int]) -> None:
     for a in range(0, len(chosen), ScoreCache.BLOCK):
         block = chosen[a : a + ScoreCache.BLOCK]
         found: list[tuple[int, str | None]] = []
-        groups: dict[tuple[str, int], list[int]] = {}
+        groups: dict[tuple[str, int, int], list[int]] = {}
         for i in block:
             rec, ep = records[i], run.epoch_at(i)
             if rec["tenant"] not in cast("Policy", ep.policy).retrieval.enabled_tenants or rec["type"] != "query":
                 found.append((i, None))  # no citations released (§8.7 already refused any recorded here)
             else:  # missing citations are found in the job (the opening is parsed there)
-                groups.setdefault((rec["tenant"], ep.number), []).append(i)
+                groups.setdefault((rec["tenant"], ep.number, run.n_docs_at(rec["tenant"], i)), []).append(i)
         ids: list[int] = []
-        for (t, k), group in groups.items():
-            n = run.tenants[t]["n"]
+        for (t, k, n), group in groups.items():
             step = scored.rows_for(n)
             for c in range(0, len(group), step):
                 ps = group[c : c + step]
@@ -78,7 +77,7 @@ def check_8_8_retrieval(run: Run, chosen: list[int]) -> None:
                 room -= size if keep else 0
                 ids.append(len(jobs))
                 jobs.append(
-                    (t, k, keep, [(i, records[i]["h_req"], records[i]["h_top"], run.openings.line(i)) for i in ps])
+                    (t, k, n, keep, [(i, records[i]["h_req"], records[i]["h_top"], run.openings.line(i)) for i in ps])
                 )
         plans.append((block, found, ids))
     ctx = _RetrievalCtx(run, table, {job[0] for job in jobs})
@@ -94,7 +93,7 @@ def check_8_8_retrieval(run: Run, chosen: list[int]) -> None:
                 got, compact = results[j]
                 found.extend(got)
                 if compact is not None:
-                    scored.keep_compact([x[0] for x in jobs[j][3]], compact)
+                    scored.keep_compact([x[0] for x in jobs[j][4]], compact)
                 results[j] = None
             for i, what in sorted(found, key=lambda x: x[0]):
                 if what is None:
@@ -121,12 +120,13 @@ def _retrieval_job(run: _RetrievalCtx, job: _Job) -> tuple[list[tuple[int, str |
     [(pos, reason or None)] and, if asked, their compact scores; None on anything unexpected (the parent then
     replays those leaves one by one)."""
     try:
-        t, epoch, keep, leaves = job
+        t, epoch, n, keep, leaves = job
         r, cache, table = run.policy.retrieval, run.scores, cast("DiscreteGaussianTable", run.table)  # jobs: a table
         K, seed = run.epochs[epoch]
-        n = run.tenants[t]["n"]
         ops = [json.loads(cast(bytes, x[3])) for x in leaves]  # canonical lines (§8.2), whose Q §8.7 checked
-        scores = cache.score_rows(t, [bytes.fromhex(op["qemb"]) for op in ops])
+        # the scores of the index prefix the query saw (§3.5): a row's scores do not depend on the other rows
+        full = cache.score_rows(t, [bytes.fromhex(op["qemb"]) for op in ops])  # kept whole: the cache's rows
+        scores = full[:, :n]
         words = np.empty((len(leaves), n), dtype=np.uint64)
         for k, op in enumerate(ops):
             words[k] = retrieval_source(seed, t, bytes.fromhex(op["qemb"])).uint64(n)
@@ -146,7 +146,7 @@ def _retrieval_job(run: _RetrievalCtx, job: _Job) -> tuple[list[tuple[int, str |
             )
             for k, (x, op) in enumerate(zip(leaves, ops, strict=False))
         ]
-        return out, (cache.compact(scores) if keep else None)
+        return out, (cache.compact(full) if keep else None)
     except Exception:  # noqa: BLE001 — see the docstring
         return None
 
@@ -162,11 +162,11 @@ def _retrieval_one_by_one(run: Run, block: list[int], table: DiscreteGaussianTab
                 continue
             if op.get("top") is None:
                 raise EncodingError("citations missing for a tenant with the retrieval channel on")
+            n = run.n_docs_at(rec["tenant"], i)
             z = cast("DiscreteGaussianTable", table).sample(  # a table whenever a leaf is chosen
-                run.tenants[rec["tenant"]]["n"],
-                retrieval_source(run.seed_at(i), rec["tenant"], bytes.fromhex(op["qemb"])),
+                n, retrieval_source(run.seed_at(i), rec["tenant"], bytes.fromhex(op["qemb"]))
             )
-            what = _retrieval_leaf(rec, op, noisy_top_k(scores_of(run, i), z, r.K))
+            what = _retrieval_leaf(rec, op, noisy_top_k(scores_of(run, i)[:n], z, r.K))
             if what is not None:
                 raise EncodingError(what)
             run.ok("retrieval")

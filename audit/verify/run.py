@@ -98,6 +98,14 @@ class Run:
         """The policy of the leaf at ``pos`` (the checks after §8.4 run only with every epoch's policy)."""
         return cast(Policy, self.epoch_at(pos).policy)
 
+    def n_docs_at(self, tenant: str, pos: int) -> int:
+        """The documents ``tenant`` had for the leaf at ``pos`` (genesis's, then its documents leaves below, §3.5)."""
+        n = 0
+        for at, size in self.tenants[tenant].get("sizes") or [(0, self.tenants[tenant]["n"])]:
+            if at < pos or at == 0:
+                n = size
+        return n
+
     def seed_at(self, pos: int) -> bytes:
         return cast(bytes, self.epoch_at(pos).seed)
 

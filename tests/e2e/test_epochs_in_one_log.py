@@ -208,3 +208,91 @@ def test_the_key_signer_name_is_kept(tmp_path):
     svc.rotate_key(NoteSigner.generate("dprag-next"))
     assert svc.signer.name == "dprag-next"
     svc.close()
+
+
+# ------------------------------------------------------------------------------------------------------------
+# documents join the log (§3.5)
+# ------------------------------------------------------------------------------------------------------------
+NEW = {"n-1": "asthma inhaler spacer technique note", "n-2": "garden compost rain barrel note"}
+
+
+def test_documents_added_mid_log_are_served_and_each_query_replays_over_its_prefix(tmp_path):
+    """alice asks, two documents join the clinic, alice asks again: PASS; the first query replays over the 60
+    documents it saw, the second over 62; with --corpus the whole corpus is checked and re-embedded."""
+    svc = fx.open_service(tmp_path / "svc")
+    alice = fx.client(svc, "alice")
+    first = alice.ask(svc, "asthma protocol inhaler patient")
+    n0 = len(svc.tenants["clinic"]["retriever"])
+    pos = svc.add_documents("clinic", NEW)
+    assert len(svc.tenants["clinic"]["retriever"]) == n0 + 2
+    second = alice.ask(svc, "asthma inhaler spacer technique")
+    assert first.pos < pos < second.pos
+    bundle = svc.export_bundle(tmp_path / "bundle")
+    corpus = {"clinic": list(fx.CLINIC), "legal": list(fx.LEGAL)}
+    corpus["clinic"] += list(NEW.values())
+    svc.close()
+    v = verify(bundle, receipts=_receipts(tmp_path / "r.jsonl", [alice]))
+    assert v.verdict == "PASS" and v.checked["documents_leaves"] == 1 and v.checked["receipts_accepted"] == 2, v.reasons
+    from dprag.audit.testing.toy import HashEmbedder
+
+    v = verify(bundle, corpus=corpus, embedder=HashEmbedder(32))
+    assert v.verdict == "PASS" and v.checked["documents_reembedded"] == sum(len(x) for x in corpus.values()), v.reasons
+
+
+def test_adding_documents_refuses_copies_known_ids_and_spends_nothing(tmp_path):
+    svc = fx.open_service(tmp_path / "svc")
+    size = svc.ledger.size
+    existing = fx.CLINIC[0]
+    for docs, rule in (
+        ({"n-9": existing}, "same text"),
+        ({"0": "a brand new text"}, "already in the corpus"),
+        ({"a": "same new text", "b": "same new text"}, "same text"),
+        ({}, "at least one"),
+    ):
+        with pytest.raises(InvalidParameterError, match=rule):
+            svc.add_documents("clinic", docs)
+    with pytest.raises(InvalidParameterError, match="not a tenant"):
+        svc.add_documents("nowhere", NEW)
+    assert svc.ledger.size == size
+    svc.close()
+
+
+def test_a_provider_that_commits_other_rows_than_it_serves_fails(tmp_path):
+    """The provider adds two documents, then hands the auditor an index whose added rows differ (or a bundle that
+    drops the addition's salt): FAIL `commitments` naming the documents leaf."""
+    import json
+
+    svc = fx.open_service(tmp_path / "svc")
+    fx.client(svc, "alice").ask(svc, "asthma protocol inhaler patient")
+    pos = svc.add_documents("clinic", NEW)
+    bundle = svc.export_bundle(tmp_path / "bundle")
+    svc.close()
+    index = bundle / "auditor" / "index" / "clinic.i16"
+    data = bytearray(index.read_bytes())
+    data[-1] ^= 1  # the last added row, changed
+    index.write_bytes(bytes(data))
+    v = verify(bundle)
+    assert v.verdict == "FAIL" and any(f"leaf {pos}: the index after the addition" in r for r in v.reasons), v.reasons
+    data[-1] ^= 1
+    index.write_bytes(bytes(data))
+    docs_path = bundle / "auditor" / "docs" / "clinic.json"
+    docs = json.loads(docs_path.read_text())
+    del docs["additions"]
+    docs_path.write_bytes(encode(docs))
+    v = verify(bundle)
+    assert v.verdict == "FAIL" and any("no index salt for this addition" in r for r in v.reasons), v.reasons
+
+
+def test_a_replica_serves_documents_another_one_added(tmp_path):
+    a = fx.open_service(tmp_path / "svc")
+    b = ProviderService.open(tmp_path / "svc", embedder=a.embedder, generator=a.committed_generator)
+    a.add_documents("clinic", NEW)
+    served = fx.client(b, "alice").ask(b, "asthma inhaler spacer technique")
+    assert len(b.tenants["clinic"]["retriever"]) == len(a.tenants["clinic"]["retriever"])
+    c = ProviderService.open(tmp_path / "svc", embedder=a.embedder, generator=a.committed_generator)  # restarted
+    assert c.tenants["clinic"]["q"].shape == a.tenants["clinic"]["q"].shape
+    bundle = c.export_bundle(tmp_path / "bundle")
+    for s in (a, b, c):
+        s.close()
+    v = verify(bundle)
+    assert v.verdict == "PASS" and served.pos in range(1, v.history["size"]), v.reasons
