@@ -52,6 +52,13 @@ MUST_FAIL: dict[str, tuple[str, ...]] = {
     "refusal_of_recorded": ("receipts",),  # a refusal at a size above the leaf that holds the request
     "refusal_false_rule": ("receipts",),  # "not the next counter" at the size just below the request's leaf
     "refusal_fork": ("receipts",),  # a refusal signed at another root than the ledger's at its size
+    # state leaves the provider inserts into its own log (spec/protocol.md §3.2-§3.5), everything after re-derived:
+    "registry_rekey": ("commitments",),  # an account's name registered again, under a key the provider holds
+    "registry_forged_rotation": ("commitments",),  # an account's key rotated by a signature the provider made
+    "revoke_then_serve": ("requests",),  # an account revoked before a request the log then serves
+    "key_unsigned": ("commitments", "ledger"),  # a provider key rotation the outgoing key did not sign
+    "policy_raises_limit": ("policy", "retrieval", "generation"),  # an epoch with a larger filter limit
+    "documents_forged": ("commitments",),  # a documents leaf whose commitments open to nothing in the bundle
 }
 #: edits that re-derive an honest window: must PASS
 MUST_PASS = ("identity",)
@@ -111,6 +118,76 @@ class Forged:
     openings: dict[int, dict]
     seed_hex: str
     answers: dict[str, str] = field(default_factory=dict)  # h_req -> h_answer to sign instead of the honest one
+    epochs: list[dict] = field(default_factory=list)  # auditor/epochs.json, when the forger opens an epoch
+
+
+def _insert(f: Forged, at: int, leaf: dict) -> None:
+    """Insert ``leaf`` at position ``at``: every later leaf and its opening move up by one."""
+    f.leaves.insert(at, encode(leaf))
+    moved = {}
+    for p, op in f.openings.items():
+        q = p + 1 if p >= at else p
+        moved[q] = {**op, "pos": q}
+    f.openings = moved
+
+
+STATE_KINDS = (
+    "registry_rekey",
+    "registry_forged_rotation",
+    "revoke_then_serve",
+    "key_unsigned",
+    "policy_raises_limit",
+    "documents_forged",
+)
+
+
+def _state_edit(kind: str, f: Forged, rng: random.Random, tenant_of: dict[str, str], chain: str) -> bool:
+    """Insert a state leaf the rules forbid, before a query of the log (everything after it is re-derived)."""
+    from ..protocol.commitments import new_salt, policy_commitment
+    from ..protocol.provider_keys import key_leaf
+    from ..protocol.registry import account_key_leaf
+    from ..protocol.request import AccountKey
+    from .toy import toy_policy
+
+    qs = _queries(f)
+    if not qs:
+        return False
+    mine = AccountKey.generate()
+    if kind == "revoke_then_serve":
+        p = rng.choice(qs)
+        name = f.openings[p]["request"]["account"]
+        _insert(f, rng.randint(1, p), {"type": "account-revoke", "account": name})
+        return True
+    at = rng.randint(1, max(qs))
+    name = rng.choice(sorted(tenant_of))
+    if kind == "registry_rekey":
+        leaf = {"type": "account", "account": name, "tenant": tenant_of[name], "key": mine.vkey}
+    elif kind == "registry_forged_rotation":
+        leaf = account_key_leaf(mine, chain, name, AccountKey.generate().vkey)
+    elif kind == "key_unsigned":
+        new = NoteSigner.generate("forged")
+        leaf = key_leaf(new, chain, new.vkey())
+    elif kind == "policy_raises_limit":
+        bigger = toy_policy(max_queries_per_doc=rng.randint(3, 9))  # the base windows commit M = 2
+        salt, seed = new_salt(), new_seed()
+        leaf = {
+            "type": "policy",
+            "epoch": 1,
+            "C_policy": policy_commitment(salt, bigger.to_bytes()),
+            "C_seed": seed_commitment(seed),
+        }
+        f.epochs = [{"epoch": 1, "pos": at, "policy": bigger.to_dict(), "salt": salt.hex(), "seed": seed.hex()}]
+    else:  # documents_forged
+        leaf = {
+            "type": "documents",
+            "tenant": tenant_of[name],
+            "first": 0,
+            "count": 1,
+            "C_idx": digest({"forged": rng.getrandbits(52)}),
+            "C_docs": digest({"forged docs": rng.getrandbits(52)}),
+        }
+    _insert(f, at, leaf)
+    return True
 
 
 def _queries(f: Forged) -> list[int]:
@@ -129,6 +206,8 @@ def _prefix_roots(leaves: list[bytes]) -> dict[int, bytes]:
 def _edit(kind: str, f: Forged, rng: random.Random, n_docs: dict[str, int], tenant_of: dict[str, str]) -> bool:
     """Apply ``kind`` to ``f``; False when this window offers nothing to edit (the case is skipped)."""
     qs = _queries(f)
+    if kind in STATE_KINDS:
+        return _state_edit(kind, f, rng, tenant_of, hashlib.sha256(f.leaves[0]).hexdigest())
     if kind == "identity" or kind.startswith("refusal_"):
         return True  # a refusal kind re-derives the window and adds its refusal after (``forge``)
     if kind in ("charge_drop", "charge_add", "charge_units"):
@@ -240,6 +319,8 @@ def forge(base: Base, kind: str, rng: random.Random, out: Path) -> tuple[Path, P
     (b / "public" / "genesis.json").write_bytes(f.leaves[0])
     (b / "public" / "checkpoints.txt").write_bytes(sign_checkpoint(Checkpoint(base.origin, n, root, ()), base.signer))
     (b / "auditor" / "seed.hex").write_text(f.seed_hex)
+    if f.epochs:
+        (b / "auditor" / "epochs.json").write_bytes(encode(f.epochs))
     (b / "auditor" / "openings.jsonl").write_bytes(b"".join(encode(f.openings[p]) + b"\n" for p in sorted(f.openings)))
     # re-sign every receipt at its leaf's size (pos + 1); the accounts' requests and questions are what they were
     roots_at = _prefix_roots(f.leaves)

@@ -343,8 +343,7 @@ def render_report(
     L.append(
         "\nFiles: `bundle/` (public/ may be published; auditor/ is confidential), `receipts.jsonl`, "
         "`verdict.json`, `answers.jsonl`, `lowk/`, `plots/`, `auditor-zk/` (the auditor's verification key); "
-        "`provider/` and `provider-2/` are the provider's private state of the history's two windows (signing keys, "
-        "seeds).\n"
+        "`provider/` is the provider's private state of the log (signing keys, each epoch's seed).\n"
     )
     return "\n".join(L) + "\n"
 

@@ -150,11 +150,11 @@ def run_demo(
             f"2^{zk.domain.bit_length() - 1}) {'loaded from its cache' if zk.cached else 'made'} in {zk.seconds:.1f} s"
         )
 
-    # Phase B: serve, in two windows of one history (spec/protocol.md §3.1) --------------------------------
-    # Halfway through the script the provider rotates its signing key: it closes the first window, whose last
-    # checkpoint (under the old key) names the successor's genesis, and continues in a second window over the
-    # same corpus. Every document's spend and every account's counter carry over, so the verdict's ε covers the
-    # whole history; the accounts follow it to the new window and key.
+    # Phase B: serve, in two epochs of one log (spec/protocol.md §3.3, §3.4) ------------------------------------
+    # Halfway through the script the provider rotates its signing key (a key leaf signed by the old key, the first
+    # checkpoint covering it signed by both) and starts a second epoch with a fresh seed (a policy leaf). Spend and
+    # counters simply continue in the one log, so the verdict's ε covers both epochs; each account's client follows
+    # the rotation from the key it pinned, through the rotation's inclusion under the old key's checkpoint.
     t = time.perf_counter()
     served: list[Served] = []
     batches: list = []  # per served request: its voters' and fallback's batch (latency.Recording.take)
@@ -166,31 +166,22 @@ def run_demo(
     try:
         for i, req in enumerate(prog.bar(script, total=len(script), desc="serving queries")):
             if i == half:
-                if zk is not None:  # the first window's proofs, before it closes
-                    n_proofs += svc.attest(zk.pk)
-                old = svc
-                svc = old.next_window(
-                    out / "provider-2",
-                    policy=build_policy(cfg, window=f"{cfg.window}-2"),
-                    signer=NoteSigner.generate(f"dprag-{cfg.window}-2"),
-                )
-                old.close()
-                for c in clients.values():
-                    c.next_window(svc.policy.window, svc.signer.vkey())
+                svc.rotate_key(NoteSigner.generate(f"dprag-{cfg.window}-2"))
+                svc.set_policy(build_policy(cfg, window=cfg.window))
             t0 = time.perf_counter()
             r = clients[req.account].ask(svc, req.question)
             served.append(Served(req, svc.policy.window, r.pos, r.answer, r.citations, time.perf_counter() - t0))
             batches.append(recording.take())
             kept = clients[req.account].receipts[-1]  # what the account hands the auditor: receipt, citations, request
             receipts.append(encode({k: kept[k] for k in ("receipt", "top", "request")}).decode())
-        timings["serve queries (two windows; key rotated halfway)"] = time.perf_counter() - t
+        timings["serve queries (two epochs; key rotated halfway)"] = time.perf_counter() - t
         (out / "receipts.jsonl").write_text("".join(x + "\n" for x in receipts))
         if zk is not None:  # the provider proves every zk-tenant query with the auditor's proving key
             t = time.perf_counter()
             n_proofs += svc.attest(zk.pk)
             timings["zk prove (provider)"] = time.perf_counter() - t
             echo(f"  zk: {n_proofs} Groth16 proof(s)")
-        bundle = svc.export_bundle(out / "bundle")  # the second window's bundle nests the first under previous/
+        bundle = svc.export_bundle(out / "bundle")  # one log: both epochs, the rotation and every query
         budget_units = int(svc.budget.units[0])
     finally:
         svc.close()

@@ -260,11 +260,12 @@ def test_toy_run_passes_and_writes_every_output(toy_run):
         assert (out / "plots" / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     v = json.loads((out / "verdict.json").read_text())
     assert v["verdict"] == "PASS" and v["reasons"] == []
-    # one history of two windows: the key rotated halfway, every receipt of both windows checked (spec/protocol.md §3.1)
-    assert v["history"]["windows"] == [cfg.window, f"{cfg.window}-2"] and v["history"]["chain_pinned"]
+    # one log of two epochs: the key rotated halfway, every receipt of both checked (spec/protocol.md §3.3, §3.4)
+    assert v["history"]["windows"] == [cfg.window] and v["history"]["chain_pinned"]
+    assert len(v["history"]["key_rotations"]) == 1 and v["checked"]["epochs"] == 1 and v["checked"]["key_rotations"]
     assert v["checked"]["receipts_accepted"] == v["checked"]["queries"] == cfg.n_queries()
     assert (out / "provider.vkey").read_text() != (out / "bundle" / "public" / "provider.vkey").read_text()
-    assert sorted({s.window for s in res.served}) == [cfg.window, f"{cfg.window}-2"]
+    assert sorted({s.window for s in res.served}) == [cfg.window]
     report = (out / "report.md").read_text()
     assert "**Verdict: PASS**" in report and all(text in report for text in v["attestation"].values())
     assert "Trust model" in report and v["checked"]["queries_with_account_confirmed_q"] == v["checked"]["queries"]
