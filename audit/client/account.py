@@ -69,6 +69,8 @@ class AccountClient:
         #: the provider keys this client trusts, with the leaf position each took effect at: the pinned one, then
         #: each rotation it followed (``follow_rotations``; spec/protocol.md §3.3)
         self.key_eras: list[tuple[int, str]] = [] if provider_vkey is None else [(0, provider_vkey)]
+        #: the proof of each rotation followed: handed to the auditor with the receipts (``export_receipts``)
+        self.rotation_proofs: list[dict[str, Any]] = []
         self.embedder, self.embedding_scale = embedder, embedding_scale
         self.dir = None if directory is None else Path(directory)
         self.nonces = nonces
@@ -98,9 +100,10 @@ class AccountClient:
                     self.kept[name] = [loads_bounded(x, what=what) for x in lines if x.strip()]
             kpath = self.dir / "provider_keys.json"
             if kpath.is_file() and provider_vkey is not None:
-                eras = [(int(p), str(k)) for p, k in loads_bounded(kpath.read_bytes(), what=str(kpath))]
+                kept = loads_bounded(kpath.read_bytes(), what=str(kpath))
+                eras = [(int(p), str(k)) for p, k in kept["eras"]]
                 if eras and eras[0][1] == provider_vkey:  # followed from the key pinned now
-                    self.key_eras = eras
+                    self.key_eras, self.rotation_proofs = eras, list(kept["proofs"])
                     self.provider_vkey = eras[-1][1]
             for e in self.receipts:
                 r = e["receipt"]
@@ -249,11 +252,12 @@ class AccountClient:
                 self._keep("incidents.jsonl", {"field": "rotation", "rule": str(e), "proof": proof})
                 raise ReceiptError("rotation", f"a key rotation does not follow from the trusted key: {e}") from None
             self.key_eras.append((pos, new.vkey()))
+            self.rotation_proofs.append(proof)
             self.provider_vkey = new.vkey()
             done += 1
         if done and self.dir is not None:
             tmp = self.dir / "provider_keys.json.tmp"
-            tmp.write_bytes(encode([[p, k] for p, k in self.key_eras]))
+            tmp.write_bytes(encode({"eras": [[p, k] for p, k in self.key_eras], "proofs": self.rotation_proofs}))
             os.replace(tmp, self.dir / "provider_keys.json")
         return done
 
@@ -412,5 +416,7 @@ class AccountClient:
         lines += [
             encode({k: e[k] for k in ("refusal", "request") if k in e}) for e in self.kept.get("refusals.jsonl", [])
         ]
+        # the key rotations this client followed: the auditor follows them too (receipts beyond its bundle)
+        lines += [encode({"rotation": proof}) for proof in self.rotation_proofs]
         p.write_bytes(b"".join(x + b"\n" for x in lines))
         return p

@@ -5,6 +5,7 @@ receipt FAILs the bundle if the ledger contradicts it (truncation, a fork, anoth
 
 from __future__ import annotations
 
+import copy
 from functools import partial
 from typing import Any, cast
 
@@ -59,7 +60,7 @@ class _ReceiptCtx:
     the key travels as its vkey (its Ed25519 key object does not pickle) and is parsed again there."""
 
     def __init__(self, run: Run):
-        self.genesis, self.keys = run.genesis, run.keys  # KeyChain pickles its keys as vkeys
+        self.genesis, self.keys = run.genesis, run.receipt_keys or run.keys  # KeyChain pickles its keys as vkeys
 
 
 def _one_receipt(run: Run | _ReceiptCtx, line: bytes) -> tuple[dict[str, Any], list[int] | None, str | None] | str:
@@ -115,6 +116,7 @@ def parse_receipts(run: Run, data: bytes | list[tuple[int, bytes]]) -> list[_Val
         while lines and not lines[-1].strip():
             lines.pop()
         numbered = list(enumerate(lines))
+    numbered = _take_rotations(run, numbered)
     numbered = _take_refusals(run, numbered)
     line_of = dict(numbered)
     seen: dict[bytes, int] = {}
@@ -144,6 +146,45 @@ def parse_receipts(run: Run, data: bytes | list[tuple[int, bytes]]) -> list[_Val
     return valid
 
 
+def _take_rotations(run: Run, numbered: list[tuple[int, bytes]]) -> list[tuple[int, bytes]]:
+    """The provider key rotations beyond the bundle that the accounts followed and hand in (``{"rotation": proof}``
+    lines, ``AccountClient.export_receipts``; spec/protocol.md §3.3): each, in log order, must follow from the key
+    before it (``provider_keys.follow``: the leaf's inclusion under the dual-signed checkpoint); the receipts and
+    refusals beyond the bundle signed by the keys they name are then checked (§8.6: with a consistency proof, else
+    INCOMPLETE). One that does not follow is rejected evidence. Returns the other lines."""
+    from ..protocol.provider_keys import follow
+
+    rest, proofs = [], []
+    for k, line in numbered:
+        if b'"rotation"' not in line:
+            rest.append((k, line))
+            continue
+        try:
+            obj = decode_content(line, what="rotation line")
+        except EncodingError as e:
+            run.rejected.append(f"receipt {k}: {e}")
+            continue
+        if isinstance(obj, dict) and set(obj) == {"rotation"} and isinstance(obj["rotation"], dict):
+            proofs.append((k, obj["rotation"]))
+        else:
+            rest.append((k, line))
+    if not proofs or run.keys is None or run.genesis is None:
+        return rest
+    keys = copy.deepcopy(run.keys)
+    origin = f"dprag/{run.genesis['window']}"
+    for k, proof in sorted(proofs, key=lambda x: x[1].get("pos") if is_int(x[1].get("pos"), 0) else -1):
+        pos = proof.get("pos")
+        if not is_int(pos, 0) or pos < run.n or pos <= keys.eras[-1][0]:
+            continue  # inside the bundle (its own key leaves rule there), or one already followed
+        try:
+            keys.eras.append(follow(keys.current, origin, proof))
+            run.ok("rotations_followed")
+        except EncodingError as e:
+            run.rejected.append(f"receipt {k}: a key rotation that does not follow from the log's key ({e})")
+    run.receipt_keys = keys
+    return rest
+
+
 def _refusal_under(refusal: Any, key: NoteVerifier) -> dict[str, Any]:
     return verify_refusal(refusal, key)
 
@@ -166,7 +207,7 @@ def _take_refusals(run: Run, numbered: list[tuple[int, bytes]]) -> list[tuple[in
                 raise EncodingError("no provider key to check it against")
             rf = obj["refusal"]
             size = rf.get("size") if isinstance(rf, dict) else None
-            body = run.keys.verifying(size, partial(_refusal_under, rf), "refusal")
+            body = (run.receipt_keys or run.keys).verifying(size, partial(_refusal_under, rf), "refusal")
             if body["window"] != run.genesis["window"]:
                 raise EncodingError(f"names window {excerpt(body['window'])}, not this one")
             req = obj.get("request")

@@ -69,6 +69,9 @@ class Run:
         self.epochs: list[EpochView] = []
         #: the provider's keys along the log (genesis's, then its rotation leaves, §3.3); None before §8.3
         self.keys: KeyChain | None = None
+        #: ``keys`` and the rotations beyond the bundle the accounts handed in (``receipts._take_rotations``): what
+        #: their receipts and refusals are checked under
+        self.receipt_keys: KeyChain | None = None
         self.openings = Openings(b.openings_lines)  # pos -> the opening, parsed on demand from its line
         self.qembs: dict[int, bytes] = {}  # pos -> Q (int16 little-endian) of the leaves §8.7 accepted
         self.queries: list[int] = []  # positions of well-formed query / recovery leaves with a valid request
