@@ -54,6 +54,21 @@ def _opened(note: bytes, origin: str, key: NoteVerifier) -> Checkpoint:
         raise EncodingError(str(e)) from None
 
 
+def _store_files(session, files: Mapping[str, bytes]) -> None:
+    """Keep ``files`` (path -> bytes) in the store's ``window_file``, inside the caller's write transaction: what a
+    state leaf changes commits with the leaf, and every replica reads it from there."""
+    session.executemany(
+        "INSERT INTO window_file (path, data) VALUES (?, ?) ON CONFLICT (path) DO UPDATE SET data = excluded.data",
+        list(files.items()),
+    )
+
+
+def _write_files(directory: Path, files: Mapping[str, bytes]) -> None:
+    """The local copies of ``files`` after the commit (secrets 0600)."""
+    for path, data in files.items():
+        write_atomically(directory / path, data, private=path.startswith("secret/"))
+
+
 def _check_id(field: str, value: str) -> str:
     if not is_identifier(value):
         raise InvalidParameterError(field, f"must be {IDENTIFIER_RULE}", value)
@@ -338,12 +353,9 @@ class ProviderService(Serving):
             # the first checkpoint covering it, signed by both keys, commits with the leaf
             both = sign_checkpoint(Checkpoint(self.origin, pos + 1, root, ()), new, old)
             self.aud.put_checkpoint(pos + 1, both, replace=True)
-            s.execute(  # a replica on another host reads the new key from here (Window._signer_for)
-                "INSERT INTO window_file (path, data) VALUES (?, ?) "
-                "ON CONFLICT (path) DO UPDATE SET data = excluded.data",
-                ("secret/provider.skey", new.skey().encode()),
-            )
-        write_atomically(self.dir / "secret" / "provider.skey", new.skey().encode(), private=True)
+            files = {"secret/provider.skey": new.skey().encode()}
+            _store_files(s, files)  # a replica on another host reads the new key from here (Window._signer_for)
+        _write_files(self.dir, files)
         self.refresh_state()
         self.checkpoint_now()
         return pos
@@ -386,13 +398,8 @@ class ProviderService(Serving):
                 "config/epochs.json": encode([*pub, {"epoch": k, "pos": pos, "policy": policy.to_dict()}]),
                 "secret/epochs.json": encode([*sec, {"epoch": k, "seed": seed.hex(), "salt": salt.hex()}]),
             }
-            s.executemany(  # committed with the leaf: every replica loads the epoch from here (Window._load_epoch)
-                "INSERT INTO window_file (path, data) VALUES (?, ?) "
-                "ON CONFLICT (path) DO UPDATE SET data = excluded.data",
-                list(files.items()),
-            )
-        for path, data in files.items():
-            write_atomically(self.dir / path, data, private=path.startswith("secret/"))
+            _store_files(s, files)  # committed with the leaf: every replica loads the change from here
+        _write_files(self.dir, files)
         self.refresh_state()
         self.checkpoint_now()
         return pos
@@ -455,13 +462,8 @@ class ProviderService(Serving):
                 "config/tenants.json": encode(tmeta),
                 "secret/salts.json": encode(salts),
             }
-            s.executemany(  # committed with the leaf: every replica loads the tenant from here
-                "INSERT INTO window_file (path, data) VALUES (?, ?) "
-                "ON CONFLICT (path) DO UPDATE SET data = excluded.data",
-                list(files.items()),
-            )
-        for path, data in files.items():
-            write_atomically(self.dir / path, data, private=path.startswith("secret/"))
+            _store_files(s, files)  # committed with the leaf: every replica loads the change from here
+        _write_files(self.dir, files)
         self.refresh_state()
         self.checkpoint_now()
         return pos
