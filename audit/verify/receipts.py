@@ -172,9 +172,8 @@ def _take_rotations(run: Run, numbered: list[tuple[int, bytes]]) -> list[tuple[i
         return rest
     keys = copy.deepcopy(run.keys)
     origin = f"dprag/{run.genesis['window']}"
-    for k, proof in sorted(proofs, key=lambda x: x[1].get("pos") if is_int(x[1].get("pos"), 0) else -1):
-        pos = proof.get("pos")
-        if not is_int(pos, 0) or pos < run.n or pos <= keys.eras[-1][0]:
+    for pos, k, proof in sorted((_rotation_pos(p), k, p) for k, p in proofs):
+        if pos < run.n or pos <= keys.eras[-1][0]:
             continue  # inside the bundle (its own key leaves rule there), or one already followed
         try:
             keys.eras.append(follow(keys.current, origin, proof))
@@ -183,6 +182,12 @@ def _take_rotations(run: Run, numbered: list[tuple[int, bytes]]) -> list[tuple[i
             run.rejected.append(f"receipt {k}: a key rotation that does not follow from the log's key ({e})")
     run.receipt_keys = keys
     return rest
+
+
+def _rotation_pos(proof: dict[str, Any]) -> int:
+    """The position a rotation proof names (-1 if it names none: it is then never followed)."""
+    pos = proof.get("pos")
+    return pos if isinstance(pos, int) and not isinstance(pos, bool) and pos >= 0 else -1
 
 
 def _refusal_under(refusal: Any, key: NoteVerifier) -> dict[str, Any]:
