@@ -57,14 +57,17 @@ class AccountClient:
         key: AccountKey,
         *,
         provider_vkey: str | None = None,
+        origin: str | None = None,
         embedder: _Embedder | None = None,
         embedding_scale: int | None = None,
         directory: str | os.PathLike[str] | None = None,
         nonces: RandomStream | None = None,
     ):
-        """``nonces``: a RandomSource for the request nonces (tests only, for reproducible windows; default:
-        the OS CSPRNG — a predictable nonce makes h_q guessable)."""
+        """``origin``: the log's name (``dprag/<chain id>``, ``GET /v1/info``) the account pins with the key; None:
+        the first receipt's, then every later one must name it. ``nonces``: a RandomSource for the request nonces
+        (tests only, for reproducible windows; default: the OS CSPRNG — a predictable nonce makes h_q guessable)."""
         self.account, self.window, self.key = account, window, key
+        self.origin = origin
         self.provider_vkey = provider_vkey
         #: the provider keys this client trusts, with the leaf position each took effect at: the pinned one, then
         #: each rotation it followed (``follow_rotations``; spec/protocol.md §3.3)
@@ -109,6 +112,8 @@ class AccountClient:
                 r = e["receipt"]
                 if self._head is None or r["size"] > self._head[0]:
                     self._head = (r["size"], r["root"], r)
+                if self.origin is None and isinstance(r.get("origin"), str):
+                    self.origin = r["origin"]  # the log its earlier receipts named (pinned on first use)
 
     # -- requests ----------------------------------------------------------------------------------------
     def request(self, question: str) -> Request:
@@ -173,7 +178,12 @@ class AccountClient:
                     body = None if keys is None else keys.verifying(size, partial(verify_refusal, refusal), "refusal")
                 except (EncodingError, DpragError):
                     body = None
-                if body is not None and body["h_req"] == req.h_req.hex() and req.signed["counter"] == self.counter:
+                if (
+                    body is not None
+                    and body["h_req"] == req.h_req.hex()
+                    and body["origin"] == (self.origin or body["origin"])
+                    and req.signed["counter"] == self.counter
+                ):
                     self._keep("refusals.jsonl", {"refusal": refusal, "request": req.signed})
                     self._set_counter(self.counter - 1)  # not consumed: the next request reuses it
             raise
@@ -247,7 +257,8 @@ class AccountClient:
             if proof["pos"] <= self.key_eras[-1][0]:
                 continue
             try:
-                pos, new = follow(NoteVerifier.from_vkey(self.key_eras[-1][1]), str(history.get("origin")), proof)
+                origin = self.origin if self.origin is not None else str(history.get("origin"))
+                pos, new = follow(NoteVerifier.from_vkey(self.key_eras[-1][1]), origin, proof)
             except (EncodingError, DpragError) as e:
                 self._keep("incidents.jsonl", {"field": "rotation", "rule": str(e), "proof": proof})
                 raise ReceiptError("rotation", f"a key rotation does not follow from the trusted key: {e}") from None
@@ -283,13 +294,6 @@ class AccountClient:
             self.follow_rotations(history())
         except Exception:  # noqa: BLE001 - no history, or one that does not follow: the check below refuses
             return
-
-    def next_window(self, window: str, provider_vkey: str) -> None:
-        """Follow the history to its next window (spec/protocol.md §3.1): its id and (after a rotation) its key. The
-        counter carries over; consistency is checked within each window's log, so the head seen is reset."""
-        self.window, self.provider_vkey = window, provider_vkey
-        self.key_eras = [(0, provider_vkey)]
-        self._head = None
 
     # -- receipts ----------------------------------------------------------------------------------------
     def accept(
@@ -328,9 +332,10 @@ class AccountClient:
             named = re.match(r"(receipt(?:\.\w+)?):", why)
             field = "receipt.sig" if "signature" in why else named.group(1) if named else "receipt"
             raise self._incident(req, receipt, field, f"receipt rejected: {why}") from None
-        for f in ("window", "account"):
-            if body[f] != getattr(self, f):
-                raise self._incident(req, receipt, f"receipt.{f}", f"receipt names another {f}")
+        if body["account"] != self.account:
+            raise self._incident(req, receipt, "receipt.account", "receipt names another account")
+        if self.origin is not None and body["origin"] != self.origin:
+            raise self._incident(req, receipt, "receipt.origin", "receipt names another log (origin)")
         if body["counter"] != req.signed["counter"]:
             raise self._incident(req, receipt, "receipt.counter", "receipt answers another request (its counter)")
         if body["h_req"] != req.h_req.hex():
@@ -388,6 +393,8 @@ class AccountClient:
         }
         self.receipts.append(entry)
         self._keep("receipts.jsonl", entry)
+        if self.origin is None:
+            self.origin = body["origin"]  # pinned on first use: every later receipt must name this log
         if self._head is None or body["size"] > self._head[0]:
             self._head = (body["size"], body["root"], receipt)
         return body

@@ -23,6 +23,7 @@ from ..protocol.encoding import loads_bounded, printable
 from ..protocol.ledger.rfc6962 import root_from_leaves
 from ..verify import verify
 from ..verify.estimator import DEFAULT_THETA, DEFAULT_WINDOW
+from ..verify.history import parse_origin
 from ..verify.html import PASS_MEANING, large_epsilon_warning, render_html
 
 SCHEMA_ROOT = "dprag.ledger-root/1"
@@ -197,17 +198,12 @@ class _Progress:
     help="coalition estimator: cosine similarity that links two queries.",
 )
 @click.option(
-    "--window",
-    "expect_window",
+    "--origin",
+    "origin",
     default=None,
-    help="the window id the auditor expects at the bundle's head (an earlier window's bundle handed in instead FAILs)",
-)
-@click.option(
-    "--chain",
-    "chain",
-    default=None,
-    help="the history's chain id (hex SHA-256 of its first genesis) the auditor pinned: a fresh history under the "
-    "same key then FAILs",
+    metavar="ORIGIN",
+    help="the log's origin the auditor pinned, dprag/<chain id> (the chain id: hex SHA-256 of its genesis leaf): a "
+    "fresh log under the same key then FAILs",
 )
 @click.option(
     "--coalition-window",
@@ -252,8 +248,7 @@ def verify_cmd(
     mode: str,
     samples: int | None,
     theta: float,
-    expect_window: str | None,
-    chain: str | None,
+    origin: str | None,
     coalition_window: int | None,
     as_json: bool,
     as_public: bool,
@@ -267,8 +262,11 @@ def verify_cmd(
         raise click.UsageError("--samples needs --mode sampled")
     if not bundle.is_dir():
         raise click.UsageError(f"BUNDLE {bundle}: no such directory")
-    if chain is not None and (len(chain) != 64 or any(c not in "0123456789abcdef" for c in chain)):
-        raise click.UsageError(f"--chain {chain[:80]}: must be 64 lower-case hex characters (the chain id)")
+    if origin is not None:
+        try:
+            origin = parse_origin(origin)
+        except AuditorInputError as e:
+            raise click.UsageError(str(e)) from None
     _check_html_target(html_file)
     bar = _Progress(enabled=not as_json and sys.stderr.isatty())
     try:
@@ -278,8 +276,7 @@ def verify_cmd(
             mode=mode,
             samples=samples,
             key=key,
-            chain=chain,
-            window=expect_window,
+            origin=origin,
             trusted_checkpoint=trusted_checkpoint,
             corpus=_load_corpus(corpus),
             embedder=_committed_embedder(bundle) if corpus is not None else None,
@@ -341,27 +338,18 @@ def verify_cmd(
 
 
 def _key_provenance(v) -> str:
-    """How the head window's key is known: pinned by the auditor, authenticated by rotation from the key the
-    auditor pinned (naming it and the windows it signed), or taken from the bundle."""
+    """How the log's current key is known: pinned by the auditor, authenticated by rotation leaves from the key the
+    auditor pinned (naming it, the rotations and the keys that signed each epoch), or taken from the bundle."""
     if not v.key_pinned:
         return "NOT pinned: taken from the bundle"
     h = v.history or {}
-    signed, windows, keys = h.get("pinned_key_windows"), h.get("windows") or [], h.get("keys") or []
-    if h.get("pinned_key") is not None and h.get("pinned_key") == v.provider_key:
+    if h.get("pinned_key") is None or h.get("pinned_key") == v.provider_key:
         return "pinned by the auditor"
-    rotations = h.get("key_rotations") or []
-    if signed and windows and signed[-1] == windows[-1] and rotations:
-        steps = ", ".join(f"leaf {r['pos']}: {r['key']}" for r in rotations)
-        return (
-            f"NOT the pinned key: the auditor pinned {h.get('pinned_key')}; the head's key was authenticated by "
-            f"rotation leaves each signed by the key before it ({steps})"
-        )
-    if not signed or (windows and signed[-1] == windows[-1]):
-        return "pinned by the auditor"
-    by_window = ", ".join(f"{w}: {k}" for w, k in zip(windows, keys, strict=False))
+    steps = ", ".join(f"leaf {r['pos']}: {r['key']}" for r in h.get("key_rotations") or [])
+    by_epoch = "; ".join(f"epoch {e['epoch']}: {', '.join(e['keys'])}" for e in h.get("epoch_keys") or [])
     return (
-        f"NOT the pinned key: the auditor pinned the key of window(s) {', '.join(map(str, signed))}; each later key "
-        f"was authenticated by a rotation the key before it signed (keys by window: {by_window})"
+        f"NOT the pinned key: the auditor pinned {h.get('pinned_key')}; the current key was authenticated by "
+        f"rotation leaves each signed by the key before it ({steps}); keys by epoch: {by_epoch}"
     )
 
 

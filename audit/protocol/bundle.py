@@ -34,12 +34,9 @@ CAPS = {  # bytes; generous for a 10^6-query window, bounded for any input
     "auditor/openings.jsonl": 1 << 36,
     "index": 1 << 34,
     "docs": 1 << 30,
-    "auditor/carry.json": 1 << 34,
     "auditor/epochs.json": 1 << 26,
     "auditor/consistency.jsonl": 1 << 30,
 }
-#: the most windows a history bundle may nest (previous/previous/...): each is one audit window
-MAX_WINDOWS = 256
 MAX_TENANTS = 10_000
 
 
@@ -86,12 +83,8 @@ class Bundle:
     consistency_lines: list[bytes] = field(default_factory=list)
     index_files: dict[str, bytes] = field(default_factory=dict)
     docs_files: dict[str, bytes] = field(default_factory=dict)
-    carry_bytes: bytes | None = None  # auditor/carry.json (a window that continues a history), None if absent
     epochs_bytes: bytes | None = None  # auditor/epochs.json (a log with policy leaves, §3.4), None if absent
     defects: list[str] = field(default_factory=list)  # "files: ..." reasons
-    #: the window before this one in the history (``previous/``, §3.1), read the same way; None for the first
-    previous: Bundle | None = None
-    prefix: str = ""  # this window's directory inside the bundle ("" or "previous/…")
 
     @property
     def version(self) -> object:
@@ -112,15 +105,7 @@ def load_bundle(path: str | Path, max_read: int | None = None) -> Bundle:
     except BundleFileError as e:
         raise AuditorInputError(f"{p}: not a readable bundle directory ({e})") from None
     try:
-        head = _load(d, p, "")
-        b, depth = head, 1
-        while _exists(d, b, b.prefix + "previous"):  # a history: the predecessor's bundle, links not followed
-            if depth >= MAX_WINDOWS:
-                head.defects.append(f"files: a history of more than {MAX_WINDOWS} windows")
-                break
-            b.previous = _load(d, p, b.prefix + "previous/")
-            b, depth = b.previous, depth + 1
-        return head
+        return _load(d, p)
     finally:
         d.close()
 
@@ -133,13 +118,13 @@ def _exists(d: BundleDir, b: Bundle, rel: str) -> bool:
         return False
 
 
-def _load(d: BundleDir, p: Path, prefix: str) -> Bundle:
-    b = Bundle(root=p, prefix=prefix)
+def _load(d: BundleDir, p: Path) -> Bundle:
+    b = Bundle(root=p)
 
     def read(rel: str, cap: int, framed: bool = False) -> Any:
         """The file's bytes (``framed``: its records, parsed as they are read), or None with its defect kept."""
         try:
-            return d.read_framed(prefix + rel, cap, MAX_LEAF_BYTES) if framed else d.read(prefix + rel, cap)
+            return d.read_framed(rel, cap, MAX_LEAF_BYTES) if framed else d.read(rel, cap)
         except FramingError as e:
             b.defects.append(f"files: {rel}: {e}")
             return None
@@ -167,21 +152,19 @@ def _load(d: BundleDir, p: Path, prefix: str) -> Bundle:
     b.embedder_bytes = read("auditor/embedder.json", CAPS["auditor/embedder.json"])
     ops = read("auditor/openings.jsonl", CAPS["auditor/openings.jsonl"])
     b.openings_lines = [ln for ln in ops.split(b"\n") if ln] if ops is not None else []
-    if _exists(d, b, prefix + "auditor/epochs.json"):  # the epochs after genesis's (§3.4)
+    if _exists(d, b, "auditor/epochs.json"):  # the epochs after genesis's (§3.4)
         b.epochs_bytes = read("auditor/epochs.json", CAPS["auditor/epochs.json"])
-    if _exists(d, b, prefix + "auditor/carry.json"):
-        b.carry_bytes = read("auditor/carry.json", CAPS["auditor/carry.json"])
-    if _exists(d, b, prefix + "auditor/consistency.jsonl"):  # collected by the auditor's fetch (§8.6)
+    if _exists(d, b, "auditor/consistency.jsonl"):  # collected by the auditor's fetch (§8.6)
         cons = read("auditor/consistency.jsonl", CAPS["auditor/consistency.jsonl"])
         b.consistency_lines = [ln for ln in cons.split(b"\n") if ln] if cons is not None else []
-    if _exists(d, b, prefix + "auditor/proofs.jsonl"):
+    if _exists(d, b, "auditor/proofs.jsonl"):
         pr = read("auditor/proofs.jsonl", CAPS["auditor/openings.jsonl"])
         b.proofs_lines = [ln for ln in pr.split(b"\n") if ln] if pr is not None else []
     # the tenants' files: only those genesis names, each at most the size genesis implies (spec/protocol.md §7)
     named, dim = _named_tenants(b), _dimension(b.embedder_bytes)
     for sub, suffix, target in (("auditor/index", ".i16", b.index_files), ("auditor/docs", ".json", b.docs_files)):
         try:
-            names = d.listdir(prefix + sub)
+            names = d.listdir(sub)
         except BundleFileError as e:
             b.defects.append(f"files: {e}")
             continue

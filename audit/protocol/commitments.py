@@ -204,11 +204,10 @@ def genesis_record(
     tenants: Mapping[str, tuple[int, str, str]],
     accounts: Mapping[str, tuple[str, str]],
     zk: Mapping[str, str] | None = None,
-    history: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Ledger leaf 0 (§3). ``tenants``: tenant -> (n_docs, C_idx, C_docs); ``accounts``: the account registry,
-    account -> (tenant, account key hex); ``zk``: tenant -> Z_idx (decimal) for the policy's zk tenants. One provider
-    key per window: rotating it opens a new window."""
+    account -> (tenant, account key hex); ``zk``: tenant -> Z_idx (decimal) for the policy's zk tenants. The log's
+    later changes are leaves of their own (§3.2-§3.5)."""
     for f, v in (("C_emb", c_emb), ("C_policy", c_policy), ("C_seed", c_seed)):
         hexbytes(v, f, 32)
     return {
@@ -224,11 +223,6 @@ def genesis_record(
             for t, (n, c, cd) in sorted(tenants.items())
         ],
         "accounts": [{"account": a, "tenant": t, "key": k} for a, (t, k) in sorted(accounts.items())],
-        # one history per corpus (§3.1): null in the first window
-        "chain": None if history is None else history["chain"],
-        "epoch": 0 if history is None else int(history["epoch"]),
-        "prev": None if history is None else dict(history["prev"]),
-        "C_carry": None if history is None else history["C_carry"],
     }
 
 

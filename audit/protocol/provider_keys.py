@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 
 from dprag.errors import DpragError
 
-from .encoding import EncodingError, encode, hexbytes
+from .encoding import EncodingError, encode, excerpt, hexbytes
 from .ledger.checkpoint import NoteSigner, NoteVerifier
 
 _T = TypeVar("_T")
@@ -177,6 +177,8 @@ def follow(old: NoteVerifier, origin: str, proof: Any) -> tuple[int, NoteVerifie
     try:
         if not isinstance(proof, dict) or set(proof) != {"chain", "pos", "leaf", "checkpoint", "inclusion"}:
             raise EncodingError("rotation proof: must hold exactly chain, pos, leaf, checkpoint, inclusion")
+        if origin != "dprag/" + str(proof["chain"]):
+            raise EncodingError(f"rotation proof: names chain {excerpt(proof['chain'])}, not the log {excerpt(origin)}")
         pos, note = proof["pos"], proof["checkpoint"].encode("utf-8")
         leaf = bytes.fromhex(proof["leaf"])
         cp, _ = open_checkpoint(note, origin, old)

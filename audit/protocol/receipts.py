@@ -1,6 +1,7 @@
 """Signed query-time receipts ρ_q (R2; spec/protocol.md §5.4) and signed refusals (§5.1), protocol version 4.
 
-ρ_q names the window and binds one signed request (``h_req``, the account's counter) to exactly one ledger
+ρ_q names the log (``origin``, ``dprag/<chain id>``) and the signing key (``key``: hex SHA-256 of its note
+verifier key, ``key_id``), and binds one signed request (``h_req``, the account's counter) to exactly one ledger
 leaf (``pos`` and the leaf's RFC 6962 hash), to the log at the size that leaf made (``size = pos + 1`` and the
 root of that prefix: fixed once the leaf commits, so no signed byte depends on when the answer finished), to the
 citations shown (``h_top``) and to the answer (``h_answer``). Signature: Ed25519 by the provider's note key
@@ -19,6 +20,7 @@ differ, or one that contradicts the bundle, prove misbehaviour (spec/protocol.md
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 from cryptography.exceptions import InvalidSignature
@@ -30,7 +32,8 @@ from .ledger.checkpoint import NoteSigner, NoteVerifier
 DOMAIN = b"dprag/receipt/v4\n"
 REFUSAL_DOMAIN = b"dprag/refusal/v4\n"
 FIELDS = (
-    "window",
+    "origin",
+    "key",
     "account",
     "tenant",
     "counter",
@@ -47,7 +50,7 @@ FIELDS = (
 
 def receipt_body(
     *,
-    window: str,
+    origin: str,
     account: str,
     tenant: str,
     counter: int,
@@ -62,7 +65,7 @@ def receipt_body(
 ) -> dict[str, Any]:
     return {
         "type": "receipt",
-        "window": window,
+        "origin": origin,
         "account": account,
         "tenant": tenant,
         "counter": int(counter),
@@ -77,9 +80,16 @@ def receipt_body(
     }
 
 
+def key_id(vkey: str) -> str:
+    """The id a receipt or refusal gives its signing key: hex SHA-256 of the note verifier key (its first 16 hex are
+    the verdict's key fingerprint)."""
+    return hashlib.sha256(vkey.encode()).hexdigest()
+
+
 def sign_receipt(body: dict[str, Any], signer: NoteSigner) -> dict[str, Any]:
-    signed = dict(body)
-    signed["sig"] = signer.sign(DOMAIN + encode(body)).hex()
+    """``body`` (``receipt_body``, with or without a ``key``) signed by ``signer``, naming it (``key``)."""
+    signed = {**body, "key": key_id(signer.vkey())}
+    signed["sig"] = signer.sign(DOMAIN + encode(signed)).hex()
     return signed
 
 
@@ -90,9 +100,10 @@ def verify_receipt(receipt: Any, verifier: NoteVerifier) -> dict[str, Any]:
     if set(receipt) != {"type", "sig", *FIELDS} or receipt.get("type") != "receipt":
         raise EncodingError("receipt: wrong set of fields or type (an older protocol version's receipt?)")
     body = {k: v for k, v in receipt.items() if k != "sig"}
-    for f in ("window", "account", "tenant"):
+    for f in ("origin", "account", "tenant"):
         if not isinstance(body[f], str):
             raise EncodingError(f"receipt.{f}: must be a string")
+    _check_key(body, verifier, "receipt")
     for f in ("h_req", "h_answer", "leaf_hash", "root", "h_top"):
         hexbytes(body[f], f"receipt.{f}", 32)
     hexbytes(body["nonce_top"], "receipt.nonce_top", 16)
@@ -105,6 +116,11 @@ def verify_receipt(receipt: Any, verifier: NoteVerifier) -> dict[str, Any]:
     return body
 
 
+def _check_key(body: dict[str, Any], verifier: NoteVerifier, what: str) -> None:
+    if body["key"] != key_id(verifier.vkey()):
+        raise EncodingError(f"{what}.key: does not name the key it is checked under")
+
+
 def _check_signature(sig_hex: Any, domain: bytes, body: dict[str, Any], verifier: NoteVerifier, what: str) -> None:
     """The provider's Ed25519 signature over ``domain || canonical(body)``; EncodingError naming ``what`` if not."""
     sig = hexbytes(sig_hex, f"{what}.sig", 64)
@@ -114,24 +130,24 @@ def _check_signature(sig_hex: Any, domain: bytes, body: dict[str, Any], verifier
         raise EncodingError(f"{what}: signature does not verify under the provider key") from None
 
 
-REFUSAL_FIELDS = ("window", "h_req", "field", "rule", "code", "consumed", "size", "root")
+REFUSAL_FIELDS = ("origin", "key", "h_req", "field", "rule", "code", "consumed", "size", "root")
 #: what a refusal's ``code`` may name. Rules of the request alone (``request``: its shape, signature, account or
 #: window; ``question``: the question, its Q or its size in tokens) hold at every size; the others are facts
 #: about the log at the refusal's size that the verifier checks when the account hands in the request:
 #: ``counter`` (the request's counter is not the account's next one), ``counter-used`` (another request holds
-#: that counter), ``carried`` (an earlier window used it), ``rate`` (the counter is above the policy's n),
-#: ``closed`` (the window's log ends with its close record).
-REFUSAL_CODES = ("request", "question", "counter", "counter-used", "carried", "rate", "closed", "revoked")
+#: that counter), ``rate`` (the counter is above the policy's n), ``revoked`` (a revocation leaf below the size
+#: names the account).
+REFUSAL_CODES = ("request", "question", "counter", "counter-used", "rate", "revoked")
 
 
-def refusal_body(*, window: str, h_req: str, field: str, rule: str, code: str, size: int, root: str) -> dict[str, Any]:
+def refusal_body(*, origin: str, h_req: str, field: str, rule: str, code: str, size: int, root: str) -> dict[str, Any]:
     """A refusal decided before anything was embedded, charged or recorded (the counter is not consumed), on the
     log of ``size`` leaves with ``root`` (the snapshot the decision read)."""
     if code not in REFUSAL_CODES:
         raise ValueError(f"refusal code {code!r} is not one of {REFUSAL_CODES}")
     return {
         "type": "refusal",
-        "window": window,
+        "origin": origin,
         "h_req": h_req,
         "field": field,
         "rule": rule,
@@ -143,7 +159,9 @@ def refusal_body(*, window: str, h_req: str, field: str, rule: str, code: str, s
 
 
 def sign_refusal(body: dict[str, Any], signer: NoteSigner) -> dict[str, Any]:
-    return {**body, "sig": signer.sign(REFUSAL_DOMAIN + encode(body)).hex()}
+    """``body`` (``refusal_body``) signed by ``signer``, naming it (``key``)."""
+    signed = {**body, "key": key_id(signer.vkey())}
+    return {**signed, "sig": signer.sign(REFUSAL_DOMAIN + encode(signed)).hex()}
 
 
 def verify_refusal(refusal: Any, verifier: NoteVerifier) -> dict[str, Any]:
@@ -155,9 +173,10 @@ def verify_refusal(refusal: Any, verifier: NoteVerifier) -> dict[str, Any]:
     ):
         raise EncodingError("refusal: wrong set of fields or type")
     body = {k: v for k, v in refusal.items() if k != "sig"}
-    for f in ("window", "field", "rule"):
+    for f in ("origin", "field", "rule"):
         if not isinstance(body[f], str):
             raise EncodingError(f"refusal.{f}: must be a string")
+    _check_key(body, verifier, "refusal")
     if body["code"] not in REFUSAL_CODES:
         raise EncodingError(f"refusal.code: must be one of {', '.join(REFUSAL_CODES)}")
     hexbytes(body["h_req"], "refusal.h_req", 32)

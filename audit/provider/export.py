@@ -1,5 +1,4 @@
-"""The bundle a service exports (spec/protocol.md §7): ``public/``, the confidential ``auditor/`` and, for a window
-that continues a history, its predecessor's bundle under ``previous/`` (§3.1)."""
+"""The bundle a service exports (spec/protocol.md §7): ``public/`` and the confidential ``auditor/``."""
 
 from __future__ import annotations
 
@@ -13,8 +12,8 @@ from .atomic_files import write_atomically
 
 
 def export_bundle(svc: Any, out: str | os.PathLike) -> Path:
-    """Write the bundle (spec/protocol.md §7): ``public/`` and the confidential ``auditor/``; for a window that
-    continues a history, its predecessor's bundle under ``previous/`` (recursively, §3.1)."""
+    """Write the bundle (spec/protocol.md §7): ``public/`` and the confidential ``auditor/``, cut at one committed
+    size."""
     out = Path(out)
     with svc.store.snapshot():  # one snapshot: the bundle is cut at a committed size
         size = svc.ledger.size
@@ -88,19 +87,4 @@ def export_bundle(svc: Any, out: str | os.PathLike) -> Path:
         proofs = [body for pos, body in svc.aud.proofs() if pos < size]
         if svc.policy.retrieval.zk_tenants:
             write_atomically(out / "auditor" / "proofs.jsonl", b"".join(b + b"\n" for b in proofs), private=True)
-        if svc.history is not None:  # what carried over, opened for the auditor (C_carry)
-            write_atomically(
-                out / "auditor" / "carry.json",
-                encode({"carry": svc.history["carry"], "salt": salts["carry"]}),
-                private=True,
-            )
-    if svc.history is not None:  # the earlier windows of the history, each in its predecessor's previous/
-        from .succession import predecessor_directory
-
-        prev_dir, prev_url = predecessor_directory(svc)
-        prev = type(svc)(prev_dir, embedder=svc.embedder, generator=svc.committed_generator, store=prev_url)
-        try:
-            prev.export_bundle(out / "previous")
-        finally:
-            prev.close()
     return out

@@ -1,6 +1,6 @@
 """Reopening a window (spec/protocol.md §5.5): a request's charge, opening, leaf and served row commit in one
 transaction (spec/provider.md §6), so a crash leaves either all of them or none; what is left to check on open is
-that the store agrees with itself — every tenant's spend exactly what the carried spend and the ledger's openings
+that the store agrees with itself — every tenant's spend exactly what the ledger's openings
 charge. Spend never goes down: a store that disagrees is a ServiceStateError (the service refuses to serve rather
 than write a refund or an unexplained charge)."""
 
@@ -15,11 +15,9 @@ from ..protocol.errors import ServiceStateError
 
 
 def replayed_units(svc: Any) -> dict[str, np.ndarray]:
-    """Each tenant's spend as the ledger explains it: the carried spend plus every opening's charges."""
+    """Each tenant's spend as the ledger explains it: every opening's charges."""
     size = svc.ledger.size
     spent = {t: np.zeros(len(v["retriever"]), dtype=np.int64) for t, v in svc.tenants.items()}
-    for t, units in (svc.history["carry"]["spend"] if svc.history else {}).items():  # carried over (§3.1)
-        spent[t][: len(units)] = np.asarray(units, dtype=np.int64)
     for _pos, body in svc.aud.openings(size):
         op = json.loads(body)
         tenant = svc.registry[op["request"]["account"]].tenant

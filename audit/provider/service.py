@@ -90,11 +90,9 @@ class ProviderService(Serving):
         generator: Generator,
         tenants: Mapping[str, Sequence[str] | Mapping[str, str]],
         accounts: Mapping[str, tuple[str, str]],
-        origin: str | None = None,
         seed: bytes | None = None,
         signer: NoteSigner | None = None,
         store: str | None = None,
-        _history: dict | None = None,
     ) -> ProviderService:
         """Phase A: validate, embed and commit the tenants' indexes and documents, draw s_W and the salts,
         register the accounts, append the genesis leaf.
@@ -158,24 +156,18 @@ class ProviderService(Serving):
         qidx = {}
         dim = embedder_descriptor.dimension
         for t, (_ids, texts) in sorted(corpora.items()):
-            # a history's successor keeps its predecessor's committed rows (documents only join, the embedder is a
-            # chain constant, §3.1) and embeds only the documents that joined
-            known = cls._predecessor_index(_history, t, dim)
-            new = texts[len(known) :]
-            e = np.asarray(embedder.embed(list(new))) if new else np.zeros((0, dim))
-            if e.shape != (len(new), dim):
-                raise InvalidParameterError("embedder", f"returned shape {e.shape}, expected ({len(new)}, {dim})")
-            qidx[t] = np.concatenate([known.astype(np.int16), cm.quantise_embeddings(e, scale)])
+            e = np.asarray(embedder.embed(list(texts)))
+            if e.shape != (len(texts), dim):
+                raise InvalidParameterError("embedder", f"returned shape {e.shape}, expected ({len(texts)}, {dim})")
+            qidx[t] = cm.quantise_embeddings(e, scale)
         seed = cm.new_seed() if seed is None else seed
-        origin = origin or f"dprag/{policy.window}"
-        signer = signer or NoteSigner.generate(re.sub(r"[^A-Za-z0-9_.-]", "-", origin)[:64] or "dprag")
+        signer = signer or NoteSigner.generate(re.sub(r"[^A-Za-z0-9_.-]", "-", f"dprag-{policy.window}")[:64])
         salts = {
             "policy": cm.new_salt().hex(),
             "documents": {t: [cm.new_salt().hex() for _ in ids] for t, (ids, _) in corpora.items()},
             "index": {t: cm.new_salt().hex() for t in corpora},
             # Z_idx's blinding scalar per zk tenant (uniform in the BN254 scalar field; decimal)
             "zk": {t: str(secrets.randbelow(BN254_R)) for t in policy.retrieval.zk_tenants},
-            "carry": cm.new_salt().hex(),
             "embedder": cm.new_salt().hex(),
         }
         for sub in ("secret", "config", "index", "docs", "state"):
@@ -189,7 +181,6 @@ class ProviderService(Serving):
         write_atomically(
             d / "config" / "accounts.json", encode({a: {"tenant": t, "key": k} for a, (t, k) in registry.items()})
         )
-        write_atomically(d / "config" / "meta.json", encode({"origin": origin}))
         tenant_meta = {}
         for t, q in qidx.items():
             ids, texts = corpora[t]
@@ -216,17 +207,6 @@ class ProviderService(Serving):
                         "retrieval.zk_tenants", f"tenant {t} holds more than {zk_attest.MAX_ZK_DOCS} documents"
                     )
                 zk[t] = zk_attest.index_commitment(qidx[t], int(salts["zk"][t]))
-        chain = None
-        if _history is not None:  # a successor window (next_window): what carries over, committed hidingly
-            from ..protocol.chain import carry_commitment
-
-            chain = {
-                "chain": _history["chain"],
-                "epoch": _history["epoch"],
-                "prev": _history["prev"],
-                "C_carry": carry_commitment(bytes.fromhex(salts["carry"]), _history["carry"]),
-            }
-            write_atomically(d / "config" / "history.json", encode({**_history, "C_carry": chain["C_carry"]}))
         genesis = cm.genesis_record(
             policy.window,
             signer.vkey(),
@@ -236,17 +216,15 @@ class ProviderService(Serving):
             tenant_meta,
             registry,
             zk,
-            chain,
         )
+        # the log's origin names it by its genesis (spec/protocol.md §3.1): "dprag/" + hex H(genesis leaf bytes)
+        from ..protocol.chain import origin_of
+
+        write_atomically(d / "config" / "meta.json", encode({"origin": origin_of(encode(genesis))}))
         svc = cls(d, embedder=embedder, generator=generator, _store=create_store(d, store, window=policy.window))
-        with svc.store.write():  # genesis and the carried spend: one transaction
+        with svc.store.write():
             if svc.ledger.size != 0:
                 raise ServiceStateError("a fresh ledger is not empty")
-            if _history is not None:
-                for t, units in _history["carry"]["spend"].items():  # every document's spend carries over
-                    units = np.asarray(units, dtype=np.int64)
-                    for v in np.unique(units[units > 0]):
-                        svc.tenants[t]["filter"].store.charge(np.flatnonzero(units == v), np.array([int(v)]))
             svc.ledger.append(encode(genesis))
         svc.registry.chain = svc.keys.chain = svc.chain_id
         from .storage import publish_files
@@ -297,14 +275,6 @@ class ProviderService(Serving):
             raise
         return svc
 
-    @staticmethod
-    def _predecessor_index(history: dict | None, tenant: str, dim: int) -> np.ndarray:
-        """The committed int16 rows of ``tenant`` in the predecessor window (none outside a history)."""
-        path = Path(history["previous_dir"]) / "index" / f"{tenant}.i16" if history else None
-        if path is None or not path.is_file():
-            return np.zeros((0, dim), dtype="<i2")
-        return np.frombuffer(path.read_bytes(), dtype="<i2").reshape(-1, dim)
-
     # -- the registry, in the log (spec/protocol.md §3.2) --------------------------------------------------------
     def add_account(self, name: str, tenant: str, key: str) -> int:
         """Register an account (``key``: its Ed25519 public key, ``AccountKey.vkey``) by an ``account`` leaf.
@@ -339,8 +309,6 @@ class ProviderService(Serving):
         new = signer or NoteSigner.generate(self.signer.name)
         with self.store.write() as s:
             self.refresh_state()
-            if self.is_closed():
-                raise ServiceStateError(f"window {self.policy.window} is closed")
             old = self.signer
             rec = key_leaf(old, self.keys.chain, new.vkey())
             size, _ = self.ledger.tail()
@@ -353,7 +321,16 @@ class ProviderService(Serving):
             # the first checkpoint covering it, signed by both keys, commits with the leaf
             both = sign_checkpoint(Checkpoint(self.origin, pos + 1, root, ()), new, old)
             self.aud.put_checkpoint(pos + 1, both, replace=True)
-            files = {"secret/provider.skey": new.skey().encode()}
+            try:
+                retired = decode(self.stored_file("secret/provider-retired.json"), what="retired keys")
+            except FileNotFoundError:
+                retired = []
+            # the retired key signs what the log placed in its era (an answer recorded before the rotation and
+            # stored after it: Window.signer_at), so no signature tells when that work ended
+            files = {
+                "secret/provider.skey": new.skey().encode(),
+                "secret/provider-retired.json": encode([*retired, old.skey()]),
+            }
             _store_files(s, files)  # a replica on another host reads the new key from here (Window._signer_for)
         _write_files(self.dir, files)
         self.refresh_state()
@@ -381,8 +358,6 @@ class ProviderService(Serving):
         salt = cm.new_salt()
         with self.store.write() as s:
             self.refresh_state()
-            if self.is_closed():
-                raise ServiceStateError(f"window {self.policy.window} is closed")
             k = len(self.epochs)
             pub = decode(self.stored_file("config/epochs.json"), what="epochs") if k > 1 else []
             sec = decode(self.stored_file("secret/epochs.json"), what="epochs") if k > 1 else []
@@ -429,8 +404,6 @@ class ProviderService(Serving):
         doc_salts, index_salt = [cm.new_salt() for _ in ids], cm.new_salt()
         with self.store.write() as s:
             self.refresh_state()  # the tenant as the log has it now (another replica may have added documents)
-            if self.is_closed():
-                raise ServiceStateError(f"window {self.policy.window} is closed")
             docs = decode(self.stored_file(f"docs/{tenant}.json"), what="documents")
             clash = sorted(set(ids) & set(docs["ids"]))
             if clash:
@@ -490,8 +463,6 @@ class ProviderService(Serving):
         with self.store.write():  # serialised with every request: the rule reads the registry at this position
             size, _ = self.ledger.tail()
             self.refresh_state()
-            if self.is_closed():
-                raise ServiceStateError(f"window {self.policy.window} is closed")
             trial = copy.deepcopy(self.registry)
             try:
                 trial.apply(size, rec, self.tenants)
@@ -502,12 +473,6 @@ class ProviderService(Serving):
         self.refresh_state()
         self.checkpoint_now()
         return pos
-
-    def next_window(self, directory: str | os.PathLike, **kw) -> ProviderService:
-        """Close this window and open its successor (``succession.next_window``, spec/protocol.md §3.1)."""
-        from .succession import next_window
-
-        return next_window(self, directory, **kw)
 
     def export_bundle(self, out: str | os.PathLike) -> Path:
         """Write the bundle (``bundle_export.export_bundle``, spec/protocol.md §7)."""

@@ -80,7 +80,7 @@ class Serving(Window):
             else:
                 size, root = exc.snapshot, self.ledger.root(exc.snapshot)
             body = refusal_body(
-                window=self.policy.window,
+                origin=self.origin,
                 h_req=h,
                 field=exc.field,
                 rule=exc.rule,
@@ -88,7 +88,7 @@ class Serving(Window):
                 size=size,
                 root=root.hex(),
             )
-            exc.refusal = sign_refusal(body, self.signer)
+            exc.refusal = sign_refusal(body, self.signer_at(size))
         return exc
 
     def _embed(self, req: Request) -> np.ndarray:
@@ -107,18 +107,13 @@ class Serving(Window):
         rate) otherwise. Reads only: run before the write transaction (to refuse early) and again inside it.
         ``h_req``: the request's hash (hex)."""
         acct, counter = req.account, req.signed["counter"]
-        size, last_leaf, prior, recorded_last, state_pos = self.aud.admission(acct, counter)  # one statement
+        size, _last, prior, recorded_last, state_pos = self.aud.admission(acct, counter)  # one statement
         self.refresh_state(state_pos)  # another replica appended registry leaves: read them first
 
         def refused(exc: RequestError | RateLimitError, code: str) -> RequestError | RateLimitError:
             exc.code, exc.snapshot = code, size  # the rule, true of the log of ``size`` leaves this read
             return exc
 
-        if self.is_closed((size, last_leaf)):
-            raise refused(
-                RequestError("request.window", f"window {self.policy.window} is closed: send it to its successor"),
-                "closed",
-            )
         entry = self.registry.get(acct)
         if entry is not None and entry.revoked is not None and entry.revoked < size:
             raise refused(RequestError("request.account", f"{acct!r} was revoked at leaf {entry.revoked}"), "revoked")
@@ -133,12 +128,7 @@ class Serving(Window):
                     "counter-used",
                 )
             return ("served" if old.get("served") else "recorded"), old
-        last = max(recorded_last, self.carried_counters.get(acct, 0))
-        if counter <= self.carried_counters.get(acct, 0):
-            raise refused(
-                RequestError("request.counter", f"{counter} was used in an earlier window (counters carry over)"),
-                "carried",
-            )
+        last = recorded_last
         if counter <= last:
             raise ServiceStateError(f"counter {counter} of {acct!r} is below its last recorded {last} but not served")
         if counter > self.policy.retrieval.n:
@@ -306,7 +296,7 @@ class Serving(Window):
         request's hash, if the caller has it."""
         h_req_hex = (request_hash(signed) if h_req is None else h_req).hex()
         body = receipt_body(
-            window=self.policy.window,
+            origin=self.origin,
             account=signed["account"],
             tenant=self.registry[signed["account"]].tenant,
             counter=signed["counter"],
@@ -370,13 +360,17 @@ class Serving(Window):
             # log's key leaves when it recorded that leaf (§3.3)
             last = max((it[0] for it in items), key=lambda r: r["pos"])["receipt_body"]
             size, root = int(last["size"]), bytes.fromhex(last["root"])
-            self.aud.put_checkpoint(size, sign_checkpoint(Checkpoint(self.origin, size, root, ()), self.signer))
+            self.aud.put_checkpoint(
+                size, sign_checkpoint(Checkpoint(self.origin, size, root, ()), self.signer_at(size))
+            )
             for record, text, acct, counter, expect in items:
                 h_answer = hashlib.sha256(text.encode("utf-8")).hexdigest()
                 # signed at the log its leaf made (size pos + 1, recorded with the leaf): whatever was appended while
                 # the answer was generated, no signed byte tells when the work ended
                 body = {**record["receipt_body"], "h_answer": h_answer}
-                served = ServedQuery(text, record["top"], sign_receipt(body, self.signer), record["pos"])
+                served = ServedQuery(
+                    text, record["top"], sign_receipt(body, self.signer_at(body["size"])), record["pos"]
+                )
                 mine = encode({**record, "served": served.to_dict()})
                 kept = self.aud.store_answer(acct, counter, mine, unless_stored=_has_answer, expect=expect)
                 out.append((kept, served, mine))

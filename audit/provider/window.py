@@ -142,11 +142,8 @@ class Window:
         #: the log's epochs (spec/protocol.md §3.4): genesis's policy and seed, then one per policy leaf
         self.epochs: list[Epoch] = []
         self._use(self._epoch(0, 0, self.policy, self.seed))
-        hist = d / "config" / "history.json"
-        self.history: dict | None = decode(hist.read_bytes(), what="history") if hist.exists() else None
-        #: each account's last counter of the earlier windows (counters carry over, §3.1)
-        self.carried_counters: dict[str, int] = dict(self.history["carry"]["counters"]) if self.history else {}
         self._state_lock = threading.Lock()
+        self._signers: dict[str, NoteSigner] = {self.signer.vkey(): self.signer}  # every key of the log it holds
         started = self.store.records_exist()  # create() sets the chain once genesis is appended
         chain = self.chain_id if started else ""
         self.registry = Registry.from_genesis(
@@ -272,20 +269,33 @@ class Window:
                 self.state_pos = pos
 
     def _signer_for(self, vkey: str) -> NoteSigner:
-        """The signing key of ``vkey``: this process's own, ``secret/provider.skey``, or (a replica that has not
-        written it yet) the copy the rotation committed to the store (``window_file``)."""
+        """The signing key of ``vkey``: this process's own, ``secret/provider.skey`` or a retired one
+        (``secret/provider-retired.json``), locally or (a replica that has not written them yet) as the rotation
+        committed them to the store (``window_file``)."""
         if self.signer.vkey() == vkey:
             return self.signer
-        candidates = [(self.dir / "secret" / "provider.skey").read_text()]
-        with self.store.read() as s:
-            row = s.one("SELECT data FROM window_file WHERE path = ?", ("secret/provider.skey",))
-        if row is not None:
-            candidates.append(bytes(row[0]).decode())
+        if vkey in self._signers:
+            return self._signers[vkey]
+        candidates = []
+        for path in ("secret/provider.skey", "secret/provider-retired.json"):
+            try:
+                data = self.stored_file(path).decode()
+            except FileNotFoundError:
+                continue
+            candidates += decode(data.encode(), what=path) if path.endswith(".json") else [data]
         for skey in candidates:
             signer = NoteSigner.from_skey(skey)
-            if signer.vkey() == vkey:
-                return signer
+            self._signers[signer.vkey()] = signer
+        if vkey in self._signers:
+            return self._signers[vkey]
         raise ServiceStateError("the log rotated to a provider key this replica cannot find (secret/provider.skey)")
+
+    def signer_at(self, size: int) -> NoteSigner:
+        """The key in effect at ``size`` (spec/protocol.md §3.3): what signs a receipt, refusal or checkpoint of that
+        size, so that which key signed it follows from the log's order, never from when the work ended (an answer
+        recorded before a rotation and stored after it is signed by the retired key, which the provider keeps for
+        that)."""
+        return self._signer_for(self.keys.at(size).vkey())
 
     def _algorithm(self, tenant: str, source: RandomSource, retriever: TenantRetriever, ep: Epoch | None = None):
         """MuRAG / MuRAG-Ada for one request, drawing from that request's committed-seed stream: a shallow copy of the
@@ -327,22 +337,13 @@ class Window:
         self.store.close()
 
     # -- Phase B ---------------------------------------------------------------------------------------------
-    def is_closed(self, tail: tuple[int, bytes | None] | None = None) -> bool:
-        """Whether the ledger (or the one of ``tail``: its size and last leaf) ends in the close leaf."""
-        size, last = self.ledger.tail() if tail is None else tail  # one statement: the size and the last leaf
-        return size > 1 and last is not None and json.loads(last).get("type") == "close"
-
-    # -- one history per corpus (§3.1) ------------------------------------------------------------------------
+    # -- one log per corpus (§3.1) ----------------------------------------------------------------------------
     @property
     def chain_id(self) -> str:
-        """The history's name (hex H(the first window's genesis)): what auditors and clients pin."""
+        """The log's name (hex H(its genesis leaf)): what auditors and clients pin."""
         from ..protocol.chain import chain_id
 
-        return self.history["chain"] if self.history else chain_id(self.ledger.leaf(0))
-
-    @property
-    def epoch(self) -> int:
-        return int(self.history["epoch"]) if self.history else 0
+        return chain_id(self.ledger.leaf(0))
 
     def spent_units(self, tenant: str) -> np.ndarray:
         ten = self.tenants[tenant]
@@ -358,5 +359,5 @@ class Window:
             size = self.ledger.size
             root = self.ledger.root(size)
             self.refresh_state()  # a rotation below ``size``: sign with the key in effect there (§3.3)
-        self.aud.put_checkpoint(size, self.ledger.checkpoint(self.signer, self.origin, size=size))
+        self.aud.put_checkpoint(size, self.ledger.checkpoint(self.signer_at(size), self.origin, size=size))
         return size, root

@@ -435,17 +435,18 @@ def _file_attack(kind: str) -> Callable[[Path], AttackResult]:
     return run
 
 
-def equivocation_other_window(d: Path) -> AttackResult:
-    """The provider signs, under the audited history's key, a receipt for a window the history does not hold (a
-    second history it keeps for other accounts): v2 listed it as rejected evidence; v3 FAILed it (item 22), which
-    also FAILed an honest provider audited before it closed the window (threat model item 33). v4: signed by the
-    head's key it may be a window after the audited head, so the verdict is INCOMPLETE — never PASS — until a
-    later bundle shows that window."""
+def equivocation_other_log(d: Path) -> AttackResult:
+    """The provider signs, under the audited log's key, a receipt for another log (a second log it keeps for other
+    accounts, hidden from the auditor): v2 listed it as rejected evidence; v3 routed it by window name and made it
+    INCOMPLETE. v4: a provider key signs for one log (its origin, ``dprag/<chain id>``, is in every receipt), so
+    this key's signature over another origin is equivocation: FAIL. An honest provider is never framed by it: the
+    account cannot make that signature."""
     svc, clients = _honest(d, rounds=1)
     entry = clients["alice"].receipts[0]
-    body = {k: v for k, v in entry["receipt"].items() if k != "sig"}
-    extra = [encode({"receipt": sign_receipt(dict(body, window="another"), svc.signer), "top": entry["top"]})]
-    return AttackResult(_export(svc, d), _receipts(d, clients, extra), expect="INCOMPLETE")
+    body = {k: v for k, v in entry["receipt"].items() if k not in ("sig", "key")}
+    other = dict(body, origin="dprag/" + "ab" * 32)
+    extra = [encode({"receipt": sign_receipt(other, svc.signer), "top": entry["top"]})]
+    return AttackResult(_export(svc, d), _receipts(d, clients, extra), check="receipts")
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -469,8 +470,8 @@ def _framing(kind: str) -> Callable[[Path], AttackResult]:
                     }
                 )
             ]
-        elif kind == "other_window":  # the account relabels its genuine receipt (it cannot re-sign it)
-            extra = [encode({"receipt": dict(entry["receipt"], window="another"), "top": entry["top"]})]
+        elif kind == "other_log":  # the account relabels its genuine receipt's origin (it cannot re-sign it)
+            extra = [encode({"receipt": dict(entry["receipt"], origin="dprag/" + "ab" * 32), "top": entry["top"]})]
         elif kind == "false_citations":
             extra = [encode({"receipt": clients["bob"].receipts[0]["receipt"], "top": [0, 1, 2, 3, 4]})]
             return AttackResult(
@@ -560,11 +561,11 @@ ATTACKS: dict[str, Attack] = {
         Attack("file_dir_symlink", "file", 8, _file_attack("dir_symlink")),
         Attack("framing_duplicate_receipt", "account", 11, _framing("duplicate")),
         Attack("framing_other_key", "account", 11, _framing("other_key")),
-        Attack("framing_other_window", "account", 11, _framing("other_window")),
+        Attack("framing_other_log", "account", 11, _framing("other_log")),
         Attack("framing_false_citations", "account", 11, _framing("false_citations")),
         Attack("framing_garbage_line", "account", 11, _framing("garbage")),
         Attack("rewrite_with_new_key", "provider", 12, rewrite_with_new_key),
-        Attack("equivocation_other_window", "provider", 22, equivocation_other_window),
+        Attack("equivocation_other_log", "provider", 22, equivocation_other_log),
         Attack("truncate_history", "provider", 12, truncate_history),
     ]
 }

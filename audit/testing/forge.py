@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..protocol.bundle import parse_leaves
+from ..protocol.chain import origin_of
 from ..protocol.commitments import new_seed, seed_commitment
 from ..protocol.encoding import decode, digest, encode
 from ..protocol.ledger import NoteSigner
@@ -65,8 +66,8 @@ MUST_PASS = ("identity",)
 #: what an account can do with no provider key, on an honest window: none may FAIL it (an account cannot frame an
 #: honest provider): its receipts and refusals (the base holds the framing sequence: counter 2 refused before
 #: counter 1, then served) reordered, replayed, or dropped, a refusal handed in again beside the receipt of the
-#: same request, and lines of another window of the provider's
-ACCOUNT_KINDS = ("acct_reorder", "acct_replay", "acct_drop", "acct_refusal_with_receipt", "acct_other_window")
+#: same request, and lines of another log of the provider's (under its own key)
+ACCOUNT_KINDS = ("acct_reorder", "acct_replay", "acct_drop", "acct_refusal_with_receipt", "acct_other_log")
 
 
 @dataclass
@@ -317,7 +318,9 @@ def forge(base: Base, kind: str, rng: random.Random, out: Path) -> tuple[Path, P
     root = root_from_leaves(f.leaves)
     (b / "public" / "leaves.bin").write_bytes(b"".join(len(x).to_bytes(4, "big") + x for x in f.leaves))
     (b / "public" / "genesis.json").write_bytes(f.leaves[0])
-    (b / "public" / "checkpoints.txt").write_bytes(sign_checkpoint(Checkpoint(base.origin, n, root, ()), base.signer))
+    (b / "public" / "checkpoints.txt").write_bytes(
+        sign_checkpoint(Checkpoint(origin_of(f.leaves[0]), n, root, ()), base.signer)
+    )
     (b / "auditor" / "seed.hex").write_text(f.seed_hex)
     if f.epochs:
         (b / "auditor" / "epochs.json").write_bytes(encode(f.epochs))
@@ -333,7 +336,7 @@ def forge(base: Base, kind: str, rng: random.Random, out: Path) -> tuple[Path, P
         p = pos_of[r["h_req"]]
         op = f.openings[p]
         body = receipt_body(
-            window=r["window"],
+            origin=origin_of(f.leaves[0]),  # the (re-signed) log's own name
             account=r["account"],
             tenant=r["tenant"],
             counter=r["counter"],
@@ -368,7 +371,7 @@ def _forged_refusal(kind: str, f: Forged, base: Base, roots_at: dict[int, bytes]
     else:
         root = roots_at[size].hex()
     body = refusal_body(
-        window=req["window"],
+        origin=origin_of(f.leaves[0]),
         h_req=request_hash(req).hex(),
         field="request.counter",
         rule=f"must be the next counter {req['counter'] + 1} (gapless)",
@@ -393,7 +396,7 @@ def account_case(base: Base, kind: str, rng: random.Random, out: Path, other: Ba
         refusals = [x for x in base.lines if "refusal" in x]
         lines += [encode({"refusal": r["refusal"], "request": r["request"]}) for r in refusals * 2]
         rng.shuffle(lines)
-    elif kind == "acct_other_window":  # another window of the provider's, not this one's evidence
+    elif kind == "acct_other_log":  # another log of the provider's (its own key), not this one's evidence
         lines += [encode(x) for x in rng.sample(other.lines, min(3, len(other.lines)))]
         rng.shuffle(lines)
     else:

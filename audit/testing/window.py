@@ -16,6 +16,7 @@ from dprag.accounting.noise.source import RandomSource
 
 from ..client.account import AccountClient
 from ..protocol.encoding import encode
+from ..protocol.ledger import NoteSigner
 from ..protocol.request import AccountKey
 from ..provider.service import ProviderService
 from .toy import CLINIC, LEGAL, HashEmbedder, ToyGenerator, ToyTextGenerator, toy_policy
@@ -66,12 +67,15 @@ def open_service(
     accounts: dict | None = None,
     seed: bytes | None = b"\x05" * 32,
     store: str | None = None,
+    signer: NoteSigner | None = None,
+    generator: ToyGenerator | None = None,
     **kw,
 ) -> ProviderService:
     """A fresh toy window (every random choice from its committed seed and the signed requests). Tests fix
     the seed and the clients' nonces, so a window is reproducible; ``seed=None`` draws a real one. ``store``:
     None for the window's SQLite file, else a ``postgresql://`` URL (default: ``$DPRAG_TEST_STORE`` if set, so the
-    whole suite can run against PostgreSQL)."""
+    whole suite can run against PostgreSQL).
+    ``signer``: the provider key, ``generator``: a toy generator (default: fresh ones)."""
     emb = HashEmbedder(32)
     store = store if store is not None else (os.environ.get("DPRAG_TEST_STORE") or None)
     return ProviderService.create(
@@ -80,10 +84,11 @@ def open_service(
         embedder=emb,
         seed=seed,
         embedder_descriptor=emb.descriptor({"clinic": len(CLINIC), "legal": len(LEGAL)}),
-        generator=ToyGenerator(),
+        generator=generator if generator is not None else ToyGenerator(),
         tenants={"clinic": CLINIC, "legal": LEGAL},
         accounts=registry(ACCOUNTS if accounts is None else accounts),
         store=store,
+        signer=signer,
     )
 
 

@@ -10,7 +10,8 @@ the spec's order, one module each, named after what it checks (``files``, ``cano
 writes anything.
 
 ``verify``'s inputs: ``key``, a file holding the provider's note verifier key, pinned by the auditor (else the
-bundle's own key is used and the verdict says it was not pinned); ``trusted_checkpoint``, a checkpoint note seen
+bundle's own key is used and the verdict says it was not pinned); ``origin``, the log's name the auditor pinned
+(``dprag/<chain id>``; else the verdict says it was not pinned); ``trusted_checkpoint``, a checkpoint note seen
 earlier, which the ledger must extend; ``corpus``, tenant -> document texts, to check C_docs; ``theta`` and
 ``coalition_window`` (None = the whole window), the coalition estimator's parameters; ``max_read``, the most bytes
 the verifier reads from the bundle in all (None: the per-file caps genesis implies, spec/protocol.md §7).
@@ -30,7 +31,7 @@ from .commitments import check_8_3_commitments, check_8_3_pinned_key
 from .estimator import DEFAULT_THETA, DEFAULT_WINDOW
 from .files import check_8_1_files
 from .generation import check_8_9_generation
-from .history import check_8_10_history, read_history
+from .history import check_8_10_history, parse_origin, read_bundle
 from .inputs import read_auditor_inputs
 from .ledger import check_8_5_ledger, check_8_5_witnesses
 from .policy import check_8_4_policy
@@ -50,8 +51,7 @@ def verify(
     mode: str = "full",
     samples: int | None = None,
     key: str | Path | None = None,
-    chain: str | None = None,
-    window: str | None = None,
+    origin: str | None = None,
     trusted_checkpoint: str | Path | None = None,
     corpus: dict[str, list[str]] | None = None,
     embedder: Any = None,
@@ -64,43 +64,39 @@ def verify(
     progress: Callable[[str, int], None] | None = None,
     max_read: int | None = None,
 ) -> Verdict:
-    """Run every check of spec/protocol.md §8 on each window of the bundle's history, oldest first, in the spec's
-    order; then the history check (§8.10)."""
+    """Run every check of spec/protocol.md §8 on the bundle's log, in the spec's order."""
     opts = {k: v for k, v in locals().items() if k in INPUT_OPTIONS}
+    pinned_origin = None if origin is None else parse_origin(origin)
     with pool.running(bundle_path, receipts):  # workers forked before anything is read (§8 item 13)
         given = read_auditor_inputs(**opts)
-        history = read_history(bundle_path, progress, max_read)
-        for run in history.windows(given):
-            last = history.is_last(run)
-            check_8_1_files(run)
-            check_8_2_canonical(run)
-            check_8_3_commitments(run, corpus, embedder)
-            check_8_3_pinned_key(run, given.pinned if history.single else None)
-            check_8_4_policy(run)
-            certify = start_certify(run) if last else None  # the certified ε (policy alone), beside the checks
-            evidence = read_receipts(run, given)  # §8.6's input: §8.5 recomputes the roots the receipts name
-            trusted_size = check_8_5_ledger(run, evidence.sizes() | {run.n - 1}, *given.trusted_for(last))
-            check_8_5_witnesses(run, given.witnesses, given.min_witnesses if last else 0)
-            check_8_6_receipts(run, evidence, replay_generator is not None)
+        run = read_bundle(bundle_path, progress, max_read)
+        sampled: list[tuple[int, int]] = []
+        check_8_1_files(run)
+        check_8_2_canonical(run)
+        check_8_3_commitments(run, corpus, embedder)
+        check_8_3_pinned_key(run, given.pinned)
+        check_8_4_policy(run)
+        certify = start_certify(run)  # the certified ε (policy alone), beside the checks
+        evidence = read_receipts(run, given)  # §8.6's input: §8.5 recomputes the roots the receipts name
+        trusted_size = check_8_5_ledger(run, evidence.sizes() | {run.n - 1}, given.trusted, given.pinned)
+        check_8_5_witnesses(run, given.witnesses, given.min_witnesses)
+        check_8_6_receipts(run, evidence, replay_generator is not None)
+        if run.policy is not None and run.genesis is not None:
+            check_8_7_requests(run)
             coalition = None
-            if run.policy is not None and run.genesis is not None:
-                check_8_7_requests(run)
-                if run.seed is not None:  # steps 8 and 9 replay from the committed seed
-                    chosen = sample_leaves(run.queries, mode, samples, history.sampled)
-                    check_8_8_retrieval(run, chosen)
-                    if last:
-                        pool.release()  # the last map is done: the idle workers go before the coalition estimate
-                    check_8_8_proofs(run, given.zk_vkey)
-                    coalition = start_coalition(run, theta, coalition_window) if last else None
-                    check_8_9_generation(run)
-                    check_8_9_answers(run, evidence.valid, replay_generator, corpus, (certify, coalition))
-                run.drop_openings()
-                if last:
-                    check_8_10_coalition(run, theta, coalition_window, coalition)
-            elif not run.reasons:
-                run.fail("commitments", "no usable policy or genesis: nothing can be certified")
-        check_8_10_history(run, history, given, chain, window)
-        return conclude(run, given, certify, mode=mode, sampled=history.sampled, trusted_size=trusted_size)
+            if run.seed is not None:  # steps 8 and 9 replay from the committed seed
+                check_8_8_retrieval(run, sample_leaves(run.queries, mode, samples, sampled))
+                pool.release()  # the last map is done: the idle workers go before the coalition estimate
+                check_8_8_proofs(run, given.zk_vkey)
+                coalition = start_coalition(run, theta, coalition_window)
+                check_8_9_generation(run)
+                check_8_9_answers(run, evidence.valid, replay_generator, corpus, (certify, coalition))
+            run.drop_openings()
+            check_8_10_coalition(run, theta, coalition_window, coalition)
+        elif not run.reasons:
+            run.fail("commitments", "no usable policy or genesis: nothing can be certified")
+        check_8_10_history(run, given, pinned_origin)
+        return conclude(run, given, certify, mode=mode, sampled=sampled, trusted_size=trusted_size)
 
 
 #: verify()'s keyword arguments that are the auditor's inputs (read_auditor_inputs)

@@ -39,11 +39,9 @@ def _coalition_task(
     return coalition_size(embs, accts, theta, w, positions=poss), w, span
 
 
-def coalition_inputs(run: Run, with_prefix: bool = True) -> tuple[np.ndarray, list[str], list[int]] | None:
+def coalition_inputs(run: Run) -> tuple[np.ndarray, list[str], list[int]] | None:
     """(Q of every query leaf as an int16 matrix, their accounts, their positions), or None if there is nothing
-    to estimate (no query, or Q of several dimensions). In a history (§3.1) the positions are global (the earlier
-    windows' sizes added) and ``with_prefix`` puts the earlier windows' queries first: the estimate covers the
-    whole history."""
+    to estimate (no query, or Q of several dimensions): every query of the log, from its start."""
     accts: list[str] = []
     poss: list[int] = []
     dims: set[int] = set()
@@ -60,18 +58,11 @@ def coalition_inputs(run: Run, with_prefix: bool = True) -> tuple[np.ndarray, li
         dims.add(len(run.qembs[i]) // 2)  # int16 entries (§8.7 checked them)
         accts.append(records[i]["account"])
         poss.append(i)
-    if not poss and with_prefix and run.coalition_prefix is not None:
-        return run.coalition_prefix  # no query in this window: the earlier windows' estimate
     if not poss or len(dims) != 1:
         return None
     embs = np.empty((len(poss), dims.pop()), dtype="<i2")  # filled in place: no per-query arrays (memory at scale)
     for k, i in enumerate(poss):
         embs[k] = np.frombuffer(run.qembs[i], dtype="<i2")
-    prefix = run.coalition_prefix if with_prefix else None
-    if run.history is not None and with_prefix:
-        poss = [run.history.offset + p for p in poss]
-    if prefix is not None and prefix[0].shape[1] == embs.shape[1]:
-        embs, accts, poss = np.concatenate([prefix[0], embs]), [*prefix[1], *accts], [*prefix[2], *poss]
     return embs, accts, poss
 
 

@@ -39,7 +39,6 @@ def check_8_3_commitments(run: Run, corpus: dict[str, list[str]] | None, reembed
     if b.genesis_file is not None and run.b.leaves and b.genesis_file != b.leaves[0]:
         run.fail("commitments", "public/genesis.json differs from ledger leaf 0")
     gkeys = {"type", "version", "window", "provider_key", "C_emb", "C_policy", "C_seed", "tenants", "accounts"}
-    gkeys |= {"chain", "epoch", "prev", "C_carry"}
     if (
         not isinstance(g, dict)
         or g.get("type") != "genesis"
@@ -185,13 +184,11 @@ def check_8_3_commitments(run: Run, corpus: dict[str, list[str]] | None, reembed
                         "have the same text (text_sha256): one text, one budget",
                     )
             if corpus is not None and name in corpus:
-                # the head window's corpus is the whole corpus; an earlier window committed its prefix (documents
-                # only join, at the end of the index: §3.1)
-                texts, head = corpus[name], run.history is None or run.history.is_last(run)
-                if (
-                    len(texts) < total
-                    or (head and len(texts) != total)
-                    or any(cm.text_hash(x) != h for x, h in zip(texts[:total], hashes, strict=False))
+                # the corpus is the tenant's whole committed index at the bundle's size; each epoch and documents
+                # leaf committed a prefix of it (documents only join, at the end of the index: §3.5)
+                texts = corpus[name]
+                if len(texts) != total or any(
+                    cm.text_hash(x) != h for x, h in zip(texts[:total], hashes, strict=False)
                 ):
                     raise EncodingError(f"the corpus given for tenant {name!r} is not the committed one (C_docs)")
                 given_ids = getattr(corpus, "ids", {}).get(name)
@@ -236,7 +233,6 @@ def check_8_3_commitments(run: Run, corpus: dict[str, list[str]] | None, reembed
             )
             continue
         run.accounts[a["account"]] = a
-    _check_history_fields(run, g)
     _state_leaves(run, g)
     if corpus is not None and reembedder is not None:
         embedder_fidelity(run, corpus, reembedder)
@@ -281,60 +277,6 @@ def embedder_fidelity(run: Run, corpus: dict[str, list[str]], embedder: Any) -> 
                 f"output on their documents (first: row {int(off[0])})",
             )
         run.checked["documents_reembedded"] += int(ten["n"])
-
-
-def _check_history_fields(run: Run, g: dict[str, Any]) -> None:
-    """§3.1: the genesis's place in its history, and what carried over (auditor/carry.json opens C_carry)."""
-    from ..protocol.chain import carry_commitment
-
-    first = g["epoch"] == 0
-    prev = g["prev"]
-    if not (
-        is_int(g["epoch"], 0, 1 << 31)
-        and (g["chain"] is None if first else is_hex(g["chain"], 32))
-        and (g["C_carry"] is None if first else is_hex(g["C_carry"], 32))
-        and (
-            prev is None
-            if first
-            else isinstance(prev, dict)
-            and set(prev) == {"window", "size", "root"}
-            and isinstance(prev["window"], str)
-            and is_int(prev["size"], 1)
-            and is_hex(prev["root"], 32)
-        )
-    ):
-        run.fail("commitments", "the genesis's history fields (chain, epoch, prev, C_carry) are malformed")
-        return
-    data = run.b.carry_bytes
-    if first:
-        if data is not None:
-            run.fail("commitments", "auditor/carry.json given for the first window of a history")
-        return
-    try:
-        wrapped = decode(data if data is not None else b"null", what="auditor/carry.json")
-        if not isinstance(wrapped, dict) or set(wrapped) != {"carry", "salt"}:
-            raise EncodingError('must be {"carry", "salt"}')
-        carry = wrapped["carry"]
-        if carry_commitment(hexbytes(wrapped["salt"], "carry salt", cm.SALT_BYTES), carry) != g["C_carry"]:
-            raise EncodingError("does not open C_carry")
-        if (
-            not isinstance(carry, dict)
-            or set(carry) != {"counters", "spend"}
-            or not isinstance(carry["counters"], dict)
-            or not all(a in run.accounts and is_int(c, 0) for a, c in carry["counters"].items())
-            or not isinstance(carry["spend"], dict)
-            or not all(
-                t in run.tenants
-                and isinstance(v, list)
-                and len(v) <= run.tenants[t]["n"]
-                and all(is_int(x, 0, 1 << 62) for x in v)
-                for t, v in carry["spend"].items()
-            )
-        ):
-            raise EncodingError("the carried counters and spend are malformed or name unknown accounts or tenants")
-        run.carry = carry
-    except (EncodingError, DpragError) as e:
-        run.fail("commitments", f"auditor/carry.json: {e}")
 
 
 def _version_text(v: object) -> str:

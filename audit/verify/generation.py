@@ -56,8 +56,6 @@ def check_8_9_generation(run: Run) -> None:
     rules = {ep.number: ChargeRule.of(cast(Policy, ep.policy)) for ep in run.epochs}  # the limit is a constant
     rule = rules[run.epochs[-1].number] if run.epochs else ChargeRule.of(cast(Policy, run.policy))
     spent = {t: np.zeros(v["n"], dtype=np.int64) for t, v in run.tenants.items()}
-    for t, units in ((run.carry or {}).get("spend") or {}).items():  # spend carried over from earlier windows
-        spent[t][: len(units)] = np.asarray(units, dtype=np.int64)
     for done, i in enumerate(run.queries):
         rec, op = records[i], run.openings[i]
         t = rec["tenant"]

@@ -41,11 +41,6 @@ class AuditorInputs:
     zk_vkey: VerifyingKey | None
     receipts: bytes | None
 
-    def trusted_for(self, last: bool) -> tuple[bytes | None, str | None]:
-        """(the trusted checkpoint, the pinned key) for §8.5 of one window: a history's last window only (the
-        checkpoint names the head's log)."""
-        return (self.trusted, self.pinned) if last else (None, None)
-
 
 def read_auditor_file(path: str | os.PathLike[str], what: str, cap: int) -> bytes:
     """The auditor's own file (``--receipts``, ``--key``, ``--trusted-checkpoint``): a regular file (the auditor

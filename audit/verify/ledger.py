@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from dprag.errors import DpragError
 
-from ..protocol.encoding import EncodingError
+from ..protocol.encoding import EncodingError, excerpt
 from ..protocol.ledger import Checkpoint, NoteVerifier, open_checkpoint
 from ..protocol.ledger.checkpoint import parse_note
 from ..protocol.ledger.rfc6962 import CompactRange, hash_leaf
@@ -94,6 +94,15 @@ def _opens(note: bytes, origin: str, vkey: str) -> bool:
         return False
 
 
+def _note_origin(note: bytes) -> str | None:
+    """The origin line a signed note names (its first line), or None if it has none readable."""
+    first = bytes(note).split(b"\n", 1)[0]
+    try:
+        return first.decode("utf-8") if first else None
+    except UnicodeDecodeError:
+        return None
+
+
 @guarded("ledger")
 def check_8_5_witnesses(run: Run, witnesses: list[WitnessVerifier], min_witnesses: int) -> None:
     """§8.5: the checkpoint covering the whole ledger carries >= min_witnesses valid witness cosignatures."""
@@ -104,7 +113,7 @@ def check_8_5_witnesses(run: Run, witnesses: list[WitnessVerifier], min_witnesse
     full = None
     for note in run.b.checkpoints:
         try:
-            cp = open_under(run.keys, note, f"dprag/{run.genesis['window']}")
+            cp = open_under(run.keys, note, run.origin)
         except (DpragError, EncodingError, ValueError, UnicodeError):
             continue
         if cp.size == run.n:
@@ -136,11 +145,21 @@ def check_8_5_ledger(run: Run, receipt_sizes: set[int], trusted: bytes | None, p
     run.progress("ledger", n)
     if run.keys is None or run.genesis is None:
         return None
-    origin = f"dprag/{run.genesis['window']}"
+    origin = run.origin
     cps = _open_checkpoints(run, run.b.checkpoints, origin, run.keys, "checkpoint")
     _check_rotations(run, run.keys, origin)
     trusted_cp = None
     if trusted is not None:
+        named = _note_origin(trusted)
+        if named is not None and named != origin:
+            rewrite = pinned is not None and _opens(trusted, named, pinned)
+            under = " and verifies under the pinned key" if rewrite else ""
+            run.fail(
+                "ledger",
+                f"the trusted checkpoint names the log {excerpt(named)}{under}, not this one {excerpt(origin)}: the "
+                "history was rewritten (a fresh log restarts every budget) or the bundle is of another log",
+            )
+            return None
         if pinned is not None and pinned != run.genesis["provider_key"] and _opens(trusted, origin, pinned):
             run.fail(
                 "ledger",

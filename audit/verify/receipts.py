@@ -47,23 +47,27 @@ def read_receipts(run: Run, given: AuditorInputs) -> Evidence:
     data, given.receipts = given.receipts, None
     if data is None:
         return Evidence([], given=False, empty=False)
-    empty = not data if isinstance(data, list) else not data.strip()
-    if isinstance(data, list) and run.history is not None:  # routed by the history: the file's own emptiness,
-        empty = run.history.receipts_file_empty and run.history.is_last(run)  # reported once, by the last window
+    empty = not data.strip()
     evidence = Evidence(parse_receipts(run, data) or [], given=True, empty=empty)
     evidence.refusal_sizes = {body["size"] for _, body, _ in run.refusals}
     return evidence
 
 
 class _ReceiptCtx:
-    """What ``_one_receipt`` reads of the run (the genesis and the provider's key), pickled to the workers:
-    the key travels as its vkey (its Ed25519 key object does not pickle) and is parsed again there."""
+    """What ``_one_receipt`` reads of the run (the genesis, the origin and the provider's key), pickled to the
+    workers: the key travels as its vkey (its Ed25519 key object does not pickle) and is parsed again there."""
 
     def __init__(self, run: Run):
         self.genesis, self.keys = run.genesis, run.receipt_keys or run.keys  # KeyChain pickles its keys as vkeys
+        self.origin = run.origin
 
 
-def _one_receipt(run: Run | _ReceiptCtx, line: bytes) -> tuple[dict[str, Any], list[int] | None, str | None] | str:
+class _OtherLog(str):
+    """``_one_receipt``'s answer for a receipt validly signed by one of this log's keys for another origin: the
+    provider's key signed for a log that is not this one (equivocation, a FAIL; each key is one log's)."""
+
+
+def _one_receipt(run: _ReceiptCtx, line: bytes) -> tuple[dict[str, Any], list[int] | None, str | None] | str:
     """One receipt line: (body, citations) if it is valid provider-signed evidence, else the rejection. The line is
     read by content (``decode_content``: any JSON formatting, but no duplicate key, float or lone surrogate)."""
     try:
@@ -83,8 +87,11 @@ def _one_receipt(run: Run | _ReceiptCtx, line: bytes) -> tuple[dict[str, Any], l
             raise EncodingError("no provider key to check it against")
         size = rc.get("size") if isinstance(rc, dict) else None
         body = run.keys.verifying(size, lambda key: verify_receipt(rc, key), "receipt")
-        if body["window"] != run.genesis["window"]:
-            raise EncodingError(f"names window {excerpt(body['window'])}, not this one")
+        if body["origin"] != run.origin:
+            return _OtherLog(
+                f"validly signed by this log's key {body['key'][:16]} for another log, {excerpt(body['origin'])} "
+                "(each provider key signs for one log: equivocation)"
+            )
         if top is not None and (not isinstance(top, list) or not all(is_int(x, 0, (1 << 32) - 1) for x in top)):
             raise EncodingError("the account's citations are malformed")
         if "request" in extra and (
@@ -106,16 +113,13 @@ def _one_receipt(run: Run | _ReceiptCtx, line: bytes) -> tuple[dict[str, Any], l
 
 
 @guarded("receipts")
-def parse_receipts(run: Run, data: bytes | list[tuple[int, bytes]]) -> list[_Valid]:
-    """Valid provider-signed receipts of this window; everything else is rejected evidence, never a FAIL.
-    ``data``: the receipts file, or (a history's window) the (line number, line) pairs naming this window."""
-    if isinstance(data, list):
-        numbered = data
-    else:
-        lines = data.split(b"\n")
-        while lines and not lines[-1].strip():
-            lines.pop()
-        numbered = list(enumerate(lines))
+def parse_receipts(run: Run, data: bytes) -> list[_Valid]:
+    """Valid provider-signed receipts of this log; everything else is rejected evidence, never a FAIL. ``data``:
+    the receipts file."""
+    lines = data.split(b"\n")
+    while lines and not lines[-1].strip():
+        lines.pop()
+    numbered = list(enumerate(lines))
     numbered = _take_rotations(run, numbered)
     numbered = _take_refusals(run, numbered)
     line_of = dict(numbered)
@@ -133,6 +137,9 @@ def parse_receipts(run: Run, data: bytes | list[tuple[int, bytes]]) -> list[_Val
     task = partial(_one_receipt, _ReceiptCtx(run))
     results = cast("list[Any]", fork_map(task, [line_of[k] for k in todo]))  # a serial path: never None
     for k, res in zip(todo, results, strict=False):
+        if isinstance(res, _OtherLog):
+            run.fail("receipts", f"receipt {k}: {res}")
+            continue
         if isinstance(res, str):
             run.rejected.append(f"receipt {k}: {res}")
             continue
@@ -171,7 +178,7 @@ def _take_rotations(run: Run, numbered: list[tuple[int, bytes]]) -> list[tuple[i
     if not proofs or run.keys is None or run.genesis is None:
         return rest
     keys = copy.deepcopy(run.keys)
-    origin = f"dprag/{run.genesis['window']}"
+    origin = run.origin
     for pos, k, proof in sorted((_rotation_pos(p), k, p) for k, p in proofs):
         if pos < run.n or pos <= keys.eras[-1][0]:
             continue  # inside the bundle (its own key leaves rule there), or one already followed
@@ -213,8 +220,13 @@ def _take_refusals(run: Run, numbered: list[tuple[int, bytes]]) -> list[tuple[in
             rf = obj["refusal"]
             size = rf.get("size") if isinstance(rf, dict) else None
             body = (run.receipt_keys or run.keys).verifying(size, partial(_refusal_under, rf), "refusal")
-            if body["window"] != run.genesis["window"]:
-                raise EncodingError(f"names window {excerpt(body['window'])}, not this one")
+            if body["origin"] != run.origin:
+                run.fail(
+                    "receipts",
+                    f"receipt {k}: a refusal validly signed by this log's key for another log, "
+                    f"{excerpt(body['origin'])} (each provider key signs for one log: equivocation)",
+                )
+                continue
             req = obj.get("request")
             if req is not None and (not isinstance(req, dict) or request_hash(req).hex() != body["h_req"]):
                 raise EncodingError("the request the account supplied is not the one the refusal names")
@@ -253,23 +265,16 @@ def _refusal_rule_is_false(run: Run, body: dict[str, Any], req: dict[str, Any], 
         if entry is None or entry.revoked is None or entry.revoked >= size:
             return f"it refused the request as of a revoked account, which no leaf below size {size} revoked"
         return None
-    carried = int(((run.carry or {}).get("counters") or {}).get(req.get("account"), 0) or 0)
     if not is_int(raw, 1):
         return None  # the request's shape is a rule of the request alone
     counter = cast(int, raw)
-    last = max([carried, *below])
+    last = max([0, *below])
     if code == "counter" and counter == last + 1:
         return f"it refused counter {counter} as not the account's next, which it was at size {size}"
     if code == "counter-used" and (below.get(counter) in (None, body["h_req"])):
         return f"it refused counter {counter} as used by another request, which no leaf below size {size} is"
-    if code == "carried" and counter > carried:
-        return f"it refused counter {counter} as used in an earlier window, which carried only {carried}"
     if code == "rate" and run.policy is not None and counter <= run.policy.retrieval.n:
         return f"it refused counter {counter} as over the policy's n = {run.policy.retrieval.n}, which it is not"
-    if code == "closed":
-        rec = run.records[size - 1] if size - 1 < len(run.records) else None
-        if not (isinstance(rec, dict) and rec.get("type") == "close"):
-            return f"it refused the request as after the window's close, but the log at size {size} is open"
     return None
 
 
@@ -344,19 +349,10 @@ def _consistency_proofs(run: Run) -> dict[tuple[int, int], tuple[bytes, ...]]:
 
 
 def _newer(run: Run, k: int, body: dict[str, Any], proofs: dict[tuple[int, int], tuple[bytes, ...]]) -> None:
-    """A valid receipt signed at a size beyond the bundle's (§8.6). A window that ends with its close record can
-    have no later leaf: the receipt proves a rollback before the close, or a fork (FAIL). Otherwise the receipt is
-    checked with a consistency proof from the bundle's size to its own (its root must extend the audited log);
-    without a valid one the verdict is INCOMPLETE, naming both sizes — never PASS."""
+    """A valid receipt signed at a size beyond the bundle's (§8.6), checked with a consistency proof from the
+    bundle's size to its own (its root must extend the audited log); without a valid one the verdict is INCOMPLETE,
+    naming both sizes — never PASS."""
     n, size = run.n, body["size"]
-    last = run.records[n - 1] if run.records else None
-    if isinstance(last, dict) and last.get("type") == "close":
-        run.fail(
-            "receipts",
-            f"receipt {k}: signed at size {size}, but this window closed at size {n}: nothing follows a close "
-            "(a rollback before the close, or a fork)",
-        )
-        return
     if _proves(proofs.get((n, size)), n, size, run.prefix_roots.get(n), body["root"]):
         run.checked["receipts_newer_than_bundle"] += 1
         return

@@ -35,10 +35,6 @@ def _request_leaf(run: Run | _LeafView, i: int) -> _LeafResult:
         return None
     if rec.get("type") in REGISTRY_TYPES or rec.get("type") in ("key", "policy", "documents"):
         return None  # §3.2: checked in log order by §8.3 (run.registry)
-    if rec.get("type") == "close" and set(rec) == {"type", "next"} and is_hex(rec["next"], 32):
-        if i != run.n - 1:
-            return "requests", f"leaf {i}: leaves follow the close record (a closed window takes no request)"
-        return None  # §3.1: checked against the successor's genesis by the history check
     if (
         rec.get("type") != "query"
         or set(rec) != LEAF_KEYS
@@ -126,7 +122,7 @@ def _request_in_worker(ctx: _RequestCtx, item: tuple[int, bytes | None, bytes | 
 def check_8_7_requests(run: Run) -> None:
     """§8.7, every leaf checked in the worker pool: the accepted leaves go to ``run.queries`` (ledger order) and
     their Q to ``run.qembs``."""
-    last_counter: dict[str, int] = dict((run.carry or {}).get("counters") or {})  # counters carry over (§3.1)
+    last_counter: dict[str, int] = {}
     confirmed = 0
     positions = list(range(1, run.n))
 

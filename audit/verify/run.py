@@ -21,7 +21,6 @@ from ..protocol.registry import Registry
 from .pool import cpu_seconds
 
 if TYPE_CHECKING:
-    from .history import History
     from .scores import ScoreCache
 
 _P = ParamSpec("_P")
@@ -45,7 +44,7 @@ class EpochView:
 class Run:
     """What the checks share: the parsed bundle, the reasons, the counts."""
 
-    #: set by ``history.check_8_10_history`` only (read with ``getattr``): the verdict's chain, windows and epoch
+    #: set by ``history.check_8_10_history`` only (read with ``getattr``): the verdict's origin, epochs and keys
     history_info: dict[str, Any]
 
     def __init__(self, b: Bundle, progress: Callable[[str, int], None] | None):
@@ -78,17 +77,21 @@ class Run:
         self.scores: ScoreCache | None = None  # the scores of §4 (a scores.ScoreCache), made by their first reader
         self.leaf_hashes: list[bytes] = []
         self.prefix_roots: dict[int, bytes] = {}
-        # one history per corpus (§3.1): what this window starts from (auditor/carry.json, opened against C_carry),
-        # what it ends with (the replayed counters and spend), and the earlier windows' coalition inputs
-        self.carry: dict[str, Any] | None = None
         #: the signed refusals an account handed over: (receipts line, refusal body, the account's request or None)
         self.refusals: list[tuple[int, dict[str, Any], dict[str, Any] | None]] = []
+        #: what the replay ends with: each account's last counter and each document's spend (units)
         self.final_counters: dict[str, int] = {}
         self.final_spend: dict[str, list[int]] = {}
-        self.coalition_prefix: tuple[Any, ...] | None = None
-        self.history: History | None = None  # the verify.history.History this window belongs to (None: a single window)
         self.timings: dict[str, float] = {}
         self.cpu: dict[str, float] = {}
+
+    @property
+    def origin(self) -> str:
+        """The log's origin, ``dprag/<chain id>`` (spec/protocol.md §3.1): its checkpoints, receipts and refusals
+        name it (empty when the bundle has no leaf 0)."""
+        from ..protocol.chain import origin_of
+
+        return origin_of(self.b.leaves[0]) if self.b.leaves else ""
 
     def epoch_at(self, pos: int) -> EpochView:
         """The epoch of the leaf at ``pos``: the last whose policy leaf lies below it."""

@@ -42,8 +42,8 @@ TRUST = (
     "similar within the auditor's θ and window.",
     "answers released off the ledger to accounts that keep their receipts back are invisible to any verifier.",
     "a fork shown to auditors who never compare checkpoints (pin --trusted-checkpoint, or use witnesses).",
-    "a fresh history started by the same key over the same corpus (spend and counters from zero) unless the auditor "
-    "pins the chain id (--chain); a document re-added under another id with its text changed (an exact copy FAILs "
+    "a fresh log started by the same key over the same corpus (spend and counters from zero) unless the auditor "
+    "pins its origin (--origin); a document re-added under another id with its text changed (an exact copy FAILs "
     "commitments: one text, one budget).",
 )
 
@@ -120,11 +120,12 @@ class Verdict:
         q = c.get("queries", 0)
         parts.append(f"{c.get('queries_with_account_confirmed_q', 0)}/{q} Q confirmed")
         h = self.history or {}
-        where = f"; window {h.get('window')}, size {h.get('size')}, root {str(h.get('root'))[:16]}" if h else ""
-        if h.get("chain"):
-            pinned = "chain pinned" if h.get("chain_pinned") else "chain NOT pinned"
-            where += (
-                f"; history {h['chain'][:16]} epoch {h.get('epoch')} ({len(h.get('windows') or [])} windows, {pinned})"
+        where = ""
+        if h.get("origin"):
+            pinned = "origin pinned" if h.get("origin_pinned") else "origin NOT pinned"
+            where = (
+                f"; log {str(h['origin'])[:22]} ({pinned}), size {h.get('size')}, root {str(h.get('root'))[:16]}, "
+                f"epoch {h.get('epoch')}"
             )
         return f"PASS {self.epsilon:.6g} {self.delta:.6g} — " + ", ".join(parts) + where
 
@@ -136,10 +137,13 @@ class Verdict:
         c = self.checked
         if not self.key_pinned:
             out.append("the provider key was not pinned (--key): a wholesale rewrite under a new key would PASS too")
-        if (self.history or {}).get("chain") and not cast("dict[str, Any]", self.history).get("chain_pinned"):
-            out.append("the chain id was not pinned (--chain): a fresh history under the same key would PASS too")
-        if (self.history or {}).get("chain") and not cast("dict[str, Any]", self.history).get("window_pinned"):
-            out.append("the head window was not pinned (--window): an earlier window's bundle would PASS too")
+        if (self.history or {}).get("origin") and not cast("dict[str, Any]", self.history).get("origin_pinned"):
+            out.append("the origin was not pinned (--origin): a fresh log under the same key would PASS too")
+        if (self.history or {}).get("origin") and self.trusted_checkpoint is None:
+            out.append(
+                "no checkpoint seen earlier was pinned (--trusted-checkpoint): a truncated or rolled-back log would "
+                "PASS too"
+            )
         if c.get("receipts_handed_in") is None:
             out.append("no account receipts were given (--receipts): nothing ties this ledger to what accounts saw")
         elif c.get("receipts_accepted", 0) == 0:
@@ -327,8 +331,6 @@ def sampling_guarantee(sampled: list[tuple[int, int]]) -> str | None:
         f"sampled {k} of {n} query records: a β-fraction of non-conforming records is detected with probability "
         f">= {detection_bound(0.01, sampled):.4f} (β=0.01), {detection_bound(0.05, sampled):.4f} (β=0.05)"
     )
-    if len(sampled) > 1:
-        out += f", over the {len(sampled)} windows of the history"
     if k == n:
         out += "; the sample covers every record (as full mode)"
     return out
@@ -430,7 +432,6 @@ PUBLIC_COUNTS = frozenset(
         "receipts_newer_than_bundle",
         "refusals_handed_in",
         "refusals_newer_than_bundle",
-        "history_windows",
         "coalition_window",
         "coalition_window_covers_history",
     }
@@ -469,8 +470,8 @@ def _spend(run: Run) -> dict[str, Any]:
 
 
 def _history(run: Run) -> dict[str, Any] | None:
-    """The history the verdict covers: its window id, ledger size and root (what two auditors compare), and for a
-    history of several windows its chain id and windows, oldest first."""
+    """The log the verdict covers: its window label, ledger size and root (what two auditors compare), its origin
+    and epoch, and the keys that signed it (``history.check_8_10_history``)."""
     if run.genesis is None or not run.n:
         return None
     root = run.prefix_roots.get(run.n) if isinstance(getattr(run, "prefix_roots", None), dict) else None
@@ -480,12 +481,6 @@ def _history(run: Run) -> dict[str, Any] | None:
 
 
 def _earlier_policies(run: Run) -> tuple[Policy, ...]:
-    """The policies of the history's windows before ``run``'s (the last), oldest first: the certified ε and δ are
-    taken over every window's policy, never the last one's alone (§3.1,
-    ``audit.protocol.certify.certified_epsilons``)."""
-    h = run.history
-    windows: tuple[Policy, ...] = ()
-    if h is not None and not h.single:
-        windows = tuple(p for s in h.summaries[: len(h.bundles) - 1] for p in s["policies"])
-    # and the head window's own epochs before its last (§3.4)
-    return windows + tuple(ep.policy for ep in run.epochs[:-1] if ep.policy is not None)
+    """The policies of the log's epochs before its last, oldest first: the certified ε and δ are taken over every
+    epoch's policy, never the last one's alone (§3.4, ``audit.protocol.certify.certified_epsilons``)."""
+    return tuple(ep.policy for ep in run.epochs[:-1] if ep.policy is not None)

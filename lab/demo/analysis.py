@@ -75,15 +75,9 @@ def _leaves(bundle: Path) -> list[dict]:
 
 
 def history_windows(bundle: Path) -> list[tuple[str, list[dict], dict[int, dict]]]:
-    """The windows of the history ``bundle`` ends (its predecessors nest under ``previous/``), oldest first:
-    (window, leaves, openings by position)."""
-    out = []
-    b: Path | None = bundle
-    while b is not None:
-        leaves = _leaves(b)
-        out.append((leaves[0]["window"], leaves, _openings(b)))
-        b = b / "previous" if (b / "previous").is_dir() else None
-    return out[::-1]
+    """The bundle's log as [(its window label, its leaves, its openings by position)] (one log per corpus)."""
+    leaves = _leaves(bundle)
+    return [(leaves[0]["window"], leaves, _openings(bundle))]
 
 
 def _index(bundle: Path, tenant: str, dim: int) -> np.ndarray:

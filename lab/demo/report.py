@@ -3,7 +3,6 @@ run times, answers) and the plots under ``plots/``."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -107,13 +106,10 @@ def citation_explanation(p: DemoPrivacy, sigma: float) -> str:
 def rerun_command(out: Path, p: DemoPrivacy, vk_flag: str = "") -> str:
     """The exact ``dprag audit verify`` invocation of the demo's verification (same key, θ, window and mode)."""
     window = "" if p.window is None else f" --coalition-window {p.window}"
-    chain = (out / "chain.id").read_text().strip() if (out / "chain.id").is_file() else None
-    genesis = out / "bundle" / "public" / "genesis.json"
-    head = json.loads(genesis.read_bytes())["window"] if genesis.is_file() else None
+    origin = (out / "origin.txt").read_text().strip() if (out / "origin.txt").is_file() else None
     return (
         f"dprag audit verify {out / 'bundle'} --receipts {out / 'receipts.jsonl'} --key {out / 'provider.vkey'} "
-        + (f"--chain {chain} " if chain else "")
-        + (f"--window {head} " if head else "")
+        + (f"--origin {origin} " if origin else "")
         + f"--mode full --theta {p.theta!r}{window}{vk_flag}"
     )
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import click
 
 from dprag.audit.client.account import AccountClient
-from dprag.audit.protocol.chain import chain_id
+from dprag.audit.protocol.chain import origin_of
 from dprag.audit.protocol.encoding import encode
 from dprag.audit.protocol.ledger import NoteSigner
 from dprag.audit.protocol.request import AccountKey
@@ -50,7 +50,7 @@ def _prepare_out(out: Path) -> None:
             "provider",
             "provider-2",
             "provider.vkey",
-            "chain.id",
+            "origin.txt",
             "accounts",
             "bundle",
             "lowk",
@@ -210,15 +210,14 @@ def run_demo(
     # the bundle; the rotation to the second key is signed by it), so the report's re-run command reproduces this
     # verdict with the same flags ...
     (out / "provider.vkey").write_text(first_key)
-    # ... and the history's chain id (spec/protocol.md §3.1), so a fresh history under the same key would FAIL
-    (out / "chain.id").write_text(chain_id(first_genesis) + "\n")
+    # ... and the log's origin (spec/protocol.md §3.1), so a fresh log under the same key would FAIL
+    (out / "origin.txt").write_text(origin_of(first_genesis) + "\n")
     verdict = verify(
         bundle,
         receipts=out / "receipts.jsonl",
         mode="full",
         key=out / "provider.vkey",
-        chain=(out / "chain.id").read_text().strip(),
-        window=head_window(bundle),  # the window the demo audits: an earlier window's bundle cannot stand in
+        origin=(out / "origin.txt").read_text().strip(),
         theta=p.theta,
         coalition_window=p.window,
         zk_vkey=None if zk is None else zk.vk_path,
@@ -360,8 +359,3 @@ def _jsonable(x):
     if isinstance(x, (list, tuple)):
         return [_jsonable(v) for v in x]
     return x
-
-
-def head_window(bundle: Path) -> str:
-    """The head window's id, as the bundle's genesis names it (the auditor pins it: ``--window``)."""
-    return str(json.loads((Path(bundle) / "public" / "genesis.json").read_bytes())["window"])

@@ -190,7 +190,7 @@ def test_rule_a_receipt_does_not_tell_how_long_its_answer_took(tmp_path, monkeyp
 # ------------------------------------------------------------------------------------------------------------
 def test_rule_a_tenant_holds_each_text_once_at_creation_and_when_documents_join(tmp_path):
     """A copy of a document under another id would get a filter of its own (its text charged M times more). The
-    provider refuses it, naming both ids: at create(), and when documents join a later window."""
+    provider refuses it, naming both ids: at create(), and when documents join the log."""
     with pytest.raises(InvalidParameterError, match=r"tenants\[clinic\].*documents '3' and '100' have the same text"):
         ProviderService.create(
             tmp_path / "copy",
@@ -204,30 +204,26 @@ def test_rule_a_tenant_holds_each_text_once_at_creation_and_when_documents_join(
         )
     assert not (tmp_path / "copy" / "state").exists()  # refused before anything was written
     svc = fx.open_service(tmp_path / "w1")
-    with pytest.raises(InvalidParameterError, match=r"add_documents\[clinic\].*documents '7' and 'again-7'"):
-        svc.next_window(
-            tmp_path / "w2", policy=fx.toy_policy(window="w2"), add_documents={"clinic": {"again-7": fx.CLINIC[7]}}
-        )
-    assert not (tmp_path / "w2").exists()
-    served = fx.client(svc, "alice").ask(svc, "asthma protocol inhaler patient")  # w1 still serves: nothing closed
+    size = svc.ledger.size
+    with pytest.raises(InvalidParameterError, match=r"documents.*'7' and 'again-7'.*same text"):
+        svc.add_documents("clinic", {"again-7": fx.CLINIC[7]})
+    assert svc.ledger.size == size  # refused before anything was written
+    served = fx.client(svc, "alice").ask(svc, "asthma protocol inhaler patient")
     assert served.receipt["size"] == served.pos + 1
     svc.close()
 
 
 def test_rule_exact_copies_under_new_ids_fail_without_the_corpus(tmp_path, monkeypatch):
-    """A provider running its own code adds five texts again under new ids in w2, so each is charged to M twice over.
+    """A provider running its own code adds five texts again under new ids, so each is charged to M twice over.
     v3 PASSed, even with --corpus (no code compared the text hashes); v4's auditor FAILs it from the committed
     text hashes alone (auditor/docs), naming the two ids, without the corpus."""
     monkeypatch.setattr(cm, "one_text_one_budget", lambda *a: None)  # the provider runs its own code
-    w1 = fx.open_service(tmp_path / "w1")
-    copies = {f"copy-{i}": fx.CLINIC[i] for i in range(5)}
-    w2 = w1.next_window(tmp_path / "w2", policy=fx.toy_policy(window="w2"), add_documents={"clinic": copies})
+    svc = fx.open_service(tmp_path / "w1")
+    svc.add_documents("clinic", {f"copy-{i}": fx.CLINIC[i] for i in range(5)})
     monkeypatch.undo()
-    alice = fx.client(w2, "alice")
-    alice.ask(w2, "asthma protocol inhaler patient")
-    bundle = w2.export_bundle(tmp_path / "bundle")
-    w1.close()
-    w2.close()
+    fx.client(svc, "alice").ask(svc, "asthma protocol inhaler patient")
+    bundle = svc.export_bundle(tmp_path / "bundle")
+    svc.close()
     v = verify(bundle)
     assert v.verdict == "FAIL", v.headline()
     dup = [r for r in v.reasons if "have the same text" in r]
@@ -238,27 +234,27 @@ def test_rule_exact_copies_under_new_ids_fail_without_the_corpus(tmp_path, monke
 # what the auditor reads: --corpus over a history whose corpus grew
 # ------------------------------------------------------------------------------------------------------------
 def test_rule_the_corpus_checks_each_epoch_against_the_prefix_it_committed(tmp_path):
-    """An honest history adds a document in w2. v3 checked every window against the whole (grown) corpus: three
-    false reasons and a FAIL. v4 checks each window against the prefix it committed, and re-embeds it: PASS; a
-    corpus whose prefix differs still FAILs."""
-    w1 = fx.open_service(tmp_path / "w1")
-    alice = fx.client(w1, "alice")
-    alice.ask(w1, "asthma protocol inhaler patient")
+    """An honest log adds a document and opens a new epoch. v3 checked every window against the whole (grown)
+    corpus: three false reasons and a FAIL. v4 checks the index each documents leaf committed against the corpus
+    prefix it covers, and re-embeds it: PASS; a corpus whose prefix differs, or that lacks the added document,
+    still FAILs."""
+    svc = fx.open_service(tmp_path / "w1")
+    alice = fx.client(svc, "alice")
+    alice.ask(svc, "asthma protocol inhaler patient")
     new = {"new-1": "patient 99 asthma protocol inhaler drug ANSWER: newdrug"}
-    w2 = w1.next_window(tmp_path / "w2", policy=fx.toy_policy(window="w2"), add_documents={"clinic": new})
-    alice.next_window("w2", w2.signer.vkey())
-    alice.ask(w2, "inhaler drug protocol")
-    bundle = w2.export_bundle(tmp_path / "bundle")
-    w1.close()
-    w2.close()
+    svc.add_documents("clinic", new)
+    svc.set_policy(fx.toy_policy())
+    alice.ask(svc, "inhaler drug protocol")
+    bundle = svc.export_bundle(tmp_path / "bundle")
+    svc.close()
     corpus = {"clinic": [*fx.CLINIC, *new.values()], "legal": list(fx.LEGAL)}
     v = verify(bundle, corpus=corpus, embedder=HashEmbedder(32))
     assert v.verdict == "PASS", v.reasons
-    assert v.checked["documents_reembedded"] == 2 * len(fx.CLINIC) + 1 + 2 * len(fx.LEGAL)
+    assert v.checked["documents_reembedded"] >= len(fx.CLINIC) + 1 + len(fx.LEGAL), v.checked
     altered = {**corpus, "clinic": [fx.CLINIC[1], fx.CLINIC[0], *corpus["clinic"][2:]]}
     v = verify(bundle, corpus=altered, embedder=HashEmbedder(32))
     assert v.verdict == "FAIL" and any("is not the committed one" in r for r in v.reasons), v.reasons
-    v = verify(bundle, corpus={**corpus, "clinic": list(fx.CLINIC)}, embedder=HashEmbedder(32))  # the head's is short
+    v = verify(bundle, corpus={**corpus, "clinic": list(fx.CLINIC)}, embedder=HashEmbedder(32))  # the added one lacks
     assert v.verdict == "FAIL" and any("is not the committed one" in r for r in v.reasons), v.reasons
 
 
@@ -418,27 +414,17 @@ def test_rule_the_embedder_commitment_is_salted(tmp_path):
 # ------------------------------------------------------------------------------------------------------------
 # receipts beyond the bundle: checked, or INCOMPLETE; never PASS unchecked
 # ------------------------------------------------------------------------------------------------------------
-def test_rule_a_rollback_before_a_close_fails_on_the_receipts_it_erased(tmp_path):
-    """The provider restores w1 to a snapshot (two of alice's answers and their charges erased), closes it and opens
-    w2. In v3, alice's receipts were signed at the head when each answer was stored — sizes 4 and 5 here, bob's
-    request having landed while her first answer was generated — and a window closed at size 3 filed both as
-    "newer than the bundle": PASS. v4 receipts are signed at the log their leaf made: the one at the close's
-    position names another root there (a fork), and the one beyond the close contradicts it (nothing follows a
-    close). FAIL."""
+def test_rule_a_rollback_before_an_epoch_boundary_fails_on_the_receipts_it_erased(tmp_path):
+    """The provider restores its store to a snapshot (two of alice's answers and their charges erased), then opens a
+    new epoch. In v3, alice's receipts were signed at the head when each answer was stored — sizes 4 and 5 here,
+    bob's request having landed while her first answer was generated — and a window closed at size 3 filed both as
+    "newer than the bundle": PASS. v4 receipts are signed at the log their leaf made: the one at size 3 names
+    another root than the log's there (the policy leaf's): a fork. FAIL."""
     import shutil
 
     d = tmp_path
     gen = _ServesDuring()
-    svc = ProviderService.create(
-        d / "w1",
-        policy=fx.toy_policy("murag"),
-        embedder=HashEmbedder(32),
-        seed=b"\x05" * 32,
-        embedder_descriptor=HashEmbedder(32).descriptor({"clinic": len(fx.CLINIC), "legal": len(fx.LEGAL)}),
-        generator=gen,
-        tenants={"clinic": fx.CLINIC, "legal": fx.LEGAL},
-        accounts=fx.registry(fx.ACCOUNTS),
-    )
+    svc = fx.open_service(d / "w1", generator=gen)
     alice, bob = fx.client(svc, "alice"), fx.client(svc, "bob")
     bob.ask(svc, "garden weather rain")
     svc.close()
@@ -451,125 +437,178 @@ def test_rule_a_rollback_before_a_close_fails_on_the_receipts_it_erased(tmp_path
     shutil.rmtree(d / "w1")
     shutil.copytree(d / "snapshot", d / "w1")  # the rollback: alice's two answers and their charges are gone
     svc = fx.reopen_service(d / "w1")
-    w2 = svc.next_window(d / "w2", policy=fx.toy_policy(window="w2"))
-    assert svc.ledger.size == 3  # genesis, bob's first answer, the close
-    bundle = w2.export_bundle(d / "bundle")
+    svc.set_policy(fx.toy_policy())
+    assert svc.ledger.size == 3  # genesis, bob's first answer, the policy leaf
+    bundle = svc.export_bundle(d / "bundle")
     svc.close()
-    w2.close()
     v = verify(bundle, receipts=_write(d / "r.jsonl", [{"receipt": r["receipt"]} for r in alice.receipts]))
     assert v.verdict == "FAIL", v.headline()
     assert any("receipt 0: its signed root is not the ledger's root at size 3" in r for r in v.reasons), v.reasons
-    assert any("receipt 1" in r and "closed at size 3: nothing follows a close" in r for r in v.reasons), v.reasons
 
 
-def test_rule_an_honest_provider_audited_mid_window_is_incomplete_not_equivocating(tmp_path):
-    """An auditor fetched w1 while it was open; the provider then rolled to w2 (same key) and served alice. v3 FAILed
-    the honest provider for "equivocation" when alice's w2 receipt was handed in; v4's verdict is INCOMPLETE (a
-    window after the audited head: fetch a later bundle), and the later bundle PASSes with every receipt."""
+def test_rule_an_honest_provider_audited_mid_epoch_is_incomplete_not_equivocating(tmp_path):
+    """An auditor fetched the log mid-epoch; the provider then opened a new epoch (same key) and served alice. v3
+    FAILed the honest provider for "equivocation" when alice's later receipt was handed in; v4's verdict is
+    INCOMPLETE (a receipt beyond the audited size without a consistency proof), and the later bundle PASSes."""
     svc = fx.open_service(tmp_path / "w1")
     alice = fx.client(svc, "alice")
     alice.ask(svc, "garden weather rain")
-    early = svc.export_bundle(tmp_path / "early")  # mid-window
-    w2 = svc.next_window(tmp_path / "w2", policy=fx.toy_policy(window="w2"), signer=svc.signer)
-    alice.next_window("w2", w2.signer.vkey())
-    alice.ask(w2, "asthma protocol inhaler patient")
-    later = w2.export_bundle(tmp_path / "later")
+    early = svc.export_bundle(tmp_path / "early")  # mid-epoch
+    n = svc.ledger.size
+    svc.set_policy(fx.toy_policy())
+    later_served = alice.ask(svc, "asthma protocol inhaler patient")
+    later = svc.export_bundle(tmp_path / "later")
     svc.close()
-    w2.close()
     receipts = _write(tmp_path / "r.jsonl", [{"receipt": r["receipt"], "top": r["top"]} for r in alice.receipts])
     v = verify(early, receipts=receipts)
     assert v.verdict == "INCOMPLETE" and not v.reasons, v.reasons
-    assert "names window 'w2', after the audited head" in v.headline(), v.headline()
+    assert f"signed at size {later_served.receipt['size']}, beyond the bundle's size {n}" in v.headline()
     v = verify(later, receipts=receipts)
     assert v.verdict == "PASS" and v.checked["receipts_accepted"] == 2, v.reasons
 
 
 # ------------------------------------------------------------------------------------------------------------
-# the seams between windows (until the one log replaces them: docs/design/protocol-v4-one-log.md)
+# one log: its origin names it, receipts name the origin and the key, the auditor pins the origin
 # ------------------------------------------------------------------------------------------------------------
-def test_rule_a_window_id_is_never_reused(tmp_path, monkeypatch):
-    """w1 → w2 → w1: v3's next_window allowed it, receipts were routed by window name and the first w1's landed in
-    the last one, so a rollback that FAILs otherwise PASSed. v4's provider refuses the id, and the verifier FAILs a
-    history that holds one twice."""
-    from dprag.audit.provider import succession
+def test_rule_the_origin_is_the_genesis_and_receipts_name_it_and_their_key(tmp_path):
+    """The log's name is dprag/H(leaf 0): checkpoints, receipts and refusals carry it, and each receipt and refusal
+    names the id of the key that signed it; the bundle holds no window chain (no previous/, no carry)."""
+    from dprag.audit.protocol.chain import origin_of
+    from dprag.audit.protocol.receipts import key_id
 
-    w1 = fx.open_service(tmp_path / "a1")
-    w2 = w1.next_window(tmp_path / "a2", policy=fx.toy_policy(window="w2"))
-    with pytest.raises(InvalidParameterError, match=r"policy.window: 'w1' is already a window of this history"):
-        w2.next_window(tmp_path / "a3", policy=fx.toy_policy(window="w1"))
-    assert not (tmp_path / "a3").exists()
-    real = succession.next_window
-
-    def reusing(svc, directory, **kw):  # the provider's own code, without the refusal
-        monkeypatch.setattr(svc, "history", {**svc.history, "windows": []})
-        return real(svc, directory, **kw)
-
-    monkeypatch.setattr(succession, "next_window", reusing)
-    w3 = reusing(w2, tmp_path / "a3", policy=fx.toy_policy(window="w1"))
-    bundle = w3.export_bundle(tmp_path / "bundle")
-    for s in (w1, w2, w3):
-        s.close()
-    v = verify(bundle)
-    assert v.verdict == "FAIL" and any("window id 'w1' appears twice" in r for r in v.reasons), v.reasons
+    svc = fx.open_service(tmp_path / "w1")
+    alice = fx.client(svc, "alice")
+    served = alice.ask(svc, "asthma protocol inhaler patient")
+    origin = origin_of(svc.ledger.leaf(0))
+    assert origin == "dprag/" + hashlib.sha256(svc.ledger.leaf(0)).hexdigest()
+    assert served.receipt["origin"] == origin and "window" not in served.receipt
+    assert served.receipt["key"] == hashlib.sha256(svc.signer.vkey().encode()).hexdigest() == key_id(svc.signer.vkey())
+    assert svc.checkpoint_note().decode().splitlines()[0] == origin
+    alice.request("a skipped counter")
+    with pytest.raises(RequestError) as exc:
+        alice.send(svc, alice.request("again"))  # counter + 2: a signed refusal
+    assert exc.value.refusal["origin"] == origin and exc.value.refusal["key"] == served.receipt["key"]
+    bundle = svc.export_bundle(tmp_path / "bundle")
+    svc.close()
+    assert not (bundle / "previous").exists() and not (bundle / "auditor" / "carry.json").exists()
 
 
-def test_rule_a_history_without_its_start_fails(tmp_path):
-    """v3 verified an epoch-1 head alone (previous/ dropped) as PASS, hiding w1's spend, and printed a chain id that
-    is not the one the genesis names. v4 FAILs a bundle whose oldest window is not epoch 0."""
-    import shutil
+def test_rule_a_receipt_of_another_log_under_this_key_is_equivocation(tmp_path):
+    """One provider key signs for one log. A provider that runs a second log over the same corpus under the same
+    key (its budgets restart from zero) and serves alice there has signed, under this log's key, a receipt for
+    another origin: handed in to this log's audit it is equivocation, a FAIL; a receipt whose origin field was
+    edited by an account (no provider signature over it) is only rejected evidence."""
+    svc = fx.open_service(tmp_path / "a", seed=b"\x05" * 32)
+    alice = fx.client(svc, "alice")
+    alice.ask(svc, "asthma protocol inhaler patient")
+    bundle = svc.export_bundle(tmp_path / "bundle")
+    other = fx.open_service(tmp_path / "b", seed=b"\x06" * 32, signer=svc.signer)  # a fresh log, the same key
+    there = fx.client(other, "alice").ask(other, "asthma protocol inhaler patient")
+    assert there.receipt["origin"] != alice.receipts[0]["receipt"]["origin"]
+    svc.close()
+    other.close()
+    v = verify(bundle, receipts=_write(tmp_path / "r.jsonl", [{"receipt": there.receipt}]))
+    assert v.verdict == "FAIL" and any("equivocation" in r for r in v.reasons), v.reasons
+    edited = {**alice.receipts[0]["receipt"], "origin": there.receipt["origin"]}  # an account's edit: sig breaks
+    v = verify(bundle, receipts=_write(tmp_path / "e.jsonl", [{"receipt": edited}]))
+    assert v.verdict == "PASS" and v.rejected_evidence, (v.reasons, v.rejected_evidence)
 
-    w1 = fx.open_service(tmp_path / "w1")
-    w2 = w1.next_window(tmp_path / "w2", policy=fx.toy_policy(window="w2"))
-    bundle = w2.export_bundle(tmp_path / "bundle")
-    w1.close()
-    w2.close()
-    assert verify(bundle).verdict == "PASS"
-    shutil.rmtree(bundle / "previous")
-    v = verify(bundle)
-    assert v.verdict == "FAIL", v.headline()
-    assert any("epoch 1 of a history whose earlier windows are missing (previous/ dropped)" in r for r in v.reasons)
 
+def test_rule_a_fresh_log_under_the_same_key_fails_when_the_auditor_pins_the_origin(tmp_path, monkeypatch, capsys):
+    """v3 verified an earlier window's bundle, or a history whose start was dropped, as PASS without a warning. In
+    one log the auditor pins the origin: a fresh log under the same key (every budget refunded) FAILs `history`
+    naming both origins; without --origin the verdict warns that the origin was not pinned; a malformed --origin
+    is the auditor's exit 2 naming the flag."""
+    from dprag.audit.cli import main
+    from dprag.audit.protocol.chain import origin_of
 
-def test_rule_accounts_keep_their_key_and_tenant_across_windows(tmp_path):
-    """In w2 the provider registers alice's name (and carried counter) under a key it holds, and moves carol to
-    another tenant: v3 PASSed. v4 FAILs the history naming each account (accounts only join)."""
-    from dprag.audit.protocol.request import AccountKey
-
-    w1 = fx.open_service(tmp_path / "w1")
-    fx.client(w1, "alice").ask(w1, "asthma protocol inhaler patient")
-    from dprag.audit.protocol.registry import AccountEntry
-
-    # in its own memory: the provider's own key for alice, and carol moved
-    w1.registry.entries["alice"] = AccountEntry("clinic", [(0, AccountKey.generate().vkey)], 0)
-    w1.registry.entries["carol"] = AccountEntry("clinic", [(0, w1.registry["carol"].key)], 0)
-    w2 = w1.next_window(tmp_path / "w2", policy=fx.toy_policy(window="w2"))
-    bundle = w2.export_bundle(tmp_path / "bundle")
-    w1.close()
-    w2.close()
-    v = verify(bundle)
-    assert v.verdict == "FAIL", v.headline()
-    for name in ("alice", "carol"):
-        assert any(f"account '{name}' is re-keyed, moved to another tenant" in r for r in v.reasons), v.reasons
+    monkeypatch.setenv("DPRAG_VERIFY_WORKERS", "1")
+    svc = fx.open_service(tmp_path / "a", seed=b"\x05" * 32)
+    pinned = origin_of(svc.ledger.leaf(0))
+    fx.client(svc, "alice").ask(svc, "asthma protocol inhaler patient")
+    first = svc.export_bundle(tmp_path / "first")
+    fresh = fx.open_service(tmp_path / "b", seed=b"\x06" * 32, signer=svc.signer)
+    fx.client(fresh, "alice").ask(fresh, "asthma protocol inhaler patient")
+    second = fresh.export_bundle(tmp_path / "second")
+    key = tmp_path / "provider.vkey"
+    key.write_text(svc.signer.vkey())
+    svc.close()
+    fresh.close()
+    v = verify(second, origin=pinned)
+    assert v.verdict == "FAIL" and any(r.startswith("history: the log's origin") for r in v.reasons), v.reasons
+    assert verify(first, origin=pinned).verdict == "PASS"
+    assert main(["audit", "verify", str(second), "--key", str(key)]) == 0
+    out = capsys.readouterr().out
+    assert "origin NOT pinned" in out and "--origin" in out, out
+    assert main(["audit", "verify", str(first), "--key", str(key), "--origin", pinned]) == 0
+    out = capsys.readouterr().out
+    assert "origin pinned" in out and "origin NOT pinned" not in out, out
+    assert main(["audit", "verify", str(second), "--key", str(key), "--origin", pinned]) == 1
+    assert main(["audit", "verify", str(first), "--origin", "w1"]) == 2
+    err = capsys.readouterr().err
+    assert "--origin" in err and len(err.strip().splitlines()) == 1, err
 
 
 def test_rule_the_verdict_names_the_key_the_auditor_pinned_after_a_rotation(tmp_path, monkeypatch, capsys):
-    """After a rotation v3 printed the new key as "(pinned by the auditor)" and said nothing of an unpinned head
-    window. v4 names the windows the pinned key signed and each window's key, and warns when --window is not given."""
+    """After a rotation v3 printed the new key as "(pinned by the auditor)". v4 names the key the auditor pinned,
+    the rotation leaves that authenticated the current key, and the keys that signed each epoch."""
     from dprag.audit.cli import main
+    from dprag.audit.protocol.chain import origin_of
+    from dprag.audit.verify.verdict import key_fingerprint
 
     monkeypatch.setenv("DPRAG_VERIFY_WORKERS", "1")
-    w1 = fx.open_service(tmp_path / "w1")
-    w2 = w1.next_window(tmp_path / "w2", policy=fx.toy_policy(window="w2"), signer=NoteSigner("w2", b"\x09" * 32))
-    bundle = w2.export_bundle(tmp_path / "bundle")
+    svc = fx.open_service(tmp_path / "w1")
+    old = svc.signer.vkey()
+    fx.client(svc, "alice").ask(svc, "asthma protocol inhaler patient")
+    new = NoteSigner("w1-2", b"\x09" * 32)
+    pos = svc.rotate_key(new)
+    svc.set_policy(fx.toy_policy())
+    origin = origin_of(svc.ledger.leaf(0))
+    bundle = svc.export_bundle(tmp_path / "bundle")
     key = tmp_path / "w1.vkey"
-    key.write_text(w1.signer.vkey())
-    w1.close()
-    w2.close()
-    assert main(["audit", "verify", str(bundle), "--key", str(key)]) == 0
+    key.write_text(old)
+    svc.close()
+    assert main(["audit", "verify", str(bundle), "--key", str(key), "--origin", origin]) == 0
     out = capsys.readouterr().out
-    assert (
-        "NOT the pinned key: the auditor pinned the key of window(s) w1" in out and "pinned by the auditor)" not in out
-    )
-    assert "warning: the head window was not pinned (--window)" in out
-    assert main(["audit", "verify", str(bundle), "--key", str(key), "--window", "w2"]) == 0
-    assert "the head window was not pinned" not in capsys.readouterr().out
+    f_old, f_new = key_fingerprint(old), key_fingerprint(new.vkey())
+    assert f"NOT the pinned key: the auditor pinned {f_old}" in out and "pinned by the auditor)" not in out, out
+    assert f"leaf {pos}: {f_new}" in out and f"epoch 0: {f_old}" in out and f"epoch 1: {f_new}" in out, out
+
+
+def test_rule_an_answer_stored_after_a_rotation_is_signed_by_the_key_of_its_size(tmp_path):
+    """A request recorded before a key rotation and answered after it: its receipt is signed at size pos + 1 by the
+    key in effect there (the outgoing one), so its bytes do not depend on when the answer finished, and it
+    verifies."""
+    from dprag.audit.protocol.receipts import key_id
+
+    gen = _ServesDuring()
+    svc = fx.open_service(tmp_path / "w1", generator=gen)
+    old = svc.signer.vkey()
+    alice = fx.client(svc, "alice")
+    gen.during["asthma protocol inhaler patient"] = lambda: svc.rotate_key(NoteSigner("w1-2", b"\x0a" * 32))
+    served = alice.ask(svc, "asthma protocol inhaler patient")
+    assert svc.signer.vkey() != old  # rotated while the answer was generated
+    assert served.receipt["size"] == served.pos + 1 and served.receipt["key"] == key_id(old)
+    bundle = svc.export_bundle(tmp_path / "bundle")
+    svc.close()
+    v = verify(bundle, receipts=_write(tmp_path / "r.jsonl", [{"receipt": r["receipt"]} for r in alice.receipts]))
+    assert v.verdict == "PASS" and v.checked["receipts_accepted"] == 1, v.reasons
+
+
+def test_rule_a_rotation_proof_of_another_log_is_not_followed(tmp_path):
+    """A client follows a key rotation only by a proof that names its own log: the same proof relabelled with
+    another chain id is refused, naming the chain."""
+    from dprag.audit.protocol import provider_keys
+    from dprag.audit.protocol.chain import origin_of
+    from dprag.audit.protocol.encoding import EncodingError
+
+    svc = fx.open_service(tmp_path / "w1")
+    old = svc.signer.verifier()
+    origin = origin_of(svc.ledger.leaf(0))
+    svc.rotate_key()
+    proof = svc.key_history()["rotations"][0]
+    svc.close()
+    pos, new = provider_keys.follow(old, origin, proof)
+    assert pos == proof["pos"] and new.vkey() != old.vkey()
+    with pytest.raises(EncodingError, match="names chain"):
+        provider_keys.follow(old, origin, {**proof, "chain": "ab" * 32})

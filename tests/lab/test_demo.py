@@ -261,7 +261,8 @@ def test_toy_run_passes_and_writes_every_output(toy_run):
     v = json.loads((out / "verdict.json").read_text())
     assert v["verdict"] == "PASS" and v["reasons"] == []
     # one log of two epochs: the key rotated halfway, every receipt of both checked (spec/protocol.md §3.3, §3.4)
-    assert v["history"]["windows"] == [cfg.window] and v["history"]["chain_pinned"]
+    assert v["history"]["window"] == cfg.window and v["history"]["origin_pinned"]
+    assert v["history"]["origin"] == (out / "origin.txt").read_text().strip()
     assert len(v["history"]["key_rotations"]) == 1 and v["checked"]["epochs"] == 1 and v["checked"]["key_rotations"]
     assert v["checked"]["receipts_accepted"] == v["checked"]["queries"] == cfg.n_queries()
     assert (out / "provider.vkey").read_text() != (out / "bundle" / "public" / "provider.vkey").read_text()
@@ -684,8 +685,8 @@ def test_toy_run_rerun_command_reproduces_its_verdict(toy_run, capsys):
     report = (out / "report.md").read_text()
     (cmd,) = re.findall(r"Re-run the auditor \(the same verdict\): `([^`]+)`", report)
     argv = shlex.split(cmd)
-    assert argv[:3] == ["dprag", "audit", "verify"] and "--key" in argv and "--theta" in argv and "--chain" in argv
-    assert "key pinned" in res.verdict["headline"] and "chain pinned" in res.verdict["headline"]
+    assert argv[:3] == ["dprag", "audit", "verify"] and "--key" in argv and "--theta" in argv and "--origin" in argv
+    assert "key pinned" in res.verdict["headline"] and "(origin pinned)" in res.verdict["headline"]
     assert dprag_main([*argv[1:], "--json"]) == 0
     again = json.loads(capsys.readouterr().out)
     keep = lambda v: {k: x for k, x in v.items() if k != "seconds"}  # noqa: E731

@@ -175,7 +175,7 @@ def bulk_window(
         cr.append_leaf_hash(bytes.fromhex(lh))
         size, root = cr.size, cr.root()
         body = receipt_body(
-            window=pol.window,
+            origin=svc.origin,
             account=a,
             tenant="t",
             counter=c,

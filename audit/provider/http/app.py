@@ -192,7 +192,7 @@ async def info(request: HttpRequest) -> JSONResponse:
             "origin": svc.origin,
             "provider_key": svc.signer.vkey(),
             "chain": svc.chain_id,
-            "epoch": svc.epoch,
+            "epoch": svc.epochs[-1].number,
             "tenants": sorted(svc.tenants),
         }
 

@@ -30,7 +30,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
-from urllib.parse import parse_qs, quote, unquote, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from dprag.errors import DpragError, InvalidParameterError
 
@@ -97,20 +97,6 @@ def public_url(params: dict) -> str:
     )
 
 
-def url_with_credentials(public: str, params: dict) -> str:
-    """``public`` (a window's recorded URL, no password) with the user and password of ``params`` (this store's
-    connection) when both name the same server, database and user — how a replica reaches another window of its
-    database (a history's predecessor); ``public`` as it is otherwise (the password then comes from PGPASSWORD)."""
-    other = parse_url(public)
-    if not params.get("password") or any(
-        other[k] != params[k] for k in ("user", "host", "port", "database", "unix_sock")
-    ):
-        return public
-    head = f"postgresql://{params['user']}@"
-    assert public.startswith(head)
-    return f"postgresql://{quote(params['user'], safe='')}:{quote(params['password'], safe='')}@" + public[len(head) :]
-
-
 class PostgresServiceStore(ServiceStore):
     """``PostgresServiceStore(url, create=False)``: the window's store in the schema the URL names."""
 
@@ -142,11 +128,6 @@ class PostgresServiceStore(ServiceStore):
 
     def describe(self) -> dict:
         return {"kind": "postgresql", "url": public_url(self.params)}
-
-    def url_for(self, public: str) -> str:
-        """The URL to open another window's schema of this database with this store's credentials
-        (``url_with_credentials``)."""
-        return url_with_credentials(public, self.params)
 
     def _connect(self) -> Any:
         import pg8000.dbapi

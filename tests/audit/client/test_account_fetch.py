@@ -118,7 +118,7 @@ def _kept_counters(client: AccountClient, directory: Path) -> tuple[list[int], l
 LIES = [
     ("changed text", "receipt.h_answer", "alice"),
     ("changed text, h_answer edited", "receipt.sig", "bob"),
-    ("signed by another key", "receipt.sig", "dave"),
+    ("signed by another key", "receipt.key", "dave"),  # it names a key the client does not hold
     ("another counter's answer", "receipt.counter", "a05"),
     ("another request, same counter", "receipt.h_req", "a06"),
     ("another position shown", "pos", "a07"),

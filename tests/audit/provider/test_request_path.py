@@ -213,7 +213,7 @@ def test_only_the_record_commit_skips_the_sync_and_the_answer_commit_after_it_sy
     the answer's transaction, which every release waits for, commits under FULL after it, and its sync of the one
     write-ahead log makes the record durable too. What breaks the guarantee: the answer committed without a sync,
     the order reversed, or the lax mode leaking into a later transaction of the same connection (a retry's stored
-    answer, a checkpoint, the window's close). The trace is of the real statements SQLite ran."""
+    answer, a checkpoint, a new epoch's policy leaf). The trace is of the real statements SQLite ran."""
     svc = make_toy_directory(tmp_path / "toy", accounts=2, n=10)
     try:
         c = toy_clients(tmp_path / "toy", 1)[0]
@@ -223,7 +223,7 @@ def test_only_the_record_commit_skips_the_sync_and_the_answer_commit_after_it_sy
                 served = c.ask(svc, f"asthma inhaler protocol {i}")
                 assert c.retry(svc).to_dict() == served.to_dict()
             svc.checkpoint_now()
-            svc.next_window(tmp_path / "toy-2", policy=toy_policy(**{**SERVE_TOY, "window": "toy-2", "n": 10})).close()
+            svc.set_policy(toy_policy(**{**SERVE_TOY, "n": 10}))
         txns = _commits(statements)
         leaf = [t for t in txns if any(st.startswith("INSERT INTO ledger_leaf") for st in t["statements"])]
         answers = [t for t in txns if any("UPDATE served" in st for st in t["statements"])]
@@ -231,7 +231,7 @@ def test_only_the_record_commit_skips_the_sync_and_the_answer_commit_after_it_sy
         lax = [t for t in txns if t["mode"] != "FULL"]
         assert len(lax) == 3 and all(t["mode"] == "NORMAL" for t in lax)
         assert all(any("INSERT INTO served" in st for st in t["statements"]) for t in lax)  # the record, nothing else
-        assert len(leaf) == 4 and leaf[-1]["mode"] == "FULL"  # 3 query leaves, then the close leaf: synced
+        assert len(leaf) == 4 and leaf[-1]["mode"] == "FULL"  # 3 query leaves, then the policy leaf: synced
         for t in lax:  # every lax commit is followed by a synced one before anything depending on it is returned
             assert txns[txns.index(t) + 1] in answers
     finally:

@@ -246,19 +246,23 @@ def test_one_service_object_serves_many_threads(tmp_path, store_url):
     assert v.checked["receipts_accepted"] == 40
 
 
-def test_the_next_window_stays_on_its_engine(tmp_path, store_url):
-    """A history on PostgreSQL continues on PostgreSQL (a schema of its own), one on SQLite in the successor's file;
-    the successor's spend is the predecessor's (carried)."""
-    w1 = fx.open_service(tmp_path / "w1", store=store_url, n=4)
-    fx.client(w1, "alice").ask(w1, "asthma protocol inhaler patient 0")
-    spent = w1.spent_units("clinic").copy()
-    w2 = w1.next_window(tmp_path / "w2", policy=fx.toy_policy(window="w2", n=4))
-    assert w2.store.dialect == w1.store.dialect
-    if store_url is not None:
-        assert w2.store.schema != w1.store.schema
-    assert (w2.spent_units("clinic") == spent).all() and spent.sum() > 0
-    w1.close()
-    w2.close()
+def test_a_new_epoch_and_new_documents_stay_in_the_one_store(tmp_path, store_url):
+    """One log per corpus (spec/protocol.md §3.1): a policy leaf and a documents leaf are appended to the same
+    store (the same PostgreSQL schema, or the same SQLite file), and spend simply continues: the new epoch starts
+    from the old epoch's spend, the new document from zero."""
+    svc = fx.open_service(tmp_path / "w1", store=store_url, n=4)
+    try:
+        fx.client(svc, "alice").ask(svc, "asthma protocol inhaler patient 0")
+        spent = svc.spent_units("clinic").copy()
+        schema = getattr(svc.store, "schema", None)
+        svc.set_policy(fx.toy_policy(n=4))
+        svc.add_documents("clinic", {"new-doc": "a note added after the first epoch"})
+        assert getattr(svc.store, "schema", None) == schema
+        after = svc.spent_units("clinic")
+        assert spent.sum() > 0 and (after[: len(spent)] == spent).all() and after[len(spent) :].sum() == 0
+        assert [ep.number for ep in svc.epochs] == [0, 1]
+    finally:
+        svc.close()
 
 
 # -- SQLite: one writer connection per process ------------------------------------------------------------------------

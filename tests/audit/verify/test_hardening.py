@@ -147,7 +147,6 @@ def test_rule_a_published_verdict_carries_no_private_statistic(coalition_window)
         "receipts_handed_in",
         "receipts_accepted",
         "receipts_newer_than_bundle",
-        "history_windows",
         "coalition_window",
         "coalition_window_covers_history",
     }

@@ -255,7 +255,15 @@ def hostile_verdict(word: str, marker: str = "") -> Verdict:
         trusted_checkpoint=4,
         trust=tuple(PAYLOADS),
         timings={p: 0.25},
-        history={"window": p, "size": 9, "root": p, "chain": p, "chain_pinned": False, "windows": list(PAYLOADS)},
+        history={
+            "window": p,
+            "size": 9,
+            "root": p,
+            "origin": p,
+            "chain": p,
+            "origin_pinned": False,
+            "keys": [*PAYLOADS],
+        },
         spend={p: {"limit": 10, "spent": [0, 0, 3, 10, 12]}},
     )
 
