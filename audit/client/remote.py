@@ -245,6 +245,22 @@ def fetch_bundle(
     return untar_bundle(data, Path(out), max_bytes)
 
 
+def collect_rotations(url: str, bundle_size: int) -> list[bytes]:
+    """The provider key rotations at or beyond ``bundle_size`` (``GET /v1/keys``, public), as the lines of a
+    bundle's ``auditor/rotations.jsonl`` (``{"rotation": proof}``, spec/protocol.md §3.3): a receipt signed beyond
+    the bundle by a key rotated in after the cut is checked under the key the verifier follows with them. The
+    proofs are self-verifying; one that does not follow is the verdict's rejected evidence."""
+    status, body = RemoteService(url).call("GET", "/v1/keys")
+    if status != 200 or not isinstance(body, dict) or not isinstance(body.get("rotations"), list):
+        raise RemoteError(status, body, url)
+    out = []
+    for proof in body["rotations"]:
+        pos = proof.get("pos") if isinstance(proof, dict) else None
+        if isinstance(pos, int) and not isinstance(pos, bool) and pos >= bundle_size:
+            out.append(json.dumps({"rotation": proof}, sort_keys=True, separators=(",", ":")).encode())
+    return out
+
+
 def collect_consistency(url: str, bundle_size: int, receipt_sizes: list[int], *, auditor_key: _Signer) -> list[bytes]:
     """The consistency proofs from ``bundle_size`` to each receipt size beyond it (``GET /v1/consistency``, as the
     auditor), as the lines of a bundle's ``auditor/consistency.jsonl`` (spec/protocol.md §8.6): a receipt signed

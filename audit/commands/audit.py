@@ -455,14 +455,21 @@ def fetch_cmd(url: str, key_file: Path | None, out: Path, max_read: str, receipt
         raise click.UsageError(f"--url {url}: {e}") from None
     except DpragError as e:
         raise click.UsageError(f"--url {url}: {e}") from None
-    if sizes and key is not None:
-        from ..client.remote import collect_consistency
+    if key is not None:
+        from ..client.remote import collect_consistency, collect_rotations
 
         n = len(load_bundle(out).leaves)
-        lines = collect_consistency(url, n, sizes, auditor_key=key)
-        (out / "auditor" / "consistency.jsonl").write_bytes(b"".join(x + b"\n" for x in lines))
-        beyond = len({s for s in sizes if s > n})
-        _say(f"consistency proofs: {len(lines)} of {beyond} receipt sizes beyond the bundle's {n}")
+        try:
+            rotations = collect_rotations(url, n)
+        except RemoteError as e:
+            raise click.UsageError(f"--url {url}: GET /v1/keys: {e}") from None
+        (out / "auditor" / "rotations.jsonl").write_bytes(b"".join(x + b"\n" for x in rotations))
+        _say(f"key rotations beyond the bundle's size {n}: {len(rotations)}")
+        if sizes:
+            lines = collect_consistency(url, n, sizes, auditor_key=key)
+            (out / "auditor" / "consistency.jsonl").write_bytes(b"".join(x + b"\n" for x in lines))
+            beyond = len({s for s in sizes if s > n})
+            _say(f"consistency proofs: {len(lines)} of {beyond} receipt sizes beyond the bundle's {n}")
     _say(f"bundle -> {out}" + ("" if key else " (public part only)"))
     return 0
 

@@ -36,6 +36,7 @@ CAPS = {  # bytes; generous for a 10^6-query window, bounded for any input
     "docs": 1 << 30,
     "auditor/epochs.json": 1 << 26,
     "auditor/consistency.jsonl": 1 << 30,
+    "auditor/rotations.jsonl": 1 << 26,
 }
 MAX_TENANTS = 10_000
 
@@ -81,6 +82,9 @@ class Bundle:
     proofs_lines: list[bytes] | None = None  # auditor/proofs.jsonl (zk tenants only), None if absent
     #: auditor/consistency.jsonl: consistency proofs from the bundle's size to later receipts' (the fetch's)
     consistency_lines: list[bytes] = field(default_factory=list)
+    #: auditor/rotations.jsonl: the provider key rotations beyond the bundle's size, ``{"rotation": proof}`` lines
+    #: (``GET /v1/keys``, the fetch's): self-verifying, whoever supplies them (spec/protocol.md §3.3, §8.6)
+    rotation_lines: list[bytes] = field(default_factory=list)
     index_files: dict[str, bytes] = field(default_factory=dict)
     docs_files: dict[str, bytes] = field(default_factory=dict)
     epochs_bytes: bytes | None = None  # auditor/epochs.json (a log with policy leaves, §3.4), None if absent
@@ -157,6 +161,9 @@ def _load(d: BundleDir, p: Path) -> Bundle:
     if _exists(d, b, "auditor/consistency.jsonl"):  # collected by the auditor's fetch (§8.6)
         cons = read("auditor/consistency.jsonl", CAPS["auditor/consistency.jsonl"])
         b.consistency_lines = [ln for ln in cons.split(b"\n") if ln] if cons is not None else []
+    if _exists(d, b, "auditor/rotations.jsonl"):  # collected by the auditor's fetch (§3.3)
+        rot = read("auditor/rotations.jsonl", CAPS["auditor/rotations.jsonl"])
+        b.rotation_lines = [ln for ln in rot.split(b"\n") if ln] if rot is not None else []
     if _exists(d, b, "auditor/proofs.jsonl"):
         pr = read("auditor/proofs.jsonl", CAPS["auditor/openings.jsonl"])
         b.proofs_lines = [ln for ln in pr.split(b"\n") if ln] if pr is not None else []

@@ -161,7 +161,8 @@ def _take_rotations(run: Run, numbered: list[tuple[int, bytes]]) -> list[tuple[i
     INCOMPLETE). One that does not follow is rejected evidence. Returns the other lines."""
     from ..protocol.provider_keys import follow
 
-    rest, proofs = [], []
+    rest: list[tuple[int, bytes]] = []
+    proofs: list[tuple[int | str, dict[str, Any]]] = []  # (receipt line, or the bundle file's line), proof
     for k, line in numbered:
         if b'"rotation"' not in line:
             rest.append((k, line))
@@ -175,18 +176,29 @@ def _take_rotations(run: Run, numbered: list[tuple[int, bytes]]) -> list[tuple[i
             proofs.append((k, obj["rotation"]))
         else:
             rest.append((k, line))
+    for j, line in enumerate(run.b.rotation_lines):  # the auditor's fetch: GET /v1/keys (§3.3)
+        try:
+            obj = decode_content(line, what="rotation line")
+        except EncodingError as e:
+            run.rejected.append(f"auditor/rotations.jsonl line {j}: {e}")
+            continue
+        if isinstance(obj, dict) and set(obj) == {"rotation"} and isinstance(obj["rotation"], dict):
+            proofs.append((f"auditor/rotations.jsonl line {j}", obj["rotation"]))
+        else:
+            run.rejected.append(f'auditor/rotations.jsonl line {j}: not a {{"rotation": proof}} line')
     if not proofs or run.keys is None or run.genesis is None:
         return rest
     keys = copy.deepcopy(run.keys)
     origin = run.origin
-    for pos, k, proof in sorted((_rotation_pos(p), k, p) for k, p in proofs):
+    for pos, k, proof in sorted(((_rotation_pos(p), k, p) for k, p in proofs), key=lambda t: (t[0], str(t[1]))):
+        where = k if isinstance(k, str) else f"receipt {k}"
         if pos < run.n or pos <= keys.eras[-1][0]:
             continue  # inside the bundle (its own key leaves rule there), or one already followed
         try:
             keys.eras.append(follow(keys.current, origin, proof))
             run.ok("rotations_followed")
         except EncodingError as e:
-            run.rejected.append(f"receipt {k}: a key rotation that does not follow from the log's key ({e})")
+            run.rejected.append(f"{where}: a key rotation that does not follow from the log's key ({e})")
     run.receipt_keys = keys
     return rest
 

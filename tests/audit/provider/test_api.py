@@ -414,6 +414,61 @@ def test_an_account_follows_a_key_rotation_over_http(tmp_path):
     assert v.verdict == "PASS" and v.checked["receipts_accepted"] == 2, v.reasons
 
 
+def test_the_auditors_fetch_collects_the_key_rotations_beyond_the_bundle(tmp_path, capsys):
+    """An auditor fetched the bundle; the provider then rotated its key and served carol, whose receipts she hands
+    in without the rotation her client followed. Under the bundle's key her later receipt is not evidence; with the
+    rotations the fetch collects (GET /v1/keys, public) and the consistency proofs, the verifier follows the
+    rotation from the bundle's key and checks the receipt: PASS. A rotation proof of a thief's key does not follow
+    and leaves the receipt unchecked."""
+    import json
+
+    from dprag.audit.cli import main
+    from dprag.audit.client.remote import collect_consistency, collect_rotations
+    from dprag.audit.protocol.bundle import load_bundle
+    from dprag.audit.protocol.encoding import encode
+
+    d = tmp_path / "toy"
+    svc = make_toy_directory(d, n=12, accounts=4, seed=b"\x08" * 32)
+    with LiveServer(create_app(svc, auditor_key=(d / "auditor.vkey").read_text().strip())) as url:
+        carol = _client(d, svc, "carol")
+        remote = RemoteService(url, account="carol", key=_key(d, "carol"))
+        carol.ask(remote, "contract dispute court case 0")
+        early = fetch_bundle(url, tmp_path / "early", auditor_key=_key(d, AUDITOR))
+        n = len(load_bundle(early).leaves)
+        pos = svc.rotate_key()
+        later = carol.ask(remote, "contract dispute court case 1")
+        receipts = tmp_path / "r.jsonl"
+        carol.export_receipts(receipts)
+        only = [x for x in receipts.read_bytes().splitlines() if b'"rotation"' not in x]  # receipts alone
+        receipts.write_bytes(b"".join(x + b"\n" for x in only))
+        assert main(["audit", "verify", str(early), "--receipts", str(receipts)]) == 0  # 1/2: the later one unchecked
+        assert "1/2 receipts" in capsys.readouterr().out
+        rotations = collect_rotations(url, n)
+        assert [json.loads(x)["rotation"]["pos"] for x in rotations] == [pos]
+        (early / "auditor" / "rotations.jsonl").write_bytes(b"".join(x + b"\n" for x in rotations))
+        lines = collect_consistency(url, n, [later.receipt["size"]], auditor_key=_key(d, AUDITOR))
+        (early / "auditor" / "consistency.jsonl").write_bytes(b"".join(x + b"\n" for x in lines))
+        key_file = tmp_path / "auditor.key"
+        key_file.write_text((d / "auditor.key").read_text())
+        args = ["audit", "fetch", "--url", url, "--key", str(key_file), "--out", str(tmp_path / "fetched")]
+        assert main(args) == 0
+        assert f"key rotations beyond the bundle's size {svc.ledger.size}: 0" in capsys.readouterr().out
+        assert (tmp_path / "fetched" / "auditor" / "rotations.jsonl").read_bytes() == b""
+    svc.close()
+    v = verify(early, receipts=receipts)
+    assert v.verdict == "PASS" and v.checked["rotations_followed"] == 1, (v.reasons, v.rejected_evidence)
+    assert v.checked["receipts_accepted"] == 1 and v.checked["receipts_newer_than_bundle"] == 1, v.checked
+    proof = json.loads(rotations[0])["rotation"]
+    leaf = json.loads(bytes.fromhex(proof["leaf"]))
+    thief = encode({"rotation": {**proof, "leaf": encode({**leaf, "sig": "00" * 64}).hex()}})
+    (early / "auditor" / "rotations.jsonl").write_bytes(thief + b"\n")
+    v = verify(early, receipts=receipts)
+    assert "rotations_followed" not in v.checked and v.checked["receipts_accepted"] == 1, v.checked
+    assert any(
+        r.startswith("auditor/rotations.jsonl line 0: a key rotation that does not follow") for r in v.rejected_evidence
+    )
+
+
 def test_an_unknown_query_parameter_is_refused_naming_it(toy):
     """A typo in a query parameter (``?sinse=``) is a 400 naming it, never silently ignored."""
     d, svc, url = toy
