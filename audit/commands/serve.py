@@ -39,9 +39,6 @@ from dprag.errors import DpragError
     help="file holding the auditor's Ed25519 public key (hex)",
 )
 @click.option(
-    "--release-seconds", type=float, default=None, help="constant-time release period (audit/provider/release.py)"
-)
-@click.option(
     "--threads",
     type=click.IntRange(1, 1024),
     default=None,
@@ -58,7 +55,6 @@ def serve(
     embedder: str | None,
     generator: str | None,
     auditor_key: Path | None,
-    release_seconds: float | None,
     threads: int | None,
     log_level: str,
 ) -> int:
@@ -73,8 +69,7 @@ def serve(
         svc, akey = _open(directory, toy, accounts, store, embedder, generator, auditor_key)
     except DpragError as e:
         raise click.UsageError(f"--dir {directory}: {e}") from None
-    if release_seconds is not None:
-        svc.release.set(release_seconds)
+    svc.start_schedule()  # checkpoints on the policy's release grid, when it sets a period (protocol §5.6)
     app = create_app(svc, auditor_key=akey, threads=threads)
     click.echo(f"dprag serve: window {svc.policy.window} on http://{host}:{port} (store {svc.store.dialect})", err=True)
     try:

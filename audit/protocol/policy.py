@@ -201,6 +201,9 @@ class Policy:
     generation: GenerationPolicy
     relation: str = RELATION
     version: int = 2
+    #: seconds: answers and checkpoints leave on the public grid of this period (spec/protocol.md §5.6); None:
+    #: each answer leaves when ready (how long its work took is then observable)
+    release_period: float | None = None
 
     # -- a sound starting point --------------------------------------------------------------------------
     #: ``Policy.recommended(window, ...)``: a well-formed policy with the best-known defaults
@@ -216,6 +219,9 @@ class Policy:
             raise InvalidParameterError("relation", f"must be {RELATION!r}", self.relation)
         if not is_identifier(self.window):
             raise InvalidParameterError("window", f"must be {IDENTIFIER_RULE}", self.window)
+        p = self.release_period
+        if p is not None and (isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.01 <= p <= 3600):
+            raise InvalidParameterError("release_period", "must be None or a number of seconds in [0.01, 3600]", p)
         check_positive_int("retrieval.K", r.K)
         check_positive_int("retrieval.n", r.n)
         check_epsilon("retrieval.epsilon_acc", r.epsilon_acc)
@@ -319,6 +325,8 @@ class Policy:
             "version": self.version,
             "window": self.window,
             "relation": self.relation,
+            # present only when set, so every policy without it keeps its canonical bytes (and C_policy)
+            **({} if self.release_period is None else {"release_period": real(self.release_period)}),
             "retrieval": {
                 "enabled_tenants": sorted(r.enabled_tenants),
                 "K": r.K,
@@ -441,6 +449,7 @@ class Policy:
                 version=d["version"],
                 window=d["window"],
                 relation=d["relation"],
+                release_period=opt(d.get("release_period"), "release_period"),
                 retrieval=RetrievalPolicy(
                     enabled_tenants=tuple(r["enabled_tenants"]),
                     K=r["K"],

@@ -487,6 +487,21 @@ class ProviderService(Serving):
 
         return attest_window(self, proving_key, tenant=tenant)
 
+    def released_answer(self, account: str, counter: int) -> dict | None:
+        """The stored answer, citations, receipt and position of ``account``'s request ``counter`` once released
+        (``GET /v1/answers``): None until it is stored, and until its ``release_at_ms`` when the policy sets a
+        release period (spec/protocol.md §5.6), so nothing tells when its work ended."""
+        from ..protocol.encoding import loads_bounded
+        from . import release as release_clock
+
+        raw = self.aud.served(account, counter)
+        stored = loads_bounded(raw, what="stored answer") if raw else None
+        if not isinstance(stored, dict) or not stored.get("served"):
+            return None
+        if release_clock.now() * 1000 < stored.get("release_at_ms", 0):
+            return None
+        return dict(stored["served"])
+
     def consistency(self, size1: int, size2: int | None = None) -> dict:
         """The RFC 6962 consistency proof between two signed sizes of the ledger (JSON form), for an account's client
         to check that its receipts lie on one history (``AccountClient.accept``)."""

@@ -33,6 +33,7 @@ from ..protocol.retrieval import (
     retrieval_source,
     top_commitment,
 )
+from . import release as release_clock
 from .admission import check_request
 from .group_commit import BatchFailed, GroupCommitter
 from .window import Epoch, TenantRetriever, Window
@@ -155,7 +156,7 @@ class Serving(Window):
         after the charge is ``AnswerPendingError`` (nothing released; retry the same request); a store that stays
         unreachable through ``STORE_ATTEMPTS`` tries is ``StoreUnavailableError`` (nothing committed, or the retry
         finds what was)."""
-        t0 = time.monotonic()
+        arrived = release_clock.now()
         signed = getattr(req, "signed", None)
         try:
             tenant = check_request(self, req)
@@ -163,10 +164,11 @@ class Serving(Window):
             state, stored = self._with_retries(self._admit, req, h_req.hex())
         except (RequestError, RateLimitError) as e:
             raise self._refuse(e, signed) from None  # decided from the request and public quantities only
+        timing: dict = {"release_at_ms": None, "worked": True}  # the record's release time, once known
         try:
-            return self._serve_admitted(req, h_req, tenant, state, stored)
-        finally:
-            self.release.hold(t0)  # constant-time release, when set (audit/provider/release.py)
+            return self._serve_admitted(req, h_req, tenant, state, stored, timing)
+        finally:  # on the policy's public grid, when it sets a release period (audit/provider/release.py)
+            self.release.hold(timing["release_at_ms"], worked=timing["worked"], arrived=arrived)
 
     def _grouped(self, committer: GroupCommitter, write_batch, item: tuple):
         """``write_batch([item])[0]`` in one batch with others (group_commit.py), or alone if that fails."""
@@ -188,8 +190,9 @@ class Serving(Window):
                 time.sleep(pause)
                 pause = min(2 * pause, 2.0)
 
-    def _serve_admitted(self, req: Request, h_req: bytes, tenant: str, state: str, stored) -> ServedQuery:
-        if state == "served":
+    def _serve_admitted(self, req: Request, h_req: bytes, tenant: str, state: str, stored, timing: dict) -> ServedQuery:
+        if state == "served":  # a retry of a stored answer: no work, it leaves at its release time
+            timing.update(release_at_ms=stored.get("release_at_ms"), worked=False)
             return ServedQuery(**stored["served"])
         if state == "new":
             q_query = self._embed(req)  # after every refusal: retries and over-limit requests are never embedded
@@ -203,9 +206,12 @@ class Serving(Window):
             except (RequestError, RateLimitError) as e:
                 raise self._refuse(e, getattr(req, "signed", None)) from None
             if state == "served":
+                timing.update(release_at_ms=stored.get("release_at_ms"), worked=False)
                 return ServedQuery(**stored["served"])
             if state == "fresh":  # recorded by this call: finished from what it wrote, nothing read back
+                timing["release_at_ms"] = stored["record"].get("release_at_ms")
                 return self._finish(stored["record"], {**stored, "h_req": h_req, "view": prepared[1]})
+        timing["release_at_ms"] = stored.get("release_at_ms")
         return self._finish(stored)
 
     def _prepare(self, req: Request, tenant: str, q_query: np.ndarray) -> tuple:
@@ -254,6 +260,9 @@ class Serving(Window):
         charge = self._charge_opening(ten["filter"], selection)
         record, opening = self._append_query(pos, req.signed, qb, top, charge, h_req)
         record["question"] = req.question  # provider-private: a retry finishes the answer from it
+        release_at_ms = self.release.release_at_ms(release_clock.now())  # the public grid (§5.6), with the record
+        if release_at_ms is not None:
+            record["release_at_ms"] = release_at_ms
         body = encode(record)
         self.aud.put_served(acct, counter, pos, body)
         return {"record": record, "opening": opening, "bytes": body}
@@ -360,9 +369,10 @@ class Serving(Window):
             # log's key leaves when it recorded that leaf (§3.3)
             last = max((it[0] for it in items), key=lambda r: r["pos"])["receipt_body"]
             size, root = int(last["size"]), bytes.fromhex(last["root"])
-            self.aud.put_checkpoint(
-                size, sign_checkpoint(Checkpoint(self.origin, size, root, ()), self.signer_at(size))
-            )
+            if all(it[0].get("release_at_ms") is None for it in items):  # else signed on the grid (§5.6)
+                self.aud.put_checkpoint(
+                    size, sign_checkpoint(Checkpoint(self.origin, size, root, ()), self.signer_at(size))
+                )
             for record, text, acct, counter, expect in items:
                 h_answer = hashlib.sha256(text.encode("utf-8")).hexdigest()
                 # signed at the log its leaf made (size pos + 1, recorded with the leaf): whatever was appended while

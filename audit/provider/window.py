@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,10 +37,13 @@ from ..protocol.retrieval import (
     float_exact_scores,
     noise_table,
 )
+from . import release as release_clock
 from .group_commit import GroupCommitter
 from .models import TextEmbedder, as_embedder, serving_generator
 from .release import ReleaseClock
 from .storage import Records, ServiceStore, StoreLog, open_store
+
+log = logging.getLogger("dprag.provider")
 
 
 @dataclass
@@ -119,7 +123,8 @@ class Window:
         self.store: ServiceStore = _store if _store is not None else open_store(d, store)
         self.ledger = StoreLog(self.store)
         self.aud = Records(self.store)
-        self.release = ReleaseClock()  # constant-time release: off until the provider sets its period
+        self.release = ReleaseClock()  # the epoch's release period (``_use``): the public grid, or off
+        self._schedule: tuple[threading.Event, threading.Thread] | None = None  # ``start_schedule``
         # group commit (audit/provider/group_commit.py): the record transactions, and the answer transactions
         self._records, self._answers = GroupCommitter(self._record_batch), GroupCommitter(self._store_answers)
         # the committed sampler TV must bound the table's real one; the epsilon_acc claim (a PLD of the discrete
@@ -172,6 +177,7 @@ class Window:
         """Serve new requests under ``ep`` (the newest epoch)."""
         self.epochs.append(ep)
         self.policy, self.seed, self.generator = ep.policy, ep.seed, ep.generator
+        self.release.set(ep.policy.release_period)
         self.budget, self.rule, self.rag_params = ep.budget, ep.rule, ep.rag_params
         for t, v in self.tenants.items():
             v["filter"] = ep.filters[t]
@@ -334,7 +340,45 @@ class Window:
         )
 
     def close(self) -> None:
+        if self._schedule is not None:
+            stop, thread = self._schedule
+            stop.set()
+            thread.join(10)
+            self._schedule = None
         self.store.close()
+
+    # -- release on a public schedule (spec/protocol.md §5.6) -------------------------------------------------
+    def scheduled_checkpoint(self) -> int | None:
+        """What the schedule does at each grid point of the release period: sign a checkpoint of the committed log
+        (deterministic, so replicas signing one size write the same note). With release on, storing an answer signs
+        none, so no checkpoint tells when an answer's work ended. Returns the size, or None when release is off."""
+        if self.release.seconds is None:
+            return None
+        return self.checkpoint_now()[0]
+
+    def start_schedule(self) -> None:
+        """Sign ``scheduled_checkpoint`` at every grid point, in a daemon thread, until ``close`` (``dprag serve``
+        starts it; a library caller serving with a release period starts it too, or signs on its own schedule)."""
+        if self._schedule is not None:
+            return
+        stop = threading.Event()
+
+        def run() -> None:
+            while not stop.is_set():
+                if self.release.seconds is None:
+                    stop.wait(1.0)
+                    continue
+                tick = self.release.next_tick(release_clock.now() + 1e-3)
+                if stop.wait(max(0.0, tick - release_clock.now())):
+                    return
+                try:
+                    self.scheduled_checkpoint()
+                except DpragError as e:  # a store that is down: the next grid point tries again
+                    log.warning("scheduled checkpoint: %s", e)
+
+        thread = threading.Thread(target=run, name="dprag-release-schedule", daemon=True)
+        self._schedule = (stop, thread)
+        thread.start()
 
     # -- Phase B ---------------------------------------------------------------------------------------------
     # -- one log per corpus (§3.1) ----------------------------------------------------------------------------

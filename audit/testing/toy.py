@@ -246,6 +246,7 @@ def toy_policy(
     abstain_empty: bool = False,
     normalizer: str = "basic",
     vote_epsilon: float = 4.0,
+    release_period: float | None = None,
 ) -> Policy:
     sens = ((1 << 20) >> 10) + 1
     if algorithm == "murag":
@@ -314,6 +315,7 @@ def toy_policy(
         ),
         coalition=CoalitionPolicy(k_max=k_max, delta_policy=1e-5),
         generation=gen,
+        release_period=release_period,
     )
 
 

@@ -270,6 +270,24 @@ def start_certify(run: Run) -> Callable[[], Any] | None:
     return pool.background(certified_epsilons, run.policy, _earlier_policies(run))
 
 
+def release_statement(policies: list[tuple[int, Policy | None]]) -> str:
+    """The timing channel in words: each epoch's committed release period (spec/protocol.md §5.6)."""
+    periods = [(k, None if p is None else p.release_period) for k, p in policies]
+    if all(p is None for _, p in periods):
+        return (
+            "no release period committed: each answer leaves when its work ends, so how long serving took — which "
+            "may depend on the documents — is observable, and no ε here covers it."
+        )
+    each = ", ".join(f"epoch {k}: {'off' if p is None else f'{p:g} s'}" for k, p in periods)
+    off = [k for k, p in periods if p is None]
+    tail = f"; in epoch(s) {', '.join(map(str, off))} answers leave when ready (timing observable)" if off else ""
+    return (
+        f"release period committed ({each}): answers leave at their release time on the public grid of the period "
+        "and checkpoints are signed on it, not when an answer is stored (the verifier reads the committed period; "
+        "that the service kept it is on trust, like its clock)" + tail + "."
+    )
+
+
 def _public_attestation(text: Any) -> Any:
     """An attestation line as it may be published: the zk lines without tenants, sizes or counts."""
     if isinstance(text, str) and text.startswith("groth16 + replay:"):
@@ -368,7 +386,11 @@ def conclude(
     run.reasons.sort(key=_check_rank)  # stable: the root cause (earliest check) first, cascades after
     if verdict != "PASS":
         eps = delta = None
-    attestation = {"retrieval": _retrieval_attestation(run, given.zk_vkey), "generation": ATTESTATION_GENERATION}
+    attestation = {
+        "retrieval": _retrieval_attestation(run, given.zk_vkey),
+        "generation": ATTESTATION_GENERATION,
+        "timing": release_statement([(ep.number, ep.policy) for ep in run.epochs] or [(0, run.policy)]),
+    }
     extra_trust, gen_attestation = generation_trust(run.policy)
     if gen_attestation:
         attestation["generation"] = gen_attestation

@@ -188,6 +188,58 @@ def test_rule_a_receipt_does_not_tell_how_long_its_answer_took(tmp_path, monkeyp
 # ------------------------------------------------------------------------------------------------------------
 # one text, one budget
 # ------------------------------------------------------------------------------------------------------------
+def test_rule_release_timing_is_in_the_protocol(tmp_path, monkeypatch):
+    """With the policy's release period (protocol §5.6) an answer is stored with a release time fixed at its
+    record; until then nothing an account or observer reads tells that its work ended: the answer endpoint has
+    nothing, storing it signed no checkpoint, and a retry of the POST waits for it. Checked on a fake clock,
+    from what is signed and released (counts), never from wall-clock thresholds."""
+    from dprag.audit.provider import release as rel
+
+    now = [1_000.0]
+    seen: dict = {}
+
+    def clock():
+        now[0] += 1e-6
+        return now[0]
+
+    def sleep(s):  # the first wait of the release hold: the answer is stored and not yet released
+        if "stored" not in seen:
+            seen["stored"] = now[0]
+            seen["answer"] = svc.released_answer("alice", 1)
+            seen["checkpoints"] = [z for z, _ in svc.aud.checkpoints(2**62)]
+            seen["retry"] = svc.serve(req).to_dict()  # the same signed request again, before release_at
+            seen["retry_left"] = now[0]
+        now[0] += s
+
+    monkeypatch.setattr(rel, "now", clock)
+    monkeypatch.setattr(rel, "sleep", sleep)
+    svc = fx.open_service(tmp_path / "w1", release_period=10.0)
+    alice = fx.client(svc, "alice")
+    before = [z for z, _ in svc.aud.checkpoints(2**62)]
+    req = alice.request("asthma protocol inhaler patient")
+    served = alice.send(svc, req)
+    record = json.loads(svc.aud.served("alice", 1))
+    release_at = record["release_at_ms"] / 1000
+    assert release_at == 1_020.0  # recorded just after 1,000 s: the first multiple of 10 s at or after t + 10 s
+    assert seen["answer"] is None and seen["checkpoints"] == before, seen  # silent until release_at
+    assert seen["retry"] == served.to_dict() and seen["retry_left"] >= release_at  # the retry waited for it
+    assert now[0] >= release_at and svc.release.overruns == 0
+    assert svc.released_answer("alice", 1) == served.to_dict()
+    assert [z for z, _ in svc.aud.checkpoints(2**62)] == before  # still none: checkpoints come on the grid
+    assert svc.scheduled_checkpoint() == svc.ledger.size == served.pos + 1
+    assert [z for z, _ in svc.aud.checkpoints(2**62)] == [*before, svc.ledger.size]
+    bundle = svc.export_bundle(tmp_path / "bundle")
+    svc.close()
+    monkeypatch.undo()
+    v = verify(bundle, receipts=_write(tmp_path / "r.jsonl", [{"receipt": served.receipt}]))
+    assert v.verdict == "PASS", v.reasons
+    assert v.attestation["timing"].startswith("release period committed (epoch 0: 10 s)"), v.attestation
+    plain = fx.open_service(tmp_path / "w2")
+    pb = plain.export_bundle(tmp_path / "b2")
+    plain.close()
+    assert verify(pb).attestation["timing"].startswith("no release period committed"), "off is said"
+
+
 def test_rule_a_tenant_holds_each_text_once_at_creation_and_when_documents_join(tmp_path):
     """A copy of a document under another id would get a filter of its own (its text charged M times more). The
     provider refuses it, naming both ids: at create(), and when documents join the log."""

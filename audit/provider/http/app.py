@@ -241,17 +241,17 @@ async def submit(request: HttpRequest, since: int | None = Query(None, ge=1, le=
 
 @router.get("/v1/answers/{counter}", responses=schemas.responses("Served", 400, 401, 404), tags=["account"])
 async def answer(request: HttpRequest, counter: int = PathParam(ge=1, le=MAX_INT)) -> Response:
-    """The stored answer and receipt of the authenticated account's request ``counter`` (404 until stored)."""
+    """The stored answer and receipt of the authenticated account's request ``counter`` (404 until stored, and
+    until its ``release_at`` when the policy sets a release period: spec/protocol.md §5.6)."""
     who = await _authed(request)
     if isinstance(who, JSONResponse):
         return who
     if who == AUDITOR:
         return _error(404, "not_found", "no stored answer for this account and counter", "counter")
-    raw = await run_in_threadpool(request, request.app.state.svc.aud.served, who, counter)
-    stored = loads_bounded(raw, what="stored answer") if raw else None
-    if not stored or not stored.get("served"):
+    served = await run_in_threadpool(request, request.app.state.svc.released_answer, who, counter)
+    if served is None:
         return _error(404, "not_found", "no stored answer for this account and counter", "counter")
-    return JSONResponse(stored["served"])
+    return JSONResponse(served)
 
 
 @router.get("/v1/checkpoint", responses=schemas.responses("Checkpoint", 400, 401, 404), tags=["account"])

@@ -381,17 +381,18 @@ def test_rule_a_serve_makes_the_same_fsyncs_whether_or_not_a_document_is_charged
     assert per_serve[0] == per_serve[1] == per_serve[2], per_serve
 
 
-def test_constant_time_release_holds_each_answer_to_its_deadline(tmp_path, monkeypatch):
-    """The constant-time release option (audit/provider/release.py): an answer leaves at the first multiple of the
-    period
-    after its request arrived, whether it charged documents or not; an overrun leaves at a later multiple and is
-    counted. Checked on a fake clock (no wall-clock bound), then once on the service (a lower bound only)."""
+def test_release_holds_each_answer_to_its_grid_point(tmp_path, monkeypatch):
+    """Release on the policy's public grid (audit/provider/release.py, protocol §5.6): a request recorded at t is
+    released at the first multiple of the period at or after t + period, whether it charged documents or not; an
+    answer whose work overran leaves at the next grid point after it and is counted; a retry of a stored answer
+    after its release time leaves at once. Checked on a fake clock (no wall-clock bound), then once on the service
+    (a lower bound only)."""
     from dprag.audit.provider import release as rel
     from dprag.errors import InvalidParameterError
 
     now = [100.0]
 
-    def monotonic():  # a fake clock that advances 10 µs per reading (the spin) and by every sleep
+    def clock():  # a fake clock that advances 10 µs per reading (the spin) and by every sleep
         now[0] += 1e-5
         return now[0]
 
@@ -399,28 +400,36 @@ def test_constant_time_release_holds_each_answer_to_its_deadline(tmp_path, monke
         assert s >= 0
         now[0] += s
 
-    monkeypatch.setattr(rel.time, "monotonic", monotonic)
-    monkeypatch.setattr(rel.time, "sleep", sleep)
-    clock = rel.ReleaseClock(2.0)
-    for work, release in ((0.01, 102.0), (1.5, 102.0), (2.5, 104.0), (0.0, 102.0)):
-        now[0] = 100.0 + work
-        clock.hold(100.0)
-        assert release <= now[0] <= release + 2e-5, (work, now[0])  # left within one clock step of the deadline
-    assert clock.overruns == 1
-    for bad in (0, -1, 3600, True, "2"):
-        with pytest.raises(InvalidParameterError, match="release_seconds"):
+    monkeypatch.setattr(rel, "now", clock)
+    monkeypatch.setattr(rel, "sleep", sleep)
+    c = rel.ReleaseClock(2.0)
+    assert c.release_at_ms(100.5) == 104_000 and c.release_at_ms(102.0) == 104_000 and c.release_at_ms(102.1) == 106_000
+    for at, worked, leaves in (
+        (101.0, True, 104.0),
+        (103.99, False, 104.0),
+        (105.0, True, 106.0),
+        (105.0, False, 105.0),
+    ):
+        now[0] = at
+        c.hold(104_000, worked=worked, arrived=100.5)
+        assert leaves <= now[0] <= leaves + 2e-4, (at, worked, now[0])  # within a few clock readings of it
+    assert c.overruns == 1
+    now[0] = 101.0
+    c.hold(None, worked=True, arrived=100.5)  # a failure before the record: a period after arrival, on the grid
+    assert 104.0 <= now[0] <= 104.0 + 2e-4
+    for bad in (0, -1, 3601, True, "2"):
+        with pytest.raises(InvalidParameterError, match="release_period"):
             rel.ReleaseClock(bad)
     monkeypatch.undo()
 
     import time
 
-    svc = fx.open_service(tmp_path / "s")
-    svc.release.set(0.25)
+    svc = fx.open_service(tmp_path / "s", release_period=0.25)
     alice = fx.client(svc, "alice")
     for q in (CHARGES, NOTHING):
-        t0 = time.monotonic()
+        t0 = time.time()
         alice.ask(svc, q)
-        assert time.monotonic() - t0 >= 0.25
+        assert time.time() - t0 >= 0.25  # at least a period after its record
     svc.close()
 
 
