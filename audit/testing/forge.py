@@ -60,6 +60,9 @@ MUST_FAIL: dict[str, tuple[str, ...]] = {
     "key_unsigned": ("commitments", "ledger"),  # a provider key rotation the outgoing key did not sign
     "policy_raises_limit": ("policy", "retrieval", "generation"),  # an epoch with a larger filter limit
     "documents_forged": ("commitments",),  # a documents leaf whose commitments open to nothing in the bundle
+    "key_retired_signs": ("ledger",),  # a rotation the outgoing key signed, but the retired key signs past it
+    # one log per corpus (spec/protocol.md §3.1): the log's key signs for one origin only
+    "receipt_other_origin": ("receipts",),  # a receipt the key signed for another log's origin (equivocation)
 }
 #: edits that re-derive an honest window: must PASS
 MUST_PASS = ("identity",)
@@ -120,6 +123,7 @@ class Forged:
     seed_hex: str
     answers: dict[str, str] = field(default_factory=dict)  # h_req -> h_answer to sign instead of the honest one
     epochs: list[dict] = field(default_factory=list)  # auditor/epochs.json, when the forger opens an epoch
+    signer: NoteSigner | None = None  # the provider's note key (the outgoing key of a rotation it inserts)
 
 
 def _insert(f: Forged, at: int, leaf: dict) -> None:
@@ -139,6 +143,7 @@ STATE_KINDS = (
     "key_unsigned",
     "policy_raises_limit",
     "documents_forged",
+    "key_retired_signs",
 )
 
 
@@ -168,6 +173,9 @@ def _state_edit(kind: str, f: Forged, rng: random.Random, tenant_of: dict[str, s
     elif kind == "key_unsigned":
         new = NoteSigner.generate("forged")
         leaf = key_leaf(new, chain, new.vkey())
+    elif kind == "key_retired_signs":  # a genuine rotation; the forger keeps signing with the retired key
+        assert f.signer is not None
+        leaf = key_leaf(f.signer, chain, NoteSigner.generate("next").vkey())
     elif kind == "policy_raises_limit":
         bigger = toy_policy(max_queries_per_doc=rng.randint(3, 9))  # the base windows commit M = 2
         salt, seed = new_salt(), new_seed()
@@ -209,8 +217,8 @@ def _edit(kind: str, f: Forged, rng: random.Random, n_docs: dict[str, int], tena
     qs = _queries(f)
     if kind in STATE_KINDS:
         return _state_edit(kind, f, rng, tenant_of, hashlib.sha256(f.leaves[0]).hexdigest())
-    if kind == "identity" or kind.startswith("refusal_"):
-        return True  # a refusal kind re-derives the window and adds its refusal after (``forge``)
+    if kind in ("identity", "receipt_other_origin") or kind.startswith("refusal_"):
+        return True  # a refusal or origin kind re-derives the window and adds its line after (``forge``)
     if kind in ("charge_drop", "charge_add", "charge_units"):
         cands = [
             (p, i)
@@ -301,7 +309,7 @@ def forge(base: Base, kind: str, rng: random.Random, out: Path) -> tuple[Path, P
     g = json.loads(leaves[0])
     n_docs = {t["tenant"]: t["n_docs"] for t in g["tenants"]}
     tenant_of = {a["account"]: a["tenant"] for a in g["accounts"]}
-    f = Forged(list(leaves), openings, (b / "auditor" / "seed.hex").read_text().strip())
+    f = Forged(list(leaves), openings, (b / "auditor" / "seed.hex").read_text().strip(), signer=base.signer)
     if not _edit(kind, f, rng, n_docs, tenant_of):
         return None
     # re-derive every leaf the provider writes from its (edited) opening
@@ -353,6 +361,11 @@ def forge(base: Base, kind: str, rng: random.Random, out: Path) -> tuple[Path, P
     lines += [encode(x) for x in base.lines if "refusal" in x]  # the accounts' own refusals: signed, kept
     if kind.startswith("refusal_"):
         lines.append(_forged_refusal(kind, f, base, roots_at, rng))
+    if kind == "receipt_other_origin" and lines:  # the same key, a second log of the provider's (its own origin)
+        r = decode(rng.choice([x for x in lines if b'"receipt"' in x]))["receipt"]
+        other = {k: v for k, v in r.items() if k not in ("sig", "key")}
+        other["origin"] = "dprag/" + hashlib.sha256(rng.randbytes(32)).hexdigest()
+        lines.append(encode({"receipt": sign_receipt(other, base.signer)}))
     receipts = out / "receipts.jsonl"
     receipts.write_bytes(b"".join(x + b"\n" for x in lines))
     return b, receipts
