@@ -24,7 +24,7 @@ from ..protocol.ledger.rfc6962 import root_from_leaves
 from ..verify import verify
 from ..verify.estimator import DEFAULT_THETA, DEFAULT_WINDOW
 from ..verify.history import parse_origin
-from ..verify.html import PASS_MEANING, large_epsilon_warning, render_html
+from ..verify.html import PASS_MEANING, render_html
 
 SCHEMA_ROOT = "dprag.ledger-root/1"
 
@@ -235,6 +235,15 @@ class _Progress:
     help="also write the verdict as one self-contained HTML page (spec/verdict-html.md): the auditor's full "
     "verdict, or with --public only what may be published",
 )
+@click.option(
+    "--max-epsilon",
+    "max_epsilon",
+    type=click.FloatRange(min=0, min_open=True, max=1e6, max_open=True),
+    default=10.0,
+    show_default=True,
+    help="a PASS with a larger ε, or with δ >= 1/n (n the smallest tenant's documents), is PASS (weak), exit 4; "
+    "one with δ >= 1 is PASS (vacuous), exit 5",
+)
 def verify_cmd(
     bundle: Path,
     receipts: Path | None,
@@ -254,8 +263,10 @@ def verify_cmd(
     as_public: bool,
     max_read: str | None,
     html_file: Path | None,
+    max_epsilon: float,
 ) -> int:
-    """Re-check everything in BUNDLE: PASS ε δ (exit 0), FAIL reasons (exit 1), unusable input (exit 2)."""
+    """Re-check everything in BUNDLE: PASS ε δ (exit 0; 4 weak, 5 vacuous), FAIL reasons (exit 1), unusable input
+    (exit 2), INCOMPLETE (exit 3)."""
     if mode == "sampled" and samples is None:
         raise click.UsageError("--mode sampled needs --samples S")
     if mode == "full" and samples is not None:
@@ -288,6 +299,7 @@ def verify_cmd(
             coalition_window=coalition_window,
             progress=bar,
             max_read=_bytes_flag("--max-read", max_read),
+            max_epsilon=max_epsilon,
         )
     finally:
         bar.close()
@@ -304,8 +316,6 @@ def verify_cmd(
         _say(f"  warning: {w}")
     if v.verdict == "PASS":
         _say(f"  meaning: {PASS_MEANING}")
-        if large := large_epsilon_warning(v.epsilon):
-            _say(f"  warning: {large}")
         ch = v.channels
         _say(f"  relation: {ch['relation']}")
         _say(
@@ -355,10 +365,12 @@ def _key_provenance(v) -> str:
 
 #: the verify command's exit codes (spec/protocol.md §8.11): 3 for INCOMPLETE, never PASS's 0 nor FAIL's 1
 EXIT_CODES = {"PASS": 0, "FAIL": 1, "INCOMPLETE": 3}
+#: a PASS that guarantees little has a code of its own, never FAIL's (spec/protocol.md §8.11)
+STRENGTH_EXIT_CODES = {"weak": 4, "vacuous": 5}
 
 
 def _exit(v) -> int:
-    return EXIT_CODES.get(v.verdict, 1)
+    return STRENGTH_EXIT_CODES.get(v.strength, EXIT_CODES.get(v.verdict, 1))
 
 
 def _check_html_target(path: Path | None) -> None:

@@ -63,6 +63,7 @@ def verify(
     coalition_window: int | None = DEFAULT_WINDOW,
     progress: Callable[[str, int], None] | None = None,
     max_read: int | None = None,
+    max_epsilon: float = 10.0,
 ) -> Verdict:
     """Run every check of spec/protocol.md §8 on the bundle's log, in the spec's order."""
     opts = {k: v for k, v in locals().items() if k in INPUT_OPTIONS}
@@ -110,4 +111,5 @@ INPUT_OPTIONS = (
     "witnesses",
     "min_witnesses",
     "zk_vkey",
+    "max_epsilon",
 )

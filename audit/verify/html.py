@@ -26,23 +26,12 @@ from ..protocol.encoding import printable
 from .verdict import Verdict
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
-LARGE_EPSILON = 10.0  # beyond this, e^ε > 22,000: a likelihood ratio that bounds almost nothing
 PASS_MEANING = (
     "the provider followed the policy it committed to, and that policy guarantees this ε and δ for the channels "
     "and relation below."
 )
 MAX_PLOTS = 24  # tenants plotted (most spent first); every tenant is in the table
 BINS = ("0", "10", "20", "30", "40", "50", "60", "70", "80", "90", "100", "over")
-
-
-def large_epsilon_warning(epsilon: Any) -> str | None:
-    """The warning a PASS with ε > ``LARGE_EPSILON`` carries (the CLI's text and the page)."""
-    if not isinstance(epsilon, (int, float)) or not epsilon > LARGE_EPSILON:
-        return None
-    return (
-        f"ε = {epsilon:.3g} > {LARGE_EPSILON:g}: an adversary's likelihood ratio may reach e^ε, over 22,000 — a "
-        "guarantee this weak rules out almost no inference."
-    )
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -139,11 +128,21 @@ def _section(title: str, *content: Any, id: str | None = None) -> _Markup:
 def _banner(d: dict[str, Any], public: bool) -> _Markup:
     word = str(d.get("verdict"))
     passed = word == "PASS"
+    strength = d.get("strength")
     if passed:
+        eps = d.get("epsilon")
+        ratio = (
+            f" (likelihood ratio ≤ e^ε = {math.exp(eps):.3g})"
+            if isinstance(eps, (int, float)) and not isinstance(eps, bool) and eps < 700
+            else ""
+        )
         figures = [
-            _el("span", f"ε = {_num(d.get('epsilon'))}", class_="fig"),
+            _el("span", f"ε = {_num(eps)}", class_="fig"),
             _el("span", f"δ = {_num(d.get('delta'))}", class_="fig"),
+            _el("span", ratio, class_="rel") if ratio else None,
         ]
+        if strength in ("weak", "vacuous"):
+            word = f"PASS ({strength})"
         relation = (d.get("channels") or {}).get("relation")
         if relation is not None:
             figures.append(_el("span", f"relation: {relation}", class_="rel"))
@@ -155,7 +154,8 @@ def _banner(d: dict[str, Any], public: bool) -> _Markup:
         _el("div", _el("span", word, class_="word"), figures, class_="line"),
         _el("p", d.get("headline"), class_="headline"),
         _el("p", f"dprag audit verify — {kind}", class_="kind"),
-        class_="banner pass" if passed else "banner fail",
+        # green only for a strong PASS; a weak one amber, a vacuous one grey (spec/verdict-html.md)
+        class_=("banner pass" if strength == "strong" else f"banner {strength or 'weak'}") if passed else "banner fail",
         id="verdict",
     )
 
@@ -228,10 +228,7 @@ def _channels(d: dict[str, Any], passed: bool) -> list[_Markup]:
 
 
 def _warnings(d: dict[str, Any], passed: bool) -> _Markup | None:
-    items = list(d.get("warnings") or [])
-    big = large_epsilon_warning(d.get("epsilon")) if passed else None
-    if big:
-        items.append(big)
+    items = list(d.get("warnings") or [])  # a weak or vacuous PASS says why first (verdict.guarantee_strength)
     if not items and not passed:
         return None
     listed = _el("ul", [_el("li", w) for w in items], class_="warn") if items else _el("p", "No warnings.")
@@ -457,6 +454,7 @@ td, li, p, .headline { overflow-wrap: break-word; unicode-bidi: isolate; }
 td:first-child { white-space: nowrap; }
 .banner { border-radius: 10px; padding: 18px 24px; color: #fff; }
 .banner.pass { background: #1e7a3c; } .banner.fail { background: #b3261e; }
+.banner.weak { background: #8a5a00; } .banner.vacuous { background: #55595e; }
 .banner .line { display: flex; align-items: baseline; gap: 22px; flex-wrap: wrap; }
 .banner .word { font-size: 40px; font-weight: 800; letter-spacing: 1px; }
 .banner .fig { font-size: 26px; font-weight: 600; font-variant-numeric: tabular-nums; }

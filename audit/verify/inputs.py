@@ -40,6 +40,8 @@ class AuditorInputs:
     min_witnesses: int
     zk_vkey: VerifyingKey | None
     receipts: bytes | None
+    #: ``--max-epsilon``: beyond it a PASS is weak (``verdict.guarantee_strength``)
+    max_epsilon: float = 10.0
 
 
 def read_auditor_file(path: str | os.PathLike[str], what: str, cap: int) -> bytes:
@@ -79,6 +81,7 @@ def read_auditor_inputs(
     min_witnesses: int | None,
     zk_vkey: str | Path | None,
     receipts: str | Path | None,
+    max_epsilon: float = 10.0,
 ) -> AuditorInputs:
     """The auditor's flags and files, checked in this order; the first defect is exit 2 naming its flag."""
     if mode not in ("full", "sampled"):
@@ -89,6 +92,8 @@ def read_auditor_inputs(
         raise AuditorInputError("--samples is only meaningful with --mode sampled")
     if not (isinstance(theta, (int, float)) and 0 < theta <= 1):
         raise AuditorInputError(f"--theta must lie in (0, 1], got {theta!r}")
+    if isinstance(max_epsilon, bool) or not (isinstance(max_epsilon, (int, float)) and 0 < max_epsilon < 1e6):
+        raise AuditorInputError(f"--max-epsilon must be a number in (0, 10^6), got {max_epsilon!r}")
     pinned = None
     if key is not None:
         pinned = read_auditor_file(key, "--key", 4096).decode("utf-8", "replace").strip()
@@ -121,7 +126,7 @@ def read_auditor_inputs(
     if not isinstance(min_witnesses, int) or not 0 <= min_witnesses <= len(wit):
         raise AuditorInputError(f"--min-witnesses must lie in [0, {len(wit)}] (the number of --witness keys)")
     receipts_data = None if receipts is None else read_auditor_file(receipts, "--receipts", 1 << 34)
-    return AuditorInputs(pinned, trusted, wit, min_witnesses, vk, receipts_data)
+    return AuditorInputs(pinned, trusted, wit, min_witnesses, vk, receipts_data, float(max_epsilon))
 
 
 def check_version(b: Bundle) -> None:

@@ -190,8 +190,8 @@ def _take_rotations(run: Run, numbered: list[tuple[int, bytes]]) -> list[tuple[i
         return rest
     keys = copy.deepcopy(run.keys)
     origin = run.origin
-    for pos, k, proof in sorted(((_rotation_pos(p), k, p) for k, p in proofs), key=lambda t: (t[0], str(t[1]))):
-        where = k if isinstance(k, str) else f"receipt {k}"
+    for pos, line_id, proof in sorted(((_rotation_pos(p), k, p) for k, p in proofs), key=lambda t: (t[0], str(t[1]))):
+        where = line_id if isinstance(line_id, str) else f"receipt {line_id}"
         if pos < run.n or pos <= keys.eras[-1][0]:
             continue  # inside the bundle (its own key leaves rule there), or one already followed
         try:

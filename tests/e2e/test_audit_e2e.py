@@ -240,10 +240,41 @@ def test_reopen_resumes_and_still_passes(tmp_path):
     assert verify(tmp_path / "b").verdict == "PASS"
 
 
+def test_a_vacuous_guarantee_is_said_and_has_its_own_exit_code(tmp_path, capsys):
+    """A policy whose certified δ is at least 1 (answer-vote's seen selection with a per-charge δ of 0.01 and M = 2:
+    δ_gen = n·δ·(1 + e^{M·ε_q}) with ε_q = 4) certifies nothing: the verifier says PASS (vacuous), exit 5, grey on
+    the page, never a green PASS; the certified δ itself is printed as it is (no clipping at 1)."""
+    import math
+
+    from dprag.audit.verify.html import render_html
+
+    w = build_window(tmp_path / "w", rounds=1, mechanism="answer-vote", vote_selection="seen", vote_delta=0.01)
+    v = verify(w.bundle, max_epsilon=1000)
+    assert v.verdict == "PASS" and v.delta >= 2 * 0.01 * (1 + math.exp(2 * 4.0)) * 0.999, v.delta  # 59.6
+    assert v.strength == "vacuous" and v.headline().startswith("PASS (vacuous) ")
+    assert v.warnings()[0].startswith("the guarantee is vacuous: δ = ")
+    page = render_html(v, public=False)
+    assert 'class="banner vacuous"' in page and 'class="banner pass"' not in page
+    assert cli_main(["audit", "verify", str(w.bundle), "--max-epsilon", "1000"]) == 5
+    assert capsys.readouterr().out.startswith("PASS (vacuous) ")
+
+
 def test_cli_verify_json_and_exit_codes(window, tmp_path, capsys):
     rc = cli_main(["audit", "verify", str(window.bundle), "--receipts", str(window.receipts), "--json"])
     out = json.loads(capsys.readouterr().out)
-    assert rc == 0 and out["verdict"] == "PASS" and out["reasons"] == []
+    # the toy policy certifies ε = 42.1 > the default --max-epsilon 10: a weak PASS, exit 4 (never FAIL's 1)
+    assert rc == 4 and out["verdict"] == "PASS" and out["strength"] == "weak" and out["reasons"] == []
+    from dprag.audit.testing.toy import CLINIC, LEGAL
+
+    assert out["epsilon"] > 10 and out["min_documents"] == min(len(CLINIC), len(LEGAL)) and out["max_epsilon"] == 10
+    assert any(w.startswith("the guarantee is weak: ε = 42.12 > --max-epsilon 10") for w in out["warnings"])
+    args = ["audit", "verify", str(window.bundle), "--receipts", str(window.receipts), "--max-epsilon", "50"]
+    assert cli_main([*args, "--json"]) == 0
+    strong = json.loads(capsys.readouterr().out)
+    assert strong["strength"] == "strong" and not any("guarantee is" in w for w in strong["warnings"])
+    assert cli_main(args) == 0 and capsys.readouterr().out.startswith("PASS 42.")
+    assert cli_main(args[:-2]) == 4 and capsys.readouterr().out.startswith("PASS (weak) 42.")
+    assert cli_main([*args[:-2], "--max-epsilon", "0"]) == 2 and "--max-epsilon" in capsys.readouterr().err
     for key in (
         "epsilon",
         "delta",
@@ -288,7 +319,7 @@ def test_pinned_key_and_trusted_checkpoint(window, tmp_path, capsys):
     cp.write_bytes(cps[3])
     v = verify(window.bundle, receipts=window.receipts, key=key, trusted_checkpoint=cp)
     assert v.verdict == "PASS" and v.key_pinned and v.trusted_checkpoint == 4
-    assert cli_main(["audit", "verify", str(window.bundle), "--key", str(key)]) == 0
+    assert cli_main(["audit", "verify", "--max-epsilon", "50", str(window.bundle), "--key", str(key)]) == 0
     assert "pinned by the auditor" in capsys.readouterr().out
     other = tmp_path / "other.vkey"
     from dprag.audit.protocol.ledger import NoteSigner
@@ -378,6 +409,8 @@ def test_answers_replay_from_the_seed_corpus_and_question(tmp_path, capsys):
             "--replay-answers",
             "toy",
             "--json",
+            "--max-epsilon",
+            "50",
         ]
     )
     out = json.loads(capsys.readouterr().out)

@@ -438,9 +438,14 @@ def test_rule_the_headline_says_what_was_pinned_and_confirmed(tmp_path, capsys):
     w = fx.build_window(tmp_path / "w", rounds=2)
     key = tmp_path / "provider.vkey"
     key.write_bytes((w.bundle / "public" / "provider.vkey").read_bytes())
-    assert main(["audit", "verify", str(w.bundle)]) == 0
+    assert main(["audit", "verify", "--max-epsilon", "50", str(w.bundle)]) == 0
     bare = capsys.readouterr().out.splitlines()
-    assert main(["audit", "verify", str(w.bundle), "--key", str(key), "--receipts", str(w.receipts)]) == 0
+    assert (
+        main(
+            ["audit", "verify", "--max-epsilon", "50", str(w.bundle), "--key", str(key), "--receipts", str(w.receipts)]
+        )
+        == 0
+    )
     full = capsys.readouterr().out.splitlines()
     assert bare[0] != full[0]
     assert "key NOT pinned" in bare[0] and "no receipts given" in bare[0]
@@ -613,7 +618,7 @@ def test_rule_corpus_accepts_the_providers_format(tmp_path):
     svc_docs = tmp_path / "w" / "svc" / "docs"
     for t in ("clinic", "legal"):
         (corpus / f"{t}.json").write_bytes((svc_docs / f"{t}.json").read_bytes())
-    assert main(["audit", "verify", str(w.bundle), "--corpus", str(corpus)]) == 0
+    assert main(["audit", "verify", "--max-epsilon", "50", str(w.bundle), "--corpus", str(corpus)]) == 0
     docs = json.loads((corpus / "clinic.json").read_text())
     docs["ids"][0], docs["ids"][1] = docs["ids"][1], docs["ids"][0]
     (corpus / "clinic.json").write_text(json.dumps(docs))

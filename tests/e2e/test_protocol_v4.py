@@ -417,7 +417,7 @@ def test_rule_the_descriptor_names_the_entry_point_that_re_embeds_it(tmp_path, m
     monkeypatch.setenv("DPRAG_VERIFY_WORKERS", "1")
     corpus = _corpus_dir(tmp_path)
     honest = fx.build_window(tmp_path / "honest", rounds=1)
-    assert main(["audit", "verify", str(honest.bundle), "--corpus", corpus, "--json"]) == 0
+    assert main(["audit", "verify", "--max-epsilon", "50", str(honest.bundle), "--corpus", corpus, "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["checked"]["documents_reembedded"] == len(fx.CLINIC) + len(fx.LEGAL)
     emb = _SkewedEmbedder(32)
@@ -433,12 +433,12 @@ def test_rule_the_descriptor_names_the_entry_point_that_re_embeds_it(tmp_path, m
     )
     bundle = svc.export_bundle(tmp_path / "skewed-bundle")
     svc.close()
-    assert main(["audit", "verify", str(bundle)]) == 0  # without the corpus nothing can tell
+    assert main(["audit", "verify", "--max-epsilon", "50", str(bundle)]) == 0  # without the corpus nothing can tell
     capsys.readouterr()
     assert main(["audit", "verify", str(bundle), "--corpus", corpus]) == 1
     assert "committed index rows are not the committed embedder's output" in capsys.readouterr().out
     monkeypatch.setattr("dprag.audit.provider.models.load_embedder", _not_installed)
-    assert main(["audit", "verify", str(honest.bundle), "--corpus", corpus]) == 0
+    assert main(["audit", "verify", "--max-epsilon", "50", str(honest.bundle), "--corpus", corpus]) == 0
     printed = capsys.readouterr().out
     assert "no document was re-embedded (documents_reembedded: 0)" in printed, printed
 
@@ -589,10 +589,10 @@ def test_rule_a_fresh_log_under_the_same_key_fails_when_the_auditor_pins_the_ori
     v = verify(second, origin=pinned)
     assert v.verdict == "FAIL" and any(r.startswith("history: the log's origin") for r in v.reasons), v.reasons
     assert verify(first, origin=pinned).verdict == "PASS"
-    assert main(["audit", "verify", str(second), "--key", str(key)]) == 0
+    assert main(["audit", "verify", "--max-epsilon", "50", str(second), "--key", str(key)]) == 0
     out = capsys.readouterr().out
     assert "origin NOT pinned" in out and "--origin" in out, out
-    assert main(["audit", "verify", str(first), "--key", str(key), "--origin", pinned]) == 0
+    assert main(["audit", "verify", "--max-epsilon", "50", str(first), "--key", str(key), "--origin", pinned]) == 0
     out = capsys.readouterr().out
     assert "origin pinned" in out and "origin NOT pinned" not in out, out
     assert main(["audit", "verify", str(second), "--key", str(key), "--origin", pinned]) == 1
@@ -620,7 +620,7 @@ def test_rule_the_verdict_names_the_key_the_auditor_pinned_after_a_rotation(tmp_
     key = tmp_path / "w1.vkey"
     key.write_text(old)
     svc.close()
-    assert main(["audit", "verify", str(bundle), "--key", str(key), "--origin", origin]) == 0
+    assert main(["audit", "verify", "--max-epsilon", "50", str(bundle), "--key", str(key), "--origin", origin]) == 0
     out = capsys.readouterr().out
     f_old, f_new = key_fingerprint(old), key_fingerprint(new.vkey())
     assert f"NOT the pinned key: the auditor pinned {f_old}" in out and "pinned by the auditor)" not in out, out

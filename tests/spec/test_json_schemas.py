@@ -66,6 +66,8 @@ def one(rc_expected: int, *args) -> list[dict]:
     return objs
 
 
+#: the toy window's PASS is weak (ε = 42 > --max-epsilon 10): exit 4, ``strength: weak`` (spec/protocol.md §8)
+WEAK = 4
 COLLUSION = ["accounting", "collusion", "--k", "10", "--eps-acc", "1", "--delta-acc", "1e-6", "--n", "10000"]
 
 
@@ -100,7 +102,7 @@ class Outputs:
 
     @cached_property
     def verify_pass(self):
-        return self._verify(self.window.bundle, 0, "--receipts", self.window.receipts, "--json")
+        return self._verify(self.window.bundle, WEAK, "--receipts", self.window.receipts, "--json")
 
     @cached_property
     def verify_fail(self):
@@ -112,18 +114,18 @@ class Outputs:
 
     @cached_property
     def verify_sampled(self):
-        return self._verify(self.window.bundle, 0, "--mode", "sampled", "--samples", "2", "--json")
+        return self._verify(self.window.bundle, WEAK, "--mode", "sampled", "--samples", "2", "--json")
 
     @cached_property
     def verify_answer_vote_seen(self):
         from dprag.audit.testing.window import build_window
 
         w = build_window(self.tmp / "av", rounds=1, mechanism="answer-vote", vote_selection="seen", vote_delta=1e-6)
-        return self._verify(w.bundle, 0, "--json")
+        return self._verify(w.bundle, WEAK, "--json")
 
     @cached_property
     def public_pass(self):
-        return self._verify(self.window.bundle, 0, "--receipts", self.window.receipts, "--public")
+        return self._verify(self.window.bundle, WEAK, "--receipts", self.window.receipts, "--public")
 
     @cached_property
     def public_fail(self):

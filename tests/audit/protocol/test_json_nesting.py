@@ -202,7 +202,7 @@ def test_verify_with_a_deeply_nested_receipts_file_rejects_that_evidence(bundle,
     b, _ = bundle
     deep = tmp_path / "deep.jsonl"
     deep.write_bytes(DEEP_LIST + b"\n")
-    code, err = _cli(["audit", "verify", str(b), "--receipts", str(deep), "--json"], capsys)
+    code, err = _cli(["audit", "verify", "--max-epsilon", "50", str(b), "--receipts", str(deep), "--json"], capsys)
     assert code == 0, (code, err)
     v = verify(b, receipts=deep)
     assert v.verdict == "PASS" and v.checked["receipts_accepted"] == 0
