@@ -227,62 +227,102 @@ STRICT = [
     "dprag/accounting",
     "dprag/zk",
     "dprag/audit/protocol",
+    "dprag/audit/provider",
     "dprag/audit/client",
     "dprag/audit/verify",
 ]
+#: the packages that also refuse an explicit ``Any`` (``disallow_any_explicit``, [tool.mypy]'s second override)
+NO_EXPLICIT_ANY = ["dprag/audit/provider", "dprag/audit/client"]
 
 
-@pytest.mark.integration
-def test_the_strict_floors_type_check(tree, tmp_path):
-    """mypy --strict (the flags of [tool.mypy]'s strict override) finds no error in accounting/, zk/ and the audit
-    floor's protocol/, client/ and verify/."""
-    p = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "mypy",
-            "--config-file",
-            "pyproject.toml",
-            "--cache-dir",
-            str(tmp_path / "mypy-cache"),
-            *STRICT,
-        ],
+def _mypy(tree: Path, cache: Path, *paths: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "mypy", "--config-file", "pyproject.toml", "--cache-dir", str(cache), *paths],
         cwd=tree,
         capture_output=True,
         text=True,
         timeout=900,
     )
+
+
+@pytest.mark.integration
+def test_the_strict_floors_type_check(tree, tmp_path):
+    """mypy --strict (the flags of [tool.mypy]'s strict override) finds no error in accounting/, zk/ and the audit
+    floor's protocol/, provider/, client/ and verify/; the provider and the client hold no explicit ``Any``."""
+    p = _mypy(tree, tmp_path / "mypy-cache", *STRICT)
     assert p.returncode == 0, p.stdout[-6000:] + p.stderr[-2000:]
     assert "Success: no issues found" in p.stdout
 
 
+def test_the_overrides_name_the_strict_packages():
+    """[tool.mypy]'s overrides cover what the type-check tests claim: every STRICT package under the strict flags,
+    and exactly the provider and the client under ``disallow_any_explicit``."""
+    overrides = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mypy"]["overrides"]
+    strict = [o for o in overrides if o.get("disallow_untyped_defs")]
+    no_any = [o for o in overrides if o.get("disallow_any_explicit")]
+    assert len(strict) == 1 and len(no_any) == 1
+    for path in STRICT:
+        module = path.removesuffix(".py").replace("/", ".")
+        assert module in strict[0]["module"], module
+        assert path.endswith(".py") or f"{module}.*" in strict[0]["module"], module
+    assert sorted(no_any[0]["module"]) == sorted(
+        m for path in NO_EXPLICIT_ANY for m in (path.replace("/", "."), path.replace("/", ".") + ".*")
+    )
+
+
+# (file, what is appended to it, the mypy error code that must then be reported)
+_BREAKS = [
+    ("dprag/accounting/rounding.py", "\n\ndef _untyped(x):\n    return x\n", "no-untyped-def"),
+    ("dprag/audit/provider/window.py", "\n\ndef _untyped(x):\n    return x\n", "no-untyped-def"),
+    (
+        "dprag/audit/provider/window.py",
+        "\n\nfrom typing import Any\n\n\ndef _explicit(x: Any) -> None:\n    return None\n",
+        "explicit-any",
+    ),
+    (
+        "dprag/audit/provider/storage/base.py",
+        "\n\nfrom typing import Any\n\nROWS: list[tuple[Any, ...]] = []\n",
+        "explicit-any",
+    ),
+    (
+        "dprag/audit/client/remote.py",
+        "\n\nfrom typing import Any, cast\n\n\ndef _explicit(x: object) -> int:\n    return cast(Any, x)\n",
+        "explicit-any",
+    ),
+]
+
+
 @pytest.mark.integration
-def test_the_type_check_is_strict(tree, tmp_path):
-    # an unannotated function in a strict floor must be an error, so the override really applies
-    gdp = tree / "dprag" / "accounting" / "rounding.py"
-    original = gdp.read_text()
-    gdp.write_text(original + "\n\ndef _untyped(x):\n    return x\n")
+@pytest.mark.parametrize(("path", "tail", "code"), _BREAKS, ids=[f"{p}:{c}" for p, _, c in _BREAKS])
+def test_the_type_check_is_strict(tree, tmp_path, path, tail, code):
+    """The overrides really apply: an unannotated function in a strict package, or an explicit ``Any`` in the
+    provider or the client, is an error naming its code (and the same module checks clean without it, so the error
+    is the appended line's)."""
+    target = tree / path
+    original = target.read_text()
+    target.write_text(original + tail)
     try:
-        p = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "mypy",
-                "--config-file",
-                "pyproject.toml",
-                "--cache-dir",
-                str(tmp_path / "mypy-cache"),
-                "dprag/accounting/rounding.py",
-            ],
-            cwd=tree,
-            capture_output=True,
-            text=True,
-            timeout=900,
-        )
+        p = _mypy(tree, tmp_path / "mypy-cache", path)
     finally:
-        gdp.write_text(original)
+        target.write_text(original)
     assert p.returncode != 0
-    assert "no-untyped-def" in p.stdout
+    assert f"[{code}]" in p.stdout, p.stdout[-3000:]
+    lines = len(original.splitlines())
+    assert all(int(x.split(":")[1]) > lines for x in p.stdout.splitlines() if f"[{code}]" in x), p.stdout[-3000:]
+
+
+@pytest.mark.integration
+def test_explicit_any_is_allowed_where_the_flag_is_off(tree, tmp_path):
+    """The verifier is strict but may name ``Any``: the flag is the provider's and the client's alone, so the
+    case above fails because of the flag, not because of how the line is written."""
+    target = tree / "dprag/audit/verify/receipts.py"
+    original = target.read_text()
+    target.write_text(original + "\n\nfrom typing import Any\n\n\ndef _explicit(x: Any) -> None:\n    return None\n")
+    try:
+        p = _mypy(tree, tmp_path / "mypy-cache", "dprag/audit/verify/receipts.py")
+    finally:
+        target.write_text(original)
+    assert "[explicit-any]" not in p.stdout, p.stdout[-3000:]
 
 
 def test_the_verifier_reads_as_the_ordered_list_of_its_checks():

@@ -38,3 +38,14 @@ def test_the_rule_catches_what_it_forbids(tmp_path):
     p = tmp_path / "probe.py"
     p.write_text("def f(svc, self, cls):\n    svc._closed(); self._x; cls._y; super()._z; svc.__dict__\n")
     assert _private_reads(p, tmp_path) == ["probe.py:2: svc._closed"]
+
+
+def test_the_scan_covers_the_audit_floor_and_the_test_support():
+    """What the rule reads: every module of ``dprag.audit`` (the provider, the client, the verifier, the documented
+    test API ``audit/testing``) and the test support ``tests/support``, so a read of the service's private state from
+    any of them is found."""
+    scanned = {p.relative_to(ROOT).as_posix() for d in SCANNED for p in (ROOT / d).rglob("*.py")}
+    for must in ("audit/provider/service.py", "audit/provider/admission.py", "audit/testing/attacks.py"):
+        assert must in scanned, must
+    for folder in ("audit/provider", "audit/client", "audit/verify", "audit/testing", "tests/support"):
+        assert any(p.startswith(folder + "/") for p in scanned), folder

@@ -12,13 +12,14 @@ import re
 from collections.abc import Iterable
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Protocol, TypeGuard, TypeVar, cast
 
 import numpy as np
+import numpy.typing as npt
 
 from dprag.errors import DpragError, InvalidParameterError
 
-from ..protocol.encoding import EncodingError, encode, loads_bounded
+from ..protocol.encoding import JSON, EncodingError, encode, loads_bounded
 from ..protocol.request import AccountKey, Request, make_request
 
 if TYPE_CHECKING:
@@ -30,7 +31,72 @@ if TYPE_CHECKING:
     class _Embedder(Protocol):
         """The committed embedder as the client uses it: ``embed(texts) -> (n, d) floats``."""
 
-        def embed(self, texts: list[str], /) -> Any: ...
+        def embed(self, texts: list[str], /) -> npt.ArrayLike: ...
+
+
+class Shown(Protocol):
+    """What a service shows the account for a request: ``ServedQuery`` in process, the HTTP client's over the wire
+    (``remote.RemoteService``). Nothing of it is trusted before ``AccountClient.accept`` checks it."""
+
+    @property
+    def answer(self) -> object: ...
+
+    @property
+    def citations(self) -> object: ...
+
+    @property
+    def receipt(self) -> JSON: ...
+
+    @property
+    def pos(self) -> object: ...
+
+
+S_co = TypeVar("S_co", bound=Shown, covariant=True)
+#: what a service shows, in the client's methods (``send`` returns what ``serve`` returned, checked)
+S = TypeVar("S", bound=Shown)
+
+
+class Ledger(Protocol):
+    """The service's ledger as the client asks it: a consistency proof between two sizes."""
+
+    def consistency_proof(self, size1: int, size2: int, /) -> ConsistencyProof: ...
+
+
+class Service(Protocol[S_co]):
+    """A service as the account's client uses it: a ``ProviderService`` in process, or ``remote.RemoteService``."""
+
+    @property
+    def ledger(self) -> Ledger: ...
+
+    def serve(self, req: Request, /) -> S_co: ...
+
+
+class _ServesConsistency(Service[S_co], Protocol[S_co]):
+    """A service that brings the consistency proof from the client's head with the answer (``RemoteService``)."""
+
+    def serve(self, req: Request, /, since: int | None = None) -> S_co: ...
+
+
+class Fetches(Service[S_co], Protocol[S_co]):
+    """A service that returns a stored answer as it is (``RemoteService.answer_unchecked``)."""
+
+    def answer_unchecked(self, counter: int, /) -> S_co: ...
+
+
+def _serves_consistency(service: Service[S]) -> TypeGuard[_ServesConsistency[S]]:
+    return bool(getattr(service, "serves_consistency", False))
+
+
+def _field(record: JSON, name: str) -> JSON:
+    """A field of a JSON object (None if ``record`` is not one or lacks it)."""
+    return record.get(name) if isinstance(record, dict) else None
+
+
+def _ints(values: object) -> list[int]:
+    """``[int(x) for x in values]`` (TypeError or ValueError if that fails)."""
+    if not isinstance(values, Iterable):
+        raise TypeError(f"{type(values).__name__} is not iterable")
+    return [int(x) for x in values]
 
 
 class ReceiptError(DpragError):
@@ -73,16 +139,16 @@ class AccountClient:
         #: each rotation it followed (``follow_rotations``; spec/protocol.md §3.3)
         self.key_eras: list[tuple[int, str]] = [] if provider_vkey is None else [(0, provider_vkey)]
         #: the proof of each rotation followed: handed to the auditor with the receipts (``export_receipts``)
-        self.rotation_proofs: list[dict[str, Any]] = []
+        self.rotation_proofs: list[JSON] = []
         self.embedder, self.embedding_scale = embedder, embedding_scale
         self.dir = None if directory is None else Path(directory)
         self.nonces = nonces
         self.counter = 0
-        self.receipts: list[dict[str, Any]] = []
-        self.kept: dict[str, list[dict[str, Any]]] = {}  # incidents, forks, refusals (also on disk with a directory)
+        self.receipts: list[dict[str, JSON]] = []
+        self.kept: dict[str, list[dict[str, JSON]]] = {}  # incidents, forks, refusals (also on disk with a directory)
         self._sent: dict[int, Request] = {}  # signed requests by counter: a retry resends the same bytes
         # the largest checkpoint seen: (size, root, its receipt)
-        self._head: tuple[int, str, dict[str, Any]] | None = None
+        self._head: tuple[int, str, JSON] | None = None
         if self.dir is not None:
             self.dir.mkdir(parents=True, exist_ok=True)
             rpath = self.dir / "receipts.jsonl"
@@ -110,10 +176,11 @@ class AccountClient:
                     self.provider_vkey = eras[-1][1]
             for e in self.receipts:
                 r = e["receipt"]
-                if self._head is None or r["size"] > self._head[0]:
-                    self._head = (r["size"], r["root"], r)
-                if self.origin is None and isinstance(r.get("origin"), str):
-                    self.origin = r["origin"]  # the log its earlier receipts named (pinned on first use)
+                size, root, named = _field(r, "size"), _field(r, "root"), _field(r, "origin")
+                if isinstance(size, int) and isinstance(root, str) and (self._head is None or size > self._head[0]):
+                    self._head = (size, root, r)
+                if self.origin is None and isinstance(named, str):
+                    self.origin = named  # the log its earlier receipts named (pinned on first use)
 
     # -- requests ----------------------------------------------------------------------------------------
     def request(self, question: str) -> Request:
@@ -151,12 +218,12 @@ class AccountClient:
             tmp.write_text(str(c))
             os.replace(tmp, self.dir / "counter")
 
-    def ask(self, service: Any, question: str) -> Any:
+    def ask(self, service: Service[S], question: str) -> S:
         """Send one request to ``service`` (a ProviderService), check the answer, the citations and the receipt
         against each other and the ledger's history the client has seen (``accept``); return what was served."""
         return self.send(service, self.request(question))
 
-    def send(self, service: Any, req: Request) -> Any:
+    def send(self, service: Service[S], req: Request) -> S:
         """Send ``req`` (a new request, or a retry of the same signed bytes) and check what comes back. A signed
         refusal (counter not consumed) frees the counter for the next request and is kept as evidence."""
         from dprag.errors import BudgetExhaustedError
@@ -164,7 +231,7 @@ class AccountClient:
         from ..protocol.receipts import verify_refusal
 
         try:
-            if getattr(service, "serves_consistency", False):  # over HTTP: the proof from our head comes along
+            if _serves_consistency(service):  # over HTTP: the proof from our head comes along
                 served = service.serve(req, since=None if self._head is None else self._head[0])
             else:
                 served = service.serve(req)
@@ -189,7 +256,7 @@ class AccountClient:
             raise
         return self._check_shown(service, req, served)
 
-    def fetch(self, service: Any, counter: int) -> Any:
+    def fetch(self, service: Fetches[S], counter: int) -> S:
         """Fetch the stored answer of this client's request ``counter`` and check it exactly as ``send`` checks a
         served one, before anything of it is shown: ``service.answer_unchecked(counter)`` (``RemoteService``: ``GET
         /v1/answers/{counter}``) brings it, then ``accept`` checks the receipt's signature under the pinned provider
@@ -205,11 +272,11 @@ class AccountClient:
             raise InvalidParameterError("counter", "no request of this client was signed for it", counter)
         return self._check_shown(service, req, service.answer_unchecked(counter))
 
-    def _check_shown(self, service: Any, req: Request, served: Any) -> Any:
+    def _check_shown(self, service: Service[S], req: Request, served: S) -> S:
         """``accept`` what ``service`` returned for ``req`` (served or fetched), with the consistency proof from this
         client's head to the receipt's size: the one that came along, else one asked of ``service``."""
-        proof = None
-        size = served.receipt.get("size") if isinstance(served.receipt, dict) else None
+        proof: ConsistencyProof | None = None
+        size = _field(served.receipt, "size")
         if self._head is not None and isinstance(size, int) and self._head[0] != size:
             lo, hi = sorted((self._head[0], size))
             try:
@@ -221,7 +288,7 @@ class AccountClient:
         self.accept(req, served.receipt, served.citations, answer=served.answer, consistency=proof, pos=served.pos)
         return served
 
-    def retry(self, service: Any, counter: int | None = None) -> Any:
+    def retry(self, service: Service[S], counter: int | None = None) -> S:
         """Resend the signed request of ``counter`` (default: the last one) byte for byte: the provider returns the
         stored answer, or finishes a request charged before a failure from its recorded selection."""
         counter = self.counter if counter is None else int(counter)
@@ -239,7 +306,7 @@ class AccountClient:
             return None
         return KeyChain("", [(p, NoteVerifier.from_vkey(k)) for p, k in self.key_eras])
 
-    def follow_rotations(self, history: dict[str, Any]) -> int:
+    def follow_rotations(self, history: JSON) -> int:
         """Follow the provider's key rotations (``service.key_history()``, ``GET /v1/keys``) from the key this
         client trusts: each rotation's proof must open under the key before it (``provider_keys.follow``); the
         keys followed are kept (``provider_keys.json``). Returns how many were followed; ReceiptError if a proof
@@ -250,14 +317,20 @@ class AccountClient:
         if not self.key_eras:
             raise ReceiptError("provider_key", "no provider key pinned: nothing to follow a rotation from")
         done = 0
-        rotations = history.get("rotations") if isinstance(history, dict) else None
-        for proof in sorted(rotations or [], key=lambda r: r.get("pos", 0) if isinstance(r, dict) else 0):
-            if not isinstance(proof, dict) or not isinstance(proof.get("pos"), int):
+        rotations = _field(history, "rotations")
+
+        def at(proof: JSON) -> int:
+            pos = _field(proof, "pos")
+            return pos if isinstance(pos, int) else 0
+
+        for proof in sorted(rotations if isinstance(rotations, list) else [], key=at):
+            pos0 = _field(proof, "pos")
+            if not isinstance(pos0, int):
                 continue
-            if proof["pos"] <= self.key_eras[-1][0]:
+            if pos0 <= self.key_eras[-1][0]:
                 continue
             try:
-                origin = self.origin if self.origin is not None else str(history.get("origin"))
+                origin = self.origin if self.origin is not None else str(_field(history, "origin"))
                 pos, new = follow(NoteVerifier.from_vkey(self.key_eras[-1][1]), origin, proof)
             except (EncodingError, DpragError) as e:
                 self._keep("incidents.jsonl", {"field": "rotation", "rule": str(e), "proof": proof})
@@ -272,7 +345,7 @@ class AccountClient:
             os.replace(tmp, self.dir / "provider_keys.json")
         return done
 
-    def _follow_if_rotated(self, service: Any, signed: Any) -> None:
+    def _follow_if_rotated(self, service: object, signed: JSON) -> None:
         """A receipt or refusal that no trusted key signed: follow the service's rotations first, if it has any."""
         keys = self._keys()
         history = getattr(service, "key_history", None)
@@ -299,13 +372,13 @@ class AccountClient:
     def accept(
         self,
         req: Request,
-        receipt: dict[str, Any],
-        citations: Iterable[Any] | None = None,
+        receipt: JSON,
+        citations: object = None,
         *,
-        answer: str,
+        answer: object,
         consistency: ConsistencyProof | None = None,
-        pos: int | None = None,
-    ) -> dict[str, Any]:
+        pos: object = None,
+    ) -> dict[str, JSON]:
         """Check everything the account is shown against the signed receipt before it is shown, then keep it:
         the signature under the pinned key, that it answers ``req`` (its counter and h_req), that ``answer`` hashes to
         ``h_answer``, that the ``citations`` shown open ``h_top`` (where the tenant's citation channel is off only the
@@ -324,9 +397,9 @@ class AccountClient:
         except (EncodingError, DpragError) as e:
             raise ReceiptError("provider_key", f"the pinned provider key is unusable ({e})") from None
         try:
-            size = receipt.get("size") if isinstance(receipt, dict) else None
+            size = _field(receipt, "size")
             chain = cast("KeyChain", keys)  # a key is pinned (checked above)
-            body: dict[str, Any] = chain.verifying(size, partial(verify_receipt, receipt), "receipt")
+            body = chain.verifying(size, partial(verify_receipt, receipt), "receipt")
         except (EncodingError, DpragError) as e:
             why = str(e)
             named = re.match(r"(receipt(?:\.\w+)?):", why)
@@ -346,11 +419,12 @@ class AccountClient:
             )
         if pos is not None and (isinstance(pos, bool) or pos != body["pos"]):
             raise self._incident(req, receipt, "pos", "the ledger position shown is not the receipt's pos")
+        ids: list[int] | None = None
         if citations is not None:
             from ..protocol.retrieval import top_commitment
 
             try:
-                ids = [int(i) for i in citations]
+                ids = _ints(citations)
                 ok = top_commitment(ids, bytes.fromhex(body["nonce_top"])) == body["h_top"]
             except (TypeError, ValueError, DpragError):
                 ok = False
@@ -358,7 +432,7 @@ class AccountClient:
                 raise self._incident(
                     req, receipt, "receipt.h_top", "the citations shown do not open the receipt's h_top"
                 )
-        prior = next((e for e in self.receipts if e["receipt"]["counter"] == body["counter"]), None)
+        prior = next((e for e in self.receipts if _field(e["receipt"], "counter") == body["counter"]), None)
         if prior is not None:
             if prior["receipt"] == receipt:
                 return body  # the same receipt again (a retry): nothing new to keep
@@ -385,9 +459,9 @@ class AccountClient:
             raise self._incident(
                 req, receipt, "receipt.root", "its root differs from an earlier receipt's at the same size (a fork)"
             )
-        entry: dict[str, Any] = {
+        entry: dict[str, JSON] = {
             "receipt": receipt,
-            "top": None if citations is None else [int(i) for i in citations],
+            "top": None if ids is None else [*ids],
             "request": req.signed,
             "question": req.question,
         }
@@ -399,11 +473,11 @@ class AccountClient:
             self._head = (body["size"], body["root"], receipt)
         return body
 
-    def _incident(self, req: Request, receipt: Any, field: str, why: str) -> ReceiptError:
+    def _incident(self, req: Request, receipt: JSON, field: str, why: str) -> ReceiptError:
         self._keep("incidents.jsonl", {"field": field, "why": why, "request": req.signed, "receipt": receipt})
         return ReceiptError(field, why)
 
-    def _keep(self, name: str, entry: dict[str, Any]) -> None:
+    def _keep(self, name: str, entry: dict[str, JSON]) -> None:
         """Append one JSON line durably (memory-only clients keep nothing on disk)."""
         self.kept.setdefault(name, []).append(entry)
         if self.dir is not None:

@@ -21,12 +21,12 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Literal, Protocol, cast, overload
 from urllib.parse import urlencode
 
 from dprag.errors import DpragError, InvalidParameterError
 
-from ..protocol.encoding import EncodingError, loads_bounded
+from ..protocol.encoding import JSON, EncodingError, loads_bounded
 from ..protocol.errors import AnswerPendingError, RateLimitError, RequestError, StoreUnavailableError
 from ..protocol.ledger.proof import ConsistencyProof
 from ..protocol.wire import AUDITOR, auth_header, untar_bundle
@@ -45,12 +45,23 @@ if TYPE_CHECKING:
 __all__ = ["RemoteService", "RemoteError", "collect_consistency", "fetch_bundle"]
 
 
+def _error_of(body: JSON) -> dict[str, JSON]:
+    """The ``error`` object of an error body (``{"error": {"type", "field", "rule", ...}}``), or {}."""
+    err = body.get("error") if isinstance(body, dict) else None
+    return err if isinstance(err, dict) else {}
+
+
+def _text(value: JSON, default: str) -> str:
+    """``value`` if it is a non-empty string, else ``default``."""
+    return value if isinstance(value, str) and value else default
+
+
 class RemoteError(DpragError):
     """The service answered with an error that is neither a refusal nor retryable (its status and body)."""
 
-    def __init__(self, status: int, body: dict[str, Any] | None, url: str):
+    def __init__(self, status: int, body: JSON, url: str):
         self.status, self.body = status, body
-        err = (body or {}).get("error") or {}
+        err = _error_of(body)
         super().__init__(f"{url}: HTTP {status} {err.get('type', '')}: {err.get('rule', '')}".strip())
 
 
@@ -60,7 +71,7 @@ class _RemoteLedger:
 
     def consistency_proof(self, size1: int, size2: int) -> ConsistencyProof:
         body = self._remote.get("/v1/consistency", {"first": int(size1), "second": int(size2)}, auth=True)
-        return ConsistencyProof.from_json_dict(body)
+        return _consistency_proof(body)
 
 
 class RemoteService:
@@ -93,10 +104,21 @@ class RemoteService:
         u = self.urls[self._next % len(self.urls)]
         return u
 
+    @overload
+    def call(
+        self, method: str, path: str, body: bytes = b"", auth_as: _Auth | None = None, raw: Literal[False] = False
+    ) -> tuple[int, JSON]: ...
+
+    @overload
+    def call(
+        self, method: str, path: str, body: bytes = b"", auth_as: _Auth | None = None, *, raw: Literal[True]
+    ) -> tuple[int, JSON | bytes]: ...
+
     def call(
         self, method: str, path: str, body: bytes = b"", auth_as: _Auth | None = None, raw: bool = False
-    ) -> tuple[int, Any]:
-        """(status, parsed JSON body or bytes), retried on 503 and on connection failures."""
+    ) -> tuple[int, JSON | bytes]:
+        """(status, parsed JSON body or, with ``raw``, the bytes of a 200), retried on 503 and on connection
+        failures. An error's body is parsed (None if it is not JSON), ``raw`` or not."""
         pause = 0.05
         last: Exception | None = None
         for attempt in range(self.attempts):
@@ -113,18 +135,19 @@ class RemoteService:
                     if raw:
                         return status, data
                     try:
-                        return status, loads_bounded(data, what="response")
+                        parsed: JSON = loads_bounded(data, what="response")
+                        return status, parsed
                     except EncodingError as e:  # not JSON, or nested too deep: the service's defect, not resent
                         raise _malformed(status, f"a {status} response that is not JSON ({e})"[:300], url) from None
                 except urllib.error.HTTPError as e:
                     data = e.read()  # a body cut off here is handled as below
                     try:
-                        parsed = loads_bounded(data, what="response")
+                        error: JSON = loads_bounded(data, what="response")
                     except EncodingError:
-                        parsed = None
+                        error = None
                     if e.code != 503:
-                        return e.code, parsed
-                    last = _unavailable(parsed, url)
+                        return e.code, error
+                    last = _unavailable(error, url)
             except (urllib.error.URLError, ConnectionError, TimeoutError, OSError) as e:
                 last = StoreUnavailableError(f"{url}: unreachable ({e})")
             except http.client.HTTPException as e:
@@ -144,7 +167,7 @@ class RemoteService:
             raise InvalidParameterError("key", "an account and its key are needed for this call")
         return (self.account, self.key.sign)
 
-    def get(self, path: str, params: dict[str, Any] | None = None, *, auth: bool = False) -> Any:
+    def get(self, path: str, params: dict[str, int] | None = None, *, auth: bool = False) -> JSON:
         target = path + (f"?{urlencode(params)}" if params else "")
         status, body = self.call("GET", target, auth_as=self._account_auth() if auth else None)
         if status != 200:
@@ -161,28 +184,29 @@ class RemoteService:
             served = _served(body, self._url())
             if proof is not None:
                 try:
-                    served.consistency = ConsistencyProof.from_json_dict(proof)
+                    served.consistency = _consistency_proof(proof)
                 except Exception:  # noqa: BLE001 - a malformed proof: the client asks for one itself
                     served.consistency = None
             return served
-        err = (body or {}).get("error") or {}
+        err = _error_of(body)
+        refusal = err.get("refusal")
         if status == 429:
-            e: RateLimitError | RequestError = RateLimitError(err.get("rule", "rate limited"))
-            e.refusal = err.get("refusal")
+            e: RateLimitError | RequestError = RateLimitError(_text(err.get("rule"), "rate limited"))
+            e.refusal = refusal if isinstance(refusal, dict) else None
             raise e
         if status == 400 and err.get("type") == "refused":
-            e = RequestError(err.get("field") or "request", err.get("rule", "refused"))
-            e.refusal = err.get("refusal")
+            e = RequestError(_text(err.get("field"), "request"), _text(err.get("rule"), "refused"))
+            e.refusal = refusal if isinstance(refusal, dict) else None
             raise e
         raise RemoteError(status, body, self._url())
 
-    def info(self) -> dict[str, Any]:
-        return cast("dict[str, Any]", self.get("/v1/info"))
+    def info(self) -> JSON:
+        return self.get("/v1/info")
 
-    def key_history(self) -> dict[str, Any]:
+    def key_history(self) -> JSON:
         """``GET /v1/keys``: the provider's keys along the log, each rotation with the proof that follows it
         (unchecked here: ``AccountClient.follow_rotations`` checks every proof from the key it trusts)."""
-        return cast("dict[str, Any]", self.get("/v1/keys"))
+        return self.get("/v1/keys")
 
     def answer_unchecked(self, counter: int) -> _Served:
         """The raw transport call ``GET /v1/answers/{counter}``: the stored answer of this account's request
@@ -190,23 +214,30 @@ class RemoteService:
         ``AccountClient.fetch(remote, counter)`` fetches it and checks it as a served answer is checked."""
         return _served(self.get(f"/v1/answers/{int(counter)}", auth=True), self._url())
 
-    def checkpoint(self, size: int | None = None) -> dict[str, Any]:
+    def checkpoint(self, size: int | None = None) -> JSON:
         params = None if size is None else {"size": int(size)}
-        return cast("dict[str, Any]", self.get("/v1/checkpoint", params, auth=True))
+        return self.get("/v1/checkpoint", params, auth=True)
 
 
-def _unavailable(parsed: Any, url: str) -> Exception:
-    err = (parsed or {}).get("error") or {}
+def _unavailable(parsed: JSON, url: str) -> Exception:
+    err = _error_of(parsed)
     if err.get("type") == "answer_pending":
-        return AnswerPendingError(int(err.get("pos", 0)))
+        pos = err.get("pos", 0)
+        return AnswerPendingError(int(pos) if isinstance(pos, (int, str)) else 0)
     return StoreUnavailableError(f"{url}: {err.get('type', 'unavailable')}: {err.get('rule', '')}")
 
 
-def _served(body: Any, url: str) -> _Served:
+def _served(body: JSON | bytes, url: str) -> _Served:
     """A 200 body of the wire form ``{answer, citations, receipt, pos}`` (its content is checked by the account)."""
     if not isinstance(body, dict) or set(body) != set(_Served.__slots__) - {"consistency"}:
         raise _malformed(200, "a 200 response that is not {answer, citations, receipt, pos}", url)
-    return _Served(**body)
+    return _Served(body["answer"], body["citations"], body["receipt"], body["pos"])
+
+
+def _consistency_proof(body: JSON) -> ConsistencyProof:
+    """The consistency proof a JSON body holds (``MalformedProofError`` if it holds none)."""
+    fields: dict[str, object] = {**body} if isinstance(body, dict) else {}
+    return ConsistencyProof.from_json_dict(fields)
 
 
 def _malformed(status: int, rule: str, url: str) -> RemoteError:
@@ -215,15 +246,16 @@ def _malformed(status: int, rule: str, url: str) -> RemoteError:
 
 
 class _Served:
-    """What a served request looks like to the account (the fields of ``ServedQuery``)."""
+    """What a served request looks like to the account (the fields of ``ServedQuery``), as the service sent it: only
+    ``AccountClient.accept`` checks it."""
 
     __slots__ = ("answer", "citations", "receipt", "pos", "consistency")
 
-    def __init__(self, answer: str, citations: Any, receipt: dict[str, Any], pos: int):
+    def __init__(self, answer: JSON, citations: JSON, receipt: JSON, pos: JSON):
         self.answer, self.citations, self.receipt, self.pos = answer, citations, receipt, pos
         self.consistency: ConsistencyProof | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, JSON]:
         return {"answer": self.answer, "citations": self.citations, "receipt": self.receipt, "pos": self.pos}
 
 
@@ -236,11 +268,15 @@ def fetch_bundle(
     part = "public" if public_only else "all"
     auth = None if public_only else (AUDITOR, cast("_Signer", auditor_key).sign)  # needed unless public_only
     status, data = remote.call("GET", f"/v1/bundle?part={part}", auth_as=auth, raw=True)
-    if status != 200:
-        try:
-            body = loads_bounded(data, what="response")
-        except EncodingError:
-            body = None
+    if status != 200 or not isinstance(data, bytes):
+        body: JSON = None
+        if isinstance(data, bytes):
+            try:
+                body = loads_bounded(data, what="response")
+            except EncodingError:
+                body = None
+        else:
+            body = data  # an error's body, parsed by ``call``
         raise RemoteError(status, body, url)
     return untar_bundle(data, Path(out), max_bytes)
 
@@ -251,10 +287,11 @@ def collect_rotations(url: str, bundle_size: int) -> list[bytes]:
     the bundle by a key rotated in after the cut is checked under the key the verifier follows with them. The
     proofs are self-verifying; one that does not follow is the verdict's rejected evidence."""
     status, body = RemoteService(url).call("GET", "/v1/keys")
-    if status != 200 or not isinstance(body, dict) or not isinstance(body.get("rotations"), list):
+    rotations = body.get("rotations") if isinstance(body, dict) else None
+    if status != 200 or not isinstance(rotations, list):
         raise RemoteError(status, body, url)
     out = []
-    for proof in body["rotations"]:
+    for proof in rotations:
         pos = proof.get("pos") if isinstance(proof, dict) else None
         if isinstance(pos, int) and not isinstance(pos, bool) and pos >= bundle_size:
             out.append(json.dumps({"rotation": proof}, sort_keys=True, separators=(",", ":")).encode())
@@ -274,7 +311,7 @@ def collect_consistency(url: str, bundle_size: int, receipt_sizes: list[int], *,
         if status != 200 or not isinstance(body, dict):
             continue
         try:
-            proof = ConsistencyProof.from_json_dict(body)
+            proof = _consistency_proof(body)
         except Exception:  # noqa: BLE001 - not a proof: the verdict names the unproven size
             continue
         out.append(json.dumps(proof.to_json_dict(), sort_keys=True, separators=(",", ":")).encode())

@@ -25,7 +25,7 @@ import json
 import math
 import re
 import unicodedata
-from typing import Any, NoReturn, TypeGuard
+from typing import Any, NoReturn, TypeAlias, TypeGuard
 
 from dprag.errors import DpragError, InvalidParameterError
 
@@ -39,6 +39,10 @@ _EXCERPT = 32
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _HEX = re.compile(r"[0-9a-f]*")
 _escape = json.encoder.encode_basestring  # C accelerated; escapes exactly '"', '\\' and U+0000-U+001F
+
+#: A value of the encoding as a type: what ``decode`` gives (no floats). The provider and the client, where no
+#: explicit ``Any`` is allowed, read a record's fields as ``JSON`` and narrow each one (``isinstance``).
+JSON: TypeAlias = "None | bool | int | str | list[JSON] | dict[str, JSON]"
 
 
 class EncodingError(DpragError, ValueError):

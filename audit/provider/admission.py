@@ -1,18 +1,24 @@
 """Admission (spec/protocol.md §5.1): the checks of a request itself — signature, window, question and Q against
 their commitments, the question's size in tokens for the committed generator — decided from the request and public
-quantities only, before anything is embedded, charged or recorded. ``self`` is the ``ProviderService``."""
+quantities only, before anything is embedded, charged or recorded. ``self`` is the log's state (``window.Window``)."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
+from ..protocol.encoding import JSON
 from ..protocol.errors import RequestError
+from ..protocol.registry import AccountEntry
 from ..protocol.request import Request, qemb_commitment, question_commitment, verify_request
+
+if TYPE_CHECKING:
+    from .window import Window
 
 MAX_QUESTION_CHARS = 4096
 
 
-def check_request(self: Any, req: Request) -> str:
+def check_request(self: Window, req: Request) -> str:
     """§5.1, the checks of the request itself (signature, window, question and Q against their commitments,
     the question's size in tokens for the committed generator): before anything is embedded or recorded."""
     if not isinstance(req, Request):
@@ -40,7 +46,7 @@ def check_request(self: Any, req: Request) -> str:
     if question_commitment(nonce, q) != signed["h_q"]:
         raise RequestError("question", "does not match the request's h_q")
     tenant = entry.tenant
-    dim = self.tenants[tenant]["q"].shape[1]
+    dim = self.tenants[tenant].q.shape[1]
     if req.qemb is not None:
         if signed["h_qemb"] is None or qemb_commitment(nonce, req.qemb) != signed["h_qemb"]:
             raise RequestError("qemb", "does not match the request's h_qemb")
@@ -52,7 +58,7 @@ def check_request(self: Any, req: Request) -> str:
     return tenant
 
 
-def _entry(self: Any, acct: str, signed: dict) -> Any:
+def _entry(self: Window, acct: str, signed: dict[str, JSON]) -> AccountEntry:
     """The account's registry entry, its request's signature checked under its current key. What this process read
     of the registry may be behind another replica's (an account added, revoked or re-keyed since): on a miss it
     re-reads the registry's leaves once before refusing (spec/protocol.md §3.2)."""
@@ -77,12 +83,14 @@ def _entry(self: Any, acct: str, signed: dict) -> Any:
     raise AssertionError("unreachable")
 
 
-def check_tokens(self: Any, question: str) -> None:
+def check_tokens(self: Window, question: str) -> None:
     """§5.1: the question's size in tokens, from public quantities only (the question, the committed template,
     docs_per_voter, the documents' token cap, max_tokens), so that no voter prompt can overflow the committed
     generator's context window after the charge. Generators without a window (toy, hosted) are not checked."""
-    bound_of = getattr(self.committed_generator, "prompt_token_bound", None)
-    window = getattr(self.committed_generator, "max_positions", None)
+    bound_of: Callable[[str, int, int], int | None] | None = getattr(
+        self.committed_generator, "prompt_token_bound", None
+    )
+    window: int | None = getattr(self.committed_generator, "max_positions", None)
     if bound_of is None or window is None:
         return
     g = self.policy.generation

@@ -5,6 +5,7 @@ ledger position. The circuit, proving, checking and public inputs are ``audit.pr
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -12,8 +13,13 @@ from ..protocol.encoding import decode, encode
 from ..protocol.retrieval import retrieval_source
 from ..protocol.zk_attest import prove
 
+if TYPE_CHECKING:
+    from dprag.zk.keys import ProvingKey
 
-def attest_window(svc, proving_key, *, tenant: str | None = None) -> int:
+    from .window import Window
+
+
+def attest_window(svc: Window, proving_key: ProvingKey, *, tenant: str | None = None) -> int:
     """``ProviderService.attest``: prove noise-then-select for every query of ``svc``'s window whose tenant is one of
     the policy's zk tenants (or ``tenant`` alone) and that has no proof yet, from its opening (Q, the recorded
     top-K) and the noise its committed stream gives; each proof is stored by ledger position. Returns the count."""
@@ -30,7 +36,7 @@ def attest_window(svc, proving_key, *, tenant: str | None = None) -> int:
         t = svc.registry[op["request"]["account"]].tenant
         if rec.get("type") != "query" or t not in zk_tenants or op.get("top") is None:
             continue
-        E = svc.tenants[t]["q"]
+        E = svc.tenants[t].q
         qb = bytes.fromhex(op["qemb"])
         Q = np.frombuffer(qb, dtype="<i2")
         ep = svc.epoch_at(pos)  # the epoch's seed and policy (spec/protocol.md §3.4)

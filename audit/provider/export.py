@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ..protocol import commitments as cm
 from ..protocol.encoding import decode, encode
 from .atomic_files import write_atomically
 
+if TYPE_CHECKING:
+    from .window import Window
 
-def export_bundle(svc: Any, out: str | os.PathLike) -> Path:
+
+def export_bundle(svc: Window, out: str | os.PathLike[str]) -> Path:
     """Write the bundle (spec/protocol.md §7): ``public/`` and the confidential ``auditor/``, cut at one committed
     size."""
     out = Path(out)
@@ -63,7 +66,7 @@ def export_bundle(svc: Any, out: str | os.PathLike) -> Path:
                     count[rec["tenant"]] += rec["count"]
         salts = decode(svc.stored_file("secret/salts.json"), what="salts")
         for t in svc.tenants:
-            n, dim = count[t], int(svc.tenants[t]["q"].shape[1])
+            n, dim = count[t], int(svc.tenants[t].q.shape[1])
             index = svc.stored_file(f"index/{t}.i16")[: 2 * n * dim]
             write_atomically(out / "auditor" / "index" / f"{t}.i16", index)
             docs = decode(svc.stored_file(f"docs/{t}.json"), what="documents")

@@ -24,12 +24,16 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Generic, TypeVar
 
 __all__ = ["MAX_BATCH", "BatchFailed", "GroupCommitter"]
 
 #: at most this many items in one transaction
 MAX_BATCH = 64
+
+#: an item of a batch, and its result
+I = TypeVar("I")  # noqa: E741
+R = TypeVar("R")
 
 
 class BatchFailed(Exception):
@@ -37,31 +41,31 @@ class BatchFailed(Exception):
 
 
 @dataclass
-class _Job:
-    item: Any
+class _Job(Generic[I, R]):
+    item: I
     done: bool = False
-    result: Any = None
+    result: tuple[R] | None = None  # (the item's result,) once its batch committed
     failed: bool = False
     event: threading.Event = field(default_factory=threading.Event)
 
 
-class GroupCommitter:
+class GroupCommitter(Generic[I, R]):
     """``commit(item)``: run ``write_batch([item, ...])`` for the queued items, one transaction per batch; returns
     this item's result. ``write_batch`` returns one result per item, in order, and must commit before it returns
     (it raises, committing nothing, to fail the whole batch: every caller then gets ``BatchFailed``)."""
 
-    def __init__(self, write_batch: Callable[[list[Any]], list[Any]], max_batch: int = MAX_BATCH):
+    def __init__(self, write_batch: Callable[[list[I]], list[R]], max_batch: int = MAX_BATCH):
         self._write_batch = write_batch
         self._max = int(max_batch)
         self._lock = threading.Lock()
-        self._queue: list[_Job] = []
+        self._queue: list[_Job[I, R]] = []
         self._leading = False
         #: batches committed and the items in them (for the benchmark and the tests)
         self.batches = 0
         self.items = 0
 
-    def commit(self, item: Any) -> Any:
-        job = _Job(item)
+    def commit(self, item: I) -> R:
+        job: _Job[I, R] = _Job(item)
         with self._lock:
             self._queue.append(job)
             lead = not self._leading
@@ -74,7 +78,7 @@ class GroupCommitter:
             # handed the lead: our item is still queued
         return self._lead(job)
 
-    def _lead(self, job: _Job) -> Any:
+    def _lead(self, job: _Job[I, R]) -> R:
         fatal: BaseException | None = None  # an interrupt: the batch fails and the lead passes on, then it is raised
         while True:
             with self._lock:
@@ -90,7 +94,7 @@ class GroupCommitter:
                     fatal = e
             else:
                 for j, r in zip(batch, results, strict=True):
-                    j.result, j.done = r, True
+                    j.result, j.done = (r,), True
                 with self._lock:
                     self.batches += 1
                     self.items += len(batch)
@@ -112,7 +116,7 @@ class GroupCommitter:
         return self._outcome(job)
 
     @staticmethod
-    def _outcome(job: _Job) -> Any:
-        if job.failed:
+    def _outcome(job: _Job[I, R]) -> R:
+        if job.failed or job.result is None:
             raise BatchFailed()
-        return job.result
+        return job.result[0]

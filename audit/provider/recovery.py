@@ -7,17 +7,21 @@ than write a refund or an unexplained charge)."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
+import numpy.typing as npt
 
 from ..protocol.errors import ServiceStateError
 
+if TYPE_CHECKING:
+    from .window import Window
 
-def replayed_units(svc: Any) -> dict[str, np.ndarray]:
+
+def replayed_units(svc: Window) -> dict[str, npt.NDArray[np.int64]]:
     """Each tenant's spend as the ledger explains it: every opening's charges."""
     size = svc.ledger.size
-    spent = {t: np.zeros(len(v["retriever"]), dtype=np.int64) for t, v in svc.tenants.items()}
+    spent = {t: np.zeros(len(v.retriever), dtype=np.int64) for t, v in svc.tenants.items()}
     for _pos, body in svc.aud.openings(size):
         op = json.loads(body)
         tenant = svc.registry[op["request"]["account"]].tenant
@@ -27,7 +31,7 @@ def replayed_units(svc: Any) -> dict[str, np.ndarray]:
     return spent
 
 
-def check_spend(svc: Any) -> None:
+def check_spend(svc: Window) -> None:
     """Raise ServiceStateError unless every tenant's stored spend equals the ledger's (one read snapshot)."""
     with svc.store.snapshot():
         replayed = replayed_units(svc)

@@ -28,22 +28,37 @@ import secrets
 from collections.abc import Mapping, Sequence
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING, TypedDict
 
 import numpy as np
+import numpy.typing as npt
 
-from dprag.accounting.protocols import Generator
 from dprag.errors import InvalidParameterError
 from dprag.zk.field import R as BN254_R
 
 from ..protocol import commitments as cm
-from ..protocol.encoding import IDENTIFIER_RULE, EncodingError, decode, encode, is_identifier
+from ..protocol.encoding import IDENTIFIER_RULE, JSON, EncodingError, decode, encode, hexbytes, is_identifier
 from ..protocol.errors import ServiceStateError
 from ..protocol.ledger import Checkpoint, NoteSigner, NoteVerifier, open_checkpoint
 from ..protocol.policy import Policy
 from .atomic_files import write_atomically
-from .models import TextEmbedder, as_embedder, prompt_template_of, serving_generator
-from .serving import Serving
-from .storage import create_store
+from .models import TextEmbedder, as_embedder, describes_itself, prompt_template_of, serving_generator
+from .serving import Served, Serving
+from .storage import Session, create_store
+
+if TYPE_CHECKING:
+    from dprag.zk.keys import ProvingKey
+
+
+class Salts(TypedDict):
+    """``secret/salts.json`` as ``create`` writes it (hex, and the zk blindings in decimal); ``add_documents`` appends
+    ``index_additions`` (``{tenant: [{"pos", "salt"}, ...]}``)."""
+
+    policy: str
+    documents: dict[str, list[str]]
+    index: dict[str, str]
+    zk: dict[str, str]
+    embedder: str
 
 
 def _opened(note: bytes, origin: str, key: NoteVerifier) -> Checkpoint:
@@ -54,7 +69,7 @@ def _opened(note: bytes, origin: str, key: NoteVerifier) -> Checkpoint:
         raise EncodingError(str(e)) from None
 
 
-def _store_files(session, files: Mapping[str, bytes]) -> None:
+def _store_files(session: Session, files: Mapping[str, bytes]) -> None:
     """Keep ``files`` (path -> bytes) in the store's ``window_file``, inside the caller's write transaction: what a
     state leaf changes commits with the leaf, and every replica reads it from there."""
     session.executemany(
@@ -82,12 +97,12 @@ class ProviderService(Serving):
     @classmethod
     def create(
         cls,
-        directory: str | os.PathLike,
+        directory: str | os.PathLike[str],
         *,
         policy: Policy,
         embedder: TextEmbedder | str,
         embedder_descriptor: cm.EmbedderDescriptor | None = None,
-        generator: Generator,
+        generator: object,
         tenants: Mapping[str, Sequence[str] | Mapping[str, str]],
         accounts: Mapping[str, tuple[str, str]],
         seed: bytes | None = None,
@@ -139,7 +154,7 @@ class ProviderService(Serving):
             if t not in corpora:
                 raise InvalidParameterError("retrieval.enabled_tenants", "names an unknown tenant", t)
         if embedder_descriptor is None:
-            if not callable(getattr(embedder, "descriptor", None)):
+            if not describes_itself(embedder):
                 raise InvalidParameterError(
                     "embedder_descriptor", "is required for an embedder without descriptor(schema, prompt_template)"
                 )
@@ -153,7 +168,7 @@ class ProviderService(Serving):
                 type(embedder_descriptor).__name__,
             )
         scale = embedder_descriptor.embedding_scale
-        qidx = {}
+        qidx: dict[str, npt.NDArray[np.int16]] = {}
         dim = embedder_descriptor.dimension
         for t, (_ids, texts) in sorted(corpora.items()):
             e = np.asarray(embedder.embed(list(texts)))
@@ -162,7 +177,7 @@ class ProviderService(Serving):
             qidx[t] = cm.quantise_embeddings(e, scale)
         seed = cm.new_seed() if seed is None else seed
         signer = signer or NoteSigner.generate(re.sub(r"[^A-Za-z0-9_.-]", "-", f"dprag-{policy.window}")[:64])
-        salts = {
+        salts: Salts = {
             "policy": cm.new_salt().hex(),
             "documents": {t: [cm.new_salt().hex() for _ in ids] for t, (ids, _) in corpora.items()},
             "index": {t: cm.new_salt().hex() for t in corpora},
@@ -197,7 +212,7 @@ class ProviderService(Serving):
             encode({t: {"n_docs": n, "dimension": int(qidx[t].shape[1])} for t, (n, _, _) in tenant_meta.items()}),
         )
         c_policy = cm.policy_commitment(bytes.fromhex(salts["policy"]), policy.to_bytes())
-        zk = {}
+        zk: dict[str, str] = {}
         if policy.retrieval.zk_tenants:
             from ..protocol import zk_attest
 
@@ -234,7 +249,7 @@ class ProviderService(Serving):
         return svc
 
     @staticmethod
-    def _registry(accounts: Mapping[str, tuple[str, str]], corpora: Mapping) -> dict[str, tuple[str, str]]:
+    def _registry(accounts: Mapping[str, tuple[str, str]], corpora: Mapping[str, object]) -> dict[str, tuple[str, str]]:
         """The account registry genesis commits to: ids well formed, tenants known, keys 32 bytes of hex, and one
         key per account (a key registered twice would let one party hold several accounts' counters)."""
         registry: dict[str, tuple[str, str]] = {}
@@ -246,7 +261,7 @@ class ProviderService(Serving):
             if t not in corpora:
                 raise InvalidParameterError(f"accounts[{a}]", "names an unknown tenant", t)
             try:
-                cm.hexbytes(key, f"accounts[{a}].key", 32)
+                hexbytes(key, f"accounts[{a}].key", 32)
             except Exception:
                 raise InvalidParameterError(
                     f"accounts[{a}]", "key must be 64 hex characters (AccountKey.vkey)"
@@ -260,7 +275,12 @@ class ProviderService(Serving):
 
     @classmethod
     def open(
-        cls, directory, *, embedder: TextEmbedder | str, generator: Generator, store: str | None = None
+        cls,
+        directory: str | os.PathLike[str],
+        *,
+        embedder: TextEmbedder | str,
+        generator: object,
+        store: str | None = None,
     ) -> ProviderService:
         """Resume a window (after a restart, on another replica): check that every tenant's spend is exactly what
         the ledger's openings charged (``recovery.check_spend``), then serve. ``store``: the PostgreSQL URL with its
@@ -291,7 +311,7 @@ class ProviderService(Serving):
 
         return self._append_state_leaf(revoke_leaf(name))
 
-    def rotate_account_key(self, leaf: Mapping) -> int:
+    def rotate_account_key(self, leaf: Mapping[str, JSON]) -> int:
         """Append an account's own key rotation (``AccountClient.rotation_leaf``: signed by its current key); the
         provider cannot re-key an account. Returns the leaf's position."""
         return self._append_state_leaf(dict(leaf))
@@ -395,8 +415,8 @@ class ProviderService(Serving):
         ids, texts = [str(k) for k in documents], list(documents.values())
         if not all(isinstance(x, str) for x in texts):
             raise InvalidParameterError(field, "texts must be strings")
-        scale = self.embedder_descriptor["embedding_scale"]
-        dim = self.tenants[tenant]["q"].shape[1]
+        scale = self.embedding_scale
+        dim = self.tenants[tenant].q.shape[1]
         e = np.asarray(self.embedder.embed(texts))  # outside the transaction: the embedder is deterministic
         if e.shape != (len(texts), dim):
             raise InvalidParameterError("embedder", f"returned shape {e.shape}, expected ({len(texts)}, {dim})")
@@ -410,7 +430,7 @@ class ProviderService(Serving):
                 raise InvalidParameterError(field, "ids already in the corpus (documents only join)", clash[:3])
             cm.one_text_one_budget(field, [*docs["ids"], *ids], [*docs["texts"], *texts])
             first = len(docs["ids"])
-            q = np.concatenate([self.tenants[tenant]["q"].astype(np.int16), q_add])
+            q = np.concatenate([self.tenants[tenant].q.astype(np.int16), q_add])
             salts = decode(self.stored_file("secret/salts.json"), what="salts")
             salts["documents"][tenant] = [*salts["documents"][tenant], *(x.hex() for x in doc_salts)]
             rec = {
@@ -441,20 +461,20 @@ class ProviderService(Serving):
         self.checkpoint_now()
         return pos
 
-    def key_history(self) -> dict:
+    def key_history(self) -> dict[str, JSON]:
         """The provider's keys along the log (``GET /v1/keys``): genesis's, then a ``rotation_proof`` per rotation,
         which a client or witness holding the outgoing key follows (``provider_keys.follow``)."""
         from ..protocol.provider_keys import rotation_proof
 
         self.refresh_state()
-        out = []
+        out: list[JSON] = []
         for pos, _old, _new in self.keys.rotations():
             note = self.checkpoint_note(pos + 1)
             proof = self.ledger.inclusion_proof(pos, pos + 1).hashes
             out.append(rotation_proof(self.keys.chain, pos, self.ledger.leaf(pos), note, list(proof)))
         return {"origin": self.origin, "genesis_key": self.keys.eras[0][1].vkey(), "rotations": out}
 
-    def _append_state_leaf(self, rec: dict) -> int:
+    def _append_state_leaf(self, rec: dict[str, JSON]) -> int:
         """Check ``rec`` against the registry as of the log's tail and append it, in one write transaction."""
         import copy
 
@@ -468,26 +488,29 @@ class ProviderService(Serving):
                 trial.apply(size, rec, self.tenants)
             except RegistryError as e:
                 raise InvalidParameterError(f"{rec.get('type', 'leaf')}.{e.field}", e.rule) from None
+            kind = rec["type"]  # one of the registry's kinds: ``apply`` checked it
+            if not isinstance(kind, str):
+                raise InvalidParameterError("leaf.type", "must name the leaf's kind", kind)
             pos = self.ledger.append(encode(rec))
-            self.aud.put_state_leaf(pos, rec["type"])
+            self.aud.put_state_leaf(pos, kind)
         self.refresh_state()
         self.checkpoint_now()
         return pos
 
-    def export_bundle(self, out: str | os.PathLike) -> Path:
+    def export_bundle(self, out: str | os.PathLike[str]) -> Path:
         """Write the bundle (``bundle_export.export_bundle``, spec/protocol.md §7)."""
         from .export import export_bundle
 
         return export_bundle(self, out)
 
-    def attest(self, proving_key, *, tenant: str | None = None) -> int:
+    def attest(self, proving_key: ProvingKey, *, tenant: str | None = None) -> int:
         """Prove noise-then-select (Groth16) for the zk tenants' unproven queries with the proving key the AUDITOR
         made; the proofs go into the bundle (``attest.attest_window``). Returns the count."""
         from .attest import attest_window
 
         return attest_window(self, proving_key, tenant=tenant)
 
-    def released_answer(self, account: str, counter: int) -> dict | None:
+    def released_answer(self, account: str, counter: int) -> Served | None:
         """The stored answer, citations, receipt and position of ``account``'s request ``counter`` once released
         (``GET /v1/answers``): None until it is stored, and until its ``release_at_ms`` when the policy sets a
         release period (spec/protocol.md §5.6), so nothing tells when its work ended."""
@@ -500,9 +523,10 @@ class ProviderService(Serving):
             return None
         if release_clock.now() * 1000 < stored.get("release_at_ms", 0):
             return None
-        return dict(stored["served"])
+        served: Served = stored["served"]  # decoded afresh: the caller's own copy
+        return served
 
-    def consistency(self, size1: int, size2: int | None = None) -> dict:
+    def consistency(self, size1: int, size2: int | None = None) -> dict[str, object]:
         """The RFC 6962 consistency proof between two signed sizes of the ledger (JSON form), for an account's client
         to check that its receipts lie on one history (``AccountClient.accept``)."""
         lo, hi = sorted((int(size1), self.ledger.size if size2 is None else int(size2)))

@@ -11,16 +11,21 @@ import hashlib
 import json
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal, NotRequired, ParamSpec, TypedDict, TypeVar, cast
 
 import numpy as np
+import numpy.typing as npt
 
 from dprag.accounting.filters import IndividualRenyiFilter
+from dprag.accounting.protocols import Generator
+from dprag.accounting.rag.common import RagAnswer
 from dprag.accounting.rag.mechanism import filter_charge
 from dprag.accounting.rag.multi_query import Selection
 
 from ..protocol import commitments as cm
-from ..protocol.encoding import decode, digest, encode
+from ..protocol.encoding import JSON, decode, digest, encode
 from ..protocol.errors import AnswerPendingError, RateLimitError, RequestError, ServiceStateError, StoreUnavailableError
 from ..protocol.ledger import Checkpoint, sign_checkpoint
 from ..protocol.ledger.rfc6962 import hash_leaf
@@ -38,6 +43,11 @@ from .admission import check_request
 from .group_commit import BatchFailed, GroupCommitter
 from .window import Epoch, TenantRetriever, Window
 
+P = ParamSpec("P")
+T = TypeVar("T")
+I = TypeVar("I")  # noqa: E741
+R = TypeVar("R")
+
 
 def _has_answer(row: bytes) -> bool:
     """Whether a served row's bytes hold a stored answer."""
@@ -48,23 +58,124 @@ def _has_answer(row: bytes) -> bool:
 STORE_ATTEMPTS = 5
 
 
+class Served(TypedDict):
+    """A stored answer as the served table keeps it (``ServedQuery.to_dict``)."""
+
+    answer: str
+    citations: list[int] | None
+    receipt: dict[str, JSON]
+    pos: int
+
+
 @dataclass
 class ServedQuery:
     """What the account receives: the answer, the citations (None if the tenant has them off), the receipt."""
 
     answer: str
     citations: list[int] | None
-    receipt: dict
+    receipt: dict[str, JSON]
     pos: int
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> Served:
         return {"answer": self.answer, "citations": self.citations, "receipt": self.receipt, "pos": self.pos}
+
+
+class ServedRow(TypedDict):
+    """The served-table row of a recorded request (``Serving.served_row``): its hash, ledger position, the receipt
+    body the leaf fixes (all but ``h_answer``), the citations, and once stored the answer (``served``). The record
+    transaction adds the question (provider-private: a retry finishes the answer from it) and, with a release
+    period, its ``release_at_ms``."""
+
+    h_req: str
+    pos: int
+    receipt_body: dict[str, JSON]
+    top: list[int] | None
+    served: Served | None
+    question: NotRequired[str]
+    release_at_ms: NotRequired[int]
+
+
+class ChargeEntry(TypedDict):
+    """One charge of an opening: its cost as the filter counted it, and the documents charged."""
+
+    cost: dict[str, str | int]
+    ids: list[int]
+
+
+class Charge(TypedDict):
+    """An opening's charge (spec/protocol.md §6.2): what the filter counted, per charge, and the algorithm."""
+
+    nonce: str
+    algorithm: str
+    bins_released: JSON
+    charges: list[ChargeEntry]
+
+
+class Opening(TypedDict):
+    """A query's opening (spec/protocol.md §6.2), kept by ledger position for the auditor."""
+
+    pos: int
+    kind: Literal["query"]
+    request: dict[str, JSON]
+    qemb: str
+    top: list[int] | None
+    nonce_top: str
+    charge: Charge
+
+
+class Fresh(TypedDict):
+    """What a record transaction wrote for one request: its served row, its opening and the row's bytes."""
+
+    record: ServedRow
+    opening: Opening
+    bytes: bytes
+
+
+#: a request's view prepared before its record transaction (``_prepare``): Q's bytes, the retriever with its exact
+#: scores, the noisy top-K (None: citations off) and the number of the epoch it was prepared under
+Prepared = tuple[bytes, TenantRetriever, list[int] | None, int]
+#: one item of a record batch: the request, its hash, its tenant, what ``_prepare`` made
+RecordItem = tuple[Request, bytes, str, Prepared]
+#: a request admitted: "served" (its answer is stored) or "recorded" (charged, its answer not stored) with its served
+#: row, or "new" (to be served now)
+Admitted = tuple[Literal["served", "recorded"], ServedRow] | tuple[Literal["new"], None]
+#: a record batch's outcome for one item: "fresh" (recorded by this batch), admitted before, or refused
+Recorded = (
+    tuple[Literal["fresh"], Fresh]
+    | tuple[Literal["served", "recorded"], ServedRow]
+    | tuple[Literal["refused"], RequestError | RateLimitError]
+)
+#: one item of an answer batch: the served row, the answer, the account, the counter, the row's bytes if known
+AnswerItem = tuple[ServedRow, str, str, int, bytes | None]
+#: an answer batch's outcome for one item: the stored bytes, our served answer, our bytes
+AnswerStored = tuple[bytes, ServedQuery, bytes]
+
+
+class _Timing(TypedDict):
+    release_at_ms: int | None
+    worked: bool
+
+
+def _served_query(row: ServedRow) -> ServedQuery:
+    """The answer a served row holds."""
+    served = row["served"]
+    if served is None:
+        raise ServiceStateError(f"the answer of ledger position {row['pos']} is not stored")
+    return ServedQuery(**served)
 
 
 class Serving(Window):
     """The request path over a window's state."""
 
-    def _refuse(self, exc: RequestError | RateLimitError, signed) -> RequestError | RateLimitError:
+    #: group commit (audit/provider/group_commit.py): the record transactions, and the answer transactions
+    _records: GroupCommitter[RecordItem, Recorded]
+    _answers: GroupCommitter[AnswerItem, AnswerStored]
+
+    def _loaded(self) -> None:
+        self._records = GroupCommitter(self._record_batch)
+        self._answers = GroupCommitter(self._store_answers)
+
+    def _refuse(self, exc: RequestError | RateLimitError, signed: object) -> RequestError | RateLimitError:
         """Attach the signed refusal (§5.1: decided before anything was embedded, charged or recorded; the
         counter is not consumed) to ``exc``; a request too malformed to name (no h_req) gets none. The refusal
         names its rule and the log it read: the size the decision read (``exc.snapshot``) or, for a rule of the
@@ -92,17 +203,17 @@ class Serving(Window):
             exc.refusal = sign_refusal(body, self.signer_at(size))
         return exc
 
-    def _embed(self, req: Request) -> np.ndarray:
+    def _embed(self, req: Request) -> npt.NDArray[np.int16]:
         if req.qemb is not None:
             return np.frombuffer(req.qemb, dtype="<i2").copy()
-        q_query = cm.quantise_embeddings(
-            np.asarray(self.embedder.embed([req.question]))[0:1], self.embedder_descriptor["embedding_scale"]
+        q_query: npt.NDArray[np.int16] = cm.quantise_embeddings(
+            np.asarray(self.embedder.embed([req.question]))[0:1], self.embedding_scale
         )[0]
-        if q_query.shape[0] != self.tenants[self.registry[req.account].tenant]["q"].shape[1]:
+        if q_query.shape[0] != self.tenants[self.registry[req.account].tenant].q.shape[1]:
             raise ServiceStateError("query embedding dimension differs from the index")
         return q_query
 
-    def _admit(self, req: Request, h_req: str) -> tuple[str, dict | None]:
+    def _admit(self, req: Request, h_req: str) -> Admitted:
         """("served", stored) for a request already answered, ("recorded", record) for one charged and recorded
         whose answer is not stored yet, ("new", None) for one that may be served now; raises the refusal (counter,
         rate) otherwise. Reads only: run before the write transaction (to refuse early) and again inside it.
@@ -119,7 +230,7 @@ class Serving(Window):
         if entry is not None and entry.revoked is not None and entry.revoked < size:
             raise refused(RequestError("request.account", f"{acct!r} was revoked at leaf {entry.revoked}"), "revoked")
         if prior is not None:
-            old = decode(prior, what="served")
+            old: ServedRow = decode(prior, what="served")
             if old["h_req"] != h_req:
                 raise refused(
                     RequestError(
@@ -128,7 +239,7 @@ class Serving(Window):
                     ),
                     "counter-used",
                 )
-            return ("served" if old.get("served") else "recorded"), old
+            return ("served", old) if old.get("served") else ("recorded", old)
         last = recorded_last
         if counter <= last:
             raise ServiceStateError(f"counter {counter} of {acct!r} is below its last recorded {last} but not served")
@@ -157,68 +268,77 @@ class Serving(Window):
         unreachable through ``STORE_ATTEMPTS`` tries is ``StoreUnavailableError`` (nothing committed, or the retry
         finds what was)."""
         arrived = release_clock.now()
-        signed = getattr(req, "signed", None)
+        signed: object = getattr(req, "signed", None)
         try:
             tenant = check_request(self, req)
-            h_req = request_hash(signed)  # once per request: its canonical encoding is not cheap
-            state, stored = self._with_retries(self._admit, req, h_req.hex())
+            h_req = request_hash(req.signed)  # once per request: its canonical encoding is not cheap
+            admitted = self._with_retries(self._admit, req, h_req.hex())
         except (RequestError, RateLimitError) as e:
             raise self._refuse(e, signed) from None  # decided from the request and public quantities only
-        timing: dict = {"release_at_ms": None, "worked": True}  # the record's release time, once known
+        timing: _Timing = {"release_at_ms": None, "worked": True}  # the record's release time, once known
         try:
-            return self._serve_admitted(req, h_req, tenant, state, stored, timing)
+            return self._serve_admitted(req, h_req, tenant, admitted, timing)
         finally:  # on the policy's public grid, when it sets a release period (audit/provider/release.py)
             self.release.hold(timing["release_at_ms"], worked=timing["worked"], arrived=arrived)
 
-    def _grouped(self, committer: GroupCommitter, write_batch, item: tuple):
+    def _grouped(self, committer: GroupCommitter[I, R], write_batch: Callable[[list[I]], list[R]], item: I) -> R:
         """``write_batch([item])[0]`` in one batch with others (group_commit.py), or alone if that fails."""
         if not self.store.in_transaction:  # a caller's open transaction is not a batch's to commit
             with contextlib.suppress(BatchFailed):  # that batch did not commit: this item runs alone
                 return committer.commit(item)
         return self._with_retries(write_batch, [item])[0]
 
-    def _with_retries(self, fn, *args):
+    def _with_retries(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """``fn(*args)``, again after a StoreUnavailableError (each try is one transaction, rolled back on failure;
         every caller's retry is idempotent), with backoff 0.05 s doubling; the last failure is raised."""
         pause = 0.05
         for attempt in range(STORE_ATTEMPTS):
             try:
-                return fn(*args)
+                return fn(*args, **kwargs)
             except StoreUnavailableError:
                 if attempt == STORE_ATTEMPTS - 1:
                     raise
                 time.sleep(pause)
                 pause = min(2 * pause, 2.0)
+        raise AssertionError("unreachable: the last attempt returns or raises")
 
-    def _serve_admitted(self, req: Request, h_req: bytes, tenant: str, state: str, stored, timing: dict) -> ServedQuery:
-        if state == "served":  # a retry of a stored answer: no work, it leaves at its release time
-            timing.update(release_at_ms=stored.get("release_at_ms"), worked=False)
-            return ServedQuery(**stored["served"])
-        if state == "new":
+    def _serve_admitted(
+        self, req: Request, h_req: bytes, tenant: str, admitted: Admitted, timing: _Timing
+    ) -> ServedQuery:
+        if admitted[0] == "served":  # a retry of a stored answer: no work, it leaves at its release time
+            stored = admitted[1]
+            timing["release_at_ms"], timing["worked"] = stored.get("release_at_ms"), False
+            return _served_query(stored)
+        if admitted[0] == "recorded":
+            stored = admitted[1]
+        else:
             q_query = self._embed(req)  # after every refusal: retries and over-limit requests are never embedded
             # the scores and the retrieval channel depend on Q, the index and s_W only (never on the filter): computed
             # before the transaction, so the tail lock is held for the charge and the records alone
             prepared = self._prepare(req, tenant, q_query)
             try:
-                state, stored = self._grouped(self._records, self._record_batch, (req, h_req, tenant, prepared))
-                if state == "refused":
-                    raise stored
+                recorded = self._grouped(self._records, self._record_batch, (req, h_req, tenant, prepared))
+                if recorded[0] == "refused":
+                    raise recorded[1]
             except (RequestError, RateLimitError) as e:
                 raise self._refuse(e, getattr(req, "signed", None)) from None
-            if state == "served":
-                timing.update(release_at_ms=stored.get("release_at_ms"), worked=False)
-                return ServedQuery(**stored["served"])
-            if state == "fresh":  # recorded by this call: finished from what it wrote, nothing read back
-                timing["release_at_ms"] = stored["record"].get("release_at_ms")
-                return self._finish(stored["record"], {**stored, "h_req": h_req, "view": prepared[1]})
+            if recorded[0] == "served":
+                stored = recorded[1]
+                timing["release_at_ms"], timing["worked"] = stored.get("release_at_ms"), False
+                return _served_query(stored)
+            if recorded[0] == "fresh":  # recorded by this call: finished from what it wrote, nothing read back
+                fresh = recorded[1]
+                timing["release_at_ms"] = fresh["record"].get("release_at_ms")
+                return self._finish(fresh["record"], fresh, h_req=h_req, view=prepared[1])
+            stored = recorded[1]
         timing["release_at_ms"] = stored.get("release_at_ms")
         return self._finish(stored)
 
-    def _prepare(self, req: Request, tenant: str, q_query: np.ndarray) -> tuple:
+    def _prepare(self, req: Request, tenant: str, q_query: npt.NDArray[np.int16]) -> Prepared:
         """§5.3 steps 3 and 5: the exact scores (the request's view of the index) and the retrieval channel's
         noise-then-select top-K (None where the tenant's citations are off)."""
         qb = cm.embedding_bytes(q_query)
-        retriever = self.tenants[tenant]["retriever"].for_query(req.question, q_query)
+        retriever = self.tenants[tenant].retriever.for_query(req.question, q_query)
         ep = self.epochs[-1]  # the newest epoch; the record transaction prepares again if a policy leaf came since
         r, top = ep.policy.retrieval, None
         if tenant in r.enabled_tenants:
@@ -227,28 +347,31 @@ class Serving(Window):
             top = [int(i) for i in noisy_top_k(scores, z, r.K)]  # noise first, then select
         return qb, retriever, top, ep.number
 
-    def _record_batch(self, items: list[tuple]) -> list[tuple[str, object]]:
+    def _record_batch(self, items: list[RecordItem]) -> list[Recorded]:
         """One write transaction for ``items`` = [(req, h_req, tenant, prepared), ...], in order: each admitted again
         (it may be served by now), then recorded (§5.3 steps 2, 4, 6). Per item: ("fresh", {"record", "opening",
         "bytes"}: what it wrote), ("served" | "recorded", stored) or ("refused", the refusal; nothing written)."""
-        out: list[tuple[str, object]] = []
+        out: list[Recorded] = []
         # not durable: its commit need not wait for the disk, since nothing depending on it is released before the
         # answer's commit (``_finish``), which is durable and so makes this one durable too (spec/provider.md §6)
         with self.store.write(durable=False):
             for req, h_req, tenant, prepared in items:
                 try:
-                    state, stored = self._admit(req, h_req.hex())  # reads only
+                    admitted = self._admit(req, h_req.hex())  # reads only
                 except (RequestError, RateLimitError) as e:
-                    state, stored = "refused", e
-                fresh = state == "new"
-                if fresh and prepared[3] != self.epochs[-1].number:  # a policy leaf since: its noise and its K
+                    out.append(("refused", e))
+                    continue
+                if admitted[0] != "new":
+                    out.append(admitted)
+                    continue
+                if prepared[3] != self.epochs[-1].number:  # a policy leaf since: its noise and its K
                     prepared = self._prepare(req, tenant, np.frombuffer(prepared[0], dtype="<i2"))
-                out.append(("fresh", self._record(req, h_req, tenant, *prepared[:3])) if fresh else (state, stored))
+                out.append(("fresh", self._record(req, h_req, tenant, *prepared[:3])))
         return out
 
     def _record(
-        self, req: Request, h_req: bytes, tenant: str, qb: bytes, retriever: TenantRetriever, top: list | None
-    ) -> dict:
+        self, req: Request, h_req: bytes, tenant: str, qb: bytes, retriever: TenantRetriever, top: list[int] | None
+    ) -> Fresh:
         """§5.3 steps 4 and 6 inside the request's write transaction: the selection and its charge, the opening,
         the query leaf and the served-table row (answer not yet stored). All or nothing. Returns {"record", "opening",
         "bytes"}: the served-table record, the opening and the served row's bytes."""
@@ -257,7 +380,7 @@ class Serving(Window):
         ten = self.tenants[tenant]
         algo = self._algorithm(tenant, request_source(self.seed, "select", h_req), retriever)
         selection: Selection = algo.select(req.question)  # the filter's charges, in this transaction
-        charge = self._charge_opening(ten["filter"], selection)
+        charge = self._charge_opening(ten.filter, selection)
         record, opening = self._append_query(pos, req.signed, qb, top, charge, h_req)
         record["question"] = req.question  # provider-private: a retry finishes the answer from it
         release_at_ms = self.release.release_at_ms(release_clock.now())  # the public grid (§5.6), with the record
@@ -267,12 +390,14 @@ class Serving(Window):
         self.aud.put_served(acct, counter, pos, body)
         return {"record": record, "opening": opening, "bytes": body}
 
-    def _append_query(self, pos: int, signed: dict, qb: bytes, top: list | None, charge: dict, h_req: bytes) -> tuple:
+    def _append_query(
+        self, pos: int, signed: dict[str, JSON], qb: bytes, top: list[int] | None, charge: Charge, h_req: bytes
+    ) -> tuple[ServedRow, Opening]:
         """The opening and the query leaf (§5.3 step 6); returns the served-table record of the request (what a retry
         needs to finish it) and the opening."""
         nonce = secrets.token_bytes(16)
         h_top = top_commitment(top or [], nonce)  # always present: the empty list where citations are off
-        opening = {
+        opening: Opening = {
             "pos": pos,
             "kind": "query",
             "request": signed,
@@ -291,24 +416,27 @@ class Serving(Window):
     def served_row(
         self,
         pos: int,
-        signed: dict,
+        signed: dict[str, JSON],
         leaf: bytes,
         nonce_top: str,
-        top: list | None,
+        top: list[int] | None,
         *,
         root: bytes,
         h_req: bytes | None = None,
-    ) -> dict:
+    ) -> ServedRow:
         """The served-table row of a recorded request, its answer not yet stored: the ledger position, the receipt
         body's fields that the leaf fixes — all but ``h_answer``: the log it made (size pos + 1, ``root``), so no
         signed byte depends on when the answer is stored (``_finish``) — and the citations. ``h_req``: the
         request's hash, if the caller has it."""
         h_req_hex = (request_hash(signed) if h_req is None else h_req).hex()
+        account, counter = signed["account"], signed["counter"]
+        if not isinstance(account, str) or not isinstance(counter, int):
+            raise ServiceStateError(f"the request at ledger position {pos} names no account and counter")
         body = receipt_body(
             origin=self.origin,
-            account=signed["account"],
-            tenant=self.registry[signed["account"]].tenant,
-            counter=signed["counter"],
+            account=account,
+            tenant=self.registry[account].tenant,
+            counter=counter,
             h_req=h_req_hex,
             h_top=json.loads(leaf)["h_top"],
             nonce_top=nonce_top,
@@ -320,55 +448,66 @@ class Serving(Window):
         )
         return {"h_req": h_req_hex, "pos": pos, "receipt_body": body, "top": top, "served": None}
 
-    def _finish(self, record: dict, fresh: dict | None = None) -> ServedQuery:
+    def _finish(
+        self,
+        record: ServedRow,
+        fresh: Fresh | None = None,
+        *,
+        h_req: bytes | None = None,
+        view: TenantRetriever | None = None,
+    ) -> ServedQuery:
         """Generate the answer of a recorded (committed) request from its recorded selection, sign its receipt at a
         checkpoint of committed state, store it (the first stored answer wins: concurrent retries, in any process,
         all return the same bytes), and return it. Runs outside any transaction: generation is the long part.
 
         ``fresh``: for a request this call recorded, what its committed transaction wrote ("opening", "bytes": the
-        served row) and "h_req", "view" (the request's exact scores); a retry reads the opening instead."""
-        pos, fresh = record["pos"], fresh or {}
-        op = fresh.get("opening") or decode(self.aud.opening(pos) or b"null", what="opening")
+        served row), with ``h_req`` and ``view`` (the request's exact scores); a retry reads the opening instead."""
+        pos = record["pos"]
+        op: Opening | None = (
+            fresh["opening"] if fresh is not None else decode(self.aud.opening(pos) or b"null", what="opening")
+        )
         if not isinstance(op, dict) or op.get("pos") != pos:
             raise ServiceStateError(f"no opening stored for ledger position {pos}")
         signed = op["request"]
         acct, counter = signed["account"], signed["counter"]
+        if not isinstance(acct, str) or not isinstance(counter, int):
+            raise ServiceStateError(f"the opening at ledger position {pos} names no account and counter")
         tenant = self.registry[acct].tenant
         ten = self.tenants[tenant]
-        h_req = fresh.get("h_req") or request_hash(signed)
+        h_req = h_req or request_hash(signed)
         question = record.get("question")
         if question is None:
             raise ServiceStateError(f"the question of ledger position {pos} was not kept")
         ep = self.epoch_at(pos)  # recorded under it, finished under it (§3.4)
-        if fresh.get("view") is not None:  # the same exact integer scores (float_exact_scores == integer_scores, §4)
-            scores = fresh["view"].scores(question)
+        if view is not None:  # the same exact integer scores (float_exact_scores == integer_scores, §4)
+            scores = view.scores(question)
         else:
             q_query = np.frombuffer(bytes.fromhex(op["qemb"]), dtype="<i2")
             r = ep.policy.retrieval
-            scores = cm.integer_scores(ten["q"], q_query, r.score_clip, r.score_shift)
-        top = recorded_top(ep.policy, op, scores)
+            scores = cm.integer_scores(ten.q, q_query, r.score_clip, r.score_shift)
+        top = recorded_top(ep.policy, dict(op), scores)
         try:
-            ans = self._generate(question, top, ten["retriever"], h_req, ep)
+            ans = self._generate(question, top, ten.retriever, h_req, ep)
         except Exception as e:  # noqa: BLE001 - any failure after the charge: nothing released, one outcome for all
             raise AnswerPendingError(pos, cause=type(e).__name__) from None
-        item = (record, ans.text, acct, counter, fresh.get("bytes"))  # with the answers finished meanwhile
-        kept, served, mine = self._grouped(self._answers, self._store_answers, item)
+        item: AnswerItem = (record, ans.text, acct, counter, None if fresh is None else fresh["bytes"])
+        kept, served, mine = self._grouped(self._answers, self._store_answers, item)  # with those finished meanwhile
         if kept is mine:  # ours was stored: the served answer is what those bytes encode
             return served
-        return ServedQuery(**decode(kept, what="served")["served"])
+        return _served_query(decode(kept, what="served"))
 
-    def _store_answers(self, items: list[tuple]) -> list[tuple[bytes, ServedQuery, bytes]]:
+    def _store_answers(self, items: list[AnswerItem]) -> list[AnswerStored]:
         """One transaction without the tail lock (no ledger row): the checkpoint of the largest log the batch's
         receipts name, each answer with its receipt, signed at its own leaf's size (pos + 1; the first stored answer
         wins). Per item (record, answer, account, counter, the row's bytes if known): (the stored bytes, our served
         answer, our bytes)."""
-        out = []
+        out: list[AnswerStored] = []
         with self.store.write(tail=False):
             # the checkpoint of the largest log a receipt of this batch names (size pos + 1, its root recorded with
             # the leaf): no read, and this process's key is at least the one in effect there, since it read the
             # log's key leaves when it recorded that leaf (§3.3)
-            last = max((it[0] for it in items), key=lambda r: r["pos"])["receipt_body"]
-            size, root = int(last["size"]), bytes.fromhex(last["root"])
+            last = max((it[0] for it in items), key=lambda r: r["pos"])
+            size, root = _receipt_size(last), bytes.fromhex(_receipt_root(last))
             if all(it[0].get("release_at_ms") is None for it in items):  # else signed on the grid (§5.6)
                 self.aud.put_checkpoint(
                     size, sign_checkpoint(Checkpoint(self.origin, size, root, ()), self.signer_at(size))
@@ -379,7 +518,7 @@ class Serving(Window):
                 # the answer was generated, no signed byte tells when the work ended
                 body = {**record["receipt_body"], "h_answer": h_answer}
                 served = ServedQuery(
-                    text, record["top"], sign_receipt(body, self.signer_at(body["size"])), record["pos"]
+                    text, record["top"], sign_receipt(body, self.signer_at(_receipt_size(record))), record["pos"]
                 )
                 mine = encode({**record, "served": served.to_dict()})
                 kept = self.aud.store_answer(acct, counter, mine, unless_stored=_has_answer, expect=expect)
@@ -387,8 +526,8 @@ class Serving(Window):
         return out
 
     # -- internals -------------------------------------------------------------------------------------------
-    def _charge_opening(self, flt: IndividualRenyiFilter, selection: Selection) -> dict:
-        charges = []
+    def _charge_opening(self, flt: IndividualRenyiFilter, selection: Selection) -> Charge:
+        charges: list[ChargeEntry] = []
         for event, ids in selection.charges:
             # what the filter counted: the ε part of an (ε, δ) cost (its δ is per charge, outside the filter)
             units = int(flt.cost_units(filter_charge(event)[0])[0])
@@ -402,9 +541,29 @@ class Serving(Window):
             "charges": charges,
         }
 
-    def _generate(self, question: str, top: np.ndarray, retriever, h_req: bytes, ep: Epoch):
+    def _generate(
+        self, question: str, top: npt.NDArray[np.int64], retriever: TenantRetriever, h_req: bytes, ep: Epoch
+    ) -> RagAnswer:
         """§5.3 step 7: the answer from the recorded selection's documents ``top``, drawn from the request's
-        committed ``generate`` stream only, under the epoch it was recorded in."""
+        committed ``generate`` stream only, under the epoch it was recorded in. The epoch's generator is the kind its
+        mechanism takes (``models.serving_generator``), which the mechanism protocol types as the logit kind."""
+        generator = cast(Generator, ep.generator)
         return ep.rag_params.respond(
-            question, top, retriever, ep.generator, source=request_source(ep.seed, "generate", h_req)
+            question, top, retriever, generator, source=request_source(ep.seed, "generate", h_req)
         )
+
+
+def _receipt_size(row: ServedRow) -> int:
+    """The size a served row's receipt names (pos + 1: the log its leaf made)."""
+    size = row["receipt_body"]["size"]
+    if not isinstance(size, int):
+        raise ServiceStateError(f"the receipt body of ledger position {row['pos']} names no size")
+    return size
+
+
+def _receipt_root(row: ServedRow) -> str:
+    """The root (hex) a served row's receipt names: the log its leaf made."""
+    root = row["receipt_body"]["root"]
+    if not isinstance(root, str):
+        raise ServiceStateError(f"the receipt body of ledger position {row['pos']} names no root")
+    return root

@@ -1,10 +1,11 @@
-"""The provider's window: its state, loaded from the window's directory (spec/provider.md §6).
+"""The provider's window: the log's state, loaded from the window's directory (spec/provider.md §6).
 
-``Window`` holds what one process serves a window with — the committed policy, the embedder and generator, the
-registry, the origin, seed and signing key, each tenant's index, retriever and per-document filter, the store, its
-ledger and records — and the operations on that state that every role of the service shares (the closed check,
-the chain id and epoch, the committed checkpoint, the per-document spend). The request path is ``serving``; the
-façade that opens, continues, exports and attests windows is ``service.ProviderService``.
+``Window`` is that state, one typed object: what one process serves the log with — the committed policy and its
+epochs (``Epoch``), the embedder and generator, the registry, the origin, seed and signing keys, each tenant
+(``Tenant``: its index, retriever and per-document filter), the store, its ledger and records — and the operations
+on it that every role of the service shares (the chain id and epoch, the committed checkpoint, the per-document
+spend). Admission, recovery, the bundle export and attestation take it (``Window``), never the service. The request
+path is ``serving``; the façade that opens, continues, exports and attests is ``service.ProviderService``.
 """
 
 from __future__ import annotations
@@ -13,21 +14,26 @@ import copy
 import json
 import logging
 import threading
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Literal, TypedDict, cast
 
 import numpy as np
+import numpy.typing as npt
 
 from dprag.accounting.filters import FilterBudget, IndividualRenyiFilter
 from dprag.accounting.noise.source import RandomSource
+from dprag.accounting.noise.table import DiscreteGaussianTable
 from dprag.accounting.protocols import Generator
+from dprag.accounting.rag.ksa import TextGenerator
+from dprag.accounting.rag.mechanism import SingleQueryMechanism
 from dprag.accounting.rag.multi_query import MuRAG, MuRAGAda, RetrievalParams
 from dprag.accounting.stores.session import SessionBudgetStore
 from dprag.errors import DpragError, InvalidParameterError
 
 from ..protocol.charges import ChargeRule
-from ..protocol.encoding import decode
+from ..protocol.encoding import JSON, decode
 from ..protocol.errors import ServiceStateError
 from ..protocol.ledger import NoteSigner
 from ..protocol.policy import Policy
@@ -38,12 +44,14 @@ from ..protocol.retrieval import (
     noise_table,
 )
 from . import release as release_clock
-from .group_commit import GroupCommitter
 from .models import TextEmbedder, as_embedder, serving_generator
 from .release import ReleaseClock
-from .storage import Records, ServiceStore, StoreLog, open_store
+from .storage import Records, ServiceStore, StoreLog, open_store, sql_bytes
 
 log = logging.getLogger("dprag.provider")
+
+#: the two algorithms a policy may serve (``generation.algorithm``)
+Algorithm = MuRAG | MuRAGAda
 
 
 @dataclass
@@ -56,32 +64,43 @@ class Epoch:
     pos: int
     policy: Policy
     seed: bytes
-    generator: Any
+    generator: Generator | TextGenerator
     budget: FilterBudget
     rule: ChargeRule
-    rag_params: Any
+    rag_params: SingleQueryMechanism
     filters: dict[str, IndividualRenyiFilter]
-    algorithms: dict[str, Any] = field(default_factory=dict)
+    algorithms: dict[str, Algorithm] = field(default_factory=dict)
 
 
 class TenantRetriever:
     """accounting.protocols.Retriever over one tenant's index; ``for_query`` gives the view of one request (its exact
     integer scores, §4), so concurrent requests never share per-query state."""
 
-    def __init__(self, documents: list[str], q_docs: np.ndarray, clip, shift, question=None, scores=None):
+    def __init__(
+        self,
+        documents: list[str],
+        q_docs: npt.NDArray[np.int16] | npt.NDArray[np.float64],
+        clip: Sequence[int],
+        shift: int,
+        question: str | None = None,
+        scores: npt.NDArray[np.int64] | None = None,
+    ):
         self.docs = documents
-        self.q_docs_f64 = q_docs if question is not None else q_docs.astype(np.float64)
-        self.clip, self.shift = tuple(clip), int(shift)
-        self._current: tuple[str, np.ndarray] | None = None if question is None else (question, scores)
+        self.q_docs_f64: npt.NDArray[np.float64] = np.asarray(q_docs, dtype=np.float64)  # no copy if it is already
+        lo, hi = clip
+        self.clip, self.shift = (int(lo), int(hi)), int(shift)
+        self._current: tuple[str, npt.NDArray[np.int64]] | None = (
+            None if question is None or scores is None else (question, scores)
+        )
 
     def __len__(self) -> int:
         return len(self.docs)
 
-    def for_query(self, question: str, q_query: np.ndarray) -> TenantRetriever:
+    def for_query(self, question: str, q_query: npt.NDArray[np.int16]) -> TenantRetriever:
         s = float_exact_scores(self.q_docs_f64, q_query, self.clip, self.shift)
         return TenantRetriever(self.docs, self.q_docs_f64, self.clip, self.shift, question, s)
 
-    def scores(self, query: str) -> np.ndarray:
+    def scores(self, query: str) -> npt.NDArray[np.float64]:
         if self._current is None or self._current[0] != query:
             raise ServiceStateError("scores requested for a question that is not being served")
         return self._current[1].astype(np.float64)
@@ -90,34 +109,78 @@ class TenantRetriever:
         return self.docs[int(doc_id)]
 
 
+@dataclass
+class Tenant:
+    """One tenant of the log as this process serves it: its quantised index (``q``: one int16 row per document, in
+    index order), the retriever over its documents, and its per-document filter under the newest epoch. A documents
+    leaf grows ``q`` and ``retriever`` (``Window.refresh_state``); a policy leaf gives ``filter`` the new epoch's
+    budget."""
+
+    q: npt.NDArray[np.int16]
+    retriever: TenantRetriever
+    filter: IndividualRenyiFilter
+
+
+class PolicyLeaf(TypedDict):
+    """A ``policy`` leaf (spec/protocol.md §3.4), as ``ProviderService.set_policy`` appends it."""
+
+    type: Literal["policy"]
+    epoch: int
+    C_policy: str
+    C_seed: str
+
+
+class DocumentsLeaf(TypedDict):
+    """A ``documents`` leaf (spec/protocol.md §3.5), as ``ProviderService.add_documents`` appends it."""
+
+    type: Literal["documents"]
+    tenant: str
+    first: int
+    count: int
+    C_idx: str
+    C_docs: str
+
+
 class Window:
-    """The state of one audit window in this process (``__init__`` loads it from the window's directory)."""
+    """The state of one log in this process (``__init__`` loads it from the log's directory)."""
 
     def __init__(
         self,
         d: Path,
         *,
-        embedder: TextEmbedder,
-        generator: Generator,
+        embedder: TextEmbedder | str,
+        generator: object,
         store: str | None = None,
         _store: ServiceStore | None = None,
     ):
-        """Every random choice of serving comes from the committed seed and the signed request (§5.2)."""
+        """Every random choice of serving comes from the committed seed and the signed request (§5.2). ``generator``:
+        the committed model as given (``accounting.protocols.Generator``, or one that only returns text; see
+        ``models.serving_generator``)."""
         if not (d / "config" / "policy.json").exists():
             raise InvalidParameterError("directory", "is not a dprag service directory", str(d))
         self.dir = d
         self.policy = Policy.from_dict(decode((d / "config" / "policy.json").read_bytes(), what="policy")).validate()
-        self.embedder, self.generator = as_embedder(embedder), serving_generator(self.policy, generator)
+        self.embedder: TextEmbedder = as_embedder(embedder)
+        self.generator: Generator | TextGenerator = serving_generator(self.policy, generator)
         self.committed_generator = generator  # the committed model itself: its context window bounds the question
         # the descriptor C_emb commits to (config/embedder.json opens it with its salt)
-        self.embedder_descriptor = decode((d / "config" / "embedder.json").read_bytes(), what="embedder")["descriptor"]
+        self.embedder_descriptor: dict[str, JSON] = decode(
+            (d / "config" / "embedder.json").read_bytes(), what="embedder"
+        )["descriptor"]
+        scale = self.embedder_descriptor["embedding_scale"]
+        if not isinstance(scale, int):
+            raise ServiceStateError("config/embedder.json: the descriptor's embedding_scale is not an integer")
+        #: the committed quantisation scale of the embeddings (the descriptor's ``embedding_scale``)
+        self.embedding_scale = scale
         #: the genesis registry (config/accounts.json); the live one, with the registry leaves applied, is
         #: ``registry`` (spec/protocol.md §3.2)
-        self.genesis_accounts: dict[str, dict] = decode((d / "config" / "accounts.json").read_bytes(), what="accounts")
-        self.origin = decode((d / "config" / "meta.json").read_bytes())["origin"]
+        self.genesis_accounts: dict[str, dict[str, str]] = decode(
+            (d / "config" / "accounts.json").read_bytes(), what="accounts"
+        )
+        self.origin: str = decode((d / "config" / "meta.json").read_bytes())["origin"]
         self.seed = bytes.fromhex((d / "secret" / "seed.hex").read_text())
         self.signer = NoteSigner.from_skey((d / "secret" / "provider.skey").read_text())
-        tenants = decode((d / "config" / "tenants.json").read_bytes(), what="tenants")
+        tenants: dict[str, dict[str, int]] = decode((d / "config" / "tenants.json").read_bytes(), what="tenants")
         r = self.policy.retrieval
         #: the window's one database (audit.provider.storage): ledger, auditor records, per-document spend
         self.store: ServiceStore = _store if _store is not None else open_store(d, store)
@@ -125,28 +188,28 @@ class Window:
         self.aud = Records(self.store)
         self.release = ReleaseClock()  # the epoch's release period (``_use``): the public grid, or off
         self._schedule: tuple[threading.Event, threading.Thread] | None = None  # ``start_schedule``
-        # group commit (audit/provider/group_commit.py): the record transactions, and the answer transactions
-        self._records, self._answers = GroupCommitter(self._record_batch), GroupCommitter(self._store_answers)
         # the committed sampler TV must bound the table's real one; the epsilon_acc claim (a PLD of the discrete
         # Gaussian, seconds) was checked when create() committed this policy, and the verifier re-certifies it
         self.policy.check_claims(epsilon_acc=False)
-        self.table = noise_table(r.sigma, r.sampler.tail, r.sampler.precision_bits)
-        self.tenants: dict[str, dict] = {}
+        self.table: DiscreteGaussianTable = noise_table(r.sigma, r.sampler.tail, r.sampler.precision_bits)
         # each tenant as genesis committed it; the documents leaves (refresh_state) add the rest in log order
         at_genesis = (
             {x["tenant"]: x["n_docs"] for x in json.loads(self.ledger.leaf(0))["tenants"]}
             if self.store.records_exist()
             else {t: meta["n_docs"] for t, meta in tenants.items()}
         )
+        indexes: dict[str, tuple[npt.NDArray[np.int16], TenantRetriever]] = {}
         for t, meta in tenants.items():
             n = at_genesis[t]
             q = np.frombuffer((d / "index" / f"{t}.i16").read_bytes(), dtype="<i2").reshape(-1, meta["dimension"])[:n]
             docs = decode((d / "docs" / f"{t}.json").read_bytes(), what="documents")["texts"][:n]
-            retr = TenantRetriever(docs, q, r.score_clip, r.score_shift)
-            self.tenants[t] = {"q": q, "retriever": retr}
+            indexes[t] = (q, TenantRetriever(docs, q, r.score_clip, r.score_shift))
         #: the log's epochs (spec/protocol.md §3.4): genesis's policy and seed, then one per policy leaf
         self.epochs: list[Epoch] = []
-        self._use(self._epoch(0, 0, self.policy, self.seed))
+        genesis = self._epoch(0, 0, self.policy, self.seed, {t: len(retr) for t, (_, retr) in indexes.items()})
+        #: the log's tenants (each ``Tenant``: index, retriever, filter under the newest epoch)
+        self.tenants: dict[str, Tenant] = {t: Tenant(q, retr, genesis.filters[t]) for t, (q, retr) in indexes.items()}
+        self._use(genesis)
         self._state_lock = threading.Lock()
         self._signers: dict[str, NoteSigner] = {self.signer.vkey(): self.signer}  # every key of the log it holds
         started = self.store.records_exist()  # create() sets the chain once genesis is appended
@@ -159,17 +222,24 @@ class Window:
         self.state_pos = 0  # the last state leaf applied (0: genesis only)
         if started:
             self.refresh_state()
+        self._loaded()
+
+    def _loaded(self) -> None:
+        """Called once the state is loaded: what a subclass builds on it (the request path's group commit)."""
 
     def genesis_key(self) -> str:
         return str(json.loads(self.ledger.leaf(0))["provider_key"])
 
-    def _epoch(self, number: int, pos: int, policy: Policy, seed: bytes) -> Epoch:
-        """An epoch's serving state: its policy and seed, and what they make (generator, filters, algorithm)."""
+    def _epoch(
+        self, number: int, pos: int, policy: Policy, seed: bytes, sizes: Mapping[str, int] | None = None
+    ) -> Epoch:
+        """An epoch's serving state: its policy and seed, and what they make (generator, filters, algorithm).
+        ``sizes``: each tenant's document count (default: the tenants served now)."""
         g = policy.generation
         budget = FilterBudget.for_queries(g.max_queries_per_doc, policy.query_cost(), mode="pure")
-        filters = {
-            t: IndividualRenyiFilter(self.spend_store(t, len(v["retriever"])), budget) for t, v in self.tenants.items()
-        }
+        if sizes is None:
+            sizes = {t: len(v.retriever) for t, v in self.tenants.items()}
+        filters = {t: IndividualRenyiFilter(self.spend_store(t, n), budget) for t, n in sizes.items()}
         generator = serving_generator(policy, self.committed_generator)
         return Epoch(number, pos, policy, seed, generator, budget, ChargeRule.of(policy), policy.rag_params(), filters)
 
@@ -180,7 +250,7 @@ class Window:
         self.release.set(ep.policy.release_period)
         self.budget, self.rule, self.rag_params = ep.budget, ep.rule, ep.rag_params
         for t, v in self.tenants.items():
-            v["filter"] = ep.filters[t]
+            v.filter = ep.filters[t]
 
     def epoch_at(self, pos: int) -> Epoch:
         """The epoch of the leaf at ``pos``: the last whose policy leaf lies below it."""
@@ -194,9 +264,9 @@ class Window:
         the local copy."""
         with self.store.read() as s:
             row = s.one("SELECT data FROM window_file WHERE path = ?", (path,))
-        return bytes(row[0]) if row is not None else (self.dir / path).read_bytes()
+        return sql_bytes(row[0]) if row is not None else (self.dir / path).read_bytes()
 
-    def _load_epoch(self, pos: int, rec: dict) -> None:
+    def _load_epoch(self, pos: int, rec: PolicyLeaf) -> None:
         """Apply the policy leaf ``rec`` at ``pos``: the epoch's policy and seed, opened against its commitments."""
         from ..protocol import commitments as cm
 
@@ -223,26 +293,26 @@ class Window:
                 raise
             return st
 
-    def _load_documents(self, pos: int, rec: dict) -> None:
+    def _load_documents(self, pos: int, rec: DocumentsLeaf) -> None:
         """Apply the documents leaf ``rec`` at ``pos``: the tenant's index and documents grow (the rows below
         ``first`` are the ones served so far), and every epoch's filter and algorithm over it are rebuilt."""
         t = rec["tenant"]
         ten = self.tenants[t]
-        n0, dim = ten["q"].shape
+        n0, dim = ten.q.shape
         if rec["first"] != n0:
             raise ServiceStateError(f"the documents leaf at {pos} appends at {rec['first']}, not at {n0}")
         n = n0 + int(rec["count"])
         data = self.stored_file(f"index/{t}.i16")
         q = np.frombuffer(data, dtype="<i2").reshape(-1, dim)[:n]
-        if q.shape[0] != n or not np.array_equal(q[:n0], ten["q"]):
+        if q.shape[0] != n or not np.array_equal(q[:n0], ten.q):
             raise ServiceStateError(f"the stored index of tenant {t} does not extend the one served (leaf {pos})")
         docs = decode(self.stored_file(f"docs/{t}.json"), what="documents")["texts"][:n]
         r = self.policy.retrieval
-        ten["q"], ten["retriever"] = q, TenantRetriever(docs, q, r.score_clip, r.score_shift)
+        ten.q, ten.retriever = q, TenantRetriever(docs, q, r.score_clip, r.score_shift)
         for ep in self.epochs:
             ep.filters[t] = IndividualRenyiFilter(self.spend_store(t, n), ep.budget)
             ep.algorithms.pop(t, None)
-        ten["filter"] = self.epochs[-1].filters[t]
+        ten.filter = self.epochs[-1].filters[t]
 
     def account_key(self, name: str) -> str | None:
         """The account's current key (None: not registered), re-reading the registry's leaves once on a miss."""
@@ -259,7 +329,7 @@ class Window:
             return
         with self._state_lock:
             for pos, leaf in self.aud.state_leaves(self.state_pos):
-                rec = json.loads(leaf)  # each leaf was checked by its rule when it was appended
+                rec = json.loads(leaf)  # each leaf was checked by its rule when it was appended: its shape is known
                 try:
                     if rec.get("type") == "key":
                         self.keys.apply(pos, rec)
@@ -282,7 +352,7 @@ class Window:
             return self.signer
         if vkey in self._signers:
             return self._signers[vkey]
-        candidates = []
+        candidates: list[str] = []
         for path in ("secret/provider.skey", "secret/provider-retired.json"):
             try:
                 data = self.stored_file(path).decode()
@@ -303,7 +373,9 @@ class Window:
         that)."""
         return self._signer_for(self.keys.at(size).vkey())
 
-    def _algorithm(self, tenant: str, source: RandomSource, retriever: TenantRetriever, ep: Epoch | None = None):
+    def _algorithm(
+        self, tenant: str, source: RandomSource, retriever: TenantRetriever, ep: Epoch | None = None
+    ) -> Algorithm:
         """MuRAG / MuRAG-Ada for one request, drawing from that request's committed-seed stream: a shallow copy of the
         tenant's algorithm of the epoch (built and checked once) with the request's scores view and stream, the only
         per-request state the algorithms hold (they write none of their own after __init__)."""
@@ -315,26 +387,29 @@ class Window:
 
     def _new_algorithm(
         self, tenant: str, retriever: TenantRetriever, source: RandomSource | None = None, ep: Epoch | None = None
-    ):
+    ) -> Algorithm:
         ep = ep or self.epochs[-1]
         g = ep.policy.generation
+        # the algorithms hand the generator to the epoch's mechanism only, which takes the kind serving_generator
+        # made for it (a text generator for dp-ksa and answer-vote); accounting types the parameter as the logit kind
+        generator = cast(Generator, ep.generator)
         if g.algorithm == "murag":
             return MuRAG(
                 retriever,
-                ep.generator,
+                generator,
                 ep.filters[tenant],
                 ep.rag_params,
-                tau=g.tau,
+                tau=cast(int, g.tau),  # set for "murag" (Policy.validate)
                 retrieval=RetrievalParams(g.docs_per_voter),
                 source=source,
             )
         return MuRAGAda(
             retriever,
-            ep.generator,
+            generator,
             ep.filters[tenant],
             ep.rag_params,
-            edges=g.edges,
-            epsilon_thr=g.epsilon_thr,
+            edges=cast("tuple[int, ...]", g.edges),  # set for "murag-ada" (Policy.validate)
+            epsilon_thr=cast(float, g.epsilon_thr),
             retrieval=RetrievalParams(g.docs_per_voter),
             source=source,
         )
@@ -389,9 +464,9 @@ class Window:
 
         return chain_id(self.ledger.leaf(0))
 
-    def spent_units(self, tenant: str) -> np.ndarray:
+    def spent_units(self, tenant: str) -> npt.NDArray[np.int64]:
         ten = self.tenants[tenant]
-        return ten["filter"].spent_units(np.arange(len(ten["retriever"])))[:, 0].astype(np.int64)
+        return ten.filter.spent_units(np.arange(len(ten.retriever)))[:, 0].astype(np.int64)
 
     def checkpoint_now(self) -> tuple[int, bytes]:
         """Sign a checkpoint of the committed ledger (its current size) and keep it; never inside a write

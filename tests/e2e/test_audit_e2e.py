@@ -89,12 +89,12 @@ def test_rate_limit_refuses_without_recording(tmp_path):
     alice.ask(svc, "asthma 1")
     alice.ask(svc, "asthma 2")
     size = svc.ledger.size
-    spent = svc.tenants["clinic"]["filter"].spent_units(np.arange(100)).sum()
+    spent = svc.tenants["clinic"].filter.spent_units(np.arange(100)).sum()
     with pytest.raises(RateLimitError) as e:
         alice.ask(svc, "asthma 3")
     assert isinstance(e.value, BudgetExhaustedError)
     assert svc.ledger.size == size
-    assert svc.tenants["clinic"]["filter"].spent_units(np.arange(100)).sum() == spent
+    assert svc.tenants["clinic"].filter.spent_units(np.arange(100)).sum() == spent
     svc.close()
 
 
@@ -147,7 +147,7 @@ def test_bad_requests_are_refused_before_anything_is_recorded(tmp_path, case, fi
     with pytest.raises(RequestError, match=field):
         svc.serve(req)
     assert svc.ledger.size == size
-    assert svc.tenants["clinic"]["filter"].spent_units(np.arange(100)).sum() == 0
+    assert svc.tenants["clinic"].filter.spent_units(np.arange(100)).sum() == 0
     svc.close()
 
 
@@ -159,10 +159,10 @@ def test_a_retry_of_the_same_request_returns_the_same_outputs(tmp_path):
     req = alice.request("asthma protocol inhaler patient")
     first = svc.serve(req)
     size = svc.ledger.size
-    spent = svc.tenants["clinic"]["filter"].spent_units(np.arange(100)).sum()
+    spent = svc.tenants["clinic"].filter.spent_units(np.arange(100)).sum()
     again = svc.serve(req)
     assert again == first and svc.ledger.size == size
-    assert svc.tenants["clinic"]["filter"].spent_units(np.arange(100)).sum() == spent
+    assert svc.tenants["clinic"].filter.spent_units(np.arange(100)).sum() == spent
     # the same counter with another request is refused
     other = _request(svc, "alice", "garden weather", counter=1)
     with pytest.raises(RequestError, match="counter"):
@@ -217,7 +217,7 @@ def test_filter_is_global_across_accounts(tmp_path):
     # M = 1: once alice's question charged the relevant documents, bob's identical question finds them spent
     # (asserted on the charges: alice's answer itself is a DP release and may differ from "zorvatin")
     svc = open_service(tmp_path / "s", max_queries_per_doc=1)
-    flt = svc.tenants["clinic"]["filter"]
+    flt = svc.tenants["clinic"].filter
     client(svc, "alice").ask(svc, "asthma protocol inhaler patient")
     after_alice = flt.spent_units(np.arange(100))[:, 0].copy()
     b = client(svc, "bob").ask(svc, "asthma protocol inhaler patient")

@@ -36,7 +36,7 @@ def _spawn(directory, account, count, released, start=0):
 
 def _released_units(svc, released: Path) -> dict[str, np.ndarray]:
     """Per-tenant spend implied by the queries whose receipts were released."""
-    tenants = {t: np.zeros(len(v["retriever"]), dtype=np.int64) for t, v in svc.tenants.items()}
+    tenants = {t: np.zeros(len(v.retriever), dtype=np.int64) for t, v in svc.tenants.items()}
     openings = {p: json.loads(b) for p, b in svc.aud.openings(svc.ledger.size)}
     for line in released.read_bytes().splitlines():
         rc = decode(line)["receipt"]
@@ -49,7 +49,7 @@ def _check_spend_covers_releases(directory: Path, released: Path):
     svc = reopen_service(directory)
     rel = _released_units(svc, released)
     for t, units in rel.items():
-        stored = svc.tenants[t]["filter"].spent_units(np.arange(units.size))[:, 0]
+        stored = svc.tenants[t].filter.spent_units(np.arange(units.size))[:, 0]
         assert np.all(stored >= units), f"tenant {t}: recorded spend below what was released"
     return svc
 
@@ -103,7 +103,7 @@ def test_eight_processes_serving_overlapping_documents(tmp_path):
     svc = _check_spend_covers_releases(d, released)
     assert svc.ledger.size == 1 + 80
     limit = int(svc.budget.limits[0])
-    spent = svc.tenants["clinic"]["filter"].spent_units(np.arange(100))[:, 0]
+    spent = svc.tenants["clinic"].filter.spent_units(np.arange(100))[:, 0]
     assert spent.max() <= limit and spent.max() > 0
     svc.export_bundle(tmp_path / "bundle")
     svc.close()

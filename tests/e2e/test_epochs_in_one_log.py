@@ -221,9 +221,9 @@ def test_documents_added_mid_log_are_served_and_each_query_replays_over_its_pref
     svc = fx.open_service(tmp_path / "svc")
     alice = fx.client(svc, "alice")
     first = alice.ask(svc, "asthma protocol inhaler patient")
-    n0 = len(svc.tenants["clinic"]["retriever"])
+    n0 = len(svc.tenants["clinic"].retriever)
     pos = svc.add_documents("clinic", NEW)
-    assert len(svc.tenants["clinic"]["retriever"]) == n0 + 2
+    assert len(svc.tenants["clinic"].retriever) == n0 + 2
     second = alice.ask(svc, "asthma inhaler spacer technique")
     assert first.pos < pos < second.pos
     bundle = svc.export_bundle(tmp_path / "bundle")
@@ -287,9 +287,9 @@ def test_a_replica_serves_documents_another_one_added(tmp_path):
     b = ProviderService.open(tmp_path / "svc", embedder=a.embedder, generator=a.committed_generator)
     a.add_documents("clinic", NEW)
     served = fx.client(b, "alice").ask(b, "asthma inhaler spacer technique")
-    assert len(b.tenants["clinic"]["retriever"]) == len(a.tenants["clinic"]["retriever"])
+    assert len(b.tenants["clinic"].retriever) == len(a.tenants["clinic"].retriever)
     c = ProviderService.open(tmp_path / "svc", embedder=a.embedder, generator=a.committed_generator)  # restarted
-    assert c.tenants["clinic"]["q"].shape == a.tenants["clinic"]["q"].shape
+    assert c.tenants["clinic"].q.shape == a.tenants["clinic"].q.shape
     bundle = c.export_bundle(tmp_path / "bundle")
     for s in (a, b, c):
         s.close()

@@ -31,7 +31,7 @@ def _receipts(tmp_path, clients, name="receipts.jsonl", questions=False) -> str:
 
 def _spent(svc: ProviderService, tenant: str = "clinic") -> np.ndarray:
     ten = svc.tenants[tenant]
-    return ten["filter"].spent_units(np.arange(len(ten["retriever"])))[:, 0].astype(np.int64)
+    return ten.filter.spent_units(np.arange(len(ten.retriever)))[:, 0].astype(np.int64)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -279,7 +279,7 @@ def test_rule_a_crash_after_the_charge_rolls_the_charge_back_with_the_leaf(tmp_p
     alice.ask(svc, "asthma protocol inhaler patient 0")
     before, size = _spent(svc).copy(), svc.ledger.size
     charged = []
-    real_charge = svc.tenants["clinic"]["filter"].store._charge
+    real_charge = svc.tenants["clinic"].filter.store._charge
 
     def charge_then_note(batch):
         out = real_charge(batch)
@@ -289,7 +289,7 @@ def test_rule_a_crash_after_the_charge_rolls_the_charge_back_with_the_leaf(tmp_p
     def crash(leaf):
         raise KeyboardInterrupt("power cut after the charge")
 
-    monkeypatch.setattr(svc.tenants["clinic"]["filter"].store, "_charge", charge_then_note)
+    monkeypatch.setattr(svc.tenants["clinic"].filter.store, "_charge", charge_then_note)
     monkeypatch.setattr(svc.ledger, "append_with_root", crash)
     req = alice.request("asthma protocol inhaler patient 1")
     with pytest.raises(KeyboardInterrupt):

@@ -117,7 +117,7 @@ def bulk_window(
             nonce=hashlib.sha256(b"n%d" % j).digest()[:16],
         )
         h_req = request_hash(signed)
-        scores = ten["retriever"].for_query(f"question {j}", qemb_all[j]).scores(f"question {j}")
+        scores = ten.retriever.for_query(f"question {j}", qemb_all[j]).scores(f"question {j}")
         z = svc.table.sample(n_docs, retrieval_source(svc.seed, "t", qb))
         top = noisy_top_k(scores, z, pol.retrieval.K)
         nonce = hashlib.sha256(b"t%d" % j).digest()[:16]

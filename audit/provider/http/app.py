@@ -15,7 +15,9 @@ from __future__ import annotations
 import logging
 import shutil
 import tempfile
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar, TypeVarTuple, Unpack
 
 import anyio.to_thread
 from fastapi import APIRouter, Depends, FastAPI, Query
@@ -39,13 +41,36 @@ from ...protocol.request import Request
 from ...protocol.wire import API_VERSION, AUDITOR, MAX_BODY, AuthError, check_auth, error_body, tar_directory
 from . import schemas
 
+if TYPE_CHECKING:
+    from ..service import ProviderService
+    from ..serving import ServedQuery
+
 log = logging.getLogger("dprag.serve")
 #: every integer the API takes (counters, ledger sizes) lies in [1, 2^53 - 1], as in the protocol's JSON
 MAX_INT = 2**53 - 1
 
+E = TypeVar("E", bound=Exception)
+T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
+#: an exception handler as Starlette takes it
+Handler = Callable[[HttpRequest, Exception], Awaitable[JSONResponse]]
 
-def _error(status: int, kind: str, rule: str, field: str | None = None, headers=None, **extra) -> JSONResponse:
+
+def _error(
+    status: int,
+    kind: str,
+    rule: str,
+    field: str | None = None,
+    headers: Mapping[str, str] | None = None,
+    **extra: object,
+) -> JSONResponse:
     return JSONResponse(error_body(kind, rule, field, **extra), status_code=status, headers=headers)
+
+
+def _service(request: HttpRequest) -> ProviderService:
+    """The service ``create_app`` put in the app's state."""
+    svc: ProviderService = request.app.state.svc
+    return svc
 
 
 #: Retry the same signed request (503)
@@ -95,20 +120,31 @@ async def _internal(request: HttpRequest, exc: Exception) -> JSONResponse:
     return _error(500, "internal", f"the provider failed ({type(exc).__name__}); nothing about it is public")
 
 
-HANDLERS = {
-    RequestError: _refused,
-    RateLimitError: _rate_limited,
-    AnswerPendingError: _pending,
-    StoreUnavailableError: _store_unavailable,
-    InvalidParameterError: _invalid_parameter,
-    ServiceStateError: _service_state,
-    RequestValidationError: _malformed,
-    StarletteHTTPException: _http,
-    Exception: _internal,
+def _for(kind: type[E], handle: Callable[[HttpRequest, E], Awaitable[JSONResponse]]) -> Handler:
+    """``handle`` as the handler of ``kind`` (Starlette calls it with an instance of ``kind`` only)."""
+
+    async def handler(request: HttpRequest, exc: Exception) -> JSONResponse:
+        if not isinstance(exc, kind):  # never: Starlette picks the handler by the exception's class
+            raise exc
+        return await handle(request, exc)
+
+    return handler
+
+
+HANDLERS: dict[type[Exception], Handler] = {
+    RequestError: _for(RequestError, _refused),
+    RateLimitError: _for(RateLimitError, _rate_limited),
+    AnswerPendingError: _for(AnswerPendingError, _pending),
+    StoreUnavailableError: _for(StoreUnavailableError, _store_unavailable),
+    InvalidParameterError: _for(InvalidParameterError, _invalid_parameter),
+    ServiceStateError: _for(ServiceStateError, _service_state),
+    RequestValidationError: _for(RequestValidationError, _malformed),
+    StarletteHTTPException: _for(StarletteHTTPException, _http),
+    Exception: _for(Exception, _internal),
 }
 
 
-def create_app(svc, *, auditor_key: str | None = None, threads: int | None = None) -> FastAPI:
+def create_app(svc: ProviderService, *, auditor_key: str | None = None, threads: int | None = None) -> FastAPI:
     """The API over ``svc`` (a ProviderService). ``auditor_key``: the auditor's Ed25519 public key (hex), which
     authenticates the confidential bundle export; without it that endpoint answers 404. ``threads``: how many of the
     service's blocking calls run at once in this process (None: anyio's default, 40); the others queue."""
@@ -133,7 +169,7 @@ def create_app(svc, *, auditor_key: str | None = None, threads: int | None = Non
     return app
 
 
-async def run_in_threadpool(request: HttpRequest, fn, *args):
+async def run_in_threadpool(request: HttpRequest, fn: Callable[[Unpack[Ts]], T], *args: *Ts) -> T:
     """``fn(*args)`` in the worker thread pool, at most ``threads`` at once (create_app)."""
     state = request.app.state
     if state.threads is None:
@@ -183,9 +219,9 @@ router = APIRouter(dependencies=[Depends(_known_query)])
 @router.get("/v1/info", responses=schemas.responses("Info", 503), tags=["public"])
 async def info(request: HttpRequest) -> JSONResponse:
     """The window this service serves: what an account pins (provider key, chain id) and the API version."""
-    svc = request.app.state.svc
+    svc = _service(request)
 
-    def read() -> dict:
+    def read() -> dict[str, object]:
         return {
             "api": API_VERSION,
             "window": svc.policy.window,
@@ -209,7 +245,7 @@ async def submit(request: HttpRequest, since: int | None = Query(None, ge=1, le=
     """Submit an account-signed request, or retry one: the same signed bytes again return the stored answer
     (or finish one charged before a failure). A refusal carries the provider's signed refusal. ``since``: the
     size of the account's last receipt; the answer then carries the consistency proof from it to its receipt's."""
-    svc = request.app.state.svc
+    svc = _service(request)
     body = await _body(request)
     if isinstance(body, JSONResponse):
         return body
@@ -220,7 +256,7 @@ async def submit(request: HttpRequest, since: int | None = Query(None, ge=1, le=
     except (ValueError, EncodingError, DpragError, UnicodeDecodeError) as e:
         return _error(400, "malformed", str(e)[:300], "body")
 
-    def work():  # one hop to the worker thread: the answer, then the consistency proof from ``since``
+    def work() -> tuple[ServedQuery, dict[str, object] | None]:  # one hop to the worker thread: answer, then proof
         served = svc.serve(req)
         size = served.receipt.get("size")
         if since is None or not isinstance(size, int) or since == size:
@@ -233,7 +269,7 @@ async def submit(request: HttpRequest, since: int | None = Query(None, ge=1, le=
             return served, None  # a size the ledger does not have: the client's own check refuses the receipt
 
     served, proof = await run_in_threadpool(request, work)  # a refusal or a failure: its handler (HANDLERS)
-    out = served.to_dict()
+    out: dict[str, object] = {**served.to_dict()}
     if proof is not None:
         out["consistency"] = proof
     return JSONResponse(out)
@@ -248,7 +284,7 @@ async def answer(request: HttpRequest, counter: int = PathParam(ge=1, le=MAX_INT
         return who
     if who == AUDITOR:
         return _error(404, "not_found", "no stored answer for this account and counter", "counter")
-    served = await run_in_threadpool(request, request.app.state.svc.released_answer, who, counter)
+    served = await run_in_threadpool(request, _service(request).released_answer, who, counter)
     if served is None:
         return _error(404, "not_found", "no stored answer for this account and counter", "counter")
     return JSONResponse(served)
@@ -260,7 +296,7 @@ async def checkpoint(request: HttpRequest, size: int | None = Query(None, ge=1, 
     who = await _authed(request)
     if isinstance(who, JSONResponse):
         return who
-    notes = dict(await run_in_threadpool(request, request.app.state.svc.aud.checkpoints, 2**62))
+    notes = dict(await run_in_threadpool(request, _service(request).aud.checkpoints, 2**62))
     if not notes:
         return _error(404, "not_found", "no checkpoint is signed yet", "size")
     size = max(notes) if size is None else size
@@ -273,7 +309,7 @@ async def checkpoint(request: HttpRequest, size: int | None = Query(None, ge=1, 
 async def keys(request: HttpRequest) -> JSONResponse:
     """The provider's keys along the log: genesis's, then each rotation with the proof that follows it from the
     outgoing key (spec/protocol.md §3.3). Public: a rotation is a leaf of the public log."""
-    return JSONResponse(await run_in_threadpool(request, request.app.state.svc.key_history))
+    return JSONResponse(await run_in_threadpool(request, _service(request).key_history))
 
 
 @router.get("/v1/consistency", responses=schemas.responses("Consistency", 400, 401, 503), tags=["account"])
@@ -285,9 +321,9 @@ async def consistency(
     if isinstance(who, JSONResponse):
         return who
 
-    def prove() -> dict | str:
+    def prove() -> dict[str, object] | str:
         try:
-            return request.app.state.svc.ledger.consistency_proof(first, second).to_json_dict()
+            return _service(request).ledger.consistency_proof(first, second).to_json_dict()
         except StoreUnavailableError:
             raise  # transient (a restarting database): retryable (its handler), never a refusal
         except DpragError as e:
@@ -313,7 +349,7 @@ async def bundle(request: HttpRequest, part: str = "all") -> Response:
             return who
         if who != AUDITOR:
             return _error(401, "unauthenticated", "only the auditor's key may fetch the confidential part", "key")
-    svc = request.app.state.svc
+    svc = _service(request)
 
     def export() -> bytes:
         tmp = Path(tempfile.mkdtemp(prefix="dprag-bundle-"))

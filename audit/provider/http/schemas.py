@@ -137,16 +137,17 @@ _STATUS = {
 }
 
 
-def request_body(name: str) -> dict:
+def request_body(name: str) -> dict[str, object]:
     return {"requestBody": {"required": True, "content": {"application/json": {"schema": BODIES[name]}}}}
 
 
-def responses(ok: str, *errors: int) -> dict:
+def responses(ok: str, *errors: int) -> dict[int | str, dict[str, object]]:
+    good: dict[str, object]
     if ok == "Archive":
         good = {"description": "a tar archive", "content": {"application/x-tar": {"schema": {"type": "string"}}}}
     else:
         good = {"description": "OK", "content": {"application/json": {"schema": BODIES[ok]}}}
-    out: dict = {200: good}
+    out: dict[int | str, dict[str, object]] = {200: good}
     for code in (*errors, 500):
         out[code] = {
             "description": _STATUS.get(code, "internal error"),

@@ -16,7 +16,7 @@ from pathlib import Path
 from dprag.errors import InvalidParameterError
 
 from ...protocol.encoding import loads_bounded
-from .base import ServiceStore, Session
+from .base import ServiceStore, Session, sql_bytes, sql_int
 from .ledger import StoreLog
 from .records import Records
 
@@ -29,6 +29,8 @@ __all__ = [
     "materialize",
     "open_store",
     "publish_files",
+    "sql_bytes",
+    "sql_int",
 ]
 
 #: what a window's directory holds that serving reads (written once, at create; ``state/`` is the store itself)
@@ -134,14 +136,14 @@ def materialize(store_url: str, directory: Path) -> Path:
         raise InvalidParameterError("store", "holds no window files (made by an older dprag, or not a window)")
     d.mkdir(parents=True, exist_ok=True, mode=0o700)
     for path, data in rows:
-        parts = Path(path).parts
-        if Path(path).is_absolute() or ".." in parts or parts[0] not in WINDOW_FILES:
+        parts = Path(str(path)).parts
+        if not isinstance(path, str) or Path(path).is_absolute() or ".." in parts or parts[0] not in WINDOW_FILES:
             raise InvalidParameterError("store", "holds a window file outside the window's folders", path)
         target = d / path
         target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600 if parts[0] == "secret" else 0o644)
         with os.fdopen(fd, "wb") as f:
-            f.write(bytes(data))
+            f.write(sql_bytes(data))
     desc = {"kind": "postgresql", "url": public_url(parse_url(store_url))}
     (d / "config" / "store.json").write_text(json.dumps(desc, sort_keys=True))
     (d / "state").mkdir(exist_ok=True, mode=0o700)

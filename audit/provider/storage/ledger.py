@@ -18,10 +18,12 @@ different hash there.
 
 from __future__ import annotations
 
+from functools import partial
+
 from ...protocol.ledger.errors import LedgerCorruptError
 from ...protocol.ledger.rfc6962 import CompactRange, NodeID, fold, peaks, stored_hash_count, stored_hash_index
 from ...protocol.ledger.store import MerkleLog
-from .base import ServiceStore
+from .base import Row, ServiceStore, Session, sql_bytes, sql_int
 
 __all__ = ["StoreLog"]
 
@@ -29,18 +31,18 @@ __all__ = ["StoreLog"]
 NODE_CACHE = 1 << 16
 
 
-def tail_of(row, session) -> tuple[int, bytes | None]:
+def tail_of(row: Row | None, session: Session) -> tuple[int, bytes | None]:
     """(size, last leaf) from a row whose first two columns are ``ledger_tail.size`` and the last leaf's data (the
     ``ledger_tail LEFT JOIN ledger_leaf`` of ``StoreLog.tail`` and the admission read); a tail-locked ``session``
     remembers the size. Raises ``LedgerCorruptError`` for a missing tail row or last leaf."""
     if row is None:
         raise LedgerCorruptError("the store has no ledger tail row")
-    size = int(row[0])
+    size = sql_int(row[0])
     if session.tail:
         session.tail_size = size
     if size and row[1] is None:
         raise LedgerCorruptError(f"leaf {size - 1} is not present")
-    return size, None if row[1] is None else bytes(row[1])
+    return size, None if row[1] is None else sql_bytes(row[1])
 
 
 class StoreLog(MerkleLog):
@@ -63,9 +65,10 @@ class StoreLog(MerkleLog):
             row = s.one("SELECT size FROM ledger_tail WHERE one = 1")
             if row is None:
                 raise LedgerCorruptError("the store has no ledger tail row")
+            size = sql_int(row[0])
             if s.tail:
-                s.tail_size = int(row[0])
-        return int(row[0])
+                s.tail_size = size
+        return size
 
     def tail(self) -> tuple[int, bytes | None]:
         """The size and the last leaf (None for an empty ledger), in one statement."""
@@ -106,7 +109,7 @@ class StoreLog(MerkleLog):
         if uniq:
             with self.store.read() as s:
                 got = {
-                    int(p): bytes(h)
+                    sql_int(p): sql_bytes(h)
                     for p, h in s.execute(
                         f"SELECT pos, hash FROM ledger_node WHERE pos IN ({','.join('?' * len(uniq))})", uniq
                     )
@@ -129,7 +132,7 @@ class StoreLog(MerkleLog):
             rows = s.execute("SELECT idx, data FROM ledger_leaf WHERE idx >= ? AND idx < ? ORDER BY idx", (start, stop))
         if len(rows) != stop - start or (rows and (rows[0][0] != start or rows[-1][0] != stop - 1)):
             raise LedgerCorruptError(f"leaves [{start}, {stop}) are not all present")
-        return [bytes(r[1]) for r in rows]
+        return [sql_bytes(r[1]) for r in rows]
 
     def _check_stored_run(self, first_pos: int, expected: list[bytes]) -> None:
         with self.store.read() as s:
@@ -140,7 +143,7 @@ class StoreLog(MerkleLog):
         if len(rows) != len(expected):
             raise LedgerCorruptError(f"stored hashes missing after position {first_pos}")
         for (pos, h), e in zip(rows, expected, strict=False):
-            if bytes(h) != e:
+            if sql_bytes(h) != e:
                 raise LedgerCorruptError(f"stored hash at position {pos} does not match the leaves")
 
     def _append_leaves(self, leaves: list[bytes]) -> int:
@@ -172,6 +175,6 @@ class StoreLog(MerkleLog):
                     s.defer(f"INSERT INTO {table} ({cols}) VALUES {','.join(['(?, ?)'] * len(part))}", params)
             s.defer("UPDATE ledger_tail SET size = ? WHERE one = 1", (size + len(leaves),))
             s.tail_size = size + len(leaves)
-            s.after_commit.append(lambda n=frontier.size, h=frontier.hashes: self._remember(n, h))
+            s.after_commit.append(partial(self._remember, frontier.size, frontier.hashes))
             s.after_commit.append(lambda: self._cache_nodes(dict(enumerate(hashes, start=first_pos))))
             return size, frontier.root()

@@ -29,13 +29,13 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Any
+from typing import Protocol, TypedDict
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from dprag.errors import DpragError, InvalidParameterError
 
 from ...protocol.errors import StoreUnavailableError
-from .base import ServiceStore
+from .base import DriverStore, Params, Row, sql_int
 from .schema import FORMAT, statements
 
 __all__ = ["PostgresServiceStore", "parse_url"]
@@ -57,7 +57,72 @@ def _numbered(sql: str) -> str:
     return "".join(p + (f"${i}" if i < len(parts) else "") for i, p in enumerate(parts, start=1))
 
 
-def parse_url(url: str) -> dict:
+class UrlParams(TypedDict):
+    """A ``postgresql://`` URL's connection parameters (``parse_url``)."""
+
+    user: str
+    password: str | None
+    host: str
+    port: int
+    database: str
+    unix_sock: str | None
+    schema: str | None
+    pool: int | None
+
+
+# -- pg8000 as the store uses it (the driver has no type information: these Protocols are the part it relies on) ----
+class _Cursor(Protocol):
+    @property
+    def description(self) -> object: ...
+
+    def execute(self, operation: str, /) -> object: ...
+
+    def fetchall(self) -> Sequence[Sequence[object]]: ...
+
+
+class _Context(Protocol):
+    @property
+    def rows(self) -> Sequence[Sequence[object]] | None: ...
+
+
+#: a statement the connection prepared: (its name, its columns, its input functions), as pg8000 returns it
+_Prepared = tuple[bytes, object, object]
+
+
+class _Driver(Protocol):
+    """A ``pg8000.dbapi.Connection``."""
+
+    autocommit: bool
+
+    @property
+    def py_types(self) -> object: ...
+
+    def cursor(self) -> _Cursor: ...
+
+    def prepare_statement(self, statement: str, oids: tuple[int, ...], /) -> _Prepared: ...
+
+    def execute_named(
+        self, name: bytes, params: object, columns: object, input_funcs: object, statement: str, /
+    ) -> _Context: ...
+
+    def close_prepared_statement(self, name: bytes, /) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class PgConnection:
+    """One pooled connection: the driver's, the statements it prepared (SQL -> ``_Prepared``, least recently used
+    first; ``run_sql``) and whether it was dropped after a driver error (``_drop``)."""
+
+    __slots__ = ("driver", "prepared", "dropped")
+
+    def __init__(self, driver: _Driver):
+        self.driver = driver
+        self.prepared: OrderedDict[str, _Prepared] = OrderedDict()
+        self.dropped = False
+
+
+def parse_url(url: str) -> UrlParams:
     """The connection parameters of a ``postgresql://`` URL (see module docstring); a typed error otherwise."""
     if not isinstance(url, str):
         raise InvalidParameterError("store", "must be a postgresql:// URL", url)
@@ -87,17 +152,18 @@ def parse_url(url: str) -> dict:
     }
 
 
-def public_url(params: dict) -> str:
+def public_url(params: UrlParams) -> str:
     """The URL without its password (what the service directory records)."""
-    tail = [f"schema={params['schema']}"] if params.get("schema") else []
-    if params.get("unix_sock"):
-        tail.append("host=" + params["unix_sock"].rsplit("/", 1)[0])
+    tail = [f"schema={params['schema']}"] if params["schema"] else []
+    sock = params["unix_sock"]
+    if sock:
+        tail.append("host=" + sock.rsplit("/", 1)[0])
     return f"postgresql://{params['user']}@{params['host']}:{params['port']}/{params['database']}" + (
         "?" + "&".join(tail) if tail else ""
     )
 
 
-class PostgresServiceStore(ServiceStore):
+class PostgresServiceStore(DriverStore[PgConnection]):
     """``PostgresServiceStore(url, create=False)``: the window's store in the schema the URL names."""
 
     dialect = "postgresql"
@@ -108,13 +174,14 @@ class PostgresServiceStore(ServiceStore):
         import pg8000.dbapi  # noqa: F401 - the driver, imported only when a PostgreSQL store is used
 
         self.params = parse_url(url)
-        if self.params["schema"] is None:
+        schema = self.params["schema"]
+        if schema is None:
             raise InvalidParameterError("store", "the URL must name the window's schema (?schema=NAME)", url)
-        self.schema = self.params["schema"]
+        self.schema: str = schema
         self.timeout = float(timeout)
         self.pool_size = self.params["pool"] or POOL_SIZE
         self._pool = threading.Condition()
-        self._idle: list[Any] = []  # connections not lent out, the most recently returned last
+        self._idle: list[PgConnection] = []  # connections not lent out, the most recently returned last
         self._open = 0  # connections of the pool: lent out, idle, or being made
         self._creating = create
         with self.write() as s:
@@ -126,31 +193,31 @@ class PostgresServiceStore(ServiceStore):
                 raise InvalidParameterError("store", f"schema {self.schema} is not a dprag service store", url)
         self._creating = False
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, str]:
         return {"kind": "postgresql", "url": public_url(self.params)}
 
-    def _connect(self) -> Any:
+    def _connect(self) -> PgConnection:
         import pg8000.dbapi
 
         p = self.params
-        kw: dict[str, Any] = {"user": p["user"], "database": p["database"], "timeout": self.timeout}
+        kw: dict[str, str | int | float] = {"user": p["user"], "database": p["database"], "timeout": self.timeout}
         if p["password"]:
             kw["password"] = p["password"]
         if p["unix_sock"]:
             kw["unix_sock"] = p["unix_sock"]
         else:
             kw.update(host=p["host"], port=p["port"])
-        conn = pg8000.dbapi.connect(**kw)
-        conn.autocommit = True  # BEGIN / COMMIT are ours
-        conn.dprag_prepared = OrderedDict()  # SQL -> its prepared statement on this connection (``run_sql``)
-        cur = conn.cursor()
+        driver: _Driver = pg8000.dbapi.connect(**kw)
+        driver.autocommit = True  # BEGIN / COMMIT are ours
+        conn = PgConnection(driver)
+        cur = driver.cursor()
         if self._creating:
             cur.execute(f'CREATE SCHEMA IF NOT EXISTS "{self.schema}"')
         cur.execute(f'SET search_path TO "{self.schema}"')
         return conn
 
     # -- the pool: a block borrows a connection and gives it back when it ends (base.ServiceStore._transaction) ----
-    def _connection(self) -> Any:
+    def _connection(self) -> PgConnection:
         """A connection of the pool: the most recently returned idle one (its backend's caches and this process's
         prepared statements are warm), or a new one while fewer than ``pool_size`` are open; otherwise wait for one
         up to ``timeout`` seconds (then ``StoreUnavailableError``: retryable). Every thread of a serving process
@@ -189,8 +256,8 @@ class PostgresServiceStore(ServiceStore):
             self._open -= 1
             self._pool.notify()
 
-    def _checkin(self, conn: Any) -> None:
-        if getattr(conn, "dprag_dropped", False):
+    def _checkin(self, conn: PgConnection) -> None:
+        if conn.dropped:
             return  # closed after a driver error; its slot is free already (``_drop``)
         with self._pool:
             if not self._closed:
@@ -199,25 +266,25 @@ class PostgresServiceStore(ServiceStore):
                 return
         self._close_quietly(conn)  # the store was closed while it was lent out
 
-    def _drop(self, failed: Any = None) -> None:
+    def _drop(self, failed: PgConnection | None = None) -> None:
         """After a driver error on ``failed``: close it (it never goes back to the pool) and every idle connection
         too — a lost connection most often means a restarted server, which took the idle ones with it, and each
         would cost the next borrower a failed try — and free their slots."""
-        if failed is None or getattr(failed, "dprag_dropped", False):
+        if failed is None or failed.dropped:
             return
         with self._pool:
             gone, self._idle = [failed, *self._idle], []
         for conn in gone:
-            conn.dprag_dropped = True
+            conn.dropped = True
             with self._conns_lock:
                 if conn in self._conns:
                     self._conns.remove(conn)
             self._close_quietly(conn)
             self._release_slot()
 
-    def _close_quietly(self, conn: Any) -> None:
+    def _close_quietly(self, conn: PgConnection) -> None:
         with contextlib.suppress(Exception):  # already broken or closed
-            conn.close()
+            conn.driver.close()
 
     def _forked(self) -> None:
         super()._forked()  # the parent's connections are abandoned, never used or closed
@@ -233,8 +300,8 @@ class PostgresServiceStore(ServiceStore):
             self._pool.notify_all()
         super().close()
 
-    def _begin(self, conn: Any, write: bool, tail: bool, durable: bool = True) -> int | None:
-        cur = conn.cursor()
+    def _begin(self, conn: PgConnection, write: bool, tail: bool, durable: bool = True) -> int | None:
+        cur = conn.driver.cursor()
         # not durable: the commit does not wait for the WAL flush; the next synchronous commit flushes it with its own
         lax = "" if durable else "SET LOCAL synchronous_commit TO off; "
         if write:
@@ -245,48 +312,49 @@ class PostgresServiceStore(ServiceStore):
                 rows = cur.fetchall()
                 if not rows:
                     raise InvalidParameterError("store", f"schema {self.schema} has no ledger tail")
-                return int(rows[0][0])  # under the lock: the size no other writer can change until we commit
+                return sql_int(rows[0][0])  # under the lock: the size no other writer can change until we commit
             if self._creating:
                 cur.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
                 return None
             # without the lock: a committed size, read in BEGIN's round trip (``Session.begin_size``)
             cur.execute(f"BEGIN ISOLATION LEVEL READ COMMITTED; {lax}SELECT size FROM ledger_tail WHERE one = 1")
             rows = cur.fetchall()
-            return int(rows[0][0]) if rows else None
+            return sql_int(rows[0][0]) if rows else None
         else:
             cur.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
         return None
 
-    def _commit(self, conn: Any) -> None:
-        conn.cursor().execute("COMMIT")
+    def _commit(self, conn: PgConnection) -> None:
+        conn.driver.cursor().execute("COMMIT")
 
-    def _rollback(self, conn: Any) -> None:
-        conn.cursor().execute("ROLLBACK")
+    def _rollback(self, conn: PgConnection) -> None:
+        conn.driver.cursor().execute("ROLLBACK")
 
-    def run_sql(self, conn: Any, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+    def run_sql(self, conn: PgConnection, sql: str, params: Params) -> list[Row]:
         """One statement. Without parameters: the simple query protocol (one round trip). With: a statement this
         connection prepared the first time it ran that SQL, then bound and executed in one round trip (the driver's
         unnamed statements cost three: parse, describe, bind and execute)."""
+        driver = conn.driver
         if not params:
-            cur = conn.cursor()
+            cur = driver.cursor()
             cur.execute(sql)
             return [] if cur.description is None else [tuple(r) for r in cur.fetchall()]
         from pg8000.converters import make_params
 
-        cache = conn.dprag_prepared
+        cache = conn.prepared
         prepared = cache.get(sql)
         if prepared is None:
-            prepared = conn.prepare_statement(_numbered(sql), ())
+            prepared = driver.prepare_statement(_numbered(sql), ())
             cache[sql] = prepared
             if len(cache) > PREPARED_PER_CONNECTION:
-                conn.close_prepared_statement(cache.popitem(last=False)[1][0])
+                driver.close_prepared_statement(cache.popitem(last=False)[1][0])
         else:
             cache.move_to_end(sql)
         name, columns, input_funcs = prepared
-        ctx = conn.execute_named(name, make_params(conn.py_types, tuple(params)), columns, input_funcs, sql)
+        ctx = driver.execute_named(name, make_params(driver.py_types, tuple(params)), columns, input_funcs, sql)
         return [] if ctx.rows is None else [tuple(r) for r in ctx.rows]
 
-    def run_sql_many(self, conn: Any, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+    def run_sql_many(self, conn: PgConnection, sql: str, rows: Sequence[Params]) -> None:
         for r in rows:  # one prepared statement, one round trip per row
             self.run_sql(conn, sql, r)
 
@@ -303,8 +371,8 @@ class PostgresServiceStore(ServiceStore):
         code = exc.args[0].get("C", "") if exc.args and isinstance(exc.args[0], dict) else ""
         return code.startswith(_TRANSIENT)
 
-    def _close_conn(self, conn: Any) -> None:
-        conn.close()
+    def _close_conn(self, conn: PgConnection) -> None:
+        conn.driver.close()
 
     def drop(self) -> None:
         """Drop this window's schema and everything in it (tests, and a provider retiring a window)."""

@@ -6,7 +6,9 @@ writes whose result no caller needs are ``Session.defer``red (sent with the tran
 
 from __future__ import annotations
 
-from .base import ServiceStore
+from collections.abc import Callable
+
+from .base import ServiceStore, sql_bytes, sql_int
 from .ledger import tail_of
 
 __all__ = ["Records"]
@@ -24,7 +26,13 @@ class Records:
             )
 
     def store_answer(
-        self, account: str, counter: int, body: bytes, *, unless_stored, expect: bytes | None = None
+        self,
+        account: str,
+        counter: int,
+        body: bytes,
+        *,
+        unless_stored: Callable[[bytes], bool],
+        expect: bytes | None = None,
     ) -> bytes:
         """Replace the row's body by ``body`` unless ``unless_stored(current_body)`` says an answer is already
         stored; returns the body that is stored afterwards (the first stored answer wins). ``expect``: the body the
@@ -40,20 +48,21 @@ class Records:
             row = s.one(f"SELECT body FROM served WHERE account = ? AND counter = ?{lock}", (account, counter))
             if row is None:
                 raise KeyError((account, counter))
-            if unless_stored(bytes(row[0])):
-                return bytes(row[0])
+            current = sql_bytes(row[0])
+            if unless_stored(current):
+                return current
             s.execute("UPDATE served SET body = ? WHERE account = ? AND counter = ?", (body, account, counter))
             return body
 
     def served(self, account: str, counter: int) -> bytes | None:
         with self.store.read() as s:
             row = s.one("SELECT body FROM served WHERE account = ? AND counter = ?", (account, counter))
-        return None if row is None else bytes(row[0])
+        return None if row is None else sql_bytes(row[0])
 
     def served_at(self, pos: int) -> bytes | None:
         with self.store.read() as s:
             row = s.one("SELECT body FROM served WHERE pos = ?", (pos,))
-        return None if row is None else bytes(row[0])
+        return None if row is None else sql_bytes(row[0])
 
     def admission(self, account: str, counter: int) -> tuple[int, bytes | None, bytes | None, int, int]:
         """What admitting a request reads, in ONE statement: the ledger's size and last leaf (None if empty; is the
@@ -68,12 +77,13 @@ class Records:
                 (account, counter, account),
             )
             size, last = tail_of(row, s)
+        assert row is not None  # tail_of refuses a missing row
         return (
             size,
             last,
-            None if row[2] is None else bytes(row[2]),
-            0 if row[3] is None else int(row[3]),
-            0 if row[4] is None else int(row[4]),
+            None if row[2] is None else sql_bytes(row[2]),
+            0 if row[3] is None else sql_int(row[3]),
+            0 if row[4] is None else sql_int(row[4]),
         )
 
     # -- state leaves (the registry's, spec/protocol.md §3.2) -------------------------------------------------
@@ -89,17 +99,18 @@ class Records:
                 "ORDER BY t.pos",
                 (after,),
             )
-        return [(int(p), bytes(b)) for p, b in rows]
+        return [(sql_int(p), sql_bytes(b)) for p, b in rows]
 
     def last_counter(self, account: str) -> int:
         """The account's highest recorded counter in this window (0 if none)."""
         with self.store.read() as s:
             row = s.one("SELECT max(counter) FROM served WHERE account = ?", (account,))
-        return 0 if row is None or row[0] is None else int(row[0])
+        return 0 if row is None or row[0] is None else sql_int(row[0])
 
     def served_count(self) -> int:
         with self.store.read() as s:
-            return int(s.one("SELECT count(*) FROM served")[0])
+            row = s.one("SELECT count(*) FROM served")
+        return 0 if row is None else sql_int(row[0])
 
     # -- openings, checkpoints, proofs ------------------------------------------------------------------------
     def put_opening(self, pos: int, body: bytes) -> None:
@@ -109,12 +120,12 @@ class Records:
     def opening(self, pos: int) -> bytes | None:
         with self.store.read() as s:
             row = s.one("SELECT body FROM opening WHERE pos = ?", (pos,))
-        return None if row is None else bytes(row[0])
+        return None if row is None else sql_bytes(row[0])
 
     def openings(self, below: int) -> list[tuple[int, bytes]]:
         with self.store.read() as s:
             rows = s.execute("SELECT pos, body FROM opening WHERE pos < ? ORDER BY pos", (below,))
-        return [(int(p), bytes(b)) for p, b in rows]
+        return [(sql_int(p), sql_bytes(b)) for p, b in rows]
 
     def put_checkpoint(self, size: int, note: bytes, *, replace: bool = False) -> None:
         """Keep a signed checkpoint note; an existing note of that size is kept unless ``replace`` (a witness's
@@ -126,7 +137,7 @@ class Records:
     def checkpoints(self, upto: int) -> list[tuple[int, bytes]]:
         with self.store.read() as s:
             rows = s.execute("SELECT size, note FROM checkpoint WHERE size <= ? ORDER BY size", (upto,))
-        return [(int(z), bytes(n)) for z, n in rows]
+        return [(sql_int(z), sql_bytes(n)) for z, n in rows]
 
     def put_proof(self, pos: int, body: bytes) -> None:
         with self.store.write(tail=False) as s:
@@ -138,4 +149,4 @@ class Records:
     def proofs(self) -> list[tuple[int, bytes]]:
         with self.store.read() as s:
             rows = s.execute("SELECT pos, body FROM zk_proof ORDER BY pos")
-        return [(int(p), bytes(b)) for p, b in rows]
+        return [(sql_int(p), sql_bytes(b)) for p, b in rows]

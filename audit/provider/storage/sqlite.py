@@ -17,13 +17,13 @@ import sqlite3
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import IO
 
 from dprag.accounting.stores.sqlite import switch_to_wal
 from dprag.errors import InvalidParameterError
 
 from ...protocol.errors import StoreUnavailableError
-from .base import ServiceStore
+from .base import DriverStore, Params, Row, Session
 from .schema import FORMAT, statements
 
 __all__ = ["SqliteServiceStore"]
@@ -36,19 +36,20 @@ class _Connection(sqlite3.Connection):
     synced = True
 
 
-class SqliteServiceStore(ServiceStore):
+class SqliteServiceStore(DriverStore[_Connection]):
     """``SqliteServiceStore(path, create=False)``: the store in the SQLite file ``path``."""
 
     dialect = "sqlite"
 
-    def __init__(self, path: str | os.PathLike, *, create: bool = False, timeout: float = 60.0):
+    def __init__(self, path: str | os.PathLike[str], *, create: bool = False, timeout: float = 60.0):
         super().__init__()
         self.path = os.path.abspath(os.fspath(path))
         self.timeout = float(timeout)
         self._writer = threading.Lock()
         self._holds = threading.local()  # whether this thread holds the writer locks
-        self._lockfile = None
-        self._wconn: sqlite3.Connection | None = None  # the writer connection (``_writer_connection``)
+        self._lockfile: IO[bytes] | None = None
+        self._lock_pid = 0
+        self._wconn: _Connection | None = None  # the writer connection (``_writer_connection``)
         self._wstale = False
         if not create and not os.path.isfile(self.path):
             raise InvalidParameterError("store", "no SQLite store at this path", self.path)
@@ -66,20 +67,20 @@ class SqliteServiceStore(ServiceStore):
                 raise InvalidParameterError("store", f"is not a dprag service store ({FORMAT})", self.path)
 
     @staticmethod
-    def _has_meta(s) -> bool:
+    def _has_meta(s: Session) -> bool:
         return bool(s.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'store_meta'"))
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, str]:
         return {"kind": "sqlite"}
 
-    def _connect(self) -> sqlite3.Connection:
+    def _connect(self) -> _Connection:
         conn = sqlite3.connect(
             self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False, factory=_Connection
         )
         conn.execute("PRAGMA synchronous=FULL")
         return conn
 
-    def _writer_connection(self) -> sqlite3.Connection:
+    def _writer_connection(self) -> _Connection:
         """Take the writer locks, then return the process's writer connection (made, or remade after a driver
         error or a fork, under the locks): every write transaction of the process runs on it, one at a time, so its
         page cache stays warm — thread connections would each reread what another's commit invalidated (measured:
@@ -111,14 +112,15 @@ class SqliteServiceStore(ServiceStore):
             raise
 
     @contextmanager
-    def traced(self, callback: Callable[[str], Any]) -> Iterator[None]:
+    def traced(self, callback: Callable[[str], object]) -> Iterator[None]:
         """Tests and benchmarks: pass ``callback`` every statement run meanwhile on this thread's connection and on
         the process's writer connection (every write transaction's), as SQLite expands it."""
         conns = [self._connection()]
         if self._wconn is None:
             self._writer_connection()
             self._release()
-        conns.append(self._wconn)
+        if self._wconn is not None:
+            conns.append(self._wconn)
         for c in conns:
             c.set_trace_callback(callback)
         try:
@@ -134,13 +136,13 @@ class SqliteServiceStore(ServiceStore):
         self._writer, self._holds = threading.Lock(), threading.local()
         self._wconn, self._wstale = None, False
 
-    def _drop(self, failed=None) -> None:
+    def _drop(self, failed: _Connection | None = None) -> None:
         if failed is not None and failed is self._wconn:
             self._wstale = True  # remade by the next writer, under the locks (another writer may hold them now)
             return
         super()._drop(failed)
 
-    def _begin(self, conn: sqlite3.Connection, write: bool, tail: bool, durable: bool = True) -> int | None:
+    def _begin(self, conn: _Connection, write: bool, tail: bool, durable: bool = True) -> int | None:
         if not write:
             conn.execute("BEGIN")
             return None
@@ -156,9 +158,11 @@ class SqliteServiceStore(ServiceStore):
         if not self._writer.acquire(timeout=self.timeout):
             raise sqlite3.OperationalError("database is locked (writer queue timeout)")
         try:
-            if self._lockfile is None or self._lock_pid != os.getpid():
-                self._lockfile, self._lock_pid = open(self.path + ".lock", "a+b"), os.getpid()  # noqa: SIM115
-            fcntl.flock(self._lockfile.fileno(), fcntl.LOCK_EX)
+            lockfile = self._lockfile
+            if lockfile is None or self._lock_pid != os.getpid():
+                lockfile = self._lockfile = open(self.path + ".lock", "a+b")  # noqa: SIM115
+                self._lock_pid = os.getpid()
+            fcntl.flock(lockfile.fileno(), fcntl.LOCK_EX)
         except BaseException:
             self._writer.release()
             raise
@@ -168,28 +172,29 @@ class SqliteServiceStore(ServiceStore):
         if getattr(self._holds, "v", False):
             self._holds.v = False
             try:
-                fcntl.flock(self._lockfile.fileno(), fcntl.LOCK_UN)
+                if self._lockfile is not None:  # taken with the lock (``_acquire``)
+                    fcntl.flock(self._lockfile.fileno(), fcntl.LOCK_UN)
             finally:
                 self._writer.release()
 
-    def _commit(self, conn: sqlite3.Connection) -> None:
+    def _commit(self, conn: _Connection) -> None:
         try:
             conn.execute("COMMIT")
         finally:
             if not conn.in_transaction:
                 self._release()
 
-    def _rollback(self, conn: sqlite3.Connection) -> None:
+    def _rollback(self, conn: _Connection) -> None:
         try:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
         finally:
             self._release()
 
-    def run_sql(self, conn: sqlite3.Connection, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+    def run_sql(self, conn: _Connection, sql: str, params: Params) -> list[Row]:
         return conn.execute(sql, tuple(params)).fetchall()
 
-    def run_sql_many(self, conn: sqlite3.Connection, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+    def run_sql_many(self, conn: _Connection, sql: str, rows: Sequence[Params]) -> None:
         conn.executemany(sql, [tuple(r) for r in rows])
 
     def _driver_error(self, exc: BaseException) -> bool:
@@ -198,5 +203,5 @@ class SqliteServiceStore(ServiceStore):
     def _transient(self, exc: BaseException) -> bool:
         return isinstance(exc, sqlite3.OperationalError)  # busy past the timeout, I/O; not a constraint
 
-    def _close_conn(self, conn: sqlite3.Connection) -> None:
+    def _close_conn(self, conn: _Connection) -> None:
         conn.close()

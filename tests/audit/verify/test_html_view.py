@@ -128,7 +128,7 @@ def bundles(tmp_path_factory):
     d = tmp_path_factory.mktemp("html")
     w = build_window(d / "w", rounds=2, close=False)
     spent = {
-        t: w.service.tenants[t]["filter"].spent_units(np.arange(n))[:, 0].tolist()
+        t: w.service.tenants[t].filter.spent_units(np.arange(n))[:, 0].tolist()
         for t, n in (("clinic", 100), ("legal", 50))
     }
     w.service.close()
