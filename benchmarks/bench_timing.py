@@ -134,7 +134,7 @@ def run_arm(name: str, workdir: Path, generator, serves: int, m: int, release: f
             s.serve(req)
             times[key].append(time.perf_counter() - t0)
     for key, s in (("D", svc), ("D2", svc2)):
-        charged[key] = int(s._spent("clinic").sum())
+        charged[key] = int(s.spent_units("clinic").sum())
     overruns = svc.release.overruns + svc2.release.overruns
     svc.close()
     svc2.close()
