@@ -135,6 +135,7 @@ def main(argv=None) -> int:
         generator=load_smollm2(),
         tenants={"clinic": list(corpus.documents)},
         accounts={n: ("clinic", k.vkey) for n, k in keys.items()},
+        allow_weak=True,
     )
     create_s = time.perf_counter() - t
     window, vkey, scale = svc.policy.window, svc.signer.vkey(), int(svc.embedder_descriptor["embedding_scale"])

@@ -71,6 +71,7 @@ def open_window(
         tenants={"clinic": docs},
         accounts=fx.registry({f"u{i}": "clinic" for i in range(-(-serves // PER_ACCOUNT))}),
         seed=b"\x07" * 32,
+        allow_weak=True,
     )
     return svc, [fx.client(svc, a) for a in sorted(svc.accounts, key=lambda a: int(a[1:]))]
 

@@ -241,7 +241,7 @@ class _Progress:
     type=click.FloatRange(min=0, min_open=True, max=1e6, max_open=True),
     default=10.0,
     show_default=True,
-    help="a PASS with a larger ε, or with δ >= 1/n (n the smallest tenant's documents), is PASS (weak), exit 4; "
+    help="a PASS with a larger ε, or with δ >= 1/n (n the largest tenant's documents), is PASS (weak), exit 4; "
     "one with δ >= 1 is PASS (vacuous), exit 5",
 )
 def verify_cmd(

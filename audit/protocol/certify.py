@@ -122,3 +122,44 @@ def certified_epsilons(policy: Policy, earlier: Sequence[Policy] = ()) -> dict[s
         "epsilon": sum_up(dg.epsilon, eps_gen),
         "delta": c.delta_policy if uses is None else math.nextafter(c.delta_policy + delta_gen, math.inf),
     }
+
+
+#: the auditor's default limit on ε (``--max-epsilon``): beyond it a PASS is weak (e^10 > 22,000)
+DEFAULT_MAX_EPSILON = 10.0
+
+
+def guarantee_strength(
+    epsilon: float | None, delta: float | None, n: int | None, max_epsilon: float = DEFAULT_MAX_EPSILON
+) -> tuple[str | None, list[str]]:
+    """How much a PASS's (ε, δ) guarantees, with why: ``vacuous`` when δ ≥ 1 (or ε is not finite) — it certifies
+    nothing; ``weak`` when ε exceeds the auditor's ``max_epsilon`` (an adversary's likelihood ratio up to e^ε) or
+    δ ≥ 1/n with n the most documents of any tenant at the audited size (the mechanism may then release one whole
+    record outright with probability δ summed over the corpus); else ``strong``."""
+    if epsilon is None or delta is None:
+        return None, []
+    if not math.isfinite(epsilon) or delta >= 1:
+        return "vacuous", [
+            f"the guarantee is vacuous: δ = {delta:.3g} >= 1 certifies nothing (any outcome is allowed with "
+            "probability δ); fix the policy (fewer queries per document, a smaller per-charge δ)"
+        ]
+    why = []
+    if epsilon > max_epsilon:
+        why.append(
+            f"the guarantee is weak: ε = {epsilon:.4g} > --max-epsilon {max_epsilon:g} (an adversary's likelihood "
+            f"ratio may reach e^ε = {math.exp(min(epsilon, 700)):.3g})"
+        )
+    if n and delta >= 1 / n:
+        why.append(
+            f"the guarantee is weak: δ = {delta:.3g} >= 1/n = {1 / n:.3g} (n = {n} documents in the largest tenant):"
+            " δ may cover releasing a whole record"
+        )
+    return ("weak" if why else "strong"), why
+
+
+def policy_strength(
+    policy: Policy, earlier: Sequence[Policy], n: int, max_epsilon: float = DEFAULT_MAX_EPSILON
+) -> tuple[str | None, list[str]]:
+    """The strength (``guarantee_strength``) of what ``policy`` after ``earlier`` would certify over a log whose
+    largest tenant holds ``n`` documents: what a provider checks before it commits a policy (spec/protocol.md §8)."""
+    cert = certified_epsilons(policy, earlier)
+    return guarantee_strength(cert["epsilon"], cert["delta"], n, max_epsilon)

@@ -69,6 +69,7 @@ def recommended(
     vote_delta: float | None = None,
     abstain_empty: bool | None = None,
     public_ids_for: tuple[str, ...] = (),
+    documents: int | None = None,
 ) -> Policy:
     """A well-formed policy from the quantities a provider decides, with documented, sound defaults.
 
@@ -129,6 +130,10 @@ def recommended(
     the table's own, rounded up. With every default the verdict certifies ε ≈ 9.9 composed (retrieval 2.1 at
     δ = 10^-5 for 5 colluders; generation 7.8 = 2 · M · ε_q with ε_q = 3.9) and δ ≈ 6.0e-5 (the seen
     selection adds δ_q·(1 + e^3.9) per document), replace-one.
+
+    ``documents``: the largest tenant's number of documents. Given, a policy that would certify a weak or vacuous
+    guarantee under the auditor's default limit (``certify.policy_strength``: ε > 10, δ >= 1/documents, or
+    δ >= 1) is refused, naming why — e.g. ``max_queries_per_doc=5`` with the defaults certifies δ far above 1.
     """
     from dprag.accounting.collusion import exact_sigma
 
@@ -191,7 +196,7 @@ def recommended(
         abstain_empty=abstain_empty,
         **mechanism_fields,
     )
-    return cls(
+    policy = cls(
         window=window,
         retrieval=RetrievalPolicy(
             enabled_tenants=tuple(sorted(citations_for)),
@@ -209,3 +214,10 @@ def recommended(
         coalition=CoalitionPolicy(k_max=check_positive_int("k_max", k_max), delta_policy=2 * k_max * delta_acc),
         generation=gen,
     ).validate()
+    if documents is not None:
+        from .certify import policy_strength
+
+        strength, why = policy_strength(policy, (), check_positive_int("documents", documents))
+        if strength != "strong":
+            raise InvalidParameterError("policy", f"would certify a {strength} guarantee — {why[0]}")
+    return policy

@@ -84,6 +84,18 @@ def _write_files(directory: Path, files: Mapping[str, bytes]) -> None:
         write_atomically(directory / path, data, private=path.startswith("secret/"))
 
 
+def _refuse_weak(policy: Policy, earlier: Sequence[Policy], n: int, allow_weak: bool) -> None:
+    """A policy that would certify a weak or vacuous guarantee over a log whose largest tenant holds ``n``
+    documents is refused (naming why) unless the operator passes ``allow_weak`` (spec/protocol.md §8)."""
+    from ..protocol.certify import policy_strength
+
+    strength, why = policy_strength(policy, earlier, n)
+    if strength != "strong" and not allow_weak:
+        raise InvalidParameterError(
+            "policy", f"would certify a {strength} guarantee — {why[0]}; pass allow_weak=True to serve it anyway"
+        )
+
+
 def _check_id(field: str, value: str) -> str:
     if not is_identifier(value):
         raise InvalidParameterError(field, f"must be {IDENTIFIER_RULE}", value)
@@ -108,6 +120,7 @@ class ProviderService(Serving):
         seed: bytes | None = None,
         signer: NoteSigner | None = None,
         store: str | None = None,
+        allow_weak: bool = False,
     ) -> ProviderService:
         """Phase A: validate, embed and commit the tenants' indexes and documents, draw s_W and the salts,
         register the accounts, append the genesis leaf.
@@ -125,6 +138,9 @@ class ProviderService(Serving):
         one that only returns text for ``dp-ksa`` (and ``answer-vote``), see ``serving_generator``.
         ``store``: None (the SQLite file ``state/service.sqlite``) or a ``postgresql://`` URL for replicas on several
         hosts (``audit.provider.storage``; the window gets a schema of its own).
+        ``allow_weak``: serve a policy whose certified guarantee would be weak or vacuous under the auditor's
+        default limit (``certify.policy_strength``: ε > 10, or δ >= 1/n with n the largest tenant's documents,
+        or δ >= 1); without it such a policy is refused before anything is written (spec/protocol.md §8).
         """
         policy.validate().check_claims()
         embedder = as_embedder(embedder)
@@ -150,6 +166,7 @@ class ProviderService(Serving):
                 raise InvalidParameterError("retrieval.K", f"exceeds tenant {t}'s corpus size {len(texts)}")
             corpora[t] = (ids, texts)
         registry = cls._registry(accounts, corpora)
+        _refuse_weak(policy, (), max(len(c[0]) for c in corpora.values()), allow_weak)
         for t in policy.retrieval.enabled_tenants:
             if t not in corpora:
                 raise InvalidParameterError("retrieval.enabled_tenants", "names an unknown tenant", t)
@@ -357,12 +374,13 @@ class ProviderService(Serving):
         self.checkpoint_now()
         return pos
 
-    def set_policy(self, policy: Policy, *, seed: bytes | None = None) -> int:
+    def set_policy(self, policy: Policy, *, seed: bytes | None = None, allow_weak: bool = False) -> int:
         """Start the next epoch (spec/protocol.md §3.4) by a ``policy`` leaf committing ``policy`` (salted) and a
         fresh seed (``seed``: tests only). The policy may change only what an epoch may (``chain_violations``: ε_q
         with M keeping the filter's limit, k_max down, n up, the uncertified generation fields) and keeps the
         window's name; every certified quantity is then taken over all epochs. Requests recorded before the leaf are
-        finished under their own epoch. Returns the leaf's position."""
+        finished under their own epoch. ``allow_weak`` as for ``create``, over every epoch's policy. Returns the
+        leaf's position."""
         from ..protocol.chain import chain_violations
 
         policy.validate().check_claims()
@@ -374,6 +392,8 @@ class ProviderService(Serving):
                 bad.append(f"retrieval.enabled_tenants names an unknown tenant {t!r}")
         if bad:
             raise InvalidParameterError("policy", "changes what an epoch may not: " + "; ".join(bad))
+        earlier = [ep.policy for ep in self.epochs]
+        _refuse_weak(policy, earlier, max(len(t.retriever) for t in self.tenants.values()), allow_weak)
         seed = cm.new_seed() if seed is None else seed
         salt = cm.new_salt()
         with self.store.write() as s:
@@ -399,12 +419,14 @@ class ProviderService(Serving):
         self.checkpoint_now()
         return pos
 
-    def add_documents(self, tenant: str, documents: Mapping[str, str]) -> int:
+    def add_documents(self, tenant: str, documents: Mapping[str, str], *, allow_weak: bool = False) -> int:
         """Append documents to ``tenant``'s index by a ``documents`` leaf (spec/protocol.md §3.5): ``documents`` maps
         the provider's new ids to texts, appended in the given order (index positions never move); each starts at
         zero spend. The leaf commits the tenant's whole index after the addition (C_idx, salted) and the new
         documents (C_docs); a text the tenant already holds, an id it already has, or a zk tenant (its index is
-        fixed by Z_idx) is refused naming the rule, with nothing appended. Returns the leaf's position."""
+        fixed by Z_idx) is refused naming the rule, with nothing appended; so is a growth that would make the
+        log's guarantee weak (δ >= 1/n with the grown tenant's n) unless ``allow_weak``. Returns the leaf's
+        position."""
         field = f"add_documents[{tenant}]"
         if tenant not in self.tenants:
             raise InvalidParameterError("tenant", "is not a tenant of this log (a tenant joins at genesis)", tenant)
@@ -415,6 +437,8 @@ class ProviderService(Serving):
         ids, texts = [str(k) for k in documents], list(documents.values())
         if not all(isinstance(x, str) for x in texts):
             raise InvalidParameterError(field, "texts must be strings")
+        grown = max(len(t.retriever) + (len(ids) if name == tenant else 0) for name, t in self.tenants.items())
+        _refuse_weak(self.policy, [ep.policy for ep in self.epochs[:-1]], grown, allow_weak)
         scale = self.embedding_scale
         dim = self.tenants[tenant].q.shape[1]
         e = np.asarray(self.embedder.embed(texts))  # outside the transaction: the embedder is deterministic

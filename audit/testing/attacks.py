@@ -347,6 +347,7 @@ def false_sampler_claim(d: Path) -> AttackResult:
             generator=ToyGenerator(),
             tenants={"clinic": CLINIC, "legal": LEGAL},
             accounts=registry(ACCOUNTS),
+            allow_weak=True,
         )
         clients = {a: client(svc, a) for a in svc.registry}
         for acct, q in SCRIPT:

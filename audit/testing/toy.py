@@ -417,6 +417,7 @@ def make_toy_directory(
         accounts={a: (t, keys[a].vkey) for a, t in registry.items()},
         store=store,
         seed=seed,
+        allow_weak=True,
     )
     for a, k in keys.items():
         ad = d / "accounts" / a

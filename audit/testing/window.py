@@ -89,6 +89,7 @@ def open_service(
         accounts=registry(ACCOUNTS if accounts is None else accounts),
         store=store,
         signer=signer,
+        allow_weak=True,
     )
 
 
@@ -128,6 +129,7 @@ def open_text_service(
         generator=generator or ToyTextGenerator(),
         tenants={"clinic": CLINIC, "legal": LEGAL},
         accounts=registry(ACCOUNTS),
+        allow_weak=True,
     )
 
 

@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..protocol.certify import DEFAULT_MAX_EPSILON
 from . import pool
 from .answers import check_8_9_answers
 from .canonical import check_8_2_canonical
@@ -63,7 +64,7 @@ def verify(
     coalition_window: int | None = DEFAULT_WINDOW,
     progress: Callable[[str, int], None] | None = None,
     max_read: int | None = None,
-    max_epsilon: float = 10.0,
+    max_epsilon: float = DEFAULT_MAX_EPSILON,
 ) -> Verdict:
     """Run every check of spec/protocol.md §8 on the bundle's log, in the spec's order."""
     opts = {k: v for k, v in locals().items() if k in INPUT_OPTIONS}

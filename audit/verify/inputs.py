@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from dprag.errors import DpragError
 
 from ..protocol.bundle import AuditorInputError, Bundle, load_bundle
+from ..protocol.certify import DEFAULT_MAX_EPSILON
 from ..protocol.commitments import PREVIOUS_RELEASE, PREVIOUS_VERSION, PROTOCOL_VERSION
 from ..protocol.encoding import loads_bounded
 from ..protocol.ledger import NoteVerifier
@@ -41,7 +42,7 @@ class AuditorInputs:
     zk_vkey: VerifyingKey | None
     receipts: bytes | None
     #: ``--max-epsilon``: beyond it a PASS is weak (``verdict.guarantee_strength``)
-    max_epsilon: float = 10.0
+    max_epsilon: float = DEFAULT_MAX_EPSILON
 
 
 def read_auditor_file(path: str | os.PathLike[str], what: str, cap: int) -> bytes:
@@ -81,7 +82,7 @@ def read_auditor_inputs(
     min_witnesses: int | None,
     zk_vkey: str | Path | None,
     receipts: str | Path | None,
-    max_epsilon: float = 10.0,
+    max_epsilon: float = DEFAULT_MAX_EPSILON,
 ) -> AuditorInputs:
     """The auditor's flags and files, checked in this order; the first defect is exit 2 naming its flag."""
     if mode not in ("full", "sampled"):

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from ..protocol import commitments as cm
-from ..protocol.certify import certified_epsilons
+from ..protocol.certify import DEFAULT_MAX_EPSILON, certified_epsilons, guarantee_strength
 from ..protocol.charges import ChargeRule
 from ..protocol.encoding import printable, printable_tree
 from ..protocol.policy import Policy
@@ -72,10 +72,10 @@ class Verdict:
     cpu_seconds: dict[str, float] = field(default_factory=dict)
     #: the history audited: {"window", "size", "root"} (None where leaf 0 or the ledger is unusable)
     history: dict[str, Any] | None = None
-    #: the auditor's ``--max-epsilon`` and the fewest documents of any tenant at the audited size: what the PASS's
+    #: the auditor's ``--max-epsilon`` and the most documents of any tenant at the audited size: what the PASS's
     #: strength is judged by (``strength``)
-    max_epsilon: float = 10.0
-    min_documents: int | None = None
+    max_epsilon: float = DEFAULT_MAX_EPSILON
+    max_documents: int | None = None
     #: the per-document spend the generation check replayed (``Run.final_spend``, carried spend included), for the
     #: auditor's HTML page: {tenant: {"limit": the budget in filter units, "spent": [units per document, index
     #: order]}}; {} where the check did not finish. Not in the JSON, nor public: it is a function of the charges
@@ -102,7 +102,7 @@ class Verdict:
         """A PASS's strength (None otherwise): ``guarantee_strength`` of its ε and δ."""
         if self.verdict != "PASS":
             return None
-        return guarantee_strength(self.epsilon, self.delta, self.min_documents, self.max_epsilon)[0]
+        return guarantee_strength(self.epsilon, self.delta, self.max_documents, self.max_epsilon)[0]
 
     def headline(self) -> str:
         """The verdict's first line: PASS ε δ with what the auditor pinned and how much account evidence there is,
@@ -147,7 +147,7 @@ class Verdict:
         if self.verdict != "PASS":
             return out
         c = self.checked
-        out += guarantee_strength(self.epsilon, self.delta, self.min_documents, self.max_epsilon)[1]
+        out += guarantee_strength(self.epsilon, self.delta, self.max_documents, self.max_epsilon)[1]
         if not self.key_pinned:
             out.append("the provider key was not pinned (--key): a wholesale rewrite under a new key would PASS too")
         if (self.history or {}).get("origin") and not cast("dict[str, Any]", self.history).get("origin_pinned"):
@@ -207,7 +207,7 @@ class Verdict:
             "verdict": self.verdict,
             "strength": self.strength,
             "max_epsilon": self.max_epsilon,
-            "min_documents": self.min_documents,
+            "max_documents": self.max_documents,
             "epsilon": self.epsilon,
             "delta": self.delta,
             "k_max": self.k_max,
@@ -284,34 +284,6 @@ def start_certify(run: Run) -> Callable[[], Any] | None:
     if run.policy is None or run.n < pool.FORK_MIN_ITEMS:
         return None
     return pool.background(certified_epsilons, run.policy, _earlier_policies(run))
-
-
-def guarantee_strength(
-    epsilon: float | None, delta: float | None, n: int | None, max_epsilon: float
-) -> tuple[str | None, list[str]]:
-    """How much a PASS's (ε, δ) guarantees, with why: ``vacuous`` when δ ≥ 1 (or ε is not finite) — it certifies
-    nothing; ``weak`` when ε exceeds the auditor's ``max_epsilon`` (an adversary's likelihood ratio up to e^ε) or
-    δ ≥ 1/n with n the fewest documents of any tenant at the audited size (the mechanism may then release one whole
-    record outright with probability δ summed over the corpus); else ``strong``."""
-    if epsilon is None or delta is None:
-        return None, []
-    if not math.isfinite(epsilon) or delta >= 1:
-        return "vacuous", [
-            f"the guarantee is vacuous: δ = {delta:.3g} >= 1 certifies nothing (any outcome is allowed with "
-            "probability δ); fix the policy (fewer queries per document, a smaller per-charge δ)"
-        ]
-    why = []
-    if epsilon > max_epsilon:
-        why.append(
-            f"the guarantee is weak: ε = {epsilon:.4g} > --max-epsilon {max_epsilon:g} (an adversary's likelihood "
-            f"ratio may reach e^ε = {math.exp(min(epsilon, 700)):.3g})"
-        )
-    if n and delta >= 1 / n:
-        why.append(
-            f"the guarantee is weak: δ = {delta:.3g} >= 1/n = {1 / n:.3g} (n = {n} documents in the smallest tenant):"
-            " δ may cover releasing a whole record"
-        )
-    return ("weak" if why else "strong"), why
 
 
 def release_statement(policies: list[tuple[int, Policy | None]]) -> str:
@@ -458,7 +430,7 @@ def conclude(
         key_pinned=given.pinned is not None,
         trusted_checkpoint=trusted_size,
         max_epsilon=given.max_epsilon,
-        min_documents=min((run.n_docs_at(t, run.n) for t in run.tenants or {}), default=None),
+        max_documents=max((run.n_docs_at(t, run.n) for t in run.tenants or {}), default=None),
         timings=dict(run.timings),
         cpu_seconds=dict(run.cpu),
         history=_history(run),
@@ -474,7 +446,7 @@ PUBLIC_FIELDS = frozenset(
         "verdict",
         "strength",
         "max_epsilon",
-        "min_documents",
+        "max_documents",
         "epsilon",
         "delta",
         "k_max",

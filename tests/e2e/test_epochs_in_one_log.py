@@ -61,9 +61,9 @@ def test_three_epochs_in_one_log_pass_with_a_delta_over_the_largest_m(tmp_path):
     svc.add_account("dave", "clinic", dave.vkey)
     clients["dave"] = fx.client(svc, "dave")
     svc.rotate_key()
-    p1 = svc.set_policy(fx.toy_policy(**_vote_kw(0.5, 2)))
+    p1 = svc.set_policy(fx.toy_policy(**_vote_kw(0.5, 2)), allow_weak=True)
     _round(svc, clients, 1)
-    p2 = svc.set_policy(fx.toy_policy(**_vote_kw(1.0, 1)))
+    p2 = svc.set_policy(fx.toy_policy(**_vote_kw(1.0, 1)), allow_weak=True)
     _round(svc, clients, 2)
     assert [ep.pos for ep in svc.epochs] == [0, p1, p2]
     bundle = svc.export_bundle(tmp_path / "bundle")
@@ -85,10 +85,10 @@ def test_an_epoch_that_raises_the_filter_limit_is_refused_and_a_forged_one_fails
     svc = fx.open_service(tmp_path / "svc", **_vote_kw(0.5, 2))
     size = svc.ledger.size
     with pytest.raises(InvalidParameterError, match="filter's limit") as exc:
-        svc.set_policy(fx.toy_policy(**_vote_kw(0.5, 4)))
+        svc.set_policy(fx.toy_policy(**_vote_kw(0.5, 4)), allow_weak=True)
     assert exc.value.field == "policy" and svc.ledger.size == size
     with pytest.raises(InvalidParameterError, match="keeps the log's name"):
-        svc.set_policy(fx.toy_policy(window="other", **_vote_kw(0.5, 2)))
+        svc.set_policy(fx.toy_policy(window="other", **_vote_kw(0.5, 2)), allow_weak=True)
     # around the rule: the provider writes the leaf and its opening itself
     bigger = fx.toy_policy(**_vote_kw(0.5, 4))
     seed, salt = b"\x07" * 32, b"\x08" * 16
@@ -119,7 +119,7 @@ def test_an_epoch_opened_with_another_seed_than_it_committed_fails(tmp_path):
     import json
 
     svc = fx.open_service(tmp_path / "svc", **_vote_kw(0.5, 2))
-    svc.set_policy(fx.toy_policy(**_vote_kw(1.0, 1)))
+    svc.set_policy(fx.toy_policy(**_vote_kw(1.0, 1)), allow_weak=True)
     fx.client(svc, "alice").ask(svc, "asthma protocol inhaler patient")
     bundle = svc.export_bundle(tmp_path / "bundle")
     svc.close()
@@ -137,7 +137,7 @@ def test_each_epoch_replays_with_its_own_seed(tmp_path):
     svc = fx.open_service(tmp_path / "svc", **_vote_kw(0.5, 2))
     alice = fx.client(svc, "alice")
     first = alice.ask(svc, "asthma protocol inhaler patient")
-    svc.set_policy(fx.toy_policy(**_vote_kw(1.0, 1)), seed=b"\x42" * 32)
+    svc.set_policy(fx.toy_policy(**_vote_kw(1.0, 1)), seed=b"\x42" * 32, allow_weak=True)
     again = alice.ask(svc, "asthma protocol inhaler patient")
     assert svc.epoch_at(again.pos).number == 1 and svc.epoch_at(first.pos).number == 0
     bundle = svc.export_bundle(tmp_path / "bundle")
@@ -147,7 +147,7 @@ def test_each_epoch_replays_with_its_own_seed(tmp_path):
     svc = fx.open_service(tmp_path / "cheat", **_vote_kw(0.5, 2))
     alice = fx.client(svc, "alice")
     alice.ask(svc, "asthma protocol inhaler patient")
-    svc.set_policy(fx.toy_policy(**_vote_kw(1.0, 1)), seed=b"\x42" * 32)
+    svc.set_policy(fx.toy_policy(**_vote_kw(1.0, 1)), seed=b"\x42" * 32, allow_weak=True)
     svc.epochs[1].seed = svc.seed = svc.epochs[0].seed
     alice.ask(svc, "asthma protocol inhaler patient")
     svc.epochs[1].seed = b"\x42" * 32  # what the bundle opens
@@ -178,7 +178,7 @@ def test_a_request_recorded_before_a_policy_leaf_is_finished_under_its_own_epoch
         svc.serve(req)
     assert calls["n"] >= 1  # the failure was the generator's, after the charge
     gen.generate = real
-    svc.set_policy(fx.toy_policy(**_vote_kw(1.0, 1)))
+    svc.set_policy(fx.toy_policy(**_vote_kw(1.0, 1)), allow_weak=True)
     served = alice.send(svc, req)
     assert svc.epoch_at(served.pos).number == 0
     bundle = svc.export_bundle(tmp_path / "bundle")
@@ -190,7 +190,7 @@ def test_a_request_recorded_before_a_policy_leaf_is_finished_under_its_own_epoch
 def test_a_replica_serves_the_new_epoch_without_a_restart(tmp_path):
     a = fx.open_service(tmp_path / "svc", **_vote_kw(0.5, 2))
     b = ProviderService.open(tmp_path / "svc", embedder=a.embedder, generator=a.committed_generator)
-    pos = a.set_policy(fx.toy_policy(**_vote_kw(1.0, 1)))
+    pos = a.set_policy(fx.toy_policy(**_vote_kw(1.0, 1)), allow_weak=True)
     served = fx.client(b, "carol").ask(b, "contract dispute court case")
     assert served.pos > pos and b.epochs[-1].number == 1 and b.policy.generation.max_queries_per_doc == 1
     c = ProviderService.open(tmp_path / "svc", embedder=a.embedder, generator=a.committed_generator)  # restarted

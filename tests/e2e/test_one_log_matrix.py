@@ -62,10 +62,10 @@ def _honest_log(d):
     clients["dave"] = fx.client(svc, "dave")
     svc.add_documents("clinic", NEW_DOC)
     svc.rotate_key(NoteSigner.generate("dprag-w1-2"))
-    svc.set_policy(fx.toy_policy(**_kw(0.5, 2)))
+    svc.set_policy(fx.toy_policy(**_kw(0.5, 2)), allow_weak=True)
     for a, c in clients.items():
         c.ask(svc, f"garden weather rain note {a}")
-    svc.set_policy(fx.toy_policy(**_kw(1.0, 1)))
+    svc.set_policy(fx.toy_policy(**_kw(1.0, 1)), allow_weak=True)
     for a, c in clients.items():
         c.ask(svc, f"contract dispute court case {a}")
     return svc, clients, first_key
@@ -99,7 +99,7 @@ def test_a_rollback_before_an_epoch_boundary_fails_on_the_receipts_it_erased(tmp
     shutil.rmtree(d / "svc")
     shutil.copytree(d / "snapshot", d / "svc")  # the rollback
     svc = fx.reopen_service(d / "svc")
-    svc.set_policy(fx.toy_policy(**_kw(1.0, 1)))
+    svc.set_policy(fx.toy_policy(**_kw(1.0, 1)), allow_weak=True)
     bob.ask(svc, "contract dispute court case")
     bundle = svc.export_bundle(d / "bundle")
     svc.close()
@@ -201,7 +201,7 @@ def test_an_honest_provider_audited_mid_epoch_with_receipts_after_a_later_rotati
 
     n = len(parse_leaves((bundle / "public" / "leaves.bin").read_bytes()))
     svc.rotate_key(NoteSigner.generate("dprag-w1-2"))
-    svc.set_policy(fx.toy_policy())
+    svc.set_policy(fx.toy_policy(), allow_weak=True)
     later = alice.ask(svc, "inhaler drug protocol")
     assert len(alice.key_eras) == 2 and later.receipt["size"] > n
     proof = svc.ledger.consistency_proof(n, later.receipt["size"])
@@ -238,7 +238,7 @@ def test_the_framing_sequence_passes_in_the_one_log(tmp_path):
         alice.send(svc, r2)
     assert exc.value.refusal is not None
     svc.rotate_key()
-    svc.set_policy(fx.toy_policy())
+    svc.set_policy(fx.toy_policy(), allow_weak=True)
     alice.counter = 2  # the client keeps both signed requests: it resends them in order
     alice.send(svc, r1)
     alice.send(svc, r2)

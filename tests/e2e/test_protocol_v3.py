@@ -181,6 +181,7 @@ def _outcome(tmp_path, name: str, long_record: bool, question: str):
         generator=OverflowingToy(),
         tenants={"clinic": clinic, "legal": fx.LEGAL},
         accounts=fx.registry(fx.ACCOUNTS),
+        allow_weak=True,
     )
     alice = fx.client(svc, "alice")
     try:
@@ -343,6 +344,7 @@ def test_rule_one_key_one_account(tmp_path, monkeypatch):
             generator=ToyGenerator(),
             tenants={"clinic": fx.CLINIC, "legal": fx.LEGAL},
             accounts=accounts,
+            allow_weak=True,
         )
     monkeypatch.setattr(ProviderService, "_registry", staticmethod(lambda accts, corpora: dict(accts)))
     svc = ProviderService.create(
@@ -352,6 +354,7 @@ def test_rule_one_key_one_account(tmp_path, monkeypatch):
         generator=ToyGenerator(),
         tenants={"clinic": fx.CLINIC, "legal": fx.LEGAL},
         accounts=accounts,
+        allow_weak=True,
     )
     bundle = svc.export_bundle(tmp_path / "bundle")
     svc.close()
@@ -521,6 +524,7 @@ def test_rule_epsilon_acc_is_checked_against_sigma(tmp_path, monkeypatch):
         generator=ToyGenerator(),
         tenants={"clinic": fx.CLINIC, "legal": fx.LEGAL},
         accounts=fx.registry(fx.ACCOUNTS),
+        allow_weak=True,
     )
     bundle = svc.export_bundle(tmp_path / "bundle")
     svc.close()
@@ -649,6 +653,7 @@ def test_rule_corpus_re_embeds_the_index_with_the_committed_embedder(tmp_path):
         generator=ToyGenerator(),
         tenants=corpus,
         accounts=fx.registry(fx.ACCOUNTS),
+        allow_weak=True,
     )
     bundle = svc.export_bundle(tmp_path / "bundle")
     svc.close()

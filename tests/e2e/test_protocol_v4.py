@@ -157,6 +157,7 @@ def _run(tmp_path, monkeypatch, bob_lands_meanwhile: bool) -> tuple[bytes, bytes
         generator=gen,
         tenants={"clinic": fx.CLINIC, "legal": fx.LEGAL},
         accounts=fx.registry(fx.ACCOUNTS),
+        allow_weak=True,
     )
     alice, bob = fx.client(svc, "alice"), fx.client(svc, "bob")
     bob_req = bob.request("inhaler drug protocol")
@@ -253,6 +254,7 @@ def test_rule_a_tenant_holds_each_text_once_at_creation_and_when_documents_join(
             generator=ToyGenerator(),
             tenants={"clinic": {**{str(i): x for i, x in enumerate(fx.CLINIC)}, "100": fx.CLINIC[3]}},
             accounts=fx.registry({"alice": "clinic"}),
+            allow_weak=True,
         )
     assert not (tmp_path / "copy" / "state").exists()  # refused before anything was written
     svc = fx.open_service(tmp_path / "w1")
@@ -295,7 +297,7 @@ def test_rule_the_corpus_checks_each_epoch_against_the_prefix_it_committed(tmp_p
     alice.ask(svc, "asthma protocol inhaler patient")
     new = {"new-1": "patient 99 asthma protocol inhaler drug ANSWER: newdrug"}
     svc.add_documents("clinic", new)
-    svc.set_policy(fx.toy_policy())
+    svc.set_policy(fx.toy_policy(), allow_weak=True)
     alice.ask(svc, "inhaler drug protocol")
     bundle = svc.export_bundle(tmp_path / "bundle")
     svc.close()
@@ -430,6 +432,7 @@ def test_rule_the_descriptor_names_the_entry_point_that_re_embeds_it(tmp_path, m
         generator=ToyGenerator(),
         tenants={"clinic": fx.CLINIC, "legal": fx.LEGAL},
         accounts=fx.registry(fx.ACCOUNTS),
+        allow_weak=True,
     )
     bundle = svc.export_bundle(tmp_path / "skewed-bundle")
     svc.close()
@@ -489,7 +492,7 @@ def test_rule_a_rollback_before_an_epoch_boundary_fails_on_the_receipts_it_erase
     shutil.rmtree(d / "w1")
     shutil.copytree(d / "snapshot", d / "w1")  # the rollback: alice's two answers and their charges are gone
     svc = fx.reopen_service(d / "w1")
-    svc.set_policy(fx.toy_policy())
+    svc.set_policy(fx.toy_policy(), allow_weak=True)
     assert svc.ledger.size == 3  # genesis, bob's first answer, the policy leaf
     bundle = svc.export_bundle(d / "bundle")
     svc.close()
@@ -507,7 +510,7 @@ def test_rule_an_honest_provider_audited_mid_epoch_is_incomplete_not_equivocatin
     alice.ask(svc, "garden weather rain")
     early = svc.export_bundle(tmp_path / "early")  # mid-epoch
     n = svc.ledger.size
-    svc.set_policy(fx.toy_policy())
+    svc.set_policy(fx.toy_policy(), allow_weak=True)
     later_served = alice.ask(svc, "asthma protocol inhaler patient")
     later = svc.export_bundle(tmp_path / "later")
     svc.close()
@@ -614,7 +617,7 @@ def test_rule_the_verdict_names_the_key_the_auditor_pinned_after_a_rotation(tmp_
     fx.client(svc, "alice").ask(svc, "asthma protocol inhaler patient")
     new = NoteSigner("w1-2", b"\x09" * 32)
     pos = svc.rotate_key(new)
-    svc.set_policy(fx.toy_policy())
+    svc.set_policy(fx.toy_policy(), allow_weak=True)
     origin = origin_of(svc.ledger.leaf(0))
     bundle = svc.export_bundle(tmp_path / "bundle")
     key = tmp_path / "w1.vkey"

@@ -95,6 +95,7 @@ def bulk_window(
         generator=ToyGenerator(),
         tenants={"t": docs},
         accounts={a: ("t", keys[a].vkey) for a in names},
+        allow_weak=True,
     )
     pol, ten = svc.policy, svc.tenants["t"]
     rule = ChargeRule.of(pol)

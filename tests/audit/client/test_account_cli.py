@@ -38,6 +38,7 @@ def test_account_round_trip(tmp_path, capsys):
         generator=ToyGenerator(),
         tenants={"clinic": CLINIC, "legal": LEGAL},
         accounts={**registry({"alice": "clinic"}), "dave": ("clinic", dave_vkey)},
+        allow_weak=True,
     )
     vk.write_text(svc.signer.vkey())
     cfg = json.loads((a / "config.json").read_text())

@@ -147,6 +147,7 @@ def serve(directory, policy: Policy, rounds: int = 3, served_params=None):
         generator=ToyGenerator(),
         tenants={"clinic": CLINIC, "legal": LEGAL},
         accounts=registry(ACCOUNTS),
+        allow_weak=True,
     )
     if served_params is not None:
         svc.rag_params = svc.epochs[-1].rag_params = served_params  # the epoch serving uses

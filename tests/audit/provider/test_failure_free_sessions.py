@@ -58,6 +58,7 @@ def _create(directory, generator, *, long_record: bool = False, **policy):
         generator=generator,
         tenants={"clinic": clinic, "legal": fx.LEGAL},
         accounts=fx.registry(fx.ACCOUNTS),
+        allow_weak=True,
     )
 
 

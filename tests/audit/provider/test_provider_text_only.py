@@ -270,6 +270,7 @@ def test_a_logit_mechanism_refuses_a_text_only_generator(tmp_path):
             generator=lambda text: "x",
             tenants={"clinic": fx.CLINIC},
             accounts={},
+            allow_weak=True,
         )
     assert "dp-ksa" in str(e.value)
     assert not (tmp_path / "svc" / "state").exists()
@@ -292,6 +293,7 @@ def test_embedder_entry_point_lookup_and_its_error(tmp_path):
             generator=toy.ToyTextGenerator(),
             tenants={"clinic": fx.CLINIC},
             accounts={},
+            allow_weak=True,
         )
     assert not (tmp_path / "svc").exists()
 
@@ -331,6 +333,7 @@ def test_minilm_by_name_serves_and_verifies(tmp_path, monkeypatch):
         generator=toy.ToyTextGenerator(),
         tenants={"clinic": docs},
         accounts=fx.registry({"alice": "clinic"}),
+        allow_weak=True,
     )
     assert svc.embedder_descriptor["model"] == MINILM_ID and svc.embedder_descriptor["dimension"] == 384
     acct = AccountClient(

@@ -255,7 +255,7 @@ def test_a_new_epoch_and_new_documents_stay_in_the_one_store(tmp_path, store_url
         fx.client(svc, "alice").ask(svc, "asthma protocol inhaler patient 0")
         spent = svc.spent_units("clinic").copy()
         schema = getattr(svc.store, "schema", None)
-        svc.set_policy(fx.toy_policy(n=4))
+        svc.set_policy(fx.toy_policy(n=4), allow_weak=True)
         svc.add_documents("clinic", {"new-doc": "a note added after the first epoch"})
         assert getattr(svc.store, "schema", None) == schema
         after = svc.spent_units("clinic")

@@ -38,6 +38,7 @@ def zk_window(tmp_path_factory):
         generator=ToyGenerator(),
         tenants={"clinic": CLINIC, "zk": ZK_DOCS},
         accounts=registry({"alice": "clinic", "zara": "zk"}),
+        allow_weak=True,
     )
     # the auditor's setup (development only); the provider gets the proving key
     pk, vk = zk_attest.setup_for(svc.policy, len(ZK_DOCS), 32, svc.table.support_bound)

@@ -54,6 +54,7 @@ def evil_bundle(tmp_path_factory):
             tenants={"clinic": fx.CLINIC, EVIL: fx.LEGAL},
             accounts=fx.registry({"alice": "clinic", "carol": EVIL}),
             seed=b"\x05" * 32,
+            allow_weak=True,
         )
         for a in ("alice", "carol"):
             fx.client(svc, a).ask(svc, "asthma protocol inhaler patient 1")
@@ -99,6 +100,7 @@ def test_rule_the_provider_refuses_names_that_are_not_identifiers(tmp_path):
             generator=ToyGenerator(),
             tenants={EVIL: fx.LEGAL},
             accounts={},
+            allow_weak=True,
         )
     with pytest.raises(InvalidParameterError, match="window"):
         fx.toy_policy(window="w1\u202e").validate()
