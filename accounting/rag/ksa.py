@@ -352,9 +352,10 @@ class DpKsaPureParameters:
 
     @property
     def calls_per_answer(self) -> int:
-        """Generator calls one answer costs when no call fails: one per voter (m), then the final answer (1). A
-        failed voter call is asked once more and the final answer is tried up to 3 times
-        (``common.final_answer``), so at most 2m + 3."""
+        """Generator calls one answer costs when no call fails: one per voter (m), then the final answer (1). On a
+        generator with ``generate_each`` a failed voter call is asked once more and the final answer is tried up to
+        3 times (``common.final_answer``), so at most 2m + 3; on one with only ``generate_many`` a failing batch is
+        probed at its shape (about 2·log2 m more batches per failing voter, spec/accounting/rag.md §6)."""
         return self.m + 1
 
     @property
