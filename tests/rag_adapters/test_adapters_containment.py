@@ -170,6 +170,7 @@ def test_kv_buffers_are_preallocated_at_the_public_worst_case(make):
             sess.advance(t)
             seen.add(tuple(_kv_bytes(sess)))
         assert len(seen) == 1  # never reallocated
+        assert sess.forward_passes == 1 + 3 + 6  # the public prefix once, each row, each step: counted, not timed
         sizes.append(seen.pop())
         sess.close()
     assert sizes[0] == sizes[1]
