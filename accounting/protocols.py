@@ -29,6 +29,12 @@ class Prompt:
     contexts: tuple[str, ...] = ()
     history: tuple[tuple[str, str], ...] = field(default_factory=tuple)
 
+    def empty_context(self) -> Prompt:
+        """The same question and history with every document set to the empty document "" (the padding of 000
+        Alg. 3): what a voter whose generator call fails is replaced by (spec/accounting/rag.md §6). A function of
+        public inputs only (the question, the history and the number of documents)."""
+        return Prompt(self.question, ("",) * len(self.contexts), self.history)
+
 
 @runtime_checkable
 class Retriever(Protocol):
@@ -67,8 +73,8 @@ class Generator(Protocol):
     An adapter may declare ``failure_free_sessions = True`` (a class attribute, not part of the protocol's required
     members): ``start``, ``DecodingSession.logits`` and ``DecodingSession.advance`` never raise for a batch of at
     most the mechanism's m prompts within the public prompt bounds checked before the charge, whatever the
-    documents. A service serves 000 Alg. 5, which has no per-voter containment, only with such a generator
-    (spec/provider.md §3.5)."""
+    documents. The audit service serves 000 Alg. 5 only with such a generator (spec/provider.md §3.5); the mechanisms
+    themselves contain a failing voter whatever the generator declares (spec/accounting/rag.md §6)."""
 
     @property
     def eos_token_id(self) -> int: ...

@@ -18,6 +18,7 @@ __all__ = [
     "UnknownDocumentError",
     "UnsupportedEventError",
     "BudgetExhaustedError",
+    "GenerationFailedError",
 ]
 
 
@@ -78,3 +79,15 @@ class BudgetExhaustedError(DpragError):
         self.limit = limit
         self.used = used
         super().__init__(message)
+
+
+class GenerationFailedError(DpragError, RuntimeError):
+    """A generator failure after the charge that no voter's containment absorbs (spec/accounting/rag.md §6): the
+    public rows alone (every voter replaced by its empty-context prompt) failed too, or the failure could not be
+    attributed to one voter. Its type and message are fixed and it carries nothing of the failure it replaces (no
+    exception type, message, cause or context), since those could depend on the documents."""
+
+    MESSAGE = "generation failed after the charge, and no single voter's failure explains it"
+
+    def __init__(self) -> None:
+        super().__init__(self.MESSAGE)

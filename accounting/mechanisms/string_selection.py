@@ -1,5 +1,5 @@
 """Pure ε-DP selection of a string from a data-dependent set of candidates: the exponential mechanism over
-the *universal* domain Ω = {⊥} ∪ Σ* with a public base measure (spec/accounting/rag.md §6).
+the *universal* domain Ω = {⊥} ∪ Σ* with a public base measure (spec/accounting/rag.md §5.1).
 
 Why. A histogram of voters' answers has a domain that depends on the private documents: a key that no voter
 wrote has count 0 on one input and may have count 1 on its neighbour. LimitedDomain (003) and thresholded

@@ -1,5 +1,5 @@
 """Answer-level private aggregation: a single-query mechanism whose voters answer *in full* and whose release
-is one DP selection over their normalised answers (spec/accounting/rag.md §6).
+is one DP selection over their normalised answers (spec/accounting/rag.md §5).
 
 Per query, on a ranked document list of length m·k (-1 = empty document; MuRAG / MuRAG-Ada pass Top-K of the
 admitted set):
@@ -9,9 +9,11 @@ admitted set):
 2. every voter answers greedily, up to ``max_tokens`` tokens, from the question and its own documents only
    (``Generator.generate_many``: one batch of the public size m + 1 whose rows are functions of their own
    prompts only, spec/adapters.md §1; row m is the fallback of step 5, computed whether or not it is used);
+   a voter whose call fails abstains, the others re-run at the same shape (spec/accounting/rag.md §6);
 3. a public normalisation (``normalizer(answer, question)``; the experiments and the demo use
    ``dprag.rag_adapters.answer_keys.answer_key``) maps every answer to a key over the alphabet
-   a-z0-9 and space, or to "" (the voter abstains);
+   a-z0-9 and space, or to "" (the voter abstains); a normaliser that raises or returns anything but a key
+   makes that voter abstain (the normaliser may be a third party's ``dprag.normalizers`` entry point);
 4. a DP selection over the keys: ``selection="universal"`` (default): ``string_selection.select_string``, the
    exponential mechanism over the universal domain {⊥} ∪ Σ* with a public base measure (pure ε-DP,
    ε-bounded range, no δ); ``selection="seen"``: ``seen_key_selection.select_seen_key``, the exponential
@@ -40,7 +42,8 @@ from ..mechanisms import seen_key_selection
 from ..mechanisms.string_selection import ALPHABET, MAX_EXPONENT, MAX_KEY_LENGTH, MAX_THRESHOLD, select_string
 from ..noise.source import RandomSource
 from ..protocols import Generator, Prompt, Retriever
-from .common import EMPTY_DOCUMENT, RagAnswer, final_answer, voter_responses
+from .common import EMPTY_DOCUMENT, RagAnswer, final_answer
+from .containment import contained_responses
 from .single_query import given_list_voters
 
 #: the DP selections over the voters' keys (``AnswerVoteParams.selection``)
@@ -135,8 +138,8 @@ class AnswerVoteParams:
     def key(self, answer: str, question: str) -> str:
         norm = self.normalizer or basic_key
         k = norm(answer, question, max_words=self.max_key_words)
-        if not isinstance(k, str) or any(c not in ALPHABET for c in k):
-            raise InvalidParameterError("normalizer", f"must return a string over {ALPHABET!r}", k)
+        if not isinstance(k, str) or any(c not in ALPHABET for c in k):  # the key itself is not shown: it is private
+            raise InvalidParameterError("normalizer", f"must return a string over {ALPHABET!r}", type(k).__name__)
         return k[:MAX_KEY_LENGTH].strip()  # a public cut: keys longer than 128 characters are truncated
 
     def respond(
@@ -150,6 +153,16 @@ class AnswerVoteParams:
         history: tuple[tuple[str, str], ...] = (),
     ) -> RagAnswer:
         return answer_vote_rag(question, doc_ids, retriever, generator, self, source=source, history=history)
+
+
+def _voter_key(params: AnswerVoteParams, answer: str, question: str) -> str:
+    """``params.key``, guarded: a normaliser that raises, or returns anything but a key, makes this voter abstain
+    ("") -- a function of the voter's own answer and the question, so within the mechanism's one-voter sensitivity
+    (spec/accounting/rag.md §6); nothing of the failure leaves this function."""
+    try:
+        return params.key(answer, question)
+    except Exception:  # noqa: BLE001 - the normaliser is a third party's entry point: its failure is contained
+        return ""
 
 
 def answer_vote_rag(
@@ -168,17 +181,21 @@ def answer_vote_rag(
     ids, ctx = given_list_voters(doc_ids, params.m, retriever, src)
     # every voter answers (a public batch of m rows, each a function of its own prompt), abstainers included
     voter_history = tuple(history) if params.history_in_voters else ()
-    # a voter whose call fails abstains (common.voter_responses): no error after the charge depends on documents.
-    # The fallback's public prompt rides in the same batch as row m (B = m + 1, public; spec/accounting/rag.md §6):
-    # one prefill-and-decode pass instead of a second one when no key is released; rows depend on their own
-    # prompts only, so the voters' answers are what they are without it.
+    # a voter whose call fails abstains, the others re-run at the same shape (containment.contained_responses): no
+    # error after the charge depends on documents. The fallback's public prompt rides in the same batch as row m
+    # (B = m + 1, public; spec/accounting/rag.md §5): one prefill-and-decode pass instead of a second one when no key
+    # is released; rows depend on their own prompts only, so the voters' answers are what they are without it. In a
+    # batch, a failure of that public row is public: it raises (GenerationFailedError), the same on every corpus.
     fallback_prompt = Prompt(question, (), history)
-    rows = voter_responses(
+    rows, failed = contained_responses(
         generator, [*(Prompt(question, tuple(c), voter_history) for c in ctx), fallback_prompt], params.max_tokens
     )
-    answers, fallback_row = rows[:-1], rows[-1]
+    answers: list[str | None] = [None if i in failed else a for i, a in enumerate(rows[:-1])]
     abstained = [params.abstain_empty and all(t == EMPTY_DOCUMENT for t in c) for c in ctx]
-    keys = ["" if a is None or gone else params.key(a, question) for a, gone in zip(answers, abstained, strict=False)]
+    keys = [
+        "" if a is None or gone else _voter_key(params, a, question)
+        for a, gone in zip(answers, abstained, strict=False)
+    ]
     voted = [k for k in keys if k]
     chosen: str | None
     event: PrivacyEvent
@@ -189,9 +206,9 @@ def answer_vote_rag(
     fallback = not chosen
     if chosen:
         text = chosen
-    elif fallback_row is not None:
-        text = fallback_row.strip()
-    else:  # the batch's fallback row failed: ask again alone (post-processing, retried; common.final_answer)
+    elif params.m not in failed:
+        text = rows[-1].strip()
+    else:  # a per-prompt generator's fallback call failed twice: ask again (post-processing; common.final_answer)
         text = final_answer(generator, fallback_prompt, params.max_tokens)
     real = ids[ids >= 0]
     info = {

@@ -15,6 +15,7 @@ from ..errors import check_positive_int
 from ..events import ComposedEvent, NoOpEvent, PrivacyEvent
 from ..noise.source import RandomSource
 from ..protocols import Retriever
+from .containment import contained_responses
 
 #: The padding document of 000 Algorithm 3 (an empty string).
 EMPTY_DOCUMENT = ""
@@ -120,27 +121,21 @@ def documents_text(retriever: Retriever, ids: Iterable[SupportsInt]) -> tuple[st
     return tuple(EMPTY_DOCUMENT if int(i) < 0 else retriever.document(int(i)) for i in ids)
 
 
-def voter_responses(generator: Any, prompts: Sequence[Any], max_new_tokens: int) -> list[str | None]:
-    """Every voter's response, ``None`` for a voter whose call failed: it abstains (spec/protocol.md §5.3).
+def voter_responses(
+    generator: Any, prompts: Sequence[Any], max_new_tokens: int, *, max_concurrency: int | None = None
+) -> list[str | None]:
+    """Every voter's response, ``None`` for a voter whose call failed: it abstains (spec/accounting/rag.md §6).
 
-    One batch (``generate_many``) first; if the batch raises, each prompt is asked alone and a failure, a timeout
-    or a resource limit of that call makes that voter abstain. After the charge no exception may depend on the
-    documents except through the mechanism: a voter's response (or its absence) is a function of its own prompt,
-    so an abstention stays within the single-voter sensitivity the mechanism is calibrated for. A batch of the
-    wrong length or type is the adapter's bug and raises.
+    ``containment.contained_responses``: one ``generate_many`` batch of the public shape, in which a failing voter is
+    found and replaced by its empty-context prompt at that same shape, so every other voter's response is bit for
+    bit what it is without the failure (a failure of the public rows alone raises ``GenerationFailedError``, a fixed
+    message); or, on a generator with ``generate_each`` (one call per prompt), every prompt asked alone and a failed
+    call once more. After the charge no exception depends on the documents except through the mechanism: a voter's
+    response, or its absence, is a function of its own prompt, within the single-voter sensitivity the mechanism is
+    calibrated for.
     """
-    try:
-        out: list[str | None] = list(generator.generate_many(list(prompts), max_new_tokens))
-    except Exception:  # noqa: BLE001 - any failure of the batch: fall back to one call per voter
-        out = []
-        for p in prompts:
-            try:
-                out.append(generator.generate(p, max_new_tokens))
-            except Exception:  # noqa: BLE001 - this voter abstains
-                out.append(None)
-    if len(out) != len(prompts) or not all(r is None or isinstance(r, str) for r in out):
-        raise InvalidParameterError("generator", f"generate_many must return {len(prompts)} strings")
-    return out
+    texts, failed = contained_responses(generator, prompts, max_new_tokens, max_concurrency=max_concurrency)
+    return [None if i in failed else t for i, t in enumerate(texts)]
 
 
 def final_answer(generator: Any, prompt: Any, max_new_tokens: int, attempts: int = 3) -> str:

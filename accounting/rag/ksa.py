@@ -151,38 +151,20 @@ def call_each(fn: Callable[[_T], _R], items: Sequence[_T], max_concurrency: int)
         return list(pool.map(one, todo))
 
 
-def _check_responses(out: list[str | None], n: int) -> list[str | None]:
-    if len(out) != n or not all(r is None or isinstance(r, str) for r in out):
-        raise InvalidParameterError("generator", f"generate_each must return {n} strings or None")
-    return out
-
-
 def text_voter_responses(
     generator: object, prompts: Sequence[Prompt], max_new_tokens: int, max_concurrency: int
 ) -> list[str | None]:
-    """Every voter's response, ``None`` for a voter whose call failed: it abstains (``common.voter_responses``).
+    """Every voter's response, ``None`` for a voter whose call failed: it abstains (spec/accounting/rag.md §6).
 
     A generator with ``generate_each(prompts, n, max_concurrency=L) -> list[str | None]`` (one call per prompt, a
     failed call in its place as None: ``TextOnlyGenerator``) is asked for every prompt alone, at most L calls in
-    flight; a voter whose call failed is asked once more alone (as ``voter_responses`` asks every prompt alone
-    after a failed batch) and abstains if that fails too. Each response, or its absence, is a function of its own
-    prompt only; the results are in prompt order whatever order the calls complete in. Any other generator: its
-    own batch, ``common.voter_responses``.
+    flight -- each call sees one prompt, so there is no batch shape to keep; a voter whose call failed is asked once
+    more alone and abstains if that fails too. Each response, or its absence, is a function of its own prompt only;
+    the results are in prompt order whatever order the calls complete in. Any other generator: its own batch at the
+    public shape with the failing voters contained (``common.voter_responses``).
     """
     limit = check_max_concurrency("max_concurrency", max_concurrency)
-    each = getattr(generator, "generate_each", None)
-    if not callable(each):
-        return voter_responses(generator, prompts, max_new_tokens)
-    prompts = list(prompts)
-    out = _check_responses(list(each(prompts, max_new_tokens, max_concurrency=limit)), len(prompts))
-    failed = [i for i, r in enumerate(out) if r is None]
-    if failed:
-        again = _check_responses(
-            list(each([prompts[i] for i in failed], max_new_tokens, max_concurrency=limit)), len(failed)
-        )
-        for i, r in zip(failed, again, strict=True):
-            out[i] = r
-    return out
+    return voter_responses(generator, prompts, max_new_tokens, max_concurrency=limit)
 
 
 class _KeywordRelease(TypedDict):
@@ -195,7 +177,8 @@ def _responses(
 ) -> tuple[npt.NDArray[np.int64], list[str]]:
     ids, _ = exact_top_k(retriever, question, n_docs)
     prompts = [Prompt(question, (doc,)) for doc in documents_text(retriever, ids)]
-    texts = generator.generate_many(prompts, response_tokens)
+    # a response whose call fails is empty (the voter abstains: no keyword), the others kept at the batch's shape
+    texts = [r or "" for r in voter_responses(generator, prompts, response_tokens)]
     return ids, texts
 
 
@@ -369,9 +352,10 @@ class DpKsaPureParameters:
 
     @property
     def calls_per_answer(self) -> int:
-        """Generator calls one answer costs when no call fails: one per voter (m), then the final answer (1). A
-        failed voter call is asked once more and the final answer is tried up to 3 times
-        (``common.final_answer``), so at most 2m + 3."""
+        """Generator calls one answer costs when no call fails: one per voter (m), then the final answer (1). On a
+        generator with ``generate_each`` a failed voter call is asked once more and the final answer is tried up to
+        3 times (``common.final_answer``), so at most 2m + 3; on one with only ``generate_many`` a failing batch is
+        probed at its shape (about 2·log2 m more batches per failing voter, spec/accounting/rag.md §6)."""
         return self.m + 1
 
     @property
@@ -435,8 +419,9 @@ class DpKsaPureParameters:
         if source is None:
             source = RandomSource.system()
         ids, ctx = given_list_voters(doc_ids, self.m, retriever, source)
-        # a voter whose call fails abstains (an empty response: no keyword); the voters' calls run concurrently on
-        # a generator with generate_each (text_voter_responses); nothing is drawn from source while they run
+        # a voter whose call fails abstains (an empty response: no keyword; spec/accounting/rag.md §6); the voters'
+        # calls run concurrently on a generator with generate_each (text_voter_responses); nothing is drawn from
+        # source while they run
         prompts = [Prompt(question, tuple(c), history) for c in ctx]
         responses = [
             r or "" for r in text_voter_responses(generator, prompts, self.response_tokens, self.max_concurrency)

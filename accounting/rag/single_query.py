@@ -44,6 +44,7 @@ from ..noise.source import RandomSource
 from ..protocols import Generator, Prompt, Retriever, stop_tokens
 from .budget import certified_epsilon, max_steps, require_steps
 from .common import RagAnswer, documents_text, exact_top_k, random_partition, vote_histogram
+from .containment import ContainedSession
 
 #: Step rule: (non-RAG token or None, vote histogram) -> token to release, or None to halt.
 StepRule = Callable[[int | None, npt.NDArray[np.intp]], int | None]
@@ -71,6 +72,11 @@ def decode_by_vote(
     Stops when the rule halts, releases <EOS>, or after ``max_tokens`` tokens. Returns the released tokens
     (an <EOS> released is included). ``with_logits`` (needs ``with_non_rag``): the rule also receives the
     non-RAG lane's logits row (public: the model given no document).
+
+    Containment (spec/accounting/rag.md §6): the session is a ``ContainedSession``, so a voter whose ``start``,
+    ``logits`` or ``advance`` fails is replaced by its empty-context prompt at the same batch shape, from the step it
+    failed at (the released tokens replayed); the other voters' logits are unchanged bit for bit, and the histogram
+    keeps m votes. The last released token is not fed back (its logits would never be read).
     """
     if with_logits and not with_non_rag:
         raise InvalidParameterError("with_logits", "needs the non-RAG lane (with_non_rag=True)")
@@ -79,22 +85,27 @@ def decode_by_vote(
     prompts = [Prompt(question, tuple(ctx), history) for ctx in voter_contexts]
     if with_non_rag:
         prompts = [Prompt(question, (), history)] + prompts
-    session = generator.start(prompts, max_new_tokens=max_tokens)
+    session = ContainedSession(generator, prompts, max_tokens)
     stops = stop_tokens(generator)
     released: list[int] = []
-    for _ in range(max_tokens):
-        logits = session.logits()
-        non_rag = int(np.argmax(logits[0])) if with_non_rag else None
-        _, hist = vote_histogram(logits[1:] if with_non_rag else logits)
-        tok = (
-            cast(LogitsStepRule, rule)(non_rag, hist, logits[0]) if with_logits else cast(StepRule, rule)(non_rag, hist)
-        )
-        if tok is None:
-            break
-        released.append(int(tok))
-        if tok in stops:
-            break
-        session.advance(int(tok))
+    try:
+        for step in range(max_tokens):
+            logits = session.logits()
+            non_rag = int(np.argmax(logits[0])) if with_non_rag else None
+            _, hist = vote_histogram(logits[1:] if with_non_rag else logits)
+            tok = (
+                cast(LogitsStepRule, rule)(non_rag, hist, logits[0])
+                if with_logits
+                else cast(StepRule, rule)(non_rag, hist)
+            )
+            if tok is None:
+                break
+            released.append(int(tok))
+            if tok in stops or step == max_tokens - 1:
+                break
+            session.advance(int(tok))
+    finally:
+        session.close()
     return released
 
 

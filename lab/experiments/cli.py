@@ -262,7 +262,7 @@ experiment.add_command(_auc_vs_k)
     default=RUN_WIDE["--abstain-empty"],
     show_default=True,
     help="answer-vote: voters whose documents are all the empty padding "
-    "abstain instead of voting their no-context answer (same ε: spec/accounting/rag.md §6)",
+    "abstain instead of voting their no-context answer (same ε: spec/accounting/rag.md §5.1)",
 )
 @click.option(
     "--answer-selection",

@@ -14,7 +14,7 @@ any run; never on a test split, and never on a provider's own corpus. Where each
   normaliser for every answer-vote cell: ``normalizer-check`` on a seed-1 run's stored voter answers,
   spec/answer-keys.md §2, ``results/normalizer_check/``), MuRAG-Ada's bins 20..90 width 1 (threshold error on seed-1 dev
   questions, ``bins_check``, §5.11), Non-Private-RAG's k = 3 (8/15 on the seed-1 dev split, §5.13).
-- The switches that are free in ε (spec/accounting/rag.md §2–3, §6): public completion and the Non-RAG base
+- The switches that are free in ε (spec/accounting/rag.md §2–3, §5.1): public completion and the Non-RAG base
   measure for 000 Alg. 5, the seen selection with abstaining padded voters for answer-level voting, c = auto
   (the EM-margin rule), answers of up to 24 tokens.
 

@@ -25,7 +25,7 @@ from dprag.accounting.rag.mechanism import SingleQueryMechanism, check_mechanism
 from dprag.accounting.rag.multi_query import MuRAG, MuRAGAda
 from dprag.accounting.stores import MemoryBudgetStore
 from dprag.accounting.testing import check_dp, seeded
-from dprag.errors import InvalidParameterError
+from dprag.errors import GenerationFailedError, InvalidParameterError
 
 
 def _law(keys, eps, t):
@@ -355,8 +355,8 @@ def test_abstain_empty_keeps_one_voter_per_document():
 
 
 class _Counting(_Scripted):
-    """Scripted, counting its calls; ``fail_last``: the batch's last row (the fallback) comes back as a failure
-    of that row alone (None through voter_responses' per-prompt retry)."""
+    """Scripted, counting its calls; ``fail_fallback``: every batch fails (the fallback row's failure), and so does
+    the fallback prompt asked alone."""
 
     def __init__(self, fail_fallback=False):
         self.batches, self.alone, self.fail_fallback = [], 0, fail_fallback
@@ -376,8 +376,9 @@ class _Counting(_Scripted):
 
 def test_the_fallback_rides_in_the_voters_batch():
     """One batch of m + 1 rows, the last the public no-context prompt; a fallback release uses that row and makes
-    no second call. If the fallback row itself fails, the answer asks for it again alone (final_answer), and
-    the voters' answers are unchanged."""
+    no second call. A failure of the fallback row is public (its prompt holds no document): the answer raises the
+    fixed GenerationFailedError after one probe of the public rows at the same shape, the same on every corpus,
+    and no row is ever asked alone (spec/accounting/rag.md §6)."""
     r = _Docs(["x record", "y record"])
     p = AnswerVoteParams(2, 0.01, threshold=100.0, max_tokens=5)  # ⊥ with probability > 1 - 1e-40
     g = _Counting()
@@ -386,6 +387,8 @@ def test_the_fallback_rides_in_the_voters_batch():
     assert len(g.batches) == 1 and len(g.batches[0]) == 3 and g.alone == 0
     assert g.batches[0][-1].contexts == () and all(q.contexts for q in g.batches[0][:-1])
     bad = _Counting(fail_fallback=True)
-    with pytest.raises(RuntimeError, match="fallback row unavailable"):
+    with pytest.raises(GenerationFailedError) as err:
         answer_vote_rag("Which?", np.array([0, 1]), r, bad, p, source=RandomSource.from_seed(b"fb"))
-    assert bad.alone == 3 + 3  # the three rows alone, then final_answer's three attempts
+    assert str(err.value) == GenerationFailedError.MESSAGE and "unavailable" not in str(err.value)
+    assert err.value.__cause__ is None and err.value.__context__ is None
+    assert [len(b) for b in bad.batches] == [3, 3] and bad.alone == 0  # the batch, then its public rows

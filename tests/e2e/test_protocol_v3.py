@@ -229,6 +229,17 @@ class FlakyHosted(ToyTextGenerator):
     def generate_many(self, prompts, max_new_tokens: int):
         return [self.generate(p, max_new_tokens) for p in prompts]
 
+    def generate_each(self, prompts, max_new_tokens: int, *, max_concurrency=None):
+        """One call per prompt, None where it failed: declares that its calls are independent (a hosted model has
+        no batch shape), so a failed call is asked again alone (spec/accounting/rag.md §6)."""
+        out = []
+        for p in prompts:
+            try:
+                out.append(self.generate(p, max_new_tokens))
+            except TimeoutError:
+                out.append(None)
+        return out
+
 
 def test_rule_a_hosted_generator_that_fails_answers_every_request_once(tmp_path):
     """v2: a generator that timed out after the charge lost the answer while the budget was spent, and the retry of

@@ -74,19 +74,21 @@ def test_single_prompt_and_advance_each():
     s1 = gen.start(PROMPTS[:1])
     ref = gen.reference_logits(gen.render(PROMPTS[0]))
     np.testing.assert_allclose(s1.logits()[0], ref, atol=1e-10)
-    sess = gen.start(PROMPTS[:3], max_new_tokens=3)
+    sess = gen.start(PROMPTS[:3], max_new_tokens=152)
     seqs = [gen.render(p) for p in PROMPTS[:3]]
     for toks in ([65, 66, 67], [1, 258, 100]):
         sess.advance_each(toks)
         seqs = [s + [t] for s, t in zip(seqs, toks, strict=False)]
     for i, s in enumerate(seqs):
         np.testing.assert_allclose(sess.logits()[i], gen.reference_logits(s), atol=1e-10)
-    # a long decode: the KV buffer is reallocated (capacity doubling) several times on the way
+    # a long decode in the buffer preallocated for all 152 tokens; one more is refused (the budget is public)
     for j in range(150):
         sess.advance(40 + j % 50)
         seqs = [s + [40 + j % 50] for s in seqs]
     for i, s in enumerate(seqs):
         np.testing.assert_allclose(sess.logits()[i], gen.reference_logits(s), atol=1e-10)
+    with pytest.raises(InvalidParameterError, match="max_new_tokens = 152"):
+        sess.advance(40)
 
 
 def test_generate_is_greedy_and_batched_generation_agrees():
@@ -243,18 +245,23 @@ def test_public_prefix_is_public_and_shared():
         gen.start_ids([odd], public_prefix=[9999])
 
 
-def test_a_voter_whose_documents_overflow_the_window_abstains_from_them():
-    """spec/protocol.md §5.3: after the charge no error may depend on the documents. A voter prompt that overflows
-    only because of its documents is rendered without them (that voter abstains from its documents); a prompt that
-    overflows without documents (the question: public) still raises. The public bound covers every voter."""
+def test_a_voter_whose_documents_overflow_the_window_is_replaced_by_its_empty_context_prompt():
+    """spec/protocol.md §5.3: after the charge no error may depend on the documents. A voter prompt over its public
+    token budget (``prompt_capacity``; here the window less the new tokens) only because of its documents is
+    replaced by its empty-context prompt (spec/accounting/rag.md §6), bit for bit the session in which that row
+    held the empty-context prompt from the start; a prompt that overflows without documents (the question: public)
+    still raises. The public bound covers every voter."""
     gen = tiny_llama(0, max_position_embeddings=400)
     short, long_doc = "a short note", "x " * 300  # bytes are tokens: with the template, over the window of 400
     sess = gen.start([Prompt("q?", (short,)), Prompt("q?", (long_doc,))], max_new_tokens=4)
-    alone = gen.start([Prompt("q?")], max_new_tokens=4)
-    assert np.array_equal(sess.logits()[1], alone.logits()[0])  # rows are independent: the no-document row
-    assert not np.array_equal(sess.logits()[0], alone.logits()[0])
+    emptied = gen.start([Prompt("q?", (short,)), Prompt("q?", ("",))], max_new_tokens=4)
+    for _ in range(2):
+        assert np.array_equal(sess.logits(), emptied.logits())
+        sess.advance(65)
+        emptied.advance(65)
+    assert not np.array_equal(sess.logits()[0], sess.logits()[1])  # the short note's row is not replaced
     sess.close()
-    alone.close()
+    emptied.close()
     with pytest.raises(InvalidParameterError, match="context window"):
         gen.start([Prompt("q" * 600, (short,))], max_new_tokens=4)
     assert gen.prompt_token_bound("q?", 1, 4) is None  # documents not truncated: no public bound
