@@ -124,9 +124,9 @@ def serving_generator(policy: Policy, generator: object) -> Generator | TextGene
             )
         raise InvalidParameterError(
             "generator",
-            "mechanism 'pure-dp-rag' (000 Alg. 5) has no per-voter containment: a generator failure after the "
-            "charge that depends on one voter's documents would fail the whole answer on one corpus and not on "
-            "its neighbour (a channel no ε covers), so it is served only by a generator that declares "
+            "mechanism 'pure-dp-rag' (000 Alg. 5) contains one voter's failure, not a failure that needs several "
+            "voters' documents or depends on other requests: it would fail the whole answer on one corpus and not "
+            "on its neighbour (a channel no ε covers), so it is served only by a generator that declares "
             "failure_free_sessions = True (spec/provider.md §3.5); serve 'answer-vote' or 'dp-ksa' instead",
             type(generator).__name__,
         )

@@ -64,7 +64,8 @@ def test_smoke_demo_on_the_real_models(tmp_path):
 
 
 def test_quick_demo_refuses_token_level_voting_on_the_real_model(tmp_path, capsys):
-    """000 Alg. 5 has no per-voter containment: SmolLM2's adapter declares no failure-free sessions, so the demo
+    """000 Alg. 5 contains one voter's failure but not one that needs several voters' documents or other requests:
+    SmolLM2's adapter declares no failure-free sessions, so the demo
     refuses ``--mechanism pure-dp-rag`` with the real model before loading it (exit 2, one line naming the flag), as
     the service would at create (spec/provider.md §3.5). No model is loaded, so this runs in the default tier."""
     out = tmp_path / "demo"

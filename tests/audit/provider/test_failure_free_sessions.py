@@ -2,8 +2,9 @@
 
 The finding, as its finder wrote it: a generator whose batch fails above 400 characters of voter context (a memory
 limit; the public pre-check bounds tokens, not memory) answered ``503 answer_pending (MemoryError)`` on every retry
-on the corpus holding a long record, and 200 on its neighbour without it: ε = ∞. The mechanism has no per-voter
-containment, so such a generator is refused before anything is written or charged; the toy generator, which declares
+on the corpus holding a long record, and 200 on its neighbour without it: ε = ∞. One voter's failure is now
+contained (spec/accounting/rag.md §6), but not one that needs several voters' documents or depends on other requests,
+so such a generator is still refused before anything is written or charged; the toy generator, which declares
 the property, is driven here at the public worst-case shape with adversarial documents; and a pending answer's
 message and body never name the exception."""
 
