@@ -24,6 +24,7 @@ observer of the provider's timing.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
@@ -115,10 +116,8 @@ def close_session(session: object) -> None:
     """``session.close()`` if it has one; a failure to close is ignored (the session is dropped either way)."""
     close = getattr(session, "close", None)
     if callable(close):
-        try:
+        with contextlib.suppress(Exception):  # closing frees memory; nothing depends on it
             close()
-        except Exception:  # noqa: BLE001 - closing frees memory; nothing depends on it
-            pass
 
 
 class ContainedSession:

@@ -69,13 +69,15 @@ def open_service(
     store: str | None = None,
     signer: NoteSigner | None = None,
     generator: ToyGenerator | None = None,
+    allow_weak: bool = True,
     **kw,
 ) -> ProviderService:
     """A fresh toy window (every random choice from its committed seed and the signed requests). Tests fix
     the seed and the clients' nonces, so a window is reproducible; ``seed=None`` draws a real one. ``store``:
     None for the window's SQLite file, else a ``postgresql://`` URL (default: ``$DPRAG_TEST_STORE`` if set, so the
     whole suite can run against PostgreSQL).
-    ``signer``: the provider key, ``generator``: a toy generator (default: fresh ones)."""
+    ``signer``: the provider key, ``generator``: a toy generator (default: fresh ones). ``allow_weak``: the toy
+    policies certify ε = 42 (weak under the auditor's default limit), so they are served with it by default."""
     emb = HashEmbedder(32)
     store = store if store is not None else (os.environ.get("DPRAG_TEST_STORE") or None)
     return ProviderService.create(
@@ -89,7 +91,7 @@ def open_service(
         accounts=registry(ACCOUNTS if accounts is None else accounts),
         store=store,
         signer=signer,
-        allow_weak=True,
+        allow_weak=allow_weak,
     )
 
 

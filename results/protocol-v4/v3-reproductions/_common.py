@@ -1,6 +1,6 @@
-"""Shared helpers for the v3 reproductions (run with the v3 venv: /work/venv-v3).
+"""Shared helpers for the v3 reproductions (run with a venv holding the v3 code: run_all.sh).
 
-Every script builds its toy history under /work/v3-repro/out/<name>/ (wiped first), then runs the real
+Every script builds its toy history under out/<name>/ beside it (wiped first), then runs the real
 ``dprag audit verify`` CLI of the v3 worktree (a subprocess, DPRAG_VERIFY_WORKERS=1) and prints its output, so
 what is quoted is what an auditor would see."""
 
@@ -20,8 +20,9 @@ HERE = Path(__file__).resolve().parent
 OUT = HERE / "out"
 DPRAG = str(Path(sys.executable).with_name("dprag"))
 
-# the scripts must run the v3 code (the detached worktree at 339d301)
-assert Path(dprag.__file__).resolve().is_relative_to(Path("/work/wt-v3")), dprag.__file__
+# the scripts must run the v3 code (a detached worktree at 339d301, named by $DPRAG_V3_WORKTREE)
+V3 = Path(os.environ.get("DPRAG_V3_WORKTREE", "wt-v3")).resolve()
+assert Path(dprag.__file__).resolve().is_relative_to(V3), dprag.__file__
 
 
 def workdir(name: str) -> Path:

@@ -10,9 +10,7 @@ import pytest
 
 from dprag.audit.protocol.certify import guarantee_strength
 from dprag.audit.protocol.policy import Policy
-from dprag.audit.provider.service import ProviderService
 from dprag.audit.testing import window as fx
-from dprag.audit.testing.toy import HashEmbedder, ToyGenerator
 from dprag.errors import InvalidParameterError
 
 
@@ -49,27 +47,12 @@ def test_recommended_with_the_corpus_size_refuses_a_vacuous_policy():
         Policy.recommended("w", documents=0)
 
 
-def _create(d, **kw):
-    emb = HashEmbedder(32)
-    return ProviderService.create(
-        d,
-        policy=fx.toy_policy("murag"),  # certifies ε = 42.1: weak under the default limit of 10
-        embedder=emb,
-        seed=b"\x05" * 32,
-        embedder_descriptor=emb.descriptor({"clinic": len(fx.CLINIC), "legal": len(fx.LEGAL)}),
-        generator=ToyGenerator(),
-        tenants={"clinic": fx.CLINIC, "legal": fx.LEGAL},
-        accounts=fx.registry(fx.ACCOUNTS),
-        **kw,
-    )
-
-
 def test_the_provider_refuses_a_weak_policy_unless_told_and_writes_nothing(tmp_path):
     with pytest.raises(InvalidParameterError, match=r"weak guarantee .* ε = 42\.12 > --max-epsilon 10") as e:
-        _create(tmp_path / "w")
+        fx.open_service(tmp_path / "w", allow_weak=False)  # the toy policy certifies ε = 42.1
     assert e.value.field == "policy" and "allow_weak=True" in str(e.value)
     assert not (tmp_path / "w").exists() or not any((tmp_path / "w").iterdir())  # nothing written
-    svc = _create(tmp_path / "w2", allow_weak=True)
+    svc = fx.open_service(tmp_path / "w2")
     size = svc.ledger.size
     with pytest.raises(InvalidParameterError, match="weak guarantee"):
         svc.set_policy(fx.toy_policy("murag"))  # the next epoch: judged over every epoch's policy
