@@ -331,18 +331,74 @@ def _coalition(d: dict[str, Any], public: bool) -> list[_Markup]:
     return [_el("table", rows, class_="coalition"), note]
 
 
-def _checked(d: dict[str, Any], public: bool) -> _Markup:
+#: what each count of ``checked`` counts, in words (a key not listed is shown as it is)
+CHECK_WORDS = {
+    "files": "bundle directories read safely (regular files only, no links, within their caps)",
+    "canonical": "leaves, openings and policies in the canonical encoding",
+    "commitments": "commitments opened: genesis, index, documents, policy, seed, state leaves",
+    "policy": "policies well-formed, their claims recomputed",
+    "ledger": "checkpoints whose signature and Merkle root match the recomputed log",
+    "trusted_checkpoint": "the checkpoint the auditor kept, extended by this log",
+    "key_rotations": "provider key rotations, each signed by the outgoing key with a dual-signed checkpoint",
+    "epochs": "policy leaves (epochs after the first)",
+    "receipts": "receipts consistent with the ledger (root, leaf, request, account)",
+    "receipts_handed_in": "lines the accounts handed in (receipts, refusals, rotations)",
+    "receipts_accepted": "receipts within the audited log, checked against it",
+    "receipts_newer_than_bundle": "receipts beyond the audited log, checked with a consistency proof",
+    "rotations_followed": "key rotations beyond the log followed from its key (the accounts' or the fetch's)",
+    "refusals": "signed refusals checked against the log at the size each names",
+    "refusals_handed_in": "signed refusals handed in",
+    "refusals_newer_than_bundle": "refusals beyond the audited log",
+    "requests": "requests signed by their registered account, counters gapless",
+    "rate": "accounts within the per-account query limit n",
+    "queries": "query leaves in the log",
+    "queries_with_account_confirmed_q": "queries whose account committed to its query embedding Q",
+    "retrieval": "queries whose citations were replayed from the committed seed",
+    "generation": "queries whose charges were replayed on the per-document filter",
+    "documents_within_budget": "documents whose replayed spend is within the budget",
+    "documents_reembedded": "index rows re-embedded from the corpus (--corpus)",
+    "corpus": "tenants whose corpus was checked against the commitments (--corpus)",
+    "answers_replayed": "answers regenerated and matched to their receipts (--replay-answers)",
+    "answers_not_replayable": "answers of a generator nobody can re-run (on trust)",
+    "coalition": "coalition estimates within k_max",
+    "coalition_estimate": "the estimated largest coalition (auditor only: a function of the private queries)",
+    "coalition_window": "ledger positions the coalition estimator compares",
+    "coalition_window_covers_history": "whether that window covers the whole log",
+    "witness_cosignatures": "valid witness cosignatures on the checkpoint of the whole log",
+    "zk_proofs": "Groth16 proofs of noise-then-select verified",
+}
+
+
+def _checked(d: dict[str, Any], public: bool) -> list[_Markup | None]:
     c = d.get("checked") or {}
     seconds = {} if public else d.get("seconds") or {}
     keys = list(c) + [k for k in seconds if k not in c]
-    header = ("what", "count") if public else ("what", "count", "seconds")
+    header = ("what", "count", "meaning") if public else ("what", "count", "meaning", "seconds")
     rows = [_el("tr", [_el("th", h) for h in header])]
     for k in sorted(keys, key=str):
-        cells = [_el("td", k), _el("td", _num(c.get(k)) if k in c else "", class_="n")]
+        cells = [_el("td", k), _el("td", _num(c.get(k)) if k in c else "", class_="n"), _el("td", CHECK_WORDS.get(k))]
         if not public:
             cells.append(_el("td", _num(seconds.get(k), ".3f") if k in seconds else "", class_="n"))
         rows.append(_el("tr", cells))
-    return _el("table", rows, class_="kv")
+    return [_receipts_in_words(c, d.get("rejected_evidence")), _el("table", rows, class_="kv")]
+
+
+def _receipts_in_words(c: dict[str, Any], rejected: Any) -> _Markup | None:
+    """The receipt counts as one sentence: how many lines were handed in, how many were checked and where, and
+    what the rest were (refusals, rotations, duplicates, rejected evidence)."""
+    handed = c.get("receipts_handed_in")
+    if not isinstance(handed, int):
+        return _el("p", "No account receipts were handed in: nothing ties this log to what the accounts were sent.")
+    inside, beyond = c.get("receipts_accepted", 0), c.get("receipts_newer_than_bundle", 0)
+    n_rej = rejected if isinstance(rejected, int) else len(rejected or [])
+    rest = handed - inside - beyond
+    return _el(
+        "p",
+        f"Of {handed} receipt lines the accounts handed in, {inside} were checked against the audited log and "
+        f"{beyond} beyond it (with a consistency proof); the other {max(rest, 0)} are refusals, key rotations, "
+        f"repeats of a receipt already counted, or rejected evidence ({n_rej} listed above, never held against the "
+        "provider).",
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------
