@@ -152,7 +152,8 @@ class _Progress:
     "--trusted-checkpoint",
     type=click.Path(path_type=Path),
     default=None,
-    help="a signed checkpoint seen earlier: the ledger must extend it (detects truncation and forks).",
+    help="a signed checkpoint seen earlier, or a receipt verified earlier: the ledger must extend it (detects "
+    "truncation and forks).",
 )
 @click.option(
     "--witness",

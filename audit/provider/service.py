@@ -424,8 +424,8 @@ class ProviderService(Serving):
         the provider's new ids to texts, appended in the given order (index positions never move); each starts at
         zero spend. The leaf commits the tenant's whole index after the addition (C_idx, salted) and the new
         documents (C_docs); a text the tenant already holds, an id it already has, or a zk tenant (its index is
-        fixed by Z_idx) is refused naming the rule, with nothing appended; so is a growth that would make the
-        log's guarantee weak (δ >= 1/n with the grown tenant's n) unless ``allow_weak``. Returns the leaf's
+        fixed by Z_idx) is refused naming the rule, with nothing appended; so is a growth that would turn the
+        log's strong guarantee weak (δ >= 1/n with the grown tenant's n) unless ``allow_weak``. Returns the leaf's
         position."""
         field = f"add_documents[{tenant}]"
         if tenant not in self.tenants:
@@ -437,8 +437,13 @@ class ProviderService(Serving):
         ids, texts = [str(k) for k in documents], list(documents.values())
         if not all(isinstance(x, str) for x in texts):
             raise InvalidParameterError(field, "texts must be strings")
+        from ..protocol.certify import policy_strength
+
+        earlier = [ep.policy for ep in self.epochs[:-1]]
+        now = max(len(t.retriever) for t in self.tenants.values())
         grown = max(len(t.retriever) + (len(ids) if name == tenant else 0) for name, t in self.tenants.items())
-        _refuse_weak(self.policy, [ep.policy for ep in self.epochs[:-1]], grown, allow_weak)
+        if policy_strength(self.policy, earlier, now)[0] == "strong":  # a log already served weak stays the operator's
+            _refuse_weak(self.policy, earlier, grown, allow_weak)
         scale = self.embedding_scale
         dim = self.tenants[tenant].q.shape[1]
         e = np.asarray(self.embedder.embed(texts))  # outside the transaction: the embedder is deterministic

@@ -94,6 +94,32 @@ def _opens(note: bytes, origin: str, vkey: str) -> bool:
         return False
 
 
+def _receipt_checkpoint(run: Run, data: bytes, origin: str) -> Checkpoint | None:
+    """A receipt kept from an earlier audit (``{"receipt": ...}`` or the bare receipt) as the trusted checkpoint:
+    its size and root are signed by the log's key valid at that size, for this log's origin (§8.5). One that does
+    not verify, or names another origin, FAILs ``ledger`` naming why."""
+    from ..protocol.encoding import decode_content
+    from ..protocol.receipts import verify_receipt
+
+    try:
+        obj = decode_content(data.strip(), what="trusted receipt")
+        rc = obj.get("receipt", obj) if isinstance(obj, dict) else obj
+        size = rc.get("size") if isinstance(rc, dict) else None
+        assert run.keys is not None
+        body = run.keys.verifying(size, lambda key: verify_receipt(rc, key), "trusted receipt")
+    except (DpragError, EncodingError, ValueError, UnicodeError) as e:
+        run.fail("ledger", f"trusted checkpoint (a receipt): {e}")
+        return None
+    if body["origin"] != origin:
+        run.fail(
+            "ledger",
+            f"the trusted receipt names the log {excerpt(body['origin'])}, not this one {excerpt(origin)}: the history "
+            "was rewritten (a fresh log restarts every budget) or the bundle is of another log",
+        )
+        return None
+    return Checkpoint(origin, int(body["size"]), bytes.fromhex(body["root"]), ())
+
+
 def _note_origin(note: bytes) -> str | None:
     """The origin line a signed note names (its first line), or None if it has none readable."""
     first = bytes(note).split(b"\n", 1)[0]
@@ -149,7 +175,11 @@ def check_8_5_ledger(run: Run, receipt_sizes: set[int], trusted: bytes | None, p
     cps = _open_checkpoints(run, run.b.checkpoints, origin, run.keys, "checkpoint")
     _check_rotations(run, run.keys, origin)
     trusted_cp = None
-    if trusted is not None:
+    if trusted is not None and trusted.lstrip()[:1] == b"{":  # a receipt the auditor kept (§8.5)
+        trusted_cp = _receipt_checkpoint(run, trusted, origin)
+        if trusted_cp is None:
+            return None
+    elif trusted is not None:
         named = _note_origin(trusted)
         if named is not None and named != origin:
             rewrite = pinned is not None and _opens(trusted, named, pinned)

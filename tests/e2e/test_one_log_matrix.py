@@ -133,6 +133,39 @@ def test_a_truncated_bundle_fails_against_the_checkpoint_the_auditor_kept(tmp_pa
     (bundle / "public" / "checkpoints.txt").write_bytes(b"~~~\n".join([*keep, note]))
     v = verify(bundle, trusted_checkpoint=tmp_path / "kept.note")
     assert v.verdict == "FAIL" and any("history was truncated" in r for r in v.reasons), v.reasons
+    # every verified receipt is a trusted checkpoint for a later audit: the last one an account kept catches it too
+    last = max((r for c in clients.values() for r in c.receipts), key=lambda r: r["receipt"]["size"])
+    (tmp_path / "kept.receipt").write_bytes(encode({"receipt": last["receipt"]}))
+    assert last["receipt"]["size"] > len(leaves)
+    v = verify(bundle, trusted_checkpoint=tmp_path / "kept.receipt")
+    assert v.verdict == "FAIL" and any("history was truncated" in r for r in v.reasons), v.reasons
+
+
+def test_a_kept_receipt_is_a_trusted_checkpoint(tmp_path):
+    """A receipt the auditor verified before (its size and root signed by the key valid there, for this origin)
+    pins the log like a checkpoint: the honest log extends it (PASS, the size named); an edited receipt, or one the
+    same key signed for another log, FAILs ledger naming why."""
+    svc, clients, _ = _honest_log(tmp_path)
+    receipt = clients["alice"].receipts[0]["receipt"]
+    bundle = svc.export_bundle(tmp_path / "bundle")
+    other = fx.open_service(
+        tmp_path / "other",
+        seed=b"\x06" * 32,
+        signer=NoteSigner.from_skey((tmp_path / "svc" / "secret" / "provider.skey").read_text()),
+    )
+    foreign = fx.client(other, "alice").ask(other, "asthma protocol inhaler patient").receipt
+    other.close()
+    svc.close()
+    kept = tmp_path / "kept.json"
+    kept.write_bytes(encode({"receipt": receipt}))
+    v = verify(bundle, trusted_checkpoint=kept)
+    assert v.verdict == "PASS" and v.trusted_checkpoint == receipt["size"], v.reasons
+    kept.write_bytes(encode({**receipt, "root": "00" * 32}))  # a bare receipt, edited: its signature breaks
+    v = verify(bundle, trusted_checkpoint=kept)
+    assert v.verdict == "FAIL" and any(r.startswith("ledger: trusted checkpoint (a receipt)") for r in v.reasons)
+    kept.write_bytes(encode({"receipt": foreign}))
+    v = verify(bundle, trusted_checkpoint=kept)
+    assert v.verdict == "FAIL" and any("the trusted receipt names the log" in r for r in v.reasons), v.reasons
 
 
 def test_a_re_keyed_account_and_a_copied_document_fail(tmp_path):
