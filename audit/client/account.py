@@ -109,6 +109,20 @@ class ReceiptError(DpragError):
         super().__init__(f"{field}: {rule}")
 
 
+class PendingRequestError(DpragError):
+    """A request this account signed and sent has no receipt yet (a lost response, an outage) and could not be
+    finished now: ``ask`` resends it before it signs a new counter, so nothing new is asked until it is answered.
+    ``counter`` names it, ``cause`` is why the resend failed; the message names the commands that finish it."""
+
+    def __init__(self, counter: int, cause: BaseException):
+        self.counter, self.cause = counter, cause
+        super().__init__(
+            f"request {counter} of this account is still pending ({type(cause).__name__}: {cause}); it is resent "
+            f"before any new request: retry when the service is back (dprag account resend DIR {counter} --url URL, "
+            f"or AccountClient.retry(service, {counter}))"
+        )
+
+
 class AccountClient:
     """The account's side: key, gapless counter, receipts kept durably (``directory``: state; None = memory).
 
@@ -220,8 +234,25 @@ class AccountClient:
 
     def ask(self, service: Service[S], question: str) -> S:
         """Send one request to ``service`` (a ProviderService), check the answer, the citations and the receipt
-        against each other and the ledger's history the client has seen (``accept``); return what was served."""
+        against each other and the ledger's history the client has seen (``accept``); return what was served.
+        A request signed earlier that has no receipt yet (``pending``) is resent first, byte for byte, so a lost
+        response never leaves the account a counter ahead; if it still cannot be finished, PendingRequestError
+        names it and nothing new is signed."""
+        for counter in self.pending():
+            try:
+                self.send(service, self._sent[counter])
+            except ReceiptError:
+                raise
+            except DpragError as e:
+                if counter in self.pending():  # a signed refusal of it frees its counter: then go on
+                    raise PendingRequestError(counter, e) from e
         return self.send(service, self.request(question))
+
+    def pending(self) -> list[int]:
+        """The counters this client signed (durably, ``sent/``) up to its current one that have no kept receipt: a
+        response lost to an outage, a crash, or a request signed and never sent."""
+        answered = {_field(e["receipt"], "counter") for e in self.receipts}
+        return sorted(c for c in self._sent if c <= self.counter and c not in answered)
 
     def send(self, service: Service[S], req: Request) -> S:
         """Send ``req`` (a new request, or a retry of the same signed bytes) and check what comes back. A signed

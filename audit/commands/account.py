@@ -171,15 +171,19 @@ def check_receipt_cmd(account_dir: Path, response: Path) -> int:
 @click.argument("account_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.argument("counter", type=int)
 def resend_cmd(account_dir: Path, counter: int) -> int:
-    """Print the signed request of COUNTER again, byte for byte, for the provider: a retry returns the stored answer
+    """Print the signed request of COUNTER again, byte for byte, for the provider (``dprag account ask`` also resends
+    every pending request itself before it signs a new one): a retry returns the stored answer
     (or finishes a request charged before a failure) and spends nothing new. A client never signs two requests for one
     counter, except after the provider's signed refusal (which says the counter was not consumed)."""
-    p = account_dir / "pending" / f"{counter}.json"
-    try:
-        data = p.read_bytes()
-    except OSError:
-        raise click.UsageError(f"COUNTER {counter}: no pending request of this account has it") from None
-    click.echo(data.decode())
+    for p in (account_dir / "pending" / f"{counter}.json", account_dir / "sent" / f"{counter}.json"):
+        try:  # pending/: signed by `account request`; sent/: the client's durable copy of every request it signed
+            data = p.read_bytes()
+            break
+        except OSError:
+            continue
+    else:
+        raise click.UsageError(f"COUNTER {counter}: this account signed no request with it") from None
+    click.echo(data.decode())  # both hold the request as `account request` prints it (Request.to_json)
     return 0
 
 

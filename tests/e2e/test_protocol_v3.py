@@ -74,8 +74,9 @@ def test_rule_no_citation_is_shown_where_the_channel_is_off(tmp_path):
     with pytest.raises(ReceiptError, match="h_top"):
         carol.ask(svc, "contract dispute court case")
     svc.serve = honest_serve
-    served = carol.ask(svc, "contract dispute court case again")
-    assert served.citations is None and len(carol.receipts) == 1
+    assert carol.receipts == [] and carol.pending() == [1]  # nothing of the rejected answer was kept
+    served = carol.ask(svc, "contract dispute court case again")  # request 1 is resent first: its receipt checked
+    assert served.citations is None and [r["receipt"]["counter"] for r in carol.receipts] == [1, 2]
 
 
 def test_rule_the_verifier_accepts_only_receipts_whose_leaf_matches(tmp_path):
