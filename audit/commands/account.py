@@ -41,6 +41,7 @@ def _client(d: Path) -> AccountClient:
         cfg["window"],
         key,
         provider_vkey=cfg.get("provider_key"),
+        origin=cfg.get("origin"),
         directory=d,
         embedder=embedder,
         embedding_scale=int(cfg.get("embedding_scale") or 1024),
@@ -61,6 +62,12 @@ def account() -> None:
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     default=None,
     help="file with the provider's note verifier key (pins it: receipts are checked against it)",
+)
+@click.option(
+    "--origin",
+    default=None,
+    help="the log's origin, dprag/<chain id> (GET /v1/info, or the provider out of band): pinned with the key, "
+    "every receipt must name it; `account ask` sends nothing until both are pinned",
 )
 @click.option(
     "--embedder",
@@ -87,6 +94,7 @@ def new_cmd(
     name: str,
     window: str,
     provider_key: Path | None,
+    origin: str | None,
     embedder: str | None,
     q_on_trust: bool,
     embedding_scale: int,
@@ -103,6 +111,11 @@ def new_cmd(
             serving_models.embedder_loader(embedder)  # the name must resolve; the model loads when a request is signed
         except DpragError as e:
             raise click.UsageError(f"--embedder {embedder}: {e}") from None
+    if origin is not None:
+        cid = origin[len("dprag/") :] if origin.startswith("dprag/") else origin
+        if len(cid) != 64 or any(c not in "0123456789abcdef" for c in cid):
+            raise click.UsageError(f"--origin {origin[:80]}: must be dprag/<chain id> (64 lower-case hex characters)")
+        origin = "dprag/" + cid
     if embedding_scale < 1 or embedding_scale & (embedding_scale - 1):
         raise click.UsageError(f"--embedding-scale {embedding_scale}: must be a power of two")
     if (account_dir / "account.key").exists():
@@ -114,7 +127,7 @@ def new_cmd(
         f.write(key.to_hex() + "\n")
     (account_dir / "account.vkey").write_text(key.vkey + "\n")
     vkey = provider_key.read_text().strip() if provider_key else None
-    cfg = {"account": name, "window": window, "provider_key": vkey}
+    cfg = {"account": name, "window": window, "provider_key": vkey, "origin": origin}
     if embedder is not None:
         cfg.update(embedder=embedder, embedding_scale=embedding_scale)
     (account_dir / "config.json").write_text(json.dumps(cfg, sort_keys=True) + "\n")
@@ -217,6 +230,12 @@ def ask_cmd(account_dir: Path, question: str, urls: tuple[str, ...], attempts: i
     from ..client.remote import RemoteError, RemoteService
 
     c = _client(account_dir)
+    if c.provider_vkey is None or c.origin is None:  # refused before anything is signed, sent or charged
+        missing = " and ".join(x for x, v in (("key", c.provider_vkey), ("origin", c.origin)) if v is None)
+        raise click.UsageError(
+            f"ACCOUNT_DIR {account_dir}: the provider's {missing} is not pinned: nothing was signed or sent (dprag "
+            "account new --provider-key FILE --origin dprag/ID pins both; receipts are checked against them)"
+        )
     try:
         remote = RemoteService(list(urls), account=c.account, key=c.key, attempts=attempts)
     except DpragError as e:

@@ -428,6 +428,7 @@ def make_toy_directory(
             "account": a,
             "window": svc.policy.window,
             "provider_key": svc.signer.vkey(),
+            "origin": svc.origin,
             "embedder": "toy-hash-32",
             "embedding_scale": int(svc.embedder_descriptor["embedding_scale"]),
         }

@@ -82,3 +82,49 @@ def test_account_round_trip(tmp_path, capsys):
     assert v.verdict == "PASS" and v.checked["receipts_accepted"] == 3
     assert main(["account", "request", str(tmp_path / "nobody"), "q"]) == 2
     svc.close()
+
+
+def test_ask_sends_nothing_until_the_key_and_the_origin_are_pinned(tmp_path, capsys):
+    """v3's CLI account asked with nothing pinned: the first ask was charged, then its receipt rejected. `account
+    ask` now refuses (exit 2, one line naming what is missing and the command that pins it) before it signs
+    anything; `account new --origin` pins the log's name beside the key, and refuses a malformed one."""
+    svc = open_service(tmp_path / "svc")
+    vk = tmp_path / "provider.vkey"
+    vk.write_text(svc.signer.vkey())
+    origin = svc.origin
+    svc.close()
+    a = tmp_path / "dave"
+    bad = ["account", "new", str(tmp_path / "x"), "--account", "x", "--window", "w1", "--origin", "w1", "--q-on-trust"]
+    assert main(bad) == 2
+    assert "--origin w1" in capsys.readouterr().err and not (tmp_path / "x").exists()
+    new = ["account", "new", str(a), "--account", "dave", "--window", "w1", "--q-on-trust"]
+    assert main([*new, "--provider-key", str(vk)]) == 0
+    capsys.readouterr()
+    assert main(["account", "ask", str(a), "asthma", "--url", "http://127.0.0.1:9"]) == 2
+    err = capsys.readouterr().err
+    assert "origin is not pinned" in err and "--origin dprag/ID" in err and len(err.strip().splitlines()) == 1
+    assert not (a / "sent").exists() and not (a / "counter").exists()  # nothing signed
+    cfg = json.loads((a / "config.json").read_text())
+    assert cfg["origin"] is None
+    b = tmp_path / "erin"
+    assert (
+        main(
+            [
+                "account",
+                "new",
+                str(b),
+                "--account",
+                "erin",
+                "--window",
+                "w1",
+                "--q-on-trust",
+                "--origin",
+                origin.removeprefix("dprag/"),
+            ]
+        )
+        == 0
+    )
+    capsys.readouterr()
+    assert json.loads((b / "config.json").read_text())["origin"] == origin
+    assert main(["account", "ask", str(b), "asthma", "--url", "http://127.0.0.1:9"]) == 2
+    assert "key is not pinned" in capsys.readouterr().err
