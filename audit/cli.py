@@ -24,6 +24,7 @@ _BUILTIN = {
     "account": "dprag.audit.commands.account:account",
     "zk": "dprag.audit.commands.zk:zk",
     "serve": "dprag.audit.commands.serve:serve",
+    "provider": "dprag.audit.commands.provider:provider",
 }
 
 

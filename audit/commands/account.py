@@ -200,6 +200,29 @@ def resend_cmd(account_dir: Path, counter: int) -> int:
     return 0
 
 
+@account.command("follow")
+@click.argument("account_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--url", "urls", required=True, multiple=True, help="the provider's dprag serve URL")
+def follow_cmd(account_dir: Path, urls: tuple[str, ...]) -> int:
+    """Follow the provider's key rotations (GET /v1/keys) from the key this account pinned: each proof must open
+    under the key before it (the rotation leaf's inclusion under a checkpoint both keys signed); the keys followed
+    are kept. Prints the key now trusted. (`account ask` also follows when a receipt names a newer key.)"""
+    from ..client.remote import RemoteError, RemoteService
+
+    c = _client(account_dir)
+    if c.provider_vkey is None:
+        raise click.UsageError(f"ACCOUNT_DIR {account_dir}: no provider key pinned to follow from (account new)")
+    try:
+        n = c.follow_rotations(RemoteService(list(urls), account=c.account, key=c.key).key_history())
+    except ReceiptError as e:
+        click.echo(f"REJECTED {e}", err=True)
+        return 1
+    except (RemoteError, DpragError) as e:
+        raise click.UsageError(f"--url: {e}") from None
+    click.echo(json.dumps({"followed": n, "provider_key": c.provider_vkey}, sort_keys=True))
+    return 0
+
+
 @account.command("export-receipts")
 @click.argument("account_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.argument("out", type=click.Path(dir_okay=False, path_type=Path))

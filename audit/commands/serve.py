@@ -66,7 +66,7 @@ def serve(
     except ImportError as e:
         raise click.UsageError(f"dprag serve needs the serve extra (pip install 'dprag[serve]'): {e}") from None
     try:
-        svc, akey = _open(directory, toy, accounts, store, embedder, generator, auditor_key)
+        svc, akey = open_service_dir(directory, toy, accounts, store, embedder, generator, auditor_key)
     except DpragError as e:
         raise click.UsageError(f"--dir {directory}: {e}") from None
     svc.start_schedule()  # checkpoints on the policy's release grid, when it sets a period (protocol §5.6)
@@ -79,7 +79,9 @@ def serve(
     return 0
 
 
-def _open(directory, toy, accounts, store, embedder, generator, auditor_key):
+def open_service_dir(directory, toy, accounts, store, embedder, generator, auditor_key):
+    """The service of ``directory`` (``--toy``: the toy layout, made on first use with ``accounts`` accounts), with
+    the embedder and generator named; returns it and the auditor key (hex, or None). Also `dprag provider`."""
     from ..provider.service import ProviderService
 
     akey = auditor_key.read_text().strip() if auditor_key else None

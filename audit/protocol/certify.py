@@ -11,14 +11,16 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dprag.accounting import gdp
 from dprag.accounting.collusion import eq_5_2_audit
 from dprag.accounting.filters import FilterBudget, nats_up, sum_up
 
 from .charges import ChargeRule
-from .policy import Policy
+
+if TYPE_CHECKING:  # annotations only: policy.py -> recommended.py -> certify.py must not import policy back
+    from .policy import Policy
 
 
 def max_charges_per_doc(policies: Sequence[Policy]) -> int:

@@ -9,7 +9,7 @@ charges a recovery record restores, so the two can never disagree about the rule
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
@@ -19,7 +19,8 @@ from dprag.accounting.mechanisms.prefix_sums import assign_bins, bin_counts, noi
 from dprag.accounting.noise.source import RandomSource
 from dprag.accounting.stores import MemoryBudgetStore
 
-from .policy import Policy
+if TYPE_CHECKING:  # annotations only: policy.py -> recommended.py -> certify.py must not import policy back
+    from .policy import Policy
 
 
 @dataclass(frozen=True)

@@ -416,6 +416,28 @@ def test_an_account_follows_a_key_rotation_over_http(tmp_path):
     assert v.verdict == "PASS" and v.checked["receipts_accepted"] == 2, v.reasons
 
 
+def test_account_follow_from_the_command_line(tmp_path, capsys):
+    """`dprag account follow DIR --url URL` follows the provider's rotations (GET /v1/keys) from the key the account
+    pinned, keeps them, and prints the key now trusted (a proof that does not follow is refused by
+    ``AccountClient.follow_rotations``: tests/e2e/test_registry_leaves.py)."""
+    from dprag.audit.cli import main
+
+    d = tmp_path / "toy"
+    svc = make_toy_directory(d, n=12, accounts=2, seed=b"\x07" * 32)
+    name = sorted(svc.registry)[0]
+    acct = d / "accounts" / name
+    with LiveServer(create_app(svc)) as url:
+        svc.rotate_key()
+        capsys.readouterr()
+        assert main(["account", "follow", str(acct), "--url", url]) == 0
+        out = json.loads(capsys.readouterr().out)
+        assert out == {"followed": 1, "provider_key": svc.signer.vkey()}
+        assert json.loads((acct / "provider_keys.json").read_text())["eras"][-1][1] == svc.signer.vkey()
+        assert main(["account", "follow", str(acct), "--url", url]) == 0  # nothing new to follow
+        assert json.loads(capsys.readouterr().out)["followed"] == 0
+    svc.close()
+
+
 def test_the_auditors_fetch_collects_the_key_rotations_beyond_the_bundle(tmp_path, capsys):
     """An auditor fetched the bundle; the provider then rotated its key and served carol, whose receipts she hands
     in without the rotation her client followed. Under the bundle's key her later receipt is not evidence; with the
