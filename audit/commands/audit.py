@@ -138,8 +138,9 @@ class _Progress:
 @click.option(
     "--receipts",
     type=click.Path(path_type=Path),
-    default=None,
-    help="JSONL of receipts supplied by accounts (never taken from the provider's bundle).",
+    multiple=True,
+    help="JSONL of receipts supplied by accounts (never taken from the provider's bundle); repeat for several "
+    "accounts' files.",
 )
 @click.option(
     "--key",
@@ -247,7 +248,7 @@ class _Progress:
 )
 def verify_cmd(
     bundle: Path,
-    receipts: Path | None,
+    receipts: tuple[Path, ...],
     key: Path | None,
     trusted_checkpoint: Path | None,
     witnesses: tuple[Path, ...],
@@ -284,7 +285,7 @@ def verify_cmd(
     try:
         v = verify(
             bundle,
-            receipts=receipts,
+            receipts=list(receipts) or None,
             mode=mode,
             samples=samples,
             key=key,

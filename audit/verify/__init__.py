@@ -48,7 +48,7 @@ __all__ = ["Verdict", "verify"]
 def verify(
     bundle_path: str | Path,
     *,
-    receipts: str | Path | None = None,
+    receipts: str | Path | Sequence[str | Path] | None = None,
     mode: str = "full",
     samples: int | None = None,
     key: str | Path | None = None,
@@ -69,7 +69,8 @@ def verify(
     """Run every check of spec/protocol.md §8 on the bundle's log, in the spec's order."""
     opts = {k: v for k, v in locals().items() if k in INPUT_OPTIONS}
     pinned_origin = None if origin is None else parse_origin(origin)
-    with pool.running(bundle_path, receipts):  # workers forked before anything is read (§8 item 13)
+    first = receipts if receipts is None or isinstance(receipts, (str, Path)) else next(iter(receipts), None)
+    with pool.running(bundle_path, first):  # workers forked before anything is read (§8 item 13)
         given = read_auditor_inputs(**opts)
         run = read_bundle(bundle_path, progress, max_read)
         sampled: list[tuple[int, int]] = []

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import stat
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -81,7 +81,7 @@ def read_auditor_inputs(
     witnesses: Iterable[str | Path],
     min_witnesses: int | None,
     zk_vkey: str | Path | None,
-    receipts: str | Path | None,
+    receipts: str | Path | Sequence[str | Path] | None,
     max_epsilon: float = DEFAULT_MAX_EPSILON,
 ) -> AuditorInputs:
     """The auditor's flags and files, checked in this order; the first defect is exit 2 naming its flag."""
@@ -126,8 +126,15 @@ def read_auditor_inputs(
             raise AuditorInputError(f"--zk-vkey {zk_vkey}: not a snarkjs verification_key.json ({e})") from None
     if not isinstance(min_witnesses, int) or not 0 <= min_witnesses <= len(wit):
         raise AuditorInputError(f"--min-witnesses must lie in [0, {len(wit)}] (the number of --witness keys)")
-    receipts_data = None if receipts is None else read_auditor_file(receipts, "--receipts", 1 << 34)
+    receipts_data = None if receipts is None else _read_receipts(receipts)
     return AuditorInputs(pinned, trusted, wit, min_witnesses, vk, receipts_data, float(max_epsilon))
+
+
+def _read_receipts(receipts: str | Path | Sequence[str | Path]) -> bytes:
+    """One or several accounts' receipts files (``--receipts`` repeated), read as one: their lines in order."""
+    paths = [receipts] if isinstance(receipts, (str, os.PathLike)) else list(receipts)
+    parts = [read_auditor_file(p, "--receipts", 1 << 34) for p in paths]
+    return b"".join(x if x.endswith(b"\n") or not x else x + b"\n" for x in parts)
 
 
 def check_version(b: Bundle) -> None:

@@ -312,6 +312,23 @@ def test_cli_verify_json_and_exit_codes(window, tmp_path, capsys):
     assert "--receipts" in capsys.readouterr().err
 
 
+def test_receipts_of_several_accounts_in_several_files(window, tmp_path, capsys):
+    """`--receipts` repeated: each account hands in its own file; the verifier reads them as one, every receipt
+    counted once (a line in two files is a duplicate, rejected evidence, never a second piece of evidence)."""
+    lines = window.receipts.read_text().splitlines()
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    a.write_text("\n".join(lines[:2]) + "\n")
+    b.write_text("\n".join(lines[2:]))  # no final newline: the files are still read line by line
+    v = verify(window.bundle, receipts=[a, b])
+    assert v.verdict == "PASS" and v.checked["receipts_handed_in"] == len(lines), v.checked
+    assert v.checked["receipts_accepted"] == len(lines)
+    args = ["audit", "verify", "--max-epsilon", "50", str(window.bundle), "--receipts", str(a), "--receipts", str(b)]
+    assert cli_main([*args, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["checked"]["receipts_accepted"] == len(lines)
+    v = verify(window.bundle, receipts=[a, a])
+    assert v.checked["receipts_accepted"] == 2 and len(v.rejected_evidence) == 2, v.rejected_evidence
+
+
 def test_pinned_key_and_trusted_checkpoint(window, tmp_path, capsys):
     key = tmp_path / "provider.vkey"
     key.write_text((window.bundle / "public" / "provider.vkey").read_text())
