@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, TypedDict
 import numpy as np
 import numpy.typing as npt
 
-from dprag.errors import InvalidParameterError
+from dprag.errors import DpragError, InvalidParameterError
 from dprag.zk.field import R as BN254_R
 
 from ..protocol import commitments as cm
@@ -538,6 +538,27 @@ class ProviderService(Serving):
         from .attest import attest_window
 
         return attest_window(self, proving_key, tenant=tenant)
+
+    def set_auditor_key(self, vkey: str) -> None:
+        """Keep the auditor's Ed25519 public key (hex) in the store, so every replica serves the auditor's
+        confidential export (``GET /v1/bundle?part=all``), not only the one started with ``--auditor-key``."""
+        from ..protocol.encoding import hexbytes
+
+        try:
+            hexbytes(vkey.strip(), "auditor_key", 32)
+        except (DpragError, ValueError) as e:
+            raise InvalidParameterError("auditor_key", f"must be the 32-byte Ed25519 public key in hex ({e})") from None
+        files = {"config/auditor.vkey": (vkey.strip() + "\n").encode()}
+        with self.store.write(tail=False) as s:
+            _store_files(s, files)
+        _write_files(self.dir, files)
+
+    def auditor_key(self) -> str | None:
+        """The auditor's key this log's store keeps (``set_auditor_key``), or None."""
+        try:
+            return self.stored_file("config/auditor.vkey").decode().strip() or None
+        except OSError:
+            return None
 
     def released_answer(self, account: str, counter: int) -> Served | None:
         """The stored answer, citations, receipt and position of ``account``'s request ``counter`` once released

@@ -159,6 +159,9 @@ def create_app(svc: ProviderService, *, auditor_key: str | None = None, threads:
         redoc_url=None,
     )
     app.state.svc = svc
+    if auditor_key is not None:
+        svc.set_auditor_key(auditor_key)  # kept in the store: every replica serves the auditor's export
+    auditor_key = auditor_key or svc.auditor_key()
     app.state.auditor_key = auditor_key
     app.state.keys = lambda key_id: auditor_key if key_id == AUDITOR else svc.account_key(key_id)
     app.state.threads = threads

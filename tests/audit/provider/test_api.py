@@ -416,6 +416,28 @@ def test_an_account_follows_a_key_rotation_over_http(tmp_path):
     assert v.verdict == "PASS" and v.checked["receipts_accepted"] == 2, v.reasons
 
 
+def test_every_replica_serves_the_auditors_export(tmp_path):
+    """v3: only the replica started with --auditor-key served the confidential bundle; `audit fetch` from another
+    answered 404. The key is kept in the log's store (``set_auditor_key``), so a replica started without it serves
+    the auditor too, and still refuses an account."""
+    from dprag.audit.testing.toy import open_toy_directory
+
+    d = tmp_path / "toy"
+    svc = make_toy_directory(d, n=12, accounts=2, seed=b"\x08" * 32)
+    create_app(svc, auditor_key=(d / "auditor.vkey").read_text().strip())  # the first replica's start
+    replica = open_toy_directory(d)
+    assert replica.auditor_key() == (d / "auditor.vkey").read_text().strip()
+    with LiveServer(create_app(replica)) as url:
+        out = fetch_bundle(url, tmp_path / "fetched", auditor_key=_key(d, AUDITOR))
+        assert (out / "auditor" / "seed.hex").is_file()
+        name = sorted(replica.registry)[0]
+        with pytest.raises(RemoteError) as e:
+            fetch_bundle(url, tmp_path / "as-account", auditor_key=_key(d, name))
+        assert e.value.status == 401
+    replica.close()
+    svc.close()
+
+
 def test_account_follow_from_the_command_line(tmp_path, capsys):
     """`dprag account follow DIR --url URL` follows the provider's rotations (GET /v1/keys) from the key the account
     pinned, keeps them, and prints the key now trusted (a proof that does not follow is refused by
