@@ -263,6 +263,10 @@ class ProviderService(Serving):
 
         publish_files(svc.store, d)  # a replica sharing only the database URL materialises its directory from these
         svc.checkpoint_now()
+        # what the provider hands its auditor and accounts out of band, to pin (spec/protocol.md §3.1, §8.10)
+        (d / "pins").mkdir(exist_ok=True)
+        write_atomically(d / "pins" / "provider.vkey", (svc.keys.eras[0][1].vkey() + "\n").encode())
+        write_atomically(d / "pins" / "origin.txt", (svc.origin + "\n").encode())
         return svc
 
     @staticmethod

@@ -539,6 +539,9 @@ def test_rule_the_origin_is_the_genesis_and_receipts_name_it_and_their_key(tmp_p
     assert served.receipt["origin"] == origin and "window" not in served.receipt
     assert served.receipt["key"] == hashlib.sha256(svc.signer.vkey().encode()).hexdigest() == key_id(svc.signer.vkey())
     assert svc.checkpoint_note().decode().splitlines()[0] == origin
+    pins = tmp_path / "w1" / "pins"  # what create() leaves the provider to hand its auditor and accounts
+    assert (pins / "origin.txt").read_text() == origin + "\n"
+    assert (pins / "provider.vkey").read_text() == svc.signer.vkey() + "\n"
     alice.request("a skipped counter")
     with pytest.raises(RequestError) as exc:
         alice.send(svc, alice.request("again"))  # counter + 2: a signed refusal

@@ -438,6 +438,22 @@ def test_every_replica_serves_the_auditors_export(tmp_path):
     svc.close()
 
 
+def test_audit_fetch_prints_the_servers_reason(tmp_path, capsys):
+    """v3's `audit fetch` printed "HTTP 404 :" without the server's reason; it names it (one line, exit 2)."""
+    from dprag.audit.cli import main
+
+    d = tmp_path / "toy"
+    svc = make_toy_directory(d, n=12, accounts=2, seed=b"\x08" * 32)
+    with LiveServer(create_app(svc)) as url:  # no auditor key configured anywhere
+        capsys.readouterr()
+        argv = ["audit", "fetch", "--url", url, "--key", str(d / "auditor.key"), "--out", str(tmp_path / "b")]
+        assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "HTTP 404 not_found: this service has no auditor key configured" in err, err
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "b").exists()
+    svc.close()
+
+
 def test_account_follow_from_the_command_line(tmp_path, capsys):
     """`dprag account follow DIR --url URL` follows the provider's rotations (GET /v1/keys) from the key the account
     pinned, keeps them, and prints the key now trusted (a proof that does not follow is refused by
