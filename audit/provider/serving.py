@@ -252,7 +252,13 @@ class Serving(Window):
             )
         if counter != last + 1:
             raise refused(
-                RequestError("request.counter", f"must be the next counter {last + 1} (gapless)", counter), "counter"
+                RequestError(
+                    "request.counter",
+                    f"must be the next counter {last + 1} (gapless; if this account signed request {last + 1} and "
+                    f"lost its answer, resend it: dprag account resend DIR {last + 1}, or AccountClient.retry)",
+                    counter,
+                ),
+                "counter",
             )
         return "new", None
 

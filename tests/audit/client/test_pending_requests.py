@@ -92,3 +92,16 @@ def test_resend_finds_the_request_the_client_kept(tmp_path, capsys):
     )
     assert main(["account", "resend", str(tmp_path / "alice"), "7"]) == 2
     assert "COUNTER 7" in capsys.readouterr().err
+
+
+def test_the_counter_refusal_names_the_request_that_is_pending_and_how_to_finish_it(tmp_path):
+    from dprag.audit.protocol.errors import RequestError
+
+    svc = fx.open_service(tmp_path / "svc")
+    alice = fx.client(svc, "alice")
+    alice.request("signed, its answer lost")
+    with pytest.raises(RequestError) as e:
+        alice.send(svc, alice.request("the next one"))
+    assert "must be the next counter 1" in str(e.value) and "dprag account resend DIR 1" in str(e.value)
+    assert e.value.refusal["code"] == "counter"
+    svc.close()
