@@ -36,3 +36,33 @@ def test_the_retriever_releases_positions_only_and_nothing_where_citations_are_o
     with pytest.raises(Exception, match="one tenant"):
         PrivateRetriever.over(PrivateRAG(svc, [fx.client(svc, "alice"), fx.client(svc, "carol")]))
     svc.close()
+
+
+def test_invoke_after_an_outage_finishes_the_lost_request_and_goes_on(tmp_path):
+    """v3: after one lost response every later `PrivateRAG.invoke` raised ("must be the next counter N"). The
+    client resends the pending request first, so the next invoke answers, and nothing is charged twice."""
+    from dprag.audit.protocol.errors import StoreUnavailableError
+
+    svc = fx.open_service(tmp_path / "svc")
+
+    class LosesOneResponse:
+        lost = False
+
+        def __getattr__(self, name):
+            return getattr(svc, name)
+
+        def serve(self, req):
+            served = svc.serve(req)
+            if not self.lost:
+                self.lost = True
+                raise StoreUnavailableError("the response was lost (test)")
+            return served
+
+    alice = fx.client(svc, "alice")
+    rag = PrivateRAG(LosesOneResponse(), [alice])
+    with pytest.raises(StoreUnavailableError):
+        rag.invoke("asthma protocol inhaler patient")
+    out = rag.invoke("garden weather rain")
+    assert out["receipt"]["counter"] == 2 and [r["receipt"]["counter"] for r in alice.receipts] == [1, 2]
+    assert svc.ledger.size == 1 + 2  # two query leaves: the lost one was answered from what the provider stored
+    svc.close()
