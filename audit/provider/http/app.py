@@ -155,7 +155,7 @@ def create_app(svc: ProviderService, *, auditor_key: str | None = None, threads:
         version=API_VERSION,
         description="Signed requests in, signed answers and receipts out; the auditor's bundle (spec/api.md).",
         openapi_url="/v1/openapi.json",
-        docs_url=None,
+        docs_url="/docs",  # the API's documentation on the public port (its OpenAPI document: /v1/openapi.json)
         redoc_url=None,
     )
     app.state.svc = svc
@@ -217,6 +217,26 @@ def _known_query(request: HttpRequest) -> None:
 
 
 router = APIRouter(dependencies=[Depends(_known_query)])
+
+
+@router.get("/healthz", responses=schemas.responses("Health"), tags=["operations"])
+async def healthz(request: HttpRequest) -> JSONResponse:
+    """Liveness: the process answers (it reads nothing, so it says nothing of the log or the store)."""
+    return JSONResponse({"status": "ok"})
+
+
+@router.get("/readyz", responses=schemas.responses("Health", 503), tags=["operations"])
+async def readyz(request: HttpRequest) -> JSONResponse:
+    """Readiness: the store answers (one trivial read); 503 with Retry-After while it does not, as every other
+    endpoint then. Nothing of the log, its size or its load is in the answer."""
+    svc = _service(request)
+
+    def ping() -> None:
+        with svc.store.read() as s:
+            s.one("SELECT 1")
+
+    await run_in_threadpool(request, ping)
+    return JSONResponse({"status": "ready"})
 
 
 @router.get("/v1/info", responses=schemas.responses("Info", 503), tags=["public"])

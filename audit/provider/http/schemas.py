@@ -23,6 +23,12 @@ SIGNED_REQUEST = {
 }
 
 BODIES = {
+    "Health": {
+        "type": "object",
+        "required": ["status"],
+        "additionalProperties": False,
+        "properties": {"status": {"enum": ["ok", "ready"]}},
+    },
     "Submission": {
         "type": "object",
         "required": ["request", "question", "qemb"],

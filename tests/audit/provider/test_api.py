@@ -220,6 +220,8 @@ def test_the_published_openapi_document_is_the_committed_one(toy):
     committed = json.loads((Path(__file__).parents[3] / "spec" / "openapi.json").read_text())
     assert status == 200 and live == committed
     assert set(live["paths"]) == {
+        "/healthz",
+        "/readyz",
         "/v1/info",
         "/v1/requests",
         "/v1/answers/{counter}",
@@ -531,6 +533,32 @@ def test_the_auditors_fetch_collects_the_key_rotations_beyond_the_bundle(tmp_pat
     assert any(
         r.startswith("auditor/rotations.jsonl line 0: a key rotation that does not follow") for r in v.rejected_evidence
     )
+
+
+def test_health_readiness_and_docs_on_the_public_port_and_nothing_else(toy, monkeypatch):
+    """/healthz (the process), /readyz (the store: 503 with Retry-After while it does not answer) and /docs beside
+    /v1/*; nothing else is served there — /metrics is 404 (operator counts depend on the corpus)."""
+    from dprag.audit.protocol.errors import StoreUnavailableError
+
+    d, svc, url = toy
+    assert _http("GET", url + "/healthz") == (200, {"status": "ok"})
+    assert _http("GET", url + "/readyz") == (200, {"status": "ready"})
+    with urllib.request.urlopen(url + "/docs", timeout=30) as r:
+        assert r.status == 200 and b"swagger" in r.read().lower()
+    for path in ("/metrics", "/admin", "/v1/metrics"):
+        assert _http("GET", url + path)[0] == 404, path
+
+    def down():
+        raise StoreUnavailableError("the store is unreachable (test)")
+
+    monkeypatch.setattr(svc.store, "read", down)
+    req = urllib.request.Request(url + "/readyz")
+    try:
+        urllib.request.urlopen(req, timeout=30)
+        raise AssertionError("/readyz answered 200 while the store was down")
+    except urllib.error.HTTPError as e:
+        assert e.code == 503 and e.headers.get("Retry-After"), (e.code, dict(e.headers))
+    assert _http("GET", url + "/healthz") == (200, {"status": "ok"})  # alive, not ready
 
 
 def test_an_unknown_query_parameter_is_refused_naming_it(toy):
