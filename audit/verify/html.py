@@ -412,14 +412,15 @@ def _spend(spend: dict[str, Any] | None) -> list[_Markup | None]:
     if not spend:
         return [_el("p", "No per-document spend: the generation check did not replay the charges to the end.")]
     stats = {t: _spend_stats(v) for t, v in spend.items()}
-    head = ("tenant", "documents", "budget (units)", "charged", "over budget", "largest spend", "mean spend")
+    head = ("tenant", "documents", "charged", "budget spent in full", "over budget", "largest spend", "mean spend")
     rows = [_el("tr", [_el("th", h) for h in head])]
     for t, s in stats.items():
         rows.append(
             _el(
                 "tr",
                 _el("td", t),
-                [_el("td", x, class_="n") for x in (s["n"], s["limit"], s["charged"], s["over"])],
+                _el("td", s["n"], class_="n"),
+                [_el("td", _count_share(s[k], s["n"]), class_="n") for k in ("charged", "full", "over")],
                 _el("td", _pct(s["max"]), class_="n"),
                 _el("td", _pct(s["mean"]), class_="n"),
             )
@@ -430,9 +431,10 @@ def _spend(spend: dict[str, Any] | None) -> list[_Markup | None]:
     return [
         _el(
             "p",
-            "Each document's spent share of its privacy budget (the per-document filter the generation check "
-            "replayed, carried spend included) at the end of the audited window; a bar counts the documents in "
-            "its 10% bin, red: over budget.",
+            "Each document's spent share of its privacy budget (100% is the per-document filter's limit, the same "
+            "for every document: M queries at the committed per-query ε; the generation check replayed it from the "
+            "opened charges, every epoch included) at the end of the audited log; a bar counts the documents in its "
+            "10% bin, red: over budget. Counts are shown with their share of the tenant's documents.",
         ),
         _el("table", rows, class_="kv"),
         _el("div", plots, class_="plots"),
@@ -452,11 +454,17 @@ def _spend_stats(v: Any) -> dict[str, Any]:
         "n": int(s.size),
         "limit": limit,
         "charged": int((s > 0).sum()),
+        "full": int((f >= 1).sum()),
         "over": int(counts[11]),
         "max": float(f.max()) if f.size else 0.0,
         "mean": float(finite.mean()) if finite.size else 0.0,
         "counts": [int(x) for x in counts],
     }
+
+
+def _count_share(k: int, n: int) -> str:
+    """``k`` of ``n`` documents, with its share: "12 (4.0%)"."""
+    return f"{k} ({_pct(k / n)})" if n else str(k)
 
 
 def _pct(f: float) -> str:

@@ -459,3 +459,21 @@ def test_html_file_is_written_atomically_and_never_through_a_link(bundles, tmp_p
     html = page.read_text()
     assert html.startswith("<!DOCTYPE html>") and "dprag verdict: PASS (public)" in html
     assert sorted(p.name for p in tmp_path.iterdir()) == ["link.html", "v.html", "victim.txt"]  # no temp file left
+
+
+def test_the_spend_table_shows_shares_not_raw_units(bundles):
+    """v3's page showed the budget in filter units (e.g. 8589934592); it shows each count with its share of the
+    tenant's documents and every spend as a share of the per-document budget."""
+    import re
+
+    from dprag.audit.verify import verify
+    from dprag.audit.verify.html import render_html
+
+    w = bundles[0]
+    v = verify(w.bundle, receipts=w.receipts, max_epsilon=50)
+    page = render_html(v, public=False)
+    assert "budget (units)" not in page and "budget spent in full" in page
+    n = len(v.spend["clinic"]["spent"])
+    charged = sum(1 for x in v.spend["clinic"]["spent"] if x > 0)
+    assert f"{charged} ({100 * charged / n:.1f}%)" in page
+    assert not re.search(r">\d{7,}<", page)  # no raw unit counts in a cell
