@@ -33,12 +33,18 @@ def _prefix_roots(leaf_hashes: list[bytes], sizes: set[int]) -> dict[int, bytes]
     return out
 
 
-def _note_size(note: bytes) -> int | None:
-    """The size a checkpoint note claims (unverified: it picks the key to verify it with, §3.3)."""
+def _claimed(note: bytes) -> Checkpoint | None:
+    """The checkpoint a note claims, unverified (its size picks the key to verify it with, §3.3; its origin names
+    the log it is of), or None if it does not parse."""
     try:
-        return Checkpoint.parse(parse_note(note)[0]).size
+        return Checkpoint.parse(parse_note(note)[0])
     except (DpragError, EncodingError, ValueError, UnicodeError):
         return None
+
+
+def _note_size(note: bytes) -> int | None:
+    cp = _claimed(note)
+    return None if cp is None else cp.size
 
 
 def open_under(keys: KeyChain, note: bytes, origin: str) -> Checkpoint:
@@ -94,7 +100,7 @@ def _opens(note: bytes, origin: str, vkey: str) -> bool:
         return False
 
 
-def _receipt_checkpoint(run: Run, data: bytes, origin: str) -> Checkpoint | None:
+def _receipt_checkpoint(run: Run, keys: KeyChain, data: bytes, origin: str) -> Checkpoint | None:
     """A receipt kept from an earlier audit (``{"receipt": ...}`` or the bare receipt) as the trusted checkpoint:
     its size and root are signed by the log's key valid at that size, for this log's origin (§8.5). One that does
     not verify, or names another origin, FAILs ``ledger`` naming why."""
@@ -105,8 +111,7 @@ def _receipt_checkpoint(run: Run, data: bytes, origin: str) -> Checkpoint | None
         obj = decode_content(data.strip(), what="trusted receipt")
         rc = obj.get("receipt", obj) if isinstance(obj, dict) else obj
         size = rc.get("size") if isinstance(rc, dict) else None
-        assert run.keys is not None
-        body = run.keys.verifying(size, lambda key: verify_receipt(rc, key), "trusted receipt")
+        body = keys.verifying(size, lambda key: verify_receipt(rc, key), "trusted receipt")
     except (DpragError, EncodingError, ValueError, UnicodeError) as e:
         run.fail("ledger", f"trusted checkpoint (a receipt): {e}")
         return None
@@ -118,15 +123,6 @@ def _receipt_checkpoint(run: Run, data: bytes, origin: str) -> Checkpoint | None
         )
         return None
     return Checkpoint(origin, int(body["size"]), bytes.fromhex(body["root"]), ())
-
-
-def _note_origin(note: bytes) -> str | None:
-    """The origin line a signed note names (its first line), or None if it has none readable."""
-    first = bytes(note).split(b"\n", 1)[0]
-    try:
-        return first.decode("utf-8") if first else None
-    except UnicodeDecodeError:
-        return None
 
 
 @guarded("ledger")
@@ -176,11 +172,12 @@ def check_8_5_ledger(run: Run, receipt_sizes: set[int], trusted: bytes | None, p
     _check_rotations(run, run.keys, origin)
     trusted_cp = None
     if trusted is not None and trusted.lstrip()[:1] == b"{":  # a receipt the auditor kept (§8.5)
-        trusted_cp = _receipt_checkpoint(run, trusted, origin)
+        trusted_cp = _receipt_checkpoint(run, run.keys, trusted, origin)
         if trusted_cp is None:
             return None
     elif trusted is not None:
-        named = _note_origin(trusted)
+        claimed = _claimed(trusted)
+        named = None if claimed is None else claimed.origin
         if named is not None and named != origin:
             rewrite = pinned is not None and _opens(trusted, named, pinned)
             under = " and verifies under the pinned key" if rewrite else ""

@@ -161,37 +161,29 @@ def _take_rotations(run: Run, numbered: list[tuple[int, bytes]]) -> list[tuple[i
     INCOMPLETE). One that does not follow is rejected evidence. Returns the other lines."""
     from ..protocol.provider_keys import follow
 
-    rest: list[tuple[int, bytes]] = []
-    proofs: list[tuple[int | str, dict[str, Any]]] = []  # (receipt line, or the bundle file's line), proof
-    for k, line in numbered:
-        if b'"rotation"' not in line:
-            rest.append((k, line))
-            continue
+    proofs: list[tuple[str, dict[str, Any]]] = []  # (where the line came from, its proof)
+    lines: list[tuple[str, bytes, int | None]] = [(f"receipt {k}", ln, k) for k, ln in numbered if b'"rotation"' in ln]
+    rest = [(k, ln) for k, ln in numbered if b'"rotation"' not in ln]
+    # the auditor's fetch: GET /v1/keys (§3.3)
+    lines += [(f"auditor/rotations.jsonl line {j}", line, None) for j, line in enumerate(run.b.rotation_lines)]
+    for where, line, k in lines:
         try:
-            obj = decode_content(line, what="rotation line")
+            proof = _rotation_of(line)
         except EncodingError as e:
-            run.rejected.append(f"receipt {k}: {e}")
+            run.rejected.append(f"{where}: {e}")
             continue
-        if isinstance(obj, dict) and set(obj) == {"rotation"} and isinstance(obj["rotation"], dict):
-            proofs.append((k, obj["rotation"]))
+        if proof is not None:
+            proofs.append((where, proof))
+        elif k is not None:
+            rest.append((k, line))  # a receipt or refusal that mentions "rotation": read as one
         else:
-            rest.append((k, line))
-    for j, line in enumerate(run.b.rotation_lines):  # the auditor's fetch: GET /v1/keys (§3.3)
-        try:
-            obj = decode_content(line, what="rotation line")
-        except EncodingError as e:
-            run.rejected.append(f"auditor/rotations.jsonl line {j}: {e}")
-            continue
-        if isinstance(obj, dict) and set(obj) == {"rotation"} and isinstance(obj["rotation"], dict):
-            proofs.append((f"auditor/rotations.jsonl line {j}", obj["rotation"]))
-        else:
-            run.rejected.append(f'auditor/rotations.jsonl line {j}: not a {{"rotation": proof}} line')
+            run.rejected.append(f'{where}: not a {{"rotation": proof}} line')
+    rest.sort()
     if not proofs or run.keys is None or run.genesis is None:
         return rest
     keys = copy.deepcopy(run.keys)
     origin = run.origin
-    for pos, line_id, proof in sorted(((_rotation_pos(p), k, p) for k, p in proofs), key=lambda t: (t[0], str(t[1]))):
-        where = line_id if isinstance(line_id, str) else f"receipt {line_id}"
+    for pos, where, proof in sorted(((_rotation_pos(p), w, p) for w, p in proofs), key=lambda t: (t[0], t[1])):
         if pos < run.n or pos <= keys.eras[-1][0]:
             continue  # inside the bundle (its own key leaves rule there), or one already followed
         try:
@@ -201,6 +193,14 @@ def _take_rotations(run: Run, numbered: list[tuple[int, bytes]]) -> list[tuple[i
             run.rejected.append(f"{where}: a key rotation that does not follow from the log's key ({e})")
     run.receipt_keys = keys
     return rest
+
+
+def _rotation_of(line: bytes) -> dict[str, Any] | None:
+    """The proof of a ``{"rotation": proof}`` line, None for any other line; EncodingError if it does not decode."""
+    obj = decode_content(line, what="rotation line")
+    if isinstance(obj, dict) and set(obj) == {"rotation"} and isinstance(obj["rotation"], dict):
+        return cast("dict[str, Any]", obj["rotation"])
+    return None
 
 
 def _rotation_pos(proof: dict[str, Any]) -> int:
