@@ -23,8 +23,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..protocol.bundle import AuditorInputError
 from ..protocol.certify import DEFAULT_MAX_EPSILON
-from . import pool
+from . import incremental, pool
 from .answers import check_8_9_answers
 from .canonical import check_8_2_canonical
 from .coalition import check_8_10_coalition, start_coalition
@@ -65,14 +66,27 @@ def verify(
     progress: Callable[[str, int], None] | None = None,
     max_read: int | None = None,
     max_epsilon: float = DEFAULT_MAX_EPSILON,
+    state: str | Path | None = None,
+    state_key: str | Path | None = None,
+    state_hash: str | None = None,
 ) -> Verdict:
-    """Run every check of spec/protocol.md §8 on the bundle's log, in the spec's order."""
+    """Run every check of spec/protocol.md §8 on the bundle's log, in the spec's order. With ``state`` (§8.14),
+    only the leaves after the auditor's state are replayed and the state moves to the bundle's size."""
     opts = {k: v for k, v in locals().items() if k in INPUT_OPTIONS}
     pinned_origin = None if origin is None else parse_origin(origin)
     first = receipts if receipts is None or isinstance(receipts, (str, Path)) else next(iter(receipts), None)
+    sf = None
+    if state is not None:
+        options = incremental.options_of(mode, theta, coalition_window, corpus, replay_generator is not None, zk_vkey)
+        sf = incremental.open_state(state, state_key, state_hash, options)
     with pool.running(bundle_path, first):  # workers forked before anything is read (§8 item 13)
         given = read_auditor_inputs(**opts)
         run = read_bundle(bundle_path, progress, max_read)
+        if sf is not None:
+            given.pinned = incremental.pinned_key(sf, given.pinned)
+            incremental.attach(run, sf)
+        elif run.b.first:
+            raise AuditorInputError(f"the bundle holds the log from size {run.b.first} on: verify it with --state")
         sampled: list[tuple[int, int]] = []
         check_8_1_files(run)
         check_8_2_canonical(run)
@@ -99,7 +113,12 @@ def verify(
         elif not run.reasons:
             run.fail("commitments", "no usable policy or genesis: nothing can be certified")
         check_8_10_history(run, given, pinned_origin)
-        return conclude(run, given, certify, mode=mode, sampled=sampled, trusted_size=trusted_size)
+        incremental.merge(run)
+        trusted_size = trusted_size if trusted_size is not None or not run.base else run.base
+        verdict = conclude(run, given, certify, mode=mode, sampled=sampled, trusted_size=trusted_size)
+        if sf is not None:
+            verdict.state_hash = incremental.finish(run, sf, given.pinned)
+        return verdict
 
 
 #: verify()'s keyword arguments that are the auditor's inputs (read_auditor_inputs)

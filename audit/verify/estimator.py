@@ -530,6 +530,8 @@ def _stream(
     saturate: bool = True,
     block: int = 1024,
     tile: int = _TILE32,
+    start: int = 0,
+    labels0: list[np.ndarray] | None = None,
 ) -> tuple[list[np.ndarray], np.ndarray]:
     """Component labels and ĉ for every θ, in bounded memory.
 
@@ -539,11 +541,21 @@ def _stream(
     trusted outside its bound, else float64, else the integer rule) and merged at once, so nothing is
     kept between tiles but one label per query and θ: memory O(n·d·4 + G·n + tile) for any θ.
     With ``saturate``, a θ stops as soon as one component spans every account (ĉ cannot grow), and so do
-    the θ below it (their components contain its)."""
+    the θ below it (their components contain its).
+
+    Incremental (the auditor's state, spec/protocol.md §8.14): ``labels0`` are the labels of rows ``[0, start)``
+    from an earlier pass over them (each row from ``start`` on starts alone); only the pairs with ``j >= start``
+    are scanned, so the result equals one pass over all rows. The unit rows are made per tile from ``raw``
+    (no float32 copy of the matrix: memory O(n·d·2 + G·n + tile))."""
     n, d = raw.shape
     G = thetas.size
     labels = [np.arange(n, dtype=np.int64) for _ in range(G)]
+    if labels0 is not None:
+        for lab, old in zip(labels, labels0, strict=True):
+            lab[:start] = old[:start]
     c_hat = np.ones(G, dtype=np.int64)
+    if labels0 is not None and start:
+        c_hat = np.asarray([_max_accounts(lab, codes, n_acc) for lab in labels], dtype=np.int64)
     if n_acc <= 1 or n < 2:
         return labels, np.minimum(c_hat, n_acc)
     order = np.argsort(-thetas, kind="stable")
@@ -551,19 +563,20 @@ def _stream(
     err = float32_margin(d)
     lo = float(thetas.min()) - err - MARGIN
     thr = np.nextafter(np.float32(lo), np.float32(-np.inf))  # a float32 threshold <= lo
-    u32 = _unit32(raw)
     lazy = _RowUnit(raw)
     for s in range(0, n, block):
         t = min(n, s + block)
         hi = int(np.searchsorted(pos, pos[t - 1] + window, side="right"))
-        if hi <= s + 1:
+        first = max(s, start)
+        if hi <= first + (first == s):
             continue
         cols = max(256, tile // (t - s))
         chunk_rows = max(1, (1 << 18) // cols)  # at most 2^18 candidates decided at once
         dirty = set()
-        for c0 in range(s, hi, cols):
+        rows32 = _unit32(raw[s:t])
+        for c0 in range(first, hi, cols):
             c1 = min(hi, c0 + cols)
-            sims = u32[s:t] @ u32[c0:c1].T
+            sims = rows32 @ (rows32[c0 - s : c1 - s] if c0 == s and c1 <= t else _unit32(raw[c0:c1])).T
             rows = np.flatnonzero(sims.max(axis=1) >= thr)  # a max-reduction is far cheaper than nonzero
             for r0 in range(0, rows.size, chunk_rows):  # dense tiles (tiny θ) in slices: bounded memory
                 sel = rows[r0 : r0 + chunk_rows]
@@ -596,6 +609,31 @@ def _stream(
                 if not active:
                     break
     return labels, c_hat
+
+
+def extend_components(
+    raw: np.ndarray,
+    codes: np.ndarray,
+    n_acc: int,
+    theta: float,
+    window: int | None,
+    pos: np.ndarray,
+    start: int,
+    labels0: np.ndarray | None,
+) -> tuple[np.ndarray, int]:
+    """The component labels and ĉ of all rows, given ``labels0``, those of rows ``[0, start)`` from an earlier
+    call (the auditor's state, spec/protocol.md §8.14): only pairs with a row from ``start`` on are compared, and
+    the result equals one call over all rows. ``window`` None: every pair (the whole log)."""
+    theta = _check_theta(theta)
+    pos = _check_positions(pos, raw.shape[0])
+    if raw.shape[0] == 0:
+        return np.zeros(0, dtype=np.int64), 0
+    w = max(1, int(pos[-1] - pos[0])) if window is None else check_positive_int("window", window)
+    prior = None if labels0 is None else [labels0]
+    labels, c_hat = _stream(
+        raw, codes, max(n_acc, 2), np.asarray([theta]), w, pos, saturate=False, start=start, labels0=prior
+    )
+    return labels[0], max(1, _max_accounts(labels[0], codes, max(n_acc, 2)))
 
 
 def coalition_clusters(

@@ -80,6 +80,9 @@ class Verdict:
     #: auditor's HTML page: {tenant: {"limit": the budget in filter units, "spent": [units per document, index
     #: order]}}; {} where the check did not finish. Not in the JSON, nor public: it is a function of the charges
     spend: dict[str, Any] = field(default_factory=dict)
+    #: with ``--state`` (spec/protocol.md §8.14): the SHA-256 of the state this run wrote (``--state-hash`` for the
+    #: next run); not in the JSON (the auditor's own file)
+    state_hash: str | None = None
 
     def __post_init__(self) -> None:
         """Every string a verdict carries may come from the bundle or the receipts (a tenant, a file name, a window):
