@@ -217,6 +217,7 @@ def carry(run: Run, sf: StateFile, origin: str, pinned: str | None) -> AuditorSt
         reasons=list(run.reasons),
         rejected=list(run.rejected),
         checked={k: int(v) for k, v in run.checked.items()},
+        certified=run.certified if run.certified is not None else old.certified,
         **parts,
     )
 

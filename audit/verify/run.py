@@ -89,6 +89,9 @@ class Run:
         #: checks replay only the leaves from ``base`` on and start from what ``prior`` carries
         self.base = 0
         self.prior: AuditorState | None = None
+        #: the certified ε and δ of the policies this run concluded on, with their digest (kept in the auditor's
+        #: state: the next run with the same policies reuses them)
+        self.certified: dict[str, Any] | None = None
         #: whether this run leaves an auditor's state (the coalition check then keeps every row's label)
         self.keeps_state = False
         #: the coalition check's new rows (their tenants and keys) and, with a state, every row's

@@ -85,6 +85,8 @@ class AuditorState:
     co_labels: np.ndarray
     #: the rows' 16-byte keys (``coalition.row_digest``): exact repeats of an earlier (tenant, Q) are skipped
     co_digest: np.ndarray
+    #: the certified ε and δ of the log's policies ({"policies": their digest, "cert": certify's result}), or None
+    certified: dict[str, Any] | None = None
     #: the verdict so far: its reasons (sticky), the evidence rejected, the counts
     reasons: list[str] = field(default_factory=list)
     rejected: list[str] = field(default_factory=list)
@@ -131,6 +133,7 @@ _HEADER = (
     "reasons",
     "rejected",
     "checked",
+    "certified",
 )
 
 

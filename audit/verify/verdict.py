@@ -284,9 +284,24 @@ def key_fingerprint(vkey: str) -> str:
 def start_certify(run: Run) -> Callable[[], Any] | None:
     """The certified ε depends on the policy alone: computed in a fresh process beside the checks (a fixed ~3 s
     CPU cost); None where ``conclude`` computes it in line."""
-    if run.policy is None or run.n < pool.FORK_MIN_ITEMS:
+    if run.policy is None:
+        return None
+    cached = run.prior.certified if run.prior is not None else None
+    if cached is not None and cached.get("policies") == policies_digest(run):  # the auditor's own, MACed (§8 item 14)
+        cert = cached["cert"]
+        return lambda: (cert,)
+    if run.n < pool.FORK_MIN_ITEMS:
         return None
     return pool.background(certified_epsilons, run.policy, _earlier_policies(run))
+
+
+def policies_digest(run: Run) -> str:
+    """The digest of every epoch's policy, in order: what the certified ε is a function of."""
+    h = hashlib.sha256()
+    for p in (*_earlier_policies(run), run.policy):
+        if p is not None:
+            h.update(hashlib.sha256(p.to_bytes()).digest())
+    return h.hexdigest()
 
 
 def release_statement(policies: list[tuple[int, Policy | None]]) -> str:
@@ -390,6 +405,7 @@ def conclude(
         t0 = time.perf_counter()
         cert = certify() if certify is not None else None
         cert = cert[0] if cert is not None else certified_epsilons(run.policy, _earlier_policies(run))
+        run.certified = {"policies": policies_digest(run), "cert": cert}
         run.timings["certify"] = time.perf_counter() - t0
         channels = {"relation": cert["relation"], "retrieval": cert["retrieval"], "generation": cert["generation"]}
         why = run.policy.epsilon_acc_violation(cert["retrieval"]["epsilon_acc_certified"])
