@@ -270,6 +270,21 @@ class _Progress:
     metavar="HEX",
     help="the SHA-256 the previous run printed for --state: refuse any other file",
 )
+@click.option(
+    "--scheduler",
+    default=None,
+    metavar="ADDRESS",
+    help="run the replay's maps and the coalition scan on this Dask scheduler (e.g. tcp://host:8786; needs the dask "
+    "extra and dprag on its workers); the verdict is the same",
+)
+@click.option(
+    "--workers",
+    "dask_workers",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="N",
+    help="run them on a local Dask cluster of N worker processes instead",
+)
 def verify_cmd(
     bundle: Path,
     receipts: tuple[Path, ...],
@@ -293,11 +308,15 @@ def verify_cmd(
     state: Path | None,
     state_key: Path | None,
     state_hash: str | None,
+    scheduler: str | None,
+    dask_workers: int | None,
 ) -> int:
     """Re-check everything in BUNDLE: PASS ε δ (exit 0; 4 weak, 5 vacuous), FAIL reasons (exit 1), unusable input
     (exit 2), INCOMPLETE (exit 3)."""
     if mode == "sampled" and samples is None:
         raise click.UsageError("--mode sampled needs --samples S")
+    if scheduler is not None and dask_workers is not None:
+        raise click.UsageError("--workers starts a local Dask cluster; with --scheduler the cluster's workers are used")
     if mode == "full" and samples is not None:
         raise click.UsageError("--samples needs --mode sampled")
     if not bundle.is_dir():
@@ -332,6 +351,7 @@ def verify_cmd(
             state=state,
             state_key=state_key,
             state_hash=state_hash,
+            dask=scheduler if scheduler is not None else dask_workers,
         )
     finally:
         bar.close()

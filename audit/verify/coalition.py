@@ -19,8 +19,9 @@ import numpy as np
 
 from ..protocol.policy import Policy
 from . import pool
-from .estimator import coalition_size, extend_components
+from .estimator import coalition_size
 from .run import Run, guarded
+from .scan import extend_components
 
 
 def row_digest(tenant: str, q: bytes) -> bytes:
@@ -79,18 +80,23 @@ def _coalition_estimate(run: Run, theta: float, window: int | None) -> tuple[int
     estimate. With the auditor's state (§8.14) the new rows are compared with the state's, and the labels of all
     rows are kept for the next run (``run.coalition_rows``)."""
     got = coalition_inputs(run)
-    if run.prior is None and not run.keeps_state:
+    client = pool.dask_client()
+    if run.prior is None and client is None:
         return None if got is None or not got[2] else _coalition_task(*got, theta, window)
-    prior = run.prior
-    if got is None or prior is None:
+    if got is None:
         return None
     embs, accts, poss = got
+    prior = run.prior
+    if prior is None:  # on Dask, without a state: the same scan from no rows
+        from .state import empty_state
+
+        prior = empty_state("", None, "", {}, embs.shape[1])
     names = prior.accounts
     codes = np.concatenate([prior.co_account, np.asarray([prior.account_code(a) for a in accts], dtype=np.int64)])
     rows = np.concatenate([prior.co_rows.reshape(-1, embs.shape[1]), embs])
     pos = np.concatenate([prior.co_pos, np.asarray(poss, dtype=np.int64)])
     start = prior.co_rows.shape[0]
-    labels, c_hat = extend_components(rows, codes, len(names), theta, window, pos, start, prior.co_labels)
+    labels, c_hat = extend_components(rows, codes, len(names), theta, window, pos, start, prior.co_labels, client)
     run.coalition_rows = (rows, codes, pos, labels)
     if not rows.shape[0]:
         return None
@@ -102,7 +108,13 @@ def start_coalition(run: Run, theta: float, window: int | None) -> Callable[[], 
     """The coalition estimate (BLAS-bound) needs only the checked openings: started in a fresh process beside the
     generation check (after the retrieval replay, whose workers already fill the cores: a lower peak); None
     where §8.10 computes it in line (a small window, one worker, or anything unexpected: the check reports it)."""
-    if run.n < pool.FORK_MIN_ITEMS or pool.workers() < 2 or run.prior is not None or run.keeps_state:
+    if (
+        run.n < pool.FORK_MIN_ITEMS
+        or pool.workers() < 2
+        or run.prior is not None
+        or run.keeps_state
+        or pool.dask_client() is not None
+    ):
         return None  # with the auditor's state it runs in line: it keeps the labels (§8.14)
     try:
         inputs = coalition_inputs(run)

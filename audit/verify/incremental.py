@@ -14,18 +14,23 @@ import json
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from dprag import __version__
 
+from ..protocol.bundle import AuditorInputError
 from ..protocol.chain import origin_of
 from ..protocol.commitments import PROTOCOL_VERSION
 from ..protocol.encoding import excerpt
 from ..protocol.ledger.rfc6962 import CompactRange, hash_leaf
+from .inputs import AuditorInputs
 from .run import Run
 from .state import AuditorState, StateError, empty_state, load_state, read_key, save_state
+
+if TYPE_CHECKING:
+    from .verdict import Verdict
 
 #: what a state records of the verifier that made it: a state is read only by the same verifier
 VERIFIER = f"dprag {__version__}; protocol {PROTOCOL_VERSION}; state 1"
@@ -60,6 +65,50 @@ class StateFile:
     key: bytes
     options: dict[str, Any]
     prior: AuditorState | None
+
+
+#: verify()'s keyword arguments ``open_for`` reads
+STATE_OPTIONS = (
+    "state",
+    "state_key",
+    "state_hash",
+    "mode",
+    "theta",
+    "coalition_window",
+    "corpus",
+    "replay_generator",
+    "zk_vkey",
+)
+
+
+def open_for(
+    *,
+    state: str | Path | None,
+    state_key: str | Path | None,
+    state_hash: str | None,
+    mode: str,
+    theta: float,
+    coalition_window: int | None,
+    corpus: Any,
+    replay_generator: object,
+    zk_vkey: Any,
+) -> StateFile | None:
+    """``verify``'s ``state`` opened (``open_state``) with the options it is bound to; None without one."""
+    if state is None:
+        return None
+    options = options_of(mode, theta, coalition_window, corpus, replay_generator is not None, zk_vkey)
+    return open_state(state, state_key, state_hash, options)
+
+
+def join(run: Run, sf: StateFile | None, given: AuditorInputs) -> Run:
+    """The bundle joined to the state (``attach``), the state's pinned key pinned; a cut bundle without a state is
+    the auditor's exit 2."""
+    if sf is not None:
+        given.pinned = pinned_key(sf, given.pinned)
+        attach(run, sf)
+    elif run.b.first:
+        raise AuditorInputError(f"the bundle holds the log from size {run.b.first} on: verify it with --state")
+    return run
 
 
 def options_of(mode: str, theta: float, window: int | None, corpus: Any, replay: bool, zk_vkey: Any) -> dict[str, Any]:
@@ -169,18 +218,20 @@ def attach(run: Run, sf: StateFile) -> None:
     run.base, run.prior = st.size, st
 
 
-def merge(run: Run) -> None:
+def merge(run: Run, trusted_size: int | None) -> int | None:
     """Before the verdict: the state's reasons (sticky) and rejected evidence go first, and its per-leaf counts
-    add to this run's (``PER_RUN``: this run's stand)."""
+    add to this run's (``PER_RUN``: this run's stand). Returns the trusted checkpoint's size: the auditor's, else
+    the state's."""
     st = run.prior
-    if st is None:
-        return
+    if st is None or not run.keeps_state:
+        return trusted_size
     merged: Counter[str] = Counter({k: v for k, v in st.checked.items() if k not in PER_RUN})
     for k, v in run.checked.items():
         merged[k] = v if k in PER_RUN else merged[k] + v
     run.checked = merged
     run.reasons = list(dict.fromkeys([*st.reasons, *run.reasons]))  # a bundle-wide defect is reported once
     run.rejected = [*st.rejected, *run.rejected]
+    return trusted_size if trusted_size is not None or not run.base else run.base
 
 
 def carry(run: Run, sf: StateFile, origin: str, pinned: str | None) -> AuditorState:
@@ -271,6 +322,9 @@ def _hex_rows(values: list[str]) -> np.ndarray:
     return np.frombuffer(b"".join(bytes.fromhex(v) for v in values), dtype=np.uint8).reshape(-1, 32)
 
 
-def finish(run: Run, sf: StateFile, pinned: str | None) -> str:
-    """Write the next state (mode 0600, atomically); returns its SHA-256 (``--state-hash`` for the next run)."""
-    return save_state(sf.path, carry(run, sf, run.origin, pinned), sf.key)
+def finish(verdict: Verdict, run: Run, sf: StateFile | None, given: AuditorInputs) -> Verdict:
+    """After the verdict: with a state, write the next one (mode 0600, atomically) and put its SHA-256 in the
+    verdict (``--state-hash`` for the next run)."""
+    if sf is not None:
+        verdict.state_hash = save_state(sf.path, carry(run, sf, run.origin, given.pinned), sf.key)
+    return verdict

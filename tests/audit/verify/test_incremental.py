@@ -297,7 +297,8 @@ def _rows(rng, n: int, d: int) -> np.ndarray:
 def test_the_coalition_labels_extended_in_steps_equal_one_pass(seed):
     """``extend_components`` over two or three increments (the state's labels carried) gives the labels and ĉ of one
     pass over all rows, for the whole log and for a window; one pass is ``component_labels`` (exact links)."""
-    from dprag.audit.verify.estimator import coalition_size, component_labels, extend_components
+    from dprag.audit.verify.estimator import coalition_size, component_labels
+    from dprag.audit.verify.scan import extend_components
 
     rng = np.random.default_rng(seed)
     n, d = int(rng.integers(20, 120)), int(rng.integers(3, 12))
