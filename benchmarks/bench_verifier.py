@@ -16,12 +16,16 @@ at N = 10^5), so this script prints the figures and the goal beside them, and as
 machine the wall time follows the load; the CPU time does not (much): read both.
 
     python benchmarks/bench_verifier.py [--queries 10000,100000] [--docs 1000] [--dim 384] [--keep DIR --reuse]
-        [--pss [--pss-interval 0.2] [--pss-trace FILE]] [--incremental NEW]
+        [--pss [--pss-interval 0.2] [--pss-trace FILE]] [--incremental NEW] [--dask 1,2]
 
 ``--incremental NEW`` (spec/protocol.md §8 item 14): a window of N + NEW queries; the auditor's state is made by a
 run over the first N (a bundle cut at N), then the bundle cut since N (NEW queries, their receipts) is verified from
 that state; printed beside the full run over all N + NEW, in the same invocation: the ratio of their wall and CPU
 times (goal ≤ 5 %) and whether the two verdicts are the same (verdict, ε, δ, counts).
+
+``--dask 1,2``: the same bundle also verified on a Dask LocalCluster of each number of worker processes (started
+and stopped by the verifier, counted in its time), beside the local run: wall and CPU (this process and its
+children; the cluster's workers are its children) and whether the verdict is the same.
 """
 
 from __future__ import annotations
@@ -46,7 +50,8 @@ def progress(step, n):
     if marks[-1][1] != step:
         marks.append((time.monotonic(), step))
 state = {"state": sys.argv[3], "state_key": sys.argv[4]} if len(sys.argv) > 3 else {}
-v = verify(sys.argv[1], receipts=sys.argv[2], progress=progress, **state)
+dask = int(os.environ["DPRAG_BENCH_DASK"]) if os.environ.get("DPRAG_BENCH_DASK") else None
+v = verify(sys.argv[1], receipts=sys.argv[2], progress=progress, dask=dask, **state)
 wall, cpu = time.perf_counter() - t, time.process_time() - c
 ch = resource.getrusage(resource.RUSAGE_CHILDREN)
 hwm = [int(x.split()[1]) for x in open("/proc/self/status") if x.startswith("VmHWM")][0] / 1024
@@ -191,6 +196,22 @@ def _incremental(d: Path, bundle: Path, receipts: Path, n: int, new: int, whole:
         print(f"    counts that differ (full, incremental): { {k: v for k, v in diff.items() if v[0] != v[1]} }")
 
 
+def _on_dask(bundle: Path, receipts: Path, k: int, local: dict, args) -> None:
+    os.environ["DPRAG_BENCH_DASK"] = str(k)
+    try:
+        r, pss, _ = _child(bundle, receipts, args)
+    finally:
+        del os.environ["DPRAG_BENCH_DASK"]
+    same = all(r[x] == local[x] for x in ("verdict", "epsilon", "delta", "checked"))
+    top = sorted(r["seconds"].items(), key=lambda kv: -kv[1])[:4]
+    print(
+        f"  Dask LocalCluster of {k} worker(s): wall {r['wall']:.1f} s ({r['wall'] / local['wall']:.2f}x the local "
+        f"run), CPU {r['cpu']:.1f} s; verdict {'the same' if same else 'DIFFERS'}; slowest steps "
+        + ", ".join(f"{a} {b:.1f} s" for a, b in top)
+        + (f"; peak PSS {pss['peak_mib']:.0f} MiB" if pss else "")
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--queries", default="10000,100000")
@@ -207,6 +228,7 @@ def main() -> None:
         help="CSV of every PSS sample (with --pss; N appended to the name when several N are given)",
     )
     ap.add_argument("--incremental", type=int, default=0, metavar="NEW", help="verify NEW more queries from a state")
+    ap.add_argument("--dask", default="", metavar="N,...", help="also verify on LocalClusters of these worker counts")
     args = ap.parse_args()
     if args.pss_interval <= 0:
         print("bench_verifier.py: --pss-interval must be > 0", file=sys.stderr)
@@ -234,6 +256,8 @@ def main() -> None:
         r, pss, sampler = _child(bundle, receipts, args)
         if new:
             _incremental(root / f"n{n}", bundle, receipts, n, new, r, args)
+        for k in (int(x) for x in args.dask.split(",") if x):
+            _on_dask(bundle, receipts, k, r, args)
         print(
             f"N = {n:>7} queries, {args.docs} documents, d = {args.dim}, {n} receipts (window written in {gen:.0f} s)"
         )
