@@ -41,6 +41,7 @@ from ..protocol.retrieval import (
 from . import release as release_clock
 from .admission import check_request
 from .group_commit import BatchFailed, GroupCommitter
+from .reservation import Reservations, device_memory, worst_case_bytes
 from .window import Epoch, TenantRetriever, Window
 
 P = ParamSpec("P")
@@ -174,6 +175,9 @@ class Serving(Window):
     def _loaded(self) -> None:
         self._records = GroupCommitter(self._record_batch)
         self._answers = GroupCommitter(self._store_answers)
+        #: isolation between requests (spec/provider.md §3.6): each generation's public worst-case memory, reserved
+        #: before the charge; ``reservations.set(None)`` turns it off (``benchmarks/bench_serve.py`` measures both)
+        self.reservations = Reservations(device_memory(self.committed_generator))
 
     def _refuse(self, exc: RequestError | RateLimitError, signed: object) -> RequestError | RateLimitError:
         """Attach the signed refusal (§5.1: decided before anything was embedded, charged or recorded; the
@@ -279,11 +283,16 @@ class Serving(Window):
             tenant = check_request(self, req)
             h_req = request_hash(req.signed)  # once per request: its canonical encoding is not cheap
             admitted = self._with_retries(self._admit, req, h_req.hex())
+            # §3.6: the generation's public worst case (none for a stored answer's retry), whole-capacity check
+            served = admitted[0] == "served"
+            need = 0 if served else worst_case_bytes(self.committed_generator, self.policy, req.question)
+            self.reservations.check(need)
         except (RequestError, RateLimitError) as e:
             raise self._refuse(e, signed) from None  # decided from the request and public quantities only
         timing: _Timing = {"release_at_ms": None, "worked": True}  # the record's release time, once known
         try:
-            return self._serve_admitted(req, h_req, tenant, admitted, timing)
+            with self.reservations.hold(need):  # before the charge: waits (bounded) or raises ServiceBusyError
+                return self._serve_admitted(req, h_req, tenant, admitted, timing)
         finally:  # on the policy's public grid, when it sets a release period (audit/provider/release.py)
             self.release.hold(timing["release_at_ms"], worked=timing["worked"], arrived=arrived)
 
