@@ -222,14 +222,18 @@ def test_waiters_are_served_in_arrival_order_and_off_reserves_nothing():
         with pool.hold(n):
             order.append(name)
 
+    def until(n: int) -> None:
+        deadline = time.monotonic() + 10
+        while pool.waiting < n:
+            assert time.monotonic() < deadline, f"{pool.waiting} waiting, expected {n}"
+            time.sleep(0.001)
+
     big = threading.Thread(target=take, args=("big", 10))
     big.start()
-    while pool.waiting < 1:
-        time.sleep(0.001)
+    until(1)
     small = threading.Thread(target=take, args=("small", 1))
     small.start()
-    while pool.waiting < 2:
-        time.sleep(0.001)
+    until(2)
     first.__exit__(None, None, None)
     big.join(5)
     small.join(5)
