@@ -34,6 +34,7 @@ from ...protocol.errors import (
     AnswerPendingError,
     RateLimitError,
     RequestError,
+    ServiceBusyError,
     ServiceStateError,
     StoreUnavailableError,
 )
@@ -95,6 +96,10 @@ async def _store_unavailable(request: HttpRequest, e: StoreUnavailableError) -> 
     return _error(503, "store_unavailable", str(e)[:300], None, headers=RETRY)
 
 
+async def _busy(request: HttpRequest, e: ServiceBusyError) -> JSONResponse:
+    return _error(503, "busy", ServiceBusyError.MESSAGE, None, headers=RETRY)  # fixed: nothing was charged
+
+
 async def _invalid_parameter(request: HttpRequest, e: InvalidParameterError) -> JSONResponse:
     return _error(400, "refused", e.rule, e.field)
 
@@ -135,6 +140,7 @@ HANDLERS: dict[type[Exception], Handler] = {
     RequestError: _for(RequestError, _refused),
     RateLimitError: _for(RateLimitError, _rate_limited),
     AnswerPendingError: _for(AnswerPendingError, _pending),
+    ServiceBusyError: _for(ServiceBusyError, _busy),
     StoreUnavailableError: _for(StoreUnavailableError, _store_unavailable),
     InvalidParameterError: _for(InvalidParameterError, _invalid_parameter),
     ServiceStateError: _for(ServiceStateError, _service_state),
