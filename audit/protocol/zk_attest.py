@@ -144,23 +144,6 @@ def _verifies(vk: VerifyingKey, proof: Proof, public: list[int]) -> bool:
         return False
 
 
-def check(
-    vk: VerifyingKey,
-    policy: Policy,
-    z_idx: int,
-    record: dict[str, Any],
-    Q: np.ndarray,
-    z: np.ndarray,
-    top: list[int],
-    n_docs: int,
-    dim: int,
-    noise_bound: int,
-) -> bool:
-    """Verify one proof record against the auditor's key and the recomputed public inputs."""
-    got = statement(policy, z_idx, record, Q, z, top, n_docs, dim, noise_bound)
-    return got is not None and bool(nts.verify(vk, *got))
-
-
 def statement(
     policy: Policy,
     z_idx: int,

@@ -22,7 +22,6 @@ import io
 import json
 import os
 import secrets
-import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -225,30 +224,10 @@ def read_key(path: str | os.PathLike[str], *, create: bool) -> bytes:
 
 def _read_private(p: Path, flag: str, cap: int) -> bytes:
     """A file of the auditor's that others must not read or swap: regular, not a link, mode without group or
-    other bits, at most ``cap`` bytes."""
-    try:
-        fd = os.open(p, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError as e:
-        why = "a symbolic link (refused)" if p.is_symlink() else e.strerror
-        raise StateError(f"{flag} {p}: cannot read ({why})") from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise StateError(f"{flag} {p}: not a regular file")
-        if st.st_mode & 0o077:
-            raise StateError(f"{flag} {p}: readable or writable by others (mode {st.st_mode & 0o777:o}); chmod 600")
-        chunks, total = [], 0
-        while total <= cap:
-            c = os.read(fd, min(1 << 24, cap + 1 - total))
-            if not c:
-                break
-            chunks.append(c)
-            total += len(c)
-    finally:
-        os.close(fd)
-    if total > cap:
-        raise StateError(f"{flag} {p}: larger than {cap} bytes")
-    return b"".join(chunks)
+    other bits, at most ``cap`` bytes (``inputs.read_auditor_file``)."""
+    from .inputs import read_auditor_file
+
+    return read_auditor_file(p, flag, cap, private=True, error=StateError)
 
 
 def load_state(path: str | os.PathLike[str], key: bytes | None, pinned_hash: str | None) -> AuditorState:
