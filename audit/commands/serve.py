@@ -69,8 +69,12 @@ def _load_config(ctx: click.Context, param: click.Parameter, value: Path | None)
     table = doc.get("serve", {})
     if set(doc) - {"serve"} or not isinstance(table, dict):
         raise click.BadParameter("must hold one [serve] table (keys as the options: admin_port = 9464)", param=param)
-    cmd = ctx.command
-    known = {p.name for p in cmd.params if isinstance(p, click.Option) and p.name not in ("config", "print_config")}
+    known: dict[str, str] = {}  # a key (the long flag's name, dashes or underscores) -> the option's parameter
+    for p in ctx.command.params:
+        if isinstance(p, click.Option) and p.name not in ("config", "print_config", None):
+            for flag in p.opts:
+                if flag.startswith("--"):
+                    known[flag[2:].replace("-", "_")] = p.name
     defaults: dict[str, object] = {}
     for key, v in table.items():
         name = key.replace("-", "_")
@@ -86,7 +90,7 @@ def _load_config(ctx: click.Context, param: click.Parameter, value: Path | None)
             )
         if isinstance(v, (dict, list)):
             raise click.BadParameter(f"[serve] {key}: must be a string, a number or a boolean", param=param)
-        defaults[name] = str(v) if isinstance(v, Path) else v
+        defaults[known[name]] = v
     ctx.default_map = {**(ctx.default_map or {}), **defaults}
     return value
 
@@ -389,7 +393,8 @@ def _ask_status(url: str, token: str | None, timeout: float) -> dict[str, object
         return {"url": url, "state": "unauthenticated" if e.code == 401 else "error", "reason": f"HTTP {e.code}"}
     except (OSError, ValueError) as e:
         reason = getattr(e, "reason", None) or e
-        return {"url": url, "state": "unreachable", "reason": str(reason)[:200]}
+        text = getattr(reason, "strerror", None) or str(reason)
+        return {"url": url, "state": "unreachable", "reason": str(text)[:200]}
     up = isinstance(body.get("store"), dict) and body["store"].get("up") is True
     return {"url": url, "state": "ok" if up else "store_down", "status": body}
 
@@ -397,7 +402,7 @@ def _ask_status(url: str, token: str | None, timeout: float) -> dict[str, object
 def _status_line(r: dict[str, object]) -> str:
     url, state = r["url"], r["state"]
     if state in ("unreachable", "unauthenticated", "error"):
-        return f"{url}  {str(state).upper()}  ({r['reason']})"
+        return f"{url}  {str(state).upper()} ({r['reason']})"
     st = r["status"]
     assert isinstance(st, dict)
     store = st["store"]
