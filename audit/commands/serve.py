@@ -12,7 +12,7 @@
   otherwise the URL with credentials for a directory whose store is PostgreSQL (if not in ``PGPASSWORD``).
 - ``--auditor-key FILE``: the auditor's public key (hex), which authenticates the confidential bundle export
   (``--toy``: D/auditor.vkey).
-- ``--admin-port P [--admin-host H]``: the admin listener (``/metrics``, ``/status``; spec/provider.md §9), on
+- ``--admin-port P [--admin-host H]``: the admin listener (``/metrics``, ``/status``; spec/provider.md §7), on
   loopback unless ``--admin-host`` says otherwise, which then needs a bearer token (``DPRAG_ADMIN_TOKEN`` or the file
   ``--admin-token-file``). ``--access-log -|FILE|off``: the JSON access log (default stderr). ``--otel-exporter
   none|console|otlp``: OpenTelemetry spans (the ``otel`` extra).

@@ -1,4 +1,4 @@
-"""The admin listener of ``dprag serve`` (spec/provider.md §9): ``/metrics`` (Prometheus text format) and ``/status``
+"""The admin listener of ``dprag serve`` (spec/provider.md §7): ``/metrics`` (Prometheus text format) and ``/status``
 (JSON, what ``dprag serve status`` prints), on a listener of its own, never on the public port.
 
 Operator-only: what it serves depends on the corpus (documents exhausted, answers pending, latencies) and no ε covers

@@ -1,5 +1,5 @@
 """What an operator sees of a serving process: Prometheus metrics, OpenTelemetry spans and a JSON access log
-(spec/provider.md §9). Operator-only: the counts and latencies depend on the corpus (how many documents are exhausted,
+(spec/provider.md §7). Operator-only: the counts and latencies depend on the corpus (how many documents are exhausted,
 how many answers wait, how long a request takes) and no ε covers them, so none of it is served on the public port —
 the metrics on the admin listener (``admin.py``), the spans to the operator's collector, the log to the operator's
 file. None of it ever holds a question, an answer, a document id, an account or a counter: a request is named by
@@ -17,10 +17,10 @@ import logging
 import secrets
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from datetime import UTC, datetime
-from typing import IO, TYPE_CHECKING, Protocol
+from typing import IO, TYPE_CHECKING, Protocol, cast
 
 import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
@@ -110,7 +110,9 @@ class Telemetry:
     no access log); ``tracer``: ``make_tracer``'s (default: none)."""
 
     def __init__(self, *, access_log: IO[str] | None = None, tracer: Tracer | None = None):
-        disable_created_metrics()  # no ``_created`` series beside every counter (the process's setting)
+        cast(
+            Callable[[], None], disable_created_metrics
+        )()  # the library leaves it unannotated; no ``_created`` series beside every counter (the process's setting)
         self.registry = CollectorRegistry(auto_describe=True)
         self.started = time.time()
         self.tracer: Tracer = tracer or NoTracer()
