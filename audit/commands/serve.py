@@ -362,10 +362,9 @@ def _append(path: str):
     envvar="DPRAG_ADMIN_URL",
     help="a replica's admin URL (repeatable; default: --admin-host/--admin-port of dprag serve's settings)",
 )
-@click.option("--json", "as_json", is_flag=True, help="print the replicas' answers as JSON")
 @click.option("--timeout", default=5.0, show_default=True, type=click.FloatRange(0.1, 300))
 @click.pass_context
-def status(ctx: click.Context, urls: tuple[str, ...], as_json: bool, timeout: float) -> None:
+def status(ctx: click.Context, urls: tuple[str, ...], timeout: float) -> None:
     """Each replica's state, from its admin listener: the window, the store (reachable or not), the ledger, the
     documents exhausted. Exit 0 if every replica answered with its store up, 1 otherwise (each failing replica named:
     unreachable, unauthenticated, or its store down)."""
@@ -376,11 +375,8 @@ def status(ctx: click.Context, urls: tuple[str, ...], as_json: bool, timeout: fl
         urls = (f"http://{parent.get('admin_host', '127.0.0.1')}:{parent['admin_port']}",)
     token = admin_token(parent.get("admin_token_file"))
     results = [_ask_status(url.rstrip("/"), token, timeout) for url in urls]
-    if as_json:
-        click.echo(json.dumps(results, indent=1, sort_keys=True))
-    else:
-        for r in results:
-            click.echo(_status_line(r))
+    for r in results:  # one line each (the JSON: GET <admin>/status)
+        click.echo(_status_line(r))
     ctx.exit(0 if all(r["state"] == "ok" for r in results) else 1)
 
 
