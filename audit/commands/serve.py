@@ -281,6 +281,10 @@ def _serve(
         except DpragError as e:
             raise click.UsageError(str(e)) from None
     token = admin_token(admin_token_file)
+    from ..provider.http.admin import MIN_TOKEN_LENGTH
+
+    if token is not None and len(token) < MIN_TOKEN_LENGTH:
+        raise click.UsageError(f"{TOKEN_ENV}: the admin token must be at least {MIN_TOKEN_LENGTH} characters")
     admin_sock = None
     if admin_port is not None:
         if token is None and not _is_loopback(admin_host):

@@ -104,6 +104,21 @@ def test_an_admin_listener_off_loopback_needs_a_token(tmp_path, run):
     assert not (tmp_path / "d").exists()  # refused before anything was made
 
 
+def test_the_admin_token_comes_from_the_environment_or_a_file_and_is_long_enough(tmp_path, run):
+    d = str(tmp_path / "d")
+    args = ["--dir", d, "--admin-port", "0", "--admin-host", "0.0.0.0"]
+    r = run(args, env={"DPRAG_ADMIN_TOKEN": "short"})
+    assert r.exit_code == 2 and "DPRAG_ADMIN_TOKEN: the admin token must be at least 16" in r.err, r.err
+    (tmp_path / "token").write_text("short\n")
+    r = run([*args, "--admin-token-file", str(tmp_path / "token")])
+    assert r.exit_code == 2 and "at least 16" in r.err, r.err
+    r = run([*args, "--admin-token-file", str(tmp_path / "missing")])
+    assert r.exit_code == 2 and "DPRAG_ADMIN_TOKEN_FILE: cannot read the file it names" in r.err, r.err
+    r = run(["--admin-token-file", str(tmp_path / "token"), "--print-config"], env={"DPRAG_ADMIN_TOKEN": "x" * 20})
+    assert r.exit_code == 0 and "x" * 20 not in r.output and "short" not in r.output  # never printed
+    assert not (tmp_path / "d").exists()
+
+
 def test_a_password_file_that_cannot_be_read_is_named(tmp_path, run):
     args = ["--dir", str(tmp_path / "d"), "--store", "postgresql://app@127.0.0.1:1/dprag?schema=w"]
     r = run(args, env={"DPRAG_DATABASE_PASSWORD_FILE": str(tmp_path / "missing")})
