@@ -373,11 +373,14 @@ async def consistency(
 
 
 @router.get("/v1/bundle", responses=schemas.responses("Archive", 400, 401, 404, 503), tags=["auditor"])
-async def bundle(request: HttpRequest, part: str = "all") -> Response:
+async def bundle(request: HttpRequest, part: str = "all", since: int = 0) -> Response:
     """The bundle cut at a freshly signed checkpoint, as a tar archive: ``part=public`` (anyone) or ``all`` (the
-    confidential ``auditor/`` part too, authenticated by the auditor's key)."""
+    confidential ``auditor/`` part too, authenticated by the auditor's key). ``since``: only the log from that size
+    on (``public/range.json``; for an auditor's state, spec/protocol.md §8.14)."""
     if part not in ("public", "all"):
         return _error(400, "malformed", "part must be 'public' or 'all'", "part")
+    if since < 0:
+        return _error(400, "malformed", "since must be a ledger size (>= 0)", "since")
     if part == "all":
         if request.app.state.auditor_key is None:
             return _error(404, "not_found", "this service has no auditor key configured", "part")
@@ -388,12 +391,17 @@ async def bundle(request: HttpRequest, part: str = "all") -> Response:
             return _error(401, "unauthenticated", "only the auditor's key may fetch the confidential part", "key")
     svc = _service(request)
 
-    def export() -> bytes:
+    def export() -> bytes | str:
         tmp = Path(tempfile.mkdtemp(prefix="dprag-bundle-"))
         try:
-            out = svc.export_bundle(tmp / "bundle")
+            out = svc.export_bundle(tmp / "bundle", since=since)
             return tar_directory(out, only="public" if part == "public" else None)
+        except InvalidParameterError as e:
+            return e.rule
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
-    return Response(await run_in_threadpool(request, export), media_type="application/x-tar")
+    data = await run_in_threadpool(request, export)
+    if isinstance(data, str):
+        return _error(400, "refused", f"since: {data}", "since")
+    return Response(data, media_type="application/x-tar")

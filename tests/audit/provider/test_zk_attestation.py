@@ -91,3 +91,47 @@ def test_tampered_proofs_and_foreign_keys_fail(zk_window, tmp_path):
     (tmp_path / "other.json").write_text(json.dumps(vk_to_json(other)))
     v = verify(b, zk_vkey=tmp_path / "other.json")
     assert v.verdict == "FAIL"
+
+
+@pytest.mark.integration  # a key and two Groth16 proofs (~1 CPU minute)
+def test_a_batch_of_proofs_is_verified_at_once_and_a_bad_one_is_named(tmp_path):
+    """The verifier checks a window's Groth16 proofs in one randomized batch (zk.verify.verify_batch); when the
+    batch fails it verifies them one by one, so the FAIL names exactly the leaf whose proof is bad and counts the
+    others."""
+    pol = toy_policy()
+    pol = dataclasses.replace(
+        pol, retrieval=dataclasses.replace(pol.retrieval, enabled_tenants=("clinic", "zk"), zk_tenants=("zk",))
+    )
+    emb = HashEmbedder(32)
+    svc = ProviderService.create(
+        tmp_path / "svc",
+        policy=pol,
+        embedder=emb,
+        seed=b"\x0a" * 32,
+        embedder_descriptor=emb.descriptor({"clinic": len(CLINIC), "zk": len(ZK_DOCS)}),
+        generator=ToyGenerator(),
+        tenants={"clinic": CLINIC, "zk": ZK_DOCS},
+        accounts=registry({"alice": "clinic", "zara": "zk"}),
+        allow_weak=True,
+    )
+    pk, vk = zk_attest.setup_for(svc.policy, len(ZK_DOCS), 32, svc.table.support_bound)
+    (tmp_path / "vk.json").write_text(json.dumps(vk_to_json(vk)))
+    zara = client(svc, "zara")
+    for q in ("asthma inhaler dose trial", "memo lunch soup"):
+        zara.ask(svc, q)
+    assert svc.attest(pk) == 2
+    b = svc.export_bundle(tmp_path / "bundle")
+    svc.close()
+    v = verify(b, zk_vkey=tmp_path / "vk.json")
+    assert v.verdict == "PASS" and v.checked["zk_proofs"] == 2, v.reasons
+    p = b / "auditor" / "proofs.jsonl"
+    recs = [json.loads(x) for x in p.read_text().splitlines()]
+    recs[1]["proof"]["pi_a"], recs[1]["proof"]["pi_c"] = recs[1]["proof"]["pi_c"], recs[1]["proof"]["pi_a"]
+    p.write_text("".join(json.dumps(r, sort_keys=True, separators=(",", ":")) + "\n" for r in recs))
+    v = verify(b, zk_vkey=tmp_path / "vk.json")
+    bad = [r for r in v.reasons if "Groth16 proof" in r]
+    assert v.verdict == "FAIL" and bad == [
+        f"retrieval: leaf {recs[1]['pos']}: the Groth16 proof of noise-then-select does not verify under the "
+        "auditor's key"
+    ], v.reasons
+    assert v.checked["zk_proofs"] == 1
