@@ -41,6 +41,7 @@ from ...protocol.errors import (
 from ...protocol.request import Request
 from ...protocol.wire import API_VERSION, AUDITOR, MAX_BODY, AuthError, check_auth, error_body, tar_directory
 from . import schemas
+from .observe import NoTracer, Observed, Telemetry, Tracer
 
 if TYPE_CHECKING:
     from ..service import ProviderService
@@ -150,10 +151,18 @@ HANDLERS: dict[type[Exception], Handler] = {
 }
 
 
-def create_app(svc: ProviderService, *, auditor_key: str | None = None, threads: int | None = None) -> FastAPI:
+def create_app(
+    svc: ProviderService,
+    *,
+    auditor_key: str | None = None,
+    threads: int | None = None,
+    telemetry: Telemetry | None = None,
+) -> FastAPI:
     """The API over ``svc`` (a ProviderService). ``auditor_key``: the auditor's Ed25519 public key (hex), which
     authenticates the confidential bundle export; without it that endpoint answers 404. ``threads``: how many of the
-    service's blocking calls run at once in this process (None: anyio's default, 40); the others queue."""
+    service's blocking calls run at once in this process (None: anyio's default, 40); the others queue.
+    ``telemetry``: where each request is counted, timed, spanned and logged for the operator (``observe.py``; its
+    metrics are served by the admin listener, ``admin.py``, never by this app)."""
     if threads is not None and not (isinstance(threads, int) and 1 <= threads <= 1024):
         raise InvalidParameterError("threads", "must be an integer in [1, 1024]", threads)
     app = FastAPI(
@@ -172,20 +181,25 @@ def create_app(svc: ProviderService, *, auditor_key: str | None = None, threads:
     app.state.keys = lambda key_id: auditor_key if key_id == AUDITOR else svc.account_key(key_id)
     app.state.threads = threads
     app.state.limiter = None  # made inside the event loop, on first use
+    app.state.tracer = telemetry.tracer if telemetry is not None else NoTracer()
     for kind, handler in HANDLERS.items():
         app.add_exception_handler(kind, handler)
     app.include_router(router)
+    if telemetry is not None:
+        app.add_middleware(Observed, telemetry=telemetry)
     return app
 
 
 async def run_in_threadpool(request: HttpRequest, fn: Callable[[Unpack[Ts]], T], *args: *Ts) -> T:
     """``fn(*args)`` in the worker thread pool, at most ``threads`` at once (create_app)."""
     state = request.app.state
-    if state.threads is None:
-        return await anyio.to_thread.run_sync(fn, *args)
-    if state.limiter is None:
-        state.limiter = anyio.CapacityLimiter(state.threads)
-    return await anyio.to_thread.run_sync(fn, *args, limiter=state.limiter)
+    tracer: Tracer = state.tracer
+    with tracer.start_as_current_span(f"dprag {getattr(fn, '__name__', 'call')}"):  # its queueing and its work
+        if state.threads is None:
+            return await anyio.to_thread.run_sync(fn, *args)
+        if state.limiter is None:
+            state.limiter = anyio.CapacityLimiter(state.threads)
+        return await anyio.to_thread.run_sync(fn, *args, limiter=state.limiter)
 
 
 async def _body(request: HttpRequest) -> bytes | JSONResponse:
