@@ -168,3 +168,34 @@ def test_a_file_signer_keeps_the_key_out_of_the_directory_and_the_store(tmp_path
         paths = [r[0] for r in s.execute("SELECT path FROM window_file")]
     assert not [p for p in paths if "provider" in p and p.startswith("secret/")]
     svc.close()
+
+
+def test_the_cli_takes_the_signer_and_refuses_without_it(tmp_path, capsys):
+    from dprag.audit.cli import main
+    from dprag.audit.protocol.request import AccountKey
+
+    key_path = _key_file(tmp_path, os.urandom(32).hex(), name="dprag-cli")
+    d = tmp_path / "toy"
+    make_toy_directory(d, n=12, accounts=2, seed=b"\x0b" * 32, signer=FileSigner(key_path)).close()
+    add = ["provider", "account", "add", "--dir", str(d), "--toy", "erin", "--tenant", "clinic"]
+    assert main([*add, "--key", AccountKey.generate().vkey]) == 2
+    err = capsys.readouterr().err
+    assert "--signer" in err and len(err.strip().splitlines()) == 1
+    assert main([*add, "--key", AccountKey.generate().vkey, "--signer", f"file:{key_path}"]) == 0
+    capsys.readouterr()
+    new_path = _key_file(tmp_path, os.urandom(32).hex(), name="dprag-cli", mode=0o644)
+    rotate = ["provider", "rotate-key", "--dir", str(d), "--toy", "--signer", f"file:{key_path}"]
+    assert main([*rotate, "--new-signer", f"file:{new_path}"]) == 2  # 0644: refused, nothing appended
+    err = capsys.readouterr().err
+    assert str(new_path) in err and "0600" in err
+    os.chmod(new_path, 0o600)
+    assert main([*rotate, "--new-signer", f"file:{new_path}"]) == 0
+    out = capsys.readouterr().out
+    assert FileSigner(new_path).vkey() in out
+    # the log now signs with the new key: a process holding only the old one is refused, one with both serves
+    frank = ["provider", "account", "add", "--dir", str(d), "--toy", "frank", "--tenant", "clinic"]
+    assert main([*frank, "--key", AccountKey.generate().vkey, "--signer", f"file:{key_path}"]) == 2
+    assert "not held by this replica" in capsys.readouterr().err
+    svc = open_toy_directory(d, signer=[FileSigner(new_path), FileSigner(key_path)])
+    assert svc.signer.vkey() == FileSigner(new_path).vkey()
+    svc.close()
