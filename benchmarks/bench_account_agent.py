@@ -78,7 +78,8 @@ def main() -> None:
     with LiveServer(create_app(svc)) as url:
         for q in questions:
             t = time.perf_counter()
-            subprocess.run([DPRAG, "account", "ask", str(accts["cli"]), q, "--url", url], check=True, capture_output=True)
+            ask = [DPRAG, "account", "ask", str(accts["cli"]), q, "--url", url]
+            subprocess.run(ask, check=True, capture_output=True)
             times["cli"].append(time.perf_counter() - t)
         remote = RemoteService(url, account=lib.account, key=lib.key)
         lib.counter = int((accts["cli"] / "counter").read_text())

@@ -22,7 +22,7 @@ from ..protocol.encoding import encode, loads_bounded
 from ..protocol.request import AccountKey, Request
 
 
-def _client(d: Path, embedder: object = None) -> AccountClient:
+def account_client(d: Path, embedder: object = None) -> AccountClient:
     """The account of directory ``d``; ``embedder``: one already loaded (the agent's), else the one config names."""
     try:
         cfg = loads_bounded((d / "config.json").read_bytes(), what="config.json")
@@ -142,7 +142,7 @@ def new_cmd(
 @click.argument("question")
 def request_cmd(account_dir: Path, question: str) -> int:
     """Sign the next request for QUESTION; print it (one JSON object) for the provider, keep it pending."""
-    c = _client(account_dir)
+    c = account_client(account_dir)
     req = c.request(question)
     body = req.to_json()
     (account_dir / "pending").mkdir(exist_ok=True)
@@ -158,7 +158,7 @@ def check_receipt_cmd(account_dir: Path, response: Path) -> int:
     """Check the provider's RESPONSE (JSON: answer, citations, receipt, and the consistency proof from this account's
     last receipt, ProviderService.consistency) against the pending request it answers and the receipts kept before;
     keep the receipt. Exit 0 accepted, 1 rejected (the reason on stdout; kept in incidents.jsonl), 2 unusable input."""
-    c = _client(account_dir)
+    c = account_client(account_dir)
     try:
         resp = loads_bounded(response.read_bytes(), what="RESPONSE")
         counter = resp["receipt"]["counter"]
@@ -211,7 +211,7 @@ def follow_cmd(account_dir: Path, urls: tuple[str, ...]) -> int:
     are kept. Prints the key now trusted. (`account ask` also follows when a receipt names a newer key.)"""
     from ..client.remote import RemoteError, RemoteService
 
-    c = _client(account_dir)
+    c = account_client(account_dir)
     if c.provider_vkey is None:
         raise click.UsageError(f"ACCOUNT_DIR {account_dir}: no provider key pinned to follow from (account new)")
     try:
@@ -231,7 +231,7 @@ def follow_cmd(account_dir: Path, urls: tuple[str, ...]) -> int:
 @click.option("--include-questions", is_flag=True, help="also the question texts (lets the auditor replay answers)")
 def export_cmd(account_dir: Path, out: Path, include_questions: bool) -> int:
     """Write the kept receipts as JSONL for the auditor (dprag audit verify --receipts OUT)."""
-    c = _client(account_dir)
+    c = account_client(account_dir)
     c.export_receipts(out, include_questions=include_questions)
     click.echo(f"{len(c.receipts)} receipts -> {out}")
     return 0
@@ -246,7 +246,7 @@ def agent_cmd(account_dir: Path) -> int:
 
     click.echo(f"dprag account agent: {socket_path(account_dir)}", err=True)
     try:
-        serve_agent(account_dir)
+        serve_agent(account_dir, account_client, ask_once)
     except OSError as e:
         raise click.UsageError(str(e)) from None
     except KeyboardInterrupt:
@@ -275,7 +275,7 @@ def ask_cmd(account_dir: Path, question: str, urls: tuple[str, ...], attempts: i
     if via is not None:  # the account's agent (dprag account agent DIR) holds the embedder loaded: it asked
         code, out, err = via
     else:
-        code, out, err = ask_once(_client(account_dir), account_dir, question, list(urls), attempts)
+        code, out, err = ask_once(account_client(account_dir), account_dir, question, list(urls), attempts)
     if code == 2:
         raise click.UsageError(err)
     if err:

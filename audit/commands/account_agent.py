@@ -18,9 +18,14 @@ import os
 import socket
 import socketserver
 import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 SOCKET = "agent.sock"
+#: ``commands.account.account_client`` and ``ask_once``
+LoadClient = Callable[..., Any]
+AskOnce = Callable[[Any, Path, str, list[str], int], tuple[int, str, str]]
 #: the longest line either side reads (a question, the URLs; an answer with its citations)
 MAX_LINE = 1 << 20
 
@@ -64,12 +69,16 @@ def _answers(path: Path) -> bool:
     return True
 
 
-def open_agent(account_dir: Path) -> socketserver.ThreadingUnixStreamServer:
-    """Load the account's embedder once and bind ``DIR/agent.sock`` (0600); ``serve_forever`` answers asks."""
-    from .account import _client, ask_once
-
+def open_agent(
+    account_dir: Path, account_client: LoadClient, ask_once: AskOnce
+) -> socketserver.ThreadingUnixStreamServer:
+    """Load the account's embedder once and bind ``DIR/agent.sock`` (0600); ``serve_forever`` answers asks.
+    ``account_client(dir, embedder)`` loads the account, ``ask_once(client, dir, question, urls, attempts)`` asks
+    (``commands.account`` passes its own: this module imports nothing of it)."""
     d = Path(account_dir)
-    embedder = _client(d).embedder  # loaded once (None: the account has no embedder; the agent then saves little)
+    embedder = account_client(
+        d, None
+    ).embedder  # loaded once (None: the account has no embedder; the agent saves little)
     lock = threading.Lock()
 
     class Handler(socketserver.StreamRequestHandler):
@@ -82,7 +91,7 @@ def open_agent(account_dir: Path) -> socketserver.ThreadingUnixStreamServer:
             else:
                 with lock:  # one ask at a time: the account's counter is one sequence
                     try:
-                        code, out, err = ask_once(_client(d, embedder), d, question, urls, attempts)
+                        code, out, err = ask_once(account_client(d, embedder), d, question, urls, attempts)
                     except Exception as e:  # noqa: BLE001 - the agent outlives one bad ask; the CLI shows why
                         code, out, err = 1, "", f"ERROR agent: {type(e).__name__}: {e}"
                 reply = {"code": code, "out": out, "err": err}
@@ -102,9 +111,9 @@ def open_agent(account_dir: Path) -> socketserver.ThreadingUnixStreamServer:
     return server
 
 
-def serve_agent(account_dir: Path) -> None:
+def serve_agent(account_dir: Path, account_client: LoadClient, ask_once: AskOnce) -> None:
     """``open_agent``, then answer asks until interrupted; the socket is removed on the way out."""
-    server = open_agent(account_dir)
+    server = open_agent(account_dir, account_client, ask_once)
     path = socket_path(account_dir)
     try:
         server.serve_forever(poll_interval=0.5)

@@ -11,6 +11,7 @@ import threading
 import pytest
 
 from dprag.audit.cli import main
+from dprag.audit.commands.account import account_client, ask_once
 from dprag.audit.commands.account_agent import open_agent, socket_path
 from dprag.audit.provider import models as serving_models
 from dprag.audit.provider.http.app import create_app
@@ -31,7 +32,7 @@ def test_ask_goes_through_the_agent_and_falls_back_without_it(tmp_path, capsys, 
     svc = make_toy_directory(tmp_path / "toy", n=12, accounts=2, seed=b"\x0c" * 32)
     alice = tmp_path / "toy" / "accounts" / "alice"
     with LiveServer(create_app(svc)) as url:
-        server = open_agent(alice)  # loads the embedder (toy-hash-32) once
+        server = open_agent(alice, account_client, ask_once)  # loads the embedder (toy-hash-32) once
         thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
         thread.start()
         try:

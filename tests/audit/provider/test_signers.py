@@ -104,12 +104,12 @@ class Watching:
         return self.key.sign(message)
 
 
-def test_no_signature_is_made_while_a_store_transaction_is_open(tmp_path, monkeypatch):
+def test_no_signature_is_made_while_a_store_transaction_is_open(tmp_path, monkeypatch, store_url):
     stores: list = []
     real = service_module.create_store
     monkeypatch.setattr(service_module, "create_store", lambda *a, **k: stores.append(real(*a, **k)) or stores[-1])
     first = Watching(NoteSigner.generate("dprag-first"), stores)
-    svc = make_toy_directory(tmp_path / "toy", n=12, accounts=2, seed=b"\x07" * 32, signer=first)
+    svc = make_toy_directory(tmp_path / "toy", n=12, accounts=2, seed=b"\x07" * 32, signer=first, store=store_url)
     assert first.calls, "create() signs the genesis checkpoint"
     a = AccountClient.load(tmp_path / "toy" / "accounts" / "alice", embedder=HashEmbedder(32))
     for i in range(3):
