@@ -2,6 +2,7 @@
 
     python benchmarks/bench_serve.py [--accounts 32] [--per-account 8] [--replicas 1,2] [--engines sqlite,postgresql]
                                      [--pin] [--out FILE]
+    python benchmarks/bench_serve.py --reservation toy,smollm2 [--accounts 4] [--rounds 4] [--out FILE]
 
 Arms, measured in one run on loopback (replicas are ``dprag serve`` processes; M accounts are M client threads of
 this process, each sending its requests one after another):
@@ -20,6 +21,18 @@ arm's p50 and throughput as ratios to the baseline with the same replicas. The m
 After the arms, ``signature_floor``: what this design costs with every line of Python gone, measured in the same
 run — the protocol's Ed25519 work per request (``ed25519_floor``) and the store's SQL statements per request run by
 SQLite itself (``sqlite_floor``) — and the ratio to the baseline that those alone give (``floor_ratio_v3_sqlite``).
+
+``--reservation toy,smollm2``: instead of the arms above, the reservation of spec/provider.md §3.6 on and off, in
+process (``ProviderService.serve`` from one thread per account, ``--accounts`` concurrent requests a round), on one
+window per model (``toy``: the toy window; ``smollm2``: bench_serve_real.py's clinic window, MiniLM + SmolLM2-135M,
+answer-vote with m = 4, 16 tokens). Arms, alternated round by round (ABC, CBA, ...) on the same window:
+
+- ``off``: no reservation (``svc.reservations.set(None)``): the baseline;
+- ``on``: the default pool (the generator's device memory: half the memory available at open on a CPU);
+- ``serial``: a pool of exactly one request's worst case, i.e. a serialised voter pool.
+
+Reported per model and arm: requests, seconds (the sum of the arm's rounds), throughput, p50/p99, and each arm's
+throughput as a ratio to ``off``; the worst case one request reserves.
 
 ``--pin``: the servers (every replica's threads, and PostgreSQL's processes) on CPU 0 and this process (the load
 generator: the accounts' signing and checking) on CPU 1, in every arm — so the ratio measures what the audit costs
@@ -48,7 +61,7 @@ sys.path.insert(0, str(ROOT))
 
 from dprag.audit.testing.toy import make_toy_directory  # noqa: E402
 from tests.support.live import start_replica, stop_replicas, wait_ready  # noqa: E402
-from tests.support.load import QUESTIONS, audit_window, first_and_rest, run_accounts  # noqa: E402
+from tests.support.load import QUESTIONS, audit_window, first_and_rest, run_accounts, toy_client  # noqa: E402
 from tests.support.postgres import TempCluster, free_port  # noqa: E402
 
 #: --pin: the CPUs of the servers and of the load generator
@@ -296,6 +309,116 @@ def dprag_arm(
     return out
 
 
+RESERVATION_ARMS = ("off", "on", "serial")
+
+
+def _reservation_clients(model: str, work: Path, accounts: int, n: int):
+    """(service, questions, {account: AccountClient}) of the window ``model`` serves (see the module doc)."""
+    from dprag.audit.client.account import AccountClient
+    from dprag.audit.protocol.request import AccountKey
+
+    if model == "toy":
+        svc = make_toy_directory(work / "toy", accounts=accounts, n=n)
+        names = sorted(p.name for p in (work / "toy" / "accounts").iterdir())
+        return svc, list(QUESTIONS), {a: toy_client(work / "toy", a) for a in names}
+    from dprag.audit.protocol.policy import Policy
+    from dprag.audit.provider.service import ProviderService
+    from dprag.rag_adapters.datasets.clinic import generate_clinic_corpus
+    from dprag.rag_adapters.generator import load_smollm2
+
+    corpus = generate_clinic_corpus(3, n_conditions=8, support_min=10, support_max=20, n_distractors=150)
+    keys = {f"a{i:02d}": AccountKey.generate() for i in range(accounts)}
+    policy = Policy.recommended(
+        "reserve-1",
+        citations_for=("clinic",),
+        voters=4,
+        private_tokens=2,
+        queries_per_account=n,
+        max_tokens=16,
+        max_queries_per_doc=accounts * n,
+    )
+    svc = ProviderService.create(
+        work / "smollm2",
+        policy=policy,
+        embedder="all-MiniLM-L6-v2",
+        generator=load_smollm2(),
+        tenants={"clinic": list(corpus.documents)},
+        accounts={a: ("clinic", k.vkey) for a, k in keys.items()},
+        allow_weak=True,
+    )
+    scale, vkey = int(svc.embedder_descriptor["embedding_scale"]), svc.signer.vkey()
+    clients = {
+        a: AccountClient(a, svc.policy.window, k, provider_vkey=vkey, embedder=None, embedding_scale=scale)
+        for a, k in keys.items()
+    }  # the provider embeds each question (embedder=None): the server's work, as in dprag serve
+    return svc, [q.question for q in corpus.questions], clients
+
+
+def reservation_arms(model: str, accounts: int, rounds: int, work: Path) -> list[dict]:
+    """The reservation on and off on ``model``'s window (module doc)."""
+    from dprag.audit.provider.reservation import worst_case_bytes
+
+    n = rounds * len(RESERVATION_ARMS) + 1
+    svc, qs, clients = _reservation_clients(model, work, accounts, n)
+    # the serial pool holds exactly the largest worst case of the questions sent: never two requests at once
+    need = max(worst_case_bytes(svc.committed_generator, svc.policy, q) for q in qs)
+    default = svc.reservations.capacity
+    lat: dict[str, list[float]] = {a: [] for a in RESERVATION_ARMS}
+    secs = dict.fromkeys(RESERVATION_ARMS, 0.0)
+    errors: dict[str, list[str]] = {a: [] for a in RESERVATION_ARMS}
+    names = sorted(clients)
+    k = 0
+    try:
+        for r in range(rounds):
+            order = RESERVATION_ARMS if r % 2 == 0 else RESERVATION_ARMS[::-1]
+            for arm in order:
+                svc.reservations.set({"off": None, "on": default, "serial": need}[arm], wait_seconds=600)
+                k += 1
+
+                def one(i: int, name: str, arm: str = arm, k: int = k) -> None:
+                    t0 = time.perf_counter()
+                    try:
+                        clients[name].ask(svc, f"{qs[(i + k) % len(qs)]}")
+                    except Exception as e:  # noqa: BLE001 - counted and reported
+                        errors[arm].append(f"{type(e).__name__}: {str(e)[:120]}")
+                        return
+                    lat[arm].append(time.perf_counter() - t0)
+
+                threads = [threading.Thread(target=one, args=(i, nm)) for i, nm in enumerate(names)]
+                t0 = time.perf_counter()
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join()
+                secs[arm] += time.perf_counter() - t0
+    finally:
+        svc.close()
+    rows = []
+    for arm in RESERVATION_ARMS:
+        done = len(lat[arm])
+        ms = sorted(1e3 * x for x in lat[arm]) or [float("nan")]
+        rows.append(
+            {
+                "arm": f"reservation-{arm}",
+                "model": model,
+                "requests": done,
+                "errors": errors[arm][:3],
+                "seconds": round(secs[arm], 3),
+                "throughput_rps": round(done / secs[arm], 3) if secs[arm] else None,
+                "p50_ms": round(float(np.percentile(ms, 50)), 1),
+                "p99_ms": round(float(np.percentile(ms, 99)), 1),
+                "capacity_bytes": {"off": None, "on": default, "serial": need}[arm],
+                "worst_case_bytes": need,
+            }
+        )
+    off = rows[0]["throughput_rps"]
+    for row in rows:
+        row["throughput_ratio_to_off"] = (
+            round(row["throughput_rps"] / off, 3) if off and row["throughput_rps"] else None
+        )
+    return rows
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--accounts", type=int, default=32)
@@ -305,7 +428,11 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=None, help="each server's worker threads (both arms; default 40)")
     ap.add_argument("--pin", action="store_true", help="servers on CPU 0, the load generator on CPU 1 (see above)")
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--reservation", default=None, help="toy,smollm2: the reservation arms only (module doc)")
+    ap.add_argument("--rounds", type=int, default=4, help="--reservation: rounds per arm")
     a = ap.parse_args(argv)
+    if a.reservation:
+        return reservation_main(a)
     if a.pin:
         if len(os.sched_getaffinity(0)) < 2:
             ap.error("--pin needs 2 CPUs")
@@ -357,6 +484,31 @@ def main(argv=None) -> int:
         "per_account": a.per_account,
         "threads": a.threads,
         "pinned": {"servers": sorted(SERVER_CPUS), "load_generator": sorted(CLIENT_CPUS)} if a.pin else None,
+        "rows": rows,
+    }
+    if a.out:
+        a.out.parent.mkdir(parents=True, exist_ok=True)
+        a.out.write_text(json.dumps(report, indent=1) + "\n")
+    return 0
+
+
+def reservation_main(a) -> int:
+    load_before = os.getloadavg()
+    work = Path(tempfile.mkdtemp(prefix="dprag-bench-reserve-"))
+    rows = []
+    try:
+        for model in a.reservation.split(","):
+            for row in reservation_arms(model, a.accounts, a.rounds, work):
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    report = {
+        "cores": os.cpu_count(),
+        "load_before": load_before,
+        "load_after": os.getloadavg(),
+        "accounts": a.accounts,
+        "rounds": a.rounds,
         "rows": rows,
     }
     if a.out:

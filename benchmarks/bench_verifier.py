@@ -16,7 +16,16 @@ at N = 10^5), so this script prints the figures and the goal beside them, and as
 machine the wall time follows the load; the CPU time does not (much): read both.
 
     python benchmarks/bench_verifier.py [--queries 10000,100000] [--docs 1000] [--dim 384] [--keep DIR --reuse]
-        [--pss [--pss-interval 0.2] [--pss-trace FILE]]
+        [--pss [--pss-interval 0.2] [--pss-trace FILE]] [--incremental NEW] [--dask 1,2]
+
+``--incremental NEW`` (spec/protocol.md §8 item 14): a window of N + NEW queries; the auditor's state is made by a
+run over the first N (a bundle cut at N), then the bundle cut since N (NEW queries, their receipts) is verified from
+that state; printed beside the full run over all N + NEW, in the same invocation: the ratio of their wall and CPU
+times (goal ≤ 5 %) and whether the two verdicts are the same (verdict, ε, δ, counts).
+
+``--dask 1,2``: the same bundle also verified on a Dask LocalCluster of each number of worker processes (started
+and stopped by the verifier, counted in its time), beside the local run: wall and CPU (this process and its
+children; the cluster's workers are its children) and whether the verdict is the same.
 """
 
 from __future__ import annotations
@@ -40,11 +49,15 @@ marks = [(time.monotonic(), "start")]
 def progress(step, n):
     if marks[-1][1] != step:
         marks.append((time.monotonic(), step))
-v = verify(sys.argv[1], receipts=sys.argv[2], progress=progress)
+state = {"state": sys.argv[3], "state_key": sys.argv[4]} if len(sys.argv) > 3 else {}
+dask = int(os.environ["DPRAG_BENCH_DASK"]) if os.environ.get("DPRAG_BENCH_DASK") else None
+v = verify(sys.argv[1], receipts=sys.argv[2], progress=progress, dask=dask, **state)
 wall, cpu = time.perf_counter() - t, time.process_time() - c
 ch = resource.getrusage(resource.RUSAGE_CHILDREN)
 hwm = [int(x.split()[1]) for x in open("/proc/self/status") if x.startswith("VmHWM")][0] / 1024
-print(json.dumps({"verdict": v.verdict, "reasons": v.reasons[:3], "wall": wall, "cpu": cpu + ch.ru_utime + ch.ru_stime,
+print(json.dumps({"verdict": v.verdict, "reasons": v.reasons[:3], "wall": wall, "epsilon": v.epsilon,
+                  "delta": v.delta, "checked": {k: int(x) for k, x in v.checked.items()},
+                  "cpu": cpu + ch.ru_utime + ch.ru_stime,
                   "seconds": v.to_json()["seconds"], "cpu_seconds": v.cpu_seconds, "rss_mib": hwm,
                   "worker_rss_mib": ch.ru_maxrss / 1024, "load": [load0, os.getloadavg()],
                   "marks": marks}))
@@ -129,6 +142,76 @@ class PssSampler:
                 )
 
 
+def _child(bundle: Path, receipts: Path, args, *state: Path) -> tuple[dict, dict | None, PssSampler | None]:
+    """One verification in a fresh process: its figures, and the PSS peak and sampler with ``--pss``."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(bundle), str(receipts), *map(str, state)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    sampler = PssSampler(proc.pid, args.pss_interval) if args.pss else None
+    stdout, stderr = proc.communicate()
+    pss = sampler.finish() if sampler else None
+    if proc.returncode != 0:
+        sys.stderr.write(stderr)
+        raise SystemExit(f"the verifier exited with {proc.returncode}")
+    return json.loads(stdout), pss, sampler
+
+
+def _incremental(d: Path, bundle: Path, receipts: Path, n: int, new: int, whole: dict, args) -> None:
+    """The state made over the first N queries, then the NEW ones verified from it; printed against ``whole``."""
+    from dprag.audit.protocol.encoding import decode
+    from dprag.audit.testing.cut import cut_bundle
+
+    cut = n + 1  # genesis, then N queries
+    lines = [x for x in receipts.read_bytes().splitlines() if x]
+    split = {True: [], False: []}
+    for x in lines:
+        split[decode(x)["receipt"]["size"] <= cut].append(x)
+    for name, part in (("head", split[True]), ("tail", split[False])):
+        (d / f"receipts-{name}.jsonl").write_bytes(b"".join(x + b"\n" for x in part))
+    head = cut_bundle(bundle, d / "bundle-head", 0, cut, None)  # nothing to sign: the checkpoints are there
+    tail = cut_bundle(bundle, d / "bundle-tail", cut, cut + new, None)
+    state, key = d / "state", d / "state.key"
+    for p in (state, key):
+        p.unlink(missing_ok=True)
+    t = time.perf_counter()
+    made, _, _ = _child(head, d / "receipts-head.jsonl", args, state, key)
+    t_made = time.perf_counter() - t
+    inc, pss, _ = _child(tail, d / "receipts-tail.jsonl", args, state, key)
+    same = all(inc[k] == whole[k] for k in ("verdict", "epsilon", "delta", "checked"))
+    print(
+        f"  incremental: state over N = {n} made in {t_made:.1f} s ({made['verdict']}); {new} new queries verified "
+        f"from it: wall {inc['wall']:.2f} s, CPU {inc['cpu']:.2f} s = {100 * inc['wall'] / whole['wall']:.2f} % "
+        f"(wall) and {100 * inc['cpu'] / whole['cpu']:.2f} % (CPU) of the full run over all {n + new} (goal ≤ 5 %); "
+        f"state {state.stat().st_size / 2**20:.0f} MiB; verdict {inc['verdict']} "
+        f"{'the same as' if same else 'DIFFERS from'} the full run's (verdict, ε, δ, counts)"
+        + (f"; peak PSS {pss['peak_mib']:.0f} MiB" if pss else "")
+    )
+    if not same:
+        diff = {
+            k: (whole["checked"].get(k), inc["checked"].get(k)) for k in set(whole["checked"]) | set(inc["checked"])
+        }
+        print(f"    counts that differ (full, incremental): { {k: v for k, v in diff.items() if v[0] != v[1]} }")
+
+
+def _on_dask(bundle: Path, receipts: Path, k: int, local: dict, args) -> None:
+    os.environ["DPRAG_BENCH_DASK"] = str(k)
+    try:
+        r, pss, _ = _child(bundle, receipts, args)
+    finally:
+        del os.environ["DPRAG_BENCH_DASK"]
+    same = all(r[x] == local[x] for x in ("verdict", "epsilon", "delta", "checked"))
+    top = sorted(r["seconds"].items(), key=lambda kv: -kv[1])[:4]
+    print(
+        f"  Dask LocalCluster of {k} worker(s): wall {r['wall']:.1f} s ({r['wall'] / local['wall']:.2f}x the local "
+        f"run), CPU {r['cpu']:.1f} s; verdict {'the same' if same else 'DIFFERS'}; slowest steps "
+        + ", ".join(f"{a} {b:.1f} s" for a, b in top)
+        + (f"; peak PSS {pss['peak_mib']:.0f} MiB" if pss else "")
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--queries", default="10000,100000")
@@ -144,6 +227,8 @@ def main() -> None:
         default=None,
         help="CSV of every PSS sample (with --pss; N appended to the name when several N are given)",
     )
+    ap.add_argument("--incremental", type=int, default=0, metavar="NEW", help="verify NEW more queries from a state")
+    ap.add_argument("--dask", default="", metavar="N,...", help="also verify on LocalClusters of these worker counts")
     args = ap.parse_args()
     if args.pss_interval <= 0:
         print("bench_verifier.py: --pss-interval must be > 0", file=sys.stderr)
@@ -157,24 +242,22 @@ def main() -> None:
     for n in (int(x) for x in args.queries.split(",")):
         t = time.perf_counter()
         bundle, receipts = root / f"n{n}" / "bundle", root / f"n{n}" / "receipts.jsonl"
+        new = args.incremental
         if not (args.reuse and bundle.is_dir() and receipts.is_file()):
             bundle, receipts = bulk_window(
-                root / f"n{n}", n_queries=n, n_docs=args.docs, dim=args.dim, accounts=max(1, n // 100)
+                root / f"n{n}",
+                n_queries=n + new,
+                n_docs=args.docs,
+                dim=args.dim,
+                accounts=max(1, (n + new) // 100),
+                checkpoints_at=(n + 1,) if new else (),  # leaf 0 is genesis: N queries end at size N + 1
             )
         gen = time.perf_counter() - t
-        proc = subprocess.Popen(
-            [sys.executable, "-c", CHILD, str(bundle), str(receipts)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        sampler = PssSampler(proc.pid, args.pss_interval) if args.pss else None
-        stdout, stderr = proc.communicate()
-        pss = sampler.finish() if sampler else None
-        if proc.returncode != 0:
-            sys.stderr.write(stderr)
-            raise SystemExit(f"the verifier exited with {proc.returncode}")
-        r = json.loads(stdout)
+        r, pss, sampler = _child(bundle, receipts, args)
+        if new:
+            _incremental(root / f"n{n}", bundle, receipts, n, new, r, args)
+        for k in (int(x) for x in args.dask.split(",") if x):
+            _on_dask(bundle, receipts, k, r, args)
         print(
             f"N = {n:>7} queries, {args.docs} documents, d = {args.dim}, {n} receipts (window written in {gen:.0f} s)"
         )

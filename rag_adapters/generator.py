@@ -208,6 +208,26 @@ class CausalLMGenerator:
         base = len(self.tokenizer.encode(self.render_text(Prompt(question, ("",) * int(n_contexts)))))
         return base + int(n_contexts) * (self.max_context_tokens + 8) + int(max_new_tokens)
 
+    def worst_case_bytes(self, question: str, n_contexts: int, batch: int, max_new_tokens: int) -> int:
+        """The public worst-case memory of one session of ``batch`` rows (spec/provider.md §3.6, reserved before the
+        charge): each row's KV buffer at ``prompt_token_bound`` positions (the window when documents are not
+        truncated), one row's prefill cache and the public prefix's, one layer's activations and attention scores
+        (float32) at that length, and the logits of a prefill and of a step. From the model's dimensions and public
+        quantities only; an upper bound, never a measurement."""
+        bound = self.prompt_token_bound(question, n_contexts, max_new_tokens)
+        t = self.max_positions if bound is None else min(self.max_positions, bound)
+        cfg = self.model.config.get_text_config(decoder=True)
+        heads, hidden = int(cfg.num_attention_heads), int(cfg.hidden_size)
+        kv_heads = int(getattr(cfg, "num_key_value_heads", None) or heads)
+        head_dim = int(getattr(cfg, "head_dim", None) or hidden // heads)
+        inter = int(getattr(cfg, "intermediate_size", None) or getattr(cfg, "n_inner", None) or 4 * hidden)
+        elem = int(self.model.dtype.itemsize)
+        kv_position = int(cfg.num_hidden_layers) * 2 * kv_heads * head_dim * elem
+        kv = (int(batch) + 2) * kv_position * t
+        activations = t * (4 * hidden + 2 * inter) * elem + heads * t * t * 4
+        logits = (t + int(batch)) * self.vocab_size * 4
+        return kv + 2 * activations + logits
+
     def prompt_descriptor(self) -> dict:
         """Everything that fixes the model input of a Prompt (for a commitment such as C_emb)."""
         f = self.prompt_format

@@ -99,3 +99,47 @@ def prepare(vk: VerifyingKey) -> VerifyingKey:
 
         vk._alphabeta = final_exp(multi_miller([(vk.beta2, vk.alpha1)]))
     return vk
+
+
+#: the bits of each proof's random weight in ``verify_batch``: a batch holding an invalid proof passes with
+#: probability at most 2^-BATCH_WEIGHT_BITS (plus the negligible chance a weight is 0 mod r, excluded)
+BATCH_WEIGHT_BITS = 128
+
+
+def verify_batch(
+    vk: VerifyingKey, items: Sequence[tuple[Proof, Sequence[int]]], weights: Sequence[int] | None = None
+) -> bool:
+    """True iff every (proof, public) of ``items`` verifies under ``vk``, checked at once: with weights r_i drawn
+    here from the OS CSPRNG (never the caller's, unless a test passes ``weights``), the product over i of
+    (e(−A_i, B_i) · e(vk_x_i, γ) · e(C_i, δ) · e(α, β))^{r_i} must be 1 — one Miller loop shared by the m pairs
+    (B_i, −r_i·A_i) and the two (γ, Σ r_i·vk_x_i), (δ, Σ r_i·C_i), one final exponentiation, and e(α, β) raised
+    to Σ r_i. An invalid proof makes its factor a non-identity element of the order-r group G_T, so the product is
+    1 for at most one value of its r_i given the others: a batch with an invalid proof passes with probability
+    ≤ 2^-128. Malformed points or public inputs are False / InvalidParameterError as in ``verify``. False does not
+    say which proof failed: verify them one by one to name it."""
+    import secrets
+
+    from dprag.zk.pairing import multi_miller
+
+    if not items:
+        return True
+    if weights is None:
+        weights = [secrets.randbits(BATCH_WEIGHT_BITS) | 1 for _ in items]  # odd: never 0 mod r
+    if len(weights) != len(items) or any(not 0 < w < R for w in weights):
+        raise InvalidParameterError("weights", "one weight in (0, r) per proof", len(weights))
+    pairs: list[tuple[C.G2Point, C.G1Point]] = []
+    sum_x: C.G1Point = None
+    sum_c: C.G1Point = None
+    for (proof, public), w in zip(items, weights, strict=True):
+        pub = check_public(public, vk.n_public)
+        if not proof_well_formed(proof):
+            return False
+        vk_x = C.g1_add(C.g1_msm(vk.ic[1:], pub), vk.ic[0])
+        pairs.append((proof.b, C.g1_neg(C.g1_mul(proof.a, w))))
+        sum_x = C.g1_add(sum_x, C.g1_mul(vk_x, w))
+        sum_c = C.g1_add(sum_c, C.g1_mul(proof.c, w))
+    pairs += [(vk.gamma2, sum_x), (vk.delta2, sum_c)]
+    alphabeta = prepare(vk)._alphabeta
+    assert alphabeta is not None  # prepare() set it
+    total = sum(weights) % R
+    return F.mul(final_exp(multi_miller(pairs)), F.pow_(alphabeta, total)) == F.ONE

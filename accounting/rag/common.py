@@ -117,8 +117,15 @@ def vote_histogram(
 
 
 def documents_text(retriever: Retriever, ids: Iterable[SupportsInt]) -> tuple[str, ...]:
-    """The texts of ``ids``; the padding id -1 is the empty document."""
-    return tuple(EMPTY_DOCUMENT if int(i) < 0 else retriever.document(int(i)) for i in ids)
+    """The texts of one voter's ``ids``; the padding id -1 is the empty document. A read that fails makes every
+    document of the voter the empty document -- its prompt is then its empty-context prompt, a function of its own
+    documents: a failure of a voter's prompt building is contained as one of its generator call is
+    (spec/accounting/rag.md §6); nothing of the exception is kept."""
+    got = [int(i) for i in ids]
+    try:
+        return tuple(EMPTY_DOCUMENT if i < 0 else retriever.document(i) for i in got)
+    except Exception:  # noqa: BLE001 - contained: the voter holds empty documents, the same type on every corpus
+        return (EMPTY_DOCUMENT,) * len(got)
 
 
 def voter_responses(

@@ -176,7 +176,7 @@ def _responses(
     question: str, retriever: Retriever, generator: Generator, n_docs: int, response_tokens: int
 ) -> tuple[npt.NDArray[np.int64], list[str]]:
     ids, _ = exact_top_k(retriever, question, n_docs)
-    prompts = [Prompt(question, (doc,)) for doc in documents_text(retriever, ids)]
+    prompts = [Prompt(question, documents_text(retriever, [i])) for i in ids]  # one voter per document
     # a response whose call fails is empty (the voter abstains: no keyword), the others kept at the batch's shape
     texts = [r or "" for r in voter_responses(generator, prompts, response_tokens)]
     return ids, texts

@@ -270,14 +270,22 @@ class _Served:
 
 
 def fetch_bundle(
-    url: str, out: Path, *, auditor_key: _Signer | None = None, max_bytes: int = 8 << 30, public_only: bool = False
+    url: str,
+    out: Path,
+    *,
+    auditor_key: _Signer | None = None,
+    max_bytes: int = 8 << 30,
+    public_only: bool = False,
+    since: int = 0,
 ) -> Path:
     """Download the bundle (cut at a freshly signed checkpoint) into the new directory ``out``. ``auditor_key`` (an
-    ``AccountKey``-like signer) authenticates the confidential part; ``public_only`` fetches ``public/`` alone."""
+    ``AccountKey``-like signer) authenticates the confidential part; ``public_only`` fetches ``public/`` alone;
+    ``since``: only the log from that size on (the auditor's state holds the rest, spec/protocol.md §8.14)."""
     remote = RemoteService(url)
     part = "public" if public_only else "all"
     auth = None if public_only else (AUDITOR, cast("_Signer", auditor_key).sign)  # needed unless public_only
-    status, data = remote.call("GET", f"/v1/bundle?part={part}", auth_as=auth, raw=True)
+    query = urlencode({"part": part, **({"since": int(since)} if since else {})})
+    status, data = remote.call("GET", f"/v1/bundle?{query}", auth_as=auth, raw=True)
     if status != 200 or not isinstance(data, bytes):
         body: JSON = None
         if isinstance(data, bytes):

@@ -246,6 +246,45 @@ class _Progress:
     help="a PASS with a larger ε, or with δ >= 1/n (n the largest tenant's documents), is PASS (weak), exit 4; "
     "one with δ >= 1 is PASS (vacuous), exit 5",
 )
+@click.option(
+    "--state",
+    "state",
+    type=click.Path(path_type=Path),
+    default=None,
+    metavar="FILE",
+    help="the auditor's state (spec/protocol.md §8.14): made by the first run, then only the leaves after it are "
+    "replayed (fetch with --since its size); mode 0600, never published",
+)
+@click.option(
+    "--state-key",
+    "state_key",
+    type=click.Path(path_type=Path),
+    default=None,
+    metavar="FILE",
+    help="the MAC key of --state (64 hex characters, mode 0600; made with the first state)",
+)
+@click.option(
+    "--state-hash",
+    "state_hash",
+    default=None,
+    metavar="HEX",
+    help="the SHA-256 the previous run printed for --state: refuse any other file",
+)
+@click.option(
+    "--scheduler",
+    default=None,
+    metavar="ADDRESS",
+    help="run the replay's maps and the coalition scan on this Dask scheduler (e.g. tcp://host:8786; needs the dask "
+    "extra and dprag on its workers); the verdict is the same",
+)
+@click.option(
+    "--workers",
+    "dask_workers",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="N",
+    help="run them on a local Dask cluster of N worker processes instead",
+)
 def verify_cmd(
     bundle: Path,
     receipts: tuple[Path, ...],
@@ -266,11 +305,18 @@ def verify_cmd(
     max_read: str | None,
     html_file: Path | None,
     max_epsilon: float,
+    state: Path | None,
+    state_key: Path | None,
+    state_hash: str | None,
+    scheduler: str | None,
+    dask_workers: int | None,
 ) -> int:
     """Re-check everything in BUNDLE: PASS ε δ (exit 0; 4 weak, 5 vacuous), FAIL reasons (exit 1), unusable input
     (exit 2), INCOMPLETE (exit 3)."""
     if mode == "sampled" and samples is None:
         raise click.UsageError("--mode sampled needs --samples S")
+    if scheduler is not None and dask_workers is not None:
+        raise click.UsageError("--workers starts a local Dask cluster; with --scheduler the cluster's workers are used")
     if mode == "full" and samples is not None:
         raise click.UsageError("--samples needs --mode sampled")
     if not bundle.is_dir():
@@ -302,6 +348,10 @@ def verify_cmd(
             progress=bar,
             max_read=_bytes_flag("--max-read", max_read),
             max_epsilon=max_epsilon,
+            state=state,
+            state_key=state_key,
+            state_hash=state_hash,
+            dask=scheduler if scheduler is not None else dask_workers,
         )
     finally:
         bar.close()
@@ -311,7 +361,10 @@ def verify_cmd(
         _say(json.dumps(v.to_public_json(), sort_keys=True))
         return _exit(v)
     if as_json:
-        _say(json.dumps(v.to_json(), sort_keys=True))
+        out = v.to_json()
+        if v.state_hash is not None:
+            out["state"] = {"size": (v.history or {}).get("size"), "sha256": v.state_hash}
+        _say(json.dumps(out, sort_keys=True))
         return _exit(v)
     _say(v.headline())
     for w in v.warnings():
@@ -346,6 +399,8 @@ def verify_cmd(
     for r in v.rejected_evidence:
         _say(f"  rejected evidence (not held against the provider): {r}")
     _say("  checked: " + ", ".join(f"{k}={n}" for k, n in sorted(v.checked.items())))
+    if v.state_hash is not None:
+        _say(f"  state: {state} now covers size {(v.history or {}).get('size')} (--state-hash {v.state_hash})")
     return _exit(v)
 
 
@@ -446,7 +501,17 @@ def _say(line: str) -> None:
     help="the accounts' receipts (JSONL; repeatable): collect a consistency proof from the bundle to every receipt "
     "signed beyond it (needs --key)",
 )
-def fetch_cmd(url: str, key_file: Path | None, out: Path, max_read: str, receipts_files: tuple[Path, ...]) -> int:
+@click.option(
+    "--since",
+    "since",
+    type=click.IntRange(min=0),
+    default=0,
+    metavar="SIZE",
+    help="only the log from this size on (the size your --state covers; spec/protocol.md §8.14)",
+)
+def fetch_cmd(
+    url: str, key_file: Path | None, out: Path, max_read: str, receipts_files: tuple[Path, ...], since: int
+) -> int:
     """Download the bundle, cut at a freshly signed checkpoint, from a provider's HTTP API into OUT (regular files
     only, no links, nothing outside OUT); then run dprag audit verify OUT."""
     from ..client.remote import RemoteError, fetch_bundle
@@ -464,7 +529,14 @@ def fetch_cmd(url: str, key_file: Path | None, out: Path, max_read: str, receipt
         except (OSError, ValueError, DpragError) as e:
             raise click.UsageError(f"--key {key_file}: not an Ed25519 key file ({e})") from None
     try:
-        fetch_bundle(url, out, auditor_key=key, public_only=key is None, max_bytes=_bytes_flag("--max-read", max_read))
+        fetch_bundle(
+            url,
+            out,
+            auditor_key=key,
+            public_only=key is None,
+            max_bytes=_bytes_flag("--max-read", max_read),
+            since=since,
+        )
     except (RemoteError, ValueError) as e:
         raise click.UsageError(f"--url {url}: {e}") from None
     except DpragError as e:
@@ -472,7 +544,8 @@ def fetch_cmd(url: str, key_file: Path | None, out: Path, max_read: str, receipt
     if key is not None:
         from ..client.remote import collect_consistency, collect_rotations
 
-        n = len(load_bundle(out).leaves)
+        got = load_bundle(out)
+        n = got.first + len(got.leaves)
         try:
             rotations = collect_rotations(url, n)
         except RemoteError as e:

@@ -37,6 +37,7 @@ CAPS = {  # bytes; generous for a 10^6-query window, bounded for any input
     "auditor/epochs.json": 1 << 26,
     "auditor/consistency.jsonl": 1 << 30,
     "auditor/rotations.jsonl": 1 << 26,
+    "public/range.json": 1 << 10,
 }
 MAX_TENANTS = 10_000
 
@@ -89,11 +90,15 @@ class Bundle:
     docs_files: dict[str, bytes] = field(default_factory=dict)
     epochs_bytes: bytes | None = None  # auditor/epochs.json (a log with policy leaves, §3.4), None if absent
     defects: list[str] = field(default_factory=list)  # "files: ..." reasons
+    #: the ledger position of ``leaves[0]``: 0 for a whole bundle; F for a bundle cut from size F on
+    #: (``public/range.json``, ``dprag audit fetch --since F``), which only an auditor's state can verify (§8.14)
+    first: int = 0
 
     @property
     def version(self) -> object:
         try:
-            g = loads_bounded(self.leaves[0], what="genesis") if self.leaves else None
+            src = self.leaves[0] if self.leaves and not self.first else self.genesis_file
+            g = loads_bounded(src, what="genesis") if src else None
         except (ValueError, RecursionError):
             return None
         return g.get("version") if isinstance(g, dict) else None
@@ -140,9 +145,11 @@ def _load(d: BundleDir, p: Path) -> Bundle:
             b.defects.append(f"files: {e}")
             return None
 
+    if _exists(d, b, "public/range.json"):  # a bundle cut from a later size (§7, §8.14)
+        b.first = _range_from(read("public/range.json", CAPS["public/range.json"]), b)
     # parsed as it is read: a framing defect stops the reading (a file of zeros costs one chunk)
     leaves = read("public/leaves.bin", CAPS["public/leaves.bin"], framed=True)
-    if leaves == []:
+    if leaves == [] and not b.first:  # a cut bundle may hold no new leaf
         b.defects.append("files: public/leaves.bin: empty ledger (no genesis leaf)")
     b.leaves = leaves or []
     b.genesis_file = read("public/genesis.json", CAPS["public/genesis.json"])
@@ -185,7 +192,9 @@ def _load(d: BundleDir, p: Path) -> Bundle:
         for t, n_docs in named.items():
             if t + suffix not in present:
                 continue  # the commitments check names what is missing
-            if suffix == ".i16":
+            if b.first:  # a cut bundle: the documents leaves before its first leaf are the auditor's state's
+                cap = CAPS["index"] if suffix == ".i16" else CAPS["docs"]
+            elif suffix == ".i16":
                 cap = 2 * n_docs * dim if dim is not None else CAPS["index"]
             else:
                 cap = min(CAPS["docs"], n_docs * MAX_DOCUMENT_BYTES + DOCS_OVERHEAD)
@@ -193,6 +202,19 @@ def _load(d: BundleDir, p: Path) -> Bundle:
             if data is not None:
                 target[t] = data
     return b
+
+
+def _range_from(data: bytes | None, b: Bundle) -> int:
+    """``public/range.json`` = ``{"from": F}``: the position of the bundle's first leaf; a defect is a FAIL."""
+    try:
+        obj = loads_bounded(data or b"", what="public/range.json")
+        first = obj.get("from") if isinstance(obj, dict) and set(obj) == {"from"} else None
+        if not isinstance(first, int) or isinstance(first, bool) or first < 0:
+            raise ValueError('must be {"from": F}, F the position of the first leaf')
+        return first
+    except (ValueError, RecursionError) as e:
+        b.defects.append(f"files: public/range.json: {e}")
+        return 0
 
 
 #: the most bytes one document's entry (id, text, salt) may take in auditor/docs/<tenant>.json, and the file's
@@ -208,7 +230,8 @@ def _named_tenants(b: Bundle) -> dict[str, int]:
     from .encoding import is_identifier
 
     try:
-        g = loads_bounded(b.leaves[0], what="genesis") if b.leaves else None
+        src = b.leaves[0] if b.leaves and not b.first else b.genesis_file
+        g = loads_bounded(src, what="genesis") if src else None
         tenants = g.get("tenants") if isinstance(g, dict) else None
         out: dict[str, int] = {}
         for t in tenants if isinstance(tenants, list) else []:

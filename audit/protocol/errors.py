@@ -17,6 +17,7 @@ __all__ = [
     "AnswerPendingError",
     "RateLimitError",
     "RequestError",
+    "ServiceBusyError",
     "ServiceStateError",
     "StoreError",
     "StoreUnavailableError",
@@ -76,3 +77,16 @@ class StoreError(DpragError):
 class StoreUnavailableError(StoreError):
     """The database could not complete an operation (connection lost, server restarting, lock timeout). The
     operation was rolled back: retry it (the HTTP API answers 503 with Retry-After)."""
+
+
+class ServiceBusyError(StoreUnavailableError):
+    """The provider could not reserve the public worst-case memory of this request's generation within its wait bound
+    (spec/provider.md §3.6): nothing was embedded, charged or recorded; retry the same signed request (the HTTP API
+    answers 503 ``busy`` with ``Retry-After``). Its message is fixed: what it says depends on no corpus, only on
+    what else the provider was running (a ``StoreUnavailableError``, so every caller that retries those retries
+    this)."""
+
+    MESSAGE = "the provider is busy: no room to generate this request's answer now; nothing was charged, retry it"
+
+    def __init__(self) -> None:
+        super().__init__(self.MESSAGE)

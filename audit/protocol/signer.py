@@ -1,4 +1,4 @@
-"""The provider's signing key as the protocol uses it (spec/provider.md §7): a ``Signer``.
+"""The provider's signing key as the protocol uses it (spec/provider.md §8): a ``Signer``.
 
 Everything the provider signs — checkpoints (signed notes), receipts, refusals, key rotation leaves — goes through
 one interface: ``sign(message) -> 64 bytes``, plus the note key's ``name``, ``vkey()``, ``key_hash`` and

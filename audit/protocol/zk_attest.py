@@ -39,7 +39,7 @@ from dprag.zk.field import R
 from dprag.zk.formats import proof_from_json, proof_to_json
 
 if TYPE_CHECKING:
-    from dprag.zk.keys import ProvingKey, VerifyingKey
+    from dprag.zk.keys import Proof, ProvingKey, VerifyingKey
 
     from .policy import Policy
 
@@ -126,8 +126,25 @@ def public_inputs(
     ]
 
 
-def check(
-    vk: VerifyingKey,
+def verify_many(vk: VerifyingKey, statements: list[tuple[Proof, list[int]]]) -> list[bool]:
+    """Each statement's verdict: all at once in a randomized batch (``zk.verify.verify_batch``, a false pass with
+    probability ≤ 2^-128), and one by one only if the batch fails, to name which."""
+    try:
+        if nts.verify_batch(vk, statements):
+            return [True] * len(statements)
+    except (InvalidParameterError, ValueError, TypeError):
+        pass  # one statement's defect: found one by one below
+    return [_verifies(vk, proof, public) for proof, public in statements]
+
+
+def _verifies(vk: VerifyingKey, proof: Proof, public: list[int]) -> bool:
+    try:
+        return bool(nts.verify(vk, proof, public))
+    except (InvalidParameterError, ValueError, TypeError):
+        return False
+
+
+def statement(
     policy: Policy,
     z_idx: int,
     record: dict[str, Any],
@@ -137,15 +154,16 @@ def check(
     n_docs: int,
     dim: int,
     noise_bound: int,
-) -> bool:
-    """Verify one proof record against the auditor's key and the recomputed public inputs."""
+) -> tuple[Proof, list[int]] | None:
+    """The proof a record carries and the public inputs recomputed for it (what ``check`` verifies, and what a
+    batch verifies at once: ``zk.verify.verify_batch``), or None if the record is malformed."""
     p = circuit_params(policy, n_docs, dim, noise_bound)
     if not isinstance(record, dict) or set(record) != {"pos", "salt_q", "salt_k", "proof"}:
-        return False
+        return None
     for s in ("salt_q", "salt_k"):
         v = record[s]
         if not isinstance(v, str) or not v.isdigit() or len(v) > 80 or not 0 < int(v) < R:
-            return False
+            return None
     raw = record["proof"]
     # every field bound (spec/protocol.md §8.8): snarkjs's proof.json and nothing else, on BN254 ("bn128")
     if (
@@ -154,9 +172,8 @@ def check(
         or raw.get("protocol") != "groth16"
         or raw.get("curve") != "bn128"
     ):
-        return False
-    proof = proof_from_json(raw)
-    return bool(nts.verify(vk, proof, public_inputs(z_idx, record, Q, z, top, p["noise_bits"])))
+        return None
+    return proof_from_json(raw), list(public_inputs(z_idx, record, Q, z, top, p["noise_bits"]))
 
 
 #: the fields of a snarkjs Groth16 proof.json (what ``prove`` writes): anything else is refused

@@ -6,6 +6,8 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from dprag.errors import InvalidParameterError
+
 from ..protocol import commitments as cm
 from ..protocol.encoding import decode, encode
 from .atomic_files import write_atomically
@@ -14,19 +16,25 @@ if TYPE_CHECKING:
     from .window import Window
 
 
-def export_bundle(svc: Window, out: str | os.PathLike[str]) -> Path:
+def export_bundle(svc: Window, out: str | os.PathLike[str], *, since: int = 0) -> Path:
     """Write the bundle (spec/protocol.md §7): ``public/`` and the confidential ``auditor/``, cut at one committed
-    size."""
+    size. ``since`` > 0: only the leaves, openings and proofs from position ``since`` on and the checkpoints of
+    sizes above it, with ``public/range.json`` naming ``since`` (an auditor's state verifies the rest, §8.14)."""
     out = Path(out)
     with svc.store.snapshot():  # one snapshot: the bundle is cut at a committed size
         size = svc.ledger.size
+        if isinstance(since, bool) or not isinstance(since, int) or not 0 <= since <= size:
+            raise InvalidParameterError("since", f"must be a ledger size in [0, {size}] (the log's size now)", since)
         (out / "public").mkdir(parents=True, exist_ok=True)
         (out / "auditor" / "index").mkdir(parents=True, exist_ok=True)
         (out / "auditor" / "docs").mkdir(parents=True, exist_ok=True)
         leaves = list(svc.ledger.leaves(0, size))
         write_atomically(out / "public" / "genesis.json", leaves[0])
-        write_atomically(out / "public" / "leaves.bin", b"".join(len(x).to_bytes(4, "big") + x for x in leaves))
-        notes = [note for _, note in svc.aud.checkpoints(size)]
+        tail = leaves[since:]
+        write_atomically(out / "public" / "leaves.bin", b"".join(len(x).to_bytes(4, "big") + x for x in tail))
+        if since:
+            write_atomically(out / "public" / "range.json", encode({"from": since}))
+        notes = [note for at, note in svc.aud.checkpoints(size) if at > since or not since]
         write_atomically(out / "public" / "checkpoints.txt", b"~~~\n".join(notes))
         write_atomically(out / "public" / "provider.vkey", svc.signer.vkey().encode())
         salts = decode((svc.dir / "secret" / "salts.json").read_bytes(), what="salts")
@@ -85,9 +93,9 @@ def export_bundle(svc: Window, out: str | os.PathLike[str]) -> Path:
                 ),
                 private=True,
             )
-        lines = [body for _, body in svc.aud.openings(size)]
+        lines = [body for _, body in svc.aud.openings(size, since)]
         write_atomically(out / "auditor" / "openings.jsonl", b"".join(b + b"\n" for b in lines), private=True)
-        proofs = [body for pos, body in svc.aud.proofs() if pos < size]
+        proofs = [body for pos, body in svc.aud.proofs() if since <= pos < size]
         if svc.policy.retrieval.zk_tenants:
             write_atomically(out / "auditor" / "proofs.jsonl", b"".join(b + b"\n" for b in proofs), private=True)
     return out

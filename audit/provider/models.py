@@ -99,9 +99,11 @@ def _missing_logit_methods(generator: object) -> list[str]:
 
 
 def _votes_on_logits(generator: object) -> TypeGuard[Generator]:
-    """Whether ``generator`` has what ``pure-dp-rag`` runs on (``start``, ``encode``, ``decode``) and declares its
-    sessions failure-free."""
-    return not _missing_logit_methods(generator) and declares_failure_free_sessions(generator)
+    """Whether ``generator`` has what ``pure-dp-rag`` runs on (``start``, ``encode``, ``decode``) and is isolated
+    from other requests: it declares its public worst case (``worst_case_bytes``, reserved before the charge,
+    spec/provider.md §3.6) or failure-free sessions."""
+    isolated = callable(getattr(generator, "worst_case_bytes", None)) or declares_failure_free_sessions(generator)
+    return not _missing_logit_methods(generator) and isolated
 
 
 def serving_generator(policy: Policy, generator: object) -> Generator | TextGenerator:
@@ -124,9 +126,9 @@ def serving_generator(policy: Policy, generator: object) -> Generator | TextGene
             )
         raise InvalidParameterError(
             "generator",
-            "mechanism 'pure-dp-rag' (000 Alg. 5) contains one voter's failure, not a failure that needs several "
-            "voters' documents or depends on other requests: it would fail the whole answer on one corpus and not "
-            "on its neighbour (a channel no ε covers), so it is served only by a generator that declares "
+            "mechanism 'pure-dp-rag' (000 Alg. 5) contains one voter's failure, not one that depends on other "
+            "requests: it is served only by a generator whose memory the service can reserve before the charge, "
+            "one that declares worst_case_bytes(question, n_contexts, batch, max_new_tokens), or that declares "
             "failure_free_sessions = True (spec/provider.md §3.5); serve 'answer-vote' or 'dp-ksa' instead",
             type(generator).__name__,
         )

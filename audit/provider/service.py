@@ -378,7 +378,7 @@ class ProviderService(Serving):
                 self.refresh_state()
                 old, chain = self.signer, self.keys.chain
                 keys = copy.deepcopy(self.keys)
-            rec = key_leaf(old, chain, new.vkey())  # outside any transaction (spec/provider.md §7)
+            rec = key_leaf(old, chain, new.vkey())  # outside any transaction (spec/provider.md §8)
             leaf = encode(rec)
             size, root = self.ledger.root_after(leaf)
             try:
@@ -569,11 +569,12 @@ class ProviderService(Serving):
         self.checkpoint_now()
         return pos
 
-    def export_bundle(self, out: str | os.PathLike[str]) -> Path:
-        """Write the bundle (``bundle_export.export_bundle``, spec/protocol.md §7)."""
+    def export_bundle(self, out: str | os.PathLike[str], *, since: int = 0) -> Path:
+        """Write the bundle (``bundle_export.export_bundle``, spec/protocol.md §7); ``since``: only the log from that
+        size on (for an auditor's state, §8.14)."""
         from .export import export_bundle
 
-        return export_bundle(self, out)
+        return export_bundle(self, out, since=since)
 
     def attest(self, proving_key: ProvingKey, *, tenant: str | None = None) -> int:
         """Prove noise-then-select (Groth16) for the zk tenants' unproven queries with the proving key the AUDITOR

@@ -7,6 +7,7 @@ transaction (checkpoint, receipt, stored answer) and retries. ``Serving`` adds i
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import secrets
@@ -21,6 +22,7 @@ import numpy.typing as npt
 from dprag.accounting.filters import IndividualRenyiFilter
 from dprag.accounting.protocols import Generator
 from dprag.accounting.rag.common import RagAnswer
+from dprag.accounting.rag.ksa import TextGenerator
 from dprag.accounting.rag.mechanism import filter_charge
 from dprag.accounting.rag.multi_query import Selection
 
@@ -41,6 +43,8 @@ from ..protocol.retrieval import (
 from . import release as release_clock
 from .admission import check_request
 from .group_commit import BatchFailed, GroupCommitter
+from .resend import Flights, StoredGuard, guard_generator
+from .reservation import Reservations, device_memory, worst_case_bytes
 from .window import Epoch, TenantRetriever, Window
 
 P = ParamSpec("P")
@@ -174,6 +178,10 @@ class Serving(Window):
     def _loaded(self) -> None:
         self._records = GroupCommitter(self._record_batch)
         self._answers = GroupCommitter(self._store_answers)
+        #: isolation between requests (spec/provider.md §3.6): each generation's public worst-case memory, reserved
+        #: before the charge; ``reservations.set(None)`` turns it off (``benchmarks/bench_serve.py`` measures both)
+        self.reservations = Reservations(device_memory(self.committed_generator))
+        self._flights = Flights()  # one finishing per ledger position at a time (resend.py)
 
     def _refuse(self, exc: RequestError | RateLimitError, signed: object) -> RequestError | RateLimitError:
         """Attach the signed refusal (§5.1: decided before anything was embedded, charged or recorded; the
@@ -279,11 +287,16 @@ class Serving(Window):
             tenant = check_request(self, req)
             h_req = request_hash(req.signed)  # once per request: its canonical encoding is not cheap
             admitted = self._with_retries(self._admit, req, h_req.hex())
+            # §3.6: the generation's public worst case (none for a stored answer's retry), whole-capacity check
+            served = admitted[0] == "served"
+            need = 0 if served else worst_case_bytes(self.committed_generator, self.policy, req.question)
+            self.reservations.check(need)
         except (RequestError, RateLimitError) as e:
             raise self._refuse(e, signed) from None  # decided from the request and public quantities only
         timing: _Timing = {"release_at_ms": None, "worked": True}  # the record's release time, once known
         try:
-            return self._serve_admitted(req, h_req, tenant, admitted, timing)
+            with self.reservations.hold(need):  # before the charge: waits (bounded) or raises ServiceBusyError
+                return self._serve_admitted(req, h_req, tenant, admitted, timing)
         finally:  # on the policy's public grid, when it sets a release period (audit/provider/release.py)
             self.release.hold(timing["release_at_ms"], worked=timing["worked"], arrived=arrived)
 
@@ -492,12 +505,23 @@ class Serving(Window):
             r = ep.policy.retrieval
             scores = cm.integer_scores(ten.q, q_query, r.score_clip, r.score_shift)
         top = recorded_top(ep.policy, dict(op), scores)
-        try:
-            ans = self._generate(question, top, ten.retriever, h_req, ep)
-        except Exception as e:  # noqa: BLE001 - any failure after the charge: nothing released, one outcome for all
-            raise AnswerPendingError(pos, cause=type(e).__name__) from None
-        item: AnswerItem = (record, ans.text, acct, counter, None if fresh is None else fresh["bytes"])
-        kept, served, mine = self._grouped(self._answers, self._store_answers, item)  # with those finished meanwhile
+        # spec/provider.md §3.7: once the answer is stored (by any replica), nothing is sent to the generator again
+        with self._flights.hold(pos):
+            if fresh is None:  # a retry, or a replica: the answer may be stored by now (one read)
+                now = self.aud.served(acct, counter)
+                if now is not None and _has_answer(now):
+                    return _served_query(decode(now, what="served"))
+            guard = StoredGuard(lambda: _has_answer(self.aud.served(acct, counter) or b"{}"))
+            try:
+                ans = self._generate(question, top, ten.retriever, h_req, _guarded(ep, guard))
+            except Exception as e:  # noqa: BLE001 - any failure after the charge: nothing released, one outcome for all
+                if not guard.fired:
+                    raise AnswerPendingError(pos, cause=type(e).__name__) from None
+            if guard.fired:  # another replica stored it meanwhile: its bytes, never a second answer
+                return _served_query(decode(self.aud.served(acct, counter) or b"{}", what="served"))
+            item: AnswerItem = (record, ans.text, acct, counter, None if fresh is None else fresh["bytes"])
+            # with those finished meanwhile
+            kept, served, mine = self._grouped(self._answers, self._store_answers, item)
         if kept is mine:  # ours was stored: the served answer is what those bytes encode
             return served
         return _served_query(decode(kept, what="served"))
@@ -507,7 +531,7 @@ class Serving(Window):
         receipts name, each answer with its receipt, signed at its own leaf's size (pos + 1; the first stored answer
         wins). Per item (record, answer, account, counter, the row's bytes if known): (the stored bytes, our served
         answer, our bytes)."""
-        # everything is signed first, outside the transaction (spec/provider.md §7: a signer may be slow, and no lock
+        # everything is signed first, outside the transaction (spec/provider.md §8: a signer may be slow, and no lock
         # is held while it runs): the checkpoint of the largest log a receipt of this batch names (size pos + 1, its
         # root recorded with the leaf) and each receipt at its own leaf's size; no read, and this process's key is at
         # least the one in effect there, since it read the log's key leaves when it recorded that leaf (§3.3)
@@ -560,6 +584,14 @@ class Serving(Window):
         return ep.rag_params.respond(
             question, top, retriever, generator, source=request_source(ep.seed, "generate", h_req)
         )
+
+
+def _guarded(ep: Epoch, guard: StoredGuard) -> Epoch:
+    """``ep`` with its text generator wrapped in ``guard`` (resend.py: no call once the answer is stored); a logit
+    generator (``pure-dp-rag``, local) sends nothing out of the process and is used as is."""
+    if ep.policy.generation.mechanism == "pure-dp-rag":
+        return ep
+    return dataclasses.replace(ep, generator=cast(TextGenerator, guard_generator(ep.generator, guard)))
 
 
 def _receipt_size(row: ServedRow) -> int:

@@ -1,4 +1,4 @@
-"""Where the provider's signing key lives (spec/provider.md §7): ``Signer`` backends and ``load_signer(spec)``.
+"""Where the provider's signing key lives (spec/provider.md §8): ``Signer`` backends and ``load_signer(spec)``.
 
 - ``FileSigner(path)``: the note key (``PRIVATE+KEY+...``, Go ``note`` format) in a file of its own, outside the
   window's directory and the store. The file must be a regular file (not a symbolic link) that only its owner can

@@ -391,7 +391,7 @@ class Window:
         size, so that which key signed it follows from the log's order, never from when the work ended (an answer
         recorded before a rotation and stored after it is signed by the retired key, which the provider keeps for
         that). Never inside a store transaction: a signer (a token, a remote KMS) may be slow, and no lock is held
-        while it runs (spec/provider.md §7)."""
+        while it runs (spec/provider.md §8)."""
         if self.store.in_transaction:
             raise ServiceStateError("the provider signs outside store transactions (a signer may be slow)")
         return self._signer_for(self.keys.at(size).vkey())

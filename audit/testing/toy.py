@@ -167,6 +167,10 @@ class ToyGenerator:
     def encode(self, text: str) -> list[int]:
         return [self._tok(w) for w in text.split()]
 
+    def worst_case_bytes(self, question: str, n_contexts: int, batch: int, max_new_tokens: int) -> int:
+        """A session's public worst case (spec/provider.md §3.6): its float32 logits, ``batch`` rows."""
+        return int(batch) * self.vocab_size * 4
+
     def generate_many(self, prompts: Sequence[Prompt], max_new_tokens: int) -> list[str]:
         return [self.generate(p, max_new_tokens) for p in prompts]
 

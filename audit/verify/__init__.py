@@ -14,7 +14,10 @@ bundle's own key is used and the verdict says it was not pinned); ``origin``, th
 (``dprag/<chain id>``; else the verdict says it was not pinned); ``trusted_checkpoint``, a checkpoint note seen
 earlier, which the ledger must extend; ``corpus``, tenant -> document texts, to check C_docs; ``theta`` and
 ``coalition_window`` (None = the whole window), the coalition estimator's parameters; ``max_read``, the most bytes
-the verifier reads from the bundle in all (None: the per-file caps genesis implies, spec/protocol.md §7).
+the verifier reads from the bundle in all (None: the per-file caps genesis implies, spec/protocol.md §7);
+``state``, ``state_key``, ``state_hash``: the auditor's state (§8.14: only the leaves after it are replayed, and it
+moves to the bundle's size); ``dask``: a Dask scheduler's address, or a number of local Dask workers, to run the
+maps and the coalition scan on (§8 item 13).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ..protocol.certify import DEFAULT_MAX_EPSILON
-from . import pool
+from . import incremental, pool
 from .answers import check_8_9_answers
 from .canonical import check_8_2_canonical
 from .coalition import check_8_10_coalition, start_coalition
@@ -65,14 +68,17 @@ def verify(
     progress: Callable[[str, int], None] | None = None,
     max_read: int | None = None,
     max_epsilon: float = DEFAULT_MAX_EPSILON,
+    state: str | Path | None = None,
+    state_key: str | Path | None = None,
+    state_hash: str | None = None,
+    dask: str | int | None = None,
 ) -> Verdict:
-    """Run every check of spec/protocol.md §8 on the bundle's log, in the spec's order."""
-    opts = {k: v for k, v in locals().items() if k in INPUT_OPTIONS}
+    """Run every check of spec/protocol.md §8 on the bundle's log, in the spec's order (module docstring)."""
     pinned_origin = None if origin is None else parse_origin(origin)
-    first = receipts if receipts is None or isinstance(receipts, (str, Path)) else next(iter(receipts), None)
-    with pool.running(bundle_path, first):  # workers forked before anything is read (§8 item 13)
-        given = read_auditor_inputs(**opts)
-        run = read_bundle(bundle_path, progress, max_read)
+    sf = incremental.open_for(**{k: v for k, v in locals().items() if k in incremental.STATE_OPTIONS})
+    with pool.engine(dask, bundle_path, receipts):  # Dask, or local workers forked now (§8 item 13)
+        given = read_auditor_inputs(**{k: v for k, v in locals().items() if k in INPUT_OPTIONS})
+        run = incremental.join(read_bundle(bundle_path, progress, max_read), sf, given)
         sampled: list[tuple[int, int]] = []
         check_8_1_files(run)
         check_8_2_canonical(run)
@@ -99,7 +105,8 @@ def verify(
         elif not run.reasons:
             run.fail("commitments", "no usable policy or genesis: nothing can be certified")
         check_8_10_history(run, given, pinned_origin)
-        return conclude(run, given, certify, mode=mode, sampled=sampled, trusted_size=trusted_size)
+        v = conclude(run, given, certify, mode=mode, sampled=sampled, trusted_size=incremental.merge(run, trusted_size))
+        return incremental.finish(v, run, sf, given)
 
 
 #: verify()'s keyword arguments that are the auditor's inputs (read_auditor_inputs)

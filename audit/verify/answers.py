@@ -59,6 +59,13 @@ def _replay_answers(run: Run, valid: Sequence[ValidReceipt], generator: object, 
         pos = body["pos"]
         if pos in replayed:  # one replay per ledger position, however many receipt lines name it (§8.9)
             continue
+        if pos < run.base and question is not None:
+            from .state import StateError
+
+            raise StateError(
+                f"receipt {k} hands in the question of leaf {pos}, which an earlier run verified: its answer cannot "
+                "be replayed from the auditor's state (replay it with a whole bundle, without --state)"
+            )
         # rec is read only for a position §8.7 accepted (``run.queries``), whose record is never None
         rec, op = cast("dict[str, Any]", run.records[pos]), run.openings.get(pos)
         texts = corpus.get(body["tenant"]) if corpus else None

@@ -22,11 +22,11 @@ def _decode_error(item: tuple[bytes, str]) -> str | None:
         return str(e)
 
 
-def _decode_all(raws: list[bytes], what: str) -> list[Any]:
+def _decode_all(raws: list[bytes], what: str, start: int = 0) -> list[Any]:
     """``decode`` of every record, each either its value or the EncodingError it raises. The canonical-form
     check runs in the forked workers; the parent then parses the records they accepted with the same C
     parser (``json.loads``: equal values, since canonical bytes hold no float and no duplicate key)."""
-    items = [(raw, what % k) for k, raw in enumerate(raws)]
+    items = [(raw, what % k) for k, raw in enumerate(raws, start=start)]
     errors = fork_map(_decode_error, items, serial=None)
     if errors is None:  # not forked: decode here, once
         out = []
@@ -55,7 +55,12 @@ def _opening_pos(item: tuple[bytes, str]) -> tuple[str | None, Any]:
 def check_8_2_canonical(run: Run) -> None:
     """§8.2: the leaves (``run.records``: each parsed, or None) and the openings' positions, strictly increasing
     in [1, n) (``run.openings``)."""
-    for i, rec in enumerate(_decode_all(run.b.leaves, "leaf %d")):
+    base = run.base
+    if base:  # verified by earlier runs (§8.14): only the state leaves are kept, as they were checked
+        run.records = [None] * base
+        for pos, raw in run.prior.control if run.prior is not None else ():
+            run.records[pos] = json.loads(raw)
+    for i, rec in enumerate(_decode_all(run.b.leaves[base:], "leaf %d", base), start=base):
         try:
             if isinstance(rec, EncodingError):
                 raise rec

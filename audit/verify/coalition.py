@@ -3,62 +3,71 @@ query leaf with the auditor's θ and window gives ĉ <= k_max (ε is computed fr
 
 Exact repeats are skipped: the retrieval noise is keyed by (s_W, tenant, Q) (§5.2), so a query whose Q equals an
 earlier query's of the same tenant gets the same citations — post-processing of the first release, which tells a
-coalition nothing new (FAQ traffic). The window used is always named in the verdict; when the whole history holds
-more pairs than the estimator compares by default, the auditor must choose one (``--coalition-window``: exit 2).
+coalition nothing new (FAQ traffic). Every pair of the log is compared unless the auditor chooses a window
+(``--coalition-window``); the window used is always named in the verdict, and whether it covers the whole log. With
+the auditor's state (§8.14) only the pairs with a new row are compared, the state's labels carrying the rest.
 A finding stays non-PASS and is worded "coalition or a common question"; the ε for k = ĉ is reported as holding
 only if exactly those accounts colluded, never as certified."""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from typing import Any, cast
 
 import numpy as np
 
-from ..protocol.bundle import AuditorInputError
 from ..protocol.policy import Policy
 from . import pool
-from .estimator import coalition_size, resolve_window
+from .estimator import coalition_size
 from .run import Run, guarded
+from .scan import extend_components
 
 
-class CoalitionWindowRequired(AuditorInputError):
-    """The whole history is larger than the estimator compares by default: the auditor must choose a window
-    (exit 2; it is the auditor's input, not a defect of the bundle)."""
-
-    auditor_input = True
+def row_digest(tenant: str, q: bytes) -> bytes:
+    """The 16-byte key of a (tenant, Q) row: exact repeats share it (collision resistance: 2^64 work)."""
+    return hashlib.blake2b(tenant.encode() + b"\x00" + q, digest_size=16).digest()
 
 
 def _coalition_task(
     embs: np.ndarray, accts: list[str], poss: list[int], theta: float, window: int | None
 ) -> tuple[int, int, int]:
+    """(ĉ, the window used, the span of the positions): ``window`` None compares every pair of the log."""
     span = max(1, int(poss[-1] - poss[0]))
-    w = resolve_window(window, poss, embs.shape[1])
-    if window is None and w < span:
-        return -1, w, span  # the auditor must choose (check_8_10_coalition raises)
+    w = span if window is None else window
     return coalition_size(embs, accts, theta, w, positions=poss), w, span
 
 
 def coalition_inputs(run: Run) -> tuple[np.ndarray, list[str], list[int]] | None:
-    """(Q of every query leaf as an int16 matrix, their accounts, their positions), or None if there is nothing
-    to estimate (no query, or Q of several dimensions): every query of the log, from its start."""
+    """(Q of every new query leaf as an int16 matrix, their accounts, their positions), or None if there is nothing
+    to estimate (no query, or Q of several dimensions): every query of the log from ``run.base``, but the exact
+    repeats of an earlier query of the same tenant (the state's too, §8.14). ``run.coalition_new`` gets the new
+    rows' tenants and keys."""
     accts: list[str] = []
     poss: list[int] = []
+    tenants: list[str] = []
+    keys: list[bytes] = []
     dims: set[int] = set()
-    seen: set[tuple[str, bytes]] = set()
+    prior = run.prior
+    seen: set[bytes] = set() if prior is None else {bytes(k) for k in prior.co_digest}
+    if prior is not None and prior.co_rows.shape[0]:
+        dims.add(prior.co_rows.shape[1])
     records = cast("list[dict[str, Any]]", run.records)  # the query leaves' records are §8.7's, never None
     for i in run.queries:
         rec = records[i]
         if rec["type"] != "query":
             continue
-        key = (rec["tenant"], run.qembs[i])
+        key = row_digest(rec["tenant"], run.qembs[i])
         if key in seen:
             continue  # an exact repeat: the same citations as the first, no new release (module docstring)
         seen.add(key)
         dims.add(len(run.qembs[i]) // 2)  # int16 entries (§8.7 checked them)
         accts.append(records[i]["account"])
         poss.append(i)
-    if not poss or len(dims) != 1:
+        tenants.append(rec["tenant"])
+        keys.append(key)
+    run.coalition_new = (tenants, keys)
+    if len(dims) > 1 or not dims:
         return None
     embs = np.empty((len(poss), dims.pop()), dtype="<i2")  # filled in place: no per-query arrays (memory at scale)
     for k, i in enumerate(poss):
@@ -67,17 +76,46 @@ def coalition_inputs(run: Run) -> tuple[np.ndarray, list[str], list[int]] | None
 
 
 def _coalition_estimate(run: Run, theta: float, window: int | None) -> tuple[int, int, int] | None:
-    """(ĉ, the window used) from the opened Q of every query leaf, or None if there is nothing to estimate."""
+    """(ĉ, the window used, the span) from the opened Q of every query leaf, or None if there is nothing to
+    estimate. With the auditor's state (§8.14) the new rows are compared with the state's, and the labels of all
+    rows are kept for the next run (``run.coalition_rows``)."""
     got = coalition_inputs(run)
-    return None if got is None else _coalition_task(*got, theta, window)
+    client = pool.dask_client()
+    if run.prior is None and client is None:
+        return None if got is None or not got[2] else _coalition_task(*got, theta, window)
+    if got is None:
+        return None
+    embs, accts, poss = got
+    prior = run.prior
+    if prior is None:  # on Dask, without a state: the same scan from no rows
+        from .state import empty_state
+
+        prior = empty_state("", None, "", {}, embs.shape[1])
+    names = prior.accounts
+    codes = np.concatenate([prior.co_account, np.asarray([prior.account_code(a) for a in accts], dtype=np.int64)])
+    rows = np.concatenate([prior.co_rows.reshape(-1, embs.shape[1]), embs])
+    pos = np.concatenate([prior.co_pos, np.asarray(poss, dtype=np.int64)])
+    start = prior.co_rows.shape[0]
+    labels, c_hat = extend_components(rows, codes, len(names), theta, window, pos, start, prior.co_labels, client)
+    run.coalition_rows = (rows, codes, pos, labels)
+    if not rows.shape[0]:
+        return None
+    span = max(1, int(pos[-1] - pos[0]))
+    return c_hat, span if window is None else window, span
 
 
 def start_coalition(run: Run, theta: float, window: int | None) -> Callable[[], Any] | None:
     """The coalition estimate (BLAS-bound) needs only the checked openings: started in a fresh process beside the
     generation check (after the retrieval replay, whose workers already fill the cores: a lower peak); None
     where §8.10 computes it in line (a small window, one worker, or anything unexpected: the check reports it)."""
-    if run.n < pool.FORK_MIN_ITEMS or pool.workers() < 2:
-        return None
+    if (
+        run.n < pool.FORK_MIN_ITEMS
+        or pool.workers() < 2
+        or run.prior is not None
+        or run.keeps_state
+        or pool.dask_client() is not None
+    ):
+        return None  # with the auditor's state it runs in line: it keeps the labels (§8.14)
     try:
         inputs = coalition_inputs(run)
     except Exception:  # noqa: BLE001 — the check itself (in line) reports it
@@ -98,11 +136,6 @@ def check_8_10_coalition(
         if est is None:
             return None
         c_hat, w, span = est
-        if c_hat < 0:
-            raise CoalitionWindowRequired(
-                f"--coalition-window is required: the history's queries span {span} ledger positions, more than the "
-                f"estimator compares by default (at most {w}); choose a window, which the verdict names"
-            )
         policy = cast(Policy, run.policy)  # verify() runs §8.10 only with a policy (the last epoch's; n only rises)
         # the largest k_max of any epoch (it may only fall, §3.4): what the certified ε assumes
         k_max = max([policy.coalition.k_max, *(ep.policy.coalition.k_max for ep in run.epochs if ep.policy)])

@@ -336,9 +336,9 @@ def _policy_leaf(run: Run, i: int, rec: dict[str, Any], openings: dict[int, dict
         if cm.seed_commitment(sd) != rec["C_seed"]:
             raise EncodingError("its seed does not open C_seed")
         policy, seed = pol, sd
-        run.ok("epochs")
+        run.ok_at(i, "epochs")
     except (EncodingError, DpragError) as e:
-        run.fail("commitments", f"leaf {i}: epoch {k}: {e}")
+        run.fail_at(i, "commitments", f"leaf {i}: epoch {k}: {e}")
     run.epochs.append(EpochView(k, i, policy, seed))
 
 
@@ -370,9 +370,9 @@ def _documents_leaf(run: Run, i: int, rec: dict[str, Any]) -> None:
         if cm.documents_commitment(salts, ids, hashes) != rec["C_docs"]:
             raise EncodingError("the added documents do not open C_docs")
         ten["sizes"].append((i, end))
-        run.ok("documents_leaves")
+        run.ok_at(i, "documents_leaves")
     except EncodingError as e:
-        run.fail("commitments", f"leaf {i}: {e}")
+        run.fail_at(i, "commitments", f"leaf {i}: {e}")
 
 
 def _state_leaves(run: Run, g: dict[str, Any]) -> None:
@@ -402,20 +402,20 @@ def _state_leaves(run: Run, g: dict[str, Any]) -> None:
         if kind == "key" and keys is not None:
             try:
                 keys.apply(i, rec)
-                run.ok("key_leaves")
+                run.ok_at(i, "key_leaves")
             except KeyLeafError as e:
-                run.fail("commitments", f"leaf {i}: a provider key rotation breaks its rule: {e}")
+                run.fail_at(i, "commitments", f"leaf {i}: a provider key rotation breaks its rule: {e}")
             continue
         if kind not in TYPES:
             continue
         try:
             reg.apply(i, rec, run.tenants)
         except RegistryError as e:
-            run.fail("commitments", f"leaf {i}: a registry leaf breaks its rule: {e}")
+            run.fail_at(i, "commitments", f"leaf {i}: a registry leaf breaks its rule: {e}")
             continue
         if rec["type"] == "account":
             run.accounts[rec["account"]] = {"account": rec["account"], "tenant": rec["tenant"], "key": rec["key"]}
-        run.ok("registry_leaves")
+        run.ok_at(i, "registry_leaves")
     run.registry, run.keys = reg, keys
     for t, v in run.tenants.items():
         if v["sizes"][-1][1] != v["n"]:

@@ -23,7 +23,7 @@ past ``DEFAULT_PAIR_DIM_BUDGET``); spec/estimator.md §8 gives the measured dete
 Default path (streamed). Without an injected search, the band is scanned in float32 tiles at θ minus the
 proven float32 bound (``float32_margin``), each tile's candidates joining two different components are
 decided exactly and merged into one label per query at once, and nothing else is kept: memory is bounded
-for any θ (``_stream``). The rest of this docstring describes the exact decision it shares with the
+for any θ (``stream_components``). The rest of this docstring describes the exact decision it shares with the
 injected-search path.
 
 Injected searches. Pairs are found by a *neighbour search* -- any callable of the ``NeighbourSearch`` protocol that
@@ -108,7 +108,7 @@ def _check_embeddings(embeddings: npt.ArrayLike, n_expected: int | None = None) 
     return e
 
 
-def _check_theta(theta: Any, field: str = "theta") -> float:
+def check_theta(theta: Any, field: str = "theta") -> float:
     if isinstance(theta, bool):
         raise InvalidParameterError(field, "must be a real number in (0, 1]", theta)
     try:
@@ -120,7 +120,7 @@ def _check_theta(theta: Any, field: str = "theta") -> float:
     return t
 
 
-def _check_positions(positions: npt.ArrayLike | None, n: int) -> np.ndarray:
+def check_positions(positions: npt.ArrayLike | None, n: int) -> np.ndarray:
     if positions is None:
         return np.arange(n, dtype=np.int64)
     p = np.asarray(positions)
@@ -386,10 +386,10 @@ def link_pairs(
     """All linked pairs (i, j), i < j, ``pos_j - pos_i <= window`` and cos(e_i, e_j) >= θ exactly, as an
     (m, 2) int64 array sorted by (i, j). ``positions`` defaults to the row numbers."""
     raw = _check_embeddings(embeddings)
-    theta = _check_theta(theta)
+    theta = check_theta(theta)
     window = check_positive_int("window", window)
     block = check_positive_int("block", block)
-    pos = _check_positions(positions, raw.shape[0])
+    pos = check_positions(positions, raw.shape[0])
     unit = unit_rows(raw)
     cand = _candidates(raw, unit, theta - MARGIN, window, pos, search, block)
     links = cand.pairs[cand.linked(theta)]
@@ -418,7 +418,7 @@ def _prepare(
     n = len(accounts) if hasattr(accounts, "__len__") else None
     raw = _check_embeddings(embeddings, n)
     codes, names = _account_codes(accounts, raw.shape[0])
-    pos = _check_positions(positions, raw.shape[0])
+    pos = check_positions(positions, raw.shape[0])
     window = resolve_window(window, pos, raw.shape[1])
     return raw, codes, names, window, pos
 
@@ -450,7 +450,7 @@ def float32_margin(dim: int) -> float:
 
 def band_pairs(positions: Sequence[int] | np.ndarray, window: int) -> int:
     """Number of pairs i < j with ``positions[j] - positions[i] <= window`` (positions strictly increasing)."""
-    pos = _check_positions(positions, len(positions))
+    pos = check_positions(positions, len(positions))
     window = check_positive_int("window", window)
     ends = np.searchsorted(pos, pos + window, side="right")
     return int((ends - np.arange(pos.size) - 1).sum())
@@ -459,7 +459,7 @@ def band_pairs(positions: Sequence[int] | np.ndarray, window: int) -> int:
 def default_window(positions: Sequence[int] | np.ndarray, dim: int, budget: int = DEFAULT_PAIR_DIM_BUDGET) -> int:
     """The default window for queries at ``positions``: the whole audit window (the span of the positions,
     so every pair is compared) when ``band_pairs · dim <= budget``, else the largest window that fits."""
-    pos = _check_positions(positions, len(positions))
+    pos = check_positions(positions, len(positions))
     dim = check_positive_int("dim", dim)
     span = max(1, int(pos[-1] - pos[0])) if pos.size else 1
     if band_pairs(pos, span) * dim <= budget:
@@ -498,7 +498,7 @@ def _unit32(raw: np.ndarray, chunk: int = 8192) -> np.ndarray:
     return out
 
 
-def _merge(labels: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:
+def merge_components(labels: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:
     """Union the components of ``labels`` joined by edges (a_k, b_k) (node ids), in place; each component
     keeps its smallest label."""
     la, lb = labels[a], labels[b]
@@ -514,12 +514,12 @@ def _merge(labels: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:
     labels[hit] = smallest[comp[idx[hit]]]
 
 
-def _max_accounts(labels: np.ndarray, codes: np.ndarray, n_acc: int) -> int:
+def max_accounts(labels: np.ndarray, codes: np.ndarray, n_acc: int) -> int:
     key = np.unique(labels * n_acc + codes)
     return int(np.bincount(key // n_acc).max())
 
 
-def _stream(
+def stream_components(
     raw: np.ndarray,
     codes: np.ndarray,
     n_acc: int,
@@ -530,6 +530,9 @@ def _stream(
     saturate: bool = True,
     block: int = 1024,
     tile: int = _TILE32,
+    start: int = 0,
+    labels0: list[np.ndarray] | None = None,
+    band: tuple[int, int] | None = None,
 ) -> tuple[list[np.ndarray], np.ndarray]:
     """Component labels and ĉ for every θ, in bounded memory.
 
@@ -539,11 +542,22 @@ def _stream(
     trusted outside its bound, else float64, else the integer rule) and merged at once, so nothing is
     kept between tiles but one label per query and θ: memory O(n·d·4 + G·n + tile) for any θ.
     With ``saturate``, a θ stops as soon as one component spans every account (ĉ cannot grow), and so do
-    the θ below it (their components contain its)."""
+    the θ below it (their components contain its).
+
+    Incremental (the auditor's state, spec/protocol.md §8.14): ``labels0`` are the labels of rows ``[0, start)``
+    from an earlier pass over them (each row from ``start`` on starts alone); only the pairs with ``j >= start``
+    are scanned, so the result equals one pass over all rows. The unit rows are made per tile from ``raw``
+    (no float32 copy of the matrix: memory O(n·d·2 + G·n + tile)). ``band``: scan only the pairs whose first row
+    lies in ``band`` = ``[r0, r1)`` (one band of a distributed scan, ``scan.extend_components``)."""
     n, d = raw.shape
     G = thetas.size
     labels = [np.arange(n, dtype=np.int64) for _ in range(G)]
+    if labels0 is not None:
+        for lab, old in zip(labels, labels0, strict=True):
+            lab[:start] = old[:start]
     c_hat = np.ones(G, dtype=np.int64)
+    if labels0 is not None and start:
+        c_hat = np.asarray([max_accounts(lab, codes, n_acc) for lab in labels], dtype=np.int64)
     if n_acc <= 1 or n < 2:
         return labels, np.minimum(c_hat, n_acc)
     order = np.argsort(-thetas, kind="stable")
@@ -551,19 +565,21 @@ def _stream(
     err = float32_margin(d)
     lo = float(thetas.min()) - err - MARGIN
     thr = np.nextafter(np.float32(lo), np.float32(-np.inf))  # a float32 threshold <= lo
-    u32 = _unit32(raw)
     lazy = _RowUnit(raw)
-    for s in range(0, n, block):
-        t = min(n, s + block)
+    b0, b1 = band if band is not None else (0, n)
+    for s in range(b0, b1, block):
+        t = min(b1, s + block)
         hi = int(np.searchsorted(pos, pos[t - 1] + window, side="right"))
-        if hi <= s + 1:
+        first = max(s, start)
+        if hi <= first + (first == s):
             continue
         cols = max(256, tile // (t - s))
         chunk_rows = max(1, (1 << 18) // cols)  # at most 2^18 candidates decided at once
         dirty = set()
-        for c0 in range(s, hi, cols):
+        rows32 = _unit32(raw[s:t])
+        for c0 in range(first, hi, cols):
             c1 = min(hi, c0 + cols)
-            sims = u32[s:t] @ u32[c0:c1].T
+            sims = rows32 @ (rows32[c0 - s : c1 - s] if c0 == s and c1 <= t else _unit32(raw[c0:c1])).T
             rows = np.flatnonzero(sims.max(axis=1) >= thr)  # a max-reduction is far cheaper than nonzero
             for r0 in range(0, rows.size, chunk_rows):  # dense tiles (tiny θ) in slices: bounded memory
                 sel = rows[r0 : r0 + chunk_rows]
@@ -582,10 +598,10 @@ def _stream(
                     pairs = np.stack([ii[m], jj[m]], axis=1)
                     linked = _Candidates(raw, lazy, pairs, v[m], err).linked(float(thetas[g]))
                     if linked.any():
-                        _merge(lab, pairs[linked, 0], pairs[linked, 1])
+                        merge_components(lab, pairs[linked, 0], pairs[linked, 1])
                         dirty.add(g)
         for g in [g for g in active if g in dirty]:
-            c_hat[g] = max(c_hat[g], _max_accounts(labels[g], codes, n_acc))
+            c_hat[g] = max(c_hat[g], max_accounts(labels[g], codes, n_acc))
         if saturate:
             full = [g for g in active if c_hat[g] == n_acc]
             if full:  # the highest saturated θ: every lower θ is saturated too
@@ -610,12 +626,12 @@ def coalition_clusters(
     """The distinct-account sets of every cluster that spans >= 2 accounts, ordered by the cluster's
     earliest query."""
     raw, codes, names, window, pos = _prepare(embeddings, accounts, window, positions)
-    theta = _check_theta(theta)
+    theta = check_theta(theta)
     n = raw.shape[0]
     if n == 0:
         return []
     if search is None:
-        labels = _stream(raw, codes, len(names), np.asarray([theta]), window, pos, saturate=False)[0][0]
+        labels = stream_components(raw, codes, len(names), np.asarray([theta]), window, pos, saturate=False)[0][0]
         labels = np.unique(labels, return_inverse=True)[1].reshape(-1)
     else:
         labels = _components(n, link_pairs(raw, theta, window, positions=pos, search=search))
@@ -643,13 +659,13 @@ def component_labels(
     index of its cluster), from one streamed pass (bounded memory; the default exact search)."""
     raw, codes, names, window, pos = _prepare(embeddings, accounts, window, positions)
     th = np.asarray(
-        [_check_theta(t, "thetas") for t in np.atleast_1d(np.asarray(thetas, dtype=object))], dtype=np.float64
+        [check_theta(t, "thetas") for t in np.atleast_1d(np.asarray(thetas, dtype=object))], dtype=np.float64
     )
     if th.size == 0:
         raise InvalidParameterError("thetas", "must not be empty")
     if raw.shape[0] == 0:
         return np.zeros((th.size, 0), dtype=np.int64)
-    labels = _stream(raw, codes, max(len(names), 2), th, window, pos, saturate=False)[0]
+    labels = stream_components(raw, codes, max(len(names), 2), th, window, pos, saturate=False)[0]
     return np.stack(labels)
 
 
@@ -664,7 +680,7 @@ def coalition_size(
 ) -> int:
     """ĉ: the largest number of distinct accounts in one cluster (1 if no cluster spans two accounts,
     0 if there are no queries)."""
-    theta = _check_theta(theta)
+    theta = check_theta(theta)
     return int(coalition_size_curve(embeddings, accounts, [theta], window, positions=positions, search=search)[0])
 
 
@@ -685,7 +701,7 @@ def coalition_size_curve(
     """
     raw, codes, names, window, pos = _prepare(embeddings, accounts, window, positions)
     th = np.asarray(
-        [_check_theta(t, "thetas") for t in np.atleast_1d(np.asarray(thetas, dtype=object))], dtype=np.float64
+        [check_theta(t, "thetas") for t in np.atleast_1d(np.asarray(thetas, dtype=object))], dtype=np.float64
     )
     if th.size == 0:
         raise InvalidParameterError("thetas", "must not be empty")
@@ -694,7 +710,7 @@ def coalition_size_curve(
     if n == 0:
         return out
     if search is None:  # the default: streamed, bounded memory for any θ
-        return _stream(raw, codes, len(names), th, window, pos)[1]
+        return stream_components(raw, codes, len(names), th, window, pos)[1]
     unit = unit_rows(raw)
     n_acc = len(names)
     order = np.argsort(-th, kind="stable")

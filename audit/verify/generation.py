@@ -56,6 +56,9 @@ def check_8_9_generation(run: Run) -> None:
     rules = {ep.number: ChargeRule.of(cast(Policy, ep.policy)) for ep in run.epochs}  # the limit is a constant
     rule = rules[run.epochs[-1].number] if run.epochs else ChargeRule.of(cast(Policy, run.policy))
     spent = {t: np.zeros(v["n"], dtype=np.int64) for t, v in run.tenants.items()}
+    for t, carried in (run.prior.spend if run.prior is not None else {}).items():  # the state's (§8.14)
+        if t in spent:
+            spent[t][: min(carried.size, spent[t].size)] = carried[: spent[t].size]
     for done, i in enumerate(run.queries):
         rec, op = records[i], run.openings[i]
         t = rec["tenant"]

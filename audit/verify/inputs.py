@@ -45,16 +45,24 @@ class AuditorInputs:
     max_epsilon: float = DEFAULT_MAX_EPSILON
 
 
-def read_auditor_file(path: str | os.PathLike[str], what: str, cap: int) -> bytes:
+def read_auditor_file(
+    path: str | os.PathLike[str], what: str, cap: int, *, private: bool = False, error: type = AuditorInputError
+) -> bytes:
     """The auditor's own file (``--receipts``, ``--key``, ``--trusted-checkpoint``): a regular file (the auditor
-    may keep it behind a link), read without blocking and at most ``cap`` bytes; else exit 2 naming the flag."""
+    may keep it behind a link), read without blocking and at most ``cap`` bytes; else exit 2 naming the flag.
+    ``private`` (the state and its key, §8 item 14): never through a link, and no group or other mode bits;
+    ``error``: the AuditorInputError subclass raised."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | (os.O_NOFOLLOW if private else 0))
     except OSError as e:
-        raise AuditorInputError(f"{what} {path}: cannot read ({e.strerror})") from None
+        why = "a symbolic link (refused)" if private and os.path.islink(path) else e.strerror
+        raise error(f"{what} {path}: cannot read ({why})") from None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise AuditorInputError(f"{what} {path}: not a regular file")
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise error(f"{what} {path}: not a regular file")
+        if private and mode & 0o077:
+            raise error(f"{what} {path}: readable or writable by others (mode {mode & 0o777:o}); chmod 600")
         chunks, total = [], 0
         while total <= cap:
             c = os.read(fd, min(1 << 24, cap + 1 - total))
@@ -63,11 +71,11 @@ def read_auditor_file(path: str | os.PathLike[str], what: str, cap: int) -> byte
             chunks.append(c)
             total += len(c)
     except OSError as e:
-        raise AuditorInputError(f"{what} {path}: cannot read ({e.strerror})") from None
+        raise error(f"{what} {path}: cannot read ({e.strerror})") from None
     finally:
         os.close(fd)
     if total > cap:
-        raise AuditorInputError(f"{what} {path}: larger than {cap} bytes")
+        raise error(f"{what} {path}: larger than {cap} bytes")
     return b"".join(chunks)
 
 

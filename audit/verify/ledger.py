@@ -20,16 +20,23 @@ if TYPE_CHECKING:
     from ..protocol.ledger.witness import WitnessVerifier
 
 
-def _prefix_roots(leaf_hashes: list[bytes], sizes: set[int]) -> dict[int, bytes]:
-    """RFC 6962 roots of the ledger prefixes of the given sizes, in one pass."""
-    out, cr = {}, CompactRange()
-    if 0 in sizes:
-        out[0] = cr.root()
+def _prefix_roots(run: Run, sizes: set[int]) -> dict[int, bytes]:
+    """RFC 6962 roots of the ledger prefixes of the given sizes, in one pass: from the state's compact range at
+    ``run.base`` when every size is at least that (§8.14), else from the first leaf (the state's leaf hashes)."""
+    out: dict[int, bytes] = {}
+    prior, base = run.prior, run.base
+    if prior is not None and base and min(sizes, default=base) >= base:
+        cr = CompactRange(base, prior.frontier)
+        start = base
+    else:
+        cr, start = CompactRange(), 0
+    if start in sizes:
+        out[start] = cr.root()
     top = max(sizes) if sizes else 0
-    for k, h in enumerate(leaf_hashes[:top], start=1):
-        cr.append_leaf_hash(h)
-        if k in sizes:
-            out[k] = cr.root()
+    for k in range(start, top):
+        cr.append_leaf_hash(run.leaf_hash(k))
+        if k + 1 in sizes:
+            out[k + 1] = cr.root()
     return out
 
 
@@ -72,6 +79,8 @@ def _open_checkpoints(run: Run, notes: list[bytes], origin: str, keys: KeyChain,
 def _check_rotations(run: Run, keys: KeyChain, origin: str) -> None:
     """§3.3: the first checkpoint covering each rotation leaf (size p + 1) is in the bundle, signed by both keys."""
     for pos, old, new in keys.rotations():
+        if pos < run.base:
+            continue  # checked by the run that verified that leaf (§8.14)
         both = False
         for note in run.b.checkpoints:
             if _note_size(note) != pos + 1:
@@ -163,7 +172,7 @@ def check_8_5_ledger(run: Run, receipt_sizes: set[int], trusted: bytes | None, p
     roots of every prefix a checkpoint or receipt names go to ``run.prefix_roots`` for §8.6. A trusted checkpoint
     that does not open under the bundle's key but does under the auditor's ``pinned`` key is a rewrite."""
     n = run.n
-    run.leaf_hashes = [hash_leaf(x) for x in run.b.leaves]
+    run.leaf_hashes = [hash_leaf(x) for x in run.b.leaves[run.base :]]  # the state holds those below base
     run.progress("ledger", n)
     if run.keys is None or run.genesis is None:
         return None
@@ -199,7 +208,7 @@ def check_8_5_ledger(run: Run, receipt_sizes: set[int], trusted: bytes | None, p
     sizes = {c.size for c in cps if c.size <= n} | {n} | {s for s in receipt_sizes if s <= n}
     if trusted_cp is not None and trusted_cp.size <= n:
         sizes.add(trusted_cp.size)
-    run.prefix_roots = _prefix_roots(run.leaf_hashes, sizes)
+    run.prefix_roots = _prefix_roots(run, sizes)
     last = -1
     for c in cps:
         if c.size > n:
@@ -207,11 +216,12 @@ def check_8_5_ledger(run: Run, receipt_sizes: set[int], trusted: bytes | None, p
         elif c.size <= last:
             run.fail("ledger", f"checkpoint of size {c.size} does not increase")
         elif run.prefix_roots[c.size] != c.root:
-            run.fail("ledger", f"checkpoint of size {c.size} is not consistent with the ledger")
+            since = f" as extended from the auditor's state at size {run.base} (a fork)" if run.base else ""
+            run.fail("ledger", f"checkpoint of size {c.size} is not consistent with the ledger{since}")
         else:
             run.ok("ledger")
         last = max(last, c.size)
-    if n not in {c.size for c in cps}:
+    if n not in {c.size for c in cps} and not (run.base and n == run.base):  # else the state's checkpoint covers it
         run.fail("ledger", f"no signed checkpoint covers the whole ledger (size {n})")
     if trusted_cp is not None:
         if trusted_cp.size > n:

@@ -198,8 +198,8 @@ def start_pool(bundle_path: str | os.PathLike[str], receipts: str | os.PathLike[
     """The worker pool, if a map may fork: several workers, ``fork`` available, and a bundle or receipts file
     of at least ``FORK_MIN_ITEMS`` short records (sizes from ``stat``, nothing read: a guess that decides
     where the work runs, never what it finds)."""
-    if workers() < 2 or "fork" not in mp.get_all_start_methods():
-        return None
+    if workers() < 2 or "fork" not in mp.get_all_start_methods() or _DASK is not None:
+        return None  # (with a Dask cluster the maps run there)
     sizes: list[int] = []
     for path, follow in (
         (Path(bundle_path) / "public" / "leaves.bin", False),
@@ -275,6 +275,10 @@ def fork_map(
     worker makes the whole map rerun in this process, so errors are exactly the in-process ones."""
     if serial is ...:
         serial = fn
+    if _DASK is not None and items:
+        on_dask = _dask_map(fn, items, chunk)
+        if on_dask is not None:
+            return on_dask
     n_workers = workers()
     forked = None
     if (
@@ -290,6 +294,96 @@ def fork_map(
     if forked is not None:
         return forked
     return None if serial is None else [serial(x) for x in items]
+
+
+#: the Dask client of the running ``verify`` (``dask_engine``), or None: the maps run on its workers
+_DASK: Any = None
+#: maps run on Dask and maps that fell back to this process (a worker's failure), since the process started
+DASK_STATS = {"maps": 0, "fallbacks": 0}
+
+
+def dask_client() -> Any:
+    """The Dask ``distributed.Client`` the running ``verify`` maps on, or None."""
+    return _DASK
+
+
+@contextmanager
+def dask_engine(scheduler: str | None, n_workers: int | None) -> Iterator[Any]:
+    """While ``verify`` runs: its maps (``fork_map``) and the coalition scan on a Dask cluster — the scheduler at
+    ``scheduler`` (``--scheduler tcp://host:8786``), or a LocalCluster of ``n_workers`` single-threaded worker
+    processes (``--workers N``) — instead of the local process pool; neither: nothing changes. A scheduler that
+    cannot be reached, or a bad count, is the auditor's exit 2 naming the flag. None of it changes a verdict
+    (tests/audit/verify/test_verifier_dask.py)."""
+    global _DASK
+    if scheduler is None and n_workers is None:
+        yield None
+        return
+    from ..protocol.bundle import AuditorInputError
+
+    if scheduler is not None and n_workers is not None:
+        raise AuditorInputError("--workers starts a local cluster; with --scheduler the cluster's workers are used")
+    if n_workers is not None and (isinstance(n_workers, bool) or not isinstance(n_workers, int) or n_workers < 1):
+        raise AuditorInputError(f"--workers must be a positive number of worker processes, got {n_workers!r}")
+    try:
+        from distributed import Client, LocalCluster
+    except ImportError:
+        raise AuditorInputError("--scheduler/--workers need the dask extra (pip install 'dprag[dask]')") from None
+    cluster = None
+    try:
+        if scheduler is not None:
+            client = Client(scheduler, timeout=10)
+        else:
+            cluster = LocalCluster(
+                n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=None, silence_logs=40
+            )
+            client = Client(cluster)
+    except (OSError, ValueError, TimeoutError) as e:
+        if cluster is not None:
+            cluster.close()
+        raise AuditorInputError(f"--scheduler {scheduler}: cannot reach it ({type(e).__name__}: {e})") from None
+    _DASK = client
+    try:
+        yield client
+    finally:
+        _DASK = None
+        client.close()
+        if cluster is not None:
+            cluster.close()
+
+
+@contextmanager
+def engine(dask: str | int | None, bundle_path: str | os.PathLike[str], receipts: Any) -> Iterator[None]:
+    """Where one ``verify`` runs its maps: a Dask cluster (``dask_engine``: ``dask`` a scheduler's address or a
+    number of local workers), else the local pool forked now, before anything is read (``running``; ``receipts``: a
+    path or several, the first sizes the pool)."""
+    first = receipts if receipts is None or isinstance(receipts, (str, os.PathLike)) else next(iter(receipts), None)
+    scheduler = dask if isinstance(dask, str) else None
+    n_workers = dask if dask is not None and not isinstance(dask, str) else None
+    with dask_engine(scheduler, n_workers), running(bundle_path, first):
+        yield
+
+
+def _apply_chunk(chunk: list[Any], fn: Callable[[Any], Any]) -> list[Any]:
+    return [fn(x) for x in chunk]
+
+
+def _dask_map(fn: Callable[[Any], Any], items: list[Any], chunk: int | None) -> list[Any] | None:
+    """``[fn(x) for x in items]`` on the Dask cluster: ``fn`` (with the context it carries) scattered to every
+    worker once, the items in chunks; None on any failure (``fork_map`` then runs the map here, so errors are
+    exactly the in-process ones)."""
+    client = _DASK
+    try:
+        n = max(1, len(client.scheduler_info().get("workers", {})))
+        size = max(64, -(-len(items) // (4 * n)))  # (``chunk`` is the local pipes' size: not used here)
+        [task] = client.scatter([fn], broadcast=True, hash=False)
+        chunks = [items[a : a + size] for a in range(0, len(items), size)]
+        futs = client.map(_apply_chunk, chunks, fn=task, pure=False)
+        parts = client.gather(futs)
+    except Exception:  # noqa: BLE001 — a worker's failure: the map reruns in this process
+        DASK_STATS["fallbacks"] += 1
+        return None
+    DASK_STATS["maps"] += 1
+    return [x for part in parts for x in part]
 
 
 def background(task: Callable[..., Any], *args: Any) -> Callable[[], Any]:

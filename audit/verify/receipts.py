@@ -6,6 +6,7 @@ receipt FAILs the bundle if the ledger contradicts it (truncation, a fork, anoth
 from __future__ import annotations
 
 import copy
+import hashlib
 from functools import partial
 from typing import Any, cast
 
@@ -252,7 +253,11 @@ def _requests_by_account(run: Run) -> dict[str, list[tuple[int, int, str]]]:
     """Every recorded request as (pos, counter, h_req) per account, in ledger order: the openings are parsed once
     for all the refusals handed in, not once per refusal."""
     out: dict[str, list[tuple[int, int, str]]] = {}
-    for pos in range(1, run.n):
+    st = run.prior
+    if st is not None:  # the requests earlier runs verified (§8.14)
+        for pos, a, c, h in zip(st.req_pos, st.req_account, st.req_counter, st.req_hreq, strict=True):
+            out.setdefault(st.accounts[int(a)], []).append((int(pos), int(c), bytes(h).hex()))
+    for pos in range(max(1, run.base), run.n):
         op = run.openings.get(pos)
         req = op.get("request") if isinstance(op, dict) else None
         if isinstance(req, dict) and isinstance(req.get("account"), str) and is_int(req.get("counter"), 1):
@@ -299,6 +304,9 @@ def _check_refusals(run: Run) -> None:
     if not run.refusals:
         return
     pos_of: dict[str, int] = {}
+    if run.prior is not None:
+        for p, h in zip(run.prior.req_pos, run.prior.req_hreq, strict=True):
+            pos_of.setdefault(bytes(h).hex(), int(p))
     for i, rec in enumerate(run.records):
         h = rec.get("h_req") if i and isinstance(rec, dict) else None
         if isinstance(h, str):
@@ -390,8 +398,14 @@ def _proves(hashes: tuple[bytes, ...] | None, n: int, size: int, root_n: bytes |
 def _against_the_ledger(run: Run, valid: list[_Valid]) -> None:
     n = run.n
     proofs = _consistency_proofs(run) if any(body["size"] > n for _, body, _, _ in valid) else {}
-    by_pos: dict[int, tuple[int, dict[str, Any]]] = {}
-    by_request: dict[tuple[str, int], tuple[int, int]] = {}
+    #: pos -> (receipt line or None: an earlier run's, the body's digest, account, counter)
+    by_pos: dict[int, tuple[int | None, bytes, str, int]] = {}
+    by_request: dict[tuple[str, int], tuple[int | None, int]] = {}
+    st = run.prior
+    if st is not None:  # the receipts earlier runs accepted (§8.14)
+        for p, dg, a, c in zip(st.rc_pos, st.rc_digest, st.rc_account, st.rc_counter, strict=True):
+            by_pos[int(p)] = (None, bytes(dg), st.accounts[int(a)], int(c))
+            by_request[(st.accounts[int(a)], int(c))] = (None, int(p))
     for k, body, top, _ in valid:
         pos, size = body["pos"], body["size"]
         if size > n:
@@ -400,30 +414,23 @@ def _against_the_ledger(run: Run, valid: list[_Valid]) -> None:
         if run.prefix_roots.get(size) != bytes.fromhex(body["root"]):
             run.fail("receipts", f"receipt {k}: its signed root is not the ledger's root at size {size} (a fork)")
             continue
-        if run.leaf_hashes[pos] != bytes.fromhex(body["leaf_hash"]):
+        if run.leaf_hash(pos) != bytes.fromhex(body["leaf_hash"]):
             run.fail("receipts", f"receipt {k}: the leaf at {pos} is not the one it was signed for")
             continue
-        rec = run.records[pos]
-        if rec is None or rec.get("type") != "query" or any(rec.get(f) != body[f] for f in ("h_req", "h_top")):
+        row = request_row(run, pos)
+        if row is None or row[0] != body["h_req"] or row[1] != body["h_top"]:
             run.fail("receipts", f"receipt {k}: contradicts the ledger record at {pos}")
             continue
-        op = run.openings.get(pos)
-        req = op.get("request") if isinstance(op, dict) else None
         acct = run.accounts.get(body["account"])
-        if (
-            not isinstance(req, dict)
-            or req.get("account") != body["account"]
-            or req.get("counter") != body["counter"]
-            or acct is None
-            or acct["tenant"] != body["tenant"]
-        ):
+        if row[2] != body["account"] or row[3] != body["counter"] or acct is None or acct["tenant"] != body["tenant"]:
             run.fail("receipts", f"receipt {k}: its account, tenant or counter contradicts the request opened at {pos}")
             continue
-        prev = by_pos.get(pos)
-        if prev is not None and prev[1] != body:
-            run.fail("receipts", f"receipts {prev[0]} and {k}: two different releases signed for one leaf ({pos})")
+        prev, dg = by_pos.get(pos), digest_of(body)
+        if prev is not None and prev[1] != dg:
+            first = "an earlier audit's receipt" if prev[0] is None else f"receipts {prev[0]}"
+            run.fail("receipts", f"{first} and {k}: two different releases signed for one leaf ({pos})")
             continue
-        by_pos[pos] = (k, body)
+        by_pos[pos] = (k, dg, body["account"], body["counter"])
         key = (body["account"], body["counter"])
         if key in by_request and by_request[key][1] != pos:
             run.fail("receipts", f"receipt {k}: one request counter released at two positions")
@@ -437,3 +444,34 @@ def _against_the_ledger(run: Run, valid: list[_Valid]) -> None:
                 )
         run.ok("receipts")
     run.checked["receipts_accepted"] = len(by_pos)
+    run.receipts_seen = {p: (dg, a, c) for p, (_, dg, a, c) in by_pos.items()}
+
+
+def digest_of(body: dict[str, Any]) -> bytes:
+    """The digest of a signed receipt body (what the state keeps of a receipt it accepted, §8.14)."""
+    return hashlib.sha256(encode(body)).digest()
+
+
+def request_row(run: Run, pos: int) -> tuple[str, str, str, int] | None:
+    """(h_req, h_top, account, counter) of the query leaf §8.7 accepted at ``pos``, or None: below ``run.base``
+    from the state, else from the record and its opening (§8.14)."""
+    st = run.prior
+    if pos < run.base and st is not None:
+        k = int(np.searchsorted(st.req_pos, pos))
+        if k == st.req_pos.size or int(st.req_pos[k]) != pos:
+            return None
+        return (
+            bytes(st.req_hreq[k]).hex(),
+            bytes(st.req_htop[k]).hex(),
+            st.accounts[int(st.req_account[k])],
+            int(st.req_counter[k]),
+        )
+    rec = run.records[pos] if pos < len(run.records) else None
+    if rec is None or rec.get("type") != "query":
+        return None
+    op = run.openings.get(pos)
+    req = op.get("request") if isinstance(op, dict) else None
+    if not isinstance(req, dict):
+        return None
+    got = (rec.get("h_req"), rec.get("h_top"), req.get("account"), req.get("counter"))
+    return None if not all(isinstance(x, str) for x in got[:3]) or not is_int(got[3], 1) else cast("Any", got)

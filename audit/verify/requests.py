@@ -122,9 +122,9 @@ def _request_in_worker(ctx: _RequestCtx, item: tuple[int, bytes | None, bytes | 
 def check_8_7_requests(run: Run) -> None:
     """§8.7, every leaf checked in the worker pool: the accepted leaves go to ``run.queries`` (ledger order) and
     their Q to ``run.qembs``."""
-    last_counter: dict[str, int] = {}
+    last_counter: dict[str, int] = dict(run.prior.last_counter) if run.prior is not None else {}
     confirmed = 0
-    positions = list(range(1, run.n))
+    positions = list(range(max(1, run.base), run.n))  # below base: verified by earlier runs (§8.14)
 
     def raw(i: int) -> tuple[int, bytes | None, bytes | None]:
         return i, None if run.records[i] is None else run.b.leaves[i], run.openings.line(i)

@@ -22,6 +22,7 @@ from .pool import cpu_seconds
 
 if TYPE_CHECKING:
     from .scores import ScoreCache
+    from .state import AuditorState
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
@@ -75,7 +76,7 @@ class Run:
         self.qembs: dict[int, bytes] = {}  # pos -> Q (int16 little-endian) of the leaves §8.7 accepted
         self.queries: list[int] = []  # positions of well-formed query / recovery leaves with a valid request
         self.scores: ScoreCache | None = None  # the scores of §4 (a scores.ScoreCache), made by their first reader
-        self.leaf_hashes: list[bytes] = []
+        self.leaf_hashes: list[bytes] = []  # of the leaves from ``base`` on (``leaf_hash``)
         self.prefix_roots: dict[int, bytes] = {}
         #: the signed refusals an account handed over: (receipts line, refusal body, the account's request or None)
         self.refusals: list[tuple[int, dict[str, Any], dict[str, Any] | None]] = []
@@ -84,6 +85,21 @@ class Run:
         self.final_spend: dict[str, list[int]] = {}
         self.timings: dict[str, float] = {}
         self.cpu: dict[str, float] = {}
+        #: the leaves below ``base`` were verified by earlier runs (``prior``, the auditor's state, §8.14): the
+        #: checks replay only the leaves from ``base`` on and start from what ``prior`` carries
+        self.base = 0
+        self.prior: AuditorState | None = None
+        #: the certified ε and δ of the policies this run concluded on, with their digest (kept in the auditor's
+        #: state: the next run with the same policies reuses them)
+        self.certified: dict[str, Any] | None = None
+        #: whether this run leaves an auditor's state (the coalition check then keeps every row's label)
+        self.keeps_state = False
+        #: the coalition check's new rows (their tenants and keys) and, with a state, every row's
+        #: (Q, account codes, positions, labels) (``coalition._coalition_estimate``)
+        self.coalition_new: tuple[list[str], list[bytes]] = ([], [])
+        self.coalition_rows: tuple[Any, Any, Any, Any] | None = None
+        #: the receipts §8.6 accepted, this run's and the state's: pos -> (digest of the body, account, counter)
+        self.receipts_seen: dict[int, tuple[bytes, str, int]] = {}
 
     @property
     def origin(self) -> str:
@@ -115,12 +131,29 @@ class Run:
     def seed_at(self, pos: int) -> bytes:
         return cast(bytes, self.epoch_at(pos).seed)
 
+    def leaf_hash(self, pos: int) -> bytes:
+        """The hash of the leaf at ``pos`` (below ``base``: the state's)."""
+        if pos < self.base and self.prior is not None:
+            return bytes(self.prior.leaf_hashes[pos])
+        return self.leaf_hashes[pos - self.base]
+
     def fail(self, check: str, what: str) -> None:
         if len(self.reasons) < MAX_REASONS:
             self.reasons.append(f"{check}: {what}")
 
     def ok(self, check: str, n: int = 1) -> None:
         self.checked[check] += n
+
+    def ok_at(self, pos: int, check: str) -> None:
+        """``ok`` for the leaf at ``pos``, unless an earlier run counted it (below ``base``)."""
+        if pos >= self.base:
+            self.checked[check] += 1
+
+    def fail_at(self, pos: int, check: str, what: str) -> None:
+        """``fail`` for the leaf at ``pos``, unless an earlier run reported it (below ``base``: the state keeps
+        its reasons)."""
+        if pos >= self.base:
+            self.fail(check, what)
 
     @property
     def n(self) -> int:

@@ -80,6 +80,9 @@ class Verdict:
     #: auditor's HTML page: {tenant: {"limit": the budget in filter units, "spent": [units per document, index
     #: order]}}; {} where the check did not finish. Not in the JSON, nor public: it is a function of the charges
     spend: dict[str, Any] = field(default_factory=dict)
+    #: with ``--state`` (spec/protocol.md §8.14): the SHA-256 of the state this run wrote (``--state-hash`` for the
+    #: next run); not in the JSON (the auditor's own file)
+    state_hash: str | None = None
 
     def __post_init__(self) -> None:
         """Every string a verdict carries may come from the bundle or the receipts (a tenant, a file name, a window):
@@ -281,9 +284,24 @@ def key_fingerprint(vkey: str) -> str:
 def start_certify(run: Run) -> Callable[[], Any] | None:
     """The certified ε depends on the policy alone: computed in a fresh process beside the checks (a fixed ~3 s
     CPU cost); None where ``conclude`` computes it in line."""
-    if run.policy is None or run.n < pool.FORK_MIN_ITEMS:
+    if run.policy is None:
+        return None
+    cached = run.prior.certified if run.prior is not None else None
+    if cached is not None and cached.get("policies") == policies_digest(run):  # the auditor's own, MACed (§8 item 14)
+        cert = cached["cert"]
+        return lambda: (cert,)
+    if run.n < pool.FORK_MIN_ITEMS:
         return None
     return pool.background(certified_epsilons, run.policy, _earlier_policies(run))
+
+
+def policies_digest(run: Run) -> str:
+    """The digest of every epoch's policy, in order: what the certified ε is a function of."""
+    h = hashlib.sha256()
+    for p in (*_earlier_policies(run), run.policy):
+        if p is not None:
+            h.update(hashlib.sha256(p.to_bytes()).digest())
+    return h.hexdigest()
 
 
 def release_statement(policies: list[tuple[int, Policy | None]]) -> str:
@@ -387,6 +405,7 @@ def conclude(
         t0 = time.perf_counter()
         cert = certify() if certify is not None else None
         cert = cert[0] if cert is not None else certified_epsilons(run.policy, _earlier_policies(run))
+        run.certified = {"policies": policies_digest(run), "cert": cert}
         run.timings["certify"] = time.perf_counter() - t0
         channels = {"relation": cert["relation"], "retrieval": cert["retrieval"], "generation": cert["generation"]}
         why = run.policy.epsilon_acc_violation(cert["retrieval"]["epsilon_acc_certified"])

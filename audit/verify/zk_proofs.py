@@ -44,6 +44,7 @@ def check_8_8_proofs(run: Run, vk: VerifyingKey | None) -> None:
         except EncodingError as e:
             run.fail("retrieval", str(e))
     done = 0
+    batch: list[tuple[int, Any]] = []  # (leaf, its statement): verified at once below
     for i in run.queries:
         rec = leaves[i]
         if rec["type"] != "query" or rec["tenant"] not in r.zk_tenants:
@@ -55,8 +56,7 @@ def check_8_8_proofs(run: Run, vk: VerifyingKey | None) -> None:
         Q = np.frombuffer(bytes.fromhex(op["qemb"]), dtype="<i2")
         z = table.sample(ten["n"], retrieval_source(run.seed_at(i), rec["tenant"], bytes.fromhex(op["qemb"])))
         try:
-            ok = zk_attest.check(
-                vk,
+            st = zk_attest.statement(
                 run.policy_at(i),
                 ten["Z_idx"],
                 records[i],
@@ -68,8 +68,15 @@ def check_8_8_proofs(run: Run, vk: VerifyingKey | None) -> None:
                 table.support_bound,
             )
         except (DpragError, ValueError, TypeError, KeyError):
-            ok = False
-        if not ok:
+            st = None
+        batch.append((i, st))
+    good = [(i, st) for i, st in batch if st is not None]
+    try:
+        verdicts = dict(zip([i for i, _ in good], zk_attest.verify_many(vk, [st for _, st in good]), strict=True))
+    except (DpragError, ValueError, TypeError):
+        verdicts = {}
+    for i, _ in batch:
+        if not verdicts.get(i, False):
             run.fail(
                 "retrieval", f"leaf {i}: the Groth16 proof of noise-then-select does not verify under the auditor's key"
             )

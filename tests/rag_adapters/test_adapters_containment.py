@@ -189,3 +189,19 @@ def test_truncated_documents_give_a_smaller_public_capacity():
     assert sess.kv_positions == base + 2 * 24 + T
     heads, head_dim = gen.model.config.num_key_value_heads, 64 // 4
     assert set(_kv_bytes(sess)) == {2 * heads * (base + 2 * 24 + T) * head_dim * 4}
+
+
+@pytest.mark.parametrize("make", MODELS)
+def test_the_reserved_worst_case_bounds_what_a_session_allocates(make):
+    """spec/provider.md §3.6: ``worst_case_bytes`` (reserved before the charge, from public quantities) is at least
+    the KV buffers a session of that shape allocates, with short documents and with documents over the token cap;
+    and it is within 64x of them (a bound, not a blank cheque)."""
+    g = make()
+    g.max_context_tokens = 48
+    batch, new = 4, 8
+    bound = g.worst_case_bytes(Q, 1, batch, new)
+    for docs in ((SHORT,) * batch, (LONG, MIDDLE, POISONED, SHORT)):
+        s = g.start(list(docs), max_new_tokens=new)
+        kv = sum(layer.keys.nbytes + layer.values.nbytes for layer in s._cache.layers)
+        s.close()
+        assert 0 < kv <= bound < 64 * kv, (kv, bound)

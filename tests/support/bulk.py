@@ -77,9 +77,16 @@ def bulk_policy(n_per_account: int, k_max: int = 5) -> Policy:
 
 
 def bulk_window(
-    directory: str | Path, *, n_queries: int, n_docs: int = 1000, dim: int = 384, accounts: int = 1000
+    directory: str | Path,
+    *,
+    n_queries: int,
+    n_docs: int = 1000,
+    dim: int = 384,
+    accounts: int = 1000,
+    checkpoints_at: tuple[int, ...] = (),
 ) -> tuple[Path, Path]:
-    """Write an honest window of ``n_queries`` over one tenant of ``n_docs``; return (bundle, receipts)."""
+    """Write an honest window of ``n_queries`` over one tenant of ``n_docs``; return (bundle, receipts).
+    ``checkpoints_at``: ledger sizes at which a checkpoint is signed too (where an auditor's earlier run cut it)."""
     d = Path(directory)
     shutil.rmtree(d, ignore_errors=True)
     per = -(-n_queries // accounts)
@@ -167,6 +174,8 @@ def bulk_window(
             svc.aud.put_opening(pos, body)
         svc.ledger.append_many(leaves)
     svc.checkpoint_now()
+    for size in checkpoints_at:
+        svc.aud.put_checkpoint(size, svc.ledger.checkpoint(svc.signer, svc.origin, size=size))
     # every receipt at its leaf's size (pos + 1, spec/protocol.md §5.4): the prefix roots in one pass
     cr = CompactRange()
     for leaf in svc.ledger.leaves(0, base):

@@ -91,6 +91,17 @@ class TempCluster:
         time.sleep(down_seconds)
         self._ctl("start")
 
+    def add_password_role(self, user: str, password: str) -> str:
+        """A login role ``user`` that must authenticate with ``password`` (SCRAM) over TCP, allowed to create schemas in
+        ``dprag``; returns its URL without the password. The cluster's other roles stay trusted."""
+        psql = pg_bin("psql") or "psql"
+        sql = f"CREATE ROLE {user} LOGIN PASSWORD '{password}'; GRANT CREATE ON DATABASE dprag TO {user};"
+        self._run(psql, "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", "-d", "dprag", "-c", sql)
+        hba = self.data / "pg_hba.conf"
+        hba.write_text(f"host all {user} 127.0.0.1/32 scram-sha-256\n" + hba.read_text())  # the first match wins
+        self._run(pg_bin("pg_ctl") or "pg_ctl", "-D", str(self.data), "reload")
+        return f"postgresql://{user}@127.0.0.1:{self.port}/dprag"
+
     def stop(self) -> None:
         if (self.data / "postmaster.pid").exists():
             self._ctl("stop")

@@ -209,3 +209,27 @@ def test_key_with_a_g2_point_outside_the_subgroup_is_refused(keyed):
     with pytest.raises(InvalidParameterError) as e:
         prove(bad, w)
     assert e.value.field == "pk.b2_points"
+
+
+def test_a_batch_verifies_iff_every_proof_does_and_random_weights_stop_cancelling_forgeries(keyed):
+    """``verify_batch`` (spec/zk.md, randomized batch verification): valid proofs of several witnesses pass at once;
+    one tampered proof fails the batch. A forger who shifts A by +X in one proof and by −X in another proof with
+    the same B makes the two errors cancel when every weight is 1 (the unweighted product passes: shown), and the
+    random weights catch it (a false pass has probability ≤ 2^-128)."""
+    from dprag.zk.verify import verify_batch
+
+    r, pk, _ = keyed
+    vk = pk.verifying_key()
+    ws = [r.witness({"a": a, "b": b}) for a, b in ((1, 2), (300, 7), (65535, 11))]
+    items = [(prove(pk, w), r.public_values(w)) for w in ws]
+    assert all(verify(vk, p, pub) for p, pub in items)
+    assert verify_batch(vk, items)
+    bad = Proof(C.g1_add(items[1][0].a, C.G1_GEN), items[1][0].b, items[1][0].c)
+    assert not verify_batch(vk, [items[0], (bad, items[1][1]), items[2]])
+    # two proofs of one witness share B only if the forger makes them so: take one proof and shift its A both ways
+    p, pub = items[0]
+    x = C.g1_mul(C.G1_GEN, 12345)
+    plus, minus = Proof(C.g1_add(p.a, x), p.b, p.c), Proof(C.g1_add(p.a, C.g1_neg(x)), p.b, p.c)
+    assert not verify(vk, plus, pub) and not verify(vk, minus, pub)
+    assert verify_batch(vk, [(plus, pub), (minus, pub)], weights=[1, 1])  # unweighted: the errors cancel
+    assert not verify_batch(vk, [(plus, pub), (minus, pub)])  # random weights: caught

@@ -264,3 +264,10 @@ def verify(vk: VerifyingKey, proof: Proof, public: Sequence[int]) -> bool:
     from dprag.zk.verify import verify as _verify
 
     return _verify(vk, proof, public)
+
+
+def verify_batch(vk: VerifyingKey, items: Sequence[tuple[Proof, Sequence[int]]]) -> bool:
+    """All of ``items`` at once, with random weights (``dprag.zk.verify.verify_batch``)."""
+    from dprag.zk.verify import verify_batch as _verify_batch
+
+    return _verify_batch(vk, items)

@@ -34,12 +34,14 @@ from ...protocol.errors import (
     AnswerPendingError,
     RateLimitError,
     RequestError,
+    ServiceBusyError,
     ServiceStateError,
     StoreUnavailableError,
 )
 from ...protocol.request import Request
 from ...protocol.wire import API_VERSION, AUDITOR, MAX_BODY, AuthError, check_auth, error_body, tar_directory
 from . import schemas
+from .observe import NoTracer, Observed, Telemetry, Tracer
 
 if TYPE_CHECKING:
     from ..service import ProviderService
@@ -95,6 +97,10 @@ async def _store_unavailable(request: HttpRequest, e: StoreUnavailableError) -> 
     return _error(503, "store_unavailable", str(e)[:300], None, headers=RETRY)
 
 
+async def _busy(request: HttpRequest, e: ServiceBusyError) -> JSONResponse:
+    return _error(503, "busy", ServiceBusyError.MESSAGE, None, headers=RETRY)  # fixed: nothing was charged
+
+
 async def _invalid_parameter(request: HttpRequest, e: InvalidParameterError) -> JSONResponse:
     return _error(400, "refused", e.rule, e.field)
 
@@ -135,6 +141,7 @@ HANDLERS: dict[type[Exception], Handler] = {
     RequestError: _for(RequestError, _refused),
     RateLimitError: _for(RateLimitError, _rate_limited),
     AnswerPendingError: _for(AnswerPendingError, _pending),
+    ServiceBusyError: _for(ServiceBusyError, _busy),
     StoreUnavailableError: _for(StoreUnavailableError, _store_unavailable),
     InvalidParameterError: _for(InvalidParameterError, _invalid_parameter),
     ServiceStateError: _for(ServiceStateError, _service_state),
@@ -144,10 +151,18 @@ HANDLERS: dict[type[Exception], Handler] = {
 }
 
 
-def create_app(svc: ProviderService, *, auditor_key: str | None = None, threads: int | None = None) -> FastAPI:
+def create_app(
+    svc: ProviderService,
+    *,
+    auditor_key: str | None = None,
+    threads: int | None = None,
+    telemetry: Telemetry | None = None,
+) -> FastAPI:
     """The API over ``svc`` (a ProviderService). ``auditor_key``: the auditor's Ed25519 public key (hex), which
     authenticates the confidential bundle export; without it that endpoint answers 404. ``threads``: how many of the
-    service's blocking calls run at once in this process (None: anyio's default, 40); the others queue."""
+    service's blocking calls run at once in this process (None: anyio's default, 40); the others queue.
+    ``telemetry``: where each request is counted, timed, spanned and logged for the operator (``observe.py``; its
+    metrics are served by the admin listener, ``admin.py``, never by this app)."""
     if threads is not None and not (isinstance(threads, int) and 1 <= threads <= 1024):
         raise InvalidParameterError("threads", "must be an integer in [1, 1024]", threads)
     app = FastAPI(
@@ -166,20 +181,25 @@ def create_app(svc: ProviderService, *, auditor_key: str | None = None, threads:
     app.state.keys = lambda key_id: auditor_key if key_id == AUDITOR else svc.account_key(key_id)
     app.state.threads = threads
     app.state.limiter = None  # made inside the event loop, on first use
+    app.state.tracer = telemetry.tracer if telemetry is not None else NoTracer()
     for kind, handler in HANDLERS.items():
         app.add_exception_handler(kind, handler)
     app.include_router(router)
+    if telemetry is not None:
+        app.add_middleware(Observed, telemetry=telemetry)
     return app
 
 
 async def run_in_threadpool(request: HttpRequest, fn: Callable[[Unpack[Ts]], T], *args: *Ts) -> T:
     """``fn(*args)`` in the worker thread pool, at most ``threads`` at once (create_app)."""
     state = request.app.state
-    if state.threads is None:
-        return await anyio.to_thread.run_sync(fn, *args)
-    if state.limiter is None:
-        state.limiter = anyio.CapacityLimiter(state.threads)
-    return await anyio.to_thread.run_sync(fn, *args, limiter=state.limiter)
+    tracer: Tracer = state.tracer
+    with tracer.start_as_current_span(f"dprag {getattr(fn, '__name__', 'call')}"):  # its queueing and its work
+        if state.threads is None:
+            return await anyio.to_thread.run_sync(fn, *args)
+        if state.limiter is None:
+            state.limiter = anyio.CapacityLimiter(state.threads)
+        return await anyio.to_thread.run_sync(fn, *args, limiter=state.limiter)
 
 
 async def _body(request: HttpRequest) -> bytes | JSONResponse:
@@ -359,11 +379,14 @@ async def consistency(
 
 
 @router.get("/v1/bundle", responses=schemas.responses("Archive", 400, 401, 404, 503), tags=["auditor"])
-async def bundle(request: HttpRequest, part: str = "all") -> Response:
+async def bundle(request: HttpRequest, part: str = "all", since: int = 0) -> Response:
     """The bundle cut at a freshly signed checkpoint, as a tar archive: ``part=public`` (anyone) or ``all`` (the
-    confidential ``auditor/`` part too, authenticated by the auditor's key)."""
+    confidential ``auditor/`` part too, authenticated by the auditor's key). ``since``: only the log from that size
+    on (``public/range.json``; for an auditor's state, spec/protocol.md §8.14)."""
     if part not in ("public", "all"):
         return _error(400, "malformed", "part must be 'public' or 'all'", "part")
+    if since < 0:
+        return _error(400, "malformed", "since must be a ledger size (>= 0)", "since")
     if part == "all":
         if request.app.state.auditor_key is None:
             return _error(404, "not_found", "this service has no auditor key configured", "part")
@@ -374,12 +397,17 @@ async def bundle(request: HttpRequest, part: str = "all") -> Response:
             return _error(401, "unauthenticated", "only the auditor's key may fetch the confidential part", "key")
     svc = _service(request)
 
-    def export() -> bytes:
+    def export() -> bytes | str:
         tmp = Path(tempfile.mkdtemp(prefix="dprag-bundle-"))
         try:
-            out = svc.export_bundle(tmp / "bundle")
+            out = svc.export_bundle(tmp / "bundle", since=since)
             return tar_directory(out, only="public" if part == "public" else None)
+        except InvalidParameterError as e:
+            return e.rule
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
-    return Response(await run_in_threadpool(request, export), media_type="application/x-tar")
+    data = await run_in_threadpool(request, export)
+    if isinstance(data, str):
+        return _error(400, "refused", f"since: {data}", "since")
+    return Response(data, media_type="application/x-tar")

@@ -14,9 +14,15 @@ execute, where the driver's unnamed statements take three); the writes a transac
 (``base.Session.defer``).
 
 URL: ``postgresql://USER[:PASSWORD]@HOST[:PORT]/DATABASE[?schema=NAME][&host=/socket/dir][&pool=N]``. The password,
-if any, is never written to the service directory: give it in the URL each time or in ``PGPASSWORD``. ``pool``: the
-connections this process keeps open at most (default ``POOL_SIZE``; threads borrow one per transaction and wait
-for one when all are lent), a setting of the process, never recorded.
+if any, is never written to the service directory; it is taken from, in order: the URL, ``DPRAG_DATABASE_PASSWORD``,
+the file ``DPRAG_DATABASE_PASSWORD_FILE`` names (its trailing newline dropped), ``PGPASSWORD`` — so it need never be
+on a command line. A server that asks for a password when none was given is a one-line error naming those
+variables. ``pool``: the connections this process keeps open at most (default ``POOL_SIZE``; threads borrow one per
+transaction and wait for one when all are lent), a setting of the process, never recorded.
+
+Pre-ping: a pooled connection that sat idle for ``PING_AFTER_IDLE`` seconds or more is checked with ``SELECT 1``
+before it is lent; a dead one (the server restarted meanwhile) is closed with every idle connection and a new one is
+made, so the first request after a database restart does not fail on a connection the restart closed.
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ from dprag.errors import DpragError, InvalidParameterError
 
 from ...protocol.errors import StoreUnavailableError
 from .base import DriverStore, Params, Row, sql_int
-from .schema import FORMAT, statements
+from .schema import migrate
 
 __all__ = ["PostgresServiceStore", "parse_url"]
 
@@ -49,6 +55,21 @@ PREPARED_PER_CONNECTION = 128
 #: connections a store object (one process's) keeps open at most, unless the URL says ``pool=N``
 POOL_SIZE = 8
 MAX_POOL_SIZE = 1024
+#: an idle connection is pinged before it is lent once it has been idle this long (seconds; module docstring)
+PING_AFTER_IDLE = 1.0
+#: where the password is read from when the URL has none, in this order (the file variable names a file)
+PASSWORD_ENV = "DPRAG_DATABASE_PASSWORD"
+PASSWORD_FILE_ENV = "DPRAG_DATABASE_PASSWORD_FILE"
+MISSING_PASSWORD = (
+    f"the PostgreSQL server asks for a password and none was given: set {PASSWORD_ENV} or {PASSWORD_FILE_ENV} "
+    "(a file holding it), or PGPASSWORD; never put it on the command line"
+)
+
+
+def _asks_for_password(exc: BaseException) -> bool:
+    """Whether a failure to connect is the server asking for a password the driver did not have (pg8000 raises an
+    InterfaceError for password and MD5 authentication, and fails on ``None.decode`` for SCRAM)."""
+    return "password" in str(exc).lower() or (isinstance(exc, AttributeError) and "decode" in str(exc))
 
 
 def _numbered(sql: str) -> str:
@@ -114,12 +135,32 @@ class PgConnection:
     """One pooled connection: the driver's, the statements it prepared (SQL -> ``_Prepared``, least recently used
     first; ``run_sql``) and whether it was dropped after a driver error (``_drop``)."""
 
-    __slots__ = ("driver", "prepared", "dropped")
+    __slots__ = ("driver", "prepared", "dropped", "idle_since")
 
     def __init__(self, driver: _Driver):
         self.driver = driver
         self.prepared: OrderedDict[str, _Prepared] = OrderedDict()
         self.dropped = False
+        self.idle_since = time.monotonic()  # when it was last returned to the pool (``_checkin``)
+
+
+def password_from_env() -> str | None:
+    """The database password from the environment (module docstring), or None; a typed error naming the variable if
+    ``DPRAG_DATABASE_PASSWORD_FILE`` names a file that cannot be read or is empty."""
+    if os.environ.get(PASSWORD_ENV):
+        return os.environ[PASSWORD_ENV]
+    path = os.environ.get(PASSWORD_FILE_ENV)
+    if path:
+        try:
+            with open(path, encoding="utf-8") as f:
+                secret = f.read().rstrip("\r\n")
+        except (OSError, UnicodeDecodeError) as e:
+            rule = f"cannot read the file it names ({type(e).__name__})"
+            raise InvalidParameterError(PASSWORD_FILE_ENV, rule, path) from None
+        if not secret:
+            raise InvalidParameterError(PASSWORD_FILE_ENV, "names an empty file", path)
+        return secret
+    return os.environ.get("PGPASSWORD") or None
 
 
 def parse_url(url: str) -> UrlParams:
@@ -142,7 +183,7 @@ def parse_url(url: str) -> UrlParams:
         raise InvalidParameterError("store", f"pool must be an integer in [1, {MAX_POOL_SIZE}]", pool[:20])
     return {
         "user": unquote(parts.username or "") or os.environ.get("PGUSER") or "postgres",
-        "password": unquote(parts.password) if parts.password else os.environ.get("PGPASSWORD"),
+        "password": unquote(parts.password) if parts.password else password_from_env(),
         "host": parts.hostname or "localhost",
         "port": parts.port or 5432,
         "database": database,
@@ -184,14 +225,16 @@ class PostgresServiceStore(DriverStore[PgConnection]):
         self._idle: list[PgConnection] = []  # connections not lent out, the most recently returned last
         self._open = 0  # connections of the pool: lent out, idle, or being made
         self._creating = create
-        with self.write() as s:
-            if create:
-                for stmt in statements("postgresql"):
-                    s.execute(stmt)
-            row = s.one("SELECT value FROM store_meta WHERE key = 'format'")
-            if row is None or row[0] != FORMAT:
-                raise InvalidParameterError("store", f"schema {self.schema} is not a dprag service store", url)
-        self._creating = False
+        try:
+            with self.write() as s:  # an existing store: under the tail lock, so replicas migrate one at a time
+                #: the store's schema versions before and after this opening (``schema.migrate``)
+                self.migrated = migrate(s, create=create)
+        except InvalidParameterError as e:
+            self.close()
+            raise InvalidParameterError("store", f"schema {self.schema}: {e.rule}", public_url(self.params)) from None
+        finally:
+            self._creating = False
+        self.schema_version = self.migrated[1]
 
     def describe(self) -> dict[str, str]:
         return {"kind": "postgresql", "url": public_url(self.params)}
@@ -229,27 +272,43 @@ class PostgresServiceStore(DriverStore[PgConnection]):
         if os.getpid() != self._pid:
             self._forked()
         deadline = time.monotonic() + self.timeout
-        with self._pool:
-            while not self._idle and self._open >= self.pool_size:
-                left = deadline - time.monotonic()
-                if left <= 0 or self._closed:
-                    raise StoreUnavailableError(
-                        f"all {self.pool_size} connections to the postgresql store stayed busy for {self.timeout} s"
-                    )
-                self._pool.wait(left)
-            if self._idle:
-                return self._idle.pop()
-            self._open += 1
+        while True:
+            with self._pool:
+                while not self._idle and self._open >= self.pool_size:
+                    left = deadline - time.monotonic()
+                    if left <= 0 or self._closed:
+                        raise StoreUnavailableError(
+                            f"all {self.pool_size} connections to the postgresql store stayed busy for {self.timeout} s"
+                        )
+                    self._pool.wait(left)
+                idle = self._idle.pop() if self._idle else None
+                if idle is None:
+                    self._open += 1
+            if idle is None:
+                break
+            if time.monotonic() - idle.idle_since < PING_AFTER_IDLE or self._alive(idle):
+                return idle
+            self._drop(idle)  # the server closed it (a restart): it and every idle one go; try again
         try:
             conn = self._connect()
         except BaseException as e:
             self._release_slot()
             if isinstance(e, DpragError) or not isinstance(e, Exception):
                 raise
+            if self.params["password"] is None and _asks_for_password(e):
+                raise InvalidParameterError("store", MISSING_PASSWORD) from None
             raise StoreUnavailableError(f"cannot connect to the postgresql store: {e}") from None
         with self._conns_lock:
             self._conns.append(conn)
         return conn
+
+    def _alive(self, conn: PgConnection) -> bool:
+        """The pre-ping (module docstring): whether ``conn`` still answers a trivial query."""
+        try:
+            conn.driver.cursor().execute("SELECT 1")
+        except Exception:  # noqa: BLE001 - any failure: the connection is not usable
+            return False
+        return True
 
     def _release_slot(self) -> None:
         with self._pool:
@@ -259,6 +318,7 @@ class PostgresServiceStore(DriverStore[PgConnection]):
     def _checkin(self, conn: PgConnection) -> None:
         if conn.dropped:
             return  # closed after a driver error; its slot is free already (``_drop``)
+        conn.idle_since = time.monotonic()
         with self._pool:
             if not self._closed:
                 self._idle.append(conn)

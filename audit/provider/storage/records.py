@@ -122,9 +122,9 @@ class Records:
             row = s.one("SELECT body FROM opening WHERE pos = ?", (pos,))
         return None if row is None else sql_bytes(row[0])
 
-    def openings(self, below: int) -> list[tuple[int, bytes]]:
+    def openings(self, below: int, since: int = 0) -> list[tuple[int, bytes]]:
         with self.store.read() as s:
-            rows = s.execute("SELECT pos, body FROM opening WHERE pos < ? ORDER BY pos", (below,))
+            rows = s.execute("SELECT pos, body FROM opening WHERE pos < ? AND pos >= ? ORDER BY pos", (below, since))
         return [(sql_int(p), sql_bytes(b)) for p, b in rows]
 
     def put_checkpoint(self, size: int, note: bytes, *, replace: bool = False) -> None:

@@ -23,8 +23,8 @@ from dprag.accounting.stores.sqlite import switch_to_wal
 from dprag.errors import InvalidParameterError
 
 from ...protocol.errors import StoreUnavailableError
-from .base import DriverStore, Params, Row, Session
-from .schema import FORMAT, statements
+from .base import DriverStore, Params, Row
+from .schema import migrate
 
 __all__ = ["SqliteServiceStore"]
 
@@ -58,17 +58,14 @@ class SqliteServiceStore(DriverStore[_Connection]):
             switch_to_wal(conn, self.timeout)
         except sqlite3.Error as e:
             raise StoreUnavailableError(f"cannot open the SQLite store {self.path}: {e}") from None
-        with self.write() as s:
-            if create:
-                for stmt in statements("sqlite"):
-                    s.execute(stmt)
-            row = s.one("SELECT value FROM store_meta WHERE key = 'format'") if self._has_meta(s) else None
-            if row is None or row[0] != FORMAT:
-                raise InvalidParameterError("store", f"is not a dprag service store ({FORMAT})", self.path)
-
-    @staticmethod
-    def _has_meta(s: Session) -> bool:
-        return bool(s.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'store_meta'"))
+        try:
+            with self.write() as s:
+                #: the store's schema versions before and after this opening (``schema.migrate``)
+                self.migrated = migrate(s, create=create)
+        except InvalidParameterError as e:
+            self.close()
+            raise InvalidParameterError("store", f"{e.rule} ({self.path})") from None
+        self.schema_version = self.migrated[1]
 
     def describe(self) -> dict[str, str]:
         return {"kind": "sqlite"}

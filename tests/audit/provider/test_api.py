@@ -567,3 +567,48 @@ def test_an_unknown_query_parameter_is_refused_naming_it(toy):
     d, svc, url = toy
     status, body = _http("GET", url + "/v1/info?sinse=3")
     assert status == 400 and body["error"]["field"] == "sinse" and body["error"]["type"] == "malformed", body
+
+
+def test_the_auditor_fetches_since_its_state_and_verifies_only_the_new_part(tmp_path, capsys):
+    """spec/protocol.md §8 item 14 over HTTP with the CLI: `dprag audit fetch` then `verify --state` makes the
+    auditor's state; after more traffic `fetch --since SIZE` downloads only the new leaves (``public/range.json``)
+    and `verify --state` extends the state; the verdict equals a whole fetch verified without a state. A `since`
+    beyond the log is a 400 naming it."""
+    from dprag.audit.cli import main
+    from dprag.audit.protocol.bundle import load_bundle
+
+    d = tmp_path / "toy"
+    svc = make_toy_directory(d, n=12, accounts=3, seed=b"\x09" * 32)
+    key_file = tmp_path / "auditor.key"
+    key_file.write_text((d / "auditor.key").read_text())
+    state = ["--state", str(tmp_path / "state"), "--state-key", str(tmp_path / "state.key"), "--max-epsilon", "1000"]
+    with LiveServer(create_app(svc, auditor_key=(d / "auditor.vkey").read_text().strip())) as url:
+        alice = _client(d, svc, "alice")
+        remote = RemoteService(url, account="alice", key=_key(d, "alice"))
+        alice.ask(remote, "asthma protocol inhaler patient 0")
+        assert main(["audit", "fetch", "--url", url, "--key", str(key_file), "--out", str(tmp_path / "b1")]) == 0
+        assert main(["audit", "verify", str(tmp_path / "b1"), *state]) == 0
+        size = len(load_bundle(tmp_path / "b1").leaves)
+        for i in (1, 2, 3):
+            alice.ask(remote, f"asthma protocol inhaler patient {i}")
+        args = ["audit", "fetch", "--url", url, "--key", str(key_file), "--since", str(size)]
+        assert main([*args, "--out", str(tmp_path / "b2")]) == 0
+        cut = load_bundle(tmp_path / "b2")
+        assert cut.first == size and len(cut.leaves) == 3  # only the new part travelled
+        capsys.readouterr()
+        receipts = tmp_path / "r.jsonl"
+        alice.export_receipts(receipts)
+        assert main(["audit", "verify", str(tmp_path / "b2"), "--receipts", str(receipts), *state, "--json"]) == 0
+        inc = json.loads(capsys.readouterr().out)
+        assert main(["audit", "fetch", "--url", url, "--key", str(key_file), "--out", str(tmp_path / "whole")]) == 0
+        capsys.readouterr()
+        args = ["audit", "verify", str(tmp_path / "whole"), "--receipts", str(receipts), "--max-epsilon", "1000"]
+        assert main([*args, "--json"]) == 0
+        whole = json.loads(capsys.readouterr().out)
+        assert {k: inc[k] for k in ("verdict", "epsilon", "delta", "checked", "reasons")} == {
+            k: whole[k] for k in ("verdict", "epsilon", "delta", "checked", "reasons")
+        }
+        assert inc["state"]["size"] == size + 3
+        status, body = _http("GET", url + f"/v1/bundle?part=public&since={size + 100}")
+        assert status == 400 and body["error"]["field"] == "since", body
+    svc.close()

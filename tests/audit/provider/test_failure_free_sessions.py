@@ -1,11 +1,13 @@
-"""000 Alg. 5 (``pure-dp-rag``) served only by a generator that declares failure-free sessions (spec/provider.md §3.5).
+"""000 Alg. 5 (``pure-dp-rag``) served only by a generator isolated from other requests (spec/provider.md §3.5).
 
 The finding, as its finder wrote it: a generator whose batch fails above 400 characters of voter context (a memory
 limit; the public pre-check bounds tokens, not memory) answered ``503 answer_pending (MemoryError)`` on every retry
 on the corpus holding a long record, and 200 on its neighbour without it: ε = ∞. One voter's failure is now
-contained (spec/accounting/rag.md §6), but not one that needs several voters' documents or depends on other requests,
-so such a generator is still refused before anything is written or charged; the toy generator, which declares
-the property, is driven here at the public worst-case shape with adversarial documents; and a pending answer's
+contained (spec/accounting/rag.md §6) and a generation's public worst-case memory is reserved before the charge
+(spec/provider.md §3.6), so a generator that declares its worst case (``worst_case_bytes``) is served: the long
+record's voter is replaced by its empty-context prompt and both corpora are answered. A logit generator that
+declares neither its worst case nor failure-free sessions is still refused before anything is written or charged;
+the toy generator is driven here at the public worst-case shape with adversarial documents; and a pending answer's
 message and body never name the exception."""
 
 from __future__ import annotations
@@ -38,6 +40,12 @@ class MemoryLimited(ToyGenerator):
         if any(sum(len(c) for c in p.contexts) > self.limit for p in prompts):
             raise MemoryError("CUDA out of memory while decoding the batch")
         return super().start(prompts, max_new_tokens=max_new_tokens)
+
+
+class Undeclared(MemoryLimited):
+    """The same model, declaring neither its worst case nor failure-free sessions: no reservation can isolate it."""
+
+    worst_case_bytes = None
 
 
 class LyingMemoryLimited(MemoryLimited):
@@ -85,19 +93,27 @@ def _outcome(tmp_path, name: str, corpus_with_long_record: bool, generator) -> t
 
 
 def test_rule_no_generator_failure_after_the_charge_depends_on_a_document(tmp_path):
-    """D and D′ must look the same to the account. On the parent commit D gave three 'pending (MemoryError)' and D′
-    three 'served'. Now the generator is refused at create on both, before the window's store exists."""
+    """D and D′ must look the same to the account. Before containment D gave three 'pending (MemoryError)' and D′
+    three 'served'; then the generator was refused at create on both (the stop-gap: on the parent commit
+    "('refused before anything was written', 'generator', False) == ('served', 'served', 'served')" failed). Now it
+    declares its worst case, is served, and both corpora are answered: the long record's voter is contained."""
     on_d = _outcome(tmp_path, "d", True, MemoryLimited())
     on_d_prime = _outcome(tmp_path, "d2", False, MemoryLimited())
     assert on_d == on_d_prime, (on_d, on_d_prime)
-    assert on_d == ("refused before anything was written", "generator", False)
+    assert on_d == ("served", "served", "served")
+
+
+def test_a_logit_generator_declaring_neither_is_still_refused(tmp_path):
+    """No worst case to reserve and no failure-free declaration: refused at create, before the store exists."""
+    assert _outcome(tmp_path, "d", True, Undeclared()) == ("refused before anything was written", "generator", False)
 
 
 def test_the_refusal_names_the_field_and_the_rule(tmp_path):
     with pytest.raises(InvalidParameterError) as err:
-        _create(tmp_path / "svc", MemoryLimited())
+        _create(tmp_path / "svc", Undeclared())
     assert err.value.field == "generator"
     assert "failure_free_sessions" in str(err.value) and "answer-vote" in str(err.value)
+    assert "worst_case_bytes" in str(err.value)
     assert not (tmp_path / "svc").exists() or not any((tmp_path / "svc").rglob("*.sqlite"))
 
 
@@ -107,7 +123,7 @@ def test_reopening_a_pure_dp_rag_window_with_an_undeclared_generator_is_refused(
     svc = fx.open_service(tmp_path / "svc")
     svc.close()
     with pytest.raises(InvalidParameterError) as err:
-        ProviderService.open(tmp_path / "svc", embedder=HashEmbedder(32), generator=MemoryLimited())
+        ProviderService.open(tmp_path / "svc", embedder=HashEmbedder(32), generator=Undeclared())
     assert err.value.field == "generator"
 
 
@@ -126,11 +142,13 @@ def test_text_mechanisms_need_no_declaration(tmp_path):
     _create(tmp_path / "svc", MemoryLimited(), mechanism="answer-vote").close()
 
 
-def test_the_local_model_adapter_declares_nothing():
-    """rag_adapters' causal LM allocates with the prompt's length: it must not claim the property (checked on the
+def test_the_local_model_adapter_declares_its_worst_case_not_failure_freedom():
+    """rag_adapters' causal LM can fail (memory, a voter over its budget is replaced): it must not claim failure-free
+    sessions, and it declares its public worst case, so pure-dp-rag serves it under the reservation (checked on the
     class, no model loaded)."""
     generator = pytest.importorskip("dprag.rag_adapters.generator")
     assert getattr(generator.CausalLMGenerator, "failure_free_sessions", False) is not True
+    assert callable(getattr(generator.CausalLMGenerator, "worst_case_bytes", None))
 
 
 def test_the_toy_generator_keeps_its_declaration_at_the_public_worst_case_shape():

@@ -21,9 +21,9 @@ ZK_DOCS = [f"trial {i} asthma inhaler dose ANSWER: zorvatin" for i in range(3)] 
 ]
 
 
-@pytest.fixture(scope="module")
-def zk_window(tmp_path_factory):
-    d = tmp_path_factory.mktemp("zk")
+def _zk_service(d, seed: bytes):
+    """A toy window with a zk tenant, and the proving key of the auditor's setup (development only) written beside
+    its verification key ``d / "vk.json"``."""
     pol = toy_policy()
     pol = dataclasses.replace(
         pol, retrieval=dataclasses.replace(pol.retrieval, enabled_tenants=("clinic", "zk"), zk_tenants=("zk",))
@@ -33,16 +33,22 @@ def zk_window(tmp_path_factory):
         d / "svc",
         policy=pol,
         embedder=emb,
-        seed=b"\x09" * 32,
+        seed=seed,
         embedder_descriptor=emb.descriptor({"clinic": len(CLINIC), "zk": len(ZK_DOCS)}),
         generator=ToyGenerator(),
         tenants={"clinic": CLINIC, "zk": ZK_DOCS},
         accounts=registry({"alice": "clinic", "zara": "zk"}),
         allow_weak=True,
     )
-    # the auditor's setup (development only); the provider gets the proving key
     pk, vk = zk_attest.setup_for(svc.policy, len(ZK_DOCS), 32, svc.table.support_bound)
     (d / "vk.json").write_text(json.dumps(vk_to_json(vk)))
+    return svc, pk
+
+
+@pytest.fixture(scope="module")
+def zk_window(tmp_path_factory):
+    d = tmp_path_factory.mktemp("zk")
+    svc, pk = _zk_service(d, b"\x09" * 32)  # the provider gets the proving key
     client(svc, "zara").ask(svc, "asthma inhaler dose trial")
     client(svc, "alice").ask(svc, "asthma protocol inhaler patient")
     assert svc.attest(pk) == 1  # the zk tenant's one query
@@ -91,3 +97,30 @@ def test_tampered_proofs_and_foreign_keys_fail(zk_window, tmp_path):
     (tmp_path / "other.json").write_text(json.dumps(vk_to_json(other)))
     v = verify(b, zk_vkey=tmp_path / "other.json")
     assert v.verdict == "FAIL"
+
+
+@pytest.mark.integration  # a key and two Groth16 proofs (~1 CPU minute)
+def test_a_batch_of_proofs_is_verified_at_once_and_a_bad_one_is_named(tmp_path):
+    """The verifier checks a window's Groth16 proofs in one randomized batch (zk.verify.verify_batch); when the
+    batch fails it verifies them one by one, so the FAIL names exactly the leaf whose proof is bad and counts the
+    others."""
+    svc, pk = _zk_service(tmp_path, b"\x0a" * 32)
+    zara = client(svc, "zara")
+    for q in ("asthma inhaler dose trial", "memo lunch soup"):
+        zara.ask(svc, q)
+    assert svc.attest(pk) == 2
+    b = svc.export_bundle(tmp_path / "bundle")
+    svc.close()
+    v = verify(b, zk_vkey=tmp_path / "vk.json")
+    assert v.verdict == "PASS" and v.checked["zk_proofs"] == 2, v.reasons
+    p = b / "auditor" / "proofs.jsonl"
+    recs = [json.loads(x) for x in p.read_text().splitlines()]
+    recs[1]["proof"]["pi_a"], recs[1]["proof"]["pi_c"] = recs[1]["proof"]["pi_c"], recs[1]["proof"]["pi_a"]
+    p.write_text("".join(json.dumps(r, sort_keys=True, separators=(",", ":")) + "\n" for r in recs))
+    v = verify(b, zk_vkey=tmp_path / "vk.json")
+    bad = [r for r in v.reasons if "Groth16 proof" in r]
+    assert v.verdict == "FAIL" and bad == [
+        f"retrieval: leaf {recs[1]['pos']}: the Groth16 proof of noise-then-select does not verify under the "
+        "auditor's key"
+    ], v.reasons
+    assert v.checked["zk_proofs"] == 1
