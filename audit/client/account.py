@@ -196,6 +196,36 @@ class AccountClient:
                 if self.origin is None and isinstance(named, str):
                     self.origin = named  # the log its earlier receipts named (pinned on first use)
 
+    @classmethod
+    def load(cls, directory: str | os.PathLike[str], *, embedder: _Embedder | None = None) -> AccountClient:
+        """The account of an account directory (``dprag account new DIR``: ``config.json``, ``account.key`` 0600,
+        its state): pinned to the provider key and origin its config records. ``embedder``: the committed embedder
+        the config names (``config.json``'s ``embedder``; load it by name with
+        ``audit.provider.models.load_embedder``, or pass your own object), so the client computes Q itself.
+        ``InvalidParameterError`` naming ``directory`` if it is not an account directory."""
+        d = Path(directory)
+        try:
+            cfg = loads_bounded((d / "config.json").read_bytes(), what="config.json")
+            key = AccountKey.from_hex((d / "account.key").read_text())
+            if not isinstance(cfg, dict):
+                raise EncodingError("config.json: must be a JSON object")
+            name, window = cfg["account"], cfg["window"]
+            pk, origin, scale = cfg.get("provider_key"), cfg.get("origin"), cfg.get("embedding_scale") or 1024
+            if not (isinstance(name, str) and isinstance(window, str) and isinstance(scale, int)):
+                raise EncodingError("config.json: account and window must be strings, embedding_scale an integer")
+        except (OSError, ValueError, KeyError, DpragError) as e:
+            raise InvalidParameterError("directory", f"{d}: not an account directory ({e})") from None
+        return cls(
+            name,
+            window,
+            key,
+            provider_vkey=pk if isinstance(pk, str) else None,
+            origin=origin if isinstance(origin, str) else None,
+            directory=d,
+            embedder=embedder,
+            embedding_scale=scale,
+        )
+
     # -- requests ----------------------------------------------------------------------------------------
     def request(self, question: str) -> Request:
         """Sign the next request (the counter advances durably first, so a crash never reuses one)."""
@@ -237,7 +267,10 @@ class AccountClient:
         against each other and the ledger's history the client has seen (``accept``); return what was served.
         A request signed earlier that has no receipt yet (``pending``) is resent first, byte for byte, so a lost
         response never leaves the account a counter ahead; if it still cannot be finished, PendingRequestError
-        names it and nothing new is signed."""
+        names it and nothing new is signed. Over HTTP nothing is signed or sent until the provider key and the
+        log's origin are pinned (``require_pins``)."""
+        if _serves_consistency(service):
+            self.require_pins()
         for counter in self.pending():
             try:
                 self.send(service, self._sent[counter])
@@ -247,6 +280,19 @@ class AccountClient:
                 if counter in self.pending():  # a signed refusal of it frees its counter: then go on
                     raise PendingRequestError(counter, e) from e
         return self.send(service, self.request(question))
+
+    def require_pins(self) -> None:
+        """Refuse (``InvalidParameterError`` naming ``provider_key`` or ``origin``) unless the provider's key and the
+        log's origin are pinned: a request sent before would be charged by a log this client cannot yet tell from
+        another (spec/protocol.md §5.1). ``send``, ``ask`` and ``retry`` call it for a service over HTTP."""
+        if self.provider_vkey is None:
+            raise InvalidParameterError(
+                "provider_key", "is not pinned: pass provider_vkey= (dprag account new --provider-key FILE)"
+            )
+        if self.origin is None:
+            raise InvalidParameterError(
+                "origin", "is not pinned: pass origin= (dprag account new --origin dprag/<chain id>)"
+            )
 
     def pending(self) -> list[int]:
         """The counters this client signed (durably, ``sent/``) up to its current one that have no kept receipt: a
@@ -261,6 +307,8 @@ class AccountClient:
 
         from ..protocol.receipts import verify_refusal
 
+        if _serves_consistency(service):  # a service over the network: nothing leaves until both are pinned
+            self.require_pins()
         try:
             if _serves_consistency(service):  # over HTTP: the proof from our head comes along
                 served = service.serve(req, since=None if self._head is None else self._head[0])

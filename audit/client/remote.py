@@ -1,4 +1,5 @@
-"""The account's and the auditor's side of ``dprag serve`` over HTTP (stdlib ``urllib``; no extra dependency).
+"""The account's and the auditor's side of ``dprag serve`` over HTTP (httpx: one connection pool per
+``RemoteService``, kept alive between requests).
 
 ``RemoteService(urls, account=..., key=...)`` stands where a ``ProviderService`` stands for ``AccountClient``:
 ``serve(req)`` and ``ledger.consistency_proof(lo, hi)``, raising the same typed errors (``RequestError`` and
@@ -14,15 +15,14 @@ stored answer, which ``answer_unchecked`` merely transports).
 
 from __future__ import annotations
 
-import http.client
 import json
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol, cast, overload
 from urllib.parse import urlencode
+
+import httpx
 
 from dprag.errors import DpragError, InvalidParameterError
 
@@ -93,11 +93,24 @@ class RemoteService:
         self.account, self.key = account, key
         self.attempts, self.timeout = int(attempts), float(timeout)
         self._next = 0
+        #: one pool of kept-alive connections for every call (proxies from the environment, as urllib took them; no
+        #: redirect followed: a request is signed for its path)
+        self._http = httpx.Client(timeout=self.timeout, follow_redirects=False)
         self.ledger = _RemoteLedger(self)
         #: ``serve(req, since=N)`` brings the consistency proof from size N with the answer (one round trip)
         self.serves_consistency = True
         #: how many sends were retries (503 or unreachable): for the fault tests and benchmarks
         self.retries = 0
+
+    def close(self) -> None:
+        """Close the kept-alive connections (also on garbage collection, and at the end of a ``with`` block)."""
+        self._http.close()
+
+    def __enter__(self) -> RemoteService:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     # -- transport ---------------------------------------------------------------------------------------------
     def _url(self) -> str:
@@ -127,11 +140,10 @@ class RemoteService:
             if auth_as is not None:
                 key_id, sign = auth_as
                 headers["Authorization"] = auth_header(key_id, sign, method, path, body)
-            req = urllib.request.Request(url + path, data=body or None, method=method, headers=headers)
             try:
-                try:
-                    with urllib.request.urlopen(req, timeout=self.timeout) as r:
-                        data, status = r.read(), r.status
+                r = self._http.request(method, url + path, content=body or None, headers=headers)
+                data, status = r.content, r.status_code
+                if 200 <= status < 300:
                     if raw:
                         return status, data
                     try:
@@ -139,20 +151,18 @@ class RemoteService:
                         return status, parsed
                     except EncodingError as e:  # not JSON, or nested too deep: the service's defect, not resent
                         raise _malformed(status, f"a {status} response that is not JSON ({e})"[:300], url) from None
-                except urllib.error.HTTPError as e:
-                    data = e.read()  # a body cut off here is handled as below
-                    try:
-                        error: JSON = loads_bounded(data, what="response")
-                    except EncodingError:
-                        error = None
-                    if e.code != 503:
-                        return e.code, error
-                    last = _unavailable(error, url)
-            except (urllib.error.URLError, ConnectionError, TimeoutError, OSError) as e:
-                last = StoreUnavailableError(f"{url}: unreachable ({e})")
-            except http.client.HTTPException as e:
-                # a response cut off by a replica that died while sending it (IncompleteRead, a bad status line):
-                # whether or not the request was served, resending the same signed bytes is idempotent
+                try:
+                    error: JSON = loads_bounded(data, what="response")
+                except EncodingError:
+                    error = None
+                if status != 503:
+                    return status, error
+                last = _unavailable(error, url)
+            except (httpx.ConnectError, httpx.TimeoutException, httpx.NetworkError, OSError) as e:
+                last = StoreUnavailableError(f"{url}: unreachable ({type(e).__name__}: {e})")
+            except (httpx.RemoteProtocolError, httpx.DecodingError) as e:
+                # a response cut off by a replica that died while sending it (an incomplete body, a bad status
+                # line): whether or not the request was served, resending the same signed bytes is idempotent
                 last = StoreUnavailableError(f"{url}: the response was cut off ({e!r})")
             if attempt < self.attempts - 1:
                 self.retries += 1

@@ -22,14 +22,16 @@ from ..protocol.encoding import encode, loads_bounded
 from ..protocol.request import AccountKey, Request
 
 
-def _client(d: Path) -> AccountClient:
+def account_client(d: Path, embedder: object = None) -> AccountClient:
+    """The account of directory ``d``; ``embedder``: one already loaded (the agent's), else the one config names."""
     try:
         cfg = loads_bounded((d / "config.json").read_bytes(), what="config.json")
         key = AccountKey.from_hex((d / "account.key").read_text())
     except (OSError, ValueError, DpragError) as e:
         raise click.UsageError(f"ACCOUNT_DIR {d}: not an account directory ({e})") from None
-    embedder = None
-    if cfg.get("embedder"):  # the account computes Q itself with the committed embedder (protocol §5.1)
+    if embedder is None and cfg.get(
+        "embedder"
+    ):  # the account computes Q itself with the committed embedder (protocol §5.1)
         from ..provider import models as serving_models
 
         try:
@@ -140,7 +142,7 @@ def new_cmd(
 @click.argument("question")
 def request_cmd(account_dir: Path, question: str) -> int:
     """Sign the next request for QUESTION; print it (one JSON object) for the provider, keep it pending."""
-    c = _client(account_dir)
+    c = account_client(account_dir)
     req = c.request(question)
     body = req.to_json()
     (account_dir / "pending").mkdir(exist_ok=True)
@@ -156,7 +158,7 @@ def check_receipt_cmd(account_dir: Path, response: Path) -> int:
     """Check the provider's RESPONSE (JSON: answer, citations, receipt, and the consistency proof from this account's
     last receipt, ProviderService.consistency) against the pending request it answers and the receipts kept before;
     keep the receipt. Exit 0 accepted, 1 rejected (the reason on stdout; kept in incidents.jsonl), 2 unusable input."""
-    c = _client(account_dir)
+    c = account_client(account_dir)
     try:
         resp = loads_bounded(response.read_bytes(), what="RESPONSE")
         counter = resp["receipt"]["counter"]
@@ -209,7 +211,7 @@ def follow_cmd(account_dir: Path, urls: tuple[str, ...]) -> int:
     are kept. Prints the key now trusted. (`account ask` also follows when a receipt names a newer key.)"""
     from ..client.remote import RemoteError, RemoteService
 
-    c = _client(account_dir)
+    c = account_client(account_dir)
     if c.provider_vkey is None:
         raise click.UsageError(f"ACCOUNT_DIR {account_dir}: no provider key pinned to follow from (account new)")
     try:
@@ -229,9 +231,26 @@ def follow_cmd(account_dir: Path, urls: tuple[str, ...]) -> int:
 @click.option("--include-questions", is_flag=True, help="also the question texts (lets the auditor replay answers)")
 def export_cmd(account_dir: Path, out: Path, include_questions: bool) -> int:
     """Write the kept receipts as JSONL for the auditor (dprag audit verify --receipts OUT)."""
-    c = _client(account_dir)
+    c = account_client(account_dir)
     c.export_receipts(out, include_questions=include_questions)
     click.echo(f"{len(c.receipts)} receipts -> {out}")
+    return 0
+
+
+@account.command("agent")
+@click.argument("account_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
+def agent_cmd(account_dir: Path) -> int:
+    """Keep this account's embedder loaded and answer `dprag account ask ACCOUNT_DIR` on ACCOUNT_DIR/agent.sock
+    (a Unix socket of mode 0600), so an ask no longer loads the model; runs until interrupted."""
+    from .account_agent import serve_agent, socket_path
+
+    click.echo(f"dprag account agent: {socket_path(account_dir)}", err=True)
+    try:
+        serve_agent(account_dir, account_client, ask_once)
+    except OSError as e:
+        raise click.UsageError(str(e)) from None
+    except KeyboardInterrupt:
+        pass
     return 0
 
 
@@ -250,34 +269,48 @@ def ask_cmd(account_dir: Path, question: str, urls: tuple[str, ...], attempts: i
     """Sign the next request for QUESTION, send it over HTTP (resending the same signed bytes while the service is
     unavailable), check the answer, the citations and the receipt, keep the receipt; print the answer as one JSON
     object. Exit 0 answered, 1 refused or rejected (the reason on stderr), 2 unusable input."""
+    from .account_agent import ask_via_agent
+
+    via = ask_via_agent(account_dir, question, list(urls), attempts)
+    if via is not None:  # the account's agent (dprag account agent DIR) holds the embedder loaded: it asked
+        code, out, err = via
+    else:
+        code, out, err = ask_once(account_client(account_dir), account_dir, question, list(urls), attempts)
+    if code == 2:
+        raise click.UsageError(err)
+    if err:
+        click.echo(err, err=True)
+    if out:
+        click.echo(out)
+    return code
+
+
+def ask_once(
+    c: AccountClient, account_dir: Path, question: str, urls: list[str], attempts: int
+) -> tuple[int, str, str]:
+    """One ``dprag account ask`` with the client ``c``: (exit code, stdout line, stderr line). Shared by the command
+    and the account's agent (``account_agent``), which keeps ``c``'s embedder loaded between asks."""
     from ..client.remote import RemoteError, RemoteService
 
-    c = _client(account_dir)
     if c.provider_vkey is None or c.origin is None:  # refused before anything is signed, sent or charged
         missing = " and ".join(x for x, v in (("key", c.provider_vkey), ("origin", c.origin)) if v is None)
-        raise click.UsageError(
+        return (
+            2,
+            "",
             f"ACCOUNT_DIR {account_dir}: the provider's {missing} is not pinned: nothing was signed or sent (dprag "
-            "account new --provider-key FILE --origin dprag/ID pins both; receipts are checked against them)"
+            "account new --provider-key FILE --origin dprag/ID pins both; receipts are checked against them)",
         )
     try:
-        remote = RemoteService(list(urls), account=c.account, key=c.key, attempts=attempts)
+        remote = RemoteService(urls, account=c.account, key=c.key, attempts=attempts)
     except DpragError as e:
-        raise click.UsageError(f"--url: {e}") from None
+        return 2, "", f"--url: {e}"
     try:
         served = c.ask(remote, question)
     except ReceiptError as e:
-        click.echo(f"REJECTED {e}", err=True)
-        return 1
+        return 1, "", f"REJECTED {e}"
     except RemoteError as e:
-        click.echo(f"ERROR {e}", err=True)
-        return 1
+        return 1, "", f"ERROR {e}"
     except DpragError as e:  # a refusal (kept with its signature in refusals.jsonl) or the service unreachable
-        click.echo(f"REFUSED {type(e).__name__}: {e}", err=True)
-        return 1
-    click.echo(
-        json.dumps(
-            {"answer": served.answer, "citations": served.citations, "pos": served.pos, "retries": remote.retries},
-            sort_keys=True,
-        )
-    )
-    return 0
+        return 1, "", f"REFUSED {type(e).__name__}: {e}"
+    out = {"answer": served.answer, "citations": served.citations, "pos": served.pos, "retries": remote.retries}
+    return 0, json.dumps(out, sort_keys=True), ""

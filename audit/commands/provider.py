@@ -35,13 +35,26 @@ def _service_options(fn: Callable[..., Any]) -> Callable[..., Any]:
             click.option("--store", default=None, help="the store's postgresql:// URL (else the directory's)"),
             click.option("--embedder", default=None, help="a dprag.embedders name (default: the committed one)"),
             click.option("--generator", default=None, help="a dprag.generators name (required without --toy)"),
+            click.option(
+                "--signer",
+                "signers",
+                multiple=True,
+                help="the provider's key held outside the directory: file:PATH or pkcs11:URI (as dprag serve)",
+            ),
         ]
     ):
         fn = opt(fn)
     return fn
 
 
-def _open(directory: Path, toy: bool, store: str | None, embedder: str | None, generator: str | None) -> Any:
+def _open(
+    directory: Path,
+    toy: bool,
+    store: str | None,
+    embedder: str | None,
+    generator: str | None,
+    signers: tuple[str, ...] = (),
+) -> Any:
     from .serve import open_service_dir as open_service
 
     if toy and not (directory / "service" / "config" / "policy.json").exists():
@@ -49,7 +62,7 @@ def _open(directory: Path, toy: bool, store: str | None, embedder: str | None, g
     if not toy and not (directory / "config" / "policy.json").exists() and not store:
         raise click.UsageError(f"--dir {directory}: not a provider's service directory")
     try:
-        return open_service(directory, toy, 0, store, embedder, generator, None)[0]
+        return open_service(directory, toy, 0, store, embedder, generator, None, signers)[0]
     except DpragError as e:
         raise click.UsageError(f"--dir {directory}: {e}") from None
 
@@ -80,13 +93,29 @@ def provider() -> None:
 
 @provider.command("rotate-key")
 @_service_options
-def rotate_key_cmd(directory: Path, toy: bool, store: str | None, embedder: str | None, generator: str | None) -> int:
+@click.option(
+    "--new-signer",
+    default=None,
+    help="the incoming key held outside the directory and store: file:PATH or pkcs11:URI (default: a fresh key kept "
+    "in the store, as at creation)",
+)
+def rotate_key_cmd(
+    directory: Path,
+    toy: bool,
+    store: str | None,
+    embedder: str | None,
+    generator: str | None,
+    signers: tuple[str, ...],
+    new_signer: str | None,
+) -> int:
     """Rotate the provider's note key: a key leaf signed by the outgoing key, the first covering checkpoint signed
     by both; prints the incoming key and writes it to DIR/provider.vkey."""
-    svc = _open(directory, toy, store, embedder, generator)
+    svc = _open(directory, toy, store, embedder, generator, signers)
 
     def rotate() -> dict[str, Any]:
-        pos = svc.rotate_key()
+        from ..provider.signers import load_signer
+
+        pos = svc.rotate_key(None if new_signer is None else load_signer(new_signer))
         (directory / "provider.vkey").write_text(svc.signer.vkey() + "\n")
         return {"leaf": pos, "provider_key": svc.signer.vkey()}
 
@@ -104,6 +133,7 @@ def add_documents_cmd(
     store: str | None,
     embedder: str | None,
     generator: str | None,
+    signers: tuple[str, ...],
     tenant: str,
     allow_weak: bool,
     documents: Path,
@@ -112,7 +142,7 @@ def add_documents_cmd(
     docs = _json_file(documents, "DOCUMENTS")
     if not isinstance(docs, dict):
         raise click.UsageError(f"DOCUMENTS {documents}: must be a JSON object mapping new document ids to texts")
-    svc = _open(directory, toy, store, embedder, generator)
+    svc = _open(directory, toy, store, embedder, generator, signers)
     return _run(svc, lambda: {"leaf": svc.add_documents(tenant, docs, allow_weak=allow_weak), "added": len(docs)})
 
 
@@ -126,6 +156,7 @@ def set_policy_cmd(
     store: str | None,
     embedder: str | None,
     generator: str | None,
+    signers: tuple[str, ...],
     allow_weak: bool,
     policy_file: Path,
 ) -> int:
@@ -136,7 +167,7 @@ def set_policy_cmd(
         policy = Policy.from_dict(_json_file(policy_file, "POLICY_FILE"))
     except DpragError as e:
         raise click.UsageError(f"POLICY_FILE {policy_file}: {e}") from None
-    svc = _open(directory, toy, store, embedder, generator)
+    svc = _open(directory, toy, store, embedder, generator, signers)
     return _run(svc, lambda: {"leaf": svc.set_policy(policy, allow_weak=allow_weak), "epoch": len(svc.epochs) - 1})
 
 
@@ -156,12 +187,13 @@ def account_add_cmd(
     store: str | None,
     embedder: str | None,
     generator: str | None,
+    signers: tuple[str, ...],
     name: str,
     tenant: str,
     key: str,
 ) -> int:
     """Register NAME on TENANT under KEY (an account leaf)."""
-    svc = _open(directory, toy, store, embedder, generator)
+    svc = _open(directory, toy, store, embedder, generator, signers)
     return _run(svc, lambda: {"leaf": svc.add_account(name, tenant, key.strip()), "account": name})
 
 
@@ -169,8 +201,14 @@ def account_add_cmd(
 @_service_options
 @click.argument("name")
 def account_revoke_cmd(
-    directory: Path, toy: bool, store: str | None, embedder: str | None, generator: str | None, name: str
+    directory: Path,
+    toy: bool,
+    store: str | None,
+    embedder: str | None,
+    generator: str | None,
+    signers: tuple[str, ...],
+    name: str,
 ) -> int:
     """Revoke NAME (an account-revoke leaf): it never rejoins; its pending requests get signed refusals."""
-    svc = _open(directory, toy, store, embedder, generator)
+    svc = _open(directory, toy, store, embedder, generator, signers)
     return _run(svc, lambda: {"leaf": svc.revoke_account(name), "account": name})

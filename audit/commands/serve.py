@@ -170,6 +170,14 @@ def admin_token(token_file: Path | None) -> str | None:
     envvar=_env("threads"),
     help="blocking calls (generation, store) run at once per process (default: anyio's 40); the rest queue",
 )
+@click.option(
+    "--signer",
+    "signers",
+    multiple=True,
+    envvar=_env("signer"),
+    help="the provider's signing key when it is held outside the directory and store: file:PATH (mode 0600) or an "
+    "RFC 7512 pkcs11: URI (spec/provider.md §8); repeat it for a retired key still signing its era",
+)
 @click.option("--log-level", default="warning", show_default=True, envvar=_env("log_level"))
 @click.option(
     "--database-password-file",
@@ -245,6 +253,7 @@ def _serve(
     generator: str | None,
     auditor_key: Path | None,
     threads: int | None,
+    signers: tuple[str, ...],
     log_level: str,
     database_password_file: Path | None,
     admin_host: str,
@@ -297,7 +306,7 @@ def _serve(
     try:
         tracer, provider = make_tracer(otel_exporter)
         telemetry = Telemetry(access_log=log_stream, tracer=tracer)
-        svc, akey = open_service_dir(directory, toy, accounts, store, embedder, generator, auditor_key)
+        svc, akey = open_service_dir(directory, toy, accounts, store, embedder, generator, auditor_key, signers)
     except DpragError as e:
         raise click.UsageError(f"--dir {directory}: {e}") from None
     svc.start_schedule()  # checkpoints on the policy's release grid, when it sets a period (protocol §5.6)
@@ -416,10 +425,14 @@ def _status_line(r: dict[str, object]) -> str:
     )
 
 
-def open_service_dir(directory, toy, accounts, store, embedder, generator, auditor_key):
+def open_service_dir(directory, toy, accounts, store, embedder, generator, auditor_key, signers=()):
     """The service of ``directory`` (``--toy``: the toy layout, made on first use with ``accounts`` accounts), with
-    the embedder and generator named; returns it and the auditor key (hex, or None). Also `dprag provider`."""
+    the embedder and generator named and the ``--signer`` specs given; returns it and the auditor key (hex, or None).
+    Also `dprag provider`."""
     from ..provider.service import ProviderService
+    from ..provider.signers import load_signer
+
+    signer = [load_signer(s) for s in signers] or None
 
     akey = auditor_key.read_text().strip() if auditor_key else None
     if toy:
@@ -428,9 +441,11 @@ def open_service_dir(directory, toy, accounts, store, embedder, generator, audit
         gen = toy_generator()  # TEST ONLY: DPRAG_TEST_TOY_HOLD makes it hold chosen answers (audit/testing/toy.py)
         fresh = not (directory / "service" / "config" / "policy.json").exists()
         svc = (
-            make_toy_directory(directory, store=store, accounts=accounts, generator=gen)
+            make_toy_directory(
+                directory, store=store, accounts=accounts, generator=gen, signer=signer[0] if signer else None
+            )
             if fresh
-            else open_toy_directory(directory, store=store, generator=gen)
+            else open_toy_directory(directory, store=store, generator=gen, signer=signer)
         )
         return svc, akey or (directory / "auditor.vkey").read_text().strip()
     if generator is None:
@@ -456,5 +471,5 @@ def open_service_dir(directory, toy, accounts, store, embedder, generator, audit
         emb = serving_models.load_embedder(embedder)
     except DpragError as e:
         raise click.UsageError(f"--embedder {embedder}: {e}") from None
-    svc = ProviderService.open(directory, embedder=emb, generator=gens[generator].load()(), store=store)
+    svc = ProviderService.open(directory, embedder=emb, generator=gens[generator].load()(), store=store, signer=signer)
     return svc, akey

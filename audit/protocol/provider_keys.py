@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 from dprag.errors import DpragError
 
 from .encoding import EncodingError, encode, excerpt, hexbytes
-from .ledger.checkpoint import NoteSigner, NoteVerifier
+from .ledger.checkpoint import NoteVerifier, Signer
 
 _T = TypeVar("_T")
 
@@ -49,7 +49,7 @@ def key_message(chain: str, old: str, new: str) -> bytes:
     return KEY_DOMAIN + encode({"chain": chain, "old": old, "new": new})
 
 
-def key_leaf(old: NoteSigner, chain: str, new: str) -> dict[str, Any]:
+def key_leaf(old: Signer, chain: str, new: str) -> dict[str, Any]:
     """The rotation leaf to ``new`` (a verifier key), signed by the outgoing ``old``."""
     return {"type": "key", "key": new, "sig": old.sign(key_message(chain, old.vkey(), new)).hex()}
 

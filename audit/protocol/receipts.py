@@ -27,7 +27,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from .encoding import EncodingError, encode, hexbytes
-from .ledger.checkpoint import NoteSigner, NoteVerifier
+from .ledger.checkpoint import NoteVerifier, Signer
 
 DOMAIN = b"dprag/receipt/v4\n"
 REFUSAL_DOMAIN = b"dprag/refusal/v4\n"
@@ -86,7 +86,7 @@ def key_id(vkey: str) -> str:
     return hashlib.sha256(vkey.encode()).hexdigest()
 
 
-def sign_receipt(body: dict[str, Any], signer: NoteSigner) -> dict[str, Any]:
+def sign_receipt(body: dict[str, Any], signer: Signer) -> dict[str, Any]:
     """``body`` (``receipt_body``, with or without a ``key``) signed by ``signer``, naming it (``key``)."""
     signed = {**body, "key": key_id(signer.vkey())}
     signed["sig"] = signer.sign(DOMAIN + encode(signed)).hex()
@@ -158,7 +158,7 @@ def refusal_body(*, origin: str, h_req: str, field: str, rule: str, code: str, s
     }
 
 
-def sign_refusal(body: dict[str, Any], signer: NoteSigner) -> dict[str, Any]:
+def sign_refusal(body: dict[str, Any], signer: Signer) -> dict[str, Any]:
     """``body`` (``refusal_body``) signed by ``signer``, naming it (``key``)."""
     signed = {**body, "key": key_id(signer.vkey())}
     return {**signed, "sig": signer.sign(REFUSAL_DOMAIN + encode(signed)).hex()}

@@ -39,11 +39,12 @@ from dprag.zk.field import R as BN254_R
 from ..protocol import commitments as cm
 from ..protocol.encoding import IDENTIFIER_RULE, JSON, EncodingError, decode, encode, hexbytes, is_identifier
 from ..protocol.errors import ServiceStateError
-from ..protocol.ledger import Checkpoint, NoteSigner, NoteVerifier, open_checkpoint
+from ..protocol.ledger import Checkpoint, NoteSigner, NoteVerifier, Signer, open_checkpoint
 from ..protocol.policy import Policy
 from .atomic_files import write_atomically
 from .models import TextEmbedder, as_embedder, describes_itself, prompt_template_of, serving_generator
 from .serving import Served, Serving
+from .signers import held_in_window
 from .storage import Session, create_store
 
 if TYPE_CHECKING:
@@ -102,6 +103,10 @@ def _check_id(field: str, value: str) -> str:
     return value
 
 
+#: how many times ``rotate_key`` signs again when the log moved while it signed
+ROTATE_ATTEMPTS = 20
+
+
 class ProviderService(Serving):
     """See the module docstring. The state is ``window.Window``, the request path ``serving.Serving``."""
 
@@ -118,7 +123,7 @@ class ProviderService(Serving):
         tenants: Mapping[str, Sequence[str] | Mapping[str, str]],
         accounts: Mapping[str, tuple[str, str]],
         seed: bytes | None = None,
-        signer: NoteSigner | None = None,
+        signer: Signer | None = None,
         store: str | None = None,
         allow_weak: bool = False,
     ) -> ProviderService:
@@ -138,6 +143,10 @@ class ProviderService(Serving):
         one that only returns text for ``dp-ksa`` (and ``answer-vote``), see ``serving_generator``.
         ``store``: None (the SQLite file ``state/service.sqlite``) or a ``postgresql://`` URL for replicas on several
         hosts (``audit.provider.storage``; the window gets a schema of its own).
+        ``signer``: the provider's note key (``audit.protocol.ledger.Signer``). None: a fresh ``NoteSigner`` kept in
+        ``secret/provider.skey`` and the store (every replica reads it there). A ``provider.signers.FileSigner`` or
+        ``Pkcs11Signer`` keeps it outside both: only its public key is written, and every process opening the log
+        is given the signer (``open(..., signer=)``, ``dprag serve --signer``).
         ``allow_weak``: serve a policy whose certified guarantee would be weak or vacuous under the auditor's
         default limit (``certify.policy_strength``: ε > 10, or δ >= 1/n with n the largest tenant's documents,
         or δ >= 1); without it such a policy is refused before anything is written (spec/protocol.md §8).
@@ -205,7 +214,8 @@ class ProviderService(Serving):
         for sub in ("secret", "config", "index", "docs", "state"):
             (d / sub).mkdir(parents=True, exist_ok=True)
         write_atomically(d / "secret" / "seed.hex", seed.hex().encode(), private=True)
-        write_atomically(d / "secret" / "provider.skey", signer.skey().encode(), private=True)
+        if held_in_window(signer):
+            write_atomically(d / "secret" / "provider.skey", signer.skey().encode(), private=True)
         write_atomically(d / "secret" / "salts.json", encode(salts), private=True)
         write_atomically(d / "config" / "policy.json", policy.to_bytes())
         emb_salt = bytes.fromhex(salts["embedder"])
@@ -253,7 +263,13 @@ class ProviderService(Serving):
         from ..protocol.chain import origin_of
 
         write_atomically(d / "config" / "meta.json", encode({"origin": origin_of(encode(genesis))}))
-        svc = cls(d, embedder=embedder, generator=generator, _store=create_store(d, store, window=policy.window))
+        svc = cls(
+            d,
+            embedder=embedder,
+            generator=generator,
+            signer=signer,
+            _store=create_store(d, store, window=policy.window),
+        )
         with svc.store.write():
             if svc.ledger.size != 0:
                 raise ServiceStateError("a fresh ledger is not empty")
@@ -302,11 +318,13 @@ class ProviderService(Serving):
         embedder: TextEmbedder | str,
         generator: object,
         store: str | None = None,
+        signer: Signer | Sequence[Signer] | None = None,
     ) -> ProviderService:
         """Resume a window (after a restart, on another replica): check that every tenant's spend is exactly what
         the ledger's openings charged (``recovery.check_spend``), then serve. ``store``: the PostgreSQL URL with its
-        credentials where ``config/store.json`` names one and the password is not in ``PGPASSWORD``."""
-        svc = cls(Path(directory), embedder=embedder, generator=generator, store=store)
+        credentials where ``config/store.json`` names one and the password is not in ``PGPASSWORD``. ``signer``: the
+        provider's key(s) when a signer holds them outside the directory (``create``); the current one is used."""
+        svc = cls(Path(directory), embedder=embedder, generator=generator, store=store, signer=signer)
         try:
             from .recovery import check_spend
 
@@ -337,43 +355,64 @@ class ProviderService(Serving):
         provider cannot re-key an account. Returns the leaf's position."""
         return self._append_state_leaf(dict(leaf))
 
-    def rotate_key(self, signer: NoteSigner | None = None) -> int:
+    def rotate_key(self, signer: Signer | None = None) -> int:
         """Rotate the provider's note key (spec/protocol.md §3.3): a ``key`` leaf naming the new key, signed by the
         current one; the checkpoint of the size that first covers it is signed by both; every later checkpoint,
-        receipt and refusal by the new key. ``signer``: the new key (default: a fresh one). Every replica of the
-        store follows it before it signs again (the new key is committed with the leaf). Returns the leaf's position."""
+        receipt and refusal by the new key. ``signer``: the new key (default: a fresh ``NoteSigner``, kept in the
+        store as the first one was; a ``FileSigner`` or ``Pkcs11Signer`` is kept outside it, and every other replica
+        is restarted with it). Every replica of the store follows it before it signs again. Returns the leaf's
+        position.
+
+        Both signatures (the leaf and the dual-signed checkpoint) are made before the write transaction, over the
+        committed log; the transaction appends only if the log did not move meanwhile, else it signs again
+        (at most ``ROTATE_ATTEMPTS`` times, then ``StoreUnavailableError``)."""
         import copy
 
+        from ..protocol.errors import StoreUnavailableError
         from ..protocol.ledger import sign_checkpoint
         from ..protocol.provider_keys import KeyLeafError, key_leaf
 
         new = signer or NoteSigner.generate(self.signer.name)
-        with self.store.write() as s:
-            self.refresh_state()
-            old = self.signer
-            rec = key_leaf(old, self.keys.chain, new.vkey())
-            size, _ = self.ledger.tail()
+        for _ in range(ROTATE_ATTEMPTS):
+            with self.store.snapshot():
+                self.refresh_state()
+                old, chain = self.signer, self.keys.chain
+                keys = copy.deepcopy(self.keys)
+            rec = key_leaf(old, chain, new.vkey())  # outside any transaction (spec/provider.md §8)
+            leaf = encode(rec)
+            size, root = self.ledger.root_after(leaf)
             try:
-                copy.deepcopy(self.keys).apply(size, rec)
+                keys.apply(size, rec)
             except KeyLeafError as e:
                 raise InvalidParameterError(f"signer.{e.field}", e.rule) from None
-            pos, root = self.ledger.append_with_root(encode(rec))
-            self.aud.put_state_leaf(pos, "key")
             # the first checkpoint covering it, signed by both keys, commits with the leaf
-            both = sign_checkpoint(Checkpoint(self.origin, pos + 1, root, ()), new, old)
-            self.aud.put_checkpoint(pos + 1, both, replace=True)
-            try:
-                retired = decode(self.stored_file("secret/provider-retired.json"), what="retired keys")
-            except FileNotFoundError:
-                retired = []
-            # the retired key signs what the log placed in its era (an answer recorded before the rotation and
-            # stored after it: Window.signer_at), so no signature tells when that work ended
-            files = {
-                "secret/provider.skey": new.skey().encode(),
-                "secret/provider-retired.json": encode([*retired, old.skey()]),
-            }
-            _store_files(s, files)  # a replica on another host reads the new key from here (Window._signer_for)
+            both = sign_checkpoint(Checkpoint(self.origin, size + 1, root, ()), new, old)
+            with self.store.write() as s:
+                self.refresh_state()
+                if self.ledger.size != size or self.signer.vkey() != old.vkey():
+                    continue  # the log moved while we signed: nothing written, sign again over the new head
+                pos, root_now = self.ledger.append_with_root(leaf)
+                if (pos, root_now) != (size, root):
+                    raise ServiceStateError("the log's root changed under the tail lock (the store is corrupt)")
+                self.aud.put_state_leaf(pos, "key")
+                self.aud.put_checkpoint(pos + 1, both, replace=True)
+                files: dict[str, bytes] = {}
+                if held_in_window(new):
+                    files["secret/provider.skey"] = new.skey().encode()
+                if held_in_window(old):
+                    try:
+                        retired = decode(self.stored_file("secret/provider-retired.json"), what="retired keys")
+                    except FileNotFoundError:
+                        retired = []
+                    # the retired key signs what the log placed in its era (an answer recorded before the rotation
+                    # and stored after it: Window.signer_at), so no signature tells when that work ended
+                    files["secret/provider-retired.json"] = encode([*retired, old.skey()])
+                _store_files(s, files)  # a replica on another host reads the new key from here (Window._signer_for)
+            break
+        else:
+            raise StoreUnavailableError(f"the log kept moving while the rotation was signed ({ROTATE_ATTEMPTS} tries)")
         _write_files(self.dir, files)
+        self.remember_signer(new)
         self.refresh_state()
         self.checkpoint_now()
         return pos

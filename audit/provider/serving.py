@@ -531,26 +531,29 @@ class Serving(Window):
         receipts name, each answer with its receipt, signed at its own leaf's size (pos + 1; the first stored answer
         wins). Per item (record, answer, account, counter, the row's bytes if known): (the stored bytes, our served
         answer, our bytes)."""
+        # everything is signed first, outside the transaction (spec/provider.md §8: a signer may be slow, and no lock
+        # is held while it runs): the checkpoint of the largest log a receipt of this batch names (size pos + 1, its
+        # root recorded with the leaf) and each receipt at its own leaf's size; no read, and this process's key is at
+        # least the one in effect there, since it read the log's key leaves when it recorded that leaf (§3.3)
+        last = max((it[0] for it in items), key=lambda r: r["pos"])
+        size, root = _receipt_size(last), bytes.fromhex(_receipt_root(last))
+        note = None
+        if all(it[0].get("release_at_ms") is None for it in items):  # else signed on the grid (§5.6)
+            note = sign_checkpoint(Checkpoint(self.origin, size, root, ()), self.signer_at(size))
+        signed: list[tuple[ServedQuery, str, int, bytes | None, bytes]] = []
+        for record, text, acct, counter, expect in items:
+            # signed at the log its leaf made (size pos + 1, recorded with the leaf): whatever was appended while
+            # the answer was generated, no signed byte tells when the work ended
+            body = {**record["receipt_body"], "h_answer": hashlib.sha256(text.encode("utf-8")).hexdigest()}
+            served = ServedQuery(
+                text, record["top"], sign_receipt(body, self.signer_at(_receipt_size(record))), record["pos"]
+            )
+            signed.append((served, acct, counter, expect, encode({**record, "served": served.to_dict()})))
         out: list[AnswerStored] = []
         with self.store.write(tail=False):
-            # the checkpoint of the largest log a receipt of this batch names (size pos + 1, its root recorded with
-            # the leaf): no read, and this process's key is at least the one in effect there, since it read the
-            # log's key leaves when it recorded that leaf (§3.3)
-            last = max((it[0] for it in items), key=lambda r: r["pos"])
-            size, root = _receipt_size(last), bytes.fromhex(_receipt_root(last))
-            if all(it[0].get("release_at_ms") is None for it in items):  # else signed on the grid (§5.6)
-                self.aud.put_checkpoint(
-                    size, sign_checkpoint(Checkpoint(self.origin, size, root, ()), self.signer_at(size))
-                )
-            for record, text, acct, counter, expect in items:
-                h_answer = hashlib.sha256(text.encode("utf-8")).hexdigest()
-                # signed at the log its leaf made (size pos + 1, recorded with the leaf): whatever was appended while
-                # the answer was generated, no signed byte tells when the work ended
-                body = {**record["receipt_body"], "h_answer": h_answer}
-                served = ServedQuery(
-                    text, record["top"], sign_receipt(body, self.signer_at(_receipt_size(record))), record["pos"]
-                )
-                mine = encode({**record, "served": served.to_dict()})
+            if note is not None:
+                self.aud.put_checkpoint(size, note)
+            for served, acct, counter, expect, mine in signed:
                 kept = self.aud.store_answer(acct, counter, mine, unless_stored=_has_answer, expect=expect)
                 out.append((kept, served, mine))
         return out

@@ -35,7 +35,7 @@ from dprag.errors import DpragError, InvalidParameterError
 from ..protocol.charges import ChargeRule
 from ..protocol.encoding import JSON, decode
 from ..protocol.errors import ServiceStateError
-from ..protocol.ledger import NoteSigner
+from ..protocol.ledger import NoteSigner, Signer
 from ..protocol.policy import Policy
 from ..protocol.provider_keys import KeyChain
 from ..protocol.registry import Registry
@@ -151,11 +151,13 @@ class Window:
         embedder: TextEmbedder | str,
         generator: object,
         store: str | None = None,
+        signer: Signer | Sequence[Signer] | None = None,
         _store: ServiceStore | None = None,
     ):
         """Every random choice of serving comes from the committed seed and the signed request (§5.2). ``generator``:
         the committed model as given (``accounting.protocols.Generator``, or one that only returns text; see
-        ``models.serving_generator``)."""
+        ``models.serving_generator``). ``signer``: the provider's key(s) held outside the directory and the store
+        (``provider.signers``: a key file, a PKCS#11 token); without one, ``secret/provider.skey``."""
         if not (d / "config" / "policy.json").exists():
             raise InvalidParameterError("directory", "is not a dprag service directory", str(d))
         self.dir = d
@@ -179,7 +181,17 @@ class Window:
         )
         self.origin: str = decode((d / "config" / "meta.json").read_bytes())["origin"]
         self.seed = bytes.fromhex((d / "secret" / "seed.hex").read_text())
-        self.signer = NoteSigner.from_skey((d / "secret" / "provider.skey").read_text())
+        given = [] if signer is None else [signer] if isinstance(signer, Signer) else list(signer)
+        if not all(isinstance(s, Signer) for s in given):
+            raise InvalidParameterError("signer", "must be a Signer (audit.protocol.ledger.Signer) or a list of them")
+        if given:
+            self.signer: Signer = given[0]
+        elif (d / "secret" / "provider.skey").exists():
+            self.signer = NoteSigner.from_skey((d / "secret" / "provider.skey").read_text())
+        else:
+            raise InvalidParameterError(
+                "signer", "the provider's key is held by a signer outside the directory: pass it (--signer)", str(d)
+            )
         tenants: dict[str, dict[str, int]] = decode((d / "config" / "tenants.json").read_bytes(), what="tenants")
         r = self.policy.retrieval
         #: the window's one database (audit.provider.storage): ledger, auditor records, per-document spend
@@ -211,7 +223,8 @@ class Window:
         self.tenants: dict[str, Tenant] = {t: Tenant(q, retr, genesis.filters[t]) for t, (q, retr) in indexes.items()}
         self._use(genesis)
         self._state_lock = threading.Lock()
-        self._signers: dict[str, NoteSigner] = {self.signer.vkey(): self.signer}  # every key of the log it holds
+        #: every key of the log this process holds (the given signers first)
+        self._signers: dict[str, Signer] = {s.vkey(): s for s in reversed([self.signer, *given])}
         started = self.store.records_exist()  # create() sets the chain once genesis is appended
         chain = self.chain_id if started else ""
         self.registry = Registry.from_genesis(
@@ -222,6 +235,7 @@ class Window:
         self.state_pos = 0  # the last state leaf applied (0: genesis only)
         if started:
             self.refresh_state()
+            self.signer = self._signer_for(self.keys.current.vkey())  # the key in effect now, or a clear refusal
         self._loaded()
 
     def _loaded(self) -> None:
@@ -344,7 +358,7 @@ class Window:
                     raise ServiceStateError(f"the log's leaf {pos} breaks its rule ({e}): the store is corrupt") from e
                 self.state_pos = pos
 
-    def _signer_for(self, vkey: str) -> NoteSigner:
+    def _signer_for(self, vkey: str) -> Signer:
         """The signing key of ``vkey``: this process's own, ``secret/provider.skey`` or a retired one
         (``secret/provider-retired.json``), locally or (a replica that has not written them yet) as the rotation
         committed them to the store (``window_file``)."""
@@ -364,13 +378,22 @@ class Window:
             self._signers[signer.vkey()] = signer
         if vkey in self._signers:
             return self._signers[vkey]
-        raise ServiceStateError("the log rotated to a provider key this replica cannot find (secret/provider.skey)")
+        raise ServiceStateError(
+            f"the log's provider key {vkey} is not held by this replica (secret/provider.skey, or --signer)"
+        )
 
-    def signer_at(self, size: int) -> NoteSigner:
+    def remember_signer(self, signer: Signer) -> None:
+        """Hold ``signer`` too (a key this process rotated to): ``_signer_for`` finds it by its verifier key."""
+        self._signers[signer.vkey()] = signer
+
+    def signer_at(self, size: int) -> Signer:
         """The key in effect at ``size`` (spec/protocol.md §3.3): what signs a receipt, refusal or checkpoint of that
         size, so that which key signed it follows from the log's order, never from when the work ended (an answer
         recorded before a rotation and stored after it is signed by the retired key, which the provider keeps for
-        that)."""
+        that). Never inside a store transaction: a signer (a token, a remote KMS) may be slow, and no lock is held
+        while it runs (spec/provider.md §8)."""
+        if self.store.in_transaction:
+            raise ServiceStateError("the provider signs outside store transactions (a signer may be slow)")
         return self._signer_for(self.keys.at(size).vkey())
 
     def _algorithm(

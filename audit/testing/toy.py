@@ -400,6 +400,7 @@ def make_toy_directory(
     accounts: int = 4,
     seed: bytes | None = None,
     generator: ToyGenerator | None = None,
+    signer=None,
 ):
     """Create the toy service directory at ``d`` (see module docstring); returns the open ProviderService
     (``generator``: a ``ToyGenerator`` to serve with, ``toy_generator()`` for ``dprag serve --toy``)."""
@@ -421,6 +422,7 @@ def make_toy_directory(
         accounts={a: (t, keys[a].vkey) for a, t in registry.items()},
         store=store,
         seed=seed,
+        signer=signer,
         allow_weak=True,
     )
     for a, k in keys.items():
@@ -444,8 +446,10 @@ def make_toy_directory(
     return svc
 
 
-def open_toy_directory(d: Path, *, store: str | None = None, generator: ToyGenerator | None = None):
+def open_toy_directory(d: Path, *, store: str | None = None, generator: ToyGenerator | None = None, signer=None):
     from ..provider.service import ProviderService
 
     gen = ToyGenerator() if generator is None else generator
-    return ProviderService.open(Path(d) / "service", embedder=HashEmbedder(32), generator=gen, store=store)
+    return ProviderService.open(
+        Path(d) / "service", embedder=HashEmbedder(32), generator=gen, store=store, signer=signer
+    )

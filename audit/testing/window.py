@@ -54,6 +54,7 @@ def client(svc: ProviderService, account: str, directory: Path | None = None, co
         svc.policy.window,
         account_key(account),
         provider_vkey=svc.signer.vkey(),
+        origin=svc.origin,
         embedder=HashEmbedder(32) if confirm_q else None,
         embedding_scale=svc.embedder_descriptor["embedding_scale"],
         directory=directory,

@@ -79,6 +79,7 @@ def toy_client(d: Path, account: str, info: dict | None = None) -> AccountClient
         pins["window"],
         AccountKey.from_hex((d / "accounts" / account / "account.key").read_text().strip()),
         provider_vkey=pins["provider_key"],
+        origin=pins.get("origin") or cfg.get("origin"),
         embedder=HashEmbedder(32),
         embedding_scale=int(cfg["embedding_scale"]),
     )

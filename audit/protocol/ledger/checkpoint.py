@@ -34,6 +34,7 @@ import hashlib
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
@@ -157,6 +158,27 @@ class NoteVerifier:
         return hash((self.name, self.public_key))
 
 
+@runtime_checkable
+class Signer(Protocol):
+    """What signs a note (and every other provider signature): deterministic RFC 8032 Ed25519 under a note key.
+    ``NoteSigner`` holds the key in memory; ``audit.protocol.signer`` documents the interface and other backends."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def key_hash(self) -> int: ...
+
+    @property
+    def public_key(self) -> bytes: ...
+
+    def vkey(self) -> str: ...
+
+    def verifier(self) -> NoteVerifier: ...
+
+    def sign(self, message: bytes, /) -> bytes: ...
+
+
 class NoteSigner:
     """An Ed25519 note signer (holds the 32-byte private seed; keep it secret)."""
 
@@ -263,7 +285,7 @@ def _check_text(text: str | bytes) -> str:
     return text
 
 
-def sign_note(text: str | bytes, *signers: NoteSigner, keep: Sequence[NoteSignature] = ()) -> bytes:
+def sign_note(text: str | bytes, *signers: Signer, keep: Sequence[NoteSignature] = ()) -> bytes:
     """Encode ``text`` as a signed note with one signature line per signer (Go ``note.Sign``).
 
     ``keep`` are existing signatures (e.g. from :func:`open_note`) to carry over first; one by the same
@@ -276,8 +298,10 @@ def sign_note(text: str | bytes, *signers: NoteSigner, keep: Sequence[NoteSignat
     new = []
     seen = set()
     for s in signers:
-        if not isinstance(s, NoteSigner):
-            raise MalformedNoteError("signers", "must be NoteSigner instances", type(s).__name__)
+        if not isinstance(s, Signer):
+            raise MalformedNoteError(
+                "signers", "must be Signers (NoteSigner or audit.protocol.signer)", type(s).__name__
+            )
         seen.add((s.name, s.key_hash))
         new.append(NoteSignature(s.name, s.key_hash, s.sign(msg)).line())
     old = [sig.line() for sig in keep if (sig.name, sig.key_hash) not in seen]
@@ -411,7 +435,7 @@ class Checkpoint:
         return cls(origin, size, root, tuple(ext))
 
 
-def sign_checkpoint(checkpoint: Checkpoint, signer: NoteSigner, *cosigners: NoteSigner) -> bytes:
+def sign_checkpoint(checkpoint: Checkpoint, signer: Signer, *cosigners: Signer) -> bytes:
     """The signed note of ``checkpoint``: the log's signature first, then any cosignatures."""
     if not isinstance(checkpoint, Checkpoint):
         raise MalformedNoteError("checkpoint", "must be a Checkpoint", type(checkpoint).__name__)
@@ -443,6 +467,7 @@ __all__ = [
     "Note",
     "NoteSignature",
     "NoteSigner",
+    "Signer",
     "NoteVerifier",
     "key_hash",
     "open_checkpoint",

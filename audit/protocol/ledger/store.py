@@ -30,7 +30,7 @@ from typing import Self
 from dprag.accounting.stores.sqlite import is_busy, switch_to_wal
 from dprag.errors import InvalidParameterError
 
-from .checkpoint import Checkpoint, NoteSigner, sign_checkpoint
+from .checkpoint import Checkpoint, Signer, sign_checkpoint
 from .errors import LedgerCorruptError, LedgerError, LedgerRangeError
 from .proof import ConsistencyProof, InclusionProof, consistency_plan, inclusion_plan, materialize
 from .rfc6962 import (
@@ -181,7 +181,7 @@ class MerkleLog(ABC):
         return ConsistencyProof(size1, size2, tuple(materialize(consistency_plan(size1, size2), self._get_nodes)))
 
     def checkpoint(
-        self, signer: NoteSigner, origin: str, *, size: int | None = None, extensions: Sequence[str] = ()
+        self, signer: Signer, origin: str, *, size: int | None = None, extensions: Sequence[str] = ()
     ) -> bytes:
         """A signed transparency-dev checkpoint (signed note bytes) of the tree at ``size`` (default: now)."""
         size = self._size_arg(size)

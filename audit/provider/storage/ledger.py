@@ -154,6 +154,20 @@ class StoreLog(MerkleLog):
         the append computes anyway (no store read): what a receipt signs (spec/protocol.md §5.4)."""
         return self._append([bytes(leaf)])
 
+    def root_after(self, leaf: bytes) -> tuple[int, bytes]:
+        """(size, root of the log ``leaf`` would make appended at ``size``), from committed state and without
+        writing: what a caller signs before its write transaction, which then appends only if the size is still
+        ``size`` (``ProviderService.rotate_key``)."""
+        with self.store.snapshot():
+            size = self.size
+            known = self._frontier
+            if known is not None and known[0] == size:
+                frontier = CompactRange(size, known[1])
+            else:
+                frontier = CompactRange(size, self._get_nodes(peaks(size)) if size else [])
+        frontier.extend([bytes(leaf)], [])
+        return size, frontier.root()
+
     def _append(self, leaves: list[bytes]) -> tuple[int, bytes]:
         with self.store.write() as s:
             size = self.size  # under the tail lock: read once per transaction

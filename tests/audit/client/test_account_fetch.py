@@ -98,6 +98,7 @@ def _setup(liar_server, account: str, tmp_path: Path):
         svc.policy.window,
         key,
         provider_vkey=svc.signer.vkey(),
+        origin=svc.origin,
         embedder=HashEmbedder(32),
         embedding_scale=svc.embedder_descriptor["embedding_scale"],
         directory=tmp_path / account,

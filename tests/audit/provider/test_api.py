@@ -53,6 +53,7 @@ def _client(d: Path, svc, account: str) -> AccountClient:
         svc.policy.window,
         _key(d, account),
         provider_vkey=svc.signer.vkey(),
+        origin=svc.origin,
         embedder=HashEmbedder(32),
         embedding_scale=svc.embedder_descriptor["embedding_scale"],
     )

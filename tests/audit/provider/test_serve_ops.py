@@ -133,7 +133,13 @@ def test_serve_as_a_compose_deployment_through_a_postgresql_restart(tmp_path, pg
         scale = json.loads((d / "service" / "config" / "embedder.json").read_text())["descriptor"]["embedding_scale"]
         key = AccountKey.from_hex((d / "accounts" / "alice" / "account.key").read_text().strip())
         alice = AccountClient(
-            "alice", window, key, provider_vkey=vkey, embedder=HashEmbedder(32), embedding_scale=scale
+            "alice",
+            window,
+            key,
+            provider_vkey=vkey,
+            origin=info["origin"],
+            embedder=HashEmbedder(32),
+            embedding_scale=scale,
         )
         remote = RemoteService(url, account="alice", key=key)
         for i in range(3):
