@@ -399,8 +399,10 @@ def latency_split_paragraph(sp: dict, lat: dict | None) -> str:
         x = lat["split"]
         text += (
             f" On the floor's {lat['questions']} questions: generation {x['generation']['median']:.2f} s against the "
-            f"floor's {lat['floor']['median']:.2f} s (**{x['ratio_generation_to_floor']:.2f}x**; the floor used "
-            f"{x['floor_cpu']['median']:.2f} CPU s), the rest {x['rest']['median']:.2f} s."
+            f"floor's {lat['floor']['median']:.2f} s ({x['ratio_generation_to_floor']:.2f}x in wall time, measured at "
+            f"another moment of the shared machine); in CPU time {x['generation_cpu']['median']:.2f} s against the "
+            f"floor's {x['floor_cpu']['median']:.2f} s (**{x['ratio_generation_cpu_to_floor_cpu']:.2f}x**, the figure "
+            f"that does not depend on the load); the rest {x['rest']['median']:.2f} s."
         )
     if load:
         text += (

@@ -40,6 +40,9 @@ def test_latency_sample_times_the_floor_and_npr_per_question():
     # the split: the recorded generation time, the rest of the request, generation against the floor
     assert [(r["generation"], r["rest"]) for r in lat["rows"]] == [(0.2, 0.5 - 0.2)] * 2
     assert lat["split"]["ratio_generation_to_floor"] == float(np.median([0.2 / r["floor"] for r in lat["rows"]]))
+    cpu = [0.3 / r["floor_cpu"] for r in lat["rows"] if r["floor_cpu"] > 0]
+    if cpu:  # the floor's CPU time can read 0 on a coarse process clock
+        assert lat["split"]["ratio_generation_cpu_to_floor_cpu"] == float(np.median(cpu))
     assert latency_sample(ToyGenerator(), [(0.5, batch, prompts[0], 3)]) is None  # no padded session
     assert latency_sample(gen, []) is None
 
