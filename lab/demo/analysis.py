@@ -84,8 +84,63 @@ def _index(bundle: Path, tenant: str, dim: int) -> np.ndarray:
     return np.frombuffer((bundle / "auditor" / "index" / f"{tenant}.i16").read_bytes(), dtype="<i2").reshape(-1, dim)
 
 
+def _key(params, answer: str, question: str) -> str:
+    """The mechanism's key of one voter's answer; a normaliser that fails makes the voter abstain, as served."""
+    try:
+        return params.key(answer, question)
+    except Exception:  # noqa: BLE001 - as accounting.rag.answer_vote._voter_key: the voter abstains
+        return ""
+
+
+def expected_releases(policy, items: list[tuple[Served, object]]) -> dict | None:
+    """The exact expected number of correct private releases given the voters' answers (lab/release_law.py: the seen
+    selection's law at the committed (ε, δ_q), as ``dprag experiment normalizer-check`` scores it), per honest question
+    ``items`` = [(served, its recorded ``latency.Batch``)]: the voters' answers are the batch's rows but the last, a
+    voter abstains as the mechanism decides (``abstain_empty``: every document the empty padding), keys are the
+    committed normaliser's, and ⊥ releases the fallback row's text (correct when it contains a gold answer). None
+    unless the committed mechanism is answer-level voting with the seen selection and every question was recorded.
+    Also the 95 % central interval of the draw's count (the Poisson-binomial of the chances) and how many served
+    answers lie in the law's support (a key some voter wrote, or the fallback text): all of them, or the recorded
+    batch is not what was served."""
+    from dprag.accounting.rag.common import EMPTY_DOCUMENT
+    from dprag.lab.release_law import central_interval, correct_chance, voted_keys
+
+    params = policy.rag_params()
+    if getattr(params, "selection", None) != "seen" or not items or any(b is None for _, b in items):
+        return None
+    chances, in_support = [], 0
+    for s, b in items:
+        gold = s.request.item.answers
+        voters, answers, fallback = b.prompts[:-1], b.outputs[:-1], b.outputs[-1].strip()
+        gone = [params.abstain_empty and all(t == EMPTY_DOCUMENT for t in v.contexts) for v in voters]
+        voted = voted_keys(answers, gone, s.request.question, lambda a, q, max_words: _key(params, a, q), 0)
+        chances.append(
+            correct_chance(voted, gold, params.epsilon, params.delta, fallback_correct=contains_answer(fallback, gold))
+        )
+        in_support += s.answer in voted or s.answer == fallback
+    lo, hi = central_interval(chances, 0.05)
+    return {
+        "chances": chances,
+        "expected": float(sum(chances)),
+        "interval": (lo, hi),
+        "questions": len(items),
+        "in_support": in_support,
+        "epsilon": params.epsilon,
+        "delta": params.delta,
+    }
+
+
 def analyse(
-    cfg: DemoConfig, models: Models, corpora, served: list[Served], target, bundle: Path, budget_units: int, prog
+    cfg: DemoConfig,
+    models: Models,
+    corpora,
+    served: list[Served],
+    target,
+    bundle: Path,
+    budget_units: int,
+    prog,
+    policy=None,
+    batches: list | None = None,
 ) -> dict:
     p = cfg.privacy
     gen = models.generator
@@ -202,6 +257,27 @@ def analyse(
         for s in probes
     ]
     npr_probe = npr[len(honest)] if probes else None
+    expectation = None
+    if policy is not None and batches is not None:
+        expectation = expected_releases(
+            policy, [(s, b) for s, b in zip(served, batches, strict=True) if s.request.kind == "honest"]
+        )
+    if expectation is not None:
+        draw = [contains_answer(s.answer, s.request.item.answers) for s in honest]
+        npr_hits = [contains_answer(a, s.request.item.answers) for a, s in zip(npr, honest, strict=False)]
+        expectation.update(
+            draw=int(sum(draw)),
+            npr=int(sum(npr_hits)),
+            ratio=expectation["expected"] / sum(npr_hits) if sum(npr_hits) else float("nan"),
+            draw_ratio=sum(draw) / sum(npr_hits) if sum(npr_hits) else float("nan"),
+            by_tenant={
+                t.name: tuple(
+                    sum(x for x, s in zip(xs, honest, strict=True) if s.request.tenant == t.name)
+                    for xs in (expectation["chances"], draw, npr_hits, [1] * len(honest))
+                )
+                for t in cfg.tenants
+            },
+        )
 
     # coalition estimator, as the verifier runs it, at several θ
     q_pos = [(w, i) for w, i, leaf in leaves if leaf.get("type") == "query"]  # the whole history, in ledger order
@@ -234,6 +310,7 @@ def analyse(
         "honest": honest,
         "probes": probe_info,
         "npr_probe": npr_probe,
+        "expectation": expectation,
         "npr_probe_leaked": bool(npr_probe and contains_answer(npr_probe, target.secret)),
         "target": target,
         "spend": spend,

@@ -15,7 +15,7 @@ import numpy as np
 
 from dprag.accounting.protocols import Prompt
 from dprag.audit.protocol import commitments as cm
-from dprag.lab.demo.config import SCORE_CLIP, SCORE_SHIFT, DemoPrivacy
+from dprag.lab.demo.config import ANSWER_TOKENS, SCORE_CLIP, SCORE_SHIFT, DemoPrivacy
 from dprag.lab.demo.models import load_models
 from dprag.lab.demo.progress import Progress
 from dprag.lab.demo.traffic import honest_questions
@@ -296,9 +296,9 @@ _DEFAULT = DemoPrivacy()
 @click.option(
     "--max-tokens",
     type=click.IntRange(min=1),
-    default=_DEFAULT.max_tokens,
+    default=ANSWER_TOKENS["murag"],
     show_default=True,
-    help="tokens of each voter's answer",
+    help="tokens of each (MuRAG) voter's answer",
 )
 @click.option(
     "--threshold",
@@ -321,6 +321,20 @@ _DEFAULT = DemoPrivacy()
 @click.option(
     "--questions", type=click.IntRange(min=1), default=12, show_default=True, help="test questions, one per condition"
 )
+@click.option(
+    "--ada-tokens",
+    type=click.IntRange(min=1),
+    default=ANSWER_TOKENS["murag-ada"],
+    show_default=True,
+    help="tokens of each MuRAG-Ada voter's answer (--only mechanism; MuRAG's: --max-tokens)",
+)
+@click.option(
+    "--passes",
+    type=click.IntRange(min=1),
+    default=2,
+    show_default=True,
+    help="passes of the demo's traffic over the dev questions in the release grid (--only mechanism)",
+)
 @click.option("--seed", default="tune", show_default=True, help="seed of the mechanisms' randomness (text)")
 @click.option("--normalizer", default=_DEFAULT.normalizer, show_default=True, help="the public answer normaliser")
 def demo_calibration(
@@ -338,6 +352,8 @@ def demo_calibration(
     thresholds: tuple[float, ...],
     key_words: tuple[int, ...],
     questions: int,
+    ada_tokens: int,
+    passes: int,
     seed: str,
     normalizer: str,
 ) -> None:
@@ -363,8 +379,23 @@ def demo_calibration(
 
         result["coverage_grid"] = coverage_grid(models.embedder, corpus, default_grid(), epsilon_q=epsilon)
         result["release_grid"] = release_grid(
-            models.embedder, models.generator, corpus, release_candidates(), epsilon_q=epsilon
+            models.embedder,
+            models.generator,
+            corpus,
+            release_candidates(),
+            epsilon_q=epsilon,
+            passes=passes,
+            key_words=key_words,
+            normalizer=normalizer,
+            tokens={"murag": max_tokens, "murag-ada": ada_tokens},
         )
+        result["release_grid_settings"] = {
+            "normalizer": normalizer,
+            "answer_tokens": {"murag": max_tokens, "murag-ada": ada_tokens},
+            "key_words": list(key_words),
+            "passes": passes,
+            "epsilon_q": epsilon,
+        }
     if only in (None, "tau"):
         result["tau_statistics"] = tau_statistics(models.embedder, corpus, tau=tau)
     if only in (None, "answer-vote"):

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from dprag.lab.demo.config import MECHANISMS, default_config, quick_config
+from dprag.lab.demo.config import MECHANISMS, default_config, quick_config, seeded
 from dprag.lab.demo.run import run_demo
 
 
@@ -49,8 +49,15 @@ from dprag.lab.demo.run import run_demo
     show_default=True,
     help="Groth16 proofs for the zk tenant's queries (--no-zk: the same tenant and traffic, replay only)",
 )
+@click.option(
+    "--seed",
+    default=None,
+    help="a text that derives the corpora (hence the questions), s_W (the retrieval and selection noise) and the "
+    "account keys, for a reproducible run whose noise anyone with the seed can recompute; default: the fixed corpora, "
+    "noise and keys from the OS CSPRNG",
+)
 @click.option("--no-progress", is_flag=True, help="no progress bars")
-def demo(out: Path, quick: bool, model: str, mechanism: str, zk: bool, no_progress: bool) -> int:
+def demo(out: Path, quick: bool, model: str, mechanism: str, zk: bool, seed: str | None, no_progress: bool) -> int:
     """Run the audited multi-tenant DP-RAG service end to end and verify it (exit 0 iff PASS)."""
     if mechanism.startswith("pure-dp-rag") and model != "toy":
         # refused before any model loads: the service would refuse it at create (spec/provider.md §3.5)
@@ -60,7 +67,7 @@ def demo(out: Path, quick: bool, model: str, mechanism: str, zk: bool, no_progre
             "answer-vote-seen or answer-vote, or --model toy"
         )
     cfg = quick_config(model) if quick else default_config(model)
-    cfg = replace(cfg, privacy=replace(cfg.privacy, mechanism=mechanism))
+    cfg = seeded(replace(cfg, privacy=replace(cfg.privacy, mechanism=mechanism)), seed)
     if not zk:
         cfg = replace(cfg, tenants=tuple(replace(t, zk=False) for t in cfg.tenants))
     res = run_demo(out, cfg, progress=not no_progress)

@@ -3,12 +3,14 @@ commit (spec/protocol.md §4, spec/demo.md)."""
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from dprag.accounting.collusion import exact_sigma
 from dprag.audit.protocol.policy import CoalitionPolicy, GenerationPolicy, Policy, RetrievalPolicy, SamplerSpec
+from dprag.errors import InvalidParameterError
 
 #: the paraphrases the colluding accounts ask (pairwise MiniLM cosine 0.90-0.97 on the clinic canaries)
 PROBE_TEMPLATES = (
@@ -29,6 +31,12 @@ SENSITIVITY = ((SCORE_CLIP[1] - SCORE_CLIP[0]) >> SCORE_SHIFT) + 1  # 1025
 #: MuRAG-Ada's bins for the demo: cosines 0.90 down to 0.20 in steps of 0.01 (the experiments' 20..90 width 1,
 #: chosen on the seed-1 tuning corpus), in the integer score units (cosine × 1024, rounded)
 ADA_EDGES = tuple(int(round(1024 * (90 - i) / 100)) for i in range(71))
+#: the voters' answer length (tokens) per retrieval algorithm: the experiments' per-method defaults
+#: (lab/experiments/defaults.py: 16 for MuRAG, 24 for MuRAG-Ada's answer-level cells, chosen on the seed-1 tuning
+#: corpus, spec/answer-keys.md §2; tests/lab/test_demo.py checks the two agree)
+ANSWER_TOKENS = {"murag": 16, "murag-ada": 24}
+#: the public answer normaliser of the experiments' defaults (lab/experiments/defaults.py RUN_WIDE)
+NORMALIZER = "answer-keys-v2"
 
 
 @dataclass(frozen=True)
@@ -96,11 +104,19 @@ class DemoPrivacy:
     #: selection); key words: the release grid's choice (above)
     vote_threshold: float = 6.0
     key_words: int = 2
-    normalizer: str = "answer-keys-v1"
+    normalizer: str = NORMALIZER
     #: "answer-vote-seen": the seen selection's per-query δ (⊥ at T = 1 + 2·ln(1/δ)/ε = 7.9 votes of m = 30 at
     #: ε = 4); each RAG charge of a document adds it, so at M = 1 the generation δ is δ·(1 + e^4) = 5.56e-5
     #: (replace-one) and the composed δ 6.56e-5. Voters whose documents are all the empty padding abstain.
     vote_delta: float = 1e-6
+
+
+#: the demo's policy before it moved to the library's defaults (docs/lab/demo-runs.md §2a): MuRAG, τ = 512, m = 30,
+#: 16-token answers keyed by answer-keys-v1 (2 key words), the seen selection at ε_q = 4, δ_q = 1e-6. Windows committed
+#: with it replay under v1's rules (the policy names its normaliser; tests/lab/test_demo_defaults.py).
+LEGACY_V1 = DemoPrivacy(
+    m=30, max_tokens=16, algorithm="murag", tau=512, vote_epsilon=4.0, key_words=2, normalizer="answer-keys-v1"
+)
 
 
 @dataclass(frozen=True)
@@ -121,6 +137,10 @@ class DemoConfig:
     zk_key_cache: str | None = None
     #: honest questions whose private answer is re-run as the latency floor (spec/demo.md step 7; 0: none)
     latency_questions: int = 6
+    #: ``--seed``: None keeps the fixed corpora (and questions) and draws s_W and the account keys from the OS CSPRNG;
+    #: a text derives the corpora's seeds (``seeded``), hence the questions, and s_W of both epochs and the account
+    #: keys (``derived_bytes``): a reproducible run, whose noise anyone who knows the seed can recompute
+    seed: str | None = None
 
     @property
     def coalition_tenant(self) -> str:
@@ -287,6 +307,24 @@ def smoke_config(model: str = "real") -> DemoConfig:
         privacy=replace(quick.privacy, lowk_k_max=1),
         latency_questions=0,
     )
+
+
+def seeded(cfg: DemoConfig, seed: str | None) -> DemoConfig:
+    """``cfg`` under ``--seed``: None changes nothing; a text gives every tenant the corpus seed
+    ``<its seed>/seed=<text>`` (the questions follow from the corpus) and is kept for the noise (``derived_bytes``)."""
+    if seed is None:
+        return cfg
+    if not isinstance(seed, str) or not seed or len(seed) > 200 or not seed.isprintable():
+        raise InvalidParameterError("seed", "must be a non-empty printable text of at most 200 characters", seed)
+    return replace(cfg, seed=seed, tenants=tuple(replace(t, seed=f"{t.seed}/seed={seed}") for t in cfg.tenants))
+
+
+def derived_bytes(cfg: DemoConfig, label: str, n: int = 32) -> bytes | None:
+    """``n`` bytes for ``label`` (an epoch's s_W, an account key) from ``cfg.seed``, or None without a seed (then
+    the caller draws them from the OS CSPRNG): SHAKE-256 of the seed and the label."""
+    if cfg.seed is None:
+        return None
+    return hashlib.shake_256(f"dprag-demo/seed\x00{cfg.seed}\x00{label}".encode()).digest(n)
 
 
 def build_policy(

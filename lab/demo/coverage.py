@@ -15,7 +15,7 @@ the most such questions is chosen (ties: the smaller δ_q, then the fewer voters
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -74,16 +74,19 @@ def _question_scores(embedder, qd, items) -> dict:
     }
 
 
-def release_candidates(deltas: Sequence[float] = (1e-6, 1e-5)) -> list[Candidate]:
-    """The grid ``release_grid`` ran for the demo (results/demo_calibration): MuRAG τ at cosines 0.45 / 0.50 /
-    0.525 × m in {20, 30}; MuRAG-Ada K in {10, 16, 20, 30} × ε_thr in {0.5, 1}; δ_q in ``deltas``."""
+def release_candidates(
+    deltas: Sequence[float] = (1e-6, 1e-5), thresholds: Sequence[float] = (0.25, 0.5, 1.0)
+) -> list[Candidate]:
+    """The grid ``release_grid`` runs for the demo (results/demo_calibration): MuRAG τ at cosines 0.45 / 0.50 /
+    0.525 × m in {20, 30}; MuRAG-Ada K in {10, 16, 20, 30} × ε_thr in ``thresholds``; δ_q in ``deltas`` (the
+    first grid, ``release_grid.json``, had ε_thr in {0.5, 1})."""
     out = []
     for d in deltas:
         for tau in (461, 512, 538):
             for m in (20, 30):
                 out.append(Candidate("murag", m, d, tau=tau))
         for k in (10, 16, 20, 30):
-            for thr in (0.5, 1.0):
+            for thr in thresholds:
                 out.append(Candidate("murag-ada", k, d, epsilon_thr=thr))
     return out
 
@@ -191,17 +194,25 @@ def release_grid(
     key_words: Sequence[int] = (2, 3),
     max_tokens: int = 16,
     seeds: int = 5,
+    normalizer: str = "answer-keys-v1",
+    tokens: Mapping[str, int] | None = None,
 ) -> list[dict]:
     """The LLM's half of the choice, on the same replayed traffic as ``coverage_grid``: every voter of every
-    candidate's Top-K answers its (question, one record) prompt (each pair once, cached: a voter's answer is a
-    function of its own prompt), its key is ``answer_key`` of that answer, and the seen selection at
-    (ε_RAG, δ_q) draws the release (``seeds`` draws). Per candidate and key length: the share of questions whose
-    release contains a gold answer (a fallback counts as wrong: the Non-RAG answer of a 135M model rarely is).
-    Sorted best first."""
+    candidate's Top-K answers its (question, one record) prompt (each pair once per answer length, cached: a voter's
+    answer is a function of its own prompt), its key is the public ``normalizer``'s key of that answer, and the seen
+    selection at (ε_RAG, δ_q) releases one. Per candidate and key length: the **expected** share of questions whose
+    release contains a gold answer (``lab.release_law.correct_chance``: the selection's exact law given the voters'
+    answers, no draw) and, with ``seeds`` > 0, the share in ``seeds`` draws per question (a fallback counts as wrong
+    in both: the Non-RAG answer of a 135M model rarely is). ``tokens``: the voters' answer length per algorithm
+    ("murag", "murag-ada"; default ``max_tokens`` for both). Sorted best first (expected share, then the draws')."""
     from dprag.accounting.mechanisms.seen_key_selection import select_seen_key
     from dprag.accounting.protocols import Prompt
-    from dprag.rag_adapters.answer_keys import answer_key
+    from dprag.lab.release_law import correct_chance
+    from dprag.rag_adapters.answer_keys import NORMALIZERS
     from dprag.rag_adapters.metrics import contains_answer
+
+    norm = NORMALIZERS[normalizer]
+    length = {"murag": max_tokens, "murag-ada": max_tokens, **dict(tokens or {})}
 
     qd = cm.quantise_embeddings(np.asarray(embedder.embed(list(corpus.documents))))
     runs_q = demo_passes(corpus, passes)
@@ -227,27 +238,30 @@ def release_grid(
                 retr.current = score[id(item)]
                 sel = algo.select(item.question)
                 tops[(c.label(), p, i)] = [int(d) for d in sel.top if d >= 0]
+    algo_of = {c.label(): c.algorithm for c in candidates}
     need: dict = {}
-    for (_, p, i), docs in tops.items():
-        need.setdefault((p, i), set()).update(docs)
+    for (label, p, i), docs in tops.items():
+        need.setdefault((length[algo_of[label]], p, i), set()).update(docs)
     answers: dict = {}
-    for (p, i), docs in sorted(need.items()):
+    for (n_tok, p, i), docs in sorted(need.items()):
         item, ids = runs_q[p][i], sorted(docs)
         if ids:
-            outs = generator.generate_many([Prompt(item.question, (corpus.documents[d],)) for d in ids], max_tokens)
-            answers.update({(p, i, d): a for d, a in zip(ids, outs, strict=True)})
+            outs = generator.generate_many([Prompt(item.question, (corpus.documents[d],)) for d in ids], n_tok)
+            answers.update({(n_tok, p, i, d): a for d, a in zip(ids, outs, strict=True)})
     rows = []
     for c in candidates:
         if c.epsilon_rag(epsilon_q) <= 0:
             continue
+        n_tok = length[c.algorithm]
         for kw in key_words:
-            hits = 0
+            hits, expected = 0, 0.0
             for p, qs in enumerate(runs_q):
                 for i, item in enumerate(qs):
                     keys = [
-                        answer_key(answers[(p, i, d)], item.question, max_words=kw) for d in tops[(c.label(), p, i)]
+                        norm(answers[(n_tok, p, i, d)], item.question, max_words=kw) for d in tops[(c.label(), p, i)]
                     ]
                     keys = [k for k in keys if k]
+                    expected += correct_chance(keys, item.answers, c.epsilon_rag(epsilon_q), c.delta)
                     for r in range(seeds):
                         src = RandomSource.from_seed(b"demo-release", f"{c.label()}/{kw}/{p}/{i}/{r}".encode())
                         chosen, _ = select_seen_key(keys, c.epsilon_rag(epsilon_q), c.delta, src)
@@ -257,10 +271,14 @@ def release_grid(
                 {
                     "candidate": c.label(),
                     "key_words": kw,
+                    "normalizer": normalizer,
+                    "answer_tokens": n_tok,
                     "votes_needed": c.votes_needed(epsilon_q),
-                    "released_correct": hits / n,
+                    "questions": len(flat),
+                    "expected_correct": expected / len(flat),
+                    "released_correct": hits / n if n else None,
                     "draws": n,
                 }
             )
-    rows.sort(key=lambda r: (-r["released_correct"], r["candidate"]))
+    rows.sort(key=lambda r: (-r["expected_correct"], -(r["released_correct"] or 0.0), r["candidate"]))
     return rows

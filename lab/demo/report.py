@@ -249,6 +249,16 @@ def render_report(
             + " | ".join(_fmt(r[c]) for c in tcols)
             + f" | {r['note']} |"
         )
+    ex = a.get("expectation")
+    if ex is not None:
+        L.append(headline_paragraph(ex, cfg.npr_k))
+        L.append(
+            "\n| tenant | questions | expected private (exact) | private, this draw | non-private RAG |\n"
+            "|---|---|---|---|---|"
+        )
+        for t, (e, d, h, n) in ex["by_tenant"].items():
+            L.append(f"| {t} | {n} | {e:.2f} | {d} | {h} |")
+        L.append("")
     sup = a["supported_charged"]
     per_query = [len(a["charged_per_query"][s.window, s.pos]) for s in a["honest"]]
     L.append(
@@ -329,6 +339,8 @@ def render_report(
             f"the floor**; Non-Private-RAG alone on the same questions median {lat['npr']['median']:.2f} s: "
             f"{lat['ratio_private_to_npr']:.2f}x (medians of per-question ratios)."
         )
+    if a.get("served_split"):
+        L.append(latency_split_paragraph(a["served_split"], lat))
     L.append("\n## Answers\n")
     L.append("| window | pos | account | question | gold | private answer | Non-RAG |\n|---|---|---|---|---|---|---|")
     for s, nr in zip(a["honest"], a["non_rag"], strict=False):
@@ -342,6 +354,62 @@ def render_report(
         "`provider/` is the provider's private state of the log (signing keys, each epoch's seed).\n"
     )
     return "\n".join(L) + "\n"
+
+
+def headline_paragraph(ex: dict, npr_k: int) -> str:
+    """The utility headline: the exact expected number of correct private releases with the draw's interval, the
+    draw, non-private RAG's count and the expectation's ratio to it."""
+    n = ex["questions"]
+    lo, hi = ex["interval"]
+    return (
+        f"\n**Expected correct private answers: {ex['expected']:.2f} of {n}** ({ex['expected'] / n:.3f}; exact given "
+        f"the voters' answers: the seen selection's law at ε = {ex['epsilon']:g}, δ_q = {ex['delta']:g}, as "
+        f"`dprag experiment normalizer-check` computes it; ⊥ counts as correct when the fallback text is). "
+        f"95 % interval of one draw: [{lo}, {hi}] (the exact law of the count, a Poisson-binomial of the per-question "
+        f"chances); this run's draw: **{ex['draw']}**. Non-private RAG (top-{npr_k}, greedy: no sampling, so its "
+        f"expectation is its count): **{ex['npr']} of {n}**. **Headline: "
+        f"{_fmt(ex['ratio'], 2)}x non-private RAG** (the expectation's ratio; this draw's: "
+        f"{_fmt(ex['draw_ratio'], 2)}x). {ex['in_support']} of {n} served answers lie in the law's support (a key a "
+        "voter wrote, or the fallback text)."
+    )
+
+
+def latency_split_paragraph(sp: dict, lat: dict | None) -> str:
+    """Where a served private answer's time goes (spec/demo.md step 7)."""
+    load = sp.get("load")
+    text = (
+        f"\nSplit of a served private answer ({sp['requests']} honest requests, medians): served "
+        f"{sp['served']:.2f} s = "
+        f"generation (the voters' batch and the fallback, {sp['generator_calls']:.0f} generator call(s)) "
+        f"{sp['generation']:.2f} s ({sp['generation_share']:.0%}) + the rest of the request (embedding, retrieval "
+        f"noise, the charge's constant-work write transaction, ledger, checkpoint and receipt signatures, the answer's "
+        f"durable commit, the client's checks) {sp['rest']:.2f} s. Generation used {sp['generation_cpu']:.2f} CPU s: "
+        f"{sp['cpu_share']:.0%} of the {sp['cores']} cores over its wall time (below 100 % the process waited for the "
+        "shared machine). Release clock: "
+        + (
+            "off (the policy sets no release period: nothing waits for a grid)"
+            if sp.get("release_period") is None
+            else f"period {sp['release_period']} s"
+        )
+        + "; model reloads: "
+        + ("none (every epoch serves with the generator loaded at the start)" if sp.get("same_generator") else "yes")
+        + "."
+    )
+    if lat and lat.get("split"):
+        x = lat["split"]
+        text += (
+            f" On the floor's {lat['questions']} questions: generation {x['generation']['median']:.2f} s against the "
+            f"floor's {lat['floor']['median']:.2f} s ({x['ratio_generation_to_floor']:.2f}x in wall time, measured at "
+            f"another moment of the shared machine); in CPU time {x['generation_cpu']['median']:.2f} s against the "
+            f"floor's {x['floor_cpu']['median']:.2f} s (**{x['ratio_generation_cpu_to_floor_cpu']:.2f}x**, the figure "
+            f"that does not depend on the load); the rest {x['rest']['median']:.2f} s."
+        )
+    if load:
+        text += (
+            f" 1-minute load average at the requests: {load['min']:.2f}–{load['max']:.2f} "
+            f"(median {load['median']:.2f})."
+        )
+    return text
 
 
 def _md(s: str | None) -> str:

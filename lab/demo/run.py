@@ -23,8 +23,8 @@ from dprag.audit.verify import verify
 from dprag.errors import InvalidParameterError
 from dprag.lab.demo.analysis import DemoResult, Served, analyse
 from dprag.lab.demo.auditor_zk import auditor_zk_setup
-from dprag.lab.demo.config import DemoConfig, build_policy
-from dprag.lab.demo.latency import Recording, latency_sample
+from dprag.lab.demo.config import DemoConfig, build_policy, derived_bytes
+from dprag.lab.demo.latency import Recording, latency_sample, served_split
 from dprag.lab.demo.models import Models, load_models
 from dprag.lab.demo.progress import Progress
 from dprag.lab.demo.report import render_report, write_plots
@@ -71,9 +71,15 @@ def _prepare_out(out: Path) -> None:
 
 
 def run_demo(
-    out: str | os.PathLike, cfg: DemoConfig, *, progress: bool = True, echo: Callable[[str], None] = click.echo
+    out: str | os.PathLike,
+    cfg: DemoConfig,
+    *,
+    progress: bool = True,
+    echo: Callable[[str], None] = click.echo,
+    models: Models | None = None,
 ) -> DemoResult:
-    """Run the demo into ``out`` (see the module docstring); returns the verdicts, rows and timings."""
+    """Run the demo into ``out`` (see the module docstring); returns the verdicts, rows and timings. ``models``: the
+    models to serve with (tests; default ``load_models(cfg.model)``)."""
     out = Path(out)
     t_start = time.perf_counter()
     timings: dict[str, float] = {}
@@ -114,7 +120,7 @@ def run_demo(
 
     # models -----------------------------------------------------------------------------------------------
     t = time.perf_counter()
-    models = load_models(cfg.model, prog.counter)
+    models = load_models(cfg.model, prog.counter) if models is None else models
     timings["load models"] = time.perf_counter() - t
     echo(
         f"  models: {models.names['embedder']}; {models.names['generator']} (loaded in {timings['load models']:.1f} s)"
@@ -123,10 +129,11 @@ def run_demo(
     # Phase A: open the window (embeds and commits the tenant indexes) --------------------------------------
     t = time.perf_counter()
     recording = Recording(models.generator)  # keeps each private answer's batch for the latency floor (§5)
-    keys = {a: AccountKey.generate() for a in accounts}
+    keys = _account_keys(cfg, accounts, "main")
     svc = ProviderService.create(
         out / "provider",
         policy=policy,
+        seed=derived_bytes(cfg, "s_W/epoch-1"),
         embedder=models.embedder,
         embedder_descriptor=models.descriptor(schema),
         generator=recording,
@@ -158,6 +165,7 @@ def run_demo(
     t = time.perf_counter()
     served: list[Served] = []
     batches: list = []  # per served request: its voters' and fallback's batch (latency.Recording.take)
+    loads: list[float] = []  # the 1-minute load average at each request (the machine is shared)
     receipts: list[str] = []
     half = len(script) // 2
     first_key = svc.signer.vkey()
@@ -167,7 +175,8 @@ def run_demo(
         for i, req in enumerate(prog.bar(script, total=len(script), desc="serving queries")):
             if i == half:
                 svc.rotate_key(NoteSigner.generate(f"dprag-{cfg.window}-2"))
-                svc.set_policy(build_policy(cfg, window=cfg.window))
+                svc.set_policy(build_policy(cfg, window=cfg.window), seed=derived_bytes(cfg, "s_W/epoch-2"))
+            loads.append(os.getloadavg()[0])
             t0 = time.perf_counter()
             r = clients[req.account].ask(svc, req.question)
             served.append(Served(req, svc.policy.window, r.pos, r.answer, r.citations, time.perf_counter() - t0))
@@ -183,10 +192,12 @@ def run_demo(
             echo(f"  zk: {n_proofs} Groth16 proof(s)")
         bundle = svc.export_bundle(out / "bundle")  # one log: both epochs, the rotation and every query
         budget_units = int(svc.budget.units[0])
+        # model reloads: every epoch serves with the one generator loaded at the start (the recorder around it)
+        same_generator = all(ep.generator is recording for ep in svc.epochs)
     finally:
         svc.close()
     with open(out / "answers.jsonl", "w") as f:
-        for s in served:
+        for s, b in zip(served, batches, strict=True):
             f.write(
                 json.dumps(
                     {
@@ -199,6 +210,7 @@ def run_demo(
                         "gold": list(s.request.item.answers) if s.request.item else None,
                         "citations": s.citations,
                         "seconds": round(s.seconds, 3),
+                        "generation_seconds": None if b is None else round(b.seconds, 3),
                     }
                 )
                 + "\n"
@@ -244,7 +256,7 @@ def run_demo(
 
     # utility: baselines on the same honest questions ---------------------------------------------------------
     t = time.perf_counter()
-    analysis = analyse(cfg, models, corpora, served, target, bundle, budget_units, prog)
+    analysis = analyse(cfg, models, corpora, served, target, bundle, budget_units, prog, policy, batches)
     timings["baselines (non-RAG, non-private RAG)"] = time.perf_counter() - t
     t = time.perf_counter()
     honest_batches = [(s, b) for s, b in zip(served, batches, strict=True) if s.request.kind == "honest"]
@@ -254,6 +266,10 @@ def run_demo(
         if b is not None
     ][: cfg.latency_questions]
     analysis["latency"] = latency_sample(models.generator, samples)
+    analysis["served_split"] = served_split([(s.seconds, b) for s, b in honest_batches], loads)
+    if analysis["served_split"] is not None:
+        analysis["served_split"]["same_generator"] = same_generator
+        analysis["served_split"]["release_period"] = policy.release_period
     timings["latency floor (sample)"] = time.perf_counter() - t
     t = time.perf_counter()
     write_plots(out / "plots", analysis, cfg)
@@ -315,10 +331,11 @@ def _run_lowk(d: Path, cfg: DemoConfig, models: Models, corpora, script, prog) -
         if r.kind == "probe" and r.account not in seen:
             probes.append(r)
             seen.add(r.account)
-    keys = {a: AccountKey.generate() for a in cfg.colluders}
+    keys = _account_keys(cfg, cfg.colluders, "lowk")
     svc = ProviderService.create(
         d / "provider",
         policy=policy,
+        seed=derived_bytes(cfg, "s_W/lowk"),
         embedder=models.embedder,
         embedder_descriptor=models.descriptor({ten: len(corpora[ten].documents)}),
         generator=models.generator,
@@ -340,6 +357,14 @@ def _run_lowk(d: Path, cfg: DemoConfig, models: Models, corpora, script, prog) -
     ).to_json()
     (d / "verdict.json").write_text(json.dumps(v, indent=1, sort_keys=True) + "\n")
     return v
+
+
+def _account_keys(cfg: DemoConfig, accounts, window: str) -> dict[str, AccountKey]:
+    """Each account's key: from the OS CSPRNG, or derived from ``--seed`` (``config.derived_bytes``)."""
+    return {
+        a: AccountKey.generate() if cfg.seed is None else AccountKey(derived_bytes(cfg, f"account/{window}/{a}"))
+        for a in accounts
+    }
 
 
 def _for_tenant(policy, old: str, new: str):

@@ -78,21 +78,14 @@ def expected_correct(
 ) -> dict:
     """{"expected_correct", "plurality_correct", "questions"} of one cell's rows (``with_abstainers``) under
     ``normalizer``."""
-    from dprag.accounting.mechanisms.seen_key_selection import seen_key_probabilities
+    from dprag.lab.release_law import correct_chance, voted_keys
     from dprag.rag_adapters.metrics import contains_answer
 
     exp, plural = 0.0, 0
     for r in rows:
         q, gold = r["question"], golds[r["qid"]]
-        voted = [
-            k
-            for a, gone in zip(r["voter_answers"], r["voter_abstained"], strict=True)
-            if a is not None and not gone
-            for k in [normalizer(a, q, max_words=key_words)]
-            if k
-        ]
-        law = seen_key_probabilities(voted, epsilon, delta)
-        exp += sum(p for k, p in law.items() if k and contains_answer(k, gold))
+        voted = voted_keys(r["voter_answers"], r["voter_abstained"], q, normalizer, key_words)
+        exp += correct_chance(voted, gold, epsilon, delta)
         counts = Counter(voted)
         if counts:
             plural += contains_answer(max(sorted(counts), key=lambda k: counts[k]), gold)

@@ -61,6 +61,11 @@ def test_smoke_demo_on_the_real_models(tmp_path):
         assert row in report
     answers = [json.loads(x) for x in (out / "answers.jsonl").read_text().splitlines()]
     assert len(answers) == cfg.n_queries() and all(isinstance(a["answer"], str) for a in answers)
+    # the expectation beside the draw: every served answer is in the law's support of the batch the recorder kept
+    # (a key a voter wrote under the committed normaliser, or the fallback text), so the batch is what was served
+    ex = res.extra["expectation"]
+    assert ex["in_support"] == ex["questions"] == cfg.n_honest() and 0 <= ex["expected"] <= ex["questions"]
+    assert "Expected correct private answers" in report and "Split of a served private answer" in report
 
 
 def test_quick_demo_refuses_token_level_voting_on_the_real_model(tmp_path, capsys):
