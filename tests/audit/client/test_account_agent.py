@@ -5,7 +5,10 @@ does not (no socket, or one left by a dead agent); the directory's state is one 
 from __future__ import annotations
 
 import json
+import os
 import stat
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -29,6 +32,21 @@ def _ask(capsys, d, url, q):
 
 
 def test_ask_goes_through_the_agent_and_falls_back_without_it(tmp_path, capsys, monkeypatch):
+    """Run in a fresh interpreter that collects this file alone: in the whole suite's process, pytest's output
+    capture around this in-process CLI and agent thread ends with "I/O operation on closed file" once
+    tests/audit/ledger/test_interop.py (dp_accounting) has been collected — a harness interaction not yet understood
+    (the agent itself works from the real CLI: benchmarks/bench_account_agent.py)."""
+    if os.environ.get("DPRAG_AGENT_TEST_INNER") != "1":
+        r = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, "-k", "through_the_agent"],
+            env={**os.environ, "DPRAG_AGENT_TEST_INNER": "1"},
+            capture_output=True,
+            text=True,
+            timeout=600,
+            stdin=subprocess.DEVNULL,
+        )
+        assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+        return
     svc = make_toy_directory(tmp_path / "toy", n=12, accounts=2, seed=b"\x0c" * 32)
     alice = tmp_path / "toy" / "accounts" / "alice"
     with LiveServer(create_app(svc)) as url:
