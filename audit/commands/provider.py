@@ -15,8 +15,10 @@ vacuous through (spec/protocol.md §8)."""
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +29,47 @@ from dprag.errors import DpragError
 from ..protocol.encoding import loads_bounded
 
 
+@dataclass(frozen=True)
+class _Where:
+    """The service a command acts on: the options every ``dprag provider`` command shares."""
+
+    directory: Path
+    toy: bool
+    store: str | None
+    embedder: str | None
+    generator: str | None
+    signers: tuple[str, ...]
+
+    def open(self) -> Any:
+        from .serve import open_service_dir as open_service
+
+        d = self.directory
+        if self.toy and not (d / "service" / "config" / "policy.json").exists():
+            raise click.UsageError(f"--dir {d}: holds no toy service (dprag serve --toy makes one)")
+        if not self.toy and not (d / "config" / "policy.json").exists() and not self.store:
+            raise click.UsageError(f"--dir {d}: not a provider's service directory")
+        try:
+            return open_service(d, self.toy, 0, self.store, self.embedder, self.generator, None, self.signers)[0]
+        except DpragError as e:
+            raise click.UsageError(f"--dir {d}: {e}") from None
+
+
 def _service_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The shared options, handed to the command as one ``where: _Where`` argument."""
+
+    @functools.wraps(fn)
+    def command(
+        directory: Path,
+        toy: bool,
+        store: str | None,
+        embedder: str | None,
+        generator: str | None,
+        signers: tuple[str, ...],
+        **rest: Any,
+    ) -> Any:
+        return fn(_Where(directory, toy, store, embedder, generator, signers), **rest)
+
+    out: Callable[..., Any] = command
     for opt in reversed(
         [
             click.option("--dir", "directory", required=True, type=click.Path(file_okay=False, path_type=Path)),
@@ -43,28 +85,8 @@ def _service_options(fn: Callable[..., Any]) -> Callable[..., Any]:
             ),
         ]
     ):
-        fn = opt(fn)
-    return fn
-
-
-def _open(
-    directory: Path,
-    toy: bool,
-    store: str | None,
-    embedder: str | None,
-    generator: str | None,
-    signers: tuple[str, ...] = (),
-) -> Any:
-    from .serve import open_service_dir as open_service
-
-    if toy and not (directory / "service" / "config" / "policy.json").exists():
-        raise click.UsageError(f"--dir {directory}: holds no toy service (dprag serve --toy makes one)")
-    if not toy and not (directory / "config" / "policy.json").exists() and not store:
-        raise click.UsageError(f"--dir {directory}: not a provider's service directory")
-    try:
-        return open_service(directory, toy, 0, store, embedder, generator, None, signers)[0]
-    except DpragError as e:
-        raise click.UsageError(f"--dir {directory}: {e}") from None
+        out = opt(out)
+    return out
 
 
 def _run(svc: Any, what: Callable[[], dict[str, Any]]) -> int:
@@ -100,23 +122,18 @@ def provider() -> None:
     "in the store, as at creation)",
 )
 def rotate_key_cmd(
-    directory: Path,
-    toy: bool,
-    store: str | None,
-    embedder: str | None,
-    generator: str | None,
-    signers: tuple[str, ...],
+    where: _Where,
     new_signer: str | None,
 ) -> int:
     """Rotate the provider's note key: a key leaf signed by the outgoing key, the first covering checkpoint signed
     by both; prints the incoming key and writes it to DIR/provider.vkey."""
-    svc = _open(directory, toy, store, embedder, generator, signers)
+    svc = where.open()
 
     def rotate() -> dict[str, Any]:
         from ..provider.signers import load_signer
 
         pos = svc.rotate_key(None if new_signer is None else load_signer(new_signer))
-        (directory / "provider.vkey").write_text(svc.signer.vkey() + "\n")
+        (where.directory / "provider.vkey").write_text(svc.signer.vkey() + "\n")
         return {"leaf": pos, "provider_key": svc.signer.vkey()}
 
     return _run(svc, rotate)
@@ -128,12 +145,7 @@ def rotate_key_cmd(
 @click.option("--allow-weak", is_flag=True, help="add them even if the guarantee would become weak (δ >= 1/n)")
 @click.argument("documents", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 def add_documents_cmd(
-    directory: Path,
-    toy: bool,
-    store: str | None,
-    embedder: str | None,
-    generator: str | None,
-    signers: tuple[str, ...],
+    where: _Where,
     tenant: str,
     allow_weak: bool,
     documents: Path,
@@ -142,7 +154,7 @@ def add_documents_cmd(
     docs = _json_file(documents, "DOCUMENTS")
     if not isinstance(docs, dict):
         raise click.UsageError(f"DOCUMENTS {documents}: must be a JSON object mapping new document ids to texts")
-    svc = _open(directory, toy, store, embedder, generator, signers)
+    svc = where.open()
     return _run(svc, lambda: {"leaf": svc.add_documents(tenant, docs, allow_weak=allow_weak), "added": len(docs)})
 
 
@@ -151,12 +163,7 @@ def add_documents_cmd(
 @click.option("--allow-weak", is_flag=True, help="commit it even if its certified guarantee would be weak")
 @click.argument("policy_file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 def set_policy_cmd(
-    directory: Path,
-    toy: bool,
-    store: str | None,
-    embedder: str | None,
-    generator: str | None,
-    signers: tuple[str, ...],
+    where: _Where,
     allow_weak: bool,
     policy_file: Path,
 ) -> int:
@@ -167,7 +174,7 @@ def set_policy_cmd(
         policy = Policy.from_dict(_json_file(policy_file, "POLICY_FILE"))
     except DpragError as e:
         raise click.UsageError(f"POLICY_FILE {policy_file}: {e}") from None
-    svc = _open(directory, toy, store, embedder, generator, signers)
+    svc = where.open()
     return _run(svc, lambda: {"leaf": svc.set_policy(policy, allow_weak=allow_weak), "epoch": len(svc.epochs) - 1})
 
 
@@ -182,18 +189,13 @@ def account_group() -> None:
 @click.option("--tenant", required=True)
 @click.option("--key", "key", required=True, help="the account's public key (hex: its account.vkey)")
 def account_add_cmd(
-    directory: Path,
-    toy: bool,
-    store: str | None,
-    embedder: str | None,
-    generator: str | None,
-    signers: tuple[str, ...],
+    where: _Where,
     name: str,
     tenant: str,
     key: str,
 ) -> int:
     """Register NAME on TENANT under KEY (an account leaf)."""
-    svc = _open(directory, toy, store, embedder, generator, signers)
+    svc = where.open()
     return _run(svc, lambda: {"leaf": svc.add_account(name, tenant, key.strip()), "account": name})
 
 
@@ -201,14 +203,9 @@ def account_add_cmd(
 @_service_options
 @click.argument("name")
 def account_revoke_cmd(
-    directory: Path,
-    toy: bool,
-    store: str | None,
-    embedder: str | None,
-    generator: str | None,
-    signers: tuple[str, ...],
+    where: _Where,
     name: str,
 ) -> int:
     """Revoke NAME (an account-revoke leaf): it never rejoins; its pending requests get signed refusals."""
-    svc = _open(directory, toy, store, embedder, generator, signers)
+    svc = where.open()
     return _run(svc, lambda: {"leaf": svc.revoke_account(name), "account": name})

@@ -22,7 +22,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from dprag.errors import DpragError
 
-from .ledger.checkpoint import NoteVerifier, Signer
+from .ledger.checkpoint import KeyOfVerifier, NoteVerifier, Signer
 
 __all__ = ["Signer", "ExternalSigner", "SignerError"]
 
@@ -35,7 +35,7 @@ class SignerError(DpragError):
         self.signer, self.rule = signer, rule
 
 
-class ExternalSigner:
+class ExternalSigner(KeyOfVerifier):
     """A ``Signer`` whose private key lives elsewhere: ``sign_raw(message) -> signature`` (e.g. a PKCS#11 token's
     ``C_Sign`` with ``CKM_EDDSA``). Every signature is verified under ``public_key`` before it is returned."""
 
@@ -48,20 +48,6 @@ class ExternalSigner:
     @property
     def name(self) -> str:
         return self._verifier.name
-
-    @property
-    def key_hash(self) -> int:
-        return self._verifier.key_hash
-
-    @property
-    def public_key(self) -> bytes:
-        return self._verifier.public_key
-
-    def vkey(self) -> str:
-        return self._verifier.vkey()
-
-    def verifier(self) -> NoteVerifier:
-        return self._verifier
 
     def sign(self, message: bytes) -> bytes:
         message = bytes(message)

@@ -108,13 +108,7 @@ def start_coalition(run: Run, theta: float, window: int | None) -> Callable[[], 
     """The coalition estimate (BLAS-bound) needs only the checked openings: started in a fresh process beside the
     generation check (after the retrieval replay, whose workers already fill the cores: a lower peak); None
     where §8.10 computes it in line (a small window, one worker, or anything unexpected: the check reports it)."""
-    if (
-        run.n < pool.FORK_MIN_ITEMS
-        or pool.workers() < 2
-        or run.prior is not None
-        or run.keeps_state
-        or pool.dask_client() is not None
-    ):
+    if run.n < pool.FORK_MIN_ITEMS or pool.workers() < 2 or run.prior is not None or pool.dask_client() is not None:
         return None  # with the auditor's state it runs in line: it keeps the labels (§8.14)
     try:
         inputs = coalition_inputs(run)

@@ -8,20 +8,18 @@ from __future__ import annotations
 
 import os
 import stat
-import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dprag.errors import DpragError
 
-from ..protocol.bundle import AuditorInputError, Bundle, load_bundle
+from ..protocol.bundle import AuditorInputError, Bundle
 from ..protocol.certify import DEFAULT_MAX_EPSILON
 from ..protocol.commitments import PREVIOUS_RELEASE, PREVIOUS_VERSION, PROTOCOL_VERSION
 from ..protocol.encoding import loads_bounded
 from ..protocol.ledger import NoteVerifier
-from .run import Run
 
 if TYPE_CHECKING:
     from dprag.zk.keys import VerifyingKey
@@ -159,17 +157,3 @@ def check_version(b: Bundle) -> None:
             f"the bundle is protocol version {version!r}, newer than this verifier's {PROTOCOL_VERSION}: "
             "use a verifier that knows it"
         )
-
-
-def read_bundle(bundle_path: str | Path, progress: Callable[[str, int], None] | None) -> Run:
-    """The bundle at ``bundle_path`` (``load_bundle``: §8.1's safe reads, its defects kept for §8.1), as the
-    state the checks share. A well-formed genesis of a NEWER version is exit 2: the auditor needs another
-    verifier; an older version (a downgrade) or a damaged version field is a FAIL of the commitments check
-    (§8.3), never "unusable"."""
-    t_load = time.perf_counter()
-    b = load_bundle(bundle_path)
-    t_load = time.perf_counter() - t_load
-    check_version(b)
-    run = Run(b, progress)
-    run.timings["load"] = t_load
-    return run

@@ -90,18 +90,24 @@ class AuditorState:
     reasons: list[str] = field(default_factory=list)
     rejected: list[str] = field(default_factory=list)
     checked: dict[str, int] = field(default_factory=dict)
+    _codes: dict[str, int] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def verdict(self) -> str:
         return "FAIL" if self.reasons else "PASS"
 
     def account_code(self, name: str) -> int:
-        """The code of account ``name``, appending it to ``accounts`` when new."""
-        try:
-            return self.accounts.index(name)
-        except ValueError:
+        """The code of account ``name``, appending it to ``accounts`` when new (a dict kept beside the list: one
+        lookup per row, not a scan of the accounts)."""
+        codes = self._codes
+        if len(codes) != len(self.accounts):  # built once, and again if ``accounts`` was replaced
+            codes.clear()
+            codes.update((a, i) for i, a in enumerate(self.accounts))
+        code = codes.get(name)
+        if code is None:
+            code = codes[name] = len(self.accounts)
             self.accounts.append(name)
-            return len(self.accounts) - 1
+        return code
 
 
 _ARRAYS = (

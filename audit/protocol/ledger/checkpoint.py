@@ -179,7 +179,29 @@ class Signer(Protocol):
     def sign(self, message: bytes, /) -> bytes: ...
 
 
-class NoteSigner:
+class KeyOfVerifier:
+    """The public side of a signer, read from its ``NoteVerifier`` (``_verifier``): the key hash, the raw public
+    key, the verifier and its vkey text. Shared by ``NoteSigner`` and the signers whose key lives elsewhere."""
+
+    __slots__ = ()
+    _verifier: NoteVerifier
+
+    @property
+    def key_hash(self) -> int:
+        return self._verifier.key_hash
+
+    @property
+    def public_key(self) -> bytes:
+        return self._verifier.public_key
+
+    def verifier(self) -> NoteVerifier:
+        return self._verifier
+
+    def vkey(self) -> str:
+        return self._verifier.vkey()
+
+
+class NoteSigner(KeyOfVerifier):
     """An Ed25519 note signer (holds the 32-byte private seed; keep it secret)."""
 
     __slots__ = ("name", "_private", "_verifier")
@@ -216,20 +238,6 @@ class NoteSigner:
         if signer.key_hash != int(hash16, 16):
             raise KeyFormatError("skey", "key hash does not match name and derived public key")
         return signer
-
-    @property
-    def key_hash(self) -> int:
-        return self._verifier.key_hash
-
-    @property
-    def public_key(self) -> bytes:
-        return self._verifier.public_key
-
-    def verifier(self) -> NoteVerifier:
-        return self._verifier
-
-    def vkey(self) -> str:
-        return self._verifier.vkey()
 
     def skey(self) -> str:
         """Secret signer key string (Go ``note`` format). Anyone holding it can sign as this log."""
