@@ -23,8 +23,9 @@ past ``DEFAULT_PAIR_DIM_BUDGET``); spec/estimator.md §8 gives the measured dete
 Default path (streamed). Without an injected search, the band is scanned in float32 tiles at θ minus the
 proven float32 bound (``float32_margin``), each tile's candidates joining two different components are
 decided exactly and merged into one label per query at once, and nothing else is kept: memory is bounded
-for any θ (``stream_components``). The rest of this docstring describes the exact decision it shares with the
-injected-search path.
+for any θ (``stream_components``); at large d the tiles compare each row's sketch first (``sketch``: a proven upper
+bound of the cosine in k + 1 coordinates, spec/estimator.md §10), so no link is lost. The rest of this docstring
+describes the exact decision it shares with the injected-search path.
 
 Injected searches. Pairs are found by a *neighbour search* -- any callable of the ``NeighbourSearch`` protocol that
 returns a **superset** of the pairs whose unit-row inner product is >= a lowered threshold (the default is
@@ -51,6 +52,8 @@ from scipy.sparse.csgraph import connected_components
 
 from dprag.accounting.errors import check_positive_int
 from dprag.errors import InvalidParameterError
+
+from .sketch import SLACK, sketch_rows, unit_rows, worth_it
 
 #: float64 slack: |computed cosine - exact cosine| <= ~(2d + 10)·2^-53 for unit-normalised float64 rows
 #: (normalisation + dot product, any summation order; < 2^-42 for d = 384, < 2^-36 for d <= MAX_DIM);
@@ -155,18 +158,6 @@ def _account_codes(accounts: Sequence[_H], n: int) -> tuple[np.ndarray, list[_H]
 # ---------------------------------------------------------------------------------------------------------
 # geometry: unit rows, the exact predicate
 # ---------------------------------------------------------------------------------------------------------
-
-
-def unit_rows(embeddings: np.ndarray) -> np.ndarray:
-    """Rows scaled to unit L2 norm in float64 (zero rows stay zero). Each row is first scaled by a power
-    of two (exactly) so that its largest entry lies in [0.5, 1): no overflow or underflow of the squares."""
-    x = np.asarray(embeddings, dtype=np.float64)
-    _, e = np.frexp(np.abs(x).max(axis=1, initial=0.0))
-    x = np.ldexp(x, -e[:, None])
-    n = np.sqrt(np.einsum("ij,ij->i", x, x))
-    n[n == 0] = 1.0
-    unit: np.ndarray = x / n[:, None]
-    return unit
 
 
 def _int_rows(raw: np.ndarray, rows: np.ndarray) -> dict[int, list[int]]:
@@ -320,7 +311,7 @@ class _Candidates:
         return linked
 
 
-def _pair_dots(unit: np.ndarray | _RowUnit, pairs: np.ndarray, chunk: int = 1 << 16) -> np.ndarray:
+def _pair_dots(unit: np.ndarray | _RowUnit, pairs: np.ndarray, chunk: int = 1 << 13) -> np.ndarray:
     out = np.empty(pairs.shape[0])
     for s in range(0, pairs.shape[0], chunk):
         p = pairs[s : s + chunk]
@@ -482,13 +473,26 @@ def resolve_window(window: int | None, positions: Sequence[int] | np.ndarray, di
 
 
 class _RowUnit:
-    """float64 unit rows computed on demand (only candidates too close to θ for float32 need them)."""
+    """float64 unit rows computed on demand (the candidates decided in float64). Integer rows (the protocol's int16)
+    are scaled by their inverse norms, computed once for every row (their squares sum exactly in float64)."""
 
     def __init__(self, raw: np.ndarray):
         self.raw = raw
+        self._inv: np.ndarray | None = None
 
     def __getitem__(self, idx: Any) -> np.ndarray:
-        return unit_rows(self.raw[idx])
+        raw = self.raw
+        if not (np.issubdtype(raw.dtype, np.integer) and raw.dtype.itemsize <= 2):
+            return unit_rows(raw[idx])
+        if self._inv is None:
+            inv = np.empty(raw.shape[0])
+            for s in range(0, raw.shape[0], 8192):
+                x = raw[s : s + 8192].astype(np.float64)
+                inv[s : s + 8192] = np.sqrt(np.einsum("ij,ij->i", x, x))
+            inv[inv == 0] = np.inf  # zero rows stay zero
+            self._inv = 1.0 / inv
+        out: np.ndarray = raw[idx].astype(np.float64) * self._inv[idx, None]
+        return out
 
 
 def _unit32(raw: np.ndarray, chunk: int = 8192) -> np.ndarray:
@@ -533,6 +537,7 @@ def stream_components(
     start: int = 0,
     labels0: list[np.ndarray] | None = None,
     band: tuple[int, int] | None = None,
+    sketch: np.ndarray | bool = True,
 ) -> tuple[list[np.ndarray], np.ndarray]:
     """Component labels and ĉ for every θ, in bounded memory.
 
@@ -548,7 +553,12 @@ def stream_components(
     from an earlier pass over them (each row from ``start`` on starts alone); only the pairs with ``j >= start``
     are scanned, so the result equals one pass over all rows. The unit rows are made per tile from ``raw``
     (no float32 copy of the matrix: memory O(n·d·2 + G·n + tile)). ``band``: scan only the pairs whose first row
-    lies in ``band`` = ``[r0, r1)`` (one band of a distributed scan, ``scan.extend_components``)."""
+    lies in ``band`` = ``[r0, r1)`` (one band of a distributed scan, ``scan.extend_components``).
+
+    ``sketch`` (spec/estimator.md §10): True, the tiles compare the rows' ``sketch.sketch_rows`` (k + 1
+    coordinates, an upper bound of every cosine) when that pays (``sketch.worth_it``), and only the pairs it keeps
+    get their cosine in float64 and the exact decision; an array, those sketches (computed once by a caller that
+    scans in bands); False, the float32 rows themselves. The labels are the same either way."""
     n, d = raw.shape
     G = thetas.size
     labels = [np.arange(n, dtype=np.int64) for _ in range(G)]
@@ -564,6 +574,9 @@ def stream_components(
     active = [int(g) for g in order]
     err = float32_margin(d)
     lo = float(thetas.min()) - err - MARGIN
+    sk = _sketch_of(raw, sketch)
+    if sk is not None:  # the sketch's products bound the cosines from above (spec/estimator.md §10)
+        lo = float(thetas.min()) - float32_margin(sk.shape[1]) - SLACK - MARGIN
     thr = np.nextafter(np.float32(lo), np.float32(-np.inf))  # a float32 threshold <= lo
     lazy = _RowUnit(raw)
     b0, b1 = band if band is not None else (0, n)
@@ -576,10 +589,13 @@ def stream_components(
         cols = max(256, tile // (t - s))
         chunk_rows = max(1, (1 << 18) // cols)  # at most 2^18 candidates decided at once
         dirty = set()
-        rows32 = _unit32(raw[s:t])
+        rows32 = _unit32(raw[s:t]) if sk is None else sk[s:t]
         for c0 in range(first, hi, cols):
             c1 = min(hi, c0 + cols)
-            sims = rows32 @ (rows32[c0 - s : c1 - s] if c0 == s and c1 <= t else _unit32(raw[c0:c1])).T
+            if sk is not None:
+                sims = rows32 @ sk[c0:c1].T
+            else:
+                sims = rows32 @ (rows32[c0 - s : c1 - s] if c0 == s and c1 <= t else _unit32(raw[c0:c1])).T
             rows = np.flatnonzero(sims.max(axis=1) >= thr)  # a max-reduction is far cheaper than nonzero
             for r0 in range(0, rows.size, chunk_rows):  # dense tiles (tiny θ) in slices: bounded memory
                 sel = rows[r0 : r0 + chunk_rows]
@@ -596,7 +612,8 @@ def stream_components(
                     if m.size == 0:
                         continue
                     pairs = np.stack([ii[m], jj[m]], axis=1)
-                    linked = _Candidates(raw, lazy, pairs, v[m], err).linked(float(thetas[g]))
+                    cos = None if sk is not None else v[m]  # a sketch's value bounds, it does not estimate
+                    linked = _Candidates(raw, lazy, pairs, cos, err).linked(float(thetas[g]))
                     if linked.any():
                         merge_components(lab, pairs[linked, 0], pairs[linked, 1])
                         dirty.add(g)
@@ -612,6 +629,14 @@ def stream_components(
                 if not active:
                     break
     return labels, c_hat
+
+
+def _sketch_of(raw: np.ndarray, sketch: np.ndarray | bool) -> np.ndarray | None:
+    if isinstance(sketch, np.ndarray):
+        if sketch.shape[0] != raw.shape[0] or sketch.dtype != np.float32:
+            raise InvalidParameterError("sketch", "must be float32 with one row per row of the matrix", sketch.shape)
+        return sketch
+    return sketch_rows(raw) if sketch and worth_it(raw.shape[1]) else None
 
 
 def coalition_clusters(

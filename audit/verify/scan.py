@@ -11,6 +11,7 @@ import numpy as np
 from dprag.accounting.errors import check_positive_int
 
 from .estimator import check_positions, check_theta, max_accounts, merge_components, stream_components
+from .sketch import sketch_rows, worth_it
 
 
 def extend_components(
@@ -35,13 +36,14 @@ def extend_components(
     w = max(1, int(pos[-1] - pos[0])) if window is None else check_positive_int("window", window)
     prior = None if labels0 is None else [labels0]
     n_acc = max(n_acc, 2)
+    sketch = sketch_rows(raw) if worth_it(raw.shape[1]) else False  # once for every band (spec/estimator.md §10)
     if client is None:
         labels, _ = stream_components(
-            raw, codes, n_acc, np.asarray([theta]), w, pos, saturate=False, start=start, labels0=prior
+            raw, codes, n_acc, np.asarray([theta]), w, pos, saturate=False, start=start, labels0=prior, sketch=sketch
         )
         lab = labels[0]
     else:
-        lab = _bands_on_dask(client, raw, codes, n_acc, theta, w, pos, start, labels0)
+        lab = _bands_on_dask(client, raw, codes, n_acc, theta, w, pos, start, labels0, sketch)
     return lab, max(1, max_accounts(lab, codes, n_acc))
 
 
@@ -58,12 +60,13 @@ def _band_forest(
     w: int,
     start: int,
     band: tuple[int, int],
+    sketch: np.ndarray | bool = False,
 ) -> np.ndarray:
     """One band of ``_bands_on_dask`` (on a worker): the links of the pairs whose first row is in ``band`` (and
     second from ``start`` on), as a spanning forest — (row, the smallest row of its component) for every row the
     band joined to a smaller one: at most one edge per row, however dense the links."""
     labels, _ = stream_components(
-        raw, codes, n_acc, np.asarray([theta]), w, pos, saturate=False, start=start, band=band
+        raw, codes, n_acc, np.asarray([theta]), w, pos, saturate=False, start=start, band=band, sketch=sketch
     )
     lab = labels[0]
     moved = np.flatnonzero(lab != np.arange(lab.size))
@@ -80,6 +83,7 @@ def _bands_on_dask(
     pos: np.ndarray,
     start: int,
     labels0: np.ndarray | None,
+    sketch: np.ndarray | bool = False,
 ) -> np.ndarray:
     """The exact scan of ``stream_components`` spread over a Dask cluster in bands of rows (the matrix scattered to
     every worker once); the bands' forests are merged here into labels identical to one pass (connected components
@@ -91,7 +95,8 @@ def _bands_on_dask(
     first = 0 if start == 0 else int(np.searchsorted(pos, pos[start] - w, side="left"))  # rows that can reach start
     bands = [(b, min(n, b + BAND_ROWS)) for b in range(first, n, BAND_ROWS)]
     data = client.scatter([raw, codes, pos], broadcast=True, hash=False)
-    futs = [client.submit(_band_forest, *data, n_acc, theta, w, start, band, pure=False) for band in bands]
+    sk = client.scatter(sketch, broadcast=True, hash=False) if isinstance(sketch, np.ndarray) else sketch
+    futs = [client.submit(_band_forest, *data, n_acc, theta, w, start, band, sk, pure=False) for band in bands]
     for forest in client.gather(futs):
         if forest.size:
             merge_components(labels, forest[:, 0], forest[:, 1])
