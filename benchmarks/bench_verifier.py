@@ -254,6 +254,13 @@ def main() -> None:
             )
         gen = time.perf_counter() - t
         r, pss, sampler = _child(bundle, receipts, args)
+        print(  # at once: the runs below (--incremental, --dask) may take as long again
+            f"  full run over N + NEW = {n + new}: verdict {r['verdict']}, wall {r['wall']:.1f} s, CPU {r['cpu']:.1f} s"
+            + (f", peak PSS {pss['peak_mib']:.0f} MiB" if pss else "")
+            + f" (window written in {gen:.0f} s); CPU by step "
+            + json.dumps({k: round(v, 1) for k, v in r["cpu_seconds"].items()}),
+            flush=True,
+        )
         if new:
             _incremental(root / f"n{n}", bundle, receipts, n, new, r, args)
         for k in (int(x) for x in args.dask.split(",") if x):
