@@ -248,7 +248,7 @@ class ServiceCollector(Collector):
         if isinstance(version, int):
             yield GaugeMetricFamily("dprag_store_schema_version", "the store's schema version", value=version)
         try:
-            size, served, per_tenant = store_figures(svc)
+            size, served, pending, per_tenant = store_figures(svc)
         except DpragError:
             up.add_metric([], 0)
             yield up
@@ -257,6 +257,9 @@ class ServiceCollector(Collector):
         yield up
         yield GaugeMetricFamily("dprag_ledger_size", "leaves in the window's ledger", value=size)
         yield GaugeMetricFamily("dprag_served_requests", "requests recorded (answered or pending)", value=served)
+        yield GaugeMetricFamily(
+            "dprag_pending_answers", "requests recorded whose answer is not stored yet (nor voided)", value=pending
+        )
         docs = GaugeMetricFamily("dprag_documents", "documents of a tenant", labels=["tenant"])
         gone = GaugeMetricFamily(
             "dprag_documents_exhausted", "documents that cannot pay one more query's charge", labels=["tenant"]
@@ -268,16 +271,18 @@ class ServiceCollector(Collector):
         yield gone
 
 
-def store_figures(svc: ProviderService) -> tuple[int, int, dict[str, tuple[int, int]]]:
-    """The ledger's size, the served rows and, per tenant, (documents, exhausted documents), in one snapshot of the
-    store (``StoreUnavailableError`` if it does not answer)."""
+def store_figures(svc: ProviderService) -> tuple[int, int, int, dict[str, tuple[int, int]]]:
+    """The ledger's size, the served rows, those whose answer is pending (recorded, neither answered nor voided)
+    and, per tenant, (documents, exhausted documents), in one snapshot of the store (``StoreUnavailableError`` if it
+    does not answer)."""
     cost = svc.epochs[-1].policy.query_cost()
     with svc.store.snapshot():
         size = svc.ledger.size
         served = svc.aud.served_count()
+        pending = svc.aud.pending_count()
         per_tenant: dict[str, tuple[int, int]] = {}
         for name, tenant in svc.tenants.items():
             n = len(tenant.retriever)
             ok = tenant.filter.can_afford(np.arange(n), cost) if n else np.zeros(0, dtype=bool)
             per_tenant[name] = (n, int(n - int(np.count_nonzero(ok))))
-    return size, served, per_tenant
+    return size, served, pending, per_tenant

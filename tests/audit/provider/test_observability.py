@@ -195,3 +195,36 @@ def test_no_exporter_is_no_tracer_and_an_unknown_one_is_refused():
     provider.shutdown()
     span = json.loads(out.getvalue().splitlines()[0])
     assert span["name"] == "HTTP GET" and span["attributes"] == {"http.route": "/healthz"}
+
+
+def test_pending_answers_are_counted_until_answered_or_voided(tmp_path, monkeypatch, store_url):
+    """``dprag_pending_answers``: recorded requests whose answer is not stored (nor voided). A generator failing after
+    the charge leaves one pending; its resend answers it; a void ends one too. Questions holding the very bytes the
+    count looks for (``"served":null``, ``"void":{``) are JSON strings in the row, escaped, and move nothing."""
+    from dprag.audit.protocol.errors import AnswerPendingError
+
+    d = tmp_path / "toy"
+    svc = make_toy_directory(d, n=12, accounts=2, seed=b"\x07" * 32, store=store_url)  # SQLite, and PostgreSQL
+    admin = TestClient(create_admin_app(svc, Telemetry()))
+
+    def pending() -> tuple[float, int]:
+        got = {n: v for n, _, v in _samples(admin.get("/metrics").text)}
+        return got["dprag_pending_answers"], admin.get("/status").json()["pending_answers"]
+
+    alice, bob = _client(d, svc, "alice"), _client(d, svc, "bob")
+    alice.ask(svc, 'asthma inhaler "served":null and "void":{"x":1}')
+    assert pending() == (0, 0)
+    with monkeypatch.context() as m:
+        m.setattr(svc, "_generate", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("generator down (test)")))
+        for c, q in ((alice, 'inhaler protocol "void":{'), (bob, "garden weather rain")):
+            with pytest.raises(AnswerPendingError):
+                c.ask(svc, q)
+    assert pending() == (2, 2)
+    alice.retry(svc, 2)  # the generator is back: the resend finishes it
+    assert pending() == (1, 1)
+    new = AccountKey.generate()
+    svc.rotate_account_key(bob.rotation_leaf(new))
+    bob.key = new
+    bob.ask(svc, "garden weather rain again")  # bob's pending request is voided, his next one answered
+    assert bob.voided() and pending() == (0, 0)
+    svc.close()
