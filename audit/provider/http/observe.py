@@ -51,10 +51,11 @@ class Span(Protocol):
 
 
 class Tracer(Protocol):
-    """What the middleware asks of a tracer (an OpenTelemetry tracer, or ``NoTracer``)."""
+    """What the middleware asks of a tracer (an OpenTelemetry tracer, or ``NoTracer``). ``context``: the parent an
+    incoming W3C ``traceparent`` names (``parent_context``), None for a new trace."""
 
     def start_as_current_span(
-        self, name: str, *, attributes: Mapping[str, str | int] | None = None
+        self, name: str, *, attributes: Mapping[str, str | int] | None = None, context: object | None = None
     ) -> AbstractContextManager[Span]: ...
 
 
@@ -67,9 +68,24 @@ class NoTracer:
     """The tracer without OpenTelemetry (not installed, or no exporter chosen): every span is nothing."""
 
     def start_as_current_span(
-        self, name: str, *, attributes: Mapping[str, str | int] | None = None
+        self, name: str, *, attributes: Mapping[str, str | int] | None = None, context: object | None = None
     ) -> AbstractContextManager[Span]:
         return nullcontext(_NoSpan())
+
+
+def parent_context(scope: Scope) -> object | None:
+    """The OpenTelemetry context of the request's W3C ``traceparent`` header (trace id, parent span id, flags), or
+    None without one (a malformed one gives an empty context: a new trace). Only ``traceparent`` is read:
+    ``tracestate`` is free text a caller chooses, and spans carry nothing an account wrote beyond those ids."""
+    value = next((v for k, v in scope.get("headers") or [] if k.lower() == b"traceparent"), None)
+    if value is None:
+        return None
+    try:
+        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+    except ImportError:
+        return None
+    ctx: object = TraceContextTextMapPropagator().extract({"traceparent": value.decode("latin-1")[:128]})
+    return ctx
 
 
 def make_tracer(exporter: str, stream: IO[str] | None = None) -> tuple[Tracer, object | None]:
@@ -198,7 +214,9 @@ class Observed:
             await send(message)
 
         t.in_flight.inc()
-        with t.tracer.start_as_current_span(f"HTTP {method}", attributes={"http.request.method": method}) as span:
+        parent = None if isinstance(t.tracer, NoTracer) else parent_context(scope)  # the caller's trace (W3C)
+        attributes = {"http.request.method": method}
+        with t.tracer.start_as_current_span(f"HTTP {method}", attributes=attributes, context=parent) as span:
             try:
                 await self.app(scope, receive, counting_send)
             finally:
