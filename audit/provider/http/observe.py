@@ -18,7 +18,7 @@ import secrets
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from datetime import UTC, datetime
 from typing import IO, TYPE_CHECKING, Protocol, cast
 
@@ -51,11 +51,10 @@ class Span(Protocol):
 
 
 class Tracer(Protocol):
-    """What the middleware asks of a tracer (an OpenTelemetry tracer, or ``NoTracer``). ``context``: the parent an
-    incoming W3C ``traceparent`` names (``parent_context``), None for a new trace."""
+    """What the middleware asks of a tracer (an OpenTelemetry tracer, or ``NoTracer``)."""
 
     def start_as_current_span(
-        self, name: str, *, attributes: Mapping[str, str | int] | None = None, context: object | None = None
+        self, name: str, *, attributes: Mapping[str, str | int] | None = None
     ) -> AbstractContextManager[Span]: ...
 
 
@@ -68,24 +67,31 @@ class NoTracer:
     """The tracer without OpenTelemetry (not installed, or no exporter chosen): every span is nothing."""
 
     def start_as_current_span(
-        self, name: str, *, attributes: Mapping[str, str | int] | None = None, context: object | None = None
+        self, name: str, *, attributes: Mapping[str, str | int] | None = None
     ) -> AbstractContextManager[Span]:
         return nullcontext(_NoSpan())
 
 
-def parent_context(scope: Scope) -> object | None:
-    """The OpenTelemetry context of the request's W3C ``traceparent`` header (trace id, parent span id, flags), or
-    None without one (a malformed one gives an empty context: a new trace). Only ``traceparent`` is read:
-    ``tracestate`` is free text a caller chooses, and spans carry nothing an account wrote beyond those ids."""
+@contextmanager
+def caller_trace(scope: Scope) -> Iterator[None]:
+    """Within it, the current OpenTelemetry context is the one the request's W3C ``traceparent`` header names (trace
+    id, parent span id, flags), so the spans started inside join the caller's trace; without the header, or without
+    OpenTelemetry, nothing changes (a malformed header gives an empty context: a new trace). Only ``traceparent`` is
+    read: ``tracestate`` is free text a caller chooses, and spans carry nothing an account wrote beyond those ids."""
     value = next((v for k, v in scope.get("headers") or [] if k.lower() == b"traceparent"), None)
-    if value is None:
-        return None
     try:
+        from opentelemetry.context import attach, detach
         from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
     except ImportError:
-        return None
-    ctx: object = TraceContextTextMapPropagator().extract({"traceparent": value.decode("latin-1")[:128]})
-    return ctx
+        value = None
+    if value is None:
+        yield
+        return
+    token = attach(TraceContextTextMapPropagator().extract({"traceparent": value.decode("latin-1")[:128]}))
+    try:
+        yield
+    finally:
+        detach(token)
 
 
 def make_tracer(exporter: str, stream: IO[str] | None = None) -> tuple[Tracer, object | None]:
@@ -214,9 +220,9 @@ class Observed:
             await send(message)
 
         t.in_flight.inc()
-        parent = None if isinstance(t.tracer, NoTracer) else parent_context(scope)  # the caller's trace (W3C)
+        parent = nullcontext() if isinstance(t.tracer, NoTracer) else caller_trace(scope)  # the caller's trace (W3C)
         attributes = {"http.request.method": method}
-        with t.tracer.start_as_current_span(f"HTTP {method}", attributes=attributes, context=parent) as span:
+        with parent, t.tracer.start_as_current_span(f"HTTP {method}", attributes=attributes) as span:
             try:
                 await self.app(scope, receive, counting_send)
             finally:
