@@ -267,8 +267,10 @@ class AccountClient:
         against each other and the ledger's history the client has seen (``accept``); return what was served.
         A request signed earlier that has no receipt yet (``pending``) is resent first, byte for byte, so a lost
         response never leaves the account a counter ahead; if it still cannot be finished, PendingRequestError
-        names it and nothing new is signed. Over HTTP nothing is signed or sent until the provider key and the
-        log's origin are pinned (``require_pins``)."""
+        names it and nothing new is signed. A resend the provider answers with a signed void (recorded, never to be
+        answered: its account re-keyed or was revoked since, spec/protocol.md §5.1) is kept and no longer pending.
+        Over HTTP nothing is signed or sent until the provider key and the log's origin are pinned
+        (``require_pins``)."""
         if _serves_consistency(service):
             self.require_pins()
         for counter in self.pending():
