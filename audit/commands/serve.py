@@ -31,6 +31,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
+import re
 import socket
 import sys
 import threading
@@ -216,6 +217,21 @@ def admin_token(token_file: Path | None) -> str | None:
     type=click.Choice(["none", "console", "otlp"]),
     help="OpenTelemetry spans: console (JSON on stderr) or otlp (OTEL_EXPORTER_OTLP_*); needs the otel extra",
 )
+@click.option(
+    "--reservation",
+    default="auto",
+    show_default=True,
+    envvar=_env("reservation"),
+    help="generation memory reserved before each charge (spec/provider.md §3.6): auto (the generator's device "
+    "memory, else half the memory available at start), a number of bytes (K/M/G suffixes, powers of 1024), or off",
+)
+@click.option(
+    "--reservation-wait",
+    default=None,
+    type=click.FloatRange(min=0),
+    envvar=_env("reservation_wait"),
+    help="seconds a request waits for its reservation before 503 busy (default 30)",
+)
 @click.option("--print-config", is_flag=True, help="print each setting and where it came from, then exit")
 @click.pass_context
 def serve(ctx: click.Context, **opts: object) -> int:
@@ -261,8 +277,11 @@ def _serve(
     admin_token_file: Path | None,
     access_log: str,
     otel_exporter: str,
+    reservation: str,
+    reservation_wait: float | None,
     print_config: bool,
 ) -> int:
+    capacity = parse_reservation(reservation)  # a bad value: exit 2 before anything starts
     if directory is None:
         raise click.UsageError("--dir is required (or DPRAG_DIR, or dir in the [serve] table of --config)")
     try:
@@ -309,6 +328,11 @@ def _serve(
         svc, akey = open_service_dir(directory, toy, accounts, store, embedder, generator, auditor_key, signers)
     except DpragError as e:
         raise click.UsageError(f"--dir {directory}: {e}") from None
+    if capacity != "auto" or reservation_wait is not None:
+        from ..provider.reservation import DEFAULT_WAIT_SECONDS
+
+        cap = svc.reservations.capacity if capacity == "auto" else capacity
+        svc.reservations.set(cap, DEFAULT_WAIT_SECONDS if reservation_wait is None else reservation_wait)
     svc.start_schedule()  # checkpoints on the policy's release grid, when it sets a period (protocol §5.6)
     app = create_app(svc, auditor_key=akey, threads=threads, telemetry=telemetry)
     admin_server = admin_thread = None
@@ -435,6 +459,23 @@ def _status_line(r: dict[str, object]) -> str:
         head + f"ok  ledger {st['ledger_size']}  served {st['served_requests']}  pending {st.get('pending_answers')}  "
         f"in flight {st['in_flight']}  {tenants}"
     )
+
+
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def parse_reservation(text: str) -> int | None | str:
+    """``--reservation``: "auto", "off" (None), or a positive number of bytes with an optional K/M/G/T suffix
+    (powers of 1024; "KiB" etc. also read); anything else is a usage error naming the flag."""
+    t = text.strip()
+    if t.lower() in ("auto", "off"):
+        return "auto" if t.lower() == "auto" else None
+    m = re.fullmatch(r"(\d+)\s*([KMGT]?)(?:i?B)?", t, flags=re.IGNORECASE)
+    if m is None or int(m.group(1)) * _UNITS[m.group(2).upper()] < 1:
+        raise click.UsageError(
+            f"--reservation {text!r}: must be auto, off, or a positive number of bytes (e.g. 4G, 512M, 1073741824)"
+        )
+    return int(m.group(1)) * _UNITS[m.group(2).upper()]
 
 
 def open_service_dir(directory, toy, accounts, store, embedder, generator, auditor_key, signers=()):

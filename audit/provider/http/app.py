@@ -6,8 +6,9 @@ opening and leaf (spec/provider.md §6). Replicas are more processes, on this ho
 
 Every error is a JSON body ``{"error": {"type", "field", "rule", ...}}`` (``wire.error_body``) with its status:
 400 refused (with the provider's signed refusal when the request can be named) or malformed, 401 unauthenticated,
-404 not found, 413 too large, 429 rate limited (signed refusal), 503 answer pending or store unavailable (retry the
-same signed request; ``Retry-After``). A 500 is a defect of ours: its body names no more than the exception type.
+404 not found, 413 too large, 429 rate limited (signed refusal), 503 answer pending, store unavailable or busy
+(retry the same signed request; ``Retry-After``). A 500 is a defect of ours: its body names no more than the
+exception type.
 """
 
 from __future__ import annotations

@@ -139,7 +139,8 @@ _STATUS = {
     404: "not found",
     413: "body too large",
     429: "rate limited (signed refusal)",
-    503: "answer pending or store unavailable: retry the same request",
+    503: "answer pending (answer_pending), store unavailable (store_unavailable) or no generation memory free before "
+    "the charge (busy, nothing charged): retry the same request after Retry-After",
 }
 
 
