@@ -101,7 +101,8 @@ def noisy_top_k_excluding(scores: np.ndarray, noise: np.ndarray, k: int, exclude
     ids = np.flatnonzero(keep)
     if ids.size == 0:
         return np.zeros(0, dtype=np.int64)
-    return ids[noisy_top_k(s[ids], z[ids], min(check_positive_int("K", k), ids.size))].astype(np.int64)
+    out: np.ndarray = ids[noisy_top_k(s[ids], z[ids], min(check_positive_int("K", k), ids.size))].astype(np.int64)
+    return out
 
 
 # ------------------------------------------------------------------------------------------------------------
