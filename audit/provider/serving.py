@@ -342,9 +342,7 @@ class Serving(Window):
             try:
                 try:
                     recorded = self._grouped(self._records, self._record_batch, (req, h_req, tenant, prepared))
-                except DpragError:
-                    raise
-                except Exception:  # noqa: BLE001 - the selection failed (rolled back): exclusion, below
+                except _SelectionFailed:  # the selection failed (rolled back): exclusion, below
                     recorded = None
                 if recorded is None:
                     prepared = self._exclude_failing_selection(req, h_req, tenant, q_query, prepared)
@@ -386,10 +384,8 @@ class Serving(Window):
         every failing record excluded, raises the fixed ``exclusion.UNEXPLAINED`` (no cause, no context)."""
         try:
             return self._with_retries(self._record_batch, [(req, h_req, tenant, prepared)])[0]
-        except DpragError:
-            raise
-        except Exception:  # noqa: BLE001 - raised below, outside this handler
-            pass
+        except _SelectionFailed:
+            pass  # raised below, outside this handler
         raise ServiceStateError(UNEXPLAINED)
 
     def _selection_fails(self, req: Request, h_req: bytes, tenant: str, view: TenantRetriever) -> bool:
@@ -461,8 +457,16 @@ class Serving(Window):
         pos = self.ledger.size  # under the tail lock (read once per transaction, ``audit.provider.storage``)
         ten = self.tenants[tenant]
         algo = self._algorithm(tenant, request_source(self.seed, "select", h_req), retriever)
-        selection: Selection = algo.select(req.question)  # the filter's charges, in this transaction
-        charge = self._charge_opening(ten.filter, selection)
+        failed = False
+        try:
+            selection: Selection = algo.select(req.question)  # the filter's charges, in this transaction
+            charge = self._charge_opening(ten.filter, selection)
+        except DpragError:
+            raise  # the store's and the protocol's own errors, as before
+        except Exception:  # noqa: BLE001 - the selection's own failure: the caller searches (exclusion.py)
+            failed = True
+        if failed:  # outside the handler: no cause, no context, nothing of the record's failure
+            raise _SelectionFailed
         if retriever.excluded:  # auditor-only (the opening), under h_charge, whose nonce hides it
             charge["excluded"] = list(retriever.excluded)
         record, opening = self._append_query(pos, req.signed, qb, top, charge, h_req)
@@ -649,6 +653,11 @@ class Serving(Window):
         return ep.rag_params.respond(
             question, top, retriever, generator, source=request_source(ep.seed, "generate", h_req)
         )
+
+
+class _SelectionFailed(Exception):
+    """The selection and its charge (§5.3 step 4) failed inside the record transaction, which rolls back; the
+    request path then searches for the failing records (``Serving._exclude_failing_selection``)."""
 
 
 class _RolledBack(Exception):
