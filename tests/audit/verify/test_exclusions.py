@@ -161,3 +161,67 @@ def test_without_a_failure_nothing_is_excluded_and_the_window_passes(tmp_path):
     assert excluded == [None, None, None], excluded
     v = verify(bundle)
     assert v.verdict.startswith("PASS"), v.reasons
+
+
+def test_a_request_with_an_exclusion_finished_on_a_retry_gives_the_same_answer_and_passes(tmp_path, monkeypatch):
+    """The answer's first generation fails (pending); the retry finishes it from the recorded selection, scoring
+    again through the contained path with the recorded exclusion (serving.py ``_finish``): the same answer as a
+    window where nothing failed after the charge, and the audit PASSes (the exclusion is the shared scoring's)."""
+    from dprag.audit.protocol.errors import AnswerPendingError
+
+    orig = rt.float_exact_scores
+    clinic = list(CLINIC)
+    clinic[0] = Z
+    row = _index_row(tmp_path, clinic)
+
+    def shared(rows, q_query, clip, shift):
+        rows = np.asarray(rows, dtype=np.float64)
+        if (rows == row).all(axis=1).any():
+            raise ValueError("the shared scoring rejects this row")
+        return orig(rows, q_query, clip, shift)
+
+    monkeypatch.setattr(rt, "float_exact_scores", shared)
+    monkeypatch.setattr(window, "float_exact_scores", shared)
+    answers = {}
+    for name, fail_once in (("plain", False), ("retried", True)):
+        emb = HashEmbedder(32)
+        svc = ProviderService.create(
+            tmp_path / name,
+            policy=toy_policy(),
+            embedder=emb,
+            seed=b"\x05" * 32,
+            embedder_descriptor=emb.descriptor({"clinic": len(clinic), "legal": len(LEGAL)}),
+            generator=ToyGenerator(),
+            tenants={"clinic": clinic, "legal": LEGAL},
+            accounts=fx.registry(fx.ACCOUNTS),
+            allow_weak=True,
+        )
+        try:
+            req = fx.client(svc, "alice").request(QUESTIONS[0])
+            if fail_once:
+                real = serving.Serving._generate
+                state = {"n": 0}
+
+                def generate(self, *a, state=state, real=real, **k):
+                    state["n"] += 1
+                    if state["n"] == 1:
+                        raise RuntimeError("injected: the generator went away")
+                    return real(self, *a, **k)
+
+                with monkeypatch.context() as mp:
+                    mp.setattr(serving.Serving, "_generate", generate)
+                    with pytest.raises(AnswerPendingError):
+                        svc.serve(req)
+                    got = svc.serve(req)  # the retry: scores from the opening's Q and excluded
+                assert state["n"] == 2
+            else:
+                got = svc.serve(req)
+            answers[name] = (got.answer, got.citations)
+            op = json.loads(svc.aud.opening(got.pos) or b"null")
+            assert op["charge"]["excluded"] == [0]
+            bundle = svc.export_bundle(tmp_path / f"bundle-{name}")
+        finally:
+            svc.close()
+        v = verify(bundle)
+        assert v.verdict.startswith("PASS"), v.reasons
+    assert answers["plain"] == answers["retried"]
