@@ -2,16 +2,26 @@
 # dprag's container entrypoint (deploy/Dockerfile): one replica of `dprag serve`, configured from the environment.
 #   DPRAG_DIR        the window's directory (default /var/lib/dprag/window); empty + DPRAG_STORE: materialised
 #   DPRAG_STORE      postgresql://USER@HOST:PORT/DB?schema=... (no password here)
-#   PGPASSWORD_FILE  a file holding the database password (a compose/systemd secret); exported as PGPASSWORD
+#   DPRAG_DATABASE_PASSWORD_FILE  a file holding the database password (a compose/systemd secret): dprag serve
+#                    reads it itself, so the password is never in the environment nor on a command line; a file that
+#                    cannot be read, or is empty, stops the start here (exit 2, naming the variable)
+#   PGPASSWORD_FILE  the same, under the name of earlier releases (used when DPRAG_DATABASE_PASSWORD_FILE is unset)
 #   DPRAG_GENERATOR  a dprag.generators entry point (required unless DPRAG_TOY=1)
 #   DPRAG_EMBEDDER   a dprag.embedders entry point (default: the committed one)
 #   DPRAG_SIGNER     file:PATH or a pkcs11: URI when the provider key is held outside the directory and store
 #   DPRAG_TOY=1      serve the toy window (made on first start): a smoke test of the deployment
 #   DPRAG_HOST, DPRAG_PORT (default 0.0.0.0, 8080)
 set -eu
-if [ -n "${PGPASSWORD_FILE:-}" ]; then
-    PGPASSWORD=$(cat "$PGPASSWORD_FILE")
-    export PGPASSWORD
+if [ -z "${DPRAG_DATABASE_PASSWORD_FILE:-}" ] && [ -n "${PGPASSWORD_FILE:-}" ]; then
+    DPRAG_DATABASE_PASSWORD_FILE=$PGPASSWORD_FILE
+fi
+if [ -n "${DPRAG_DATABASE_PASSWORD_FILE:-}" ]; then
+    if [ ! -f "$DPRAG_DATABASE_PASSWORD_FILE" ] || [ ! -r "$DPRAG_DATABASE_PASSWORD_FILE" ] \
+        || [ ! -s "$DPRAG_DATABASE_PASSWORD_FILE" ]; then
+        echo "dprag-entrypoint: DPRAG_DATABASE_PASSWORD_FILE: $DPRAG_DATABASE_PASSWORD_FILE is not a readable, non-empty file" >&2
+        exit 2
+    fi
+    export DPRAG_DATABASE_PASSWORD_FILE
 fi
 dir=${DPRAG_DIR:-/var/lib/dprag/window}
 set -- serve --dir "$dir" --host "${DPRAG_HOST:-0.0.0.0}" --port "${DPRAG_PORT:-8080}"

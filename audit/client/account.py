@@ -267,8 +267,10 @@ class AccountClient:
         against each other and the ledger's history the client has seen (``accept``); return what was served.
         A request signed earlier that has no receipt yet (``pending``) is resent first, byte for byte, so a lost
         response never leaves the account a counter ahead; if it still cannot be finished, PendingRequestError
-        names it and nothing new is signed. Over HTTP nothing is signed or sent until the provider key and the
-        log's origin are pinned (``require_pins``)."""
+        names it and nothing new is signed. A resend the provider answers with a signed void (recorded, never to be
+        answered: its account re-keyed or was revoked since, spec/protocol.md §5.1) is kept and no longer pending.
+        Over HTTP nothing is signed or sent until the provider key and the log's origin are pinned
+        (``require_pins``)."""
         if _serves_consistency(service):
             self.require_pins()
         for counter in self.pending():
@@ -295,14 +297,44 @@ class AccountClient:
             )
 
     def pending(self) -> list[int]:
-        """The counters this client signed (durably, ``sent/``) up to its current one that have no kept receipt: a
-        response lost to an outage, a crash, or a request signed and never sent."""
+        """The counters this client signed (durably, ``sent/``) up to its current one that have no kept receipt and
+        no kept void: a response lost to an outage, a crash, or a request signed and never sent."""
         answered = {_field(e["receipt"], "counter") for e in self.receipts}
-        return sorted(c for c in self._sent if c <= self.counter and c not in answered)
+        voided = self.voided()
+        return sorted(
+            c
+            for c in self._sent
+            if c <= self.counter and c not in answered and voided.get(c) != self._sent[c].h_req.hex()
+        )
+
+    def voided(self) -> dict[int, str]:
+        """The counters of this client's requests that the provider voided (a signed ``void`` refusal kept in
+        ``refusals.jsonl``, spec/protocol.md §5.1: recorded, never to be answered, the counter consumed): counter
+        -> the voided request's h_req."""
+        out: dict[int, str] = {}
+        for e in self.kept.get("refusals.jsonl", []):
+            refusal, req = e.get("refusal"), e.get("request")
+            if _field(refusal, "code") == "void" and isinstance(c := _field(req, "counter"), int):
+                h = _field(refusal, "h_req")
+                if isinstance(h, str):
+                    out[c] = h
+        return out
+
+    def rotation_leaf(self, new: AccountKey) -> dict[str, JSON]:
+        """The ``account-key`` leaf that moves this account to ``new``, signed by its current key for the pinned log
+        (spec/protocol.md §3.2; the provider appends it: ``ProviderService.rotate_account_key``). The client keeps
+        its key until the caller switches it (``client.key = new``) once the leaf is in the log."""
+        from ..protocol.registry import account_key_leaf
+
+        if self.origin is None or not self.origin.startswith("dprag/"):
+            raise InvalidParameterError("origin", "is not pinned: a key rotation is signed for one log (its chain id)")
+        return account_key_leaf(self.key, self.origin.removeprefix("dprag/"), self.account, new.vkey)
 
     def send(self, service: Service[S], req: Request) -> S:
         """Send ``req`` (a new request, or a retry of the same signed bytes) and check what comes back. A signed
-        refusal (counter not consumed) frees the counter for the next request and is kept as evidence."""
+        refusal (counter not consumed) frees the counter for the next request and is kept as evidence; a signed void
+        of ``req`` (its counter consumed: recorded, never to be answered) is kept as well, and ``req`` is no longer
+        pending: the next request takes the next counter."""
         from dprag.errors import BudgetExhaustedError
 
         from ..protocol.receipts import verify_refusal
@@ -325,6 +357,14 @@ class AccountClient:
                 except (EncodingError, DpragError):
                     body = None
                 if (
+                    body is not None
+                    and body["code"] == "void"
+                    and body["h_req"] == req.h_req.hex()
+                    and body["origin"] == (self.origin or body["origin"])
+                ):
+                    if req.signed["counter"] not in self.voided():
+                        self._keep("refusals.jsonl", {"refusal": refusal, "request": req.signed})
+                elif (
                     body is not None
                     and body["h_req"] == req.h_req.hex()
                     and body["origin"] == (self.origin or body["origin"])
@@ -511,6 +551,14 @@ class AccountClient:
                 raise self._incident(
                     req, receipt, "receipt.h_top", "the citations shown do not open the receipt's h_top"
                 )
+        if self.voided().get(body["counter"]) == body["h_req"]:  # voided, then answered: both signed by the provider
+            void = next(
+                e["refusal"] for e in self.kept["refusals.jsonl"] if _field(e["refusal"], "h_req") == body["h_req"]
+            )
+            self._keep(
+                "forks.jsonl", {"kind": "a receipt for a request the provider voided", "receipts": [void, receipt]}
+            )
+            raise self._incident(req, receipt, "receipt", "a receipt for a request the provider voided (both kept)")
         prior = next((e for e in self.receipts if _field(e["receipt"], "counter") == body["counter"]), None)
         if prior is not None:
             if prior["receipt"] == receipt:

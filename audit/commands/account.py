@@ -189,7 +189,13 @@ def resend_cmd(account_dir: Path, counter: int) -> int:
     """Print the signed request of COUNTER again, byte for byte, for the provider (``dprag account ask`` also resends
     every pending request itself before it signs a new one): a retry returns the stored answer
     (or finishes a request charged before a failure) and spends nothing new. A client never signs two requests for one
-    counter, except after the provider's signed refusal (which says the counter was not consumed)."""
+    counter, except after the provider's signed refusal (which says the counter was not consumed). A request the
+    provider voided (its signed void kept in refusals.jsonl: recorded, never to be answered) has nothing to resend:
+    exit 1 naming the void, and the next ask signs the next counter."""
+    void = _voided(account_dir).get(counter)
+    if void is not None:
+        click.echo(f"VOIDED request {counter}: {void.get('rule')} (the provider's signed void is kept)", err=True)
+        return 1
     for p in (account_dir / "pending" / f"{counter}.json", account_dir / "sent" / f"{counter}.json"):
         try:  # pending/: signed by `account request`; sent/: the client's durable copy of every request it signed
             data = p.read_bytes()
@@ -200,6 +206,18 @@ def resend_cmd(account_dir: Path, counter: int) -> int:
         raise click.UsageError(f"COUNTER {counter}: this account signed no request with it") from None
     click.echo(data.decode())  # both hold the request as `account request` prints it (Request.to_json)
     return 0
+
+
+def _voided(account_dir: Path) -> dict[int, dict[str, object]]:
+    """The account's voided requests (signed voids kept in refusals.jsonl): counter -> the void."""
+    path = account_dir / "refusals.jsonl"
+    out: dict[int, dict[str, object]] = {}
+    if path.is_file():
+        for i, line in enumerate(path.read_bytes().splitlines(), 1):
+            e = loads_bounded(line, what=f"{path} line {i}") if line.strip() else None
+            if isinstance(e, dict) and isinstance(e.get("refusal"), dict) and e["refusal"].get("code") == "void":
+                out[int(e["request"]["counter"])] = e["refusal"]
+    return out
 
 
 @account.command("follow")
@@ -304,6 +322,7 @@ def ask_once(
         remote = RemoteService(urls, account=c.account, key=c.key, attempts=attempts)
     except DpragError as e:
         return 2, "", f"--url: {e}"
+    voided = c.voided()
     try:
         served = c.ask(remote, question)
     except ReceiptError as e:
@@ -313,4 +332,8 @@ def ask_once(
     except DpragError as e:  # a refusal (kept with its signature in refusals.jsonl) or the service unreachable
         return 1, "", f"REFUSED {type(e).__name__}: {e}"
     out = {"answer": served.answer, "citations": served.citations, "pos": served.pos, "retries": remote.retries}
-    return 0, json.dumps(out, sort_keys=True), ""
+    news = sorted(set(c.voided()) - set(voided))
+    note = "; ".join(
+        f"VOIDED request {n} (recorded, never to be answered: the provider's signed void is kept)" for n in news
+    )
+    return 0, json.dumps(out, sort_keys=True), note

@@ -376,11 +376,18 @@ def _append(path: str):
     help="a replica's admin URL (repeatable; default: --admin-host/--admin-port of dprag serve's settings)",
 )
 @click.option("--timeout", default=5.0, show_default=True, type=click.FloatRange(0.1, 300))
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="one JSON object instead of lines (dprag.serve-status/1, spec/cli-json.md)",
+)
 @click.pass_context
-def status(ctx: click.Context, urls: tuple[str, ...], timeout: float) -> None:
+def status(ctx: click.Context, urls: tuple[str, ...], timeout: float, as_json: bool) -> None:
     """Each replica's state, from its admin listener: the window, the store (reachable or not), the ledger, the
-    documents exhausted. Exit 0 if every replica answered with its store up, 1 otherwise (each failing replica named:
-    unreachable, unauthenticated, or its store down)."""
+    answers pending, the documents exhausted. Exit 0 if every replica answered with its store up, 1 otherwise (each
+    failing replica named: unreachable, unauthenticated, or its store down). ``--json``: the same as one JSON object
+    (spec/cli-json.md), each replica's ``state`` one of ok, store_down, unreachable, unauthenticated, error."""
     parent = ctx.parent.params if ctx.parent is not None else {}
     if not urls:
         if parent.get("admin_port") is None:
@@ -388,9 +395,13 @@ def status(ctx: click.Context, urls: tuple[str, ...], timeout: float) -> None:
         urls = (f"http://{parent.get('admin_host', '127.0.0.1')}:{parent['admin_port']}",)
     token = admin_token(parent.get("admin_token_file"))
     results = [_ask_status(url.rstrip("/"), token, timeout) for url in urls]
-    for r in results:  # one line each (the JSON: GET <admin>/status)
-        click.echo(_status_line(r))
-    ctx.exit(0 if all(r["state"] == "ok" for r in results) else 1)
+    ok = all(r["state"] == "ok" for r in results)
+    if as_json:  # each replica's GET <admin>/status as it answered, under its url and state
+        click.echo(json.dumps({"schema": "dprag.serve-status/1", "ok": ok, "replicas": results}, sort_keys=True))
+    else:
+        for r in results:  # one line each
+            click.echo(_status_line(r))
+    ctx.exit(0 if ok else 1)
 
 
 def _ask_status(url: str, token: str | None, timeout: float) -> dict[str, object]:
@@ -421,7 +432,8 @@ def _status_line(r: dict[str, object]) -> str:
         return head + f"STORE DOWN ({store.get('error')})"
     tenants = ", ".join(f"{t}: {v['exhausted']}/{v['documents']} exhausted" for t, v in st.get("tenants", {}).items())
     return (
-        head + f"ok  ledger {st['ledger_size']}  served {st['served_requests']}  in flight {st['in_flight']}  {tenants}"
+        head + f"ok  ledger {st['ledger_size']}  served {st['served_requests']}  pending {st.get('pending_answers')}  "
+        f"in flight {st['in_flight']}  {tenants}"
     )
 
 

@@ -10,6 +10,7 @@ the auditor's own inputs (a bundle path that is not a directory, an unsupported 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -79,7 +80,8 @@ class Bundle:
     seed_hex: str | None = None
     policy_bytes: bytes | None = None
     embedder_bytes: bytes | None = None
-    openings_lines: list[bytes] = field(default_factory=list)
+    #: auditor/openings.jsonl's lines, spooled out of memory (``spool.SpooledLines``; a list where built by hand)
+    openings_lines: Sequence[bytes] = field(default_factory=list)
     proofs_lines: list[bytes] | None = None  # auditor/proofs.jsonl (zk tenants only), None if absent
     #: auditor/consistency.jsonl: consistency proofs from the bundle's size to later receipts' (the fetch's)
     consistency_lines: list[bytes] = field(default_factory=list)
@@ -130,9 +132,12 @@ def _exists(d: BundleDir, b: Bundle, rel: str) -> bool:
 def _load(d: BundleDir, p: Path) -> Bundle:
     b = Bundle(root=p)
 
-    def read(rel: str, cap: int, framed: bool = False) -> Any:
-        """The file's bytes (``framed``: its records, parsed as they are read), or None with its defect kept."""
+    def read(rel: str, cap: int, framed: bool = False, lines: bool = False) -> Any:
+        """The file's bytes (``framed``: its records, parsed as they are read; ``lines``: its non-empty lines,
+        spooled out of memory), or None with its defect kept."""
         try:
+            if lines:
+                return d.read_lines(rel, cap)
             return d.read_framed(rel, cap, MAX_LEAF_BYTES) if framed else d.read(rel, cap)
         except FramingError as e:
             b.defects.append(f"files: {rel}: {e}")
@@ -161,8 +166,8 @@ def _load(d: BundleDir, p: Path) -> Bundle:
     b.seed_hex = None if seed is None else seed.decode("latin-1")
     b.policy_bytes = read("auditor/policy.json", CAPS["auditor/policy.json"])
     b.embedder_bytes = read("auditor/embedder.json", CAPS["auditor/embedder.json"])
-    ops = read("auditor/openings.jsonl", CAPS["auditor/openings.jsonl"])
-    b.openings_lines = [ln for ln in ops.split(b"\n") if ln] if ops is not None else []
+    ops = read("auditor/openings.jsonl", CAPS["auditor/openings.jsonl"], lines=True)  # spooled: kB per leaf
+    b.openings_lines = ops if ops is not None else []
     if _exists(d, b, "auditor/epochs.json"):  # the epochs after genesis's (§3.4)
         b.epochs_bytes = read("auditor/epochs.json", CAPS["auditor/epochs.json"])
     if _exists(d, b, "auditor/consistency.jsonl"):  # collected by the auditor's fetch (§8.6)

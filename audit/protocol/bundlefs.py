@@ -37,12 +37,15 @@ from typing import cast
 
 from dprag.errors import DpragError
 
+from .spool import SpooledLines
+
 #: the longest relative path accepted
 MAX_PATH_CHARS = 4096
 #: entries read from one directory before ``listdir`` gives up
 MAX_DIR_ENTRIES = 1_000_000
 _CHUNK = 1 << 20
 _MAX_READ = 0x7FFFF000  # Linux returns at most this much from one read()
+_SPOOL_CHUNK = 1 << 24  # read_lines: bytes held at a time
 
 _O_BASE = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0)
 #: ``errno.errorcode``, typed as what it is asked here: an OSError's errno, which may be None
@@ -261,6 +264,27 @@ class BundleDir:
                 got += len(b)
             self._count(relpath, got, cap, limit)
             return b"".join(chunks)
+
+    def read_lines(self, relpath: str, cap: int) -> SpooledLines:
+        """The non-empty lines of the regular file ``relpath`` as ``SpooledLines``: copied as they are read into a
+        private spool file, so memory holds one chunk and the lines' offsets, not the file. The same refusals as
+        ``read`` (missing, special, symlinked, over ``cap``, over the read budget)."""
+        out = SpooledLines()
+        try:
+            with self._capped(relpath, cap) as (fd, _size, limit):
+                got = 0
+                while got <= limit:
+                    b = os.read(fd, min(_SPOOL_CHUNK, limit + 1 - got))
+                    if not b:
+                        break
+                    got += len(b)
+                    if got <= limit:
+                        out.feed(b)
+                self._count(relpath, got, cap, limit)
+        except BaseException:
+            out.close()
+            raise
+        return out.done()
 
     def read_framed(self, relpath: str, cap: int, max_record: int) -> list[bytes]:
         """The records of the framed file ``relpath`` (``u32be(len) || bytes``, repeated), read in chunks and

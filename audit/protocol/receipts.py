@@ -13,6 +13,11 @@ recorded, and that the request's counter was not consumed (``"consumed": false``
 request for that counter. It names the rule (``code``, one of ``REFUSAL_CODES``) and the log it read (``size``,
 ``root``, one snapshot): the verifier FAILs it only if the same request sits below that size, or the rule is false
 of the log at that size (§8.6), so an account that resends a refused request later cannot frame the provider.
+The one refusal that consumes its counter is a **void** (``code`` ``void``, ``"consumed": true``): the request is
+recorded (charged, its leaf below ``size``) and will never be answered, because its account re-keyed or was
+revoked after its leaf; the account signs its next counter. The verifier FAILs a void unless the log holds the
+request below ``size`` with such a registry leaf between the two, and FAILs a void beside a receipt of the same
+request.
 
 A receipt is evidence against the provider that signed it: two valid receipts for one position that
 differ, or one that contradicts the bundle, prove misbehaviour (spec/protocol.md §8.6).
@@ -136,13 +141,17 @@ REFUSAL_FIELDS = ("origin", "key", "h_req", "field", "rule", "code", "consumed",
 #: about the log at the refusal's size that the verifier checks when the account hands in the request:
 #: ``counter`` (the request's counter is not the account's next one), ``counter-used`` (another request holds
 #: that counter), ``rate`` (the counter is above the policy's n), ``revoked`` (a revocation leaf below the size
-#: names the account).
-REFUSAL_CODES = ("request", "question", "counter", "counter-used", "rate", "revoked")
+#: names the account). ``void`` is the one that consumes the counter: the request is recorded below the size and
+#: an ``account-key`` or ``account-revoke`` leaf of its account lies between its leaf and the size (§5.1).
+REFUSAL_CODES = ("request", "question", "counter", "counter-used", "rate", "revoked", "void")
+#: the code of the refusal that consumes its counter (``"consumed": true``)
+VOID = "void"
 
 
 def refusal_body(*, origin: str, h_req: str, field: str, rule: str, code: str, size: int, root: str) -> dict[str, Any]:
     """A refusal decided before anything was embedded, charged or recorded (the counter is not consumed), on the
-    log of ``size`` leaves with ``root`` (the snapshot the decision read)."""
+    log of ``size`` leaves with ``root`` (the snapshot the decision read); with ``code`` ``void``, the statement
+    that a recorded request will never be answered (its counter consumed: ``"consumed": true``)."""
     if code not in REFUSAL_CODES:
         raise ValueError(f"refusal code {code!r} is not one of {REFUSAL_CODES}")
     return {
@@ -152,7 +161,7 @@ def refusal_body(*, origin: str, h_req: str, field: str, rule: str, code: str, s
         "field": field,
         "rule": rule,
         "code": code,
-        "consumed": False,
+        "consumed": code == VOID,
         "size": int(size),
         "root": root,
     }
@@ -183,7 +192,9 @@ def verify_refusal(refusal: Any, verifier: NoteVerifier) -> dict[str, Any]:
     hexbytes(body["root"], "refusal.root", 32)
     if isinstance(body["size"], bool) or not isinstance(body["size"], int) or body["size"] < 1:
         raise EncodingError("refusal.size: must be a positive integer")
-    if body["consumed"] is not False:
-        raise EncodingError("refusal.consumed: must be false (a refusal never consumes the counter)")
+    if body["consumed"] is not (body["code"] == VOID):
+        raise EncodingError(
+            "refusal.consumed: must be true for a void and false otherwise (only a void consumes the counter)"
+        )
     _check_signature(refusal["sig"], REFUSAL_DOMAIN, body, verifier, "refusal")
     return body

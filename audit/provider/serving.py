@@ -47,6 +47,7 @@ from .exclusion import UNEXPLAINED, find_failing
 from .group_commit import BatchFailed, GroupCommitter
 from .resend import Flights, StoredGuard, guard_generator
 from .reservation import Reservations, device_memory, worst_case_bytes
+from .void import has_outcome, settle_retry, void_error
 from .window import Epoch, TenantRetriever, Window
 
 P = ParamSpec("P")
@@ -55,9 +56,8 @@ I = TypeVar("I")  # noqa: E741
 R = TypeVar("R")
 
 
-def _has_answer(row: bytes) -> bool:
-    """Whether a served row's bytes hold a stored answer."""
-    return bool(decode(row, what="served").get("served"))
+#: whether a served row's bytes hold the request's outcome, a stored answer or a void (void.py: the first one wins)
+_has_answer = has_outcome
 
 
 #: a transaction the store could not complete (connection lost, server restarting) is retried this many times
@@ -99,6 +99,7 @@ class ServedRow(TypedDict):
     served: Served | None
     question: NotRequired[str]
     release_at_ms: NotRequired[int]
+    void: NotRequired[dict[str, JSON]]
 
 
 class ChargeEntry(TypedDict):
@@ -165,7 +166,9 @@ class _Timing(TypedDict):
 
 
 def _served_query(row: ServedRow) -> ServedQuery:
-    """The answer a served row holds."""
+    """The answer a served row holds; its void (``RequestError`` with the signed void) if it holds one instead."""
+    if row.get("void"):
+        raise void_error(row.get("void"))
     served = row["served"]
     if served is None:
         raise ServiceStateError(f"the answer of ledger position {row['pos']} is not stored")
@@ -296,7 +299,13 @@ class Serving(Window):
             need = 0 if served else worst_case_bytes(self.committed_generator, self.policy, req.question)
             self.reservations.check(need)
         except (RequestError, RateLimitError) as e:
-            raise self._refuse(e, signed) from None  # decided from the request and public quantities only
+            settled = settle_retry(self, req)  # a request the log holds: never a refusal that frees its counter
+            if settled is None:
+                raise self._refuse(e, signed) from None  # decided from the request and public quantities only
+            if isinstance(settled, RequestError):
+                raise settled from None  # its void (the counter consumed), or unsigned
+            self.release.hold(settled.get("release_at_ms"), worked=False, arrived=arrived)
+            return _served_query(settled)  # its stored answer, as for any retry
         timing: _Timing = {"release_at_ms": None, "worked": True}  # the record's release time, once known
         try:
             with self.reservations.hold(need):  # before the charge: waits (bounded) or raises ServiceBusyError

@@ -56,6 +56,9 @@ MUST_FAIL: dict[str, tuple[str, ...]] = {
     "refusal_of_recorded": ("receipts",),  # a refusal at a size above the leaf that holds the request
     "refusal_false_rule": ("receipts",),  # "not the next counter" at the size just below the request's leaf
     "refusal_fork": ("receipts",),  # a refusal signed at another root than the ledger's at its size
+    # signed voids (§5.1: recorded, never to be answered, the counter consumed) the provider adds:
+    "void_skip": ("receipts",),  # a void of a charged request no registry leaf after it explains (a skipped answer)
+    "void_unrecorded": ("receipts",),  # a void at the size just below the request's leaf (nothing consumed there)
     # state leaves the provider inserts into its own log (spec/protocol.md §3.2-§3.5), everything after re-derived:
     "registry_rekey": ("commitments",),  # an account's name registered again, under a key the provider holds
     "registry_forged_rotation": ("commitments",),  # an account's key rotated by a signature the provider made
@@ -73,7 +76,14 @@ MUST_PASS = ("identity",)
 #: honest provider): its receipts and refusals (the base holds the framing sequence: counter 2 refused before
 #: counter 1, then served) reordered, replayed, or dropped, a refusal handed in again beside the receipt of the
 #: same request, and lines of another log of the provider's (under its own key)
-ACCOUNT_KINDS = ("acct_reorder", "acct_replay", "acct_drop", "acct_refusal_with_receipt", "acct_other_log")
+ACCOUNT_KINDS = (
+    "acct_reorder",
+    "acct_replay",
+    "acct_drop",
+    "acct_refusal_with_receipt",
+    "acct_other_log",
+    "acct_forged_void",  # a void of one of its own requests, signed by a key the account made
+)
 
 
 @dataclass
@@ -220,7 +230,7 @@ def _edit(kind: str, f: Forged, rng: random.Random, n_docs: dict[str, int], tena
     qs = _queries(f)
     if kind in STATE_KINDS:
         return _state_edit(kind, f, rng, tenant_of, hashlib.sha256(f.leaves[0]).hexdigest())
-    if kind in ("identity", "receipt_other_origin") or kind.startswith("refusal_"):
+    if kind in ("identity", "receipt_other_origin") or kind.startswith(("refusal_", "void_")):
         return True  # a refusal or origin kind re-derives the window and adds its line after (``forge``)
     if kind in ("charge_drop", "charge_add", "charge_units"):
         cands = [
@@ -373,7 +383,7 @@ def forge(base: Base, kind: str, rng: random.Random, out: Path) -> tuple[Path, P
         )
         lines.append(encode({**line, "receipt": sign_receipt(body, base.signer), "top": op["top"]}))
     lines += [encode(x) for x in base.lines if "refusal" in x]  # the accounts' own refusals: signed, kept
-    if kind.startswith("refusal_"):
+    if kind.startswith(("refusal_", "void_")):
         lines.append(_forged_refusal(kind, f, base, roots_at, rng))
     if kind == "receipt_other_origin" and lines:  # the same key, a second log of the provider's (its own origin)
         r = decode(rng.choice([x for x in lines if b'"receipt"' in x]))["receipt"]
@@ -392,7 +402,7 @@ def _forged_refusal(kind: str, f: Forged, base: Base, roots_at: dict[int, bytes]
     qs = [p for p in _queries(f) if p >= 2]
     p = rng.choice(qs)
     req = f.openings[p]["request"]
-    size = {"refusal_of_recorded": p + 1, "refusal_false_rule": p, "refusal_fork": p}[kind]
+    size = {"refusal_of_recorded": p + 1, "refusal_false_rule": p, "refusal_fork": p, "void_skip": p + 1}.get(kind, p)
     if kind == "refusal_fork":
         root = hashlib.sha256(b"another log %d" % rng.getrandbits(52)).hexdigest()
     else:
@@ -400,9 +410,11 @@ def _forged_refusal(kind: str, f: Forged, base: Base, roots_at: dict[int, bytes]
     body = refusal_body(
         origin=origin_of(f.leaves[0]),
         h_req=request_hash(req).hex(),
-        field="request.counter",
-        rule=f"must be the next counter {req['counter'] + 1} (gapless)",
-        code="counter",
+        field="request.sig" if kind.startswith("void_") else "request.counter",
+        rule="recorded, never to be answered (void)"
+        if kind.startswith("void_")
+        else f"must be the next counter {req['counter'] + 1} (gapless)",
+        code="void" if kind.startswith("void_") else "counter",
         size=size,
         root=root,
     )
@@ -422,6 +434,23 @@ def account_case(base: Base, kind: str, rng: random.Random, out: Path, other: Ba
     elif kind == "acct_refusal_with_receipt":
         refusals = [x for x in base.lines if "refusal" in x]
         lines += [encode({"refusal": r["refusal"], "request": r["request"]}) for r in refusals * 2]
+        rng.shuffle(lines)
+    elif kind == "acct_forged_void":  # the account's own key is no provider key: rejected, never a FAIL
+        from ..protocol.receipts import REFUSAL_DOMAIN, key_id, refusal_body
+
+        mine = NoteSigner.generate("account-forges")
+        r = rng.choice([x for x in base.lines if "receipt" in x])
+        body = refusal_body(
+            origin=base.origin,
+            h_req=r["receipt"]["h_req"],
+            field="request.sig",
+            rule="void (forged by the account)",
+            code="void",
+            size=r["receipt"]["size"] + 1,
+            root=r["receipt"]["root"],
+        )
+        body["key"] = key_id(base.signer.vkey())  # naming the provider's key, signed by another
+        lines.append(encode({"refusal": {**body, "sig": mine.sign(REFUSAL_DOMAIN + encode(body)).hex()}}))
         rng.shuffle(lines)
     elif kind == "acct_other_log":  # another log of the provider's (its own key), not this one's evidence
         lines += [encode(x) for x in rng.sample(other.lines, min(3, len(other.lines)))]

@@ -8,7 +8,7 @@ import json
 from typing import Any, cast
 
 from ..protocol.encoding import EncodingError, decode
-from .pool import fork_map
+from .pool import Lazy, fork_map
 from .run import Run, guarded, is_int
 
 
@@ -72,7 +72,8 @@ def check_8_2_canonical(run: Run) -> None:
             run.records.append(None)
             run.fail("canonical", str(e))
     last = 0
-    opening_lines = [(raw, f"opening line {k}") for k, raw in enumerate(run.b.openings_lines)]
+    lines = run.b.openings_lines
+    opening_lines = Lazy(len(lines), lambda k: (lines[k], f"opening line {k}"))  # read as each chunk is sent
     got = cast("list[tuple[str | None, Any]]", fork_map(_opening_pos, opening_lines))  # serial path: never None
     for k, (err, pos) in enumerate(got):
         if err is not None:

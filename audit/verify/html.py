@@ -349,6 +349,7 @@ CHECK_WORDS = {
     "refusals": "signed refusals checked against the log at the size each names",
     "refusals_handed_in": "signed refusals handed in",
     "refusals_newer_than_bundle": "refusals beyond the audited log",
+    "voids": "signed voids (recorded requests never to be answered) checked against the log",
     "requests": "requests signed by their registered account, counters gapless",
     "rate": "accounts within the per-account query limit n",
     "queries": "query leaves in the log",

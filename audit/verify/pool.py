@@ -15,7 +15,7 @@ import os
 import resource
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from types import EllipsisType
@@ -132,7 +132,7 @@ class WorkerPool:
         finally:
             gc.unfreeze()
 
-    def map(self, fn: Callable[[Any], Any], items: list[Any], size: int) -> tuple[str, list[Any] | None]:
+    def map(self, fn: Callable[[Any], Any], items: Sequence[Any], size: int) -> tuple[str, list[Any] | None]:
         """("ok", results), ("unfit", None) if the task does not pickle or exceeds ``POOL_TASK_MAX``, or
         ("failed", None) if a worker raised or died (a dead worker closes the pool)."""
         import pickle
@@ -256,9 +256,27 @@ def cpu_seconds() -> float:
     return time.process_time() + c.ru_utime + c.ru_stime + (sum(pool.cpu.values()) if pool is not None else 0.0)
 
 
+class Lazy(Sequence[Any]):
+    """``[make(k) for k in range(n)]`` made a slice at a time, as the maps send their chunks: items that read
+    spooled lines (``protocol.spool``) exist only while their chunk is on its way (spec/protocol.md §8 item 13)."""
+
+    def __init__(self, n: int, make: Callable[[int], Any]):
+        self.n, self.make = n, make
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, k: Any) -> Any:
+        if isinstance(k, slice):
+            return [self.make(i) for i in range(*k.indices(self.n))]
+        if not -self.n <= k < self.n:
+            raise IndexError("item index out of range")
+        return self.make(k % self.n)
+
+
 def fork_map(
     fn: Callable[[Any], Any],
-    items: list[Any],
+    items: Sequence[Any],
     *,
     serial: Callable[[Any], Any] | EllipsisType | None = ...,
     chunk: int | None = None,
@@ -367,7 +385,7 @@ def _apply_chunk(chunk: list[Any], fn: Callable[[Any], Any]) -> list[Any]:
     return [fn(x) for x in chunk]
 
 
-def _dask_map(fn: Callable[[Any], Any], items: list[Any], chunk: int | None) -> list[Any] | None:
+def _dask_map(fn: Callable[[Any], Any], items: Sequence[Any], chunk: int | None) -> list[Any] | None:
     """``[fn(x) for x in items]`` on the Dask cluster: ``fn`` (with the context it carries) scattered to every
     worker once, the items in chunks; None on any failure (``fork_map`` then runs the map here, so errors are
     exactly the in-process ones)."""
@@ -452,14 +470,14 @@ def task_main() -> None:
     sys.stdout.buffer.flush()
 
 
-def _forked(fn: Callable[[Any], Any], items: list[Any], workers: int, size: int) -> list[Any] | None:
+def _forked(fn: Callable[[Any], Any], items: Sequence[Any], workers: int, size: int) -> list[Any] | None:
     global _TASK
     _TASK = fn
     gc.freeze()
     try:
         with mp.get_context("fork").Pool(workers, initializer=_worker_init) as pool:
             out: list[Any] = []
-            chunks = [items[a : a + size] for a in range(0, len(items), size)]
+            chunks = (list(items[a : a + size]) for a in range(0, len(items), size))
             for ok, part in pool.imap(_run_chunk, chunks):
                 if not ok:
                     return None

@@ -295,12 +295,39 @@ def _refusal_rule_is_false(run: Run, body: dict[str, Any], req: dict[str, Any], 
     return None
 
 
+def _void_is_false(run: Run, body: dict[str, Any], pos: int | None, answered: set[str]) -> str | None:
+    """Why a ``void`` (spec/protocol.md §5.1: recorded, never to be answered, its counter consumed) is false of the
+    log at its size (None: it holds): the request is not held below that size, no ``account-key`` or
+    ``account-revoke`` leaf of its account lies between its leaf and that size (the provider could still answer it:
+    a charged request skipped), or a receipt of the same request was handed in (answered and voided)."""
+    size = body["size"]
+    if pos is None or pos >= size:
+        return (
+            f"it voided a request its log did not hold below size {size} (a void says the counter was consumed by "
+            "the request's leaf)"
+        )
+    if body["h_req"] in answered:
+        return f"it voided the request at leaf {pos}, which a receipt of its own answers (answered and voided)"
+    row = request_row(run, pos)
+    entry = run.registry.get(row[2]) if row is not None and run.registry is not None else None
+    rekeyed = entry is not None and any(pos < at < size for at, _ in entry.keys[1:])
+    revoked = entry is not None and entry.revoked is not None and pos < entry.revoked < size
+    if not (rekeyed or revoked):
+        return (
+            f"it voided the request at leaf {pos} although no account-key or account-revoke leaf of its account "
+            f"lies between it and size {size} (the provider could answer it: a charged request skipped)"
+        )
+    return None
+
+
 @guarded("receipts")
-def _check_refusals(run: Run) -> None:
+def _check_refusals(run: Run, answered: set[str] | None = None) -> None:
     """§8.6, the signed refusals the accounts handed in: each FAILs only if the log contradicts it at the size it
     names — the same request sits below that size, its root is not the ledger's there, or (with the account's
     request) its rule is false of the log at that size. A refusal of a request the log holds at or above that size
-    is an honest history (the account resent a refused request later: it cannot frame the provider)."""
+    is an honest history (the account resent a refused request later: it cannot frame the provider). A void is the
+    converse (``_void_is_false``): it names a request held below its size. ``answered``: the h_req of every receipt
+    handed in (a void beside one FAILs)."""
     if not run.refusals:
         return
     pos_of: dict[str, int] = {}
@@ -323,6 +350,14 @@ def _check_refusals(run: Run) -> None:
             )
             continue
         pos = pos_of.get(body["h_req"])
+        if body["code"] == "void":
+            why = _void_is_false(run, body, pos, answered or set())
+            if why is not None:
+                run.fail("receipts", f"receipt {k}: a signed void is false of the log: {why}")
+            else:
+                run.ok("refusals")
+                run.checked["voids"] += 1
+            continue
         if pos is not None and pos < size:
             run.fail(
                 "receipts",
@@ -349,10 +384,22 @@ def check_8_6_receipts(run: Run, evidence: Evidence, keep: bool) -> None:
         return
     if evidence.empty:
         run.rejected.append("the receipts file holds no receipt")
-    _check_refusals(run)
+    answered = {body["h_req"] for _, body, _, _ in evidence.valid}
+    if run.prior is not None:  # the receipts earlier runs accepted, by their leaf's request (§8.14)
+        answered |= {bytes(run.prior.req_hreq[int(k)]).hex() for k in _prior_receipt_rows(run)}
+    _check_refusals(run, answered)
     _against_the_ledger(run, evidence.valid)
     if not keep:
         evidence.valid = []
+
+
+def _prior_receipt_rows(run: Run) -> list[int]:
+    """The rows of the state's request arrays (``req_pos``) whose leaf an earlier run accepted a receipt for."""
+    st = run.prior
+    if st is None:
+        return []
+    ks = np.searchsorted(st.req_pos, st.rc_pos)
+    return [int(k) for k, p in zip(ks, st.rc_pos, strict=True) if k < st.req_pos.size and st.req_pos[k] == p]
 
 
 def _consistency_proofs(run: Run) -> dict[tuple[int, int], tuple[bytes, ...]]:

@@ -16,7 +16,7 @@ from ..protocol.policy import Policy
 from ..protocol.registry import TYPES as REGISTRY_TYPES
 from ..protocol.request import qemb_commitment, request_hash, verify_request
 from ..protocol.retrieval import top_commitment
-from .pool import fork_map
+from .pool import Lazy, fork_map
 from .run import EpochView, Run, guarded, is_hex
 
 LEAF_KEYS = {"type", "h_req", "h_top", "h_charge"}
@@ -133,7 +133,7 @@ def check_8_7_requests(run: Run) -> None:
         "list[_LeafResult]",
         fork_map(
             partial(_request_in_worker, _RequestCtx(run)),
-            [raw(i) for i in positions],
+            Lazy(len(positions), lambda k: raw(positions[k])),  # each line read as its chunk is sent
             serial=lambda item: _request_leaf(run, item[0]),
         ),
     )  # a serial path is given: never None

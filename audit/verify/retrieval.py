@@ -23,7 +23,7 @@ from ..protocol.retrieval import (
     sample_words,
     top_commitment,
 )
-from .pool import fork_map
+from .pool import Lazy, fork_map
 from .run import Run, guarded, is_int
 from .scores import ScoreCache, Scorer, scores_of
 
@@ -39,6 +39,8 @@ LARGE_TENANT = 1 << 14
 
 #: a retrieval job: (tenant, epoch, its documents then, keep its scores, [(pos, h_req, h_top, its opening line)])
 _Job = tuple[str, int, int, bool, list[tuple[int, str, str, bytes | None]]]
+#: a job before its opening lines are read (``with_lines`` reads them as the job is sent)
+_JobSpec = tuple[str, int, int, bool, list[tuple[int, str, str]]]
 
 
 @guarded("retrieval")
@@ -55,7 +57,7 @@ def check_8_8_retrieval(run: Run, chosen: list[int]) -> None:
         run.scores = ScoreCache(run)
     cache = run.scores
     plans: list[tuple[list[int], list[tuple[int, str | None]], list[int]]] = []
-    jobs: list[_Job] = []
+    jobs: list[_JobSpec] = []
     room = cache.budget if cache is not None else 0
     scored = cast("ScoreCache", cache)  # made above whenever a leaf is chosen
     for a in range(0, len(chosen), ScoreCache.BLOCK):
@@ -77,13 +79,17 @@ def check_8_8_retrieval(run: Run, chosen: list[int]) -> None:
                 keep = size <= room
                 room -= size if keep else 0
                 ids.append(len(jobs))
-                jobs.append(
-                    (t, k, n, keep, [(i, records[i]["h_req"], records[i]["h_top"], run.openings.line(i)) for i in ps])
-                )
+                jobs.append((t, k, n, keep, [(i, records[i]["h_req"], records[i]["h_top"]) for i in ps]))
         plans.append((block, found, ids))
     ctx = _RetrievalCtx(run, table, {job[0] for job in jobs})
+
+    def with_lines(j: int) -> _Job:  # each job's opening lines read as it is sent (spooled)
+        t, k, n, keep, rows = jobs[j]
+        return t, k, n, keep, [(*row, run.openings.line(row[0])) for row in rows]
+
     results = cast(  # fn is the serial path too: never None
-        "list[Any]", fork_map(partial(_retrieval_job, ctx), jobs, chunk=1, min_items=FORK_MIN_JOBS)
+        "list[Any]",
+        fork_map(partial(_retrieval_job, ctx), Lazy(len(jobs), with_lines), chunk=1, min_items=FORK_MIN_JOBS),
     )
     del ctx
     for block, found, ids in plans:

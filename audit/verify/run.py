@@ -8,7 +8,7 @@ import functools
 import json
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, cast
 
@@ -184,7 +184,7 @@ class Openings:
     of a 10^5-query window would take ~540 MB, their lines take ~210 MB; the hot paths (requests, retrieval)
     parse the lines in the workers, the generation check parses each one once, in ledger order."""
 
-    def __init__(self, lines: list[bytes]):
+    def __init__(self, lines: Sequence[bytes]):
         self.lines = lines
         self.line_of: dict[int, int] = {}  # pos -> its line in auditor/openings.jsonl
 
@@ -204,7 +204,10 @@ class Openings:
         return pos in self.line_of
 
     def drop(self) -> None:
-        """No reader is left: let the lines go (memory at scale)."""
+        """No reader is left: let the lines go (memory at scale; a spool is closed)."""
+        close = getattr(self.lines, "close", None)
+        if close is not None:
+            close()
         self.lines, self.line_of = [], {}
 
 

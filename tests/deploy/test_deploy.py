@@ -107,7 +107,7 @@ def test_the_entrypoint_serves_the_toy_window_and_refuses_without_a_generator(tm
     assert bad.returncode != 0 and "DPRAG_GENERATOR" in bad.stderr
     port = free_port()
     (tmp_path / "pw").write_text("unused\n")
-    env = {**env, "DPRAG_TOY": "1", "DPRAG_PORT": str(port), "PGPASSWORD_FILE": str(tmp_path / "pw")}
+    env = {**env, "DPRAG_TOY": "1", "DPRAG_PORT": str(port), "DPRAG_DATABASE_PASSWORD_FILE": str(tmp_path / "pw")}
     proc = subprocess.Popen([str(DEPLOY / "entrypoint.sh")], env=env, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 60
@@ -125,6 +125,46 @@ def test_the_entrypoint_serves_the_toy_window_and_refuses_without_a_generator(tm
         proc.send_signal(signal.SIGTERM)
         proc.wait(30)
     assert (tmp_path / "w" / "service" / "config" / "policy.json").exists()
+
+
+def _entrypoint_with_a_stub(tmp_path, **env_vars: str) -> tuple[subprocess.CompletedProcess, dict, list[str]]:
+    """The entrypoint run with ``DPRAG`` a stub that records the environment and the arguments it was given."""
+    seen = tmp_path / "seen.json"
+    stub = tmp_path / "dprag-stub"
+    stub.write_text(
+        f"#!{sys.executable}\nimport json, os, sys\n"
+        f"open({str(seen)!r}, 'w').write(json.dumps({{'env': dict(os.environ), 'argv': sys.argv[1:]}}))\n"
+    )
+    stub.chmod(0o755)
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("DPRAG", "PGPASS"))}
+    env = {**base, "DPRAG": str(stub), "DPRAG_DIR": str(tmp_path / "w"), "DPRAG_TOY": "1", **env_vars}
+    run = subprocess.run([str(DEPLOY / "entrypoint.sh")], env=env, capture_output=True, text=True, timeout=60)
+    got = json.loads(seen.read_text()) if seen.exists() else {"env": {}, "argv": []}
+    seen.unlink(missing_ok=True)
+    return run, got["env"], got["argv"]
+
+
+def test_the_entrypoint_hands_dprag_the_password_file_never_the_password(tmp_path):
+    secret = "s3cret-of-the-database"
+    (tmp_path / "pw").write_text(secret + "\n")
+    for var in ("DPRAG_DATABASE_PASSWORD_FILE", "PGPASSWORD_FILE"):  # the variable, and its old name
+        run, env, argv = _entrypoint_with_a_stub(tmp_path, **{var: str(tmp_path / "pw")})
+        assert run.returncode == 0, run.stderr
+        assert env["DPRAG_DATABASE_PASSWORD_FILE"] == str(tmp_path / "pw")  # dprag serve reads the file itself
+        assert secret not in json.dumps(env) and secret not in " ".join(argv)  # not in its environment nor in ps
+        assert argv[:1] == ["serve"] and "--toy" in argv
+    # the variable wins over the old name
+    (tmp_path / "other").write_text("another\n")
+    run, env, _ = _entrypoint_with_a_stub(
+        tmp_path, DPRAG_DATABASE_PASSWORD_FILE=str(tmp_path / "pw"), PGPASSWORD_FILE=str(tmp_path / "other")
+    )
+    assert run.returncode == 0 and env["DPRAG_DATABASE_PASSWORD_FILE"] == str(tmp_path / "pw")
+    # a file that is missing, empty or a directory: one line naming the variable, exit 2, dprag never started
+    (tmp_path / "empty").write_text("")
+    for bad in (tmp_path / "missing", tmp_path / "empty", tmp_path):
+        run, env, argv = _entrypoint_with_a_stub(tmp_path, DPRAG_DATABASE_PASSWORD_FILE=str(bad))
+        assert run.returncode == 2 and argv == [], (bad, run.stderr)
+        assert run.stderr.count("\n") == 1 and "DPRAG_DATABASE_PASSWORD_FILE" in run.stderr, run.stderr
 
 
 def test_compose_up_for_real_where_a_daemon_exists(deploy_copy):

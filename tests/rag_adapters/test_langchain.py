@@ -66,3 +66,28 @@ def test_invoke_after_an_outage_finishes_the_lost_request_and_goes_on(tmp_path):
     assert out["receipt"]["counter"] == 2 and [r["receipt"]["counter"] for r in alice.receipts] == [1, 2]
     assert svc.ledger.size == 1 + 2  # two query leaves: the lost one was answered from what the provider stored
     svc.close()
+
+
+def test_invoke_moves_on_after_a_void_of_the_pending_request_and_charges_nothing_twice(tmp_path, monkeypatch):
+    """spec/protocol.md §5.1: the request recorded before the account re-keyed is never answered; the provider's
+    signed void frees its counter, and the next invoke is answered on the next counter (before, every later invoke
+    raised, the pending request resent and refused forever)."""
+    from dprag.audit.protocol.errors import AnswerPendingError
+    from dprag.audit.protocol.request import AccountKey
+
+    svc = fx.open_service(tmp_path / "svc")
+    alice = fx.client(svc, "alice", directory=tmp_path / "alice")
+    rag = PrivateRAG(svc, [alice])
+    assert rag.invoke("asthma protocol inhaler patient")["receipt"]["counter"] == 1
+    with monkeypatch.context() as m:
+        m.setattr(svc, "_generate", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("generator down (test)")))
+        with pytest.raises(AnswerPendingError):
+            rag.invoke("inhaler drug protocol")  # recorded and charged, its answer never stored
+    new = AccountKey.generate()
+    svc.rotate_account_key(alice.rotation_leaf(new))
+    alice.key = new
+    out = rag.invoke("garden weather rain")
+    assert out["receipt"]["counter"] == 3 and alice.voided() == {2: alice._sent[2].h_req.hex()}
+    leaves = [svc.ledger.leaf(p) for p in range(svc.ledger.size)]
+    assert sum(b'"query"' in x for x in leaves) == 3  # one charge per request: the void recorded nothing
+    svc.close()

@@ -101,6 +101,49 @@ class Outputs:
         return bad
 
     @cached_property
+    def serve_status_unreachable(self):
+        """``dprag serve status --json`` asking a port nothing listens on (no server started: the unit tier)."""
+        from tests.support.postgres import free_port
+
+        rc, objs = dprag("serve", "status", "--admin", f"http://127.0.0.1:{free_port()}", "--timeout", "2", "--json")
+        assert rc == 1 and len(objs) == 1, (rc, objs)
+        return objs
+
+    @cached_property
+    def serve_status_live(self):
+        """``dprag serve status --json`` over a live admin listener (its store up) and a port nothing listens on."""
+        import time
+        import urllib.request
+
+        from dprag.audit.provider.http.admin import create_admin_app
+        from dprag.audit.provider.http.observe import Telemetry
+        from dprag.audit.testing.toy import make_toy_directory
+        from tests.support.live import LiveServer
+        from tests.support.postgres import free_port
+
+        svc = make_toy_directory(self.tmp / "serve-status", n=12, accounts=1, seed=b"\x08" * 32)
+        server = LiveServer(create_admin_app(svc, Telemetry()))
+        server.thread.start()  # the admin app has no /v1/info (LiveServer's readiness probe): poll /status
+        try:
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    urllib.request.urlopen(server.url + "/status", timeout=2).close()
+                    break
+                except OSError:
+                    assert time.monotonic() < deadline, "the admin listener did not come up within 30 s"
+                    time.sleep(0.1)
+            dead = f"http://127.0.0.1:{free_port()}"
+            rc, objs = dprag("serve", "status", "--admin", server.url, "--admin", dead, "--json")
+            assert rc == 1 and len(objs) == 1, (rc, objs)
+            rc2, both = dprag("serve", "status", "--admin", server.url, "--json")
+            assert rc2 == 0 and both[0]["ok"] is True, both
+        finally:
+            server.__exit__(None, None, None)
+            svc.close()
+        return objs + both
+
+    @cached_property
     def verify_pass(self):
         return self._verify(self.window.bundle, WEAK, "--receipts", self.window.receipts, "--json")
 
@@ -320,6 +363,8 @@ POSITIVE = [
     ("verdict-public-1", "public_fail"),
     ("verdict-public-1", "public_unusable"),
     ("ledger-root-1", "ledger_root"),
+    ("serve-status-1", "serve_status_unreachable"),
+    ("serve-status-1", "serve_status_live"),
     ("error-1", "error_usage"),
     ("error-1", "error_public"),
     ("error-1", "error_defect"),
@@ -488,6 +533,17 @@ NEGATIVE = [
     ("ledger-root-1", "ledger_root", "a negative size", put("size", -1)),
     ("ledger-root-1", "ledger_root", "the size as a string", lambda o: o.update(size=str(o["size"]))),
     ("ledger-root-1", "ledger_root", "an undocumented key", put("leaves", [])),
+    ("serve-status-1", "serve_status_unreachable", "no replica", put("replicas", [])),
+    ("serve-status-1", "serve_status_unreachable", "ok as a string", put("ok", "false")),
+    ("serve-status-1", "serve_status_unreachable", "an unknown state", put("replicas", 0, "state", "down")),
+    (
+        "serve-status-1",
+        "serve_status_unreachable",
+        "a failed replica without its reason",
+        drop("replicas", 0, "reason"),
+    ),
+    ("serve-status-1", "serve_status_unreachable", "a failed replica with a status", put("replicas", 0, "status", {})),
+    ("serve-status-1", "serve_status_unreachable", "an undocumented key", put("replicas_down", 1)),
     # the error object
     ("error-1", "error_usage", "exit code 0", put("exit_code", 0)),
     ("error-1", "error_usage", "the exit code as a string", put("exit_code", "2")),

@@ -90,7 +90,7 @@ def create_admin_app(svc: ProviderService, telemetry: Telemetry, *, token: str |
             "store": store,
         }
         try:
-            size, served, per_tenant = store_figures(svc)
+            size, served, pending, per_tenant = store_figures(svc)
         except DpragError as e:
             store.update(up=False, error=str(e)[:300])
             return JSONResponse(out)
@@ -98,6 +98,7 @@ def create_admin_app(svc: ProviderService, telemetry: Telemetry, *, token: str |
         out.update(
             ledger_size=size,
             served_requests=served,
+            pending_answers=pending,
             tenants={t: {"documents": n, "exhausted": x} for t, (n, x) in sorted(per_tenant.items())},
         )
         return JSONResponse(out)

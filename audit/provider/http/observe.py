@@ -18,7 +18,7 @@ import secrets
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from datetime import UTC, datetime
 from typing import IO, TYPE_CHECKING, Protocol, cast
 
@@ -70,6 +70,28 @@ class NoTracer:
         self, name: str, *, attributes: Mapping[str, str | int] | None = None
     ) -> AbstractContextManager[Span]:
         return nullcontext(_NoSpan())
+
+
+@contextmanager
+def caller_trace(scope: Scope) -> Iterator[None]:
+    """Within it, the current OpenTelemetry context is the one the request's W3C ``traceparent`` header names (trace
+    id, parent span id, flags), so the spans started inside join the caller's trace; without the header, or without
+    OpenTelemetry, nothing changes (a malformed header gives an empty context: a new trace). Only ``traceparent`` is
+    read: ``tracestate`` is free text a caller chooses, and spans carry nothing an account wrote beyond those ids."""
+    value = next((v for k, v in scope.get("headers") or [] if k.lower() == b"traceparent"), None)
+    try:
+        from opentelemetry.context import attach, detach
+        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+    except ImportError:
+        value = None
+    if value is None:
+        yield
+        return
+    token = attach(TraceContextTextMapPropagator().extract({"traceparent": value.decode("latin-1")[:128]}))
+    try:
+        yield
+    finally:
+        detach(token)
 
 
 def make_tracer(exporter: str, stream: IO[str] | None = None) -> tuple[Tracer, object | None]:
@@ -198,7 +220,9 @@ class Observed:
             await send(message)
 
         t.in_flight.inc()
-        with t.tracer.start_as_current_span(f"HTTP {method}", attributes={"http.request.method": method}) as span:
+        parent = nullcontext() if isinstance(t.tracer, NoTracer) else caller_trace(scope)  # the caller's trace (W3C)
+        attributes = {"http.request.method": method}
+        with parent, t.tracer.start_as_current_span(f"HTTP {method}", attributes=attributes) as span:
             try:
                 await self.app(scope, receive, counting_send)
             finally:
@@ -248,7 +272,7 @@ class ServiceCollector(Collector):
         if isinstance(version, int):
             yield GaugeMetricFamily("dprag_store_schema_version", "the store's schema version", value=version)
         try:
-            size, served, per_tenant = store_figures(svc)
+            size, served, pending, per_tenant = store_figures(svc)
         except DpragError:
             up.add_metric([], 0)
             yield up
@@ -257,6 +281,9 @@ class ServiceCollector(Collector):
         yield up
         yield GaugeMetricFamily("dprag_ledger_size", "leaves in the window's ledger", value=size)
         yield GaugeMetricFamily("dprag_served_requests", "requests recorded (answered or pending)", value=served)
+        yield GaugeMetricFamily(
+            "dprag_pending_answers", "requests recorded whose answer is not stored yet (nor voided)", value=pending
+        )
         docs = GaugeMetricFamily("dprag_documents", "documents of a tenant", labels=["tenant"])
         gone = GaugeMetricFamily(
             "dprag_documents_exhausted", "documents that cannot pay one more query's charge", labels=["tenant"]
@@ -268,16 +295,18 @@ class ServiceCollector(Collector):
         yield gone
 
 
-def store_figures(svc: ProviderService) -> tuple[int, int, dict[str, tuple[int, int]]]:
-    """The ledger's size, the served rows and, per tenant, (documents, exhausted documents), in one snapshot of the
-    store (``StoreUnavailableError`` if it does not answer)."""
+def store_figures(svc: ProviderService) -> tuple[int, int, int, dict[str, tuple[int, int]]]:
+    """The ledger's size, the served rows, those whose answer is pending (recorded, neither answered nor voided)
+    and, per tenant, (documents, exhausted documents), in one snapshot of the store (``StoreUnavailableError`` if it
+    does not answer)."""
     cost = svc.epochs[-1].policy.query_cost()
     with svc.store.snapshot():
         size = svc.ledger.size
         served = svc.aud.served_count()
+        pending = svc.aud.pending_count()
         per_tenant: dict[str, tuple[int, int]] = {}
         for name, tenant in svc.tenants.items():
             n = len(tenant.retriever)
             ok = tenant.filter.can_afford(np.arange(n), cost) if n else np.zeros(0, dtype=bool)
             per_tenant[name] = (n, int(n - int(np.count_nonzero(ok))))
-    return size, served, per_tenant
+    return size, served, pending, per_tenant

@@ -112,6 +112,14 @@ class Records:
             row = s.one("SELECT count(*) FROM served")
         return 0 if row is None else sql_int(row[0])
 
+    def pending_count(self) -> int:
+        """The recorded requests whose outcome is not stored: no answer (canonical JSON ``"served":null``) and no
+        void (``"void":{``); the question is a JSON string, so neither pattern can occur inside it unescaped."""
+        has = "position(? in body)" if self.store.dialect == "postgresql" else "instr(body, ?)"  # bytes in bytes
+        with self.store.read() as s:
+            row = s.one(f"SELECT count(*) FROM served WHERE {has} > 0 AND {has} = 0", (b'"served":null', b'"void":{'))
+        return 0 if row is None else sql_int(row[0])
+
     # -- openings, checkpoints, proofs ------------------------------------------------------------------------
     def put_opening(self, pos: int, body: bytes) -> None:
         with self.store.write() as s:

@@ -195,3 +195,69 @@ def test_no_exporter_is_no_tracer_and_an_unknown_one_is_refused():
     provider.shutdown()
     span = json.loads(out.getvalue().splitlines()[0])
     assert span["name"] == "HTTP GET" and span["attributes"] == {"http.route": "/healthz"}
+
+
+def test_pending_answers_are_counted_until_answered_or_voided(tmp_path, monkeypatch, store_url):
+    """``dprag_pending_answers``: recorded requests whose answer is not stored (nor voided). A generator failing after
+    the charge leaves one pending; its resend answers it; a void ends one too. Questions holding the very bytes the
+    count looks for (``"served":null``, ``"void":{``) are JSON strings in the row, escaped, and move nothing."""
+    from dprag.audit.protocol.errors import AnswerPendingError
+
+    d = tmp_path / "toy"
+    svc = make_toy_directory(d, n=12, accounts=2, seed=b"\x07" * 32, store=store_url)  # SQLite, and PostgreSQL
+    admin = TestClient(create_admin_app(svc, Telemetry()))
+
+    def pending() -> tuple[float, int]:
+        got = {n: v for n, _, v in _samples(admin.get("/metrics").text)}
+        return got["dprag_pending_answers"], admin.get("/status").json()["pending_answers"]
+
+    alice, bob = _client(d, svc, "alice"), _client(d, svc, "bob")
+    alice.ask(svc, 'asthma inhaler "served":null and "void":{"x":1}')
+    assert pending() == (0, 0)
+    with monkeypatch.context() as m:
+        m.setattr(svc, "_generate", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("generator down (test)")))
+        for c, q in ((alice, 'inhaler protocol "void":{'), (bob, "garden weather rain")):
+            with pytest.raises(AnswerPendingError):
+                c.ask(svc, q)
+    assert pending() == (2, 2)
+    alice.retry(svc, 2)  # the generator is back: the resend finishes it
+    assert pending() == (1, 1)
+    new = AccountKey.generate()
+    svc.rotate_account_key(bob.rotation_leaf(new))
+    bob.key = new
+    bob.ask(svc, "garden weather rain again")  # bob's pending request is voided, his next one answered
+    assert bob.voided() and pending() == (0, 0)
+    svc.close()
+
+
+def test_a_w3c_traceparent_continues_the_callers_trace_and_brings_nothing_else(tmp_path):
+    """``traceparent: 00-<trace id>-<parent span id>-01`` on a request: its span (and the spans of the work it ran)
+    join the caller's trace under the caller's span. A malformed one, or none, starts a new trace. ``tracestate``
+    (free text a caller chooses) reaches no span."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    svc = make_toy_directory(tmp_path / "toy", n=12, accounts=1, seed=b"\x09" * 32)
+    spans = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(spans))
+    public = TestClient(create_app(svc, telemetry=Telemetry(tracer=provider.get_tracer("test"))))
+    trace_id, parent_id = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+    headers = {"traceparent": f"00-{trace_id}-{parent_id}-01", "tracestate": "quokka=7731"}
+    assert public.get("/v1/info", headers=headers).status_code == 200
+    got = spans.get_finished_spans()
+    (top,) = [s for s in got if s.name == "HTTP GET"]
+    assert f"{top.context.trace_id:032x}" == trace_id and f"{top.parent.span_id:016x}" == parent_id
+    assert top.parent.is_remote
+    children = [s for s in got if s.name.startswith("dprag ")]
+    assert children and all(s.context.trace_id == top.context.trace_id for s in children)
+    assert all(s.parent.span_id == top.context.span_id for s in children)
+    text = "".join(s.to_json() for s in got)
+    assert "quokka" not in text and "7731" not in text  # the tracestate went nowhere
+    for bad in ({"traceparent": "00-zz-not-a-traceparent-01"}, {}):  # a new trace, no parent
+        spans.clear()
+        assert public.get("/v1/info", headers=bad).status_code == 200
+        (top,) = [s for s in spans.get_finished_spans() if s.name == "HTTP GET"]
+        assert top.parent is None and f"{top.context.trace_id:032x}" != trace_id
+    svc.close()
