@@ -8,6 +8,7 @@ charges a recovery record restores, so the two can never disagree about the rule
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, cast
 
@@ -18,6 +19,8 @@ from dprag.accounting.filters import FilterBudget, IndividualRenyiFilter
 from dprag.accounting.mechanisms.prefix_sums import assign_bins, bin_counts, noisy_prefix_sums
 from dprag.accounting.noise.source import RandomSource
 from dprag.accounting.stores import MemoryBudgetStore
+
+from .encoding import EncodingError
 
 if TYPE_CHECKING:  # annotations only: policy.py -> recommended.py -> certify.py must not import policy back
     from .policy import Policy
@@ -44,8 +47,29 @@ class ChargeRule:
         return cls(limit=int(np.asarray(budget.limits)[0]), rag_units=rag, thr_units=thr)
 
 
+def opened_excluded(charge: object, n_docs: int) -> list[int]:
+    """The records a charge opening excludes (its optional ``excluded``, spec/protocol.md §6.2; absent: none):
+    strictly increasing ids of the tenant's corpus, else ``EncodingError``."""
+    if not isinstance(charge, dict) or "excluded" not in charge:
+        return []
+    ids = charge["excluded"]
+    if (
+        not isinstance(ids, list)
+        or not ids
+        or not all(type(x) is int and 0 <= x < n_docs for x in ids)
+        or any(a >= b for a, b in zip(ids, ids[1:], strict=False))
+    ):
+        raise EncodingError("a charge opening's excluded must be a non-empty strictly increasing list of document ids")
+    return list(ids)
+
+
 def expected_charges(
-    policy: Policy, rule: ChargeRule, scores: np.ndarray, spent: np.ndarray, select_source: RandomSource
+    policy: Policy,
+    rule: ChargeRule,
+    scores: np.ndarray,
+    spent: np.ndarray,
+    select_source: RandomSource,
+    excluded: Sequence[int] = (),
 ) -> tuple[list[tuple[int, np.ndarray]], int | None]:
     """The charges one request must make: [(units, sorted ids), ...] and MuRAG-Ada's released bin count.
 
@@ -53,17 +77,21 @@ def expected_charges(
     score > τ that can afford the RAG cost (000 Alg. 1; every such document, not only the top-k used);
     MuRAG-Ada releases noisy prefix sums from ``select_source`` over the affordable documents' bins,
     charges ε_thr to every counted document of the released bins, then the RAG cost to those of them that
-    can still afford it (000 Alg. 2).
+    can still afford it (000 Alg. 2). ``excluded``: records excluded for this query (§5.3 steps 3-4): never
+    a candidate, so never counted nor charged.
     """
     g = policy.generation
     s = np.asarray(scores, dtype=np.int64)
+    out = np.zeros(s.size, dtype=bool)
+    if len(excluded):
+        out[np.asarray(excluded, dtype=np.int64)] = True
     k = g.m * g.docs_per_voter
     if g.algorithm == "murag":
-        ids = np.flatnonzero((s > cast(int, g.tau)) & (spent + rule.rag_units <= rule.limit))
+        ids = np.flatnonzero((s > cast(int, g.tau)) & (spent + rule.rag_units <= rule.limit) & ~out)
         return [(rule.rag_units, ids.astype(np.int64))], None
     edges = np.asarray(g.edges, dtype=np.float64)
     sf = s.astype(np.float64)
-    in_range = np.flatnonzero(sf >= edges[-1])
+    in_range = np.flatnonzero((sf >= edges[-1]) & ~out)
     bins = assign_bins(np.minimum(sf[in_range], edges[0]), edges)
     active = spent[in_range] + rule.thr_units <= rule.limit
     # MuRAG-Ada: epsilon_thr and thr_units are set (Policy.validate, ChargeRule.of)

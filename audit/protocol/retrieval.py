@@ -89,6 +89,22 @@ def noisy_top_k(scores: np.ndarray, noise: np.ndarray, k: int) -> np.ndarray:
     return cand[order].astype(np.int64)
 
 
+def noisy_top_k_excluding(scores: np.ndarray, noise: np.ndarray, k: int, excluded: Sequence[int]) -> np.ndarray:
+    """``noisy_top_k`` over the records not ``excluded`` (spec/protocol.md §5.3 step 5): the noise is still one
+    sample per document in index order; the excluded ids are never selected, and where fewer than K records are
+    left every one of them is, in that order (none left: the empty list)."""
+    if not len(excluded):
+        return noisy_top_k(scores, noise, k)
+    s, z = np.asarray(scores, dtype=np.int64), np.asarray(noise, dtype=np.int64)
+    keep = np.ones(s.size, dtype=bool)
+    keep[np.asarray(excluded, dtype=np.int64)] = False
+    ids = np.flatnonzero(keep)
+    if ids.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    out: np.ndarray = ids[noisy_top_k(s[ids], z[ids], min(check_positive_int("K", k), ids.size))].astype(np.int64)
+    return out
+
+
 # ------------------------------------------------------------------------------------------------------------
 # The same selection, fast (bit-identical outputs; tests/audit/protocol/test_retrieval_fast.py checks them against
 # the above)

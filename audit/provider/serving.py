@@ -12,7 +12,7 @@ import hashlib
 import json
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal, NotRequired, ParamSpec, TypedDict, TypeVar, cast
 
@@ -25,6 +25,7 @@ from dprag.accounting.rag.common import RagAnswer
 from dprag.accounting.rag.ksa import TextGenerator
 from dprag.accounting.rag.mechanism import filter_charge
 from dprag.accounting.rag.multi_query import Selection
+from dprag.errors import DpragError
 
 from ..protocol import commitments as cm
 from ..protocol.encoding import JSON, decode, digest, encode
@@ -35,13 +36,14 @@ from ..protocol.receipts import receipt_body, refusal_body, sign_receipt, sign_r
 from ..protocol.replay import recorded_top
 from ..protocol.request import Request, request_hash
 from ..protocol.retrieval import (
-    noisy_top_k,
+    noisy_top_k_excluding,
     request_source,
     retrieval_source,
     top_commitment,
 )
 from . import release as release_clock
 from .admission import check_request
+from .exclusion import UNEXPLAINED, find_failing
 from .group_commit import BatchFailed, GroupCommitter
 from .resend import Flights, StoredGuard, guard_generator
 from .reservation import Reservations, device_memory, worst_case_bytes
@@ -114,6 +116,8 @@ class Charge(TypedDict):
     algorithm: str
     bins_released: JSON
     charges: list[ChargeEntry]
+    #: the records excluded for this query (exclusion.py), present only when some are: auditor-only, under h_charge
+    excluded: NotRequired[list[int]]
 
 
 class Opening(TypedDict):
@@ -345,7 +349,13 @@ class Serving(Window):
             # before the transaction, so the tail lock is held for the charge and the records alone
             prepared = self._prepare(req, tenant, q_query)
             try:
-                recorded = self._grouped(self._records, self._record_batch, (req, h_req, tenant, prepared))
+                try:
+                    recorded = self._grouped(self._records, self._record_batch, (req, h_req, tenant, prepared))
+                except _SelectionFailed:  # the selection failed (rolled back): exclusion, below
+                    recorded = None
+                if recorded is None:
+                    prepared = self._exclude_failing_selection(req, h_req, tenant, q_query, prepared)
+                    recorded = self._record_alone(req, h_req, tenant, prepared)
                 if recorded[0] == "refused":
                     raise recorded[1]
             except (RequestError, RateLimitError) as e:
@@ -362,18 +372,66 @@ class Serving(Window):
         timing["release_at_ms"] = stored.get("release_at_ms")
         return self._finish(stored)
 
-    def _prepare(self, req: Request, tenant: str, q_query: npt.NDArray[np.int16]) -> Prepared:
-        """§5.3 steps 3 and 5: the exact scores (the request's view of the index) and the retrieval channel's
-        noise-then-select top-K (None where the tenant's citations are off)."""
+    def _prepare(
+        self, req: Request, tenant: str, q_query: npt.NDArray[np.int16], excluded: Sequence[int] = ()
+    ) -> Prepared:
+        """§5.3 steps 3 and 5: the exact scores (the request's view of the index, with ``excluded`` and every record
+        whose scoring fails excluded: exclusion.py) and the retrieval channel's noise-then-select top-K over the
+        records not excluded (None where the tenant's citations are off)."""
         qb = cm.embedding_bytes(q_query)
-        retriever = self.tenants[tenant].retriever.for_query(req.question, q_query)
+        retriever = self.tenants[tenant].retriever.for_query(req.question, q_query, excluded)
         ep = self.epochs[-1]  # the newest epoch; the record transaction prepares again if a policy leaf came since
         r, top = ep.policy.retrieval, None
         if tenant in r.enabled_tenants:
-            scores = retriever.scores(req.question)
+            scores = retriever.int_scores(req.question)
             z = self.table.sample(len(scores), retrieval_source(ep.seed, tenant, qb))
-            top = [int(i) for i in noisy_top_k(scores, z, r.K)]  # noise first, then select
+            top = [int(i) for i in noisy_top_k_excluding(scores, z, r.K, retriever.excluded)]  # noise, then select
         return qb, retriever, top, ep.number
+
+    def _record_alone(self, req: Request, h_req: bytes, tenant: str, prepared: Prepared) -> Recorded:
+        """The record transaction of one request alone (after an exclusion); a selection that fails again, with
+        every failing record excluded, raises the fixed ``exclusion.UNEXPLAINED`` (no cause, no context)."""
+        try:
+            return self._with_retries(self._record_batch, [(req, h_req, tenant, prepared)])[0]
+        except _SelectionFailed:
+            pass  # raised below, outside this handler
+        raise ServiceStateError(UNEXPLAINED)
+
+    def _selection_fails(self, req: Request, h_req: bytes, tenant: str, view: TenantRetriever) -> bool:
+        """One probe: whether the selection and its charge (§5.3 step 4) fail on ``view``, in a write transaction
+        that is always rolled back (nothing of it is kept: the filter's caches move only on commit)."""
+        try:
+            with self.store.write(durable=False):
+                algo = self._algorithm(tenant, request_source(self.seed, "select", h_req), view)
+                self._charge_opening(self.tenants[tenant].filter, algo.select(req.question))
+                raise _RolledBack
+        except _RolledBack:
+            return False
+        except DpragError:
+            raise  # the store's and the protocol's own errors are not a record's
+        except Exception:  # noqa: BLE001 - a probe's failure is one bit; its type and message are dropped
+            return True
+
+    def _exclude_failing_selection(
+        self, req: Request, h_req: bytes, tenant: str, q_query: npt.NDArray[np.int16], prepared: Prepared
+    ) -> Prepared:
+        """The selection failed inside the record transaction (rolled back): find the records whose presence among
+        its candidates makes it fail (exclusion.find_failing, each probe a rolled-back transaction), and prepare
+        the request again with them excluded (spec/accounting/rag.md §6.2). The public probe (no candidate) failing
+        is a failure of public inputs: the fixed ``UNEXPLAINED``."""
+        view = prepared[1]
+        g = self.epochs[-1].policy.generation
+        s = view.scores(req.question)
+        low = float(cast(float, g.tau)) if g.algorithm == "murag" else float(cast("tuple[float, ...]", g.edges)[-1])
+        cands = [int(i) for i in np.flatnonzero(s > low if g.algorithm == "murag" else s >= low)]
+
+        def probe(keep: Sequence[int]) -> bool:
+            return self._selection_fails(req, h_req, tenant, view.excluding(sorted(set(cands) - set(keep))))
+
+        if probe([]):
+            raise ServiceStateError(UNEXPLAINED)
+        bad = find_failing(probe, cands) if probe(cands) else []
+        return self._prepare(req, tenant, q_query, (*view.excluded, *bad))
 
     def _record_batch(self, items: list[RecordItem]) -> list[Recorded]:
         """One write transaction for ``items`` = [(req, h_req, tenant, prepared), ...], in order: each admitted again
@@ -393,7 +451,8 @@ class Serving(Window):
                     out.append(admitted)
                     continue
                 if prepared[3] != self.epochs[-1].number:  # a policy leaf since: its noise and its K
-                    prepared = self._prepare(req, tenant, np.frombuffer(prepared[0], dtype="<i2"))
+                    q_query = np.frombuffer(prepared[0], dtype="<i2")
+                    prepared = self._prepare(req, tenant, q_query, prepared[1].excluded)
                 out.append(("fresh", self._record(req, h_req, tenant, *prepared[:3])))
         return out
 
@@ -407,8 +466,18 @@ class Serving(Window):
         pos = self.ledger.size  # under the tail lock (read once per transaction, ``audit.provider.storage``)
         ten = self.tenants[tenant]
         algo = self._algorithm(tenant, request_source(self.seed, "select", h_req), retriever)
-        selection: Selection = algo.select(req.question)  # the filter's charges, in this transaction
-        charge = self._charge_opening(ten.filter, selection)
+        failed = False
+        try:
+            selection: Selection = algo.select(req.question)  # the filter's charges, in this transaction
+            charge = self._charge_opening(ten.filter, selection)
+        except DpragError:
+            raise  # the store's and the protocol's own errors, as before
+        except Exception:  # noqa: BLE001 - the selection's own failure: the caller searches (exclusion.py)
+            failed = True
+        if failed:  # outside the handler: no cause, no context, nothing of the record's failure
+            raise _SelectionFailed
+        if retriever.excluded:  # auditor-only (the opening), under h_charge, whose nonce hides it
+            charge["excluded"] = list(retriever.excluded)
         record, opening = self._append_query(pos, req.signed, qb, top, charge, h_req)
         record["question"] = req.question  # provider-private: a retry finishes the answer from it
         release_at_ms = self.release.release_at_ms(release_clock.now())  # the public grid (§5.6), with the record
@@ -509,10 +578,10 @@ class Serving(Window):
         ep = self.epoch_at(pos)  # recorded under it, finished under it (§3.4)
         if view is not None:  # the same exact integer scores (float_exact_scores == integer_scores, §4)
             scores = view.scores(question)
-        else:
+        else:  # by the contained path too (exclusion.py): recorded_top reads only the charged records' scores
             q_query = np.frombuffer(bytes.fromhex(op["qemb"]), dtype="<i2")
-            r = ep.policy.retrieval
-            scores = cm.integer_scores(ten.q, q_query, r.score_clip, r.score_shift)
+            excl = op["charge"].get("excluded") or []
+            scores = ten.retriever.for_query(question, q_query, excl).scores(question)
         top = recorded_top(ep.policy, dict(op), scores)
         # spec/provider.md §3.7: once the answer is stored (by any replica), nothing is sent to the generator again
         with self._flights.hold(pos):
@@ -593,6 +662,15 @@ class Serving(Window):
         return ep.rag_params.respond(
             question, top, retriever, generator, source=request_source(ep.seed, "generate", h_req)
         )
+
+
+class _SelectionFailed(Exception):
+    """The selection and its charge (§5.3 step 4) failed inside the record transaction, which rolls back; the
+    request path then searches for the failing records (``Serving._exclude_failing_selection``)."""
+
+
+class _RolledBack(Exception):
+    """Ends a probe's transaction (``Serving._selection_fails``): rolled back, nothing kept."""
 
 
 def _guarded(ep: Epoch, guard: StoredGuard) -> Epoch:

@@ -44,6 +44,7 @@ from ..protocol.retrieval import (
     noise_table,
 )
 from . import release as release_clock
+from .exclusion import SCORE_CHUNK, score_contained
 from .models import TextEmbedder, as_embedder, serving_generator
 from .release import ReleaseClock
 from .storage import Records, ServiceStore, StoreLog, open_store, sql_bytes
@@ -84,6 +85,7 @@ class TenantRetriever:
         shift: int,
         question: str | None = None,
         scores: npt.NDArray[np.int64] | None = None,
+        excluded: Sequence[int] = (),
     ):
         self.docs = documents
         self.q_docs_f64: npt.NDArray[np.float64] = np.asarray(q_docs, dtype=np.float64)  # no copy if it is already
@@ -92,18 +94,49 @@ class TenantRetriever:
         self._current: tuple[str, npt.NDArray[np.int64]] | None = (
             None if question is None or scores is None else (question, scores)
         )
+        #: the records excluded for this request's query (exclusion.py): never selected, charged or cited
+        self.excluded: tuple[int, ...] = tuple(int(i) for i in excluded)
 
     def __len__(self) -> int:
         return len(self.docs)
 
-    def for_query(self, question: str, q_query: npt.NDArray[np.int16]) -> TenantRetriever:
-        s = float_exact_scores(self.q_docs_f64, q_query, self.clip, self.shift)
-        return TenantRetriever(self.docs, self.q_docs_f64, self.clip, self.shift, question, s)
+    def score_chunk(
+        self, first: int, keep: npt.NDArray[np.bool_] | None, q_query: npt.NDArray[np.int16]
+    ) -> npt.NDArray[np.int64]:
+        """The exact scores of the public chunk of rows at ``first`` (``exclusion.SCORE_CHUNK`` rows), the rows where
+        ``keep`` is False replaced by the empty (all-zero) row: the chunk's shape whatever is excluded."""
+        rows = self.q_docs_f64[first : first + SCORE_CHUNK]
+        if keep is not None:
+            rows = np.where(keep[:, None], rows, 0.0)
+        return float_exact_scores(rows, q_query, self.clip, self.shift)
 
-    def scores(self, query: str) -> npt.NDArray[np.float64]:
+    def for_query(self, question: str, q_query: npt.NDArray[np.int16], excluded: Sequence[int] = ()) -> TenantRetriever:
+        """The request's view: its exact scores, by public chunks, with ``excluded`` and every record whose scoring
+        fails excluded (``exclusion.score_contained``)."""
+        s, dropped = score_contained(lambda first, keep: self.score_chunk(first, keep, q_query), len(self), excluded)
+        return TenantRetriever(self.docs, self.q_docs_f64, self.clip, self.shift, question, s, dropped)
+
+    def excluding(self, more: Sequence[int]) -> TenantRetriever:
+        """This view with the records ``more`` excluded too (their scores are never read again)."""
+        if self._current is None:
+            raise ServiceStateError("exclusion asked of a retriever that serves no question")
+        question, s = self._current
+        return TenantRetriever(
+            self.docs, self.q_docs_f64, self.clip, self.shift, question, s, sorted({*self.excluded, *more})
+        )
+
+    def int_scores(self, query: str) -> npt.NDArray[np.int64]:
+        """The exact integer scores of the question being served (an excluded record's is 0: never read)."""
         if self._current is None or self._current[0] != query:
             raise ServiceStateError("scores requested for a question that is not being served")
-        return self._current[1].astype(np.float64)
+        return self._current[1]
+
+    def scores(self, query: str) -> npt.NDArray[np.float64]:
+        """The scores the algorithms read: an excluded record's is -inf (never above a threshold, never selected)."""
+        out = self.int_scores(query).astype(np.float64)
+        if self.excluded:
+            out[np.asarray(self.excluded, dtype=np.int64)] = -np.inf
+        return out
 
     def document(self, doc_id: int) -> str:
         return self.docs[int(doc_id)]

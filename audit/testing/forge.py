@@ -43,6 +43,9 @@ MUST_FAIL: dict[str, tuple[str, ...]] = {
     "charge_add": ("generation",),  # a document added to a charge
     "charge_units": ("generation",),  # the charged units of one charge moved by one
     "bins_released": ("generation",),  # MuRAG-Ada's released threshold bins moved by one
+    # a charged document dropped from every charge and declared excluded (spec/protocol.md §5.3 steps 3-4), although
+    # its scoring and selection do not fail: the exclusion is not that record's (§8.9 re-runs them)
+    "exclude_unfailing": ("generation",),
     "top_swap": ("retrieval",),  # one citation replaced by a document the noise did not select
     "top_reorder": ("retrieval",),  # two citations swapped
     "qemb_flip": ("requests",),  # one coordinate of an account-committed Q changed
@@ -250,6 +253,17 @@ def _edit(kind: str, f: Forged, rng: random.Random, n_docs: dict[str, int], tena
             ch["ids"] = sorted(ch["ids"] + [rng.choice(free)])
         else:
             ch["cost"]["epsilon_units"] += rng.choice((-1, 1))
+        return True
+    if kind == "exclude_unfailing":
+        cands = [p for p in qs if f.openings[p]["charge"]["charges"] and f.openings[p]["charge"]["charges"][-1]["ids"]]
+        if not cands:
+            return False
+        ch = f.openings[rng.choice(cands)]["charge"]
+        d = rng.choice(ch["charges"][-1]["ids"])
+        for c in ch["charges"]:
+            if d in c["ids"]:
+                c["ids"].remove(d)
+        ch["excluded"] = [d]
         return True
     if kind == "bins_released":
         cands = [p for p in qs if f.openings[p]["charge"].get("bins_released") is not None]

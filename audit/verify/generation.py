@@ -9,10 +9,10 @@ from typing import Any, cast
 
 import numpy as np
 
-from ..protocol.charges import ChargeRule, expected_charges
+from ..protocol import retrieval as rt
+from ..protocol.charges import ChargeRule, expected_charges, opened_excluded
 from ..protocol.encoding import EncodingError, digest
 from ..protocol.policy import Policy
-from ..protocol.retrieval import request_source
 from .run import MAX_UNITS, Run, guarded, is_int
 from .scores import scores_of
 
@@ -20,7 +20,7 @@ from .scores import scores_of
 def _opened_charges(charge: Any, n_docs: int) -> tuple[list[tuple[int, np.ndarray]], Any]:
     if (
         not isinstance(charge, dict)
-        or set(charge) != {"nonce", "algorithm", "bins_released", "charges"}
+        or set(charge) - {"excluded"} != {"nonce", "algorithm", "bins_released", "charges"}
         or not isinstance(charge["charges"], list)
     ):
         raise EncodingError("malformed charge opening")
@@ -69,6 +69,7 @@ def check_8_9_generation(run: Run) -> None:
                 raise EncodingError("h_charge does not match the opened charges")
             n = run.n_docs_at(t, i)  # the tenant's documents at this position (§3.5)
             got, bins = _opened_charges(op["charge"], n)
+            excluded = opened_excluded(op["charge"], n)
             if op["charge"]["algorithm"] != pol.generation.algorithm:
                 raise EncodingError("the charge's algorithm differs from the policy")
             want, want_bins = expected_charges(
@@ -76,7 +77,8 @@ def check_8_9_generation(run: Run) -> None:
                 rules[ep.number],
                 scores_of(run, i)[:n],
                 spent[t][:n],
-                request_source(seed, "select", bytes.fromhex(rec["h_req"])),
+                rt.request_source(seed, "select", bytes.fromhex(rec["h_req"])),
+                excluded,
             )
             if bins != want_bins:
                 raise EncodingError(f"bins_released {bins!r} differs from the committed-seed release {want_bins}")
@@ -89,6 +91,7 @@ def check_8_9_generation(run: Run) -> None:
                 )
             for units, ids in want:
                 spent[t][ids] += units
+            _excluded_reproduce(run, (i, t, n), excluded, pol, rules[ep.number], spent[t][:n], seed, (op, rec))
             run.ok("generation")
         except (EncodingError, KeyError, TypeError, ValueError) as e:
             run.fail("generation", f"leaf {i}: {e}")
@@ -100,3 +103,39 @@ def check_8_9_generation(run: Run) -> None:
         if over.size:
             run.fail("generation", f"tenant {t}: {over.size} documents over budget")
         run.checked["documents_within_budget"] += int((s <= rule.limit).sum())
+
+
+def _excluded_reproduce(
+    run: Run,
+    leaf: tuple[int, str, int],
+    excluded: list[int],
+    pol: Policy,
+    rule: ChargeRule,
+    spent: np.ndarray,
+    seed: bytes,
+    opened: tuple[dict[str, Any], dict[str, Any]],
+) -> None:
+    """spec/protocol.md §8.9, exclusions: a record the provider excluded for a query ``leaf`` (pos, tenant, n; its
+    charge opening's ``excluded``) must fail on the auditor's side too — the protocol's exact scoring of that record's
+    row (``retrieval.float_exact_scores``, the function the provider scores its chunks with), or the protocol's
+    selection with that record as the only candidate. If neither fails, the exclusion depended on something other
+    than that record (the privacy argument of spec/accounting/rag.md §6.2 does not apply): ``EncodingError``."""
+    if not excluded:
+        return
+    r, (_i, tenant, n), (op, rec) = pol.retrieval, leaf, opened
+    q = np.frombuffer(bytes.fromhex(op["qemb"]), dtype="<i2")
+    h_req = rec["h_req"]
+    rows = run.tenants[tenant]["qf"]
+    for d in excluded:
+        try:
+            s = rt.float_exact_scores(rows[d : d + 1], q, r.score_clip, r.score_shift)
+            alone = np.full(n, np.iinfo(np.int64).min // 4, dtype=np.int64)
+            alone[d] = int(s[0])
+            others = [x for x in range(n) if x != d]
+            expected_charges(pol, rule, alone, spent, rt.request_source(seed, "select", bytes.fromhex(h_req)), others)
+        except Exception:  # noqa: BLE001 - the failure reproduces: the exclusion is that record's
+            continue
+        raise EncodingError(
+            f"record {d} was excluded, but the protocol's scoring and selection of it do not fail on the auditor's "
+            "side: the exclusion is not a function of that record"
+        )

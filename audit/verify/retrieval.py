@@ -12,10 +12,11 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
+from ..protocol.charges import opened_excluded
 from ..protocol.encoding import EncodingError, hexbytes
 from ..protocol.retrieval import (
     noise_table,
-    noisy_top_k,
+    noisy_top_k_excluding,
     noisy_top_k_rows,
     noisy_top_k_words,
     retrieval_source,
@@ -143,12 +144,17 @@ def _retrieval_job(run: _RetrievalCtx, job: _Job) -> tuple[list[tuple[int, str |
             )
         else:
             expected = noisy_top_k_rows(scores, sample_words(table, words), K)
+        rows = list(expected)
+        for k, op in enumerate(ops):  # a query with records excluded (§5.3 steps 3-4): top-K of the others
+            excluded = opened_excluded(op.get("charge"), n)
+            if excluded:
+                rows[k] = noisy_top_k_excluding(scores[k], sample_words(table, words[k]), K, excluded)
         out = [
             (
                 x[0],
                 "citations missing for a tenant with the retrieval channel on"
                 if op.get("top") is None
-                else _retrieval_leaf({"h_top": x[2]}, op, expected[k]),
+                else _retrieval_leaf({"h_top": x[2]}, op, rows[k]),
             )
             for k, (x, op) in enumerate(zip(leaves, ops, strict=False))
         ]
@@ -172,7 +178,8 @@ def _retrieval_one_by_one(run: Run, block: list[int], table: DiscreteGaussianTab
             z = cast("DiscreteGaussianTable", table).sample(  # a table whenever a leaf is chosen
                 n, retrieval_source(run.seed_at(i), rec["tenant"], bytes.fromhex(op["qemb"]))
             )
-            what = _retrieval_leaf(rec, op, noisy_top_k(scores_of(run, i)[:n], z, r.K))
+            excluded = opened_excluded(op.get("charge"), n)
+            what = _retrieval_leaf(rec, op, noisy_top_k_excluding(scores_of(run, i)[:n], z, r.K, excluded))
             if what is not None:
                 raise EncodingError(what)
             run.ok("retrieval")
