@@ -29,12 +29,11 @@ Z = "patient 0 asthma protocol inhaler drug qmark ANSWER: zorvatin"
 QUESTIONS = ("asthma protocol inhaler patient 0", "inhaler drug protocol patient 0", "garden weather rain note")
 
 
-def _serve(d, algorithm: str = "murag"):
-    clinic = list(CLINIC)
-    clinic[0] = Z
+def _create(path, clinic, algorithm: str = "murag") -> ProviderService:
+    """A toy window over ``clinic`` (and the legal tenant), the fixed seed of every run here."""
     emb = HashEmbedder(32)
-    svc = ProviderService.create(
-        d / "w",
+    return ProviderService.create(
+        path,
         policy=toy_policy(algorithm=algorithm),
         embedder=emb,
         seed=b"\x05" * 32,
@@ -44,6 +43,12 @@ def _serve(d, algorithm: str = "murag"):
         accounts=fx.registry(fx.ACCOUNTS),
         allow_weak=True,
     )
+
+
+def _serve(d, algorithm: str = "murag"):
+    clinic = list(CLINIC)
+    clinic[0] = Z
+    svc = _create(d / "w", clinic, algorithm)
     try:
         alice = fx.client(svc, "alice")
         for q in QUESTIONS:
@@ -93,18 +98,7 @@ def test_an_honest_exclusion_of_a_record_the_shared_scoring_rejects_passes(tmp_p
 
 def _index_row(tmp_path, clinic) -> np.ndarray:
     """Z's row of the committed index (float64), as the provider commits it."""
-    emb = HashEmbedder(32)
-    svc = ProviderService.create(
-        tmp_path / "probe",
-        policy=toy_policy(),
-        embedder=emb,
-        seed=b"\x05" * 32,
-        embedder_descriptor=emb.descriptor({"clinic": len(clinic), "legal": len(LEGAL)}),
-        generator=ToyGenerator(),
-        tenants={"clinic": clinic, "legal": LEGAL},
-        accounts=fx.registry(fx.ACCOUNTS),
-        allow_weak=True,
-    )
+    svc = _create(tmp_path / "probe", clinic)
     try:
         return svc.tenants["clinic"].q[0].astype(np.float64)
     finally:
@@ -184,18 +178,7 @@ def test_a_request_with_an_exclusion_finished_on_a_retry_gives_the_same_answer_a
     monkeypatch.setattr(window, "float_exact_scores", shared)
     answers = {}
     for name, fail_once in (("plain", False), ("retried", True)):
-        emb = HashEmbedder(32)
-        svc = ProviderService.create(
-            tmp_path / name,
-            policy=toy_policy(),
-            embedder=emb,
-            seed=b"\x05" * 32,
-            embedder_descriptor=emb.descriptor({"clinic": len(clinic), "legal": len(LEGAL)}),
-            generator=ToyGenerator(),
-            tenants={"clinic": clinic, "legal": LEGAL},
-            accounts=fx.registry(fx.ACCOUNTS),
-            allow_weak=True,
-        )
+        svc = _create(tmp_path / name, clinic)
         try:
             req = fx.client(svc, "alice").request(QUESTIONS[0])
             if fail_once:
