@@ -34,6 +34,11 @@ answer-vote with m = 4, 16 tokens). Arms, alternated round by round (ABC, CBA, .
 Reported per model and arm: requests, seconds (the sum of the arm's rounds), throughput, p50/p99, and each arm's
 throughput as a ratio to ``off``; the worst case one request reserves.
 
+``--reservation hosted``: the hosted slot of §3.6 (one request at a time through a generator without a worst case)
+off and on, on a toy DP-KSA window (``replayable: false``) whose generator is a stand-in hosted API answering each
+call after ``--latency`` seconds (a network and inference wait; the voters of one request call it concurrently).
+Arms ``off`` (``svc.hosted_slot.set(None)``: the baseline) and ``on`` (the default), alternated round by round.
+
 ``--pin``: the servers (every replica's threads, and PostgreSQL's processes) on CPU 0 and this process (the load
 generator: the accounts' signing and checking) on CPU 1, in every arm — so the ratio measures what the audit costs
 the provider's CPU, not the accounts' work competing with it for the same two cores. Latency is still the
@@ -310,9 +315,25 @@ def dprag_arm(
 
 
 RESERVATION_ARMS = ("off", "on", "serial")
+HOSTED_ARMS = ("off", "on")
 
 
-def _reservation_clients(model: str, work: Path, accounts: int, n: int):
+class LatencyAPI:
+    """The stand-in hosted API of ``--reservation hosted``: ``prompt_text -> str``, the first ANSWER word of its
+    prompt after ``latency`` seconds (deterministic; thread-safe)."""
+
+    def __init__(self, latency: float):
+        self.latency = latency
+
+    def __call__(self, text: str) -> str:
+        import re
+
+        time.sleep(self.latency)
+        found = re.findall(r"(?:ANSWER|Keywords):\s*([^\n.]+)", text)
+        return found[0].replace(",", " ").strip() if found else "unknown"
+
+
+def _reservation_clients(model: str, work: Path, accounts: int, n: int, latency: float = 0.2):
     """(service, questions, {account: AccountClient}) of the window ``model`` serves (see the module doc)."""
     from dprag.audit.client.account import AccountClient
     from dprag.audit.protocol.request import AccountKey
@@ -323,6 +344,28 @@ def _reservation_clients(model: str, work: Path, accounts: int, n: int):
         return svc, list(QUESTIONS), {a: toy_client(work / "toy", a) for a in names}
     from dprag.audit.protocol.policy import Policy
     from dprag.audit.provider.service import ProviderService
+
+    if model == "hosted":
+        from dprag.audit.testing.toy import CLINIC, LEGAL, HashEmbedder, toy_policy
+
+        keys = {f"a{i:02d}": AccountKey.generate() for i in range(accounts)}
+        svc = ProviderService.create(
+            work / "hosted",
+            policy=toy_policy(mechanism="dp-ksa", replayable=False, n=n, max_queries_per_doc=accounts * n),
+            embedder=HashEmbedder(32),
+            generator=LatencyAPI(latency),
+            tenants={"clinic": CLINIC, "legal": LEGAL},
+            accounts={a: ("clinic", k.vkey) for a, k in keys.items()},
+            allow_weak=True,
+        )
+        vkey, scale = svc.signer.vkey(), int(svc.embedder_descriptor["embedding_scale"])
+        clients = {
+            a: AccountClient(
+                a, svc.policy.window, k, provider_vkey=vkey, embedder=HashEmbedder(32), embedding_scale=scale
+            )
+            for a, k in keys.items()
+        }
+        return svc, list(QUESTIONS), clients
     from dprag.rag_adapters.datasets.clinic import generate_clinic_corpus
     from dprag.rag_adapters.generator import load_smollm2
 
@@ -354,25 +397,30 @@ def _reservation_clients(model: str, work: Path, accounts: int, n: int):
     return svc, [q.question for q in corpus.questions], clients
 
 
-def reservation_arms(model: str, accounts: int, rounds: int, work: Path) -> list[dict]:
+def reservation_arms(model: str, accounts: int, rounds: int, work: Path, latency: float = 0.2) -> list[dict]:
     """The reservation on and off on ``model``'s window (module doc)."""
     from dprag.audit.provider.reservation import worst_case_bytes
 
-    n = rounds * len(RESERVATION_ARMS) + 1
-    svc, qs, clients = _reservation_clients(model, work, accounts, n)
+    arms = HOSTED_ARMS if model == "hosted" else RESERVATION_ARMS
+    n = rounds * len(arms) + 1
+    svc, qs, clients = _reservation_clients(model, work, accounts, n, latency)
     # the serial pool holds exactly the largest worst case of the questions sent: never two requests at once
     need = max(worst_case_bytes(svc.committed_generator, svc.policy, q) for q in qs)
     default = svc.reservations.capacity
-    lat: dict[str, list[float]] = {a: [] for a in RESERVATION_ARMS}
-    secs = dict.fromkeys(RESERVATION_ARMS, 0.0)
-    errors: dict[str, list[str]] = {a: [] for a in RESERVATION_ARMS}
+    capacity = {"off": None, "on": default, "serial": need}
+    lat: dict[str, list[float]] = {a: [] for a in arms}
+    secs = dict.fromkeys(arms, 0.0)
+    errors: dict[str, list[str]] = {a: [] for a in arms}
     names = sorted(clients)
     k = 0
     try:
         for r in range(rounds):
-            order = RESERVATION_ARMS if r % 2 == 0 else RESERVATION_ARMS[::-1]
+            order = arms if r % 2 == 0 else arms[::-1]
             for arm in order:
-                svc.reservations.set({"off": None, "on": default, "serial": need}[arm], wait_seconds=600)
+                if model == "hosted":
+                    svc.hosted_slot.set(None if arm == "off" else 1, wait_seconds=600)
+                else:
+                    svc.reservations.set(capacity[arm], wait_seconds=600)
                 k += 1
 
                 def one(i: int, name: str, arm: str = arm, k: int = k) -> None:
@@ -394,7 +442,7 @@ def reservation_arms(model: str, accounts: int, rounds: int, work: Path) -> list
     finally:
         svc.close()
     rows = []
-    for arm in RESERVATION_ARMS:
+    for arm in arms:
         done = len(lat[arm])
         ms = sorted(1e3 * x for x in lat[arm]) or [float("nan")]
         rows.append(
@@ -407,8 +455,9 @@ def reservation_arms(model: str, accounts: int, rounds: int, work: Path) -> list
                 "throughput_rps": round(done / secs[arm], 3) if secs[arm] else None,
                 "p50_ms": round(float(np.percentile(ms, 50)), 1),
                 "p99_ms": round(float(np.percentile(ms, 99)), 1),
-                "capacity_bytes": {"off": None, "on": default, "serial": need}[arm],
+                "capacity_bytes": capacity[arm] if model != "hosted" else None,
                 "worst_case_bytes": need,
+                **({"hosted_slot": arm == "on", "latency_s": latency} if model == "hosted" else {}),
             }
         )
     off = rows[0]["throughput_rps"]
@@ -428,7 +477,8 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=None, help="each server's worker threads (both arms; default 40)")
     ap.add_argument("--pin", action="store_true", help="servers on CPU 0, the load generator on CPU 1 (see above)")
     ap.add_argument("--out", type=Path, default=None)
-    ap.add_argument("--reservation", default=None, help="toy,smollm2: the reservation arms only (module doc)")
+    ap.add_argument("--reservation", default=None, help="toy,smollm2,hosted: the reservation arms only (module doc)")
+    ap.add_argument("--latency", type=float, default=0.2, help="--reservation hosted: the API's seconds per call")
     ap.add_argument("--rounds", type=int, default=4, help="--reservation: rounds per arm")
     a = ap.parse_args(argv)
     if a.reservation:
@@ -498,7 +548,7 @@ def reservation_main(a) -> int:
     rows = []
     try:
         for model in a.reservation.split(","):
-            for row in reservation_arms(model, a.accounts, a.rounds, work):
+            for row in reservation_arms(model, a.accounts, a.rounds, work, a.latency):
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     finally:
@@ -509,6 +559,7 @@ def reservation_main(a) -> int:
         "load_after": os.getloadavg(),
         "accounts": a.accounts,
         "rounds": a.rounds,
+        "latency_s": a.latency if "hosted" in a.reservation else None,
         "rows": rows,
     }
     if a.out:

@@ -223,7 +223,8 @@ def admin_token(token_file: Path | None) -> str | None:
     show_default=True,
     envvar=_env("reservation"),
     help="generation memory reserved before each charge (spec/provider.md §3.6): auto (the generator's device "
-    "memory, else half the memory available at start), a number of bytes (K/M/G suffixes, powers of 1024), or off",
+    "memory, else half the memory available at start), a number of bytes (K/M/G suffixes, powers of 1024), or off "
+    "(also off: the hosted slot, one request at a time through a generator without a worst case)",
 )
 @click.option(
     "--reservation-wait",
@@ -332,7 +333,9 @@ def _serve(
         from ..provider.reservation import DEFAULT_WAIT_SECONDS
 
         cap = svc.reservations.capacity if capacity == "auto" else capacity
-        svc.reservations.set(cap, DEFAULT_WAIT_SECONDS if reservation_wait is None else reservation_wait)
+        wait = DEFAULT_WAIT_SECONDS if reservation_wait is None else reservation_wait
+        svc.reservations.set(cap, wait)
+        svc.hosted_slot.set(None if cap is None else 1, wait)  # off: no hosted slot either
     svc.start_schedule()  # checkpoints on the policy's release grid, when it sets a period (protocol §5.6)
     app = create_app(svc, auditor_key=akey, threads=threads, telemetry=telemetry)
     admin_server = admin_thread = None

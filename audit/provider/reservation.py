@@ -10,7 +10,10 @@ The worst case is a function of public quantities only: the policy's batch shape
 token bounds (documents per voter, the documents' token cap, the answer's tokens) and the question, through the
 generator's own ``worst_case_bytes(question, n_contexts, batch, max_new_tokens)`` (the model's dimensions: every
 KV buffer is preallocated at that worst case, spec/adapters.md §1). A generator without it (a hosted, text-only
-model) holds no memory of this process for a request: it reserves nothing.
+model) holds no memory of this process for a request: it reserves no bytes, but its generation takes the
+provider's one **hosted slot** (``hosted_need``: a pool of capacity 1), so this provider never has two requests'
+calls in flight at a hosted API at once, and a hosted call's wall-clock timeout cannot depend on what another
+request of this provider sends beside it.
 
 Waiters are served in arrival order (a small request never overtakes a larger one waiting before it), so a wait is
 bounded by the work admitted before it and ``wait_seconds``.
@@ -35,6 +38,7 @@ __all__ = [
     "DEFAULT_WAIT_SECONDS",
     "Reservations",
     "device_memory",
+    "hosted_need",
     "machine_memory",
     "worst_case_bytes",
 ]
@@ -79,6 +83,12 @@ def worst_case_bytes(generator: object, policy: Policy, question: str) -> int:
     if isinstance(need, bool) or not isinstance(need, int) or need < 0:
         raise InvalidParameterError("generator", "worst_case_bytes must return a non-negative int", need)
     return need
+
+
+def hosted_need(generator: object) -> int:
+    """1 (the hosted slot) for a generator without ``worst_case_bytes`` — a text-only model whose calls leave the
+    process, with wall-clock deadlines that another request's calls beside it could move — else 0."""
+    return 0 if callable(getattr(generator, "worst_case_bytes", None)) else 1
 
 
 class Reservations:

@@ -46,7 +46,7 @@ from .admission import check_request
 from .exclusion import UNEXPLAINED, find_failing
 from .group_commit import BatchFailed, GroupCommitter
 from .resend import Flights, StoredGuard, guard_generator
-from .reservation import Reservations, device_memory, worst_case_bytes
+from .reservation import Reservations, device_memory, hosted_need, worst_case_bytes
 from .void import has_outcome, settle_retry, void_error
 from .window import Epoch, TenantRetriever, Window
 
@@ -188,6 +188,10 @@ class Serving(Window):
         #: isolation between requests (spec/provider.md §3.6): each generation's public worst-case memory, reserved
         #: before the charge; ``reservations.set(None)`` turns it off (``benchmarks/bench_serve.py`` measures both)
         self.reservations = Reservations(device_memory(self.committed_generator))
+        #: the hosted slot (§3.6): one request at a time generates through a generator without a worst case (a
+        #: hosted API), so a hosted call's deadline never depends on this provider's other requests; ``set(None)``
+        #: turns it off (``benchmarks/bench_serve.py --reservation hosted`` measures both)
+        self.hosted_slot = Reservations(1)
         self._flights = Flights()  # one finishing per ledger position at a time (resend.py)
 
     def _refuse(self, exc: RequestError | RateLimitError, signed: object) -> RequestError | RateLimitError:
@@ -298,6 +302,7 @@ class Serving(Window):
             served = admitted[0] == "served"
             need = 0 if served else worst_case_bytes(self.committed_generator, self.policy, req.question)
             self.reservations.check(need)
+            slot = 0 if served else hosted_need(self.committed_generator)
         except (RequestError, RateLimitError) as e:
             settled = settle_retry(self, req)  # a request the log holds: never a refusal that frees its counter
             if settled is None:
@@ -308,7 +313,8 @@ class Serving(Window):
             return _served_query(settled)  # its stored answer, as for any retry
         timing: _Timing = {"release_at_ms": None, "worked": True}  # the record's release time, once known
         try:
-            with self.reservations.hold(need):  # before the charge: waits (bounded) or raises ServiceBusyError
+            # before the charge: each waits (bounded) or raises ServiceBusyError; held until stored or pending
+            with self.reservations.hold(need), self.hosted_slot.hold(slot):
                 return self._serve_admitted(req, h_req, tenant, admitted, timing)
         finally:  # on the policy's public grid, when it sets a release period (audit/provider/release.py)
             self.release.hold(timing["release_at_ms"], worked=timing["worked"], arrived=arrived)
