@@ -24,17 +24,22 @@ _BLOCK = 1 << 24
 
 
 class SpooledLines(Sequence[bytes]):
-    """The non-empty lines (without their ``\\n``) of a file, in order; build with ``feed`` then ``done``."""
+    """The non-empty lines (without their ``\\n``) of a file, in order; build with ``feed`` then ``done``.
+    ``numbers[i]``: the number of line ``i`` in the file, counting the empty lines too (0-based: what a message
+    about a line names)."""
 
     def __init__(self) -> None:
         self._file: Any = tempfile.TemporaryFile(prefix="dprag-lines-")
         self._fd: int = self._file.fileno()
         self._size = 0  # bytes spooled
         self._line_start = 0  # where the line being read began
+        self._newlines = 0  # newlines spooled: the number of the line being read
         self._starts: list[np.ndarray] = []
         self._ends: list[np.ndarray] = []
+        self._numbers: list[np.ndarray] = []
         self.starts = np.zeros(0, dtype=np.int64)
         self.ends = np.zeros(0, dtype=np.int64)
+        self.numbers = np.zeros(0, dtype=np.int64)
 
     # -- building --------------------------------------------------------------------------------------------
 
@@ -54,6 +59,8 @@ class SpooledLines(Sequence[bytes]):
                 keep = nl > starts  # empty lines are not lines
                 self._starts.append(starts[keep])
                 self._ends.append(nl[keep])
+                self._numbers.append(np.flatnonzero(keep).astype(np.int64) + self._newlines)
+                self._newlines += int(nl.size)
                 self._line_start = int(nl[-1]) + 1
             self._size += len(part)
 
@@ -62,11 +69,13 @@ class SpooledLines(Sequence[bytes]):
         if self._size > self._line_start:
             self._starts.append(np.asarray([self._line_start], dtype=np.int64))
             self._ends.append(np.asarray([self._size], dtype=np.int64))
+            self._numbers.append(np.asarray([self._newlines], dtype=np.int64))
             self._line_start = self._size
         if self._starts:
             self.starts = np.concatenate([self.starts, *self._starts])
             self.ends = np.concatenate([self.ends, *self._ends])
-            self._starts, self._ends = [], []
+            self.numbers = np.concatenate([self.numbers, *self._numbers])
+            self._starts, self._ends, self._numbers = [], [], []
         return self
 
     @classmethod
@@ -124,7 +133,7 @@ class SpooledLines(Sequence[bytes]):
 
     def close(self) -> None:
         self._file.close()
-        self.starts = self.ends = np.zeros(0, dtype=np.int64)
+        self.starts = self.ends = self.numbers = np.zeros(0, dtype=np.int64)
 
     def __getstate__(self) -> Any:
         raise TypeError("SpooledLines does not pickle: hand the lines themselves to another process")

@@ -86,10 +86,10 @@ def verify(
         check_8_3_pinned_key(run, given.pinned)
         check_8_4_policy(run)
         certify = start_certify(run)  # the certified ε (policy alone), beside the checks
-        evidence = read_receipts(run, given)  # §8.6's input: §8.5 recomputes the roots the receipts name
+        evidence = read_receipts(run, given, replay_generator is not None)  # §8.6.s input, before §8.5
         trusted_size = check_8_5_ledger(run, evidence.sizes() | {run.n - 1}, given.trusted, given.pinned)
         check_8_5_witnesses(run, given.witnesses, given.min_witnesses)
-        check_8_6_receipts(run, evidence, replay_generator is not None)
+        check_8_6_receipts(run, evidence)
         if run.policy is not None and run.genesis is not None:
             check_8_7_requests(run)
             coalition = None

@@ -287,19 +287,19 @@ def _requests(run: Run, old: AuditorState) -> dict[str, np.ndarray]:
 
 
 def _receipts(run: Run, old: AuditorState) -> dict[str, np.ndarray]:
-    if not run.receipts_seen:  # no receipts handed in this run: the state's stand
+    seen = run.receipts_seen
+    if seen is None:  # no receipts handed in this run: the state's stand
         return {
             "rc_pos": old.rc_pos,
             "rc_digest": old.rc_digest,
             "rc_account": old.rc_account,
             "rc_counter": old.rc_counter,
         }
-    items = sorted(run.receipts_seen.items())
     return {
-        "rc_pos": np.asarray([p for p, _ in items], dtype=np.int64),
-        "rc_digest": np.frombuffer(b"".join(d for _, (d, _, _) in items), dtype=np.uint8).reshape(-1, 32),
-        "rc_account": np.asarray([old.account_code(a) for _, (_, a, _) in items], dtype=np.int64),
-        "rc_counter": np.asarray([c for _, (_, _, c) in items], dtype=np.int64),
+        "rc_pos": seen.pos.astype(np.int64),
+        "rc_digest": np.asarray(seen.digest, dtype=np.uint8).reshape(-1, 32),
+        "rc_account": np.asarray([old.account_code(a) for a in seen.account], dtype=np.int64),
+        "rc_counter": seen.counter.astype(np.int64),
     }
 
 

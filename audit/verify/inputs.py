@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -20,6 +20,7 @@ from ..protocol.certify import DEFAULT_MAX_EPSILON
 from ..protocol.commitments import PREVIOUS_RELEASE, PREVIOUS_VERSION, PROTOCOL_VERSION
 from ..protocol.encoding import loads_bounded
 from ..protocol.ledger import NoteVerifier
+from ..protocol.spool import SpooledLines
 
 if TYPE_CHECKING:
     from dprag.zk.keys import VerifyingKey
@@ -31,14 +32,14 @@ if TYPE_CHECKING:
 class AuditorInputs:
     """The auditor's own inputs, read and checked: the pinned provider key (``--key``), the trusted checkpoint
     note, the witnesses' verifier keys and how many must cosign, the zk verification key, and the receipts
-    file's bytes (None without ``--receipts``; §8.6 takes them and lets them go once parsed)."""
+    files' lines, spooled (None without ``--receipts``; §8.6 takes them and closes the spool once parsed)."""
 
     pinned: str | None
     trusted: bytes | None
     witnesses: list[WitnessVerifier]
     min_witnesses: int
     zk_vkey: VerifyingKey | None
-    receipts: bytes | None
+    receipts: SpooledLines | None
     #: ``--max-epsilon``: beyond it a PASS is weak (``verdict.guarantee_strength``)
     max_epsilon: float = DEFAULT_MAX_EPSILON
 
@@ -50,6 +51,13 @@ def read_auditor_file(
     may keep it behind a link), read without blocking and at most ``cap`` bytes; else exit 2 naming the flag.
     ``private`` (the state and its key, §8 item 14): never through a link, and no group or other mode bits;
     ``error``: the AuditorInputError subclass raised."""
+    return b"".join(auditor_file_chunks(path, what, cap, private=private, error=error))
+
+
+def auditor_file_chunks(
+    path: str | os.PathLike[str], what: str, cap: int, *, private: bool = False, error: type = AuditorInputError
+) -> Iterator[bytes]:
+    """``read_auditor_file``'s bytes as they are read (at most 16 MiB at a time), with its checks."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | (os.O_NOFOLLOW if private else 0))
     except OSError as e:
@@ -61,20 +69,20 @@ def read_auditor_file(
             raise error(f"{what} {path}: not a regular file")
         if private and mode & 0o077:
             raise error(f"{what} {path}: readable or writable by others (mode {mode & 0o777:o}); chmod 600")
-        chunks, total = [], 0
+        total = 0
         while total <= cap:
-            c = os.read(fd, min(1 << 24, cap + 1 - total))
+            try:
+                c = os.read(fd, min(1 << 24, cap + 1 - total))
+            except OSError as e:
+                raise error(f"{what} {path}: cannot read ({e.strerror})") from None
             if not c:
                 break
-            chunks.append(c)
             total += len(c)
-    except OSError as e:
-        raise error(f"{what} {path}: cannot read ({e.strerror})") from None
+            if total > cap:
+                raise error(f"{what} {path}: larger than {cap} bytes")
+            yield c
     finally:
         os.close(fd)
-    if total > cap:
-        raise error(f"{what} {path}: larger than {cap} bytes")
-    return b"".join(chunks)
 
 
 def read_auditor_inputs(
@@ -136,11 +144,24 @@ def read_auditor_inputs(
     return AuditorInputs(pinned, trusted, wit, min_witnesses, vk, receipts_data, float(max_epsilon))
 
 
-def _read_receipts(receipts: str | Path | Sequence[str | Path]) -> bytes:
-    """One or several accounts' receipts files (``--receipts`` repeated), read as one: their lines in order."""
+def _read_receipts(receipts: str | Path | Sequence[str | Path]) -> SpooledLines:
+    """One or several accounts' receipts files (``--receipts`` repeated), read as one — their lines in order, a
+    file's last line ended by the next file — into a private spool (``protocol.spool``: 16 bytes a line in memory,
+    spec/protocol.md §8 item 13)."""
     paths = [receipts] if isinstance(receipts, (str, os.PathLike)) else list(receipts)
-    parts = [read_auditor_file(p, "--receipts", 1 << 34) for p in paths]
-    return b"".join(x if x.endswith(b"\n") or not x else x + b"\n" for x in parts)
+    out = SpooledLines()
+    try:
+        for p in paths:
+            last = b""
+            for c in auditor_file_chunks(p, "--receipts", 1 << 34):
+                out.feed(c)
+                last = c
+            if last and not last.endswith(b"\n"):
+                out.feed(b"\n")
+    except BaseException:
+        out.close()
+        raise
+    return out.done()
 
 
 def check_version(b: Bundle) -> None:

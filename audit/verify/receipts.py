@@ -7,152 +7,156 @@ from __future__ import annotations
 
 import copy
 import hashlib
+from collections.abc import Sequence
 from functools import partial
 from typing import Any, cast
 
 import numpy as np
 
-from ..protocol.encoding import EncodingError, decode, decode_content, encode, excerpt
+from ..protocol.encoding import EncodingError, decode_content, encode, excerpt
 from ..protocol.ledger import NoteVerifier
 from ..protocol.ledger.proof import ConsistencyProof, verify_consistency
-from ..protocol.receipts import verify_receipt, verify_refusal
-from ..protocol.request import question_commitment, request_hash
-from ..protocol.retrieval import top_commitment
+from ..protocol.receipts import verify_refusal
+from ..protocol.request import request_hash
 from .inputs import AuditorInputs
-from .pool import fork_map
-from .run import Run, guarded, is_hex, is_int
-
-#: a valid receipt: (its line, its signed body, the account's citations or None, the question or None)
-_Valid = tuple[int, dict[str, Any], list[int] | None, str | None]
+from .pool import Lazy, fork_map, workers
+from .receipt_lines import OTHER_LOG, Chunk, ReceiptCtx, ReceiptTable, parse_chunk
+from .run import Run, SeenReceipts, guarded, is_int
 
 
 class Evidence:
-    """The receipts file's valid receipts of this window, each (line, body, citations or None, question or
-    None); ``given``: a receipts file was given; ``empty``: it holds no receipt."""
+    """The receipts file's valid receipts of this window (``table``: a ``receipt_lines.ReceiptTable``); ``given``:
+    a receipts file was given; ``empty``: it holds no receipt."""
 
-    def __init__(self, valid: list[_Valid], given: bool, empty: bool):
-        self.valid, self.given, self.empty = valid, given, empty
+    def __init__(self, table: ReceiptTable, given: bool, empty: bool):
+        self.table, self.given, self.empty = table, given, empty
 
     def sizes(self) -> set[int]:
         """The ledger sizes the valid receipts and refusals were signed at (§8.5 computes the roots of those
         prefixes)."""
-        return {r[1]["size"] for r in self.valid} | self.refusal_sizes
+        return self.table.sizes() | self.refusal_sizes
+
+    @property
+    def valid(self) -> list[tuple[int, dict[str, Any], Any, str | None]]:
+        """(line, body, citations, question) of the valid receipts that carry their question, kept for the answer
+        replay (§8.9)."""
+        return [(k, body, top, q) for k, (body, top, q) in sorted(self.table.kept.items())]
 
     #: the sizes the valid signed refusals name (set by ``read_receipts``)
     refusal_sizes: set[int] = set()
 
 
-def read_receipts(run: Run, given: AuditorInputs) -> Evidence:
-    """§8.6's input, parsed before §8.5 (which needs the sizes the receipts name): the receipts file's lines,
-    checked in the worker pool; its bytes are dropped from ``given`` once parsed (memory at scale)."""
-    data, given.receipts = given.receipts, None
-    if data is None:
-        return Evidence([], given=False, empty=False)
-    empty = not data or data.isspace()  # (``strip`` would copy the whole file)
-    lines = data.split(b"\n")
-    del data  # the lines hold the bytes now: not twice (memory at scale)
-    evidence = Evidence(parse_receipts(run, lines) or [], given=True, empty=empty)
+def read_receipts(run: Run, given: AuditorInputs, keep: bool = False) -> Evidence:
+    """§8.6's input, parsed before §8.5 (which needs the sizes the receipts name): the receipts files' spooled
+    lines, parsed in the worker pool into a compact table (``receipt_lines``); the spool is closed once parsed.
+    ``keep``: keep the bodies of the receipts that carry their question (the answer replay, §8.9)."""
+    lines, given.receipts = given.receipts, None
+    if lines is None:
+        return Evidence(ReceiptTable.empty(), given=False, empty=False)
+    try:
+        empty = all(not ln.strip() for ln in lines)  # stops at the first line that is not blank
+        evidence = Evidence(parse_receipts(run, lines, keep) or ReceiptTable.empty(), given=True, empty=empty)
+    finally:
+        lines.close()
     evidence.refusal_sizes = {body["size"] for _, body, _ in run.refusals}
     return evidence
 
 
-class _ReceiptCtx:
-    """What ``_one_receipt`` reads of the run (the genesis, the origin and the provider's key), pickled to the
-    workers: the key travels as its vkey (its Ed25519 key object does not pickle) and is parsed again there."""
-
-    def __init__(self, run: Run):
-        self.genesis, self.keys = run.genesis, run.receipt_keys or run.keys  # KeyChain pickles its keys as vkeys
-        self.origin = run.origin
-
-
-class _OtherLog(str):
-    """``_one_receipt``'s answer for a receipt validly signed by one of this log's keys for another origin: the
-    provider's key signed for a log that is not this one (equivocation, a FAIL; each key is one log's)."""
-
-
-def _one_receipt(run: _ReceiptCtx, line: bytes) -> tuple[dict[str, Any], list[int] | None, str | None] | str:
-    """One receipt line: (body, citations) if it is valid provider-signed evidence, else the rejection. The line is
-    read by content (``decode_content``: any JSON formatting, but no duplicate key, float or lone surrogate)."""
-    try:
-        try:
-            obj = decode(line, what="receipt line")  # the common case, canonical as the client wrote it: fast
-        except EncodingError:
-            obj = decode_content(line, what="receipt line")  # reformatted by a JSON tool: read by content
-        extra: dict[str, Any] = {}
-        if isinstance(obj, dict) and "receipt" in obj:
-            if set(obj) - {"receipt", "top", "request", "question"}:
-                raise EncodingError("unknown fields beside receipt / top / request / question")
-            rc, top = obj["receipt"], obj.get("top")
-            extra = {k: obj[k] for k in ("request", "question") if k in obj}
-        else:
-            rc, top = obj, None
-        if run.keys is None or run.genesis is None:
-            raise EncodingError("no provider key to check it against")
-        size = rc.get("size") if isinstance(rc, dict) else None
-        body = run.keys.verifying(size, lambda key: verify_receipt(rc, key), "receipt")
-        if body["origin"] != run.origin:
-            return _OtherLog(
-                f"validly signed by this log's key {body['key'][:16]} for another log, {excerpt(body['origin'])} "
-                "(each provider key signs for one log: equivocation)"
-            )
-        if top is not None and (not isinstance(top, list) or not all(is_int(x, 0, (1 << 32) - 1) for x in top)):
-            raise EncodingError("the account's citations are malformed")
-        if "request" in extra and (
-            not isinstance(extra["request"], dict) or request_hash(extra["request"]).hex() != body["h_req"]
-        ):
-            raise EncodingError("the request the account supplied is not the one the receipt names")
-        if "question" in extra:
-            req = extra.get("request")
-            if (
-                not isinstance(extra["question"], str)
-                or not isinstance(req, dict)
-                or not is_hex(req.get("nonce"), 16)
-                or question_commitment(bytes.fromhex(req["nonce"]), extra["question"]) != req.get("h_q")
-            ):
-                raise EncodingError("the question the account supplied does not open the request's h_q")
-        return body, top, extra.get("question")
-    except EncodingError as e:
-        return str(e)
+#: receipt lines per chunk of the parse map, at most (each chunk's lines are read back from the spool as it is
+#: sent), and at least
+PARSE_CHUNK, PARSE_CHUNK_MIN = 2048, 64
 
 
 @guarded("receipts")
-def parse_receipts(run: Run, lines: list[bytes]) -> list[_Valid]:
+def parse_receipts(run: Run, lines: Sequence[bytes], keep: bool = False) -> ReceiptTable:
     """Valid provider-signed receipts of this log; everything else is rejected evidence, never a FAIL. ``lines``:
-    the receipts file's lines (``split(b"\\n")``)."""
-    while lines and not lines[-1].strip():
-        lines.pop()
-    numbered = list(enumerate(lines))
+    the receipts files' non-empty lines (``SpooledLines``: ``numbers`` are their line numbers; a list: numbered
+    from 0). Rotation and refusal lines are taken first; each other line is parsed in the workers, a chunk at a
+    time (``receipt_lines.parse_chunk``); a repeated line, and a repeated signed body, is rejected evidence naming
+    the first."""
+    numbers = getattr(lines, "numbers", None)
+    number = (lambda i: int(numbers[i])) if numbers is not None else (lambda i: i)
+    special = _special_lines(lines)
+    numbered = [(number(i), lines[i]) for i in special]
     numbered = _take_rotations(run, numbered)
     numbered = _take_refusals(run, numbered)
-    line_of = dict(numbered)
-    seen: dict[bytes, int] = {}
-    todo: list[int] = []
-    for k, line in numbered:
-        if line in seen:
-            run.rejected.append(f"receipt {k}: duplicates receipt {seen[line]}")
+    back = {k for k, _ in numbered}  # lines that name a rotation or refusal but are read as receipts
+    todo = (
+        np.asarray(
+            sorted(set(range(len(lines))) - set(special) | {i for i in special if number(i) in back}), dtype=np.int64
+        )
+        if special
+        else np.arange(len(lines), dtype=np.int64)
+    )
+    run.checked["receipts_handed_in"] = int(todo.size)
+
+    size = max(PARSE_CHUNK_MIN, min(PARSE_CHUNK, -(-int(todo.size) // (4 * workers()))))  # 4 chunks per worker
+
+    def item(c: int) -> tuple[list[int], list[bytes]]:
+        idx = todo[c * size : (c + 1) * size]
+        lo, hi = int(idx[0]), int(idx[-1]) + 1
+        span = lines[lo:hi]
+        return [number(int(i)) for i in idx], [span[int(i) - lo] for i in idx]
+
+    n_chunks = -(-int(todo.size) // size)
+    task = partial(parse_chunk, ReceiptCtx(run, keep))
+    chunks = cast("list[Chunk]", fork_map(task, Lazy(n_chunks, item), chunk=1, min_items=2))
+    return _join(run, chunks)
+
+
+def _special_lines(lines: Sequence[bytes]) -> list[int]:
+    """The indices of the lines that may be rotation or refusal lines (their bytes name one), found a block of
+    lines at a time."""
+    out: list[int] = []
+    step = 4096
+    for a in range(0, len(lines), step):
+        block = lines[a : a + step]
+        if any(b'"rotation"' in ln or b'"refusal"' in ln for ln in block):
+            out += [a + j for j, ln in enumerate(block) if b'"rotation"' in ln or b'"refusal"' in ln]
+    return out
+
+
+def _join(run: Run, chunks: list[Chunk]) -> ReceiptTable:
+    """The chunks' outcomes in line order: repeated lines rejected (naming the first), then each line's FAIL
+    (signed for another log) or rejection, and a repeated signed body rejected (naming the first)."""
+    if not chunks:
+        run.progress("receipts", 0)
+        return ReceiptTable.empty()
+    ks = np.concatenate([c.k for c in chunks])
+    dig = np.ascontiguousarray(np.concatenate([c.line_digest for c in chunks])).view("V32").ravel()
+    _, first_idx, inverse = np.unique(dig, return_index=True, return_inverse=True)
+    first_of = first_idx[inverse.ravel()]
+    dup = first_of != np.arange(ks.size)
+    for j in np.flatnonzero(dup):
+        run.rejected.append(f"receipt {int(ks[j])}: duplicates receipt {int(ks[first_of[j]])}")
+    status = np.concatenate([c.status for c in chunks])
+    messages: dict[int, str] = {}
+    for c in chunks:
+        messages.update(c.messages)
+    dup_ks = set(ks[dup].tolist())
+    valid_line = (status == 0) & ~dup  # the valid rows, in line order, are the chunks' rows in order
+    keep_row = valid_line[status == 0]
+    rows, names = ReceiptTable.join(chunks, keep_row)
+    # a repeated signed body (the same receipt, reformatted): the first is the evidence
+    bdig = np.ascontiguousarray(rows["digest"]).view("V32").ravel()
+    _, b_first, b_inv = np.unique(bdig, return_index=True, return_inverse=True)
+    b_first_of = b_first[b_inv.ravel()]
+    same = b_first_of != np.arange(rows.size)
+    later: dict[int, str] = {
+        int(rows["k"][j]): f"the same signed receipt as receipt {int(rows['k'][b_first_of[j]])}"
+        for j in np.flatnonzero(same)
+    }
+    for j in np.flatnonzero((status != 0) & ~dup):
+        later[int(ks[j])] = messages[int(ks[j])]
+    for k in sorted(later):
+        msg = later[k]
+        if k in messages and status[np.searchsorted(ks, k)] == OTHER_LOG:
+            run.fail("receipts", f"receipt {k}: {msg}")
         else:
-            seen[line] = k
-            todo.append(k)
-    run.checked["receipts_handed_in"] = len(numbered)
-    valid: list[_Valid] = []
-    signed_bodies: dict[bytes, int] = {}  # one receipt is one piece of evidence, however often it is handed in
-    task = partial(_one_receipt, _ReceiptCtx(run))
-    results = cast("list[Any]", fork_map(task, [line_of[k] for k in todo]))  # a serial path: never None
-    for k, res in zip(todo, results, strict=False):
-        if isinstance(res, _OtherLog):
-            run.fail("receipts", f"receipt {k}: {res}")
-            continue
-        if isinstance(res, str):
-            run.rejected.append(f"receipt {k}: {res}")
-            continue
-        content = encode(res[0])
-        if content in signed_bodies:
-            run.rejected.append(f"receipt {k}: the same signed receipt as receipt {signed_bodies[content]}")
-            continue
-        signed_bodies[content] = k
-        valid.append((k, *res))
-    run.progress("receipts", len(line_of))
-    return valid
+            run.rejected.append(f"receipt {k}: {msg}")
+    kept = {k: v for c in chunks for k, v in c.kept.items() if k not in dup_ks}
+    run.progress("receipts", int(ks.size))
+    return ReceiptTable(rows[~same], names, {k: v for k, v in kept.items() if k not in later})
 
 
 def _take_rotations(run: Run, numbered: list[tuple[int, bytes]]) -> list[tuple[int, bytes]]:
@@ -378,20 +382,23 @@ def _check_refusals(run: Run, answered: set[str] | None = None) -> None:
 
 
 @guarded("receipts")
-def check_8_6_receipts(run: Run, evidence: Evidence, keep: bool) -> None:
-    """§8.6: every valid receipt against the ledger (``keep``: the answer replay, §8.9, reads them again;
-    else they are dropped here, ~200 MB at 10^5)."""
+def check_8_6_receipts(run: Run, evidence: Evidence) -> None:
+    """§8.6: every valid receipt against the ledger; the table's rows are dropped here (the answer replay, §8.9,
+    reads only the kept bodies)."""
     if not evidence.given:
         return
     if evidence.empty:
         run.rejected.append("the receipts file holds no receipt")
-    answered = {body["h_req"] for _, body, _, _ in evidence.valid}
-    if run.prior is not None:  # the receipts earlier runs accepted, by their leaf's request (§8.14)
-        answered |= {bytes(run.prior.req_hreq[int(k)]).hex() for k in _prior_receipt_rows(run)}
-    _check_refusals(run, answered)
-    _against_the_ledger(run, evidence.valid)
-    if not keep:
-        evidence.valid = []
+    table = evidence.table
+    if any(body["code"] == "void" for _, body, _ in run.refusals):  # a void beside a receipt of its request FAILs
+        answered = table.h_reqs()
+        if run.prior is not None:  # the receipts earlier runs accepted, by their leaf's request (§8.14)
+            answered |= {bytes(run.prior.req_hreq[int(k)]).hex() for k in _prior_receipt_rows(run)}
+        _check_refusals(run, answered)
+    else:
+        _check_refusals(run)
+    _against_the_ledger(run, table)
+    table.drop_rows()
 
 
 def _prior_receipt_rows(run: Run) -> list[int]:
@@ -416,12 +423,12 @@ def _consistency_proofs(run: Run) -> dict[tuple[int, int], tuple[bytes, ...]]:
     return out
 
 
-def _newer(run: Run, k: int, body: dict[str, Any], proofs: dict[tuple[int, int], tuple[bytes, ...]]) -> None:
+def _newer(run: Run, k: int, size: int, root: str, proofs: dict[tuple[int, int], tuple[bytes, ...]]) -> None:
     """A valid receipt signed at a size beyond the bundle's (§8.6), checked with a consistency proof from the
     bundle's size to its own (its root must extend the audited log); without a valid one the verdict is INCOMPLETE,
     naming both sizes — never PASS."""
-    n, size = run.n, body["size"]
-    if _proves(proofs.get((n, size)), n, size, run.prefix_roots.get(n), body["root"]):
+    n = run.n
+    if _proves(proofs.get((n, size)), n, size, run.prefix_roots.get(n), root):
         run.checked["receipts_newer_than_bundle"] += 1
         return
     run.incomplete.append(
@@ -443,56 +450,95 @@ def _proves(hashes: tuple[bytes, ...] | None, n: int, size: int, root_n: bytes |
 
 
 @guarded("receipts")
-def _against_the_ledger(run: Run, valid: list[_Valid]) -> None:
-    n = run.n
-    proofs = _consistency_proofs(run) if any(body["size"] > n for _, body, _, _ in valid) else {}
-    #: pos -> (receipt line or None: an earlier run's, the body's digest, account, counter)
-    by_pos: dict[int, tuple[int | None, bytes, str, int]] = {}
-    by_request: dict[tuple[str, int], tuple[int | None, int]] = {}
+def _against_the_ledger(run: Run, table: ReceiptTable) -> None:
+    """Each valid receipt, in line order, against the ledger: its root, its leaf, the request and account the log
+    holds there; one release per leaf and one leaf per (account, counter), against this run's earlier receipts
+    and the state's (§8.14)."""
+    n, rows, names = run.n, table.rows, table.names
+    newer = rows["size"] > n
+    proofs = _consistency_proofs(run) if newer.any() else {}
     st = run.prior
-    if st is not None:  # the receipts earlier runs accepted (§8.14)
-        for p, dg, a, c in zip(st.rc_pos, st.rc_digest, st.rc_account, st.rc_counter, strict=True):
-            by_pos[int(p)] = (None, bytes(dg), st.accounts[int(a)], int(c))
-            by_request[(st.accounts[int(a)], int(c))] = (None, int(p))
-    for k, body, top, _ in valid:
-        pos, size = body["pos"], body["size"]
-        if size > n:
-            _newer(run, k, body, proofs)
+    prior_pos = st.rc_pos if st is not None else np.zeros(0, dtype=np.int64)  # sorted by position
+    by_pos: dict[int, int] = {}  # pos -> this run's accepted row
+    by_request: dict[tuple[str, int], int] = {}  # (account, counter) -> pos, this run's
+    prior_request: dict[tuple[str, int], int] | None = None  # the state's, built at the first lookup
+    roots: dict[int, bytes | None] = {}
+    for j in range(rows.size):
+        r = rows[j]
+        k, pos, size = int(r["k"]), int(r["pos"]), int(r["size"])
+        if newer[j]:
+            _newer(run, k, size, r["root"].tobytes().hex(), proofs)
             continue
-        if run.prefix_roots.get(size) != bytes.fromhex(body["root"]):
+        if size not in roots:
+            roots[size] = run.prefix_roots.get(size)
+        if roots[size] != r["root"].tobytes():
             run.fail("receipts", f"receipt {k}: its signed root is not the ledger's root at size {size} (a fork)")
             continue
-        if run.leaf_hash(pos) != bytes.fromhex(body["leaf_hash"]):
+        if run.leaf_hash(pos) != r["leaf"].tobytes():
             run.fail("receipts", f"receipt {k}: the leaf at {pos} is not the one it was signed for")
             continue
         row = request_row(run, pos)
-        if row is None or row[0] != body["h_req"] or row[1] != body["h_top"]:
+        if row is None or row[0] != r["h_req"].tobytes().hex() or row[1] != r["h_top"].tobytes().hex():
             run.fail("receipts", f"receipt {k}: contradicts the ledger record at {pos}")
             continue
-        acct = run.accounts.get(body["account"])
-        if row[2] != body["account"] or row[3] != body["counter"] or acct is None or acct["tenant"] != body["tenant"]:
+        account, tenant, counter = names[int(r["account"])], names[int(r["tenant"])], int(r["counter"])
+        acct = run.accounts.get(account)
+        if row[2] != account or row[3] != counter or acct is None or acct["tenant"] != tenant:
             run.fail("receipts", f"receipt {k}: its account, tenant or counter contradicts the request opened at {pos}")
             continue
-        prev, dg = by_pos.get(pos), digest_of(body)
+        dg = r["digest"].tobytes()
+        if pos in by_pos:
+            prev: tuple[int | None, bytes] | None = (int(rows["k"][by_pos[pos]]), rows["digest"][by_pos[pos]].tobytes())
+        else:
+            i = int(np.searchsorted(prior_pos, pos))
+            prev = (
+                (None, bytes(st.rc_digest[i]))
+                if st is not None and i < prior_pos.size and prior_pos[i] == pos
+                else None
+            )
         if prev is not None and prev[1] != dg:
             first = "an earlier audit's receipt" if prev[0] is None else f"receipts {prev[0]}"
             run.fail("receipts", f"{first} and {k}: two different releases signed for one leaf ({pos})")
             continue
-        by_pos[pos] = (k, dg, body["account"], body["counter"])
-        key = (body["account"], body["counter"])
-        if key in by_request and by_request[key][1] != pos:
+        key = (account, counter)
+        if key not in by_request and st is not None:
+            if prior_request is None:
+                prior_request = {
+                    (st.accounts[int(a)], int(c)): int(p)
+                    for p, a, c in zip(st.rc_pos, st.rc_account, st.rc_counter, strict=True)
+                }
+            if key in prior_request:
+                by_request[key] = prior_request[key]
+        by_pos.setdefault(pos, j)  # (this run's receipts of one leaf differ: one signed body is one receipt)
+        if key in by_request and by_request[key] != pos:
             run.fail("receipts", f"receipt {k}: one request counter released at two positions")
             continue
-        by_request[key] = (k, pos)
-        if top is not None:
-            if top_commitment(np.asarray(top, dtype=np.int64), bytes.fromhex(body["nonce_top"])) != body["h_top"]:
-                run.rejected.append(
-                    f"receipt {k}: the citations the account supplied do not match h_top "
-                    "(the account's claim, not the provider's signature)"
-                )
+        by_request[key] = pos
+        if r["top_bad"]:
+            run.rejected.append(
+                f"receipt {k}: the citations the account supplied do not match h_top "
+                "(the account's claim, not the provider's signature)"
+            )
         run.ok("receipts")
-    run.checked["receipts_accepted"] = len(by_pos)
-    run.receipts_seen = {p: (dg, a, c) for p, (_, dg, a, c) in by_pos.items()}
+    run.receipts_seen = _seen(run, rows, names, by_pos)
+
+
+def _seen(run: Run, rows: np.ndarray, names: list[str], by_pos: dict[int, int]) -> SeenReceipts:
+    """The receipts accepted so far (§8.14): the state's, and this run's by leaf (the first accepted of a leaf)."""
+    st = run.prior
+    idx = np.asarray(sorted(by_pos.values()), dtype=np.int64)
+    mine = rows[idx]
+    pos, digest, counter = mine["pos"], mine["digest"].reshape(-1, 32), mine["counter"]
+    account = [names[int(a)] for a in mine["account"]]
+    if st is not None and st.rc_pos.size:
+        fresh = ~np.isin(st.rc_pos, pos)
+        pos = np.concatenate([st.rc_pos[fresh], pos])
+        digest = np.concatenate([np.asarray(st.rc_digest, dtype=np.uint8)[fresh], digest])
+        counter = np.concatenate([st.rc_counter[fresh], counter])
+        account = [st.accounts[int(a)] for a in st.rc_account[fresh]] + account
+    order = np.argsort(pos, kind="stable")
+    run.checked["receipts_accepted"] = int(pos.size)
+    return SeenReceipts(pos[order], digest[order], [account[int(i)] for i in order], counter[order])
 
 
 def digest_of(body: dict[str, Any]) -> bytes:

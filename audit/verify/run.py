@@ -10,7 +10,9 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Concatenate, NamedTuple, ParamSpec, TypeVar, cast
+
+import numpy as np
 
 from ..protocol.bundle import Bundle
 from ..protocol.encoding import EncodingError, hexbytes
@@ -40,6 +42,16 @@ class EpochView:
     pos: int
     policy: Policy | None
     seed: bytes | None
+
+
+class SeenReceipts(NamedTuple):
+    """The receipts §8.6 accepted (§8.14 keeps them): per leaf, in position order, its position, the digest of the
+    accepted body (32 bytes), the account and the counter."""
+
+    pos: np.ndarray
+    digest: np.ndarray
+    account: list[str]
+    counter: np.ndarray
 
 
 class Run:
@@ -98,8 +110,8 @@ class Run:
         #: (Q, account codes, positions, labels) (``coalition._coalition_estimate``)
         self.coalition_new: tuple[list[str], list[bytes]] = ([], [])
         self.coalition_rows: tuple[Any, Any, Any, Any] | None = None
-        #: the receipts §8.6 accepted, this run's and the state's: pos -> (digest of the body, account, counter)
-        self.receipts_seen: dict[int, tuple[bytes, str, int]] = {}
+        #: the receipts §8.6 accepted, this run's and the state's (None: §8.6 did not run, the state's stand)
+        self.receipts_seen: SeenReceipts | None = None
 
     @property
     def origin(self) -> str:

@@ -44,6 +44,8 @@ def test_lines_equal_split_however_the_bytes_arrive(data, cuts, block):
     want = expected(data)
     assert len(s) == len(want)
     assert list(s) == want
+    # each line's number in the file, blank lines counted (what a message about a receipt line names)
+    assert s.numbers.tolist() == [i for i, ln in enumerate(data.split(b"\n")) if ln]
     assert [s[k] for k in range(len(want))] == want
     assert s[1:-1] == want[1:-1] and s[::2] == want[::2] and s[5:2] == []
     if want:

@@ -149,7 +149,7 @@ def test_the_pool_runs_every_map(window, monkeypatch):
     assert seen == [
         ("_decode_error", "ok"),
         ("_opening_pos", "ok"),
-        ("_one_receipt", "ok"),
+        ("parse_chunk", "ok"),
         ("_request_in_worker", "ok"),
         ("_retrieval_job", "ok"),
     ]
