@@ -20,6 +20,7 @@ import numpy as np
 from ..protocol.policy import Policy
 from . import pool
 from .estimator import coalition_size
+from .qrows import SharedRows
 from .run import Run, guarded
 from .scan import extend_components
 
@@ -30,15 +31,18 @@ def row_digest(tenant: str, q: bytes) -> bytes:
 
 
 def _coalition_task(
-    embs: np.ndarray, accts: list[str], poss: list[int], theta: float, window: int | None
+    embs: np.ndarray | SharedRows, accts: list[str], poss: list[int], theta: float, window: int | None
 ) -> tuple[int, int, int]:
-    """(ĉ, the window used, the span of the positions): ``window`` None compares every pair of the log."""
+    """(ĉ, the window used, the span of the positions): ``window`` None compares every pair of the log. ``embs``
+    may be the checked Q's own memory file (``SharedRows``: mapped, not copied, in a background process)."""
+    if isinstance(embs, SharedRows):
+        embs = embs.array
     span = max(1, int(poss[-1] - poss[0]))
     w = span if window is None else window
     return coalition_size(embs, accts, theta, w, positions=poss), w, span
 
 
-def coalition_inputs(run: Run) -> tuple[np.ndarray, list[str], list[int]] | None:
+def coalition_inputs(run: Run) -> tuple[np.ndarray | SharedRows, list[str], list[int]] | None:
     """(Q of every new query leaf as an int16 matrix, their accounts, their positions), or None if there is nothing
     to estimate (no query, or Q of several dimensions): every query of the log from ``run.base``, but the exact
     repeats of an earlier query of the same tenant (the state's too, §8.14). ``run.coalition_new`` gets the new
@@ -57,11 +61,12 @@ def coalition_inputs(run: Run) -> tuple[np.ndarray, list[str], list[int]] | None
         rec = records[i]
         if rec["type"] != "query":
             continue
-        key = row_digest(rec["tenant"], run.qembs[i])
+        q = run.qembs[i]
+        key = row_digest(rec["tenant"], q)
         if key in seen:
             continue  # an exact repeat: the same citations as the first, no new release (module docstring)
         seen.add(key)
-        dims.add(len(run.qembs[i]) // 2)  # int16 entries (§8.7 checked them)
+        dims.add(len(q) // 2)  # int16 entries (§8.7 checked them)
         accts.append(records[i]["account"])
         poss.append(i)
         tenants.append(rec["tenant"])
@@ -69,10 +74,10 @@ def coalition_inputs(run: Run) -> tuple[np.ndarray, list[str], list[int]] | None
     run.coalition_new = (tenants, keys)
     if len(dims) > 1 or not dims:
         return None
-    embs = np.empty((len(poss), dims.pop()), dtype="<i2")  # filled in place: no per-query arrays (memory at scale)
-    for k, i in enumerate(poss):
-        embs[k] = np.frombuffer(run.qembs[i], dtype="<i2")
-    return embs, accts, poss
+    dim = dims.pop()
+    if not poss:  # nothing new (with a state): the state's rows alone
+        return np.zeros((0, dim), dtype="<i2"), accts, poss
+    return run.qembs.matrix(poss), accts, poss  # §8.7's own matrix when no query repeats (qrows.py)
 
 
 def _coalition_estimate(run: Run, theta: float, window: int | None) -> tuple[int, int, int] | None:
@@ -82,10 +87,11 @@ def _coalition_estimate(run: Run, theta: float, window: int | None) -> tuple[int
     got = coalition_inputs(run)
     client = pool.dask_client()
     if run.prior is None and client is None:
-        return None if got is None or not got[2] else _coalition_task(*got, theta, window)
+        return None if got is None or not got[2] else _coalition_task(*got, theta, window)  # in line
     if got is None:
         return None
-    embs, accts, poss = got
+    shared, accts, poss = got
+    embs = shared.array if isinstance(shared, SharedRows) else shared
     prior = run.prior
     if prior is None:  # on Dask, without a state: the same scan from no rows
         from .state import empty_state
@@ -157,4 +163,4 @@ def check_8_10_coalition(
         run.checked["coalition_estimate"] = c_hat
         return c_hat
     finally:
-        run.qembs = {}
+        run.qembs.clear()

@@ -407,8 +407,9 @@ def _dask_map(fn: Callable[[Any], Any], items: Sequence[Any], chunk: int | None)
 def background(task: Callable[..., Any], *args: Any) -> Callable[[], Any]:
     """Start ``task(*args)`` (a module-level function: it is pickled by name) in a fresh Python process (not a
     fork: a long-lived fork would end up holding a copy of every page the verifier touches meanwhile); the
-    arguments go pickled through its stdin (fed by a thread, so this returns at once) and the result comes back
-    pickled through its stdout. Returns a function that waits for the result: ``(value,)``, or None if the
+    arguments go pickled through its stdin (fed by a thread, so this returns at once) — a ``qrows.SharedRows`` as
+    its memory file's descriptor, which the child inherits and maps — and the result comes back pickled through
+    its stdout. Returns a function that waits for the result: ``(value,)``, or None if the
     child failed in any way (the caller then computes it in-process, raising what it raises)."""
     if workers() < 2:
         return lambda: None
@@ -417,6 +418,8 @@ def background(task: Callable[..., Any], *args: Any) -> Callable[[], Any]:
     import sys
     import threading
 
+    from .qrows import SharedRows
+
     try:
         payload = [pickle.dumps((task, args), protocol=pickle.HIGHEST_PROTOCOL)]  # dropped once written
         proc = subprocess.Popen(
@@ -424,6 +427,7 @@ def background(task: Callable[..., Any], *args: Any) -> Callable[[], Any]:
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
+            pass_fds=tuple(a.fd for a in args if isinstance(a, SharedRows)),  # mapped there, not copied
         )
     except Exception:  # noqa: BLE001
         return lambda: None

@@ -8,6 +8,7 @@ in ledger order and at most n."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any, cast
 
@@ -17,6 +18,7 @@ from ..protocol.registry import TYPES as REGISTRY_TYPES
 from ..protocol.request import qemb_commitment, request_hash, verify_request
 from ..protocol.retrieval import top_commitment
 from .pool import Lazy, fork_map
+from .qrows import QRows
 from .run import EpochView, Run, guarded, is_hex
 
 LEAF_KEYS = {"type", "h_req", "h_top", "h_charge"}
@@ -118,6 +120,26 @@ def _request_in_worker(ctx: _RequestCtx, item: tuple[int, bytes | None, bytes | 
     return _request_leaf(view, i)
 
 
+#: positions mapped at a time by §8.7: the results of one block (each with its Q) are held, not the log's
+REQUEST_BLOCK = 1 << 16
+
+
+def _in_blocks(
+    positions: list[int],
+    task: Callable[[Any], _LeafResult],
+    raw: Callable[[int], tuple[int, bytes | None, bytes | None]],
+    serial: Callable[[Any], _LeafResult],
+) -> Iterator[tuple[int, _LeafResult]]:
+    """(position, result) of §8.7 in ledger order, mapped a block at a time (each line read as its chunk is sent)."""
+    for a in range(0, len(positions), REQUEST_BLOCK):
+        block = positions[a : a + REQUEST_BLOCK]
+        results = cast(
+            "list[_LeafResult]",
+            fork_map(task, Lazy(len(block), lambda k, block=block: raw(block[k])), serial=serial),
+        )  # a serial path is given: never None
+        yield from zip(block, results, strict=True)
+
+
 @guarded("requests")
 def check_8_7_requests(run: Run) -> None:
     """§8.7, every leaf checked in the worker pool: the accepted leaves go to ``run.queries`` (ledger order) and
@@ -129,15 +151,9 @@ def check_8_7_requests(run: Run) -> None:
     def raw(i: int) -> tuple[int, bytes | None, bytes | None]:
         return i, None if run.records[i] is None else run.b.leaves[i], run.openings.line(i)
 
-    results = cast(
-        "list[_LeafResult]",
-        fork_map(
-            partial(_request_in_worker, _RequestCtx(run)),
-            Lazy(len(positions), lambda k: raw(positions[k])),  # each line read as its chunk is sent
-            serial=lambda item: _request_leaf(run, item[0]),
-        ),
-    )  # a serial path is given: never None
-    for i, res in zip(positions, results, strict=False):
+    run.qembs = QRows(len(positions))  # one int16 matrix (qrows.py), filled in ledger order
+    task = partial(_request_in_worker, _RequestCtx(run))
+    for i, res in _in_blocks(positions, task, raw, lambda item: _request_leaf(run, item[0])):
         if res is None:
             continue
         if isinstance(res[0], str):

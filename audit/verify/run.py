@@ -21,6 +21,7 @@ from ..protocol.policy import Policy
 from ..protocol.provider_keys import KeyChain
 from ..protocol.registry import Registry
 from .pool import cpu_seconds
+from .qrows import QRows
 
 if TYPE_CHECKING:
     from .scores import ScoreCache
@@ -85,7 +86,8 @@ class Run:
         #: their receipts and refusals are checked under
         self.receipt_keys: KeyChain | None = None
         self.openings = Openings(b.openings_lines)  # pos -> the opening, parsed on demand from its line
-        self.qembs: dict[int, bytes] = {}  # pos -> Q (int16 little-endian) of the leaves §8.7 accepted
+        #: pos -> Q (int16 little-endian) of the leaves §8.7 accepted, one matrix (qrows.py)
+        self.qembs: QRows = QRows()
         self.queries: list[int] = []  # positions of well-formed query / recovery leaves with a valid request
         self.scores: ScoreCache | None = None  # the scores of §4 (a scores.ScoreCache), made by their first reader
         self.leaf_hashes: list[bytes] = []  # of the leaves from ``base`` on (``leaf_hash``)
