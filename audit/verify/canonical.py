@@ -9,6 +9,7 @@ from typing import Any, cast
 
 from ..protocol.encoding import EncodingError, decode
 from .pool import Lazy, fork_map
+from .records import LeafRecords
 from .run import Run, guarded, is_int
 
 
@@ -56,8 +57,10 @@ def check_8_2_canonical(run: Run) -> None:
     """§8.2: the leaves (``run.records``: each parsed, or None) and the openings' positions, strictly increasing
     in [1, n) (``run.openings``)."""
     base = run.base
+    run.records = LeafRecords(base + len(run.b.leaves[base:]))  # one compact row per query leaf (records.py)
+    for _ in range(base):
+        run.records.append(None)
     if base:  # verified by earlier runs (§8.14): only the state leaves are kept, as they were checked
-        run.records = [None] * base
         for pos, raw in run.prior.control if run.prior is not None else ():
             run.records[pos] = json.loads(raw)
     for i, rec in enumerate(_decode_all(run.b.leaves[base:], "leaf %d", base), start=base):

@@ -88,7 +88,8 @@ class QRows:
         r = self._row(pos) if self._shared is not None else None
         if r is None or self._shared is None:
             raise KeyError(pos)
-        return self._shared.array[r].tobytes()
+        row: bytes = self._shared.array[r].tobytes()
+        return row
 
     def __contains__(self, pos: object) -> bool:
         return isinstance(pos, int) and (pos in self.odd or (self._shared is not None and self._row(pos) is not None))

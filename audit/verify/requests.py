@@ -134,10 +134,15 @@ def _in_blocks(
     for a in range(0, len(positions), REQUEST_BLOCK):
         block = positions[a : a + REQUEST_BLOCK]
         results = cast(
-            "list[_LeafResult]",
-            fork_map(task, Lazy(len(block), lambda k, block=block: raw(block[k])), serial=serial),
+            "list[_LeafResult]", fork_map(task, Lazy(len(block), partial(_raw_of, raw, block)), serial=serial)
         )  # a serial path is given: never None
         yield from zip(block, results, strict=True)
+
+
+def _raw_of(
+    raw: Callable[[int], tuple[int, bytes | None, bytes | None]], block: list[int], k: int
+) -> tuple[int, bytes | None, bytes | None]:
+    return raw(block[k])
 
 
 @guarded("requests")

@@ -22,6 +22,7 @@ from ..protocol.provider_keys import KeyChain
 from ..protocol.registry import Registry
 from .pool import cpu_seconds
 from .qrows import QRows
+from .records import LeafRecords
 
 if TYPE_CHECKING:
     from .scores import ScoreCache
@@ -69,7 +70,8 @@ class Run:
         self.rejected: list[str] = []
         self.checked: Counter[str] = Counter()
         self.progress = progress or (lambda step, n: None)
-        self.records: list[dict[str, Any] | None] = []
+        #: the parsed leaves (a dict, or None where one did not parse), set by §8.2 (records.py)
+        self.records: LeafRecords = LeafRecords(0)
         self.genesis: dict[str, Any] | None = None
         self.policy: Policy | None = None
         self.seed: bytes | None = None
