@@ -21,7 +21,7 @@ from dprag.accounting.protocols import Prompt
 from dprag.errors import InvalidParameterError
 
 
-def answer_key(model_names: Mapping[str, str], prompt: Prompt, max_tokens: int) -> str:
+def prompt_key(model_names: Mapping[str, str], prompt: Prompt, max_tokens: int) -> str:
     """The cache key of one voter's answer: a hash of the model names, the prompt and the answer length."""
     doc = json.dumps(
         {
@@ -38,7 +38,7 @@ def answer_key(model_names: Mapping[str, str], prompt: Prompt, max_tokens: int) 
 
 
 class AnswerCache:
-    """The voters' answers of the generator and embedder named in ``models`` (``Models.names``) by ``answer_key``;
+    """The voters' answers of the generator and embedder named in ``models`` (``Models.names``) by ``prompt_key``;
     with a ``path``, loaded from and appended to that JSON-lines file, without one, in memory only."""
 
     def __init__(self, path: str | os.PathLike | None = None, models: Mapping[str, str] | None = None):
@@ -76,7 +76,7 @@ class AnswerCache:
                 f.truncate(good_end)
 
     def key(self, prompt: Prompt, max_tokens: int) -> str:
-        return answer_key(self.models, prompt, max_tokens)
+        return prompt_key(self.models, prompt, max_tokens)
 
     def __len__(self) -> int:
         return len(self.answers)
