@@ -57,7 +57,7 @@ The package, one module per concern:
 - ``report``: ``report.md`` and the plots;
 - ``cli``: the command ``dprag demo`` (``demo``, ``main``);
 - ``calibration``: how τ and the mechanism were chosen on a public corpus (``dprag experiment
-  demo-calibration``).
+  demo-calibration``); ``answer_cache``: its progress lines and resumable cache of the voters' answers.
 """
 
 from dprag.lab.demo.analysis import DemoResult, Served

@@ -15,6 +15,7 @@ import numpy as np
 
 from dprag.accounting.protocols import Prompt
 from dprag.audit.protocol import commitments as cm
+from dprag.lab.demo.answer_cache import AnswerCache, StageLog
 from dprag.lab.demo.config import ANSWER_TOKENS, SCORE_CLIP, SCORE_SHIFT, DemoPrivacy
 from dprag.lab.demo.models import load_models
 from dprag.lab.demo.progress import Progress
@@ -242,7 +243,8 @@ _DEFAULT = DemoPrivacy()
     type=click.Choice(["tau", "answer-vote", "mechanism"]),
     default=None,
     help="run only tau_statistics (the embedder's score statistics), only answer_vote_grid, or only the choice "
-    "of the generation mechanism (lab/demo/coverage.py: coverage_grid and release_grid, about 20 CPU-minutes)",
+    "of the generation mechanism (lab/demo/coverage.py: coverage_grid and release_grid; with the defaults and "
+    "--passes 3: 3040 SmolLM2 prompts, 23 CPU-minutes)",
 )
 @click.option(
     "--corpus-seed",
@@ -337,6 +339,22 @@ _DEFAULT = DemoPrivacy()
 )
 @click.option("--seed", default="tune", show_default=True, help="seed of the mechanisms' randomness (text)")
 @click.option("--normalizer", default=_DEFAULT.normalizer, show_default=True, help="the public answer normaliser")
+@click.option(
+    "--cache",
+    "cache_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="JSON-lines file of the voters' answers (--only mechanism): read at the start, appended after every batch, "
+    "so a killed run resumes without generating them again; keyed by the model names, the prompt and the answer "
+    "length (an answer of other models or another length is never reused)",
+)
+@click.option(
+    "--progress-every",
+    type=click.FloatRange(min=0),
+    default=30.0,
+    show_default=True,
+    help="seconds between progress lines on stderr (stage, prompts answered / distinct prompts, elapsed, ETA)",
+)
 def demo_calibration(
     model: str,
     only: str | None,
@@ -356,6 +374,8 @@ def demo_calibration(
     passes: int,
     seed: str,
     normalizer: str,
+    cache_path: str | None,
+    progress_every: float,
 ) -> None:
     """The demo's calibration on the public calibration corpus (spec/demo.md): tau_statistics and
     answer_vote_grid, printed as one JSON object."""
@@ -368,6 +388,8 @@ def demo_calibration(
         support_max=support_max,
         n_distractors=distractors,
     )
+    log = StageLog(interval=progress_every)
+    log.stage("loading models", model)
     models = load_models(model, Progress(False).counter)
     result: dict = {
         "model": model,
@@ -377,6 +399,8 @@ def demo_calibration(
     if only == "mechanism":  # not in the default run: it answers every candidate's voters (spec/demo.md step 3)
         from dprag.lab.demo.coverage import coverage_grid, default_grid, release_candidates, release_grid
 
+        cache = AnswerCache(cache_path, models.names)
+        log.stage("coverage_grid", f"{len(default_grid())} candidates, no LLM")
         result["coverage_grid"] = coverage_grid(models.embedder, corpus, default_grid(), epsilon_q=epsilon)
         result["release_grid"] = release_grid(
             models.embedder,
@@ -388,6 +412,8 @@ def demo_calibration(
             key_words=key_words,
             normalizer=normalizer,
             tokens={"murag": max_tokens, "murag-ada": ada_tokens},
+            cache=cache,
+            log=log,
         )
         result["release_grid_settings"] = {
             "normalizer": normalizer,
@@ -397,8 +423,10 @@ def demo_calibration(
             "epsilon_q": epsilon,
         }
     if only in (None, "tau"):
+        log.stage("tau_statistics")
         result["tau_statistics"] = tau_statistics(models.embedder, corpus, tau=tau)
     if only in (None, "answer-vote"):
+        log.stage("answer_vote_grid", f"{questions} questions")
         grid = answer_vote_grid(
             models.embedder,
             models.generator,
@@ -422,4 +450,5 @@ def demo_calibration(
             "normalizer": normalizer,
             **grid_json(grid),
         }
+    log.stage("done")
     click.echo(json.dumps(result, indent=1, sort_keys=True))

@@ -26,6 +26,7 @@ from dprag.accounting.rag.answer_vote import AnswerVoteParams
 from dprag.accounting.rag.multi_query import MuRAG, MuRAGAda
 from dprag.accounting.stores import MemoryBudgetStore
 from dprag.audit.protocol import commitments as cm
+from dprag.lab.demo.answer_cache import AnswerCache, StageLog
 from dprag.lab.demo.config import ADA_EDGES, SCORE_CLIP, SCORE_SHIFT
 
 
@@ -196,6 +197,8 @@ def release_grid(
     seeds: int = 5,
     normalizer: str = "answer-keys-v1",
     tokens: Mapping[str, int] | None = None,
+    cache: AnswerCache | None = None,
+    log: StageLog | None = None,
 ) -> list[dict]:
     """The LLM's half of the choice, on the same replayed traffic as ``coverage_grid``: every voter of every
     candidate's Top-K answers its (question, one record) prompt (each pair once per answer length, cached: a voter's
@@ -204,7 +207,9 @@ def release_grid(
     release contains a gold answer (``lab.release_law.correct_chance``: the selection's exact law given the voters'
     answers, no draw) and, with ``seeds`` > 0, the share in ``seeds`` draws per question (a fallback counts as wrong
     in both: the Non-RAG answer of a 135M model rarely is). ``tokens``: the voters' answer length per algorithm
-    ("murag", "murag-ada"; default ``max_tokens`` for both). Sorted best first (expected share, then the draws')."""
+    ("murag", "murag-ada"; default ``max_tokens`` for both). ``cache``: the voters' answers already generated (a
+    killed run's, ``AnswerCache``; only the prompts it lacks are generated, and they are added to it); ``log``: the
+    progress lines (``StageLog``). Sorted best first (expected share, then the draws')."""
     from dprag.accounting.mechanisms.seen_key_selection import select_seen_key
     from dprag.accounting.protocols import Prompt
     from dprag.lab.release_law import correct_chance
@@ -212,6 +217,8 @@ def release_grid(
     from dprag.rag_adapters.metrics import contains_answer
 
     norm = NORMALIZERS[normalizer]
+    log = log if log is not None else StageLog(enabled=False)
+    log.stage("release_grid selection", f"the voters' Top-K of {len(candidates)} candidates over {passes} passes")
     length = {"murag": max_tokens, "murag-ada": max_tokens, **dict(tokens or {})}
 
     qd = cm.quantise_embeddings(np.asarray(embedder.embed(list(corpus.documents))))
@@ -242,12 +249,27 @@ def release_grid(
     need: dict = {}
     for (label, p, i), docs in tops.items():
         need.setdefault((length[algo_of[label]], p, i), set()).update(docs)
+    cache = cache if cache is not None else AnswerCache()
+    keys_of = {
+        (n_tok, p, i, d): cache.key(Prompt(runs_q[p][i].question, (corpus.documents[d],)), n_tok)
+        for (n_tok, p, i), docs in need.items()
+        for d in docs
+    }
+    distinct = set(keys_of.values())
+    done = sum(k in cache for k in distinct)
+    log.stage("release_grid generation", f"{len(distinct)} distinct voter prompts, {done} in the cache")
+    log.start_count(done)
     answers: dict = {}
     for (n_tok, p, i), docs in sorted(need.items()):
         item, ids = runs_q[p][i], sorted(docs)
-        if ids:
-            outs = generator.generate_many([Prompt(item.question, (corpus.documents[d],)) for d in ids], n_tok)
-            answers.update({(n_tok, p, i, d): a for d, a in zip(ids, outs, strict=True)})
+        todo = [d for d in ids if keys_of[(n_tok, p, i, d)] not in cache]
+        if todo:
+            outs = generator.generate_many([Prompt(item.question, (corpus.documents[d],)) for d in todo], n_tok)
+            cache.put_many([(keys_of[(n_tok, p, i, d)], a) for d, a in zip(todo, outs, strict=True)])
+            done += len(todo)
+        answers.update({(n_tok, p, i, d): cache.get(keys_of[(n_tok, p, i, d)]) for d in ids})
+        log.count(done, len(distinct))
+    log.stage("release_grid scoring", f"{len(candidates)} candidates x {len(key_words)} key lengths")
     rows = []
     for c in candidates:
         if c.epsilon_rag(epsilon_q) <= 0:

@@ -33,6 +33,8 @@ from dprag.lab.experiments.defaults import ADA_ANSWER_VOTE_TOKENS, RUN_WIDE
 from dprag.rag_adapters.answer_keys import answer_key, answer_key_v2
 from dprag.rag_adapters.datasets.clinic import generate_clinic_corpus
 
+ROOT = Path(__file__).resolve().parents[2]
+
 
 def test_demo_defaults_are_the_experiments_defaults():
     p = DemoPrivacy()
@@ -50,6 +52,28 @@ def test_demo_defaults_are_the_experiments_defaults():
         16,
         30,
     )
+
+
+def _candidate_of(p: DemoPrivacy) -> str:
+    if p.algorithm == "murag":
+        return f"murag tau={p.tau} m={p.m} delta={p.vote_delta:g}"
+    return f"murag-ada K={p.m * p.docs_per_voter} eps_thr={p.epsilon_thr:g} delta={p.vote_delta:g}"
+
+
+def test_default_mechanism_is_the_calibrations_choice():
+    """The committed calibration (results/demo_calibration/release_grid_v2.json, public corpus only) ranks its
+    candidates by the exact expected share of correct releases; among those whose composed δ stays <= 1e-4 (δ_q =
+    1e-6 at M = 1) and at the defaults' 2 key words, the best is the demo's default."""
+    data = json.loads((ROOT / "results" / "demo_calibration" / "release_grid_v2.json").read_text())
+    assert data["corpus"]["seed"] == "dprag-demo/public-calibration"  # the public corpus, no tenant's data
+    assert data["release_grid_settings"]["normalizer"] == "answer-keys-v2"
+    rows = [r for r in data["release_grid"] if r["key_words"] == 2 and r["candidate"].endswith("delta=1e-06")]
+    best = max(rows, key=lambda r: r["expected_correct"])
+    p = DemoPrivacy()
+    assert best["candidate"] == _candidate_of(p)
+    assert best["answer_tokens"] == p.max_tokens
+    # ε_q is the same 4 for every candidate: the composed ε stays 9.8752
+    assert p.vote_epsilon + (p.epsilon_thr if p.algorithm == "murag-ada" else 0.0) == 4.0
 
 
 # ----------------------------------------------------------------------------------------------------------
