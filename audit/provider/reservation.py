@@ -32,6 +32,7 @@ from dprag.errors import InvalidParameterError
 
 from ..protocol.errors import RequestError, ServiceBusyError
 from ..protocol.policy import Policy
+from .models import declares_failure_free_sessions
 
 __all__ = [
     "DEFAULT_FRACTION",
@@ -87,8 +88,10 @@ def worst_case_bytes(generator: object, policy: Policy, question: str) -> int:
 
 def hosted_need(generator: object) -> int:
     """1 (the hosted slot) for a generator without ``worst_case_bytes`` — a text-only model whose calls leave the
-    process, with wall-clock deadlines that another request's calls beside it could move — else 0."""
-    return 0 if callable(getattr(generator, "worst_case_bytes", None)) else 1
+    process, with wall-clock deadlines that another request's calls beside it could move — else 0 (it reserves
+    its bytes instead, or declares ``failure_free_sessions``: nothing of it can fail, whatever runs beside it)."""
+    isolated = callable(getattr(generator, "worst_case_bytes", None)) or declares_failure_free_sessions(generator)
+    return 0 if isolated else 1
 
 
 class Reservations:

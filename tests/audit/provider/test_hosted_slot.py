@@ -121,3 +121,11 @@ def test_the_slot_is_taken_only_by_generators_without_a_worst_case():
     assert hosted_need(HostedToyLLM()) == 1
     assert hosted_need(ToyTextGenerator()) == 1  # seen only through text: the same rule as a hosted API
     assert hosted_need(ToyGenerator()) == 0  # reserves its bytes instead
+
+    class FailureFree:
+        failure_free_sessions = True
+
+    class Truthy:
+        failure_free_sessions = "yes"  # only True itself declares it
+
+    assert hosted_need(FailureFree()) == 0 and hosted_need(Truthy()) == 1
