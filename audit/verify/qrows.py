@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import weakref
 from typing import Any
 
 import numpy as np
@@ -56,6 +57,7 @@ class QRows:
         self.n = 0
         self.dim: int | None = None
         self._fd: int | None = None
+        self._closer: weakref.finalize[Any, Any] | None = None
         self._shared: SharedRows | None = None
         self._pos = np.zeros(0, dtype=np.int64)  # the rows' positions, increasing (8 B a row)
         self.odd: dict[int, bytes] = {}
@@ -63,6 +65,7 @@ class QRows:
     def _open(self, dim: int) -> None:
         self.dim = dim
         self._fd = os.memfd_create("dprag-q", 0)
+        self._closer = weakref.finalize(self, os.close, self._fd)  # closed by clear(), or when the store goes
         os.ftruncate(self._fd, max(1, self.capacity * dim * 2))  # sparse: a page exists once written
         self._shared = SharedRows(self._fd, self.capacity, dim, writable=True)
         self._pos = np.empty(self.capacity, dtype=np.int64)
@@ -117,8 +120,8 @@ class QRows:
         if self._shared is not None:
             self._shared.close()
             self._shared = None
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        if self._closer is not None:
+            self._closer()
+            self._closer, self._fd = None, None
         self.n, self.dim = 0, None
         self._pos, self.odd = np.zeros(0, dtype=np.int64), {}

@@ -56,6 +56,21 @@ def test_the_whole_matrix_is_shared_not_copied():
     assert len(wire) < 200  # its descriptor and shape travel, not its 768,000 bytes
 
 
+def test_no_descriptor_outlives_its_store():
+    """A verifier that never reaches the coalition check (which clears the store) must not leak its memory file:
+    a long-lived process verifies many bundles."""
+    import gc
+    import os
+
+    before = len(os.listdir("/proc/self/fd"))
+    for _ in range(50):
+        store = QRows(10)
+        store[1] = np.zeros(4, dtype="<i2").tobytes()
+        del store
+    gc.collect()
+    assert len(os.listdir("/proc/self/fd")) == before
+
+
 @pytest.mark.integration  # a fresh process
 @pytest.mark.skipif(pool.workers() < 2, reason="background runs in line on one core")
 def test_a_background_process_maps_the_same_rows():
