@@ -11,6 +11,7 @@ accepted: the coalition check then reports several dimensions) is kept aside as 
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 import weakref
@@ -42,10 +43,8 @@ class SharedRows:
     def close(self) -> None:
         self.array = np.zeros((0, self.dim), dtype="<i2")
         if self._map is not None:
-            try:
+            with contextlib.suppress(BufferError):  # a view is still held elsewhere: the mapping goes with the last
                 self._map.close()
-            except BufferError:  # a view of it is still held elsewhere: the mapping goes with the last one
-                pass
             self._map = None
 
 
