@@ -188,7 +188,6 @@ class ReceiptTable:
     def join(chunks: list[Chunk], keep_row: np.ndarray) -> tuple[np.ndarray, list[str]]:
         """The chunks' rows (those whose line ``keep_row`` marks, by the row's index among all rows) with their codes
         mapped to one list of names."""
-        names: list[str] = []
         code: dict[str, int] = {}
         parts = []
         for c in chunks:

@@ -6,14 +6,13 @@ receipt FAILs the bundle if the ledger contradicts it (truncation, a fork, anoth
 from __future__ import annotations
 
 import copy
-import hashlib
 from collections.abc import Sequence
 from functools import partial
 from typing import Any, cast
 
 import numpy as np
 
-from ..protocol.encoding import EncodingError, decode_content, encode, excerpt
+from ..protocol.encoding import EncodingError, decode_content, excerpt
 from ..protocol.ledger import NoteVerifier
 from ..protocol.ledger.proof import ConsistencyProof, verify_consistency
 from ..protocol.receipts import verify_refusal
@@ -539,11 +538,6 @@ def _seen(run: Run, rows: np.ndarray, names: list[str], by_pos: dict[int, int]) 
     order = np.argsort(pos, kind="stable")
     run.checked["receipts_accepted"] = int(pos.size)
     return SeenReceipts(pos[order], digest[order], [account[int(i)] for i in order], counter[order])
-
-
-def digest_of(body: dict[str, Any]) -> bytes:
-    """The digest of a signed receipt body (what the state keeps of a receipt it accepted, §8.14)."""
-    return hashlib.sha256(encode(body)).digest()
 
 
 def request_row(run: Run, pos: int) -> tuple[str, str, str, int] | None:
