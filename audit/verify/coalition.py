@@ -99,9 +99,9 @@ def _coalition_estimate(run: Run, theta: float, window: int | None) -> tuple[int
         prior = empty_state("", None, "", {}, embs.shape[1])
     names = prior.accounts
     codes = np.concatenate([prior.co_account, np.asarray([prior.account_code(a) for a in accts], dtype=np.int64)])
-    rows = np.concatenate([prior.co_rows.reshape(-1, embs.shape[1]), embs])
-    pos = np.concatenate([prior.co_pos, np.asarray(poss, dtype=np.int64)])
     start = prior.co_rows.shape[0]
+    rows = embs if not start else np.concatenate([prior.co_rows.reshape(-1, embs.shape[1]), embs])  # (no copy)
+    pos = np.concatenate([prior.co_pos, np.asarray(poss, dtype=np.int64)])
     labels, c_hat = extend_components(rows, codes, len(names), theta, window, pos, start, prior.co_labels, client)
     run.coalition_rows = (rows, codes, pos, labels)
     if not rows.shape[0]:

@@ -385,23 +385,54 @@ def _apply_chunk(chunk: list[Any], fn: Callable[[Any], Any]) -> list[Any]:
     return [fn(x) for x in chunk]
 
 
+#: items per chunk of a Dask map (at most), and chunks in flight per worker: the verifier holds at most
+#: ``DASK_IN_FLIGHT`` x workers chunks and their results beyond what it has already taken (§8 item 13)
+DASK_CHUNK_MAX = 2048
+DASK_IN_FLIGHT = 2
+
+
 def _dask_map(fn: Callable[[Any], Any], items: Sequence[Any], chunk: int | None) -> list[Any] | None:
     """``[fn(x) for x in items]`` on the Dask cluster: ``fn`` (with the context it carries) scattered to every
-    worker once, the items in chunks; None on any failure (``fork_map`` then runs the map here, so errors are
-    exactly the in-process ones)."""
+    worker once, then the items a chunk at a time, ``DASK_IN_FLIGHT`` chunks per worker in flight — a chunk is
+    sliced from ``items`` (so a ``Lazy`` sequence is read) only when one before it has come back, and each result
+    is taken as it arrives, its future released — so neither this process (where a LocalCluster's scheduler also
+    runs) nor the cluster ever holds the whole map's items or results at once. None on any failure (``fork_map``
+    then runs the map here, so errors are exactly the in-process ones)."""
     client = _DASK
     try:
+        from distributed import as_completed
+
         n = max(1, len(client.scheduler_info().get("workers", {})))
-        size = max(64, -(-len(items) // (4 * n)))  # (``chunk`` is the local pipes' size: not used here)
+        size = max(1, min(DASK_CHUNK_MAX, -(-len(items) // (4 * n))))  # (``chunk``: the local pipes' size)
         [task] = client.scatter([fn], broadcast=True, hash=False)
-        chunks = [items[a : a + size] for a in range(0, len(items), size)]
-        futs = client.map(_apply_chunk, chunks, fn=task, pure=False)
-        parts = client.gather(futs)
+        starts = iter(range(0, len(items), size))
+        parts: dict[int, list[Any]] = {}
+
+        def submit() -> Any:
+            a = next(starts, None)
+            if a is None:
+                return None
+            fut = client.submit(_apply_chunk, list(items[a : a + size]), fn=task, pure=False)
+            index[fut.key] = a
+            return fut
+
+        index: dict[str, int] = {}
+        first = [f for f in (submit() for _ in range(DASK_IN_FLIGHT * n)) if f is not None]
+        done = as_completed(first, with_results=True)
+        del first
+        for fut, part in done:
+            parts[index.pop(fut.key)] = part
+            del fut, part  # (the future's last reference here: the cluster lets its result go)
+            nxt = submit()
+            if nxt is not None:
+                done.add(nxt)
+                del nxt
+        del task
     except Exception:  # noqa: BLE001 — a worker's failure: the map reruns in this process
         DASK_STATS["fallbacks"] += 1
         return None
     DASK_STATS["maps"] += 1
-    return [x for part in parts for x in part]
+    return [x for a in sorted(parts) for x in parts.pop(a)]
 
 
 def background(task: Callable[..., Any], *args: Any) -> Callable[[], Any]:

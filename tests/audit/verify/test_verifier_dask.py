@@ -98,3 +98,36 @@ def test_the_cli_runs_on_a_local_cluster_of_its_own(base, capsys):
     assert main([*args, "--scheduler", "tcp://127.0.0.1:9"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--scheduler" in err[0], err
+
+
+def test_a_dask_map_reads_its_items_a_few_chunks_ahead(cluster, monkeypatch):
+    """The maps stream on Dask as in the local pool: a chunk is read from its (lazy) items only when one before it
+    has come back, and results come back in order, every item read once. Submitting every chunk up front (the old
+    map) read all 200,000 items before the first chunk's failure was seen; here at most 16 chunks of 2,048."""
+    import time
+
+    monkeypatch.setenv("DPRAG_VERIFY_WORKERS", "1")  # the fallback after a failure: this process, serial=None
+    reads = [0]
+
+    def make(k: int) -> int:
+        reads[0] += 1
+        return k
+
+    def square(x: int) -> int:
+        return x * x
+
+    with pool.dask_engine(cluster, None):
+        got = pool.fork_map(square, pool.Lazy(20_000, make))
+        assert got == [k * k for k in range(20_000)] and reads[0] == 20_000
+
+        def fails_first(x: int) -> int:
+            if x == 0:
+                raise ValueError("the first chunk fails at once")
+            time.sleep(1e-5)  # every other chunk takes ~20 ms
+            return x
+
+        reads[0] = 0
+        before = pool.DASK_STATS["fallbacks"]
+        assert pool.fork_map(fails_first, pool.Lazy(200_000, make), serial=None) is None
+        assert pool.DASK_STATS["fallbacks"] == before + 1
+        assert reads[0] <= 16 * pool.DASK_CHUNK_MAX, reads[0]
