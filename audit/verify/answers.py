@@ -73,7 +73,7 @@ def _replay_answers(run: Run, valid: Sequence[ValidReceipt], generator: object, 
             question is None
             or op is None
             or texts is None
-            or pos not in run.queries
+            or not run.is_query(pos)
             or rec.get("h_req") != body["h_req"]
         ):
             continue

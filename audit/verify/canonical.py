@@ -85,5 +85,5 @@ def check_8_2_canonical(run: Run) -> None:
             run.fail("canonical", f"opening line {k}: pos must increase and lie in [1, {run.n})")
         else:
             last = pos
-            run.openings.line_of[pos] = k
+            run.openings.set(pos, k)
     run.progress("canonical", len(run.b.leaves) + len(run.b.openings_lines))

@@ -50,7 +50,7 @@ def coalition_inputs(run: Run) -> tuple[np.ndarray | SharedRows, list[str], list
     accts: list[str] = []
     poss: list[int] = []
     tenants: list[str] = []
-    keys: list[bytes] = []
+    keys = bytearray()  # 16 bytes a row, end to end
     dims: set[int] = set()
     prior = run.prior
     seen: set[bytes] = set() if prior is None else {bytes(k) for k in prior.co_digest}
@@ -70,8 +70,8 @@ def coalition_inputs(run: Run) -> tuple[np.ndarray | SharedRows, list[str], list
         accts.append(records[i]["account"])
         poss.append(i)
         tenants.append(rec["tenant"])
-        keys.append(key)
-    run.coalition_new = (tenants, keys)
+        keys += key
+    run.coalition_new = (tenants, bytes(keys))
     if len(dims) > 1 or not dims:
         return None
     dim = dims.pop()

@@ -239,7 +239,7 @@ def carry(run: Run, sf: StateFile, origin: str, pinned: str | None) -> AuditorSt
     base = run.base
     old = run.prior if run.prior is not None else empty_state(origin, pinned, VERIFIER, sf.options, 1)
     n = max(run.n, old.size)
-    new_hashes = np.frombuffer(b"".join(run.leaf_hashes), dtype=np.uint8).reshape(-1, 32)
+    new_hashes = np.frombuffer(run.leaf_hashes, dtype=np.uint8).reshape(-1, 32)
     if new_hashes.shape[0] != run.n - base:  # the ledger check did not hash the leaves: hash them here
         new_hashes = np.frombuffer(b"".join(hash_leaf(x) for x in run.b.leaves[base:]), dtype=np.uint8)
         new_hashes = new_hashes.reshape(-1, 32)
@@ -314,7 +314,7 @@ def _coalition(run: Run, old: AuditorState) -> dict[str, np.ndarray]:
         }
     rows, codes, pos, labels = run.coalition_rows
     keys = run.coalition_new[1]
-    digest = np.concatenate([old.co_digest, np.frombuffer(b"".join(keys), dtype=np.uint8).reshape(-1, 16)])
+    digest = np.concatenate([old.co_digest, np.frombuffer(keys, dtype=np.uint8).reshape(-1, 16)])
     return {"co_rows": rows, "co_account": codes, "co_pos": pos, "co_labels": labels, "co_digest": digest}
 
 

@@ -172,7 +172,7 @@ def check_8_5_ledger(run: Run, receipt_sizes: set[int], trusted: bytes | None, p
     roots of every prefix a checkpoint or receipt names go to ``run.prefix_roots`` for §8.6. A trusted checkpoint
     that does not open under the bundle's key but does under the auditor's ``pinned`` key is a rewrite."""
     n = run.n
-    run.leaf_hashes = [hash_leaf(x) for x in run.b.leaves[run.base :]]  # the state holds those below base
+    run.leaf_hashes = b"".join(map(hash_leaf, run.b.leaves[run.base :]))  # 32 B each; the state's below base
     run.progress("ledger", n)
     if run.keys is None or run.genesis is None:
         return None

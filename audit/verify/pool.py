@@ -149,8 +149,7 @@ class WorkerPool:
         try:
             for c in self.conns:
                 c.send_bytes(task)
-            del task
-            starts = iter(enumerate(range(0, len(items), size)))
+                starts = iter(enumerate(range(0, len(items), size)))
             out: list[Any] = [None] * (-(-len(items) // size))
             busy: dict[Connection, tuple[int, int]] = {}  # connection -> (worker, chunk number)
             failed = False
@@ -243,9 +242,23 @@ def running(bundle_path: str | os.PathLike[str], receipts: str | os.PathLike[str
 
 def release() -> None:
     """The last map is done (after the retrieval replay): the outermost ``verify`` closes its pool, so the idle
-    workers' pages go before the coalition estimate starts."""
+    workers' pages go before the coalition estimate starts, and gives back the heap the replay freed (``trim``)."""
     if _LOCAL.depth == 1:
         close_pool()
+    trim()
+
+
+def trim() -> None:
+    """Give the C heap's free pages back to the system (glibc's ``malloc_trim``): the parses and maps free far
+    more than the verifier keeps, and the allocator holds freed pages in the middle of its heap until asked
+    (spec/protocol.md §8 item 13). A no-op where the C library has no ``malloc_trim``."""
+    import ctypes
+
+    try:
+        fn = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return
+    fn(0)
 
 
 def cpu_seconds() -> float:
@@ -427,7 +440,6 @@ def _dask_map(fn: Callable[[Any], Any], items: Sequence[Any], chunk: int | None)
             if nxt is not None:
                 done.add(nxt)
                 del nxt
-        del task
     except Exception:  # noqa: BLE001 — a worker's failure: the map reruns in this process
         DASK_STATS["fallbacks"] += 1
         return None

@@ -18,7 +18,7 @@ from ..protocol.ledger.proof import ConsistencyProof, verify_consistency
 from ..protocol.receipts import verify_refusal
 from ..protocol.request import request_hash
 from .inputs import AuditorInputs
-from .pool import Lazy, fork_map, workers
+from .pool import Lazy, fork_map, trim, workers
 from .receipt_lines import OTHER_LOG, Chunk, ReceiptCtx, ReceiptTable, parse_chunk
 from .run import Run, SeenReceipts, guarded, is_int
 
@@ -398,6 +398,9 @@ def check_8_6_receipts(run: Run, evidence: Evidence) -> None:
         _check_refusals(run)
     _against_the_ledger(run, table)
     table.drop_rows()
+    keep = run.prefix_roots.get(run.n)  # the roots of the receipts' sizes are read; the verdict names the whole log's
+    run.prefix_roots = {} if keep is None else {run.n: keep}
+    trim()  # the receipts' parse and rows are gone
 
 
 def _prior_receipt_rows(run: Run) -> list[int]:

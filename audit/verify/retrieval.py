@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import secrets
+from collections.abc import Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any, cast
 
@@ -44,7 +45,7 @@ _JobSpec = tuple[str, int, int, bool, list[tuple[int, str, str]]]
 
 
 @guarded("retrieval")
-def check_8_8_retrieval(run: Run, chosen: list[int]) -> None:
+def check_8_8_retrieval(run: Run, chosen: Sequence[int]) -> None:
     """Per chosen leaf: the citations are the top-K of the exact scores plus the committed-seed noise and open
     h_top. Vectorised over jobs of up to 256 leaves of one tenant (one matrix product for the scores, one
     pass of the table's sampler over the concatenated streams, a row-wise top-K), run in the forked workers;
@@ -56,7 +57,7 @@ def check_8_8_retrieval(run: Run, chosen: list[int]) -> None:
     if chosen and run.scores is None:
         run.scores = ScoreCache(run)
     cache = run.scores
-    plans: list[tuple[list[int], list[tuple[int, str | None]], list[int]]] = []
+    plans: list[tuple[Sequence[int], list[tuple[int, str | None]], list[int]]] = []
     jobs: list[_JobSpec] = []
     room = cache.budget if cache is not None else 0
     scored = cast("ScoreCache", cache)  # made above whenever a leaf is chosen
@@ -163,7 +164,7 @@ def _retrieval_job(run: _RetrievalCtx, job: _Job) -> tuple[list[tuple[int, str |
         return None
 
 
-def _retrieval_one_by_one(run: Run, block: list[int], table: DiscreteGaussianTable | None) -> None:
+def _retrieval_one_by_one(run: Run, block: Sequence[int], table: DiscreteGaussianTable | None) -> None:
     """§8.8 leaf by leaf (the plain replay; the vectorised path falls back to it on anything unexpected)."""
     for i in block:
         rec, op = cast("dict[str, Any]", run.records[i]), run.openings[i]
@@ -214,13 +215,15 @@ def _sample(items: list[int], k: int) -> list[int]:
     return pool[:k]
 
 
-def sample_leaves(queries: list[int], mode: str, samples: int | None, sampled: list[tuple[int, int]]) -> list[int]:
+def sample_leaves(
+    queries: Sequence[int], mode: str, samples: int | None, sampled: list[tuple[int, int]]
+) -> Sequence[int]:
     """The query leaves §8.8 replays: ``full`` checks every leaf; ``sampled`` checks ``samples`` leaves drawn
     uniformly without replacement by the verifier's own CSPRNG, and appends the sample's size ``(s, N)`` (s of the
     N query leaves) to ``sampled`` (``sampling_guarantee`` states what the samples detect)."""
-    positions = list(queries)
     if mode != "sampled":
-        return positions
+        return queries
+    positions = list(queries)
     k = min(cast(int, samples), len(positions))  # sampled mode: --samples >= 1 (inputs.py)
     sampled.append((k, len(positions)))
     return sorted(_sample(positions, k))

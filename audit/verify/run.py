@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import functools
 import json
+import operator
 import time
+from array import array
+from bisect import bisect_left
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -90,9 +93,11 @@ class Run:
         self.openings = Openings(b.openings_lines)  # pos -> the opening, parsed on demand from its line
         #: pos -> Q (int16 little-endian) of the leaves §8.7 accepted, one matrix (qrows.py)
         self.qembs: QRows = QRows()
-        self.queries: list[int] = []  # positions of well-formed query / recovery leaves with a valid request
+        #: positions of well-formed query / recovery leaves with a valid request, increasing (8 bytes each)
+        self.queries: array[int] = array("q")
         self.scores: ScoreCache | None = None  # the scores of §4 (a scores.ScoreCache), made by their first reader
-        self.leaf_hashes: list[bytes] = []  # of the leaves from ``base`` on (``leaf_hash``)
+        #: the hashes of the leaves from ``base`` on, 32 bytes each, end to end (``leaf_hash``)
+        self.leaf_hashes: bytes = b""
         self.prefix_roots: dict[int, bytes] = {}
         #: the signed refusals an account handed over: (receipts line, refusal body, the account's request or None)
         self.refusals: list[tuple[int, dict[str, Any], dict[str, Any] | None]] = []
@@ -112,7 +117,7 @@ class Run:
         self.keeps_state = False
         #: the coalition check's new rows (their tenants and keys) and, with a state, every row's
         #: (Q, account codes, positions, labels) (``coalition._coalition_estimate``)
-        self.coalition_new: tuple[list[str], list[bytes]] = ([], [])
+        self.coalition_new: tuple[list[str], bytes] = ([], b"")
         self.coalition_rows: tuple[Any, Any, Any, Any] | None = None
         #: the receipts §8.6 accepted, this run's and the state's (None: §8.6 did not run, the state's stand)
         self.receipts_seen: SeenReceipts | None = None
@@ -151,7 +156,15 @@ class Run:
         """The hash of the leaf at ``pos`` (below ``base``: the state's)."""
         if pos < self.base and self.prior is not None:
             return bytes(self.prior.leaf_hashes[pos])
-        return self.leaf_hashes[pos - self.base]
+        k = 32 * (pos - self.base)
+        if not 0 <= k < len(self.leaf_hashes):
+            raise IndexError(f"no leaf hash at position {pos}")
+        return self.leaf_hashes[k : k + 32]
+
+    def is_query(self, pos: int) -> bool:
+        """Whether §8.7 accepted the leaf at ``pos`` (``queries``)."""
+        k = bisect_left(self.queries, pos)
+        return k < len(self.queries) and self.queries[k] == pos
 
     def fail(self, check: str, what: str) -> None:
         if len(self.reasons) < MAX_REASONS:
@@ -202,29 +215,47 @@ class Openings:
 
     def __init__(self, lines: Sequence[bytes]):
         self.lines = lines
-        self.line_of: dict[int, int] = {}  # pos -> its line in auditor/openings.jsonl
+        self._line_of = np.full(0, -1, dtype=np.int64)  # pos -> its line in auditor/openings.jsonl, -1: none
+
+    def set(self, pos: int, k: int) -> None:
+        """The opening at ``pos`` (>= 0) is line ``k`` (8 bytes per ledger position, not a dict's ~100)."""
+        if pos >= self._line_of.size:
+            grown = np.full(max(pos + 1, 2 * self._line_of.size), -1, dtype=np.int64)
+            grown[: self._line_of.size] = self._line_of
+            self._line_of = grown
+        self._line_of[pos] = k
+
+    def _k(self, pos: int) -> int:
+        try:
+            p = operator.index(pos)
+        except TypeError:
+            return -1
+        return int(self._line_of[p]) if 0 <= p < self._line_of.size else -1
 
     def line(self, pos: int) -> bytes | None:
-        k = self.line_of.get(pos)
-        return None if k is None else self.lines[k]
+        k = self._k(pos)
+        return None if k < 0 else self.lines[k]
 
     def get(self, pos: int, default: Any = None) -> Any:
         line = self.line(pos)
         return default if line is None else json.loads(line)
 
     def __getitem__(self, pos: int) -> dict[str, Any]:
-        op: dict[str, Any] = json.loads(self.lines[self.line_of[pos]])
+        line = self.line(pos)
+        if line is None:
+            raise KeyError(pos)
+        op: dict[str, Any] = json.loads(line)
         return op
 
     def __contains__(self, pos: int) -> bool:
-        return pos in self.line_of
+        return self._k(pos) >= 0
 
     def drop(self) -> None:
         """No reader is left: let the lines go (memory at scale; a spool is closed)."""
         close = getattr(self.lines, "close", None)
         if close is not None:
             close()
-        self.lines, self.line_of = [], {}
+        self.lines, self._line_of = [], np.full(0, -1, dtype=np.int64)
 
 
 def guarded(

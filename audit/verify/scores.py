@@ -4,6 +4,7 @@ query scored once, kept compact within a memory budget, §8 item 13)."""
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from typing import Any, cast
 
 import numpy as np
@@ -38,8 +39,12 @@ class Scorer:
 
 
 class ScoreCache(Scorer):
-    """The scores of §4 (``Scorer``), each query scored once: kept compact within ``budget`` bytes; beyond it
-    the oldest blocks are dropped and re-scored on demand (bounded memory at any window size)."""
+    """The scores of §4 (``Scorer``), each query scored once: kept compact within ``budget`` bytes, and read once.
+    The checks consume scores in ledger order (the retrieval replay keeps them, the generation check reads them), so
+    when the budget is full the oldest blocks stay and newer ones are not kept (they are scored again when read;
+    an empty cache keeps one block whatever its size, so a sequential reader scores each block once); a block goes
+    as soon as each of its rows has been read. What it holds per query besides the blocks: two int32
+    (its block and row), indexed by the query's place in ``run.queries`` (spec/protocol.md §8 item 13)."""
 
     BLOCK = 256
     BUDGET = 384 << 20
@@ -49,81 +54,100 @@ class ScoreCache(Scorer):
         super().__init__(cast(Policy, run.policy), {t: v["qf"] for t, v in run.tenants.items()})
         self.run = run
         self.budget = self.BUDGET if budget is None else budget
-        self.rows: dict[int, tuple[int, int]] = {}  # pos -> (block id, row)
-        self.blocks: dict[int, np.ndarray] = {}  # block id -> compact matrix (insertion order = age)
+        self.queries = run.queries  # positions, increasing
+        self._block = np.full(len(self.queries), -1, dtype=np.int32)  # query index -> its block id, -1: none
+        self._at = np.zeros(len(self.queries), dtype=np.int32)  # query index -> its row in that block
+        self._odd: dict[int, tuple[int, int]] = {}  # pos -> (block id, row), for a position not in ``queries``
+        self.blocks: dict[int, np.ndarray] = {}  # block id -> compact matrix
+        self._unread: dict[int, int] = {}  # block id -> its rows not yet read
         self.held = 0
         self.next_id = 0
-        self.order = {p: k for k, p in enumerate(run.queries)}
+
+    def _index(self, p: int) -> int:
+        """The place of ``p`` in ``queries``, or -1."""
+        k = bisect_left(self.queries, p)
+        return k if k < len(self.queries) and self.queries[k] == p else -1
 
     def _score(self, positions: list[int]) -> np.ndarray:
         """int64 scores of the given positions (one tenant), computed now."""
         run = self.run
         return self.score_rows(_records(run)[positions[0]]["tenant"], [run.qembs[p] for p in positions])
 
-    def _keep(self, positions: list[int], s: np.ndarray) -> None:
-        self.keep_compact(positions, self.compact(s))
-
     def keep_compact(self, positions: list[int], m: np.ndarray) -> None:
+        """Keep the compact scores ``m`` of ``positions`` (row k: positions[k]) if the budget has room for them."""
+        if self.blocks and self.held + m.nbytes > self.budget:
+            return  # full: the older blocks are read first (an empty cache keeps one block, whatever its size)
         bid = self.next_id
         self.next_id += 1
         self.blocks[bid] = m
+        self._unread[bid] = 0
         self.held += m.nbytes
         for k, p in enumerate(positions):
-            self.rows[p] = (bid, k)
-        while self.held > self.budget and len(self.blocks) > 1:
-            old = next(iter(self.blocks))
-            self.held -= self.blocks.pop(old).nbytes
+            i = self._index(p)
+            old = self._place(p, i)
+            if old is not None:  # scored again while still held: the older row will not be read
+                self._read(old[0])
+            if i >= 0:
+                self._block[i], self._at[i] = bid, k
+            else:
+                self._odd[p] = (bid, k)
+            self._unread[bid] += 1
 
-    def _row(self, p: int) -> np.ndarray | None:
-        got = self.rows.get(p)
-        if got is None or got[0] not in self.blocks:
+    def _place(self, p: int, i: int) -> tuple[int, int] | None:
+        if i >= 0:
+            bid = int(self._block[i])
+            return None if bid < 0 else (bid, int(self._at[i]))
+        return self._odd.get(p)
+
+    def _read(self, bid: int) -> None:
+        """One row of block ``bid`` has been read (or superseded): the block goes with its last row."""
+        self._unread[bid] -= 1
+        if not self._unread[bid]:
+            del self._unread[bid]
+            self.held -= self.blocks.pop(bid).nbytes
+
+    def held_for(self, p: int) -> bool:
+        return self._place(p, self._index(p)) is not None
+
+    def _take(self, p: int) -> np.ndarray | None:
+        """The int64 scores of ``p`` if held (they are then let go: each query is read once), else None."""
+        i = self._index(p)
+        got = self._place(p, i)
+        if got is None:
             return None
-        m: np.ndarray = self.blocks[got[0]][got[1]]
-        return m if self.dtype is None else m.astype(np.int64) + self.base
+        if i >= 0:
+            self._block[i] = -1
+        else:
+            del self._odd[p]
+        bid, k = got
+        row = self.blocks[bid][k]
+        out: np.ndarray = row.astype(np.int64) if self.dtype is None else row.astype(np.int64) + self.base
+        self._read(bid)
+        return out
 
     def rows_for(self, n_docs: int) -> int:
         """Queries scored per block for a tenant of ``n_docs``: at most 2^22 scores (32 MiB of float64)."""
         return max(1, min(self.BLOCK, (1 << 22) // max(1, n_docs)))
 
-    def many(self, positions: list[int]) -> np.ndarray:
-        """int64 scores of ``positions`` (all of one tenant) as a matrix, scoring the missing ones at once."""
-        n = self.run.tenants[_records(self.run)[positions[0]]["tenant"]]["n"]
-        out = np.empty((len(positions), n), dtype=np.int64)
-        missing = []
-        for k, p in enumerate(positions):
-            row = self._row(p)
-            if row is None:
-                missing.append(k)
-            else:
-                out[k] = row
-        step = self.rows_for(n)
-        for a in range(0, len(missing), step):
-            ks = missing[a : a + step]
-            part = [positions[k] for k in ks]
-            s = self._score(part)
-            out[ks] = s
-            self._keep(part, s)
-        return out
-
     def one(self, p: int) -> np.ndarray:
-        row = self._row(p)
-        if row is None:
-            # score the block of queries of this tenant that follow p in ledger order (the order the checks
-            # consume them in), so that a sequential pass scores each block once
-            run, records = self.run, _records(self.run)
-            t = records[p]["tenant"]
-            k = self.order.get(p)
-            step = self.rows_for(run.tenants[t]["n"])
-            nxt = (
-                [p]
-                if k is None
-                else [q for q in run.queries[k : k + step] if records[q]["tenant"] == t and self._row(q) is None]
-            )
-            if nxt[0] != p:
-                nxt.insert(0, p)
-            self._keep(nxt, self._score(nxt))
-            row = self._row(p)
-        return cast(np.ndarray, row)  # the block just kept holds p (the budget never drops the newest block)
+        row = self._take(p)
+        if row is not None:
+            return row
+        # score the block of queries of this tenant that follow p in ledger order (the order the checks consume
+        # them in), so that a sequential pass scores each block once
+        run, records = self.run, _records(self.run)
+        t = records[p]["tenant"]
+        k = self._index(p)
+        step = self.rows_for(run.tenants[t]["n"])
+        nxt = [p] + (
+            []
+            if k < 0
+            else [q for q in self.queries[k + 1 : k + step] if records[q]["tenant"] == t and not self.held_for(q)]
+        )
+        s = self._score(nxt)
+        self.keep_compact(nxt[1:], self.compact(s[1:]))  # p's own row is read now
+        first: np.ndarray = s[0]
+        return first
 
 
 def _records(run: Run) -> list[dict[str, Any]]:
