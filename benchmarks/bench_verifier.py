@@ -208,7 +208,12 @@ def _on_dask(bundle: Path, receipts: Path, k: int, local: dict, args) -> None:
         f"  Dask LocalCluster of {k} worker(s): wall {r['wall']:.1f} s ({r['wall'] / local['wall']:.2f}x the local "
         f"run), CPU {r['cpu']:.1f} s; verdict {'the same' if same else 'DIFFERS'}; slowest steps "
         + ", ".join(f"{a} {b:.1f} s" for a, b in top)
-        + (f"; peak PSS {pss['peak_mib']:.0f} MiB" if pss else "")
+        + (
+            f"; peak PSS {pss['peak_mib']:.0f} MiB at {pss['at_s']:.0f} s (verifier and its scheduler "
+            f"{pss['verifier_mib']:.0f} + workers {pss['others_mib']:.0f}, after step {_after(r['marks'], pss['at'])})"
+            if pss
+            else ""
+        )
     )
 
 

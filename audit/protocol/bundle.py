@@ -73,7 +73,7 @@ def parse_leaves(data: bytes) -> list[bytes]:
 @dataclass
 class Bundle:
     root: Path
-    leaves: list[bytes] = field(default_factory=list)
+    leaves: Sequence[bytes] = field(default_factory=list)
     genesis_file: bytes | None = None
     checkpoints: list[bytes] = field(default_factory=list)
     vkey: str | None = None

@@ -5,6 +5,7 @@ their lines (``Openings``)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any, cast
 
 from ..protocol.encoding import EncodingError, decode
@@ -23,7 +24,7 @@ def _decode_error(item: tuple[bytes, str]) -> str | None:
         return str(e)
 
 
-def _decode_all(raws: list[bytes], what: str, start: int = 0) -> list[Any]:
+def _decode_all(raws: Sequence[bytes], what: str, start: int = 0) -> list[Any]:
     """``decode`` of every record, each either its value or the EncodingError it raises. The canonical-form
     check runs in the forked workers; the parent then parses the records they accepted with the same C
     parser (``json.loads``: equal values, since canonical bytes hold no float and no duplicate key)."""

@@ -96,6 +96,10 @@ class LeafRecords:
             rec["counter"] = int(self.counter[i])
         return rec
 
+    def others(self) -> np.ndarray:
+        """The positions whose record is not a compact query row (None, or kept as its dict), increasing."""
+        return np.flatnonzero(self.kind[: self._n] != _ROW)
+
     def __iter__(self) -> Iterator[dict[str, Any] | None]:
         for i in range(self._n):
             yield self[i]

@@ -190,3 +190,4 @@ def check_8_7_requests(run: Run) -> None:
     run.final_counters = dict(sorted(last_counter.items()))
     run.checked["queries_with_account_confirmed_q"] = confirmed
     run.checked["queries"] = len(run.queries)
+    run.let_go_query_leaves()

@@ -13,7 +13,7 @@ from bisect import bisect_left
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Concatenate, NamedTuple, ParamSpec, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Concatenate, NamedTuple, ParamSpec, TypeVar, cast, overload
 
 import numpy as np
 
@@ -188,6 +188,20 @@ class Run:
     def n(self) -> int:
         return len(self.b.leaves)
 
+    def let_go_query_leaves(self) -> None:
+        """After §8.7: the query leaves' bytes have no reader left (their records, hashes and checked Q hold what
+        the later checks read), so only the other leaves stay (``KeptLeaves``); not when the ledger check did not
+        hash every leaf (the auditor's state would hash them)."""
+        b = self.b
+        if isinstance(b.leaves, KeptLeaves) or len(self.leaf_hashes) != 32 * (len(b.leaves) - self.base):
+            return
+        kept: dict[int, bytes] = {}
+        for i in [0, *map(int, self.records.others()), *range(len(self.records), len(b.leaves))]:
+            rec = self.records[i] if 0 < i < len(self.records) else None
+            if i == 0 or not isinstance(rec, dict) or rec.get("type") != "query":
+                kept[i] = b.leaves[i]
+        b.leaves = KeptLeaves(len(b.leaves), kept)
+
     def drop_openings(self) -> None:
         """The last reader of the scores and of the openings is behind us (memory at scale; the coalition
         estimate reads the checked Q, ``qembs``)."""
@@ -205,6 +219,34 @@ def is_hex(v: Any, length: int) -> bool:
 
 def is_int(v: Any, lo: int = 0, hi: int = MAX_UNITS) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and lo <= v <= hi
+
+
+class KeptLeaves(Sequence[bytes]):
+    """The bundle's leaves after §8.7 (``Run.let_go_query_leaves``): as many as before, those that are not query
+    leaves still readable; reading a query leaf is a ``LookupError`` naming it (spec/protocol.md §8 item 13)."""
+
+    def __init__(self, n: int, kept: dict[int, bytes]):
+        self.n, self.kept = n, kept
+
+    def __len__(self) -> int:
+        return self.n
+
+    @overload
+    def __getitem__(self, k: int) -> bytes: ...
+
+    @overload
+    def __getitem__(self, k: slice) -> list[bytes]: ...
+
+    def __getitem__(self, k: int | slice) -> bytes | list[bytes]:
+        if isinstance(k, slice):
+            return [self[i] for i in range(*k.indices(self.n))]
+        if not -self.n <= k < self.n:
+            raise IndexError("leaf index out of range")
+        k %= self.n
+        try:
+            return self.kept[k]
+        except KeyError:
+            raise LookupError(f"leaf {k}: a query leaf, let go after §8.7 (memory at scale)") from None
 
 
 class Openings:

@@ -26,10 +26,15 @@ def run(monkeypatch, capsys):
             monkeypatch.delenv(var)
 
     def go(args, env=None) -> Result:
-        with monkeypatch.context() as m:
-            for k, v in (env or {}).items():
-                m.setenv(k, v)
-            code = main(["serve", *args])
+        before = dict(os.environ)
+        try:
+            with monkeypatch.context() as m:
+                for k, v in (env or {}).items():
+                    m.setenv(k, v)
+                code = main(["serve", *args])
+        finally:  # `serve --database-password-file` hands the path to its store through its process's environment
+            os.environ.clear()
+            os.environ.update(before)
         out, err = capsys.readouterr()
         return Result(code, out, err)
 

@@ -61,3 +61,47 @@ def test_is_query_answers_as_membership_in_the_sorted_positions(accepted, probes
     run.queries = array("q", sorted(accepted))
     for pos in [*accepted, *probes]:
         assert run.is_query(pos) == (pos in accepted)
+
+
+def test_after_the_request_check_only_the_query_leaves_are_let_go(tmp_path):
+    """§8.7 lets the query leaves' bytes go (memory at scale): the other leaves (genesis, registry, policy,
+    documents, recoveries, malformed ones) stay readable by the checks after it and by the auditor's state; a query
+    leaf read later is a LookupError naming it, which the guarded checks would report, never a silent wrong read."""
+    import json
+
+    from dprag.audit.verify.records import LeafRecords
+    from dprag.audit.verify.run import KeptLeaves
+
+    recs = [
+        {"type": "genesis"},
+        {"type": "query", "h_charge": "0" * 64, "h_req": "1" * 64, "h_top": "2" * 64},
+        None,
+        {"type": "query", "h_req": "x"},  # a query of another shape: a dict, still a query
+        {"type": "registry"},
+        {"type": "query", "h_charge": "3" * 64, "h_req": "4" * 64, "h_top": "5" * 64},
+    ]
+    leaves = [json.dumps(r).encode() if r is not None else b"\x00bad" for r in recs]
+    run = Run(Bundle(tmp_path, leaves=list(leaves)), None)
+    run.records = LeafRecords(len(recs))
+    for r in recs:
+        run.records.append(r)
+    run.leaf_hashes = b"".join(map(hash_leaf, leaves))
+    run.let_go_query_leaves()
+    kept = run.b.leaves
+    assert isinstance(kept, KeptLeaves) and len(kept) == len(leaves)
+    for i in (0, 2, 4):
+        assert kept[i] == leaves[i] and kept[i - len(leaves)] == leaves[i]
+    for i in (1, 3, 5):
+        with pytest.raises(LookupError, match=f"leaf {i}: a query leaf"):
+            kept[i]
+    with pytest.raises(IndexError):
+        kept[6]
+    assert kept[::2][:1] == [leaves[0]]
+
+
+def test_the_query_leaves_stay_when_the_ledger_check_did_not_hash_them(tmp_path):
+    leaves = [b'{"type":"genesis"}', b'{"type":"query"}']
+    run = Run(Bundle(tmp_path, leaves=list(leaves)), None)
+    run.leaf_hashes = hash_leaf(leaves[0])  # one of two: the state would hash the leaves itself
+    run.let_go_query_leaves()
+    assert run.b.leaves == leaves
