@@ -406,7 +406,8 @@ DASK_IN_FLIGHT = 2
 
 def _dask_map(fn: Callable[[Any], Any], items: Sequence[Any], chunk: int | None) -> list[Any] | None:
     """``[fn(x) for x in items]`` on the Dask cluster: ``fn`` (with the context it carries) scattered to every
-    worker once, then the items a chunk at a time, ``DASK_IN_FLIGHT`` chunks per worker in flight — a chunk is
+    worker once, then the items a chunk at a time (``chunk`` items if the caller sets it, as for the local pool, else
+    at most ``DASK_CHUNK_MAX``), ``DASK_IN_FLIGHT`` chunks per worker in flight — a chunk is
     sliced from ``items`` (so a ``Lazy`` sequence is read) only when one before it has come back, and each result
     is taken as it arrives, its future released — so neither this process (where a LocalCluster's scheduler also
     runs) nor the cluster ever holds the whole map's items or results at once. None on any failure (``fork_map``
@@ -416,7 +417,9 @@ def _dask_map(fn: Callable[[Any], Any], items: Sequence[Any], chunk: int | None)
         from distributed import as_completed
 
         n = max(1, len(client.scheduler_info().get("workers", {})))
-        size = max(1, min(DASK_CHUNK_MAX, -(-len(items) // (4 * n))))  # (``chunk``: the local pipes' size)
+        # ``chunk``: the caller's own size (1 for the retrieval jobs and receipt chunks, each already hundreds of
+        # queries: a Dask chunk of ~1,000 jobs held ~0.5 GB of opening lines and as much of scores)
+        size = chunk if chunk is not None else max(1, min(DASK_CHUNK_MAX, -(-len(items) // (4 * n))))
         [task] = client.scatter([fn], broadcast=True, hash=False)
         starts = iter(range(0, len(items), size))
         parts: dict[int, list[Any]] = {}

@@ -103,7 +103,8 @@ def test_the_cli_runs_on_a_local_cluster_of_its_own(base, capsys):
 def test_a_dask_map_reads_its_items_a_few_chunks_ahead(cluster, monkeypatch):
     """The maps stream on Dask as in the local pool: a chunk is read from its (lazy) items only when one before it
     has come back, and results come back in order, every item read once. Submitting every chunk up front (the old
-    map) read all 200,000 items before the first chunk's failure was seen; here at most 16 chunks of 2,048."""
+    map) read all 200,000 items before the first chunk's failure was seen; here at most 16 chunks of 2,048, or 200
+    items when the caller asks for chunks of 1."""
     import time
 
     monkeypatch.setenv("DPRAG_VERIFY_WORKERS", "1")  # the fallback after a failure: this process, serial=None
@@ -131,3 +132,7 @@ def test_a_dask_map_reads_its_items_a_few_chunks_ahead(cluster, monkeypatch):
         assert pool.fork_map(fails_first, pool.Lazy(200_000, make), serial=None) is None
         assert pool.DASK_STATS["fallbacks"] == before + 1
         assert reads[0] <= 16 * pool.DASK_CHUNK_MAX, reads[0]
+
+        reads[0] = 0  # a caller's own chunk size holds there too (retrieval jobs: 1 job, ~256 queries, a task)
+        assert pool.fork_map(fails_first, pool.Lazy(200_000, make), serial=None, chunk=1) is None
+        assert reads[0] <= 200, reads[0]
