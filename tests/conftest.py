@@ -106,10 +106,15 @@ if hasattr(os, "fork"):
 
 def pytest_sessionstart(session):
     """Before any test is watched: the run records' ``git describe`` (``lab.runinfo.source_commit``, asked once per
-    process), so the unit tests that write a run record do not each count as starting a subprocess."""
+    process), so the unit tests that write a run record do not each count as starting a subprocess; and matplotlib's
+    font list, which a fresh machine builds with ``fc-list`` on the first import of its font manager."""
     from dprag.lab.runinfo import source_commit
 
     source_commit()
+    try:
+        import matplotlib.font_manager  # noqa: F401
+    except ImportError:  # (the plotting extra is not installed: nothing draws)
+        pass
 
 
 def _unmarked(item) -> bool:
