@@ -4,6 +4,7 @@ Hypothesis: the ``ci`` profile (selected when CI is set) is derandomized, so a C
 and cannot flake; locally the default profile explores new examples each run.
 """
 
+import contextlib
 import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -111,10 +112,8 @@ def pytest_sessionstart(session):
     from dprag.lab.runinfo import source_commit
 
     source_commit()
-    try:
+    with contextlib.suppress(ImportError):  # (without the plotting extra nothing draws)
         import matplotlib.font_manager  # noqa: F401
-    except ImportError:  # (the plotting extra is not installed: nothing draws)
-        pass
 
 
 def _unmarked(item) -> bool:

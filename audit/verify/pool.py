@@ -149,7 +149,8 @@ class WorkerPool:
         try:
             for c in self.conns:
                 c.send_bytes(task)
-                starts = iter(enumerate(range(0, len(items), size)))
+            del task
+            starts = iter(enumerate(range(0, len(items), size)))
             out: list[Any] = [None] * (-(-len(items) // size))
             busy: dict[Connection, tuple[int, int]] = {}  # connection -> (worker, chunk number)
             failed = False

@@ -75,7 +75,7 @@ class ScoreCache(Scorer):
 
     def keep_compact(self, positions: list[int], m: np.ndarray) -> None:
         """Keep the compact scores ``m`` of ``positions`` (row k: positions[k]) if the budget has room for them."""
-        if self.blocks and self.held + m.nbytes > self.budget:
+        if not positions or (self.blocks and self.held + m.nbytes > self.budget):
             return  # full: the older blocks are read first (an empty cache keeps one block, whatever its size)
         bid = self.next_id
         self.next_id += 1
